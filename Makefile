@@ -1,0 +1,35 @@
+# A thin layer over cargo and scripts/: CI runs `make test`, as a person does.
+.PHONY: build release demo run test lint doc bench bench-quick clean
+
+build:
+	cargo build
+
+release:
+	cargo build --release
+
+# Three demo backends on 127.0.0.1:8001-8003 and the balancer on port 8080.
+demo:
+	cargo run --release -- demo
+
+# The article's way: asks for the backends, then listens on port 8080.
+run:
+	cargo run --release
+
+test:
+	scripts/test.sh
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+
+doc:
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
+
+bench:
+	scripts/bench.sh
+
+bench-quick:
+	scripts/bench.sh --quick
+
+clean:
+	cargo clean

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: tools, lint, unit and integration
+# tests, docs, then the article's own `ab` check through the real binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-test-tools.sh
+
+echo "== format and lint"
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+
+echo "== unit and integration tests"
+cargo test --all-targets
+
+echo "== docs"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+cargo test --doc --quiet
+
+echo "== the article's check: ab -n 1000 -c 100 through three python backends"
+scripts/ab-article.sh

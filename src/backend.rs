@@ -1,0 +1,342 @@
+//! A backend server: where it is, and what the balancer knows about it now.
+//!
+//! A [`Backend`] is created once, from a [`BackendSpec`], and shared as an
+//! `Arc<Backend>` by the accept loop (which picks it), the workers (which
+//! connect to it and count their connections on it) and, where enabled, the
+//! health checker (which marks it up or down). Everything that changes after
+//! start-up is an atomic, so no lock is ever held while a connection is being
+//! proxied.
+//!
+//! # Corresponds to the C article
+//!
+//! `struct server_info { char* address; int port; } servers[_MAX_SERVERS]`.
+//! The C stores the address as typed and converts it at every connect; here
+//! the name is resolved once, at start-up, so a typo is reported before the
+//! first client arrives and a worker never calls the resolver (which would also
+//! need more stack than a 64 KiB worker has to spare).
+
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::error::{Error, Result};
+
+/// A backend as the user wrote it: `HOST:PORT` with an optional `,weight=N`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendSpec {
+    /// The host name or address, as typed (`localhost`, `127.0.0.1`, `::1`).
+    pub host: String,
+    /// The TCP port, 1..=65535.
+    pub port: u16,
+    /// The relative weight for weighted algorithms; 1 unless given.
+    pub weight: u32,
+}
+
+impl BackendSpec {
+    /// Parses `HOST:PORT[,weight=N]`; IPv6 addresses go in brackets
+    /// (`[::1]:8001`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidBackend`] naming what is wrong.
+    pub fn parse(text: &str) -> Result<BackendSpec> {
+        let text = text.trim();
+        let mut parts = text.split(',');
+        let hostport = parts.next().unwrap_or_default();
+        let (host, port) = split_host_port(hostport).ok_or_else(|| {
+            Error::InvalidBackend(format!("'{text}': expected HOST:PORT, e.g. 127.0.0.1:8001"))
+        })?;
+        let port = parse_port(port)
+            .ok_or_else(|| Error::InvalidBackend(format!("'{text}': port must be 1..65535")))?;
+        let mut weight = 1;
+        for option in parts {
+            match option.split_once('=') {
+                Some(("weight", value)) => {
+                    weight = value
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|w| (1..=1000).contains(w))
+                        .ok_or_else(|| {
+                            Error::InvalidBackend(format!("'{text}': weight must be 1..1000"))
+                        })?;
+                }
+                _ => {
+                    return Err(Error::InvalidBackend(format!(
+                        "'{text}': unknown option '{option}' (known: weight=N)"
+                    )))
+                }
+            }
+        }
+        if host.is_empty() {
+            return Err(Error::InvalidBackend(format!(
+                "'{text}': the host is empty"
+            )));
+        }
+        Ok(BackendSpec {
+            host: host.to_string(),
+            port,
+            weight,
+        })
+    }
+
+    /// Resolves the host name into socket addresses, IPv4 first.
+    ///
+    /// IPv4 comes first because `localhost` often resolves to `::1` before
+    /// `127.0.0.1`, while the article's `python3 -m http.server` listens on
+    /// IPv4 only; the other addresses are still tried in order.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidBackend`] when the name does not resolve.
+    pub fn resolve(&self) -> Result<Vec<SocketAddr>> {
+        let mut addrs: Vec<SocketAddr> = (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .map_err(|e| Error::InvalidBackend(format!("'{}': {e}", self.host)))?
+            .collect();
+        addrs.sort_by_key(|a| a.is_ipv6());
+        addrs.dedup();
+        if addrs.is_empty() {
+            return Err(Error::InvalidBackend(format!(
+                "'{}' resolves to no address",
+                self.host
+            )));
+        }
+        Ok(addrs)
+    }
+
+    /// The `HOST:PORT` form used in logs (brackets around IPv6 literals).
+    pub fn name(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl fmt::Display for BackendSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())?;
+        if self.weight != 1 {
+            write!(f, ",weight={}", self.weight)?;
+        }
+        Ok(())
+    }
+}
+
+/// Splits `host:port`, `[v6]:port`; returns `None` when there is no port.
+fn split_host_port(text: &str) -> Option<(&str, &str)> {
+    if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = after.strip_prefix(':')?;
+        Some((host, port))
+    } else {
+        let (host, port) = text.rsplit_once(':')?;
+        if host.contains(':') {
+            // An IPv6 literal without brackets: ambiguous, refuse it.
+            return None;
+        }
+        Some((host, port))
+    }
+}
+
+/// Parses a TCP port, refusing 0 and anything above 65535.
+pub(crate) fn parse_port(text: &str) -> Option<u16> {
+    text.trim().parse::<u16>().ok().filter(|p| *p != 0)
+}
+
+/// A backend in use: its resolved addresses and its live state.
+#[derive(Debug)]
+pub struct Backend {
+    /// A number unique to this backend for the life of the process; it stays
+    /// the same when other backends are added or removed.
+    id: u64,
+    /// `HOST:PORT` as the user wrote it, for logs.
+    name: String,
+    /// The addresses the name resolved to at start-up, tried in order.
+    addrs: Vec<SocketAddr>,
+    /// Relative weight (weighted algorithms only).
+    weight: u32,
+    /// Connections being proxied to this backend right now.
+    active: AtomicUsize,
+    /// Connections ever handed to this backend.
+    total: AtomicU64,
+    /// False once health checks (active or passive) decided it is down.
+    healthy: AtomicBool,
+    /// True when an operator asked for no new connections.
+    draining: AtomicBool,
+    /// Connect failures in a row on real traffic (passive health).
+    connect_failures: AtomicU32,
+}
+
+/// Process-wide source of [`Backend::id`]s.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+impl Backend {
+    /// Resolves a spec into a backend.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidBackend`] when the host does not resolve.
+    pub fn from_spec(spec: &BackendSpec) -> Result<Backend> {
+        Ok(Backend::new(spec.name(), spec.resolve()?, spec.weight))
+    }
+
+    /// A backend at known addresses (tests and the demo use this).
+    pub fn new(name: String, addrs: Vec<SocketAddr>, weight: u32) -> Backend {
+        Backend {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            name,
+            addrs,
+            weight: weight.max(1),
+            active: AtomicUsize::new(0),
+            total: AtomicU64::new(0),
+            healthy: AtomicBool::new(true),
+            draining: AtomicBool::new(false),
+            connect_failures: AtomicU32::new(0),
+        }
+    }
+
+    /// The stable identifier of this backend.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// `HOST:PORT`, for logs.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The resolved addresses, in the order they are tried.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// The relative weight.
+    pub fn weight(&self) -> u32 {
+        self.weight
+    }
+
+    /// Connections being proxied to it now.
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Connections ever handed to it.
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Whether health checks consider it up.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Sets the health state; returns the previous one.
+    pub fn set_healthy(&self, healthy: bool) -> bool {
+        self.healthy.swap(healthy, Ordering::Relaxed)
+    }
+
+    /// Whether an operator asked it to take no new connections.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Stops (or resumes) new connections to this backend.
+    pub fn set_draining(&self, draining: bool) {
+        self.draining.store(draining, Ordering::Relaxed);
+    }
+
+    /// Whether a scheduler may pick it: healthy and not draining.
+    pub fn is_available(&self) -> bool {
+        self.is_healthy() && !self.is_draining()
+    }
+
+    /// Records a failed connect on real traffic; returns the failures in a row.
+    pub fn record_connect_failure(&self) -> u32 {
+        self.connect_failures.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Records a successful connect on real traffic.
+    pub fn record_connect_success(&self) {
+        if self.connect_failures.load(Ordering::Relaxed) != 0 {
+            self.connect_failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a connection as started on this backend. The returned guard
+    /// counts it as ended when dropped, whatever ends the connection (an
+    /// error, a panic, a normal close), so the count never drifts.
+    pub fn start_connection(&self) -> ActiveGuard<'_> {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        self.total.fetch_add(1, Ordering::Relaxed);
+        ActiveGuard { backend: self }
+    }
+}
+
+/// Decrements [`Backend::active`] when dropped.
+#[derive(Debug)]
+pub struct ActiveGuard<'a> {
+    backend: &'a Backend,
+}
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.backend.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_host_port_and_weight() {
+        let spec = BackendSpec::parse("127.0.0.1:8001,weight=5").unwrap();
+        assert_eq!(spec.host, "127.0.0.1");
+        assert_eq!(spec.port, 8001);
+        assert_eq!(spec.weight, 5);
+        let v6 = BackendSpec::parse("[::1]:9000").unwrap();
+        assert_eq!(v6.host, "::1");
+        assert_eq!(v6.name(), "[::1]:9000");
+    }
+
+    #[test]
+    fn refuses_bad_specs() {
+        for bad in [
+            "",
+            "127.0.0.1",
+            "127.0.0.1:0",
+            "127.0.0.1:65536",
+            "127.0.0.1:http",
+            ":80",
+            "::1:80",
+            "127.0.0.1:80,weight=0",
+            "127.0.0.1:80,weight=x",
+            "127.0.0.1:80,color=red",
+        ] {
+            assert!(BackendSpec::parse(bad).is_err(), "accepted {bad:?}");
+        }
+    }
+
+    #[test]
+    fn resolves_localhost_ipv4_first() {
+        let addrs = BackendSpec::parse("localhost:8001")
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert!(addrs[0].is_ipv4(), "{addrs:?}");
+    }
+
+    #[test]
+    fn active_guard_counts_down_on_drop() {
+        let b = Backend::new("b".into(), vec![], 1);
+        {
+            let _g1 = b.start_connection();
+            let _g2 = b.start_connection();
+            assert_eq!(b.active(), 2);
+        }
+        assert_eq!(b.active(), 0);
+        assert_eq!(b.total(), 2);
+    }
+}

@@ -1,0 +1,105 @@
+//! The error type of the balancer.
+//!
+//! Every fallible function in the crate returns [`Error`]. The variants name
+//! the cause (`Bind`, `BackendConnect`, ...) so that a log line or the one-line
+//! message printed by `main` says what went wrong and where.
+//!
+//! Two kinds of error exist, and the difference is policy, not type:
+//!
+//! - **Start-up errors** (a bad flag, a backend that does not resolve, a port
+//!   already in use) end [`crate::run`], and `main` turns them into an exit
+//!   code: 2 for usage errors ([`Error::is_usage`]), 1 for the rest.
+//! - **Per-connection errors** (a backend refusing, a client resetting) are
+//!   logged by the worker and end only that one connection.
+//!
+//! # Corresponds to the C article
+//!
+//! The C calls `perror(...)` and then `exit(EXIT_FAILURE)` wherever anything
+//! fails, even on the worker path, so one bad client kills the balancer. Here
+//! the same messages become values that the caller decides about.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+
+/// Everything that can go wrong in rodizio.
+#[derive(Debug)]
+pub enum Error {
+    /// The listening socket could not be created, bound or put in listen mode.
+    Bind {
+        /// The address we tried to listen on.
+        addr: SocketAddr,
+        /// What the operating system said.
+        source: io::Error,
+    },
+    /// No backend of the list could be reached for one connection.
+    BackendConnect {
+        /// The backend tried last.
+        backend: String,
+        /// What the last connect attempt said.
+        source: io::Error,
+    },
+    /// A backend specification (`HOST:PORT[,weight=N]`) is not valid.
+    InvalidBackend(String),
+    /// A flag or configuration value is not valid.
+    InvalidConfig(String),
+    /// Standard input ended while the prompt was asking for backends.
+    PromptEof,
+    /// Any other I/O error, with what we were doing when it happened.
+    Io {
+        /// What we were doing.
+        context: String,
+        /// What the operating system said.
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// Wraps an I/O error with a short description of what was being done.
+    pub fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// True for errors caused by what the user typed: `main` exits with 2.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidBackend(_) | Error::InvalidConfig(_) | Error::PromptEof
+        )
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Bind { addr, source } => write!(f, "failed to listen on {addr}: {source}"),
+            Error::BackendConnect { backend, source } => {
+                write!(f, "failed to connect to backend {backend}: {source}")
+            }
+            Error::InvalidBackend(msg) => write!(f, "invalid backend: {msg}"),
+            Error::InvalidConfig(msg) => write!(f, "invalid configuration: {msg}"),
+            Error::PromptEof => write!(
+                f,
+                "standard input ended before the backends were entered (give them with --backend)"
+            ),
+            Error::Io { context, source } => write!(f, "{context}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Bind { source, .. }
+            | Error::BackendConnect { source, .. }
+            | Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Shorthand for results in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,101 @@
+//! rodizio: a thread-per-connection TCP load balancer.
+//!
+//! A Rust port of the C load balancer of the article "como construir o seu
+//! próprio balanceador de carga" (round robin, a FIFO queue, a pool of
+//! fixed-stack threads), kept in the same shape and grown into a real TCP
+//! proxy: full duplex, binary safe, half-close aware, failing over between
+//! backends, and never letting one connection's failure touch another.
+//!
+//! It is blocking on purpose: one OS thread serves one connection from start
+//! to end, exactly as in the article, so the code reads top to bottom like
+//! the C it ports.
+//!
+//! ```text
+//! client ──TCP──▶ accept loop (listener.rs: blocking accept, SO_REUSEADDR, backlog 4096)
+//!                   │ scheduler.pick(peer) → server_idx           (scheduler.rs: round robin)
+//!                   ▼
+//!                 queue.push((server_idx, client))                (queue.rs: Mutex<VecDeque> + Condvar)
+//!                   ▼
+//!                 worker thread, 64 KiB stack, reused             (pool.rs)
+//!                   │ connect(backend), fail over to the next     (proxy.rs)
+//!                   │ pump both ways in 4096-byte chunks, poll(2)
+//!                   │ shutdown(Both) then close, both sockets
+//!                   ▼
+//!                 backend
+//! ```
+//!
+//! # Layout
+//!
+//! - `balancer`: [`Balancer`] wires the parts together; [`run`].
+//! - `config`: [`Config`], the settings and their defaults (the C `#define`s).
+//! - `cli`: command-line flags (clap) into a [`Config`].
+//! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
+//! - `listener`: the listening socket and the accept loop.
+//! - `queue`: the FIFO between the accept loop and the workers.
+//! - `pool`: the worker threads.
+//! - `scheduler`: which backend gets the next client.
+//! - `backend`: one backend and its live state.
+//! - `proxy`: connect with fail-over, the duplex pump, the close.
+//! - `stats`: counters.
+//! - `shutdown`: the stop trigger and the signal thread.
+//! - `demo`: the built-in demo HTTP backend.
+//! - `error`: [`Error`].
+//!
+//! # The C article, function by function
+//!
+//! | C                              | Rust                                        |
+//! |--------------------------------|---------------------------------------------|
+//! | `queue.c`, `queue.h`, `queue_mutex` | [`queue::Queue`]                       |
+//! | `struct server_info servers[]` | [`backend::Backend`]                        |
+//! | `servers_entry()`              | [`prompt::servers_entry`]                   |
+//! | `create_balancer_socket()`     | [`listener::bind`]                          |
+//! | `get_next_server_id()`         | [`scheduler::Scheduler::pick`]              |
+//! | `get_next_thread()`, `threads[]`, `pthread_attr_setstacksize` | [`pool::Pool`] |
+//! | `proxy_function()`             | [`proxy::Proxy::handle`], [`proxy::pump`]   |
+//! | `get_final_server_socket()`    | [`proxy::connect_backend`]                  |
+//! | `main()`                       | [`Balancer::bind`], [`Balancer::run`], `main.rs` |
+//! | `#define _PORT` etc.           | [`Config`]                                  |
+//!
+//! `docs/c-to-rust.md` tells what changed in each and why.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use rodizio::{backend::BackendSpec, Balancer, Config, Shutdown};
+//!
+//! # fn main() -> Result<(), rodizio::Error> {
+//! let config = Config {
+//!     listen: "127.0.0.1:8080".parse().unwrap(),
+//!     backends: vec![BackendSpec::parse("127.0.0.1:8001")?],
+//!     ..Config::default()
+//! };
+//! let balancer = Balancer::bind(config)?;
+//! let shutdown = Shutdown::new();
+//! // Another thread may call shutdown.trigger() to stop it.
+//! balancer.run(&shutdown)?;
+//! # Ok(())
+//! # }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod backend;
+mod balancer;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod listener;
+pub mod pool;
+pub mod prompt;
+pub mod proxy;
+pub mod queue;
+pub mod scheduler;
+pub mod shutdown;
+pub mod stats;
+pub mod system;
+
+pub use balancer::{run, Balancer};
+pub use config::Config;
+pub use error::{Error, Result};
+pub use shutdown::Shutdown;

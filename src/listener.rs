@@ -1,0 +1,110 @@
+//! The listening socket and the accept loop.
+//!
+//! One thread (the one that calls [`crate::Balancer::run`]) sits in a
+//! blocking `accept(2)`. For each client it picks the backend, wraps the pair
+//! in a [`Job`] and hands it to the pool. It never reads from a client and
+//! never waits for a worker, so a slow connection cannot slow the accepting
+//! of others. It waits only when the queue is full, which is back-pressure by
+//! design: new clients then wait in the kernel's backlog.
+//!
+//! An `accept(2)` error is never fatal. `ECONNABORTED` (the client left
+//! before we took it) and `EINTR` are retried at once; anything else
+//! (`EMFILE`: out of file descriptors, `ENOBUFS`, `ENOMEM`) is logged and
+//! retried after a short back-off, since retrying at once would spin on the
+//! same error while the connections in flight free what it needs.
+//!
+//! # Corresponds to the C article
+//!
+//! `create_balancer_socket()` and the `while (1)` loop of `main()`. The C
+//! calls `exit()` on any `accept` error; binds `INADDR_ANY` only; and, after
+//! queueing, calls `get_next_thread()`, which may `pthread_join` a busy
+//! thread and so stop accepting until that connection ends.
+
+use std::io::ErrorKind;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::error::{Error, Result};
+use crate::pool::Pool;
+use crate::proxy::Job;
+use crate::scheduler::Scheduler;
+use crate::shutdown::Shutdown;
+use crate::stats::Stats;
+
+/// Pause after an `accept(2)` error that is not the client's doing.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Creates the listening socket: `SO_REUSEADDR`, bound, listening with
+/// `backlog`.
+///
+/// `SO_REUSEADDR` lets a restarted balancer bind at once even while
+/// connections of the previous run linger in `TIME_WAIT` (the article's
+/// reason too).
+///
+/// # Errors
+///
+/// [`Error::Bind`] with the address and the system's reason.
+pub fn bind(addr: SocketAddr, backlog: i32) -> Result<TcpListener> {
+    let fail = |source| Error::Bind { addr, source };
+    let socket =
+        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
+    socket.set_reuse_address(true).map_err(fail)?;
+    socket.bind(&addr.into()).map_err(fail)?;
+    socket.listen(backlog).map_err(fail)?;
+    Ok(socket.into())
+}
+
+/// What the accept loop needs besides the socket.
+pub(crate) struct Acceptor<'a> {
+    pub scheduler: &'a Scheduler,
+    pub pool: &'a Pool<Job>,
+    pub stats: &'a Arc<Stats>,
+    pub shutdown: &'a Shutdown,
+}
+
+impl Acceptor<'_> {
+    /// Accepts clients until shutdown is triggered.
+    pub fn run(&self, listener: &TcpListener) {
+        let stop = self.shutdown.receiver();
+        loop {
+            let (client, peer) = match listener.accept() {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    if self.shutdown.is_triggered() {
+                        return;
+                    }
+                    Stats::incr(&self.stats.accept_errors);
+                    match err.kind() {
+                        ErrorKind::ConnectionAborted | ErrorKind::Interrupted => {}
+                        _ => {
+                            log::error!("accept failed: {err}; retrying in {ACCEPT_BACKOFF:?}");
+                            // Sleeps, but wakes at once on shutdown.
+                            let _ = stop.recv_timeout(ACCEPT_BACKOFF);
+                        }
+                    }
+                    continue;
+                }
+            };
+            if self.shutdown.is_triggered() {
+                // The wake-up connection, or a client that came too late.
+                return;
+            }
+            Stats::incr(&self.stats.accepted);
+            if let Err(err) = client.set_nodelay(true) {
+                log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
+            }
+            let Some(pick) = self.scheduler.pick(peer.ip()) else {
+                Stats::incr(&self.stats.no_backend);
+                log::warn!("closing client {peer}: no backend is available");
+                continue;
+            };
+            if self.pool.submit(Job { pick, client, peer }).is_err() {
+                // The pool closed while we waited for room: shutting down.
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! What a worker does with one connection: connect to the backend (failing
+//! over to the next one), pump bytes both ways until both sides are done,
+//! then shut down and close both sockets.
+//!
+//! # The pump
+//!
+//! A proxied connection is two independent byte streams: client → backend
+//! and backend → client. Many protocols (HTTP keep-alive, Redis, PostgreSQL)
+//! send in both directions at once or take turns many times, so the worker
+//! must serve both without knowing which will speak next. It sets both
+//! sockets non-blocking and waits on both with one `poll(2)`:
+//!
+//! - Each direction has one buffer (4096 bytes by default). It is filled by
+//!   one `read` and emptied by as many `write`s as the destination accepts;
+//!   nothing more is read from that source until the buffer is empty. This
+//!   bounds memory and passes the destination's back-pressure on to the
+//!   source through TCP flow control.
+//! - Why not a blocking `write_all`: if the client is blocked writing a large
+//!   request and not reading, while the backend is blocked writing a large
+//!   reply to us, a worker stuck in `write_all` toward the client would never
+//!   read the client's side again: a deadlock. With non-blocking writes a
+//!   partial write just means "wait for POLLOUT on that socket" while the
+//!   other direction goes on.
+//! - A read is tried before any `poll`, and again after a successful one,
+//!   until it says `WouldBlock`: when data is already there (a request that
+//!   arrived with the connection) it costs no `poll` call.
+//! - End of stream on one side is passed on as `shutdown(Write)` to the
+//!   other once that direction's buffer has drained (a half-close), so a
+//!   client that sends, shuts its write side and then reads still gets its
+//!   whole reply. The connection ends when both directions have ended, on
+//!   the first error, or when nothing moves for the idle timeout.
+//!
+//! # Corresponds to the C article
+//!
+//! `proxy_function()` and `get_final_server_socket()`. The C reads one chunk
+//! of the request (at most 4090 bytes), sends it with `strlen(buffer)` (so
+//! binary data is cut at the first zero byte), then copies the reply until
+//! the backend closes. It cannot serve a request larger than a chunk, a
+//! second request on the same connection, or a protocol where the client
+//! speaks again after the reply starts; and any read error calls `exit()`,
+//! ending every other connection too. Here errors end only this connection,
+//! and both directions stream for as long as either side has data. The final
+//! `shutdown(SHUT_RDWR)` then `close()` on both sockets is the C's.
+
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
+use std::os::unix::io::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::Backend;
+use crate::error::Error;
+use crate::scheduler::{Pick, Scheduler};
+use crate::stats::Stats;
+
+/// One accepted client, with the backend chosen for it at accept time: the
+/// `(server_idx, client_sock)` pair of the C queue.
+#[derive(Debug)]
+pub struct Job {
+    /// The backend picked by the scheduler.
+    pub pick: Pick,
+    /// The client's socket.
+    pub client: TcpStream,
+    /// The client's address.
+    pub peer: SocketAddr,
+}
+
+/// Settings and shared state the workers need for every connection.
+#[derive(Debug)]
+pub struct Proxy {
+    /// Where fail-over finds the other backends.
+    pub scheduler: Arc<Scheduler>,
+    /// Counters.
+    pub stats: Arc<Stats>,
+    /// Bytes per chunk, each direction.
+    pub buffer_size: usize,
+    /// Longest wait for one backend connect.
+    pub connect_timeout: Duration,
+    /// Longest time with no byte moving before the connection is closed.
+    pub idle_timeout: Duration,
+}
+
+/// How one proxied connection went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Transfer {
+    /// Bytes from the client delivered to the backend.
+    pub to_backend: u64,
+    /// Bytes from the backend delivered to the client.
+    pub to_client: u64,
+}
+
+impl Proxy {
+    /// Serves one client from start to end. Never panics on I/O and never
+    /// returns an error: whatever happens is logged and ends only this
+    /// connection.
+    pub fn handle(&self, job: Job) {
+        let Job { pick, client, peer } = job;
+        let started = Instant::now();
+        let (backend_sock, backend) = match self.connect(&pick) {
+            Ok(found) => found,
+            Err(err) => {
+                Stats::incr(&self.stats.no_backend);
+                log::warn!("closing client {peer}: {err}");
+                close(&client);
+                return;
+            }
+        };
+        let _active = backend.start_connection();
+        self.stats.active.fetch_add(1, Ordering::Relaxed);
+        let mut transfer = Transfer::default();
+        let result = pump(
+            &client,
+            &backend_sock,
+            self.buffer_size,
+            self.idle_timeout,
+            &mut transfer,
+        );
+        close(&backend_sock);
+        close(&client);
+        self.stats.active.fetch_sub(1, Ordering::Relaxed);
+        Stats::incr(&self.stats.completed);
+        self.stats
+            .bytes_to_backends
+            .fetch_add(transfer.to_backend, Ordering::Relaxed);
+        self.stats
+            .bytes_to_clients
+            .fetch_add(transfer.to_client, Ordering::Relaxed);
+        let elapsed = started.elapsed();
+        match result {
+            Ok(()) => log::debug!(
+                "connection finished: client {peer} backend {} sent {} received {} in {:?}",
+                backend.name(),
+                transfer.to_backend,
+                transfer.to_client,
+                elapsed
+            ),
+            Err(err) => {
+                Stats::incr(&self.stats.errors);
+                log::info!(
+                    "connection ended by error: client {peer} backend {}: {err} \
+                     (sent {} received {} in {:?})",
+                    backend.name(),
+                    transfer.to_backend,
+                    transfer.to_client,
+                    elapsed
+                );
+            }
+        }
+    }
+
+    /// Connects to the picked backend or, failing that, to each other
+    /// available backend once, in round-robin order.
+    fn connect(&self, pick: &Pick) -> Result<(TcpStream, Arc<Backend>), Error> {
+        let mut last = match self.try_backend(&pick.backend) {
+            Ok(stream) => return Ok((stream, Arc::clone(&pick.backend))),
+            Err(err) => err,
+        };
+        for backend in self.scheduler.failover_order(&pick.backend) {
+            match self.try_backend(&backend) {
+                Ok(stream) => return Ok((stream, backend)),
+                Err(err) => last = err,
+            }
+        }
+        Err(last)
+    }
+
+    /// One connect attempt, counted in the stats and in the backend's
+    /// passive health.
+    fn try_backend(&self, backend: &Backend) -> Result<TcpStream, Error> {
+        match connect_backend(backend, self.connect_timeout) {
+            Ok(stream) => {
+                backend.record_connect_success();
+                Ok(stream)
+            }
+            Err(source) => {
+                Stats::incr(&self.stats.connect_failures);
+                let failures = backend.record_connect_failure();
+                log::warn!(
+                    "backend {} connect failed ({failures} in a row): {source}",
+                    backend.name()
+                );
+                Err(Error::BackendConnect {
+                    backend: backend.name().to_string(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// Opens a TCP connection to the first of the backend's addresses that
+/// answers within `timeout`, with `TCP_NODELAY` set.
+///
+/// # Errors
+///
+/// The last address's error, or `InvalidInput` if the backend has none.
+pub fn connect_backend(backend: &Backend, timeout: Duration) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(ErrorKind::InvalidInput, "backend has no address");
+    for addr in backend.addrs() {
+        match TcpStream::connect_timeout(addr, timeout) {
+            Ok(stream) => {
+                // Small writes (a request line, a Redis command) must leave
+                // at once, not wait for Nagle's algorithm to batch them.
+                stream.set_nodelay(true)?;
+                return Ok(stream);
+            }
+            Err(err) => last = err,
+        }
+    }
+    Err(last)
+}
+
+/// `shutdown(SHUT_RDWR)` then close, as the C does; errors are irrelevant
+/// here (the peer may be gone already), so they are ignored.
+fn close(stream: &TcpStream) {
+    let _ = stream.shutdown(Direction::Both);
+    // The descriptor itself is closed when the `TcpStream` is dropped.
+}
+
+/// One direction of the pump: a buffer and what we know of both ends.
+struct Half {
+    buf: Vec<u8>,
+    /// Bytes `buf[start..end]` are read but not yet written.
+    start: usize,
+    end: usize,
+    /// The source said end of stream.
+    eof: bool,
+    /// We passed the end of stream on with `shutdown(Write)`.
+    done: bool,
+    /// The last read did not say `WouldBlock` (or poll said readable since).
+    readable: bool,
+    /// The last write did not say `WouldBlock` (or poll said writable since).
+    writable: bool,
+}
+
+impl Half {
+    fn new(size: usize) -> Half {
+        Half {
+            buf: vec![0; size.max(1)],
+            start: 0,
+            end: 0,
+            eof: false,
+            done: false,
+            readable: true,
+            writable: true,
+        }
+    }
+
+    fn pending(&self) -> bool {
+        self.start < self.end
+    }
+
+    fn wants_read(&self) -> bool {
+        !self.eof && !self.pending()
+    }
+
+    /// Moves what it can from `src` to `dst` without blocking. Returns the
+    /// bytes written.
+    fn step(&mut self, mut src: &TcpStream, mut dst: &TcpStream) -> io::Result<u64> {
+        let mut moved = 0;
+        loop {
+            if self.wants_read() && self.readable {
+                match src.read(&mut self.buf) {
+                    Ok(0) => self.eof = true,
+                    Ok(n) => {
+                        self.start = 0;
+                        self.end = n;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            while self.pending() && self.writable {
+                match dst.write(&self.buf[self.start..self.end]) {
+                    Ok(n) => {
+                        self.start += n;
+                        moved += n as u64;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => self.writable = false,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if self.eof && !self.pending() && !self.done {
+                self.done = true;
+                // Half-close: tell the destination nothing more will come.
+                // ENOTCONN only means the peer is gone already.
+                if let Err(e) = dst.shutdown(Direction::Write) {
+                    if e.kind() != ErrorKind::NotConnected {
+                        return Err(e);
+                    }
+                }
+            }
+            // Go round again only while progress is possible without poll.
+            if !(self.wants_read() && self.readable) {
+                return Ok(moved);
+            }
+        }
+    }
+}
+
+/// Copies bytes both ways between `client` and `backend` until both
+/// directions reach end of stream, an error occurs, or nothing moves for
+/// `idle_timeout`. Byte counts are written into `transfer` as they move, so
+/// they are right even when an error ends the pump.
+///
+/// # Errors
+///
+/// The first I/O error of either socket, or `TimedOut` at the idle timeout.
+pub fn pump(
+    client: &TcpStream,
+    backend: &TcpStream,
+    buffer_size: usize,
+    idle_timeout: Duration,
+    transfer: &mut Transfer,
+) -> io::Result<()> {
+    client.set_nonblocking(true)?;
+    backend.set_nonblocking(true)?;
+    let mut up = Half::new(buffer_size); // client -> backend
+    let mut down = Half::new(buffer_size); // backend -> client
+    let timeout_ms = i32::try_from(idle_timeout.as_millis()).unwrap_or(i32::MAX);
+    loop {
+        transfer.to_backend += up.step(client, backend)?;
+        transfer.to_client += down.step(backend, client)?;
+        if up.done && down.done {
+            return Ok(());
+        }
+        let mut fds = [
+            watch(client, interest(&up, &down)),
+            watch(backend, interest(&down, &up)),
+        ];
+        // SAFETY: `fds` is a valid array of two pollfd for the whole call.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        if ready < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        if ready == 0 {
+            return Err(io::Error::new(ErrorKind::TimedOut, "idle timeout"));
+        }
+        // Errors and hang-ups count as "ready": the next read or write
+        // reports them (or the end of stream) precisely.
+        const ANY: libc::c_short = libc::POLLERR | libc::POLLHUP;
+        if fds[0].revents & (libc::POLLIN | ANY) != 0 {
+            up.readable = true;
+        }
+        if fds[0].revents & (libc::POLLOUT | ANY) != 0 {
+            down.writable = true;
+        }
+        if fds[1].revents & (libc::POLLIN | ANY) != 0 {
+            down.readable = true;
+        }
+        if fds[1].revents & (libc::POLLOUT | ANY) != 0 {
+            up.writable = true;
+        }
+    }
+}
+
+/// A `pollfd` for `socket`. A socket with nothing to wait for gets fd -1,
+/// which `poll(2)` skips: otherwise a hang-up on it (always reported, even
+/// when not asked for) would wake every call at once and spin the CPU.
+fn watch(socket: &TcpStream, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd: if events == 0 { -1 } else { socket.as_raw_fd() },
+        events,
+        revents: 0,
+    }
+}
+
+/// Poll events for a socket that is the source of `from` and the destination
+/// of `to`.
+fn interest(from: &Half, to: &Half) -> libc::c_short {
+    let mut events = 0;
+    if from.wants_read() {
+        events |= libc::POLLIN;
+    }
+    if to.pending() {
+        events |= libc::POLLOUT;
+    }
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A connected pair of sockets on loopback, with timeouts.
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        for s in [&a, &b] {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        }
+        (a, b)
+    }
+
+    #[test]
+    fn pump_moves_both_ways_and_passes_half_close() {
+        let (mut client, client_end) = pair();
+        let (backend_end, mut backend) = pair();
+        let t = std::thread::spawn(move || {
+            let mut transfer = Transfer::default();
+            pump(
+                &client_end,
+                &backend_end,
+                7,
+                Duration::from_secs(10),
+                &mut transfer,
+            )
+            .map(|_| transfer)
+        });
+        client
+            .write_all(b"hello\0world, more than seven bytes")
+            .unwrap();
+        client.shutdown(Direction::Write).unwrap();
+        let mut got = Vec::new();
+        backend.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"hello\0world, more than seven bytes");
+        backend.write_all(b"reply").unwrap();
+        backend.shutdown(Direction::Write).unwrap();
+        let mut reply = Vec::new();
+        client.read_to_end(&mut reply).unwrap();
+        assert_eq!(reply, b"reply");
+        let transfer = t.join().unwrap().unwrap();
+        assert_eq!(transfer.to_backend, 34);
+        assert_eq!(transfer.to_client, 5);
+    }
+
+    #[test]
+    fn pump_ends_at_the_idle_timeout() {
+        let (_client, client_end) = pair();
+        let (backend_end, _backend) = pair();
+        let mut transfer = Transfer::default();
+        let err = pump(
+            &client_end,
+            &backend_end,
+            4096,
+            Duration::from_millis(50),
+            &mut transfer,
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::TimedOut);
+    }
+}

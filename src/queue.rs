@@ -1,0 +1,204 @@
+//! The FIFO queue between the accept loop and the workers.
+//!
+//! One producer (the accept loop) pushes `(server_idx, client)` entries; many
+//! consumers (the workers) pop them. The queue is a `parking_lot::Mutex`
+//! around a `VecDeque` plus two condition variables:
+//!
+//! - `not_empty` wakes exactly one idle worker per push. An idle worker
+//!   sleeps in the kernel on it instead of spinning on `is_empty()`, so an
+//!   idle balancer uses no CPU.
+//! - `not_full` makes a push wait while the queue holds `capacity` entries.
+//!   The accept loop then stops accepting, and new clients wait in the
+//!   kernel's listen backlog, which is exactly where they should wait: memory
+//!   stays bounded however fast clients arrive.
+//!
+//! The queue also counts its idle consumers, so the pool can tell whether a
+//! push will be taken by a sleeping worker or needs a new one
+//! ([`Queue::push`]'s return value).
+//!
+//! [`Queue::close`] ends it: pushes fail at once, pops return what is left
+//! and then `None`, which tells each worker to exit.
+//!
+//! The lock is only held to move an entry in or out (a few instructions);
+//! never while a socket is read or written.
+//!
+//! # Corresponds to the C article
+//!
+//! `queue.c` / `queue.h` (`queue_init`, `queue_insert`, `queue_remove`,
+//! `queue_is_empty`) plus the global `pthread_mutex_t queue_mutex`. The C
+//! list allocates one node per connection and has no bound; `VecDeque`
+//! reuses its ring buffer, and the bound keeps a flood from growing memory.
+//! The C needs no condition variable because it creates one thread per
+//! entry; our workers are reused, so they need a way to sleep until work
+//! comes.
+
+use std::collections::VecDeque;
+
+use parking_lot::{Condvar, Mutex};
+
+/// A bounded, closable, multi-consumer FIFO.
+#[derive(Debug)]
+pub struct Queue<T> {
+    state: Mutex<State<T>>,
+    /// Signalled once per push: wakes one waiting consumer.
+    not_empty: Condvar,
+    /// Signalled once per pop: wakes the producer if it waits for room.
+    not_full: Condvar,
+}
+
+#[derive(Debug)]
+struct State<T> {
+    items: VecDeque<T>,
+    capacity: usize,
+    closed: bool,
+    /// Consumers blocked in `pop` right now.
+    idle: usize,
+}
+
+/// What a successful push tells the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pushed {
+    /// Entries in the queue that no idle consumer is already waiting for.
+    /// When above zero, another consumer is needed to serve them promptly.
+    pub unserved: usize,
+}
+
+impl<T> Queue<T> {
+    /// An empty queue holding at most `capacity` entries (at least 1).
+    pub fn new(capacity: usize) -> Queue<T> {
+        let capacity = capacity.max(1);
+        Queue {
+            state: Mutex::new(State {
+                items: VecDeque::with_capacity(capacity.min(4096)),
+                capacity,
+                closed: false,
+                idle: 0,
+            }),
+            not_empty: Condvar::new(),
+            not_full: Condvar::new(),
+        }
+    }
+
+    /// Appends an entry, waiting while the queue is full.
+    ///
+    /// # Errors
+    ///
+    /// Gives the entry back when the queue is closed (before or while
+    /// waiting), so the caller can close the client cleanly.
+    pub fn push(&self, item: T) -> Result<Pushed, T> {
+        let mut state = self.state.lock();
+        while state.items.len() >= state.capacity && !state.closed {
+            self.not_full.wait(&mut state);
+        }
+        if state.closed {
+            return Err(item);
+        }
+        state.items.push_back(item);
+        let unserved = state.items.len().saturating_sub(state.idle);
+        drop(state);
+        // Notify after unlocking, so the woken worker does not immediately
+        // block again on the mutex we still hold.
+        self.not_empty.notify_one();
+        Ok(Pushed { unserved })
+    }
+
+    /// Takes the oldest entry, sleeping while the queue is empty. Returns
+    /// `None` once the queue is closed and empty.
+    pub fn pop(&self) -> Option<T> {
+        let mut state = self.state.lock();
+        loop {
+            if let Some(item) = state.items.pop_front() {
+                drop(state);
+                self.not_full.notify_one();
+                return Some(item);
+            }
+            if state.closed {
+                return None;
+            }
+            state.idle += 1;
+            self.not_empty.wait(&mut state);
+            state.idle -= 1;
+        }
+    }
+
+    /// Closes the queue: pushes fail from now on, waiting pushes return
+    /// their entry, and pops drain what is left, then return `None`.
+    pub fn close(&self) {
+        self.state.lock().closed = true;
+        self.not_empty.notify_all();
+        self.not_full.notify_all();
+    }
+
+    /// Entries waiting now.
+    pub fn len(&self) -> usize {
+        self.state.lock().items.len()
+    }
+
+    /// True when no entry waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn fifo_order() {
+        let q = Queue::new(10);
+        for i in 0..5 {
+            q.push(i).unwrap();
+        }
+        let out: Vec<i32> = (0..5).map(|_| q.pop().unwrap()).collect();
+        assert_eq!(out, [0, 1, 2, 3, 4]);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn close_drains_then_ends() {
+        let q = Queue::new(10);
+        q.push(1).unwrap();
+        q.push(2).unwrap();
+        q.close();
+        assert_eq!(q.push(3), Err(3));
+        assert_eq!(q.pop(), Some(1));
+        assert_eq!(q.pop(), Some(2));
+        assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn close_wakes_a_waiting_consumer() {
+        let q = Arc::new(Queue::<u8>::new(1));
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let q2 = Arc::clone(&q);
+        let t = std::thread::spawn(move || tx.send(q2.pop()).unwrap());
+        q.close();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(None));
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn full_queue_blocks_the_producer_until_a_pop() {
+        let q = Arc::new(Queue::new(1));
+        q.push(1).unwrap();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let q2 = Arc::clone(&q);
+        let t = std::thread::spawn(move || tx.send(q2.push(2).is_ok()).unwrap());
+        // The producer cannot finish while the queue is full.
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        assert_eq!(q.pop(), Some(1));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(true));
+        assert_eq!(q.pop(), Some(2));
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn unserved_counts_entries_beyond_idle_consumers() {
+        let q = Queue::new(10);
+        assert_eq!(q.push(1).unwrap().unserved, 1);
+        assert_eq!(q.push(2).unwrap().unserved, 2);
+    }
+}

@@ -1,0 +1,195 @@
+//! Stopping the balancer: a trigger that any thread can pull, and the signal
+//! thread that pulls it on SIGINT or SIGTERM.
+//!
+//! [`Shutdown`] is a cloneable handle. [`Shutdown::trigger`] sets a flag,
+//! disconnects a `crossbeam-channel` (so every thread blocked in
+//! `select!`/`recv` on [`Shutdown::receiver`] wakes at once) and wakes the
+//! accept loop, which sleeps in a blocking `accept(2)`, by connecting to its
+//! own listening address. The library never installs signal handlers itself:
+//! the caller owns the trigger, so tests stop a balancer by calling
+//! `trigger()`, with no signal involved.
+//!
+//! The binary calls [`spawn_signal_thread`]: SIGINT and SIGTERM are blocked
+//! in every thread and one thread waits for them with `sigwait(2)`. The first
+//! signal starts a graceful drain (stop accepting, finish what is in flight,
+//! bounded by `--drain-timeout`); a second one exits at once.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart: the C loops in `while (1)` until it is killed, cutting
+//! every connection in flight.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+
+/// A cloneable stop button.
+#[derive(Debug, Clone)]
+pub struct Shutdown {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    triggered: AtomicBool,
+    /// Dropped on trigger; receivers then see "disconnected" at once.
+    sender: Mutex<Option<Sender<()>>>,
+    receiver: Receiver<()>,
+    /// Listening addresses to connect to on trigger, to wake `accept`.
+    wake: Mutex<Vec<SocketAddr>>,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Shutdown::new()
+    }
+}
+
+impl Shutdown {
+    /// A fresh, untriggered handle.
+    pub fn new() -> Shutdown {
+        let (sender, receiver) = crossbeam_channel::bounded(0);
+        Shutdown {
+            inner: Arc::new(Inner {
+                triggered: AtomicBool::new(false),
+                sender: Mutex::new(Some(sender)),
+                receiver,
+                wake: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Starts the shutdown. Calling it again does nothing more.
+    pub fn trigger(&self) {
+        if self.inner.triggered.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.inner.sender.lock().take();
+        let wake = self.inner.wake.lock().clone();
+        for addr in wake {
+            // A connection is enough to return from accept(2); the accept
+            // loop sees the flag and drops it.
+            let _ = TcpStream::connect_timeout(&reachable(addr), Duration::from_secs(1));
+        }
+    }
+
+    /// Whether [`trigger`](Self::trigger) was called.
+    pub fn is_triggered(&self) -> bool {
+        self.inner.triggered.load(Ordering::SeqCst)
+    }
+
+    /// A receiver that never gets a message and disconnects on trigger: use
+    /// it in `select!` or `recv_timeout` to sleep until shutdown.
+    pub fn receiver(&self) -> Receiver<()> {
+        self.inner.receiver.clone()
+    }
+
+    /// Registers a listening address to wake on trigger. If already
+    /// triggered, wakes it now.
+    pub(crate) fn wake_on_trigger(&self, addr: SocketAddr) {
+        self.inner.wake.lock().push(addr);
+        if self.is_triggered() {
+            let _ = TcpStream::connect_timeout(&reachable(addr), Duration::from_secs(1));
+        }
+    }
+}
+
+/// The address to connect to for a listener bound to `addr`: an unspecified
+/// address (`0.0.0.0`, `::`) is reached through loopback.
+fn reachable(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), addr.port())
+        }
+        _ => addr,
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread
+/// it spawns afterwards) and starts a thread that waits for them.
+///
+/// Call it from `main` before starting any other thread. The first signal
+/// triggers `shutdown`; the second exits the process at once with status
+/// 128 + the signal number, as a shell reports a killed program.
+///
+/// # Errors
+///
+/// [`Error::Io`] when the signal mask cannot be set or the thread not spawned.
+pub fn spawn_signal_thread(shutdown: Shutdown) -> Result<()> {
+    // SAFETY: sigset_t is plain data; the libc calls only read and write it.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if rc != 0 {
+            return Err(Error::io(
+                "blocking signals",
+                std::io::Error::from_raw_os_error(rc),
+            ));
+        }
+        set
+    };
+    std::thread::Builder::new()
+        .name("rodizio-signal".into())
+        .spawn(move || loop {
+            let mut signo: libc::c_int = 0;
+            // SAFETY: `set` is a valid, initialised signal set.
+            if unsafe { libc::sigwait(&set, &mut signo) } != 0 {
+                continue;
+            }
+            let name = if signo == libc::SIGINT {
+                "SIGINT"
+            } else {
+                "SIGTERM"
+            };
+            if shutdown.is_triggered() {
+                log::warn!("{name} again: exiting now");
+                std::process::exit(128 + signo);
+            }
+            log::info!("{name} received: draining connections (send it again to exit now)");
+            shutdown.trigger();
+        })
+        .map(drop)
+        .map_err(|e| Error::io("starting the signal thread", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn trigger_disconnects_receivers() {
+        let s = Shutdown::new();
+        let rx = s.receiver();
+        assert!(rx.recv_timeout(Duration::from_millis(10)).is_err());
+        assert!(!s.is_triggered());
+        s.clone().trigger();
+        assert!(s.is_triggered());
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        );
+    }
+
+    #[test]
+    fn trigger_wakes_a_blocked_accept() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = Shutdown::new();
+        s.wake_on_trigger(listener.local_addr().unwrap());
+        let t = std::thread::spawn(move || listener.accept().is_ok());
+        s.trigger();
+        assert!(t.join().unwrap());
+    }
+}
