@@ -1,0 +1,214 @@
+//! The `rodizio` binary end to end: the article's prompt through piped
+//! standard input, exit codes, one-line errors, and SIGTERM.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use common::{http_get, wait_for, TestBackend};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A running `rodizio`, killed on drop if still alive. Its standard output
+/// and error are read by threads into channels, so no read can hang a test.
+struct Running {
+    child: Child,
+    stdout: Receiver<Vec<u8>>,
+    out: Vec<u8>,
+    stderr: Receiver<Vec<u8>>,
+}
+
+impl Running {
+    fn start(args: &[&str], input: &[u8]) -> Running {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rodizio");
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input).unwrap();
+        // Closing stdin here: the prompt sees end of input after `input`.
+        drop(stdin);
+        let stdout = pipe_reader(child.stdout.take().unwrap());
+        let stderr = pipe_reader(child.stderr.take().unwrap());
+        Running {
+            child,
+            stdout,
+            out: Vec::new(),
+            stderr,
+        }
+    }
+
+    /// Waits until standard output contains `needle`; returns all of it so far.
+    fn wait_stdout(&mut self, needle: &str) -> String {
+        self.wait_stdout_until(needle, |text| text.contains(needle))
+    }
+
+    /// Waits for the whole `Load balancer listening on port N` line and
+    /// returns N and the output so far.
+    fn wait_listening(&mut self) -> (u16, String) {
+        const LINE: &str = "Load balancer listening on port ";
+        let out = self.wait_stdout_until(LINE, |text| {
+            text.split(LINE)
+                .nth(1)
+                .is_some_and(|rest| rest.contains('\n'))
+        });
+        let port = out.split(LINE).nth(1).unwrap().lines().next().unwrap();
+        (port.parse().expect("a port number"), out)
+    }
+
+    /// Waits until `done` holds for standard output; returns all of it.
+    fn wait_stdout_until(&mut self, needle: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let text = String::from_utf8_lossy(&self.out).into_owned();
+            if done(&text) {
+                return text;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stdout.recv_timeout(left) {
+                Ok(chunk) => self.out.extend(chunk),
+                Err(RecvTimeoutError::Timeout) => panic!("no {needle:?} in time; got {text:?}"),
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("stdout closed before {needle:?}; got {text:?}")
+                }
+            }
+        }
+    }
+
+    /// Waits for the exit (bounded) and returns the status and standard error.
+    fn wait_exit(mut self) -> (ExitStatus, String) {
+        let mut status = None;
+        assert!(
+            wait_for(WAIT, || {
+                status = self.child.try_wait().unwrap();
+                status.is_some()
+            }),
+            "rodizio did not exit"
+        );
+        let mut err = Vec::new();
+        while let Ok(chunk) = self.stderr.recv_timeout(WAIT) {
+            err.extend(chunk);
+        }
+        (status.unwrap(), String::from_utf8_lossy(&err).into_owned())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Sends what `pipe` yields into a channel, chunk by chunk, until it closes.
+fn pipe_reader(mut pipe: impl Read + Send + 'static) -> Receiver<Vec<u8>> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The article's session: invalid answers are re-asked with
+/// `Invalid input.`, then the balancer listens and proxies to the backend
+/// that was typed in.
+#[test]
+fn prompt_end_to_end_with_piped_stdin() {
+    let backend = TestBackend::http(7);
+    let port = backend.addr().port().to_string();
+    let input = format!("abc\n0\n11\n\n1\nbad/host\n127.0.0.1\n0\n70000\nhttp\n{port}\n");
+    let mut rodizio = Running::start(&["-l", "127.0.0.1:0"], input.as_bytes());
+    let (port, out) = rodizio.wait_listening();
+    let expected_prompts = "Enter the number of servers (1 <= number_of_servers <= 10): \
+                            Invalid input.\n"
+        .repeat(4)
+        + "Enter the number of servers (1 <= number_of_servers <= 10): "
+        + "Enter the address of the 1 server: Invalid input.\n"
+        + "Enter the address of the 1 server: "
+        + &"Enter the port of the 1 server: Invalid input.\n".repeat(3)
+        + "Enter the port of the 1 server: ";
+    assert!(
+        out.starts_with(&expected_prompts),
+        "unexpected prompt output:\n{out}"
+    );
+    assert_eq!(out.matches("Invalid input.").count(), 8);
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let response = http_get(addr, "/").expect("a request through the binary");
+    assert_eq!(response.body, "backend 7\n");
+    assert_eq!(backend.accepted(), 1);
+}
+
+/// Standard input closed in the middle of the prompt: exit code 2 and one
+/// line on standard error, not a loop.
+#[test]
+fn end_of_input_during_the_prompt_exits_2() {
+    for input in ["", "2\n127.0.0.1\n", "abc\n"] {
+        let rodizio = Running::start(&["-l", "127.0.0.1:0"], input.as_bytes());
+        let (status, err) = rodizio.wait_exit();
+        assert_eq!(status.code(), Some(2), "input {input:?}, stderr {err:?}");
+        assert_eq!(err.lines().count(), 1, "input {input:?}, stderr {err:?}");
+    }
+}
+
+/// Bad flags exit with code 2 and exactly one line saying what is wrong.
+#[test]
+fn bad_flags_exit_2_with_one_line() {
+    for args in [
+        &["--workers", "many"][..],
+        &["-b", "nope"],
+        &["--connect-timeout", "3 parsecs"],
+        &["--no-such-flag"],
+    ] {
+        let rodizio = Running::start(args, b"");
+        let (status, err) = rodizio.wait_exit();
+        assert_eq!(status.code(), Some(2), "{args:?}: {err:?}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err:?}");
+        assert!(err.starts_with("rodizio: "), "{args:?}: {err:?}");
+    }
+}
+
+/// `--help` and `--version` print and exit 0.
+#[test]
+fn help_and_version_exit_0() {
+    let mut rodizio = Running::start(&["--help"], b"");
+    let out = rodizio.wait_stdout("--connect-timeout");
+    assert!(out.contains("Usage:"), "{out}");
+    assert_eq!(rodizio.wait_exit().0.code(), Some(0));
+    let mut rodizio = Running::start(&["--version"], b"");
+    rodizio.wait_stdout(env!("CARGO_PKG_VERSION"));
+    assert_eq!(rodizio.wait_exit().0.code(), Some(0));
+}
+
+/// SIGTERM to a running balancer: it drains and exits 0.
+#[test]
+fn sigterm_exits_0() {
+    let backend = TestBackend::http(0);
+    let backend_flag = backend.addr().to_string();
+    let mut rodizio = Running::start(&["-l", "127.0.0.1:0", "-b", &backend_flag], b"");
+    let (port, _) = rodizio.wait_listening();
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    assert_eq!(http_get(addr, "/").unwrap().body, "backend 0\n");
+    let pid = rodizio.child.id() as libc::pid_t;
+    // SAFETY: sending a signal to our own child, which is still running
+    // (it has not been waited for).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let (status, err) = rodizio.wait_exit();
+    assert_eq!(status.code(), Some(0), "stderr: {err}");
+}
