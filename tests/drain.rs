@@ -77,3 +77,41 @@ fn run_returns_after_the_drain_timeout() {
     );
     let _ = idle.shutdown(Shutdown::Both);
 }
+
+/// Shutdown while the accept loop waits for room in a full queue (one
+/// worker busy, one client queued, one more accepted): `run` still returns
+/// within the drain timeout instead of waiting for the busy connection.
+#[test]
+fn shutdown_with_a_full_queue_honours_the_drain_timeout() {
+    let backend = TestBackend::echo();
+    let mut cfg = common::config(&[backend.addr()]);
+    cfg.workers = 1;
+    cfg.queue_capacity = 1;
+    cfg.drain_timeout = Duration::from_millis(300);
+    let lb = TestBalancer::start(cfg);
+    let mut busy = connect(lb.addr).unwrap();
+    busy.write_all(b"x").unwrap();
+    let mut b = [0u8];
+    busy.read_exact(&mut b).unwrap();
+    let queued = connect(lb.addr).unwrap();
+    let mut blocked = connect(lb.addr).unwrap();
+    // The third client is accepted, and the accept loop waits to queue it.
+    assert!(wait_for(Duration::from_secs(5), || {
+        lb.stats.snapshot().accepted == 3
+    }));
+    lb.shutdown.trigger();
+    let stopped = lb.wait_stopped(Duration::from_secs(5));
+    // The client the accept loop was holding is closed, not served.
+    blocked
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let _ = blocked.write_all(b"late");
+    let closed = is_closed(&mut blocked);
+    drop((busy, queued, blocked));
+    assert!(
+        stopped,
+        "run waited for a busy worker past the drain timeout"
+    );
+    assert!(closed, "the client held by the accept loop was not closed");
+    assert_eq!(backend.accepted(), 1);
+}
