@@ -1,16 +1,18 @@
 //! The `rodizio` binary end to end: the article's prompt through piped
-//! standard input, exit codes, one-line errors, and SIGTERM.
+//! standard input, exit codes, one-line errors, SIGTERM, and running out of
+//! file descriptors.
 
 mod common;
 
 use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
-use common::{http_get, wait_for, TestBackend};
+use common::{connect, http_get, wait_for, TestBackend};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 const WAIT: Duration = Duration::from_secs(10);
@@ -22,13 +24,23 @@ struct Running {
     stdout: Receiver<Vec<u8>>,
     out: Vec<u8>,
     stderr: Receiver<Vec<u8>>,
+    err: Vec<u8>,
+}
+
+/// `rodizio ARGS`, logging warnings and errors only.
+fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command.args(args).env("RUST_LOG", "warn");
+    command
 }
 
 impl Running {
     fn start(args: &[&str], input: &[u8]) -> Running {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env("RUST_LOG", "warn")
+        Running::spawn(command(args), input)
+    }
+
+    fn spawn(mut command: Command, input: &[u8]) -> Running {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -45,6 +57,7 @@ impl Running {
             stdout,
             out: Vec::new(),
             stderr,
+            err: Vec::new(),
         }
     }
 
@@ -85,6 +98,22 @@ impl Running {
         }
     }
 
+    /// Waits until standard error contains `needle`; returns all of it so far.
+    fn wait_stderr(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let text = String::from_utf8_lossy(&self.err).into_owned();
+            if text.contains(needle) {
+                return text;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(chunk) => self.err.extend(chunk),
+                Err(_) => panic!("no {needle:?} on stderr in time; got {text:?}"),
+            }
+        }
+    }
+
     /// Waits for the exit (bounded) and returns the status and standard error.
     fn wait_exit(mut self) -> (ExitStatus, String) {
         let mut status = None;
@@ -95,7 +124,7 @@ impl Running {
             }),
             "rodizio did not exit"
         );
-        let mut err = Vec::new();
+        let mut err = std::mem::take(&mut self.err);
         while let Ok(chunk) = self.stderr.recv_timeout(WAIT) {
             err.extend(chunk);
         }
@@ -211,4 +240,54 @@ fn sigterm_exits_0() {
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     let (status, err) = rodizio.wait_exit();
     assert_eq!(status.code(), Some(0), "stderr: {err}");
+}
+
+/// Out of file descriptors (the process is started with a limit of 24 it
+/// cannot raise, and 40 clients hold connections): accept and connect
+/// errors are logged, never fatal, and once the clients leave the balancer
+/// serves again.
+#[test]
+fn running_out_of_descriptors_is_not_fatal() {
+    let backend = TestBackend::echo();
+    let backend_flag = backend.addr().to_string();
+    let mut command = command(&["-l", "127.0.0.1:0", "-b", &backend_flag]);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs in the
+    // child between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 24,
+                rlim_max: 24,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut rodizio = Running::spawn(command, b"");
+    let (port, _) = rodizio.wait_listening();
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..40 {
+        let mut s = connect(addr).unwrap();
+        s.write_all(b"x").unwrap();
+        held.push(s);
+    }
+    rodizio.wait_stderr("Too many open files");
+    drop(held);
+    // Served again once the descriptors are free (the accept loop retries
+    // after a short back-off).
+    let served = wait_for(WAIT, || {
+        let Ok(mut s) = connect(addr) else {
+            return false;
+        };
+        let mut b = [0u8; 4];
+        s.write_all(b"ping").is_ok() && s.read_exact(&mut b).is_ok() && &b == b"ping"
+    });
+    assert!(served, "not serving after the descriptors were freed");
+    assert!(
+        rodizio.child.try_wait().unwrap().is_none(),
+        "rodizio exited"
+    );
 }
