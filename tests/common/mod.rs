@@ -37,9 +37,15 @@ pub struct TestBackend {
 }
 
 impl TestBackend {
-    /// Starts a backend that runs `handler` on every connection.
+    /// Starts a backend on `127.0.0.1:0` that runs `handler` on every
+    /// connection.
     pub fn start(handler: Arc<Handler>) -> TestBackend {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind test backend");
+        TestBackend::start_on("127.0.0.1:0".parse().unwrap(), handler)
+    }
+
+    /// Starts a backend on `addr` that runs `handler` on every connection.
+    pub fn start_on(addr: SocketAddr, handler: Arc<Handler>) -> TestBackend {
+        let listener = TcpListener::bind(addr).expect("bind test backend");
         let addr = listener.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
