@@ -47,10 +47,10 @@ fn silent_backend_costs_one_connect_timeout_then_fails_over() {
     );
     assert_eq!(lb.stats.snapshot().connect_failures, 1);
 
-    let started = Instant::now();
     let back = echo_through(connect(lb.addr).unwrap(), Arc::new(b"second".to_vec())).unwrap();
     assert_eq!(back, b"second");
-    assert!(started.elapsed() < Duration::from_millis(250));
+    // No second timeout: the second client went straight to the echo backend.
+    assert_eq!(lb.stats.snapshot().connect_failures, 1);
     assert_eq!(echo.accepted(), 2);
     lb.stop();
 }
