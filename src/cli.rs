@@ -71,7 +71,7 @@ pub struct BackendArgs {
 /// Flags of the balancer itself.
 #[derive(Debug, Args)]
 pub struct BalancerArgs {
-    /// Address to accept clients on (IPv4 or IPv6, e.g. [::]:8080).
+    /// Address to accept clients on (IPv4 or IPv6, e.g. `[::]:8080`).
     #[arg(short, long, default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
     /// A backend as HOST:PORT[,weight=N]; repeat for more. Without any,
