@@ -1,6 +1,6 @@
 //! The `rodizio` binary end to end: the article's prompt through piped
-//! standard input, exit codes, one-line errors, SIGTERM, and running out of
-//! file descriptors.
+//! standard input, exit codes, one-line errors, signals, running out of
+//! file descriptors, the `demo` and `backend` subcommands, and the log.
 
 mod common;
 
@@ -290,4 +290,118 @@ fn running_out_of_descriptors_is_not_fatal() {
         rodizio.child.try_wait().unwrap().is_none(),
         "rodizio exited"
     );
+}
+
+/// The first SIGTERM drains: the connection in flight keeps working and
+/// new clients are refused; the second SIGTERM exits at once (status 143,
+/// as a shell reports it). At start the open-files limit was raised to its
+/// hard limit.
+#[test]
+fn first_sigterm_drains_second_exits_at_once() {
+    let backend = TestBackend::echo();
+    let backend_flag = backend.addr().to_string();
+    let mut rodizio = Running::start(&["-l", "127.0.0.1:0", "-b", &backend_flag], b"");
+    let (port, _) = rodizio.wait_listening();
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let pid = rodizio.child.id() as libc::pid_t;
+
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        open_files[3], open_files[4],
+        "soft limit not raised: {limits}"
+    );
+
+    let mut held = connect(addr).unwrap();
+    let mut b = [0u8];
+    held.write_all(b"a").unwrap();
+    held.read_exact(&mut b).unwrap();
+    // SAFETY: a signal to our own child, not yet waited for.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    assert!(
+        wait_for(WAIT, || std::net::TcpStream::connect(addr).is_err()),
+        "still accepting after SIGTERM"
+    );
+    held.write_all(b"b").unwrap();
+    held.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"b", "the connection in flight was cut by the drain");
+    assert!(rodizio.child.try_wait().unwrap().is_none());
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let (status, err) = rodizio.wait_exit();
+    assert_eq!(status.code(), Some(143), "stderr: {err}");
+}
+
+/// `rodizio -l 127.0.0.1:0 demo --first-port 0`: three demo backends and
+/// the balancer; three requests are answered by three different backends.
+#[test]
+fn demo_subcommand_round_robins_over_three_backends() {
+    let mut rodizio = Running::start(&["-l", "127.0.0.1:0", "demo", "--first-port", "0"], b"");
+    let (port, out) = rodizio.wait_listening();
+    assert_eq!(out.matches("Demo backend ").count(), 3, "{out}");
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut bodies: Vec<String> = (0..3).map(|_| http_get(addr, "/").unwrap().body).collect();
+    assert!(bodies
+        .iter()
+        .all(|b| b.starts_with("Handled by server 127.0.0.1:")));
+    bodies.sort();
+    bodies.dedup();
+    assert_eq!(bodies.len(), 3, "{bodies:?}");
+    assert_eq!(http_get(addr, "/health").unwrap().body, "OK\n");
+}
+
+/// `rodizio backend --listen 127.0.0.1:0 --name B`: one demo backend,
+/// answering with its name and serving `/health`.
+#[test]
+fn backend_subcommand_serves_alone() {
+    let mut rodizio = Running::start(&["backend", "--listen", "127.0.0.1:0", "--name", "B"], b"");
+    let out = rodizio.wait_stdout_until("Demo backend listening on ", |t| {
+        t.split("Demo backend listening on ")
+            .nth(1)
+            .is_some_and(|rest| rest.contains('\n'))
+    });
+    let addr = out
+        .split("Demo backend listening on ")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let r = http_get(addr, "/").unwrap();
+    assert_eq!(
+        (r.status.as_str(), r.body.as_str()),
+        ("HTTP/1.1 200 OK", "Handled by server B\n")
+    );
+    assert_eq!(http_get(addr, "/health").unwrap().body, "OK\n");
+}
+
+/// At `RUST_LOG=debug`, each connection ends with one line naming the
+/// client, the backend and the bytes each way (the C printed
+/// `### REQUEST FINISHED ###`).
+#[test]
+fn debug_log_has_one_line_per_connection() {
+    let backend = TestBackend::echo();
+    let backend_flag = backend.addr().to_string();
+    let mut command = command(&["-l", "127.0.0.1:0", "-b", &backend_flag]);
+    command.env("RUST_LOG", "debug");
+    let mut rodizio = Running::spawn(command, b"");
+    let (port, _) = rodizio.wait_listening();
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let back =
+        common::echo_through(connect(addr).unwrap(), std::sync::Arc::new(vec![7; 1234])).unwrap();
+    assert_eq!(back.len(), 1234);
+    let err = rodizio.wait_stderr("connection finished");
+    let line = err
+        .lines()
+        .find(|l| l.contains("connection finished"))
+        .unwrap();
+    assert!(line.contains(&backend_flag), "{line}");
+    assert!(line.contains("1234"), "{line}");
 }
