@@ -38,3 +38,19 @@ fn ten_mib_each_way_at_once_byte_for_byte() {
     assert_eq!(lb.stats.snapshot().errors, 0);
     lb.stop();
 }
+
+/// Odd buffer sizes (1 byte, 7 bytes, 64 KiB) move the same bytes: no
+/// off-by-one at chunk boundaries, in either direction.
+#[test]
+fn odd_buffer_sizes_lose_no_byte() {
+    let backend = TestBackend::echo();
+    for (buffer_size, len) in [(1, 64 * 1024), (7, 256 * 1024), (64 * 1024, MIB)] {
+        let mut cfg = common::config(&[backend.addr()]);
+        cfg.buffer_size = buffer_size;
+        let lb = TestBalancer::start(cfg);
+        let data = Arc::new(test_data(len, buffer_size as u64));
+        let back = echo_through(connect(lb.addr).unwrap(), data.clone()).expect("transfer");
+        assert!(back == *data, "buffer size {buffer_size}: bytes differ");
+        lb.stop();
+    }
+}
