@@ -8,9 +8,9 @@
 //!
 //! # Draining
 //!
-//! On shutdown the accept loop returns and the listening socket is closed at
-//! once (new clients are refused by the kernel). The queue is closed: what it
-//! holds is still served, then each worker exits. `run` waits for the workers
+//! On shutdown the queue is closed at once (what it holds is still served,
+//! then each worker exits), the accept loop returns and the listening socket
+//! is closed (new clients are refused by the kernel). `run` waits for the workers
 //! at most `drain_timeout`; connections still open then are cut when the
 //! process exits.
 //!
@@ -109,13 +109,39 @@ impl Balancer {
     /// None today: errors after start-up are per connection and logged.
     pub fn run(self, shutdown: &Shutdown) -> Result<()> {
         shutdown.wake_on_trigger(self.local_addr);
-        Acceptor {
+        let acceptor = Acceptor {
             scheduler: &self.scheduler,
             pool: &self.pool,
             stats: &self.stats,
             shutdown,
-        }
-        .run(&self.listener);
+        };
+        std::thread::scope(|scope| {
+            // The accept loop may be waiting for room in a full queue, where
+            // the wake-up connection cannot reach it: only a pop or a close
+            // ends that wait. So a watcher closes the queue the moment the
+            // trigger is pulled; the waiting push then fails and the accept
+            // loop returns (the client it held is closed, unserved).
+            let (done, accept_returned) = crossbeam_channel::bounded::<()>(0);
+            let stop = shutdown.receiver();
+            let pool = &self.pool;
+            let watcher = std::thread::Builder::new()
+                .name("rodizio-stop".into())
+                .stack_size(64 * 1024)
+                .spawn_scoped(scope, move || {
+                    crossbeam_channel::select! {
+                        recv(stop) -> _ => {},
+                        recv(accept_returned) -> _ => {},
+                    }
+                    pool.close();
+                });
+            if let Err(err) = watcher {
+                log::warn!(
+                    "cannot start the shutdown watcher ({err}); a full queue may delay a stop"
+                );
+            }
+            acceptor.run(&self.listener);
+            drop(done);
+        });
         drop(self.listener);
         self.pool.close();
         let active = self.stats.snapshot().active;

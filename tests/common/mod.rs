@@ -1,0 +1,431 @@
+//! Helpers shared by the integration tests: backends and a balancer on
+//! `127.0.0.1:0`, clients with timeouts, a small HTTP client, test data.
+//!
+//! Everything started here is stopped and joined when its handle is dropped,
+//! so a test never leaks a thread or a socket, even when it fails half-way.
+
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown as Direction, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use rodizio::backend::BackendSpec;
+use rodizio::stats::Stats;
+use rodizio::{Balancer, Config, Shutdown};
+
+/// Read and write timeout of every test socket: a bug fails a test instead
+/// of hanging it.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a test backend does with each connection.
+pub type Handler = dyn Fn(TcpStream) -> io::Result<()> + Send + Sync + 'static;
+
+/// One test backend on `127.0.0.1:0`: an accept thread and a thread per
+/// connection running its handler. It counts the connections it accepted.
+pub struct TestBackend {
+    addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    accept_thread: Option<JoinHandle<()>>,
+    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl TestBackend {
+    /// Starts a backend on `127.0.0.1:0` that runs `handler` on every
+    /// connection.
+    pub fn start(handler: Arc<Handler>) -> TestBackend {
+        TestBackend::start_on("127.0.0.1:0".parse().unwrap(), handler)
+    }
+
+    /// Starts a backend on `addr` that runs `handler` on every connection.
+    pub fn start_on(addr: SocketAddr, handler: Arc<Handler>) -> TestBackend {
+        let listener = TcpListener::bind(addr).expect("bind test backend");
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let accept_thread = {
+            let (accepted, stop, conns) = (accepted.clone(), stop.clone(), conns.clone());
+            thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    accepted.fetch_add(1, Ordering::SeqCst);
+                    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
+                    let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+                    let handler = handler.clone();
+                    let conn = thread::spawn(move || {
+                        let _ = handler(stream);
+                    });
+                    let mut conns = conns.lock().unwrap();
+                    conns.retain(|c| !c.is_finished());
+                    conns.push(conn);
+                }
+            })
+        };
+        TestBackend {
+            addr,
+            accepted,
+            stop,
+            accept_thread: Some(accept_thread),
+            conns,
+        }
+    }
+
+    /// An echo backend: sends back every byte, passes the end of stream on.
+    pub fn echo() -> TestBackend {
+        TestBackend::start(Arc::new(echo))
+    }
+
+    /// A backend that reads until the client's end of stream, and only then
+    /// replies with what [`after_eof_reply`] makes of it.
+    pub fn reply_after_eof() -> TestBackend {
+        TestBackend::start(Arc::new(|mut stream: TcpStream| {
+            let mut got = Vec::new();
+            stream.read_to_end(&mut got)?;
+            stream.write_all(&after_eof_reply(&got))?;
+            stream.shutdown(Direction::Write)
+        }))
+    }
+
+    /// A minimal keep-alive HTTP backend answering `backend N` as the body.
+    pub fn http(n: usize) -> TestBackend {
+        TestBackend::start(Arc::new(move |stream| serve_http(stream, n)))
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for TestBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept so it sees the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.accept_thread.take() {
+            let _ = t.join();
+        }
+        let conns = std::mem::take(&mut *self.conns.lock().unwrap());
+        for c in conns {
+            let _ = c.join();
+        }
+    }
+}
+
+/// Echoes until end of stream, then half-closes.
+pub fn echo(mut stream: TcpStream) -> io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            return stream.shutdown(Direction::Write);
+        }
+        stream.write_all(&buf[..n])?;
+    }
+}
+
+/// The reply of [`TestBackend::reply_after_eof`]: the length as 8 bytes
+/// then the bytes reversed, so a lost, added or reordered byte shows.
+pub fn after_eof_reply(got: &[u8]) -> Vec<u8> {
+    let mut reply = (got.len() as u64).to_be_bytes().to_vec();
+    reply.extend(got.iter().rev());
+    reply
+}
+
+/// Serves HTTP/1.1 requests (no body) with keep-alive until the client
+/// closes or asks to close.
+fn serve_http(stream: TcpStream, n: usize) -> io::Result<()> {
+    let mut out = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    loop {
+        let mut close = false;
+        let mut first = true;
+        loop {
+            line.clear();
+            if reader.read_line(&mut line)? == 0 {
+                return Ok(());
+            }
+            if first && !line.starts_with("GET ") {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "not a GET"));
+            }
+            first = false;
+            if line.to_ascii_lowercase().starts_with("connection: close") {
+                close = true;
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let body = format!("backend {n}\n");
+        let response = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n{body}",
+            body.len(),
+            if close { "close" } else { "keep-alive" }
+        );
+        out.write_all(response.as_bytes())?;
+        if close {
+            return out.shutdown(Direction::Write);
+        }
+    }
+}
+
+/// `n` backends started by `make`.
+pub fn backends(n: usize, make: impl Fn(usize) -> TestBackend) -> Vec<TestBackend> {
+    (0..n).map(make).collect()
+}
+
+/// A port on loopback where nothing listens: connecting to it is refused
+/// at once.
+pub fn closed_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+    // `l` is dropped here, so the port is closed.
+}
+
+/// A config for tests: listens on `127.0.0.1:0`, short timeouts, the
+/// article's defaults otherwise.
+pub fn config(backends: &[SocketAddr]) -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        backends: backends
+            .iter()
+            .map(|a| BackendSpec::parse(&a.to_string()).unwrap())
+            .collect(),
+        connect_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(30),
+        drain_timeout: Duration::from_secs(10),
+        ..Config::default()
+    }
+}
+
+/// A balancer running in-process on its own thread.
+pub struct TestBalancer {
+    /// Where clients connect.
+    pub addr: SocketAddr,
+    /// Its live counters.
+    pub stats: Arc<Stats>,
+    /// Its stop button.
+    pub shutdown: Shutdown,
+    stopped: Receiver<rodizio::Result<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl TestBalancer {
+    /// Binds and runs a balancer with `config`.
+    pub fn start(config: Config) -> TestBalancer {
+        let balancer = Balancer::bind(config).expect("bind balancer");
+        let addr = balancer.local_addr();
+        let stats = balancer.stats();
+        let shutdown = Shutdown::new();
+        let (tx, stopped) = crossbeam_channel::bounded(1);
+        let thread = {
+            let shutdown = shutdown.clone();
+            thread::spawn(move || {
+                let _ = tx.send(balancer.run(&shutdown));
+            })
+        };
+        TestBalancer {
+            addr,
+            stats,
+            shutdown,
+            stopped,
+            thread: Some(thread),
+        }
+    }
+
+    /// A balancer with the test [`config`] in front of `backends`.
+    pub fn over(backends: &[SocketAddr]) -> TestBalancer {
+        TestBalancer::start(config(backends))
+    }
+
+    /// Waits at most `timeout` for `run` to return; `true` if it did (and
+    /// returned `Ok`).
+    pub fn wait_stopped(&self, timeout: Duration) -> bool {
+        match self.stopped.recv_timeout(timeout) {
+            Ok(result) => {
+                result.expect("run returned an error");
+                true
+            }
+            Err(RecvTimeoutError::Timeout) => false,
+            Err(RecvTimeoutError::Disconnected) => panic!("the balancer thread died"),
+        }
+    }
+
+    /// Triggers shutdown and waits for `run` to return (bounded).
+    pub fn stop(mut self) {
+        self.shutdown.trigger();
+        assert!(
+            self.wait_stopped(Duration::from_secs(15)),
+            "run did not return after shutdown"
+        );
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+
+    /// Waits until connections in flight (as the balancer counts them) are
+    /// `n`, at most `timeout`.
+    pub fn wait_active(&self, n: u64, timeout: Duration) -> bool {
+        wait_for(timeout, || self.stats.snapshot().active == n)
+    }
+}
+
+impl Drop for TestBalancer {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Polls `cond` every few milliseconds until it holds or `timeout` passes.
+pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Connects with the read and write timeouts set.
+pub fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+    let s = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    s.set_write_timeout(Some(IO_TIMEOUT))?;
+    Ok(s)
+}
+
+/// One HTTP response: status line and body.
+#[derive(Debug)]
+pub struct Response {
+    /// `HTTP/1.1 200 OK`
+    pub status: String,
+    /// The body, as text.
+    pub body: String,
+}
+
+/// Reads one response with a `Content-Length` from `reader`.
+pub fn read_response(reader: &mut impl BufRead) -> io::Result<Response> {
+    let mut status = String::new();
+    if reader.read_line(&mut status)? == 0 {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "no response"));
+    }
+    let mut length = None;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "cut headers"));
+        }
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                length = v.trim().parse::<usize>().ok();
+            }
+        }
+    }
+    let length =
+        length.ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no content-length"))?;
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    Ok(Response {
+        status: status.trim_end().to_string(),
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// `GET path` on a new connection with `Connection: close`; the response
+/// must be complete and followed by the end of stream.
+pub fn http_get(addr: SocketAddr, path: &str) -> io::Result<Response> {
+    let mut s = connect(addr)?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes())?;
+    let mut reader = BufReader::new(s);
+    let response = read_response(&mut reader)?;
+    let mut rest = Vec::new();
+    reader.read_to_end(&mut rest)?;
+    if !rest.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "extra bytes"));
+    }
+    Ok(response)
+}
+
+/// `len` pseudo-random bytes from `seed` (xorshift), with runs of zero
+/// bytes mixed in: the C's `strlen` cut data at the first zero.
+pub fn test_data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut data = Vec::with_capacity(len);
+    while data.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        data.extend_from_slice(&x.to_le_bytes());
+    }
+    data.truncate(len);
+    for i in (0..len).step_by(4099) {
+        let end = (i + 37).min(len);
+        data[i..end].fill(0);
+    }
+    data
+}
+
+/// Sends `data` through `stream` and reads the same amount back at the same
+/// time, on two threads; returns what came back. The write side is shut
+/// when all is sent.
+pub fn echo_through(stream: TcpStream, data: Arc<Vec<u8>>) -> io::Result<Vec<u8>> {
+    let mut writer = stream.try_clone()?;
+    let sender = {
+        let data = data.clone();
+        thread::spawn(move || -> io::Result<()> {
+            for chunk in data.chunks(16 * 1024) {
+                writer.write_all(chunk)?;
+            }
+            writer.shutdown(Direction::Write)
+        })
+    };
+    let mut reader = stream;
+    let mut back = Vec::with_capacity(data.len());
+    let read = reader.read_to_end(&mut back);
+    let sent = sender.join().expect("writer thread panicked");
+    sent?;
+    read?;
+    Ok(back)
+}
+
+/// Whether `stream` is closed by the peer: a read sees end of stream or a
+/// reset (not a timeout, not data).
+pub fn is_closed(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => matches!(
+            e.kind(),
+            io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted
+        ),
+    }
+}

@@ -1,0 +1,24 @@
+//! A backend that refuses connections costs no client request.
+
+mod common;
+
+use common::{closed_port, http_get, TestBackend, TestBalancer};
+
+/// Three backends, the middle one a closed port: 30 requests all succeed.
+/// Each of the 10 turns of the dead backend fails over to the next one in
+/// round-robin order (so the third backend serves 20).
+#[test]
+fn one_refusing_backend_of_three_costs_nothing() {
+    let a = TestBackend::http(0);
+    let c = TestBackend::http(2);
+    let lb = TestBalancer::over(&[a.addr(), closed_port(), c.addr()]);
+    for i in 0..30 {
+        let r = http_get(lb.addr, "/").unwrap_or_else(|e| panic!("request {i} failed: {e}"));
+        assert_eq!(r.status, "HTTP/1.1 200 OK");
+    }
+    assert_eq!((a.accepted(), c.accepted()), (10, 20));
+    let stats = lb.stats.snapshot();
+    assert_eq!(stats.connect_failures, 10);
+    assert_eq!(stats.no_backend, 0);
+    lb.stop();
+}
