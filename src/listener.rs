@@ -21,13 +21,14 @@
 //! thread and so stop accepting until that connection ends.
 
 use std::io::ErrorKind;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::error::{Error, Result};
+use crate::limiter::{self, Decision, Limiter};
 use crate::pool::Pool;
 use crate::proxy::Job;
 use crate::scheduler::Scheduler;
@@ -63,6 +64,8 @@ pub(crate) struct Acceptor<'a> {
     pub pool: &'a Pool<Job>,
     pub stats: &'a Arc<Stats>,
     pub shutdown: &'a Shutdown,
+    /// The rate limiter, when `--rate-limit` is on.
+    pub limiter: Option<&'a Limiter>,
 }
 
 impl Acceptor<'_> {
@@ -93,6 +96,9 @@ impl Acceptor<'_> {
                 return;
             }
             Stats::incr(&self.stats.accepted);
+            let Some(client) = self.admit(client, peer) else {
+                continue;
+            };
             if let Err(err) = client.set_nodelay(true) {
                 log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
             }
@@ -106,5 +112,29 @@ impl Acceptor<'_> {
                 return;
             }
         }
+    }
+
+    /// The rate-limit gate: gives the client back if it may go on; else
+    /// counts it, logs its first refusal of the window, ends it without
+    /// blocking (see [`limiter::refuse`]) and returns `None`.
+    fn admit(&self, client: TcpStream, peer: SocketAddr) -> Option<TcpStream> {
+        let Some(limiter) = self.limiter else {
+            return Some(client);
+        };
+        let Decision::Refused { first, retry_after } = limiter.check(peer.ip(), Instant::now())
+        else {
+            return Some(client);
+        };
+        Stats::incr(&self.stats.rate_limited);
+        if first {
+            log::info!(
+                "rate limit: refusing {} for {retry_after:.1?} (over {}); \
+                 its further refusals in this window are counted, not logged",
+                peer.ip(),
+                limiter.config().rate
+            );
+        }
+        limiter::refuse(client, limiter.config().reply, retry_after);
+        None
     }
 }
