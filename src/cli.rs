@@ -133,7 +133,7 @@ impl BalancerArgs {
             connect_timeout: self.connect_timeout,
             idle_timeout: self.idle_timeout,
             drain_timeout: self.drain_timeout,
-            rate_limit: self.rate_limit.to_config(),
+            rate_limit: self.rate_limit.to_config()?,
         })
     }
 }

@@ -193,7 +193,7 @@ impl Rate {
         let limit: u32 = n.trim().parse().map_err(|_| usage())?;
         let w = w.trim();
         let window = if w.starts_with(|c: char| c.is_ascii_alphabetic()) {
-            parse_duration(&format!("1{w}"))?
+            parse_duration(&format!("1{w}")).map_err(|_| usage())?
         } else {
             parse_duration(w)?
         };
@@ -284,43 +284,75 @@ pub struct RateLimitArgs {
     /// 20/10s). Off by default.
     #[arg(long, value_name = "N/WINDOW", value_parser = Rate::parse)]
     pub rate_limit: Option<Rate>,
-    /// How connections are counted.
-    #[arg(long, value_enum, value_name = "ALGORITHM", default_value_t = Algorithm::FixedWindow)]
-    pub rate_limit_algorithm: Algorithm,
-    /// Most client IPs tracked at once (the table is allocated at start-up,
-    /// about 54 bytes per client).
+    /// How connections are counted [default: fixed-window].
+    #[arg(long, value_enum, value_name = "ALGORITHM")]
+    pub rate_limit_algorithm: Option<Algorithm>,
+    /// Most client IPs tracked at once; the table is allocated at start-up,
+    /// about 54 bytes per client [default: 65536].
     #[arg(
         long,
         value_name = "N",
-        default_value_t = DEFAULT_MAX_CLIENTS as u32,
         value_parser = clap::value_parser!(u32).range(1..=MAX_MAX_CLIENTS as i64)
     )]
-    pub rate_limit_max_clients: u32,
-    /// IPv6 clients are limited per prefix of this many bits (128: per
-    /// address).
+    pub rate_limit_max_clients: Option<u32>,
+    /// IPv6 clients are limited per prefix of this many bits; 128 limits
+    /// each address [default: 64].
     #[arg(
         long,
         value_name = "BITS",
-        default_value_t = DEFAULT_IPV6_PREFIX,
         value_parser = clap::value_parser!(u8).range(1..=128)
     )]
-    pub rate_limit_ipv6_prefix: u8,
+    pub rate_limit_ipv6_prefix: Option<u8>,
     /// What a refused client gets: `close` (closed at once) or `http` (a
-    /// minimal 429 reply, then closed).
-    #[arg(long, value_enum, value_name = "REPLY", default_value_t = Reply::Close)]
-    pub rate_limit_reply: Reply,
+    /// minimal 429 reply, then closed) [default: close].
+    #[arg(long, value_enum, value_name = "REPLY")]
+    pub rate_limit_reply: Option<Reply>,
 }
 
+// The flags other than --rate-limit are Options with the defaults applied
+// here, not clap defaults, so that one given without --rate-limit is an
+// error instead of a setting silently ignored.
 impl RateLimitArgs {
     /// The limiter settings, or `None` when `--rate-limit` is not given.
-    pub fn to_config(&self) -> Option<RateLimitConfig> {
-        Some(RateLimitConfig {
-            rate: self.rate_limit?,
-            algorithm: self.rate_limit_algorithm,
-            max_clients: self.rate_limit_max_clients as usize,
-            ipv6_prefix: self.rate_limit_ipv6_prefix,
-            reply: self.rate_limit_reply,
-        })
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when another `--rate-limit-*` flag is given
+    /// without `--rate-limit`.
+    pub fn to_config(&self) -> Result<Option<RateLimitConfig>> {
+        let Some(rate) = self.rate_limit else {
+            let given = [
+                (
+                    "--rate-limit-algorithm",
+                    self.rate_limit_algorithm.is_some(),
+                ),
+                (
+                    "--rate-limit-max-clients",
+                    self.rate_limit_max_clients.is_some(),
+                ),
+                (
+                    "--rate-limit-ipv6-prefix",
+                    self.rate_limit_ipv6_prefix.is_some(),
+                ),
+                ("--rate-limit-reply", self.rate_limit_reply.is_some()),
+            ];
+            return match given.iter().find(|(_, is_given)| *is_given) {
+                Some((flag, _)) => Err(Error::InvalidConfig(format!(
+                    "{flag} needs --rate-limit N/WINDOW"
+                ))),
+                None => Ok(None),
+            };
+        };
+        let defaults = RateLimitConfig::new(rate);
+        Ok(Some(RateLimitConfig {
+            rate,
+            algorithm: self.rate_limit_algorithm.unwrap_or(defaults.algorithm),
+            max_clients: self
+                .rate_limit_max_clients
+                .map_or(defaults.max_clients, |n| n as usize),
+            ipv6_prefix: self.rate_limit_ipv6_prefix.unwrap_or(defaults.ipv6_prefix),
+            reply: self.rate_limit_reply.unwrap_or(defaults.reply),
+        }))
     }
 }
 
@@ -1284,6 +1316,13 @@ mod tests {
             let line = crate::cli::one_line(&err);
             assert!(line.starts_with("error:"), "{args:?}: {line}");
         }
+        // The other flags mean nothing without a limit: a usage error.
+        let cli = Cli::try_parse_from(["rodizio", "--rate-limit-reply", "http"]).unwrap();
+        let err = cli.balancer.to_config().unwrap_err();
+        assert!(err.is_usage());
+        assert!(err
+            .to_string()
+            .contains("--rate-limit-reply needs --rate-limit"));
     }
 
     #[test]
