@@ -152,7 +152,7 @@ pub enum Algorithm {
 
 impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+        f.pad(match self {
             Algorithm::FixedWindow => "fixed-window",
             Algorithm::SlidingWindow => "sliding-window",
             Algorithm::TokenBucket => "token-bucket",
@@ -555,6 +555,10 @@ struct Rule {
     interval: u64,
     /// Token bucket: the bucket holds `burst / interval` = `limit` tokens.
     burst: u64,
+    /// How long after its `stamp` a slot has run out: a fixed window is
+    /// over after one window; a sliding window's count still weighs for one
+    /// more; a token bucket is full again once `t` reaches its TAT.
+    lifetime: u64,
 }
 
 impl Rule {
@@ -570,20 +574,18 @@ impl Rule {
             window,
             interval,
             burst: interval * u64::from(limit),
+            lifetime: match algorithm {
+                Algorithm::FixedWindow => window,
+                Algorithm::SlidingWindow => 2 * window,
+                Algorithm::TokenBucket => 0,
+            },
         }
     }
 
-    /// Whether `slot` is back to the state of a new entry, so forgetting it
-    /// changes no decision.
-    fn expired(&self, slot: &Slot, t: u64) -> bool {
-        let age = t.saturating_sub(slot.stamp);
-        match self.algorithm {
-            Algorithm::FixedWindow => age >= self.window,
-            // The previous window's count still weighs for one more window.
-            Algorithm::SlidingWindow => age >= 2 * self.window,
-            // The bucket is full again.
-            Algorithm::TokenBucket => slot.stamp <= t,
-        }
+    /// Whether a slot with this `stamp` is back to the state of a new
+    /// entry at tick `t`, so forgetting it changes no decision.
+    fn expired(&self, stamp: u64, t: u64) -> bool {
+        stamp.saturating_add(self.lifetime) <= t
     }
 
     /// Counts one attempt at tick `t` against `slot`.
@@ -790,35 +792,45 @@ impl Shard {
     /// Frees at least one slot of a full shard: sweeps every run-out entry,
     /// or, if none has run out, evicts the least recently seen one.
     fn make_room(&mut self, t: u64, rule: &Rule, hasher: &KeyHasher) -> Room {
-        let mut swept = 0;
-        let mut oldest: Option<usize> = None;
-        let mut i = 0;
-        while i < self.slots.len() {
-            let slot = self.slots[i];
+        // First a read-only pass (the common case under a flood of new
+        // addresses is that nothing has run out): any run-out entry, and
+        // the least recently seen one.
+        let mut any_run_out = false;
+        let (mut oldest_seen, mut oldest) = (u64::MAX, None);
+        for (i, slot) in self.slots.iter().enumerate() {
             if slot.is_empty() {
-                i += 1;
                 continue;
             }
-            if rule.expired(&slot, t) {
+            any_run_out |= rule.expired(slot.stamp, t);
+            if slot.seen < oldest_seen {
+                (oldest_seen, oldest) = (slot.seen, Some(i));
+            }
+        }
+        if !any_run_out {
+            if let Some(o) = oldest {
+                self.remove(o, hasher);
+            }
+            return Room {
+                swept: 0,
+                evicted: oldest.is_some(),
+            };
+        }
+        let mut swept = 0;
+        let mut i = 0;
+        while i < self.slots.len() {
+            let slot = &self.slots[i];
+            if !slot.is_empty() && rule.expired(slot.stamp, t) {
                 // Removing shifts a later entry into `i`: look at it again.
                 self.remove(i, hasher);
                 swept += 1;
-                continue;
-            }
-            if oldest.map_or(true, |o| slot.seen < self.slots[o].seen) {
-                oldest = Some(i);
-            }
-            i += 1;
-        }
-        let mut evicted = false;
-        if swept == 0 {
-            // Nothing moved, so `oldest` still points at the right slot.
-            if let Some(o) = oldest {
-                self.remove(o, hasher);
-                evicted = true;
+            } else {
+                i += 1;
             }
         }
-        Room { swept, evicted }
+        Room {
+            swept,
+            evicted: false,
+        }
     }
 }
 
