@@ -85,6 +85,42 @@ fn inserts(threads: u32, max_clients: usize) -> (f64, u64) {
     )
 }
 
+/// The fixed window's edge burst, replayed on a virtual clock for each
+/// algorithm: with N = 10 per 10 s, one connection at 0 s, then 10 tries at
+/// 9.999 s and 10 more at 10.001 s.
+fn edge_burst() {
+    let n = 10;
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::TokenBucket,
+    ] {
+        let limiter = Limiter::new(&RateLimitConfig {
+            algorithm,
+            ..RateLimitConfig::new(Rate {
+                limit: n,
+                window: Duration::from_secs(10),
+            })
+        });
+        let t0 = Instant::now();
+        let client = ip(0xc000_0201);
+        let allowed = |at: Duration, tries: u32| {
+            (0..tries)
+                .filter(|_| limiter.check(client, t0 + at).is_allowed())
+                .count()
+        };
+        let first = allowed(Duration::ZERO, 1);
+        let before = allowed(Duration::from_millis(9_999), n);
+        let after = allowed(Duration::from_millis(10_001), n);
+        println!(
+            "edge burst, {algorithm:<14}: 0 s: {first}/1, 9.999 s: {before}/{n}, 10.001 s: {after}/{n} \
+             => {} allowed within 10.001 s, {} within the last 2 ms",
+            first + before + after,
+            before + after
+        );
+    }
+}
+
 /// Resident set size of this process, in bytes (Linux `/proc`).
 fn rss() -> Option<usize> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
@@ -122,6 +158,8 @@ fn main() {
         );
         }
     }
+
+    edge_burst();
 
     let start = Instant::now();
     let mut last = start;
