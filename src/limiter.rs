@@ -40,10 +40,12 @@
 //!
 //! # The table: why this shape
 //!
-//! The state is one 40-byte [`Slot`] per tracked client: the key (the IPv4
-//! address, or the IPv6 address masked to `--rate-limit-ipv6-prefix` bits,
-//! `/64` by default since one host usually owns a whole `/64`), when it was
-//! last seen, and two counters whose meaning depends on the algorithm.
+//! The state is 40 bytes per tracked client: a 32-byte `Slot` (the key,
+//! which is the IPv4 address or the IPv6 address masked to
+//! `--rate-limit-ipv6-prefix` bits, `/64` by default since one host usually
+//! owns a whole `/64`; a timestamp; two counters whose meaning depends on
+//! the algorithm) and, in an array of its own, the 8-byte tick of the
+//! client's last attempt.
 //!
 //! Slots live in *shards* of about 256 clients each; the key's hash picks
 //! the shard, and each shard is a small open-addressing table (linear
@@ -55,15 +57,19 @@
 //!   so a tracked client costs `40 × 4/3 ≈ 53` bytes plus a share of the
 //!   shard headers, under nginx's 64 bytes, and the whole table is paid for
 //!   up front: no allocation on the accept path, no growth under attack.
-//!   A `HashMap` would spend more (its buckets come in powers of two and
-//!   each entry would carry the same 40 bytes), and it grows by doubling.
+//!   A `HashMap` would spend more (its buckets come in powers of two, so
+//!   it is between 44% and 87% full, each bucket with the same 40 bytes
+//!   and a control byte), and it grows by doubling.
 //! - **Exact under contention.** A check holds its shard's lock for a few
 //!   dozen instructions, so counts are exact: 8 threads racing on one IP
 //!   let exactly `N` through. The accept loop is a single thread, so in the
 //!   balancer the locks are never contended; the shards are there for
 //!   callers with several threads and to keep each shard small.
 //! - **Bounded worst case.** When a shard is full, inserting a new client
-//!   scans that one shard (about 340 slots), never the whole table. The
+//!   reads the last-seen ticks of that one shard (about 340 of them, 2.7
+//!   KiB, hence the separate array), never the whole table; the sweep of
+//!   run-out entries is skipped while a per-shard watermark says none can
+//!   have run out. The
 //!   hash is keyed with a random seed per process, so a client cannot choose
 //!   addresses that pile into one shard; even if it could, a probe never
 //!   walks more than one shard.
@@ -131,7 +137,7 @@ pub const MAX_LIMIT: u32 = 1_000_000_000;
 pub const MIN_WINDOW: Duration = Duration::from_millis(1);
 
 /// Clients per shard the table aims at: small enough that a scan of a full
-/// shard is a few hundred nanoseconds, large enough that the per-shard cap
+/// shard is well under a microsecond, large enough that the per-shard cap
 /// lets the table fill to about 80% before the first eviction.
 const SHARD_TARGET: usize = 256;
 
