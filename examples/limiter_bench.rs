@@ -217,6 +217,21 @@ fn main() {
          ({ev1} and {ev2} evictions)"
     );
 
+    // How full the table is when the first shard fills (per-shard caps).
+    for max_clients in [65536, 1_000_000] {
+        let l = Limiter::new(&config(Algorithm::FixedWindow, max_clients));
+        let now = Instant::now();
+        let mut n = 0;
+        while l.evictions() == 0 {
+            l.check(ip(0x0a00_0000 + n), now);
+            n += 1;
+        }
+        println!(
+            "first eviction: {max_clients}-client table, after {n} distinct clients ({:.0}% full)",
+            100.0 * f64::from(n - 1) / max_clients as f64
+        );
+    }
+
     for max_clients in [65536, 1_000_000] {
         let l = Limiter::new(&config(Algorithm::FixedWindow, max_clients));
         println!(
