@@ -7,6 +7,12 @@
 //! of others. It waits only when the queue is full, which is back-pressure by
 //! design: new clients then wait in the kernel's backlog.
 //!
+//! With `--rate-limit`, each client is first checked against the per-IP
+//! limiter (`Acceptor::admit`): a refused client is counted, logged once per
+//! window, closed here and never queued. Closing it never blocks: with the
+//! `http` reply it gets one non-blocking write and a few non-blocking reads
+//! (see [`limiter::refuse`]), the only bytes this thread ever moves.
+//!
 //! An `accept(2)` error is never fatal. `ECONNABORTED` (the client left
 //! before we took it) and `EINTR` are retried at once; anything else
 //! (`EMFILE`: out of file descriptors, `ENOBUFS`, `ENOMEM`) is logged and
