@@ -212,3 +212,31 @@ fn off_by_default() {
     assert_eq!(lb.stats.snapshot().rate_limited, 0);
     lb.stop();
 }
+
+/// A bad rate-limit flag exits with status 2 and one line on standard
+/// error, before anything is asked or bound.
+#[test]
+fn bad_flags_exit_2_with_one_line() {
+    for args in [
+        &["--rate-limit", "0/1s"][..],
+        &["--rate-limit", "100/1x"],
+        &[
+            "--rate-limit",
+            "10/1s",
+            "--rate-limit-algorithm",
+            "leaky-bucket",
+        ],
+        &["--rate-limit", "10/1s", "--rate-limit-ipv6-prefix", "129"],
+        &["--rate-limit-reply", "http"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rodizio"))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("rodizio: "), "{args:?}: {stderr}");
+    }
+}
