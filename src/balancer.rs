@@ -25,6 +25,7 @@ use std::sync::Arc;
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::limiter::Limiter;
 use crate::listener::{self, Acceptor};
 use crate::pool::Pool;
 use crate::proxy::{Job, Proxy};
@@ -40,6 +41,7 @@ pub struct Balancer {
     scheduler: Arc<Scheduler>,
     stats: Arc<Stats>,
     pool: Pool<Job>,
+    limiter: Option<Limiter>,
 }
 
 impl Balancer {
@@ -75,6 +77,18 @@ impl Balancer {
             config.queue_capacity,
             Arc::new(move |job: Job| proxy.handle(job)),
         );
+        let limiter = config.rate_limit.as_ref().map(Limiter::new);
+        if let Some(l) = &limiter {
+            let c = l.config();
+            log::info!(
+                "rate limit: {} per client IP ({}, IPv6 per /{}), up to {} clients ({} KiB)",
+                c.rate,
+                c.algorithm,
+                c.ipv6_prefix,
+                l.capacity(),
+                l.memory_bytes() / 1024
+            );
+        }
         Ok(Balancer {
             config,
             listener,
@@ -82,6 +96,7 @@ impl Balancer {
             scheduler,
             stats,
             pool,
+            limiter,
         })
     }
 
@@ -114,6 +129,7 @@ impl Balancer {
             pool: &self.pool,
             stats: &self.stats,
             shutdown,
+            limiter: self.limiter.as_ref(),
         };
         std::thread::scope(|scope| {
             // The accept loop may be waiting for room in a full queue, where

@@ -102,6 +102,9 @@ pub struct BalancerArgs {
     /// On SIGINT/SIGTERM, wait this long for connections in flight.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// Per-client-IP rate limiting (`limiter.rs`).
+    #[command(flatten)]
+    pub rate_limit: crate::limiter::RateLimitArgs,
 }
 
 fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
@@ -130,6 +133,7 @@ impl BalancerArgs {
             connect_timeout: self.connect_timeout,
             idle_timeout: self.idle_timeout,
             drain_timeout: self.drain_timeout,
+            rate_limit: self.rate_limit.to_config()?,
         })
     }
 }

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
+use crate::limiter::RateLimitConfig;
 
 /// The article's `_PORT`.
 pub const DEFAULT_PORT: u16 = 8080;
@@ -52,6 +53,8 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// Longest wait for connections in flight after a shutdown. Default 30 s.
     pub drain_timeout: Duration,
+    /// Per-client-IP rate limiting at accept time. Default `None` (off).
+    pub rate_limit: Option<RateLimitConfig>,
 }
 
 impl Default for Config {
@@ -67,6 +70,7 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(3),
             idle_timeout: Duration::from_secs(600),
             drain_timeout: Duration::from_secs(30),
+            rate_limit: None,
         }
     }
 }
@@ -117,6 +121,9 @@ impl Config {
             if d.is_zero() {
                 return bad(format!("{name} must be more than 0"));
             }
+        }
+        if let Some(rate_limit) = &self.rate_limit {
+            rate_limit.validate()?;
         }
         Ok(())
     }

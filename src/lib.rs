@@ -12,6 +12,7 @@
 //!
 //! ```text
 //! client ──TCP──▶ accept loop (listener.rs: blocking accept, SO_REUSEADDR, backlog 4096)
+//!                   │ limiter.check(peer ip, now)?  no ──▶ close (or 429)  (limiter.rs, opt-in)
 //!                   │ scheduler.pick(peer) → server_idx           (scheduler.rs: round robin)
 //!                   ▼
 //!                 queue.push((server_idx, client))                (queue.rs: Mutex<VecDeque> + Condvar)
@@ -31,6 +32,7 @@
 //! - `cli`: command-line flags (clap) into a [`Config`].
 //! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
 //! - `listener`: the listening socket and the accept loop.
+//! - `limiter`: per-client-IP rate limiting at accept time (off by default).
 //! - `queue`: the FIFO between the accept loop and the workers.
 //! - `pool`: the worker threads.
 //! - `scheduler`: which backend gets the next client.
@@ -85,6 +87,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod limiter;
 pub mod listener;
 pub mod pool;
 pub mod prompt;

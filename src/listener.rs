@@ -7,6 +7,12 @@
 //! of others. It waits only when the queue is full, which is back-pressure by
 //! design: new clients then wait in the kernel's backlog.
 //!
+//! With `--rate-limit`, each client is first checked against the per-IP
+//! limiter (`Acceptor::admit`): a refused client is counted, logged once per
+//! window, closed here and never queued. Closing it never blocks: with the
+//! `http` reply it gets one non-blocking write and a few non-blocking reads
+//! (see [`limiter::refuse`]), the only bytes this thread ever moves.
+//!
 //! An `accept(2)` error is never fatal. `ECONNABORTED` (the client left
 //! before we took it) and `EINTR` are retried at once; anything else
 //! (`EMFILE`: out of file descriptors, `ENOBUFS`, `ENOMEM`) is logged and
@@ -21,13 +27,14 @@
 //! thread and so stop accepting until that connection ends.
 
 use std::io::ErrorKind;
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::error::{Error, Result};
+use crate::limiter::{self, Decision, Limiter};
 use crate::pool::Pool;
 use crate::proxy::Job;
 use crate::scheduler::Scheduler;
@@ -63,6 +70,8 @@ pub(crate) struct Acceptor<'a> {
     pub pool: &'a Pool<Job>,
     pub stats: &'a Arc<Stats>,
     pub shutdown: &'a Shutdown,
+    /// The rate limiter, when `--rate-limit` is on.
+    pub limiter: Option<&'a Limiter>,
 }
 
 impl Acceptor<'_> {
@@ -93,6 +102,9 @@ impl Acceptor<'_> {
                 return;
             }
             Stats::incr(&self.stats.accepted);
+            let Some(client) = self.admit(client, peer) else {
+                continue;
+            };
             if let Err(err) = client.set_nodelay(true) {
                 log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
             }
@@ -106,5 +118,29 @@ impl Acceptor<'_> {
                 return;
             }
         }
+    }
+
+    /// The rate-limit gate: gives the client back if it may go on; else
+    /// counts it, logs its first refusal of the window, ends it without
+    /// blocking (see [`limiter::refuse`]) and returns `None`.
+    fn admit(&self, client: TcpStream, peer: SocketAddr) -> Option<TcpStream> {
+        let Some(limiter) = self.limiter else {
+            return Some(client);
+        };
+        let Decision::Refused { first, retry_after } = limiter.check(peer.ip(), Instant::now())
+        else {
+            return Some(client);
+        };
+        Stats::incr(&self.stats.rate_limited);
+        if first {
+            log::info!(
+                "rate limit: refusing {} for {retry_after:.1?} (over {}); \
+                 its further refusals in this window are counted, not logged",
+                peer.ip(),
+                limiter.config().rate
+            );
+        }
+        limiter::refuse(client, limiter.config().reply, retry_after);
+        None
     }
 }

@@ -1,0 +1,242 @@
+//! Per-client-IP rate limiting through a real balancer: clients bound to
+//! different loopback source addresses (127.0.0.2, 127.0.0.3, ...), an echo
+//! backend that counts the connections it accepts, and a long window (60 s)
+//! so no check can straddle a window boundary.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rodizio::backend::BackendSpec;
+use rodizio::limiter::{Rate, RateLimitConfig, Reply};
+use rodizio::stats::Stats;
+use rodizio::{Balancer, Config, Shutdown};
+use socket2::{Domain, Socket, Type};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// An echo backend on 127.0.0.1:0 that counts the connections it accepts.
+/// Its threads are left to end with the test process.
+fn echo_backend() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            count.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+                stream.set_write_timeout(Some(TIMEOUT)).unwrap();
+                let mut buf = [0u8; 1024];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 || stream.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// A running balancer in front of `backend`; stopped by [`Running::stop`].
+struct Running {
+    addr: SocketAddr,
+    stats: Arc<Stats>,
+    shutdown: Shutdown,
+    thread: JoinHandle<()>,
+}
+
+impl Running {
+    fn start(backend: SocketAddr, rate_limit: Option<RateLimitConfig>) -> Running {
+        let config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            backends: vec![BackendSpec::parse(&backend.to_string()).unwrap()],
+            workers: 16,
+            drain_timeout: TIMEOUT,
+            rate_limit,
+            ..Config::default()
+        };
+        let balancer = Balancer::bind(config).unwrap();
+        let addr = balancer.local_addr();
+        let stats = balancer.stats();
+        let shutdown = Shutdown::new();
+        let stop = shutdown.clone();
+        let thread = std::thread::spawn(move || balancer.run(&stop).unwrap());
+        Running {
+            addr,
+            stats,
+            shutdown,
+            thread,
+        }
+    }
+
+    fn stop(self) {
+        self.shutdown.trigger();
+        self.thread.join().unwrap();
+    }
+}
+
+fn limit(n: u32, reply: Reply) -> Option<RateLimitConfig> {
+    Some(RateLimitConfig {
+        reply,
+        ..RateLimitConfig::new(Rate {
+            limit: n,
+            window: WINDOW,
+        })
+    })
+}
+
+/// A connection to `to` from the loopback address `127.0.0.<last>`
+/// (bound before connecting, port chosen by the kernel), with timeouts.
+fn connect_from(last: u8, to: SocketAddr) -> TcpStream {
+    let source = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, last)), 0);
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket.bind(&source.into()).unwrap();
+    socket.connect_timeout(&to.into(), TIMEOUT).unwrap();
+    let stream: TcpStream = socket.into();
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    stream.set_write_timeout(Some(TIMEOUT)).unwrap();
+    stream
+}
+
+/// Sends a line through the balancer and expects it echoed by the backend.
+fn round_trip(last: u8, to: SocketAddr) {
+    let mut stream = connect_from(last, to);
+    let line = format!("hello from 127.0.0.{last}\n");
+    stream.write_all(line.as_bytes()).unwrap();
+    let mut echoed = vec![0u8; line.len()];
+    stream.read_exact(&mut echoed).unwrap();
+    assert_eq!(echoed, line.as_bytes());
+}
+
+/// Connects and expects the balancer to close without sending a byte (a
+/// read timeout, the sign of a connection left open, fails the test).
+fn expect_closed(last: u8, to: SocketAddr) {
+    let mut stream = connect_from(last, to);
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Ok(0) => {}
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+            ) => {}
+        other => panic!("127.0.0.{last}: expected a close, got {other:?}"),
+    }
+}
+
+/// Polls `cond` until it holds or `TIMEOUT` passes.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The (N+1)th connection from one address in a window is closed and never
+/// reaches the backend, while another address keeps its own full allowance.
+#[test]
+fn over_the_limit_is_closed_and_other_addresses_are_unaffected() {
+    let (backend, accepted) = echo_backend();
+    let lb = Running::start(backend, limit(3, Reply::Close));
+    for _ in 0..3 {
+        round_trip(2, lb.addr);
+    }
+    expect_closed(2, lb.addr);
+    // While 127.0.0.2 is refused, 127.0.0.3 gets through, all three times.
+    round_trip(3, lb.addr);
+    expect_closed(2, lb.addr);
+    round_trip(3, lb.addr);
+    round_trip(3, lb.addr);
+    expect_closed(3, lb.addr);
+    expect_closed(2, lb.addr);
+    // Exactly the six allowed connections reached the backend.
+    assert_eq!(accepted.load(Ordering::SeqCst), 6);
+    let stats = lb.stats.snapshot();
+    assert_eq!(stats.rate_limited, 4);
+    assert_eq!(stats.accepted, 10);
+    eventually("six proxied connections complete", || {
+        lb.stats.snapshot().completed == 6
+    });
+    lb.stop();
+}
+
+/// With `--rate-limit-reply http` the refused client reads a 429 with
+/// `Retry-After` and `Connection: close`, then end of stream.
+#[test]
+fn http_reply_sends_429_then_closes() {
+    let (backend, accepted) = echo_backend();
+    let lb = Running::start(backend, limit(2, Reply::Http));
+    round_trip(4, lb.addr);
+    round_trip(4, lb.addr);
+    let mut stream = connect_from(4, lb.addr);
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    assert!(
+        reply.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+        "{reply:?}"
+    );
+    assert!(reply.contains("\r\nConnection: close\r\n"), "{reply:?}");
+    let retry_after: u64 = reply
+        .lines()
+        .find_map(|l| l.strip_prefix("Retry-After: "))
+        .expect("a Retry-After header")
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    // Another address still gets through; the backend saw only the allowed.
+    round_trip(5, lb.addr);
+    assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    assert_eq!(lb.stats.snapshot().rate_limited, 1);
+    lb.stop();
+}
+
+/// Without `--rate-limit` nothing is limited: many connections from one
+/// address all reach the backend (the article's `ab` test relies on it).
+#[test]
+fn off_by_default() {
+    let (backend, accepted) = echo_backend();
+    let lb = Running::start(backend, None);
+    for _ in 0..50 {
+        round_trip(6, lb.addr);
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 50);
+    assert_eq!(lb.stats.snapshot().rate_limited, 0);
+    lb.stop();
+}
+
+/// A bad rate-limit flag exits with status 2 and one line on standard
+/// error, before anything is asked or bound.
+#[test]
+fn bad_flags_exit_2_with_one_line() {
+    for args in [
+        &["--rate-limit", "0/1s"][..],
+        &["--rate-limit", "100/1x"],
+        &[
+            "--rate-limit",
+            "10/1s",
+            "--rate-limit-algorithm",
+            "leaky-bucket",
+        ],
+        &["--rate-limit", "10/1s", "--rate-limit-ipv6-prefix", "129"],
+        &["--rate-limit-reply", "http"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rodizio"))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("rodizio: "), "{args:?}: {stderr}");
+    }
+}
