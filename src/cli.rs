@@ -142,12 +142,17 @@ impl BalancerArgs {
 /// (clap's own message adds a usage block and a hint over several lines).
 pub fn one_line(err: &clap::Error) -> String {
     let rendered = err.render().to_string();
-    rendered
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("invalid arguments")
-        .trim()
-        .to_string()
+    let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("invalid arguments").to_string();
+    // "the following required arguments were not provided:" lists them on
+    // the next lines, up to the usage block: keep them on the same line.
+    if first.ends_with(':') {
+        let rest: Vec<&str> = lines.take_while(|l| !l.starts_with("Usage:")).collect();
+        if !rest.is_empty() {
+            return format!("{first} {}", rest.join(", "));
+        }
+    }
+    first
 }
 
 #[cfg(test)]
@@ -218,6 +223,7 @@ mod tests {
             vec!["rodizio", "-b", "nope"],
             vec!["rodizio", "--connect-timeout", "3 parsecs"],
             vec!["rodizio", "--no-such-flag"],
+            vec!["rodizio", "backend", "--listen"],
         ] {
             let err = Cli::try_parse_from(&args).unwrap_err();
             let line = one_line(&err);
