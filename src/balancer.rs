@@ -58,7 +58,10 @@ impl Balancer {
             .iter()
             .map(|spec| Backend::from_spec(spec).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
-        let scheduler = Arc::new(Scheduler::new(backends));
+        let scheduler = Arc::new(Scheduler::with_algorithm(
+            backends,
+            config.scheduling.algorithm,
+        ));
         let stats = Arc::new(Stats::default());
         let listener = listener::bind(config.listen, config.backlog)?;
         let local_addr = listener

@@ -105,6 +105,9 @@ pub struct BalancerArgs {
     /// Per-client-IP rate limiting (`limiter.rs`).
     #[command(flatten)]
     pub rate_limit: crate::limiter::RateLimitArgs,
+    /// How backends are chosen (`--algorithm`).
+    #[command(flatten)]
+    pub scheduling: crate::scheduler::SchedulingArgs,
 }
 
 fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
@@ -134,6 +137,7 @@ impl BalancerArgs {
             idle_timeout: self.idle_timeout,
             drain_timeout: self.drain_timeout,
             rate_limit: self.rate_limit.to_config()?,
+            scheduling: self.scheduling.to_config(),
         })
     }
 }

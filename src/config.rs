@@ -55,6 +55,8 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Per-client-IP rate limiting at accept time. Default `None` (off).
     pub rate_limit: Option<RateLimitConfig>,
+    /// How backends are chosen. Default: round robin.
+    pub scheduling: crate::scheduler::SchedulingConfig,
 }
 
 impl Default for Config {
@@ -71,6 +73,7 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(600),
             drain_timeout: Duration::from_secs(30),
             rate_limit: None,
+            scheduling: Default::default(),
         }
     }
 }

@@ -1,85 +1,254 @@
-//! Chooses the backend for each new connection.
+//! Chooses the backend for each new connection, and holds the backend list,
+//! which may change while traffic flows.
 //!
 //! The accept loop calls [`Scheduler::pick`] once per accepted client; the
-//! answer travels with the client through the queue to a worker. The backend
-//! list is an immutable snapshot (`Arc<[Arc<Backend>]>`) behind a read-write
-//! lock: a pick clones the `Arc` (one atomic increment under a read lock held
-//! for a few instructions), so changing the list never waits for traffic and
-//! traffic never waits for a change longer than that.
+//! answer, a [`Pick`], travels with the client through the queue to a worker.
 //!
-//! Round robin is one `AtomicUsize` incremented with `fetch_add`: every caller
-//! gets its own turn, so under any number of threads no turn is taken twice
-//! or skipped. Backends that are down or draining are passed over.
+//! # The algorithms
+//!
+//! - [`Algorithm::RoundRobin`] (the default, the article's): one
+//!   `AtomicUsize` incremented with `fetch_add`. Every caller gets its own
+//!   turn, so under any number of threads no turn is taken twice or skipped:
+//!   with `k × n` picks over `n` backends each gets exactly `k`.
+//! - [`Algorithm::WeightedRoundRobin`]: nginx's *smooth* weighted round
+//!   robin. Weights 5, 1, 1 give `a a b a c a a`, not `a a a a a b c`, so a
+//!   heavy backend never takes a burst of consecutive clients. nginx runs the
+//!   algorithm under a lock at every pick; here it runs once, when the list
+//!   changes, to build the whole cycle (one entry per unit of weight), and a
+//!   pick is the same atomic turn as round robin, indexing that cycle. That
+//!   keeps picking lock-free and the counts exact under concurrency.
+//! - [`Algorithm::LeastConnections`]: the available backend with the fewest
+//!   active connections (divided by its weight). Ties are broken in rotation,
+//!   starting from a round-robin turn, so equal backends still alternate. The
+//!   counts are [`Backend::active`], which a worker raises when it has
+//!   connected and lowers when the connection ends, whatever ends it (see
+//!   [`Backend::start_connection`]). A client that is still in the queue is
+//!   not counted yet: under a burst faster than connects, the rotation is
+//!   what spreads the clients.
+//! - [`Algorithm::IpHash`]: rendezvous (highest random weight) hashing of
+//!   the client's IP address against each backend's name. Each backend gets
+//!   a pseudo-random score per client; the client goes to the highest score.
+//!   The same IP goes to the same backend while the set is unchanged, and
+//!   removing (or losing) one backend moves only the clients that were on
+//!   it: everyone else's highest score is still there. Adding one takes
+//!   about `1/n` of the clients, only from each of the others. Hashing the
+//!   *name* (not the position) keeps this true across restarts and reorders.
+//!
+//! Backends that are down (health checks) or draining (operator) are passed
+//! over by every algorithm; when none is available, `pick` returns `None`.
+//!
+//! # The backend list at run time
+//!
+//! The list is an immutable [`Snapshot`] behind a `parking_lot::RwLock`.
+//! [`Scheduler::add`], [`Scheduler::remove`] and [`Scheduler::drain`] never
+//! edit it in place: a writer builds a new snapshot (with the weighted cycle
+//! and hash keys precomputed) without holding the lock, then takes the write
+//! lock only to swap it in. A pick holds the read lock for its whole
+//! decision, a few dozen nanoseconds and no I/O, and takes nothing else. So:
+//!
+//! - Picks never wait for I/O or for each other, and a change waits at most
+//!   for the picks already in progress.
+//! - Once `remove` has returned, no pick can return the removed backend: the
+//!   swap needed the write lock, so every pick that read the old list had
+//!   finished, and every later pick reads the new one.
+//! - A [`Pick`] carries the chosen `Arc<Backend>` itself, not just a
+//!   position. A client already in the queue when the list changes is still
+//!   served by the backend chosen at accept time, even if that backend was
+//!   removed meanwhile (the `Arc` keeps it alive until its last connection
+//!   ends). Positions shift when the list changes; the `Arc` does not.
+//! - Draining is a flag on the backend ([`Backend::set_draining`]), apart
+//!   from health: no new client is sent to it, and connections in flight
+//!   finish normally.
 //!
 //! # Corresponds to the C article
 //!
 //! `get_next_server_id(int* cur_id)`: `*cur_id = (*cur_id + 1) % _NUM_SERVERS`.
 //! The C keeps the index in `main`'s local variable, which is only safe because
-//! one thread accepts. The atomic counter here gives the same sequence
-//! (0, 1, 2, 0, 1, 2, ...) and stays exact when many threads pick.
+//! one thread accepts, and its server list is fixed at start-up. The atomic
+//! counter here gives the same sequence (0, 1, 2, 0, 1, 2, ...) and stays
+//! exact when many threads pick. The other algorithms and the changing list
+//! have no C counterpart.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::backend::Backend;
+
+/// How the next backend is chosen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Algorithm {
+    /// Each backend in turn: a b c a b c (the article's).
+    #[default]
+    RoundRobin,
+    /// In turn, in proportion to the weights, interleaved (nginx's smooth
+    /// weighted round robin): weights 5,1,1 give a a b a c a a.
+    WeightedRoundRobin,
+    /// The backend with the fewest active connections (per unit of weight);
+    /// ties in rotation.
+    LeastConnections,
+    /// The same client IP to the same backend (rendezvous hashing: removing
+    /// a backend moves only its own clients).
+    IpHash,
+}
+
+impl Algorithm {
+    /// The name used on the command line (`round-robin`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::RoundRobin => "round-robin",
+            Algorithm::WeightedRoundRobin => "weighted-round-robin",
+            Algorithm::LeastConnections => "least-connections",
+            Algorithm::IpHash => "ip-hash",
+        }
+    }
+}
+
+/// Scheduling flags, flattened into the balancer's flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SchedulingArgs {
+    /// How to choose the backend for each new client.
+    #[arg(long, value_enum, default_value_t = Algorithm::RoundRobin)]
+    pub algorithm: Algorithm,
+}
+
+impl SchedulingArgs {
+    /// The configuration these flags describe.
+    pub fn to_config(&self) -> SchedulingConfig {
+        SchedulingConfig {
+            algorithm: self.algorithm,
+        }
+    }
+}
+
+/// Scheduling settings (a part of [`crate::Config`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchedulingConfig {
+    /// The algorithm. Default: round robin.
+    pub algorithm: Algorithm,
+}
 
 /// The backend chosen for one connection.
 #[derive(Debug, Clone)]
 pub struct Pick {
     /// The backend's position in the snapshot it was picked from (the C's
-    /// `server_idx`); for logs and tests. The worker uses `backend`, which
-    /// keeps meaning the same server even if the list changes meanwhile.
+    /// `server_idx`); for logs and tests. Positions change when the list
+    /// changes, so the worker uses `backend` instead.
     pub server_idx: usize,
-    /// The backend itself.
+    /// The backend itself. Holding the `Arc` keeps the choice made at accept
+    /// time meaningful while the client waits in the queue, even if the
+    /// backend is removed from the list meanwhile.
     pub backend: Arc<Backend>,
 }
 
-/// The backend list and the round-robin turn.
+/// One immutable version of the backend list, with what the algorithms
+/// precompute from it.
+#[derive(Debug)]
+struct Snapshot {
+    /// The backends, in the order given.
+    list: Arc<[Arc<Backend>]>,
+    /// The smooth weighted round-robin cycle: positions in `list`, one per
+    /// unit of weight (after dividing the weights by their gcd).
+    cycle: Box<[u32]>,
+    /// Per backend, the hash of its name (rendezvous hashing).
+    keys: Box<[u64]>,
+    /// Whether every weight is the same (ip-hash then needs no floats).
+    uniform: bool,
+}
+
+impl Snapshot {
+    fn new(list: Vec<Arc<Backend>>) -> Snapshot {
+        let weights: Vec<u32> = list.iter().map(|b| b.weight()).collect();
+        let cycle = smooth_cycle(&weights).into_boxed_slice();
+        let keys = list.iter().map(|b| hash_name(b.name())).collect();
+        let uniform = weights.windows(2).all(|w| w[0] == w[1]);
+        Snapshot {
+            list: list.into(),
+            cycle,
+            keys,
+            uniform,
+        }
+    }
+}
+
+/// The backend list and the algorithm's shared state.
 #[derive(Debug)]
 pub struct Scheduler {
+    algorithm: Algorithm,
     /// The current list; replaced whole, never edited in place.
-    backends: RwLock<Arc<[Arc<Backend>]>>,
-    /// The next round-robin turn (taken modulo the list length).
+    current: RwLock<Snapshot>,
+    /// Serializes writers, so two concurrent changes cannot lose one another
+    /// while each builds its new snapshot outside the `current` lock.
+    writer: Mutex<()>,
+    /// The next turn (round robin, the weighted cycle, tie rotation).
     next: AtomicUsize,
 }
 
 impl Scheduler {
-    /// A scheduler over these backends, starting with the first.
+    /// A round-robin scheduler over these backends, starting with the first.
     pub fn new(backends: Vec<Arc<Backend>>) -> Scheduler {
+        Scheduler::with_algorithm(backends, Algorithm::RoundRobin)
+    }
+
+    /// A scheduler over these backends with the given algorithm.
+    pub fn with_algorithm(backends: Vec<Arc<Backend>>, algorithm: Algorithm) -> Scheduler {
         Scheduler {
-            backends: RwLock::new(backends.into()),
+            algorithm,
+            current: RwLock::new(Snapshot::new(backends)),
+            writer: Mutex::new(()),
             next: AtomicUsize::new(0),
         }
     }
 
-    /// The current backend list.
+    /// The algorithm in use.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The current backend list (a cheap copy: one reference count).
     pub fn snapshot(&self) -> Arc<[Arc<Backend>]> {
-        Arc::clone(&self.backends.read())
+        Arc::clone(&self.current.read().list)
     }
 
     /// Picks the backend for a new connection from `peer`, or `None` when no
     /// backend is available (all down or draining, or none configured).
-    pub fn pick(&self, _peer: IpAddr) -> Option<Pick> {
-        let list = self.snapshot();
+    pub fn pick(&self, peer: IpAddr) -> Option<Pick> {
+        // The read guard lives until the end of the decision: that is what
+        // makes `remove` final once it returns (see the module docs).
+        let snap = self.current.read();
+        let list = &snap.list;
         let n = list.len();
         if n == 0 {
             return None;
         }
-        let turn = self.next.fetch_add(1, Ordering::Relaxed);
-        (0..n)
-            .map(|i| (turn + i) % n)
-            .find(|&i| list[i].is_available())
-            .map(|server_idx| Pick {
-                server_idx,
-                backend: Arc::clone(&list[server_idx]),
-            })
+        let server_idx = match self.algorithm {
+            Algorithm::RoundRobin => {
+                let turn = self.next.fetch_add(1, Ordering::Relaxed);
+                first_available(list, turn % n)?
+            }
+            Algorithm::WeightedRoundRobin => {
+                let turn = self.next.fetch_add(1, Ordering::Relaxed);
+                let slot = snap.cycle[turn % snap.cycle.len()] as usize;
+                // A backend that is down gives its turn to the next one in
+                // list order, so one down backend costs one cheap step.
+                first_available(list, slot)?
+            }
+            Algorithm::LeastConnections => {
+                let turn = self.next.fetch_add(1, Ordering::Relaxed);
+                least_loaded(list, turn % n)?
+            }
+            Algorithm::IpHash => rendezvous(list, &snap.keys, snap.uniform, hash_ip(peer))?,
+        };
+        Some(Pick {
+            server_idx,
+            backend: Arc::clone(&list[server_idx]),
+        })
     }
 
     /// The backends to try after `first` failed to connect: the others in
-    /// round-robin order from it, each once, skipping those unavailable.
+    /// list order from it, each once, skipping those unavailable.
     pub fn failover_order(&self, first: &Backend) -> Vec<Arc<Backend>> {
         let list = self.snapshot();
         let start = list.iter().position(|b| b.id() == first.id()).unwrap_or(0);
@@ -90,12 +259,188 @@ impl Scheduler {
             .cloned()
             .collect()
     }
+
+    /// Adds a backend at the end of the list. New clients may be sent to it
+    /// as soon as this returns.
+    pub fn add(&self, backend: Arc<Backend>) {
+        self.change(|list| list.push(backend));
+    }
+
+    /// Removes the backend with this [`Backend::id`] and returns it, or
+    /// `None` if it is not in the list. Once this returns, no pick returns
+    /// it; connections already given to it (in flight or queued) go on.
+    pub fn remove(&self, id: u64) -> Option<Arc<Backend>> {
+        let mut removed = None;
+        self.change(|list| {
+            if let Some(pos) = list.iter().position(|b| b.id() == id) {
+                removed = Some(list.remove(pos));
+            }
+        });
+        removed
+    }
+
+    /// Stops (`true`) or resumes (`false`) new connections to the backend
+    /// with this id; connections in flight finish normally. Returns the
+    /// backend, or `None` if it is not in the list.
+    pub fn drain(&self, id: u64, draining: bool) -> Option<Arc<Backend>> {
+        let backend = self.find(|b| b.id() == id)?;
+        backend.set_draining(draining);
+        Some(backend)
+    }
+
+    /// The first backend in the list for which `pred` is true (for example
+    /// `|b| b.name() == "127.0.0.1:8001"`).
+    pub fn find(&self, pred: impl Fn(&Backend) -> bool) -> Option<Arc<Backend>> {
+        self.current.read().list.iter().find(|b| pred(b)).cloned()
+    }
+
+    /// Applies `edit` to a copy of the list and swaps the result in.
+    fn change(&self, edit: impl FnOnce(&mut Vec<Arc<Backend>>)) {
+        let _writer = self.writer.lock();
+        let mut list: Vec<Arc<Backend>> = self.snapshot().to_vec();
+        edit(&mut list);
+        // Built outside the `current` lock: picks go on meanwhile.
+        let snap = Snapshot::new(list);
+        *self.current.write() = snap;
+        // The old snapshot is dropped here, after the lock is released.
+    }
+}
+
+/// The first available backend at or after `start`, in list order.
+fn first_available(list: &[Arc<Backend>], start: usize) -> Option<usize> {
+    let n = list.len();
+    (0..n)
+        .map(|i| (start + i) % n)
+        .find(|&i| list[i].is_available())
+}
+
+/// The available backend with the fewest active connections per unit of
+/// weight; on a tie, the first at or after `start`.
+fn least_loaded(list: &[Arc<Backend>], start: usize) -> Option<usize> {
+    let n = list.len();
+    let mut best: Option<(usize, u64, u64)> = None; // (index, active, weight)
+    for i in 0..n {
+        let idx = (start + i) % n;
+        let b = &list[idx];
+        if !b.is_available() {
+            continue;
+        }
+        let (active, weight) = (b.active() as u64, u64::from(b.weight()));
+        // active/weight < best_active/best_weight, without division.
+        let better = match best {
+            None => true,
+            Some((_, ba, bw)) => active * bw < ba * weight,
+        };
+        if better {
+            best = Some((idx, active, weight));
+        }
+    }
+    best.map(|(idx, _, _)| idx)
+}
+
+/// Rendezvous hashing: the available backend with the highest score for
+/// this client.
+fn rendezvous(list: &[Arc<Backend>], keys: &[u64], uniform: bool, ip: u64) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    let mut best_int: Option<(usize, u64)> = None;
+    for (idx, b) in list.iter().enumerate() {
+        if !b.is_available() {
+            continue;
+        }
+        let h = mix64(ip ^ keys[idx]);
+        if uniform {
+            if best_int.map_or(true, |(_, s)| h > s) {
+                best_int = Some((idx, h));
+            }
+        } else {
+            // Weighted rendezvous: score = w / -ln(u), u uniform in (0, 1),
+            // gives each backend a share of clients proportional to w.
+            let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+            let score = f64::from(b.weight()) / -u.ln();
+            if best.map_or(true, |(_, s)| score > s) {
+                best = Some((idx, score));
+            }
+        }
+    }
+    if uniform {
+        best_int.map(|(idx, _)| idx)
+    } else {
+        best.map(|(idx, _)| idx)
+    }
+}
+
+/// The smooth weighted round-robin cycle (nginx's algorithm): at each step
+/// every backend's current weight grows by its weight, the largest current
+/// weight wins (the first one on a tie) and loses the total.
+fn smooth_cycle(weights: &[u32]) -> Vec<u32> {
+    if weights.is_empty() {
+        return vec![0];
+    }
+    // Weights 10,20 give the same order as 1,2 in a cycle ten times shorter.
+    let g = weights.iter().fold(0, |g, &w| gcd(g, w.max(1)));
+    let w: Vec<i64> = weights.iter().map(|&x| i64::from(x.max(1) / g)).collect();
+    let total: i64 = w.iter().sum();
+    let mut current = vec![0i64; w.len()];
+    let mut cycle = Vec::with_capacity(total as usize);
+    for _ in 0..total {
+        let mut best = 0;
+        for i in 0..w.len() {
+            current[i] += w[i];
+            if current[i] > current[best] {
+                best = i;
+            }
+        }
+        current[best] -= total;
+        cycle.push(best as u32);
+    }
+    cycle
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// A 64-bit finalizer (splitmix64): every input bit affects every output
+/// bit, which rendezvous hashing needs to spread clients evenly.
+fn mix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// FNV-1a of a backend name, mixed.
+fn hash_name(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in name.bytes() {
+        h ^= u64::from(byte);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    mix64(h)
+}
+
+/// A client address as one 64-bit value.
+fn hash_ip(ip: IpAddr) -> u64 {
+    match ip {
+        IpAddr::V4(v4) => mix64(u64::from(u32::from(v4))),
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6);
+            mix64((bits as u64) ^ mix64((bits >> 64) as u64))
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::{HashMap, HashSet};
     use std::net::Ipv4Addr;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Barrier;
 
     fn backends(n: usize) -> Vec<Arc<Backend>> {
         (0..n)
@@ -103,7 +448,48 @@ mod tests {
             .collect()
     }
 
+    fn weighted(weights: &[u32]) -> Vec<Arc<Backend>> {
+        weights
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| Arc::new(Backend::new(format!("b{i}"), vec![], w)))
+            .collect()
+    }
+
     const PEER: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+    fn names(s: &Scheduler, picks: usize) -> String {
+        (0..picks)
+            .map(|_| {
+                let b = s.pick(PEER).unwrap().backend;
+                // "b0" -> 'a', "b1" -> 'b', ...
+                let i: u8 = b.name()[1..].parse().unwrap();
+                char::from(b'a' + i)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn algorithm_flag() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            s: SchedulingArgs,
+        }
+        let c = Cli::try_parse_from(["x"]).unwrap().s.to_config();
+        assert_eq!(c.algorithm, Algorithm::RoundRobin);
+        for name in [
+            "round-robin",
+            "weighted-round-robin",
+            "least-connections",
+            "ip-hash",
+        ] {
+            let c = Cli::try_parse_from(["x", "--algorithm", name]).unwrap();
+            assert_eq!(c.s.algorithm.name(), name);
+        }
+        assert!(Cli::try_parse_from(["x", "--algorithm", "random"]).is_err());
+    }
 
     #[test]
     fn round_robin_is_a_b_c_a_b_c() {
@@ -127,27 +513,175 @@ mod tests {
     }
 
     #[test]
-    fn exact_counts_under_many_threads() {
-        let s = Arc::new(Scheduler::new(backends(5)));
-        let threads: Vec<_> = (0..8)
-            .map(|_| {
-                let s = Arc::clone(&s);
-                std::thread::spawn(move || {
-                    let mut counts = [0usize; 5];
-                    for _ in 0..10_000 {
-                        counts[s.pick(PEER).unwrap().server_idx] += 1;
-                    }
-                    counts
-                })
-            })
+    fn every_algorithm_returns_none_when_all_are_down() {
+        for algorithm in [
+            Algorithm::RoundRobin,
+            Algorithm::WeightedRoundRobin,
+            Algorithm::LeastConnections,
+            Algorithm::IpHash,
+        ] {
+            let list = weighted(&[3, 1]);
+            let s = Scheduler::with_algorithm(list.clone(), algorithm);
+            list[0].set_healthy(false);
+            list[1].set_draining(true);
+            assert!(s.pick(PEER).is_none(), "{algorithm:?}");
+            list[1].set_draining(false);
+            for _ in 0..5 {
+                assert_eq!(s.pick(PEER).unwrap().server_idx, 1, "{algorithm:?}");
+            }
+            assert!(Scheduler::with_algorithm(vec![], algorithm)
+                .pick(PEER)
+                .is_none());
+        }
+    }
+
+    #[test]
+    fn smooth_weighted_order_is_nginx_s() {
+        let s = Scheduler::with_algorithm(weighted(&[5, 1, 1]), Algorithm::WeightedRoundRobin);
+        assert_eq!(names(&s, 14), "aabacaaaabacaa");
+        let s = Scheduler::with_algorithm(weighted(&[2, 1]), Algorithm::WeightedRoundRobin);
+        assert_eq!(names(&s, 6), "abaaba");
+        // Equal weights are plain round robin.
+        let s = Scheduler::with_algorithm(weighted(&[4, 4, 4]), Algorithm::WeightedRoundRobin);
+        assert_eq!(names(&s, 6), "abcabc");
+    }
+
+    #[test]
+    fn smooth_cycle_matches_the_weights() {
+        let cycle = smooth_cycle(&[5, 1, 1]);
+        assert_eq!(cycle, [0, 0, 1, 0, 2, 0, 0]);
+        let cycle = smooth_cycle(&[30, 20, 10]);
+        assert_eq!(cycle.len(), 6, "divided by the gcd");
+        let cycle = smooth_cycle(&[7, 3, 1000, 1]);
+        for (i, w) in [7, 3, 1000, 1].into_iter().enumerate() {
+            assert_eq!(cycle.iter().filter(|&&c| c as usize == i).count(), w);
+        }
+    }
+
+    #[test]
+    fn weighted_skips_a_down_backend() {
+        let list = weighted(&[5, 1, 1]);
+        list[0].set_healthy(false);
+        let s = Scheduler::with_algorithm(list, Algorithm::WeightedRoundRobin);
+        let seq = names(&s, 7);
+        assert!(!seq.contains('a'), "{seq}");
+        // a's turns go to the next one in list order, b.
+        assert_eq!(seq, "bbbbcbb");
+    }
+
+    #[test]
+    fn least_connections_follows_uneven_connection_lengths() {
+        let list = backends(3);
+        let s = Scheduler::with_algorithm(list.clone(), Algorithm::LeastConnections);
+        // All idle: ties go in rotation.
+        assert_eq!(names(&s, 3), "abc");
+        // a gets two long connections, b one; c none.
+        let long_a1 = list[0].start_connection();
+        let long_a2 = list[0].start_connection();
+        let short_b = list[1].start_connection();
+        assert_eq!(s.pick(PEER).unwrap().server_idx, 2);
+        let short_c = list[2].start_connection();
+        // Now a=2, b=1, c=1: b and c alternate, a is left alone.
+        let two: HashSet<usize> = (0..2).map(|_| s.pick(PEER).unwrap().server_idx).collect();
+        assert_eq!(two, HashSet::from([1, 2]));
+        // The short ones end (whatever the reason: the guard is dropped).
+        drop(short_b);
+        drop(short_c);
+        // a=2, b=0, c=0: a is still passed over.
+        for _ in 0..10 {
+            assert_ne!(s.pick(PEER).unwrap().server_idx, 0);
+        }
+        drop(long_a1);
+        drop(long_a2);
+        assert_eq!(list[0].active(), 0);
+        let all: HashSet<usize> = (0..3).map(|_| s.pick(PEER).unwrap().server_idx).collect();
+        assert_eq!(all.len(), 3);
+    }
+
+    #[test]
+    fn least_connections_weighs_active_by_weight() {
+        let list = weighted(&[3, 1]);
+        let s = Scheduler::with_algorithm(list.clone(), Algorithm::LeastConnections);
+        let mut open = Vec::new();
+        for _ in 0..8 {
+            // Each pick opens a connection at once and keeps it open.
+            let b = s.pick(PEER).unwrap().backend;
+            std::mem::forget(b.start_connection());
+            open.push(b);
+        }
+        assert_eq!(list[0].active(), 6);
+        assert_eq!(list[1].active(), 2);
+    }
+
+    fn ip(i: u32) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i))
+    }
+
+    #[test]
+    fn ip_hash_is_stable_and_spreads() {
+        let s = Scheduler::with_algorithm(backends(5), Algorithm::IpHash);
+        let mut per_backend = [0usize; 5];
+        for i in 0..5000 {
+            let first = s.pick(ip(i)).unwrap().server_idx;
+            for _ in 0..3 {
+                assert_eq!(s.pick(ip(i)).unwrap().server_idx, first);
+            }
+            per_backend[first] += 1;
+        }
+        for count in per_backend {
+            assert!((800..=1200).contains(&count), "{per_backend:?}");
+        }
+        let v6: IpAddr = "::1".parse().unwrap();
+        assert_eq!(
+            s.pick(v6).unwrap().server_idx,
+            s.pick(v6).unwrap().server_idx
+        );
+    }
+
+    #[test]
+    fn ip_hash_removing_one_of_ten_moves_only_its_clients() {
+        let list = backends(10);
+        let s = Scheduler::with_algorithm(list.clone(), Algorithm::IpHash);
+        let clients = 10_000;
+        let before: Vec<u64> = (0..clients)
+            .map(|i| s.pick(ip(i)).unwrap().backend.id())
             .collect();
-        let mut total = [0usize; 5];
-        for t in threads {
-            for (i, c) in t.join().unwrap().iter().enumerate() {
-                total[i] += c;
+        let gone = list[3].id();
+        s.remove(gone).unwrap();
+        let mut moved = 0;
+        for (i, &was) in before.iter().enumerate() {
+            let now = s.pick(ip(i as u32)).unwrap().backend.id();
+            assert_ne!(now, gone);
+            if now != was {
+                // Only the removed backend's clients may move.
+                assert_eq!(was, gone, "client {i} moved off a backend that stayed");
+                moved += 1;
             }
         }
-        assert_eq!(total, [16_000; 5]);
+        // About a tenth of the clients (those that were on the removed one).
+        assert!((800..=1200).contains(&moved), "{moved} of {clients} moved");
+        // A backend down (not removed) behaves the same, and they come back.
+        list[5].set_healthy(false);
+        let down = list[5].id();
+        let moved_down = (0..clients)
+            .filter(|&i| s.pick(ip(i)).unwrap().backend.id() != before[i as usize])
+            .count();
+        assert!(moved_down > moved && moved_down < 2 * moved + 400);
+        list[5].set_healthy(true);
+        for i in 0..clients {
+            if before[i as usize] == down {
+                assert_eq!(s.pick(ip(i)).unwrap().backend.id(), down);
+            }
+        }
+    }
+
+    #[test]
+    fn ip_hash_weights_shift_the_share() {
+        let s = Scheduler::with_algorithm(weighted(&[3, 1]), Algorithm::IpHash);
+        let heavy = (0..8000)
+            .filter(|&i| s.pick(ip(i)).unwrap().server_idx == 0)
+            .count();
+        assert!((5600..=6400).contains(&heavy), "{heavy} of 8000");
     }
 
     #[test]
@@ -160,5 +694,201 @@ mod tests {
             .map(|b| b.name().to_string())
             .collect();
         assert_eq!(order, ["b3", "b0", "b1"]);
+    }
+
+    #[test]
+    fn add_remove_and_drain() {
+        let list = backends(2);
+        let s = Scheduler::new(list.clone());
+        let c = Arc::new(Backend::new("b2".into(), vec![], 1));
+        s.add(Arc::clone(&c));
+        assert_eq!(s.snapshot().len(), 3);
+        assert!(s.find(|b| b.name() == "b2").is_some());
+        // A pick made before a removal keeps its backend.
+        let held = (0..3)
+            .map(|_| s.pick(PEER).unwrap())
+            .find(|p| p.backend.id() == c.id())
+            .unwrap();
+        assert_eq!(s.remove(c.id()).unwrap().id(), c.id());
+        assert!(s.remove(c.id()).is_none());
+        assert_eq!(held.backend.name(), "b2");
+        for _ in 0..10 {
+            assert_ne!(s.pick(PEER).unwrap().backend.id(), c.id());
+        }
+        // Draining: no new picks, and back after resume.
+        s.drain(list[0].id(), true).unwrap();
+        for _ in 0..4 {
+            assert_eq!(s.pick(PEER).unwrap().server_idx, 1);
+        }
+        s.drain(list[0].id(), false).unwrap();
+        let seen: HashSet<usize> = (0..2).map(|_| s.pick(PEER).unwrap().server_idx).collect();
+        assert_eq!(seen.len(), 2);
+        assert!(s.drain(12345678, true).is_none());
+    }
+
+    /// Runs `threads` threads each picking `per_thread` times (all released
+    /// at once by a barrier) and returns the count per backend name.
+    fn count_concurrent(
+        s: &Arc<Scheduler>,
+        threads: usize,
+        per_thread: usize,
+    ) -> HashMap<String, usize> {
+        let barrier = Arc::new(Barrier::new(threads));
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let s = Arc::clone(s);
+                let barrier = Arc::clone(&barrier);
+                std::thread::Builder::new()
+                    .stack_size(64 * 1024)
+                    .spawn(move || {
+                        barrier.wait();
+                        let mut seen: Vec<Arc<Backend>> = Vec::with_capacity(per_thread);
+                        for i in 0..per_thread {
+                            // Different IPs per thread for ip-hash.
+                            let peer = ip((t * per_thread + i) as u32);
+                            seen.push(s.pick(peer).unwrap().backend);
+                        }
+                        seen
+                    })
+                    .unwrap()
+            })
+            .collect();
+        let mut counts = HashMap::new();
+        for h in handles {
+            for b in h.join().unwrap() {
+                *counts.entry(b.name().to_string()).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+
+    #[test]
+    fn exact_counts_2000_threads_50_backends_round_robin() {
+        let s = Arc::new(Scheduler::new(backends(50)));
+        let counts = count_concurrent(&s, 2000, 25);
+        assert_eq!(counts.len(), 50);
+        for (name, c) in &counts {
+            assert_eq!(*c, 2000 * 25 / 50, "{name}");
+        }
+    }
+
+    #[test]
+    fn exact_counts_2000_threads_weighted_and_least_connections() {
+        // Weights 1..=5 repeated: the cycle is 150 long; 2000 × 15 = 200 cycles.
+        let weights: Vec<u32> = (0..50).map(|i| i % 5 + 1).collect();
+        let s = Arc::new(Scheduler::with_algorithm(
+            weighted(&weights),
+            Algorithm::WeightedRoundRobin,
+        ));
+        let counts = count_concurrent(&s, 2000, 15);
+        for (i, w) in weights.iter().enumerate() {
+            assert_eq!(counts[&format!("b{i}")], 200 * *w as usize, "b{i}");
+        }
+        // Least connections with no connection open is exact rotation.
+        let s = Arc::new(Scheduler::with_algorithm(
+            backends(50),
+            Algorithm::LeastConnections,
+        ));
+        let counts = count_concurrent(&s, 2000, 25);
+        assert!(counts.values().all(|&c| c == 1000), "{counts:?}");
+    }
+
+    #[test]
+    fn ip_hash_concurrent_matches_sequential() {
+        let s = Arc::new(Scheduler::with_algorithm(backends(50), Algorithm::IpHash));
+        let counts = count_concurrent(&s, 500, 20);
+        let mut expected: HashMap<String, usize> = HashMap::new();
+        for i in 0..500 * 20 {
+            let b = s.pick(ip(i)).unwrap().backend;
+            *expected.entry(b.name().to_string()).or_insert(0) += 1;
+        }
+        assert_eq!(counts, expected);
+    }
+
+    #[test]
+    fn changes_during_picking_never_return_a_removed_backend() {
+        let s = Arc::new(Scheduler::new(backends(50)));
+        // Ids removed so far; a removed id is published only after
+        // `remove` returned.
+        let removed: Arc<RwLock<HashSet<u64>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let pickers: Vec<_> = (0..16)
+            .map(|t| {
+                let (s, removed, stop) = (Arc::clone(&s), Arc::clone(&removed), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    let mut picks = 0u64;
+                    while !stop.load(Ordering::Relaxed) && picks < 5_000_000 {
+                        // What was removed before this pick started...
+                        let gone_before = removed.read().clone();
+                        if let Some(p) = s.pick(ip(t)) {
+                            // ...must not come back from it.
+                            assert!(
+                                !gone_before.contains(&p.backend.id()),
+                                "picked {} after its removal returned",
+                                p.backend.name()
+                            );
+                        }
+                        picks += 1;
+                    }
+                    picks
+                })
+            })
+            .collect();
+        let mut rng = 12345u64;
+        for round in 0..300 {
+            rng = mix64(rng);
+            let list = s.snapshot();
+            if round % 2 == 0 && list.len() > 5 {
+                let victim = &list[(rng as usize) % list.len()];
+                let id = victim.id();
+                s.remove(id).unwrap();
+                removed.write().insert(id);
+            } else {
+                s.add(Arc::new(Backend::new(format!("n{round}"), vec![], 1)));
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let total: u64 = pickers.into_iter().map(|h| h.join().unwrap()).sum();
+        assert!(total > 0);
+        assert_eq!(s.snapshot().len(), 50);
+    }
+
+    #[test]
+    fn changes_with_every_algorithm_do_not_panic() {
+        for algorithm in [
+            Algorithm::WeightedRoundRobin,
+            Algorithm::LeastConnections,
+            Algorithm::IpHash,
+        ] {
+            let s = Arc::new(Scheduler::with_algorithm(weighted(&[1, 2, 3]), algorithm));
+            let stop = Arc::new(AtomicBool::new(false));
+            let pickers: Vec<_> = (0..4)
+                .map(|t| {
+                    let (s, stop) = (Arc::clone(&s), Arc::clone(&stop));
+                    std::thread::spawn(move || {
+                        let mut n = 0u32;
+                        while !stop.load(Ordering::Relaxed) && n < 2_000_000 {
+                            let _ = s.pick(ip(t * 1000 + n % 1000));
+                            n += 1;
+                        }
+                    })
+                })
+                .collect();
+            for round in 0..200u32 {
+                let b = Arc::new(Backend::new(format!("x{round}"), vec![], round % 7 + 1));
+                let id = b.id();
+                s.add(b);
+                if round % 3 == 0 {
+                    s.drain(id, true);
+                }
+                if round % 2 == 0 {
+                    s.remove(id);
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            for p in pickers {
+                p.join().unwrap();
+            }
+        }
     }
 }
