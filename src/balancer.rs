@@ -73,6 +73,7 @@ impl Balancer {
             buffer_size: config.buffer_size,
             connect_timeout: config.connect_timeout,
             idle_timeout: config.idle_timeout,
+            health: config.health.clone(),
         });
         let pool = Pool::new(
             config.workers,
@@ -124,15 +125,22 @@ impl Balancer {
     ///
     /// # Errors
     ///
-    /// None today: errors after start-up are per connection and logged.
+    /// [`Error::Io`] when the health thread cannot be started; errors after
+    /// start-up are per connection and logged.
     pub fn run(self, shutdown: &Shutdown) -> Result<()> {
         shutdown.wake_on_trigger(self.local_addr);
+        let health = crate::health::spawn(
+            Arc::clone(&self.scheduler),
+            self.config.health.clone(),
+            shutdown.clone(),
+        )?;
         let acceptor = Acceptor {
             scheduler: &self.scheduler,
             pool: &self.pool,
             stats: &self.stats,
             shutdown,
             limiter: self.limiter.as_ref(),
+            http_replies: self.config.health.http_replies,
         };
         std::thread::scope(|scope| {
             // The accept loop may be waiting for room in a full queue, where
@@ -161,6 +169,10 @@ impl Balancer {
             acceptor.run(&self.listener);
             drop(done);
         });
+        if let Some(health) = health {
+            // Wakes at once on the trigger (at most one check timeout).
+            let _ = health.join();
+        }
         drop(self.listener);
         self.pool.close();
         let active = self.stats.snapshot().active;

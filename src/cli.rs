@@ -108,6 +108,9 @@ pub struct BalancerArgs {
     /// How backends are chosen (`--algorithm`).
     #[command(flatten)]
     pub scheduling: crate::scheduler::SchedulingArgs,
+    /// Health checks and replies when no backend can serve.
+    #[command(flatten)]
+    pub health: crate::health::HealthArgs,
 }
 
 fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
@@ -138,6 +141,7 @@ impl BalancerArgs {
             drain_timeout: self.drain_timeout,
             rate_limit: self.rate_limit.to_config()?,
             scheduling: self.scheduling.to_config(),
+            health: self.health.to_config(),
         })
     }
 }

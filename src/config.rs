@@ -57,6 +57,9 @@ pub struct Config {
     pub rate_limit: Option<RateLimitConfig>,
     /// How backends are chosen. Default: round robin.
     pub scheduling: crate::scheduler::SchedulingConfig,
+    /// Health checks (active and passive) and replies when no backend can
+    /// serve. Defaults: tcp checks every 5 s.
+    pub health: crate::health::HealthConfig,
 }
 
 impl Default for Config {
@@ -74,6 +77,7 @@ impl Default for Config {
             drain_timeout: Duration::from_secs(30),
             rate_limit: None,
             scheduling: Default::default(),
+            health: Default::default(),
         }
     }
 }
@@ -128,7 +132,7 @@ impl Config {
         if let Some(rate_limit) = &self.rate_limit {
             rate_limit.validate()?;
         }
-        Ok(())
+        self.health.validate()
     }
 }
 

@@ -13,7 +13,7 @@
 //! ```text
 //! client ──TCP──▶ accept loop (listener.rs: blocking accept, SO_REUSEADDR, backlog 4096)
 //!                   │ limiter.check(peer ip, now)?  no ──▶ close (or 429)  (limiter.rs, opt-in)
-//!                   │ scheduler.pick(peer) → server_idx           (scheduler.rs: round robin)
+//!                   │ scheduler.pick(peer) → server_idx           (scheduler.rs: round robin, ...)
 //!                   ▼
 //!                 queue.push((server_idx, client))                (queue.rs: Mutex<VecDeque> + Condvar)
 //!                   ▼
@@ -35,8 +35,10 @@
 //! - `limiter`: per-client-IP rate limiting at accept time (off by default).
 //! - `queue`: the FIFO between the accept loop and the workers.
 //! - `pool`: the worker threads.
-//! - `scheduler`: which backend gets the next client.
+//! - `scheduler`: which backend gets the next client; the backend list,
+//!   changeable at run time.
 //! - `backend`: one backend and its live state.
+//! - `health`: active checks (their own thread), passive checks, 503/502.
 //! - `proxy`: connect with fail-over, the duplex pump, the close.
 //! - `stats`: counters.
 //! - `shutdown`: the stop trigger and the signal thread.
@@ -87,6 +89,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod health;
 pub mod limiter;
 pub mod listener;
 pub mod pool;

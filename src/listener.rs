@@ -72,6 +72,8 @@ pub(crate) struct Acceptor<'a> {
     pub shutdown: &'a Shutdown,
     /// The rate limiter, when `--rate-limit` is on.
     pub limiter: Option<&'a Limiter>,
+    /// Answer `503 Service Unavailable` when no backend is available.
+    pub http_replies: bool,
 }
 
 impl Acceptor<'_> {
@@ -110,7 +112,14 @@ impl Acceptor<'_> {
             }
             let Some(pick) = self.scheduler.pick(peer.ip()) else {
                 Stats::incr(&self.stats.no_backend);
-                log::warn!("closing client {peer}: no backend is available");
+                log::warn!(
+                    "closing client {peer}: no backend is available \
+                     (all {} down or draining)",
+                    self.scheduler.snapshot().len()
+                );
+                if self.http_replies {
+                    crate::health::reply_at_once(&client, crate::health::REPLY_503);
+                }
                 continue;
             };
             if self.pool.submit(Job { pick, client, peer }).is_err() {

@@ -51,6 +51,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::Backend;
 use crate::error::Error;
+use crate::health::{self, HealthConfig};
 use crate::scheduler::{Pick, Scheduler};
 use crate::stats::Stats;
 
@@ -79,7 +80,14 @@ pub struct Proxy {
     pub connect_timeout: Duration,
     /// Longest time with no byte moving before the connection is closed.
     pub idle_timeout: Duration,
+    /// Passive health (`passive_failures`) and the 502 reply
+    /// (`http_replies`).
+    pub health: HealthConfig,
 }
+
+/// Longest a worker spends on a 502 reply (writing it, then waiting for the
+/// client to close first so the reply is not destroyed by a reset).
+const REPLY_LINGER: Duration = Duration::from_secs(1);
 
 /// How one proxied connection went.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -101,7 +109,10 @@ impl Proxy {
             Ok(found) => found,
             Err(err) => {
                 Stats::incr(&self.stats.no_backend);
-                log::warn!("closing client {peer}: {err}");
+                log::warn!("closing client {peer}: no backend could be reached, last: {err}");
+                if self.health.http_replies {
+                    health::reply_and_linger(&client, health::REPLY_502, REPLY_LINGER);
+                }
                 close(&client);
                 return;
             }
@@ -150,7 +161,14 @@ impl Proxy {
     }
 
     /// Connects to the picked backend or, failing that, to each other
-    /// available backend once, in round-robin order.
+    /// available backend once, in list order.
+    ///
+    /// Each attempt gets the whole `connect_timeout`, not a share of one
+    /// total: a black-holed backend then costs a client one connect timeout,
+    /// and the next backend still gets a full chance. (One total budget
+    /// would let a single black hole use it all up and fail the client even
+    /// though a live backend was next.) Passive health takes the black hole
+    /// out after `passive_failures` such clients, so later ones pay nothing.
     fn connect(&self, pick: &Pick) -> Result<(TcpStream, Arc<Backend>), Error> {
         let mut last = match self.try_backend(&pick.backend) {
             Ok(stream) => return Ok((stream, Arc::clone(&pick.backend))),
@@ -180,6 +198,7 @@ impl Proxy {
                     "backend {} connect failed ({failures} in a row): {source}",
                     backend.name()
                 );
+                health::connect_failed(backend, failures, &self.health, &source);
                 Err(Error::BackendConnect {
                     backend: backend.name().to_string(),
                     source,

@@ -867,7 +867,7 @@ mod tests {
                     let (s, stop) = (Arc::clone(&s), Arc::clone(&stop));
                     std::thread::spawn(move || {
                         let mut n = 0u32;
-                        while !stop.load(Ordering::Relaxed) && n < 2_000_000 {
+                        while !stop.load(Ordering::Relaxed) && n < 100_000 {
                             let _ = s.pick(ip(t * 1000 + n % 1000));
                             n += 1;
                         }
