@@ -1,0 +1,457 @@
+//! Backend health with real sockets: fail-over and passive marking under
+//! load, active checks taking a backend out and bringing it back, black
+//! holes, and what a client gets when no backend can serve it.
+//!
+//! Helpers are inside this file so it stands alone.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use rodizio::backend::{Backend, BackendSpec};
+use rodizio::demo::DemoBackend;
+use rodizio::health::{CheckKind, HealthConfig};
+use rodizio::scheduler::Scheduler;
+use rodizio::{Balancer, Config, Shutdown};
+
+/// Timeout on every test socket, so a bug fails a test instead of hanging it.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A demo backend on its own thread, stoppable.
+struct Demo {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Demo {
+    fn start(addr: &str, name: &str) -> Demo {
+        let backend = DemoBackend::bind(addr.parse().unwrap(), Some(name.into())).unwrap();
+        let addr = backend.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let thread = Some(backend.spawn(shutdown.clone()).unwrap());
+        Demo {
+            addr,
+            shutdown,
+            thread,
+        }
+    }
+
+    /// Stops accepting and closes the listening socket (connections already
+    /// accepted finish on their own threads).
+    fn stop(&mut self) {
+        self.shutdown.trigger();
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A balancer running on its own thread, stopped when dropped.
+struct Running {
+    addr: SocketAddr,
+    scheduler: Arc<Scheduler>,
+    shutdown: Shutdown,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Running {
+    fn start(backends: &[SocketAddr], tweak: impl FnOnce(&mut Config)) -> Running {
+        let mut config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            backends: backends
+                .iter()
+                .map(|a| BackendSpec::parse(&a.to_string()).unwrap())
+                .collect(),
+            drain_timeout: Duration::from_secs(5),
+            ..Config::default()
+        };
+        tweak(&mut config);
+        let balancer = Balancer::bind(config).unwrap();
+        let addr = balancer.local_addr();
+        let scheduler = balancer.scheduler();
+        let shutdown = Shutdown::new();
+        let s = shutdown.clone();
+        let thread = Some(thread::spawn(move || balancer.run(&s).unwrap()));
+        Running {
+            addr,
+            scheduler,
+            shutdown,
+            thread,
+        }
+    }
+
+    fn backend(&self, addr: SocketAddr) -> Arc<Backend> {
+        let name = addr.to_string();
+        self.scheduler.find(|b| b.name() == name).unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+    let s = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    s.set_write_timeout(Some(IO_TIMEOUT))?;
+    Ok(s)
+}
+
+/// One HTTP/1.0 request through `addr`; returns the name of the demo
+/// backend that answered.
+fn request(addr: SocketAddr) -> io::Result<String> {
+    let mut s = connect(addr)?;
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply)?;
+    let body = reply
+        .strip_prefix("HTTP/1.1 200 OK\r\n")
+        .and_then(|r| r.split_once("\r\n\r\n"))
+        .and_then(|(_, body)| body.strip_prefix("Handled by server "))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{reply:?}")))?;
+    Ok(body.trim_end().to_string())
+}
+
+/// Polls `cond` until it holds or `limit` passes; returns how long it took.
+fn wait_for(limit: Duration, cond: impl Fn() -> bool) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if cond() {
+            return Some(started.elapsed());
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
+/// One client request of the load: when it started, and how it went.
+struct Outcome {
+    started: Instant,
+    result: io::Result<String>,
+}
+
+/// Stopping one of three backends under 100 concurrent clients: new
+/// connections keep succeeding, it is marked DOWN within fall × interval,
+/// and once it listens again it is UP within rise × interval and serves
+/// again.
+#[test]
+fn one_of_three_stops_under_load_and_comes_back() {
+    let interval = Duration::from_millis(100);
+    let (fall, rise) = (3u32, 2u32);
+    let a = Demo::start("127.0.0.1:0", "a");
+    let mut b = Demo::start("127.0.0.1:0", "b");
+    let c = Demo::start("127.0.0.1:0", "c");
+    let b_addr = b.addr;
+    let lb = Running::start(&[a.addr, b.addr, c.addr], |config| {
+        config.connect_timeout = Duration::from_secs(1);
+        config.health = HealthConfig {
+            check: CheckKind::Tcp,
+            interval,
+            timeout: Duration::from_millis(200),
+            fall,
+            rise,
+            ..HealthConfig::default()
+        };
+    });
+    let backend_b = lb.backend(b_addr);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let outcomes = Arc::new(Mutex::new(Vec::<Outcome>::new()));
+    let served_by_b = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..100)
+        .map(|_| {
+            let (stop, outcomes, served_by_b) = (
+                Arc::clone(&stop),
+                Arc::clone(&outcomes),
+                Arc::clone(&served_by_b),
+            );
+            let addr = lb.addr;
+            thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                // Bounded in count and in time.
+                for _ in 0..300 {
+                    if stop.load(Ordering::Relaxed) || Instant::now() > deadline {
+                        break;
+                    }
+                    let started = Instant::now();
+                    let result = request(addr);
+                    if matches!(&result, Ok(name) if name == "b") {
+                        served_by_b.fetch_add(1, Ordering::Relaxed);
+                    }
+                    outcomes.lock().unwrap().push(Outcome { started, result });
+                }
+            })
+        })
+        .collect();
+    let done = || outcomes.lock().unwrap().len();
+
+    // Traffic flows to all three.
+    wait_for(Duration::from_secs(30), || {
+        done() >= 300 && served_by_b.load(Ordering::Relaxed) > 0
+    })
+    .expect("load started");
+
+    // Stop b: its listening socket is closed when `stop` returns.
+    b.stop();
+    let stopped = Instant::now();
+    let down_after =
+        wait_for(Duration::from_secs(10), || !backend_b.is_healthy()).expect("b marked down");
+    let served_before = done();
+    // Clients go on while b is down.
+    wait_for(Duration::from_secs(30), || done() >= served_before + 300)
+        .expect("traffic while b is down");
+
+    // b comes back on the same port (SO_REUSEADDR).
+    let _b_again = Demo::start(&b_addr.to_string(), "b");
+    let up_after =
+        wait_for(Duration::from_secs(10), || backend_b.is_healthy()).expect("b marked up");
+    let b_count = served_by_b.load(Ordering::Relaxed);
+    wait_for(Duration::from_secs(30), || {
+        served_by_b.load(Ordering::Relaxed) > b_count
+    })
+    .expect("b serves again");
+
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let outcomes = outcomes.lock().unwrap();
+    // Connections that b had already accepted into its backlog when it
+    // closed are lost with it; every connection started after that worked.
+    let lost_before: Vec<_> = outcomes
+        .iter()
+        .filter(|o| o.started < stopped && o.result.is_err())
+        .collect();
+    let failed_after: Vec<String> = outcomes
+        .iter()
+        .filter(|o| o.started >= stopped)
+        .filter_map(|o| o.result.as_ref().err().map(|e| e.to_string()))
+        .collect();
+    eprintln!(
+        "{} requests; DOWN after {down_after:?}, UP after {up_after:?}; \
+         {} lost in b's backlog when it stopped",
+        outcomes.len(),
+        lost_before.len()
+    );
+    assert!(failed_after.is_empty(), "failed: {failed_after:?}");
+    // The bounds of the design, plus one interval and one check timeout of
+    // slack for a round already under way and a loaded machine.
+    let slack = interval + Duration::from_millis(200);
+    assert!(
+        down_after <= interval * fall + slack,
+        "DOWN after {down_after:?}"
+    );
+    assert!(up_after <= interval * rise + slack, "UP after {up_after:?}");
+}
+
+/// Makes a loopback port that completes no handshake: a socket listening
+/// with a backlog of 0 whose queue is filled and never accepted. Returns it
+/// with the fillers, which must stay open.
+fn black_hole() -> (socket2::Socket, SocketAddr, Vec<TcpStream>) {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket
+        .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    socket.listen(0).unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..64 {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(s) => fillers.push(s),
+            Err(_) => return (socket, addr, fillers),
+        }
+    }
+    panic!("could not fill the backlog of {addr}");
+}
+
+/// A black-holed backend costs a client at most the connect timeout (then
+/// fail-over serves it), and after `passive_failures` such clients it is
+/// marked down, so the next clients pay nothing.
+#[test]
+fn a_black_hole_costs_at_most_the_connect_timeout() {
+    let (_hole, hole_addr, _fillers) = black_hole();
+    let good = Demo::start("127.0.0.1:0", "good");
+    let connect_timeout = Duration::from_millis(300);
+    let lb = Running::start(&[hole_addr, good.addr], |config| {
+        config.connect_timeout = connect_timeout;
+        config.health = HealthConfig {
+            check: CheckKind::Off,
+            passive_failures: 3,
+            cooldown: Duration::from_secs(600),
+            ..HealthConfig::default()
+        };
+    });
+    let hole = lb.backend(hole_addr);
+    let mut slow = 0;
+    for i in 0..10 {
+        let started = Instant::now();
+        assert_eq!(request(lb.addr).unwrap(), "good", "request {i}");
+        let took = started.elapsed();
+        // The connect timeout plus the time of a loopback request.
+        assert!(
+            took < connect_timeout + Duration::from_millis(700),
+            "{took:?}"
+        );
+        if took >= connect_timeout {
+            slow += 1;
+        }
+    }
+    // Round robin sent clients 0, 2 and 4 to the hole; the third failure
+    // marked it down.
+    assert_eq!(slow, 3);
+    assert!(!hole.is_healthy());
+}
+
+/// The active tcp check marks a black hole down within fall × (interval +
+/// timeout), with no client traffic at all.
+#[test]
+fn the_tcp_check_finds_a_black_hole() {
+    let (_hole, hole_addr, _fillers) = black_hole();
+    let good = Demo::start("127.0.0.1:0", "good");
+    let health = HealthConfig {
+        check: CheckKind::Tcp,
+        interval: Duration::from_millis(50),
+        timeout: Duration::from_millis(100),
+        fall: 2,
+        ..HealthConfig::default()
+    };
+    let lb = Running::start(&[hole_addr, good.addr], |config| {
+        config.health = health.clone();
+    });
+    let hole = lb.backend(hole_addr);
+    let took = wait_for(Duration::from_secs(10), || !hole.is_healthy()).expect("hole down");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(lb.backend(good.addr).is_healthy());
+    // Every client now goes straight to the good one.
+    for _ in 0..4 {
+        let started = Instant::now();
+        assert_eq!(request(lb.addr).unwrap(), "good");
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+}
+
+/// The http check takes out a backend whose /health does not answer 2xx or
+/// 3xx, and keeps one that does.
+#[test]
+fn the_http_check_reads_the_status() {
+    use std::net::TcpListener;
+    // A server that answers every request with 503.
+    let sick = TcpListener::bind("127.0.0.1:0").unwrap();
+    let sick_addr = sick.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = Arc::clone(&stop);
+    let server = thread::spawn(move || {
+        for conn in sick.incoming() {
+            if stop2.load(Ordering::Relaxed) {
+                break;
+            }
+            let Ok(mut s) = conn else { continue };
+            let _ = s.set_read_timeout(Some(IO_TIMEOUT));
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let good = Demo::start("127.0.0.1:0", "good");
+    let lb = Running::start(&[sick_addr, good.addr], |config| {
+        config.health = HealthConfig {
+            check: CheckKind::Http,
+            interval: Duration::from_millis(50),
+            timeout: Duration::from_millis(500),
+            fall: 2,
+            ..HealthConfig::default()
+        };
+    });
+    let sick_backend = lb.backend(sick_addr);
+    wait_for(Duration::from_secs(10), || !sick_backend.is_healthy()).expect("sick down");
+    // A few more rounds: the good one stays up.
+    let good_backend = lb.backend(good.addr);
+    assert!(
+        wait_for(Duration::from_millis(300), || !good_backend.is_healthy()).is_none(),
+        "the demo backend answers /health with 200"
+    );
+    for _ in 0..4 {
+        assert_eq!(request(lb.addr).unwrap(), "good");
+    }
+    drop(lb);
+    stop.store(true, Ordering::Relaxed);
+    let _ = TcpStream::connect(sick_addr);
+    server.join().unwrap();
+}
+
+/// Reads everything the balancer sends a client that sends `request`.
+fn exchange(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = connect(addr).unwrap();
+    if !request.is_empty() {
+        s.write_all(request).unwrap();
+    }
+    let mut reply = Vec::new();
+    // A reset instead of a clean close also ends the exchange.
+    let _ = s.read_to_end(&mut reply);
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
+/// With every backend down or draining a client is closed at once, or
+/// answered 503 with --http-replies; when every connect fails it is
+/// answered 502.
+#[test]
+fn no_backend_gives_close_503_or_502() {
+    let demo = Demo::start("127.0.0.1:0", "d");
+    let quiet = |config: &mut Config, replies: bool| {
+        config.health = HealthConfig {
+            check: CheckKind::Off,
+            passive_failures: 0,
+            http_replies: replies,
+            ..HealthConfig::default()
+        };
+    };
+    // Draining (operator) and down (health) both count as unavailable.
+    let lb = Running::start(&[demo.addr], |c| quiet(c, true));
+    let backend = lb.backend(demo.addr);
+    lb.scheduler.drain(backend.id(), true).unwrap();
+    let reply = exchange(lb.addr, b"");
+    assert!(
+        reply.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+        "{reply:?}"
+    );
+    lb.scheduler.drain(backend.id(), false).unwrap();
+    backend.set_healthy(false);
+    assert!(exchange(lb.addr, b"").starts_with("HTTP/1.1 503 "));
+    backend.set_healthy(true);
+    assert_eq!(request(lb.addr).unwrap(), "d");
+
+    // Without --http-replies: closed at once, nothing sent.
+    let lb = Running::start(&[demo.addr], |c| quiet(c, false));
+    lb.backend(demo.addr).set_healthy(false);
+    let started = Instant::now();
+    assert_eq!(exchange(lb.addr, b""), "");
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    // A backend that refuses: 502.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let lb = Running::start(&[closed], |c| quiet(c, true));
+    let reply = exchange(lb.addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(
+        reply.starts_with("HTTP/1.1 502 Bad Gateway\r\n"),
+        "{reply:?}"
+    );
+}
