@@ -1,0 +1,276 @@
+//! The backend list changing while traffic flows, through a real balancer:
+//! drain, remove and add, with connections already open left alone.
+//!
+//! Helpers are inside this file so it stands alone.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use rodizio::backend::{Backend, BackendSpec};
+use rodizio::demo::DemoBackend;
+use rodizio::health::{CheckKind, HealthConfig};
+use rodizio::scheduler::{Algorithm, Scheduler};
+use rodizio::{Balancer, Config, Shutdown};
+
+/// Timeout on every test socket, so a bug fails a test instead of hanging it.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A demo backend on its own thread, stoppable.
+struct Demo {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Demo {
+    fn start(addr: &str, name: &str) -> Demo {
+        let backend = DemoBackend::bind(addr.parse().unwrap(), Some(name.into())).unwrap();
+        let addr = backend.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let thread = Some(backend.spawn(shutdown.clone()).unwrap());
+        Demo {
+            addr,
+            shutdown,
+            thread,
+        }
+    }
+
+    /// Stops accepting and closes the listening socket (connections already
+    /// accepted finish on their own threads).
+    fn stop(&mut self) {
+        self.shutdown.trigger();
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A balancer running on its own thread, stopped when dropped.
+struct Running {
+    addr: SocketAddr,
+    scheduler: Arc<Scheduler>,
+    shutdown: Shutdown,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Running {
+    fn start(backends: &[SocketAddr], tweak: impl FnOnce(&mut Config)) -> Running {
+        let mut config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            backends: backends
+                .iter()
+                .map(|a| BackendSpec::parse(&a.to_string()).unwrap())
+                .collect(),
+            drain_timeout: Duration::from_secs(5),
+            ..Config::default()
+        };
+        tweak(&mut config);
+        let balancer = Balancer::bind(config).unwrap();
+        let addr = balancer.local_addr();
+        let scheduler = balancer.scheduler();
+        let shutdown = Shutdown::new();
+        let s = shutdown.clone();
+        let thread = Some(thread::spawn(move || balancer.run(&s).unwrap()));
+        Running {
+            addr,
+            scheduler,
+            shutdown,
+            thread,
+        }
+    }
+
+    fn backend(&self, addr: SocketAddr) -> Arc<Backend> {
+        let name = addr.to_string();
+        self.scheduler.find(|b| b.name() == name).unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+    let s = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    s.set_write_timeout(Some(IO_TIMEOUT))?;
+    Ok(s)
+}
+
+/// One HTTP/1.0 request through `addr`; returns the name of the demo
+/// backend that answered.
+fn request(addr: SocketAddr) -> io::Result<String> {
+    let mut s = connect(addr)?;
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply)?;
+    let body = reply
+        .strip_prefix("HTTP/1.1 200 OK\r\n")
+        .and_then(|r| r.split_once("\r\n\r\n"))
+        .and_then(|(_, body)| body.strip_prefix("Handled by server "))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{reply:?}")))?;
+    Ok(body.trim_end().to_string())
+}
+
+/// A keep-alive HTTP/1.1 client connection through the balancer.
+struct KeepAlive {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl KeepAlive {
+    fn open(addr: SocketAddr) -> KeepAlive {
+        let s = connect(addr).unwrap();
+        KeepAlive {
+            writer: s.try_clone().unwrap(),
+            reader: BufReader::new(s),
+        }
+    }
+
+    /// Sends one request and reads one response; returns the backend name.
+    fn ask(&mut self) -> String {
+        self.writer
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut length = 0;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(self.reader.read_line(&mut line).unwrap() > 0, "closed");
+            if line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.strip_prefix("Content-Length: ") {
+                length = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        self.reader.read_exact(&mut body).unwrap();
+        let body = String::from_utf8(body).unwrap();
+        body.trim_end()
+            .strip_prefix("Handled by server ")
+            .unwrap()
+            .to_string()
+    }
+}
+
+fn no_checks(config: &mut Config) {
+    config.health = HealthConfig {
+        check: CheckKind::Off,
+        passive_failures: 0,
+        ..HealthConfig::default()
+    };
+}
+
+/// Draining a backend stops new clients going to it while its open
+/// connection goes on; removing it does the same for good; an added backend
+/// takes its turn at once.
+#[test]
+fn drain_remove_and_add_while_serving() {
+    let demos: Vec<Demo> = ["a", "b", "c"]
+        .iter()
+        .map(|n| Demo::start("127.0.0.1:0", n))
+        .collect();
+    let addrs: Vec<SocketAddr> = demos.iter().map(|d| d.addr).collect();
+    let lb = Running::start(&addrs, no_checks);
+
+    // An open connection, served by `held`.
+    let mut open = KeepAlive::open(lb.addr);
+    let held = open.ask();
+    let held_addr = addrs[(held.as_bytes()[0] - b'a') as usize];
+    let backend = lb.backend(held_addr);
+
+    // Drain: no new client goes there; the open connection goes on.
+    lb.scheduler.drain(backend.id(), true).unwrap();
+    for _ in 0..6 {
+        assert_ne!(request(lb.addr).unwrap(), held);
+    }
+    assert_eq!(open.ask(), held);
+    assert_eq!(backend.active(), 1, "the open connection is still counted");
+
+    // Back from draining: it gets its turn again.
+    lb.scheduler.drain(backend.id(), false).unwrap();
+    let names: Vec<String> = (0..3).map(|_| request(lb.addr).unwrap()).collect();
+    assert!(names.contains(&held), "{names:?}");
+
+    // Remove: gone from the list, the open connection still works.
+    let removed = lb.scheduler.remove(backend.id()).unwrap();
+    assert_eq!(lb.scheduler.snapshot().len(), 2);
+    for _ in 0..6 {
+        assert_ne!(request(lb.addr).unwrap(), held);
+    }
+    assert_eq!(open.ask(), held);
+    drop(open);
+    // Its count drops when the connection ends, whatever the list says.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while removed.active() != 0 {
+        assert!(std::time::Instant::now() < deadline, "count never dropped");
+        thread::sleep(Duration::from_millis(2));
+    }
+
+    // Add a new one: with three backends again, three new clients in a row
+    // go to three different backends, one of them the new one.
+    let d = Demo::start("127.0.0.1:0", "d");
+    let spec = BackendSpec::parse(&d.addr.to_string()).unwrap();
+    lb.scheduler
+        .add(Arc::new(Backend::from_spec(&spec).unwrap()));
+    let mut names: Vec<String> = (0..3).map(|_| request(lb.addr).unwrap()).collect();
+    names.sort();
+    let mut expected: Vec<String> = ["a", "b", "c", "d"]
+        .iter()
+        .filter(|n| **n != held)
+        .map(|n| n.to_string())
+        .collect();
+    expected.sort();
+    assert_eq!(names, expected);
+}
+
+/// Weighted round robin through the balancer: weights 3 and 1 give 3 and 1
+/// clients of every 4, in nginx's smooth order.
+#[test]
+fn weighted_round_robin_through_the_balancer() {
+    let heavy = Demo::start("127.0.0.1:0", "heavy");
+    let light = Demo::start("127.0.0.1:0", "light");
+    let lb = Running::start(&[heavy.addr, light.addr], |config| {
+        no_checks(config);
+        config.scheduling.algorithm = Algorithm::WeightedRoundRobin;
+        config.backends[0].weight = 3;
+    });
+    let names: Vec<String> = (0..8).map(|_| request(lb.addr).unwrap()).collect();
+    assert_eq!(
+        names,
+        ["heavy", "heavy", "light", "heavy", "heavy", "heavy", "light", "heavy"]
+    );
+}
+
+/// ip-hash through the balancer: the same client address always reaches
+/// the same backend.
+#[test]
+fn ip_hash_through_the_balancer() {
+    let demos: Vec<Demo> = ["a", "b", "c"]
+        .iter()
+        .map(|n| Demo::start("127.0.0.1:0", n))
+        .collect();
+    let addrs: Vec<SocketAddr> = demos.iter().map(|d| d.addr).collect();
+    let lb = Running::start(&addrs, |config| {
+        no_checks(config);
+        config.scheduling.algorithm = Algorithm::IpHash;
+    });
+    let first = request(lb.addr).unwrap();
+    for _ in 0..6 {
+        assert_eq!(request(lb.addr).unwrap(), first);
+    }
+}
