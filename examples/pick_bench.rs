@@ -7,12 +7,12 @@
 //! ```
 //!
 //! A benchmark, not a test: the numbers depend on the machine and on what
-//! else runs on it. Each cell is the mean wall time of one pick as seen by
-//! one thread (elapsed time / picks of that thread, averaged over threads),
-//! so with more threads than cores it includes waiting for a core. Each
-//! cell runs `TRIALS` times after a warm-up and keeps the best trial, the
-//! one least disturbed by other programs; the load average is printed so a
-//! reader can judge how quiet the machine was.
+//! else runs on it. Each cell is the CPU time of one pick in one thread (the
+//! thread's CPU time / its picks, averaged over threads): time spent waiting
+//! for a core while other programs run is not counted, but time lost to
+//! contention (cache lines moving between cores) is. Each cell runs
+//! `TRIALS` times after a warm-up and keeps the best trial; the load average
+//! is printed so a reader can judge how quiet the machine was.
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
@@ -59,7 +59,10 @@ fn main() {
     println!();
     print!("| algorithm | backends |");
     for t in threads {
-        print!(" {t} thread{} (ns/pick) |", if t == 1 { "" } else { "s" });
+        print!(
+            " {t} thread{} (ns CPU/pick) |",
+            if t == 1 { "" } else { "s" }
+        );
     }
     println!();
     print!("|---|---:|");
@@ -78,7 +81,18 @@ fn main() {
     }
 }
 
-/// Mean nanoseconds per pick for one thread among `threads`.
+/// CPU time used by the calling thread so far, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Mean CPU nanoseconds per pick for one thread among `threads`.
 fn measure(algorithm: Algorithm, weighted: bool, n: usize, threads: usize) -> f64 {
     let backends: Vec<Arc<Backend>> = (0..n)
         .map(|i| {
@@ -105,6 +119,7 @@ fn measure(algorithm: Algorithm, weighted: bool, n: usize, threads: usize) -> f6
                     .collect();
                 let run = |time: Duration| {
                     let started = Instant::now();
+                    let cpu_started = thread_cpu_ns();
                     let mut picks = 0u64;
                     let mut k = 0usize;
                     while started.elapsed() < time {
@@ -115,7 +130,7 @@ fn measure(algorithm: Algorithm, weighted: bool, n: usize, threads: usize) -> f6
                         }
                         picks += u64::from(BATCH);
                     }
-                    started.elapsed().as_nanos() as f64 / picks as f64
+                    (thread_cpu_ns() - cpu_started) as f64 / picks as f64
                 };
                 barrier.wait();
                 run(TRIAL); // warm-up
