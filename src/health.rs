@@ -419,9 +419,10 @@ impl Checker {
         let stop = shutdown.receiver();
         log::debug!("health checks: {:?} every {:?}", self.config.check, period);
         loop {
-            // A first round at once: a backend dead at start-up is found
-            // within `fall` rounds, not `fall + 1`.
-            self.round(scheduler);
+            // The first round comes one interval after start-up, like every
+            // other: the `fall`-th failed check of a backend dead from the
+            // start is then at `fall × interval`, and a short-lived balancer
+            // (a test, a one-off run) probes nothing.
             select! {
                 recv(stop) -> _ => return,
                 recv(ticker) -> _ => {}
@@ -429,6 +430,7 @@ impl Checker {
             if shutdown.is_triggered() {
                 return;
             }
+            self.round(scheduler);
         }
     }
 

@@ -39,7 +39,7 @@
 //!
 //! # The backend list at run time
 //!
-//! The list is an immutable [`Snapshot`] behind a `parking_lot::RwLock`.
+//! The list is an immutable snapshot behind a `parking_lot::RwLock`.
 //! [`Scheduler::add`], [`Scheduler::remove`] and [`Scheduler::drain`] never
 //! edit it in place: a writer builds a new snapshot (with the weighted cycle
 //! and hash keys precomputed) without holding the lock, then takes the write
