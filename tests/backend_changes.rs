@@ -274,3 +274,78 @@ fn ip_hash_through_the_balancer() {
         assert_eq!(request(lb.addr).unwrap(), first);
     }
 }
+
+/// Polls until `cond` holds, failing the test after ten seconds.
+fn until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Least connections through the balancer, with connections of uneven
+/// length: while two backends hold a long connection each, short clients all
+/// go to the third; when one long connection ends, its backend shares again.
+#[test]
+fn least_connections_through_the_balancer() {
+    let demos: Vec<Demo> = ["a", "b", "c"]
+        .iter()
+        .map(|n| Demo::start("127.0.0.1:0", n))
+        .collect();
+    let addrs: Vec<SocketAddr> = demos.iter().map(|d| d.addr).collect();
+    let lb = Running::start(&addrs, |config| {
+        no_checks(config);
+        config.scheduling.algorithm = Algorithm::LeastConnections;
+    });
+    let backends: Vec<Arc<Backend>> = addrs.iter().map(|a| lb.backend(*a)).collect();
+    let by_name = |name: &str| Arc::clone(&backends[(name.as_bytes()[0] - b'a') as usize]);
+    let idle = || backends.iter().all(|b| b.active() == 0);
+
+    // Two long connections, on two different backends.
+    let mut long1 = KeepAlive::open(lb.addr);
+    let first = by_name(&long1.ask());
+    until("first long counted", || first.active() == 1);
+    let mut long2 = KeepAlive::open(lb.addr);
+    let second = by_name(&long2.ask());
+    assert_ne!(first.id(), second.id());
+    until("second long counted", || second.active() == 1);
+    let third = backends
+        .iter()
+        .find(|b| b.id() != first.id() && b.id() != second.id())
+        .unwrap();
+
+    // Short clients: all to the third, the only one with no connection.
+    for _ in 0..6 {
+        let name = request(lb.addr).unwrap();
+        assert_eq!(by_name(&name).id(), third.id());
+        until("short one ended", || third.active() == 0);
+    }
+
+    // The first long connection ends: its backend takes clients again, in
+    // rotation with the third; the second (still busy) gets none.
+    assert_eq!(long1.ask(), demo_name(&first, &backends));
+    drop(long1);
+    until("first long ended", || first.active() == 0);
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        let name = request(lb.addr).unwrap();
+        let b = by_name(&name);
+        assert_ne!(b.id(), second.id());
+        seen.push(b.id());
+        until("short one ended", || b.active() == 0);
+    }
+    assert!(seen.contains(&first.id()) && seen.contains(&third.id()));
+    assert_eq!(long2.ask(), demo_name(&second, &backends));
+    drop(long2);
+    until("all idle", idle);
+}
+
+/// The demo name ("a", "b", "c") of a backend of this test.
+fn demo_name(backend: &Backend, backends: &[Arc<Backend>]) -> String {
+    let i = backends
+        .iter()
+        .position(|b| b.id() == backend.id())
+        .unwrap();
+    char::from(b'a' + i as u8).to_string()
+}
