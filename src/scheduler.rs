@@ -801,6 +801,17 @@ mod tests {
     }
 
     #[test]
+    fn no_turn_is_taken_twice_or_skipped() {
+        // As many backends as picks: every turn names a different backend,
+        // so a turn taken twice shows as a backend picked twice, and a turn
+        // skipped as a backend never picked.
+        let s = Arc::new(Scheduler::new(backends(10_000)));
+        let counts = count_concurrent(&s, 2000, 5);
+        assert_eq!(counts.len(), 10_000);
+        assert!(counts.values().all(|&c| c == 1));
+    }
+
+    #[test]
     fn exact_counts_2000_threads_weighted_and_least_connections() {
         // Weights 1..=5 repeated: the cycle is 150 long; 2000 × 15 = 200 cycles.
         let weights: Vec<u32> = (0..50).map(|i| i % 5 + 1).collect();

@@ -455,3 +455,45 @@ fn no_backend_gives_close_503_or_502() {
         "{reply:?}"
     );
 }
+
+/// Active checks alone (no client traffic): a stopped backend is DOWN no
+/// sooner than (fall − 1) intervals (one failed check does not flap it) and
+/// no later than fall intervals; back, it is UP after (rise − 1) to rise
+/// intervals.
+#[test]
+fn active_checks_follow_fall_and_rise() {
+    let interval = Duration::from_millis(200);
+    let (fall, rise) = (3u32, 2u32);
+    let a = Demo::start("127.0.0.1:0", "a");
+    let mut b = Demo::start("127.0.0.1:0", "b");
+    let b_addr = b.addr;
+    let lb = Running::start(&[a.addr, b_addr], |config| {
+        config.health = HealthConfig {
+            check: CheckKind::Tcp,
+            interval,
+            timeout: Duration::from_millis(200),
+            fall,
+            rise,
+            ..HealthConfig::default()
+        };
+    });
+    let backend_b = lb.backend(b_addr);
+    b.stop();
+    let down = wait_for(Duration::from_secs(10), || !backend_b.is_healthy()).expect("down");
+    let _b = Demo::start(&b_addr.to_string(), "b");
+    let up = wait_for(Duration::from_secs(10), || backend_b.is_healthy()).expect("up");
+    eprintln!("DOWN after {down:?}, UP after {up:?}");
+    // Checks come every interval; the first failing one at most one interval
+    // after the stop. Slack: scheduling jitter of a busy machine.
+    let jitter = Duration::from_millis(150);
+    assert!(
+        down >= (interval * (fall - 1)).saturating_sub(jitter),
+        "{down:?}"
+    );
+    assert!(down <= interval * fall + jitter, "{down:?}");
+    assert!(
+        up >= (interval * (rise - 1)).saturating_sub(jitter),
+        "{up:?}"
+    );
+    assert!(up <= interval * rise + jitter, "{up:?}");
+}
