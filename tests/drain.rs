@@ -32,7 +32,15 @@ fn transfer_in_flight_completes_after_shutdown() {
     // through the handshake are closed without being served.
     assert!(wait_for(Duration::from_secs(5), || {
         match TcpStream::connect_timeout(&lb.addr, Duration::from_secs(1)) {
-            Err(e) if e.kind() == ErrorKind::ConnectionRefused => true,
+            // Reset: the handshake raced the listening socket's close.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset
+                ) =>
+            {
+                true
+            }
             Err(e) => panic!("unexpected connect error: {e}"),
             Ok(mut late) => {
                 late.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
