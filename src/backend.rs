@@ -18,6 +18,7 @@
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
@@ -167,6 +168,9 @@ pub struct Backend {
     draining: AtomicBool,
     /// Connect failures in a row on real traffic (passive health).
     connect_failures: AtomicU32,
+    /// Clients picked for it and not yet connected (waiting in the queue,
+    /// or connecting); least connections counts them with `active`.
+    pending: AtomicUsize,
 }
 
 /// Process-wide source of [`Backend::id`]s.
@@ -194,6 +198,7 @@ impl Backend {
             healthy: AtomicBool::new(true),
             draining: AtomicBool::new(false),
             connect_failures: AtomicU32::new(0),
+            pending: AtomicUsize::new(0),
         }
     }
 
@@ -215,6 +220,24 @@ impl Backend {
     /// The relative weight.
     pub fn weight(&self) -> u32 {
         self.weight
+    }
+
+    /// Clients picked for it that have not connected yet (see
+    /// [`Backend::reserve`]).
+    pub fn pending(&self) -> usize {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// Counts a client as picked for this backend until the returned guard
+    /// is dropped (when its connection has started, or whatever else
+    /// happens to it). Least connections adds these to the active count, so
+    /// a burst of clients accepted faster than they connect is spread out
+    /// instead of all going to the backend that looked idlest.
+    pub fn reserve(self: &Arc<Self>) -> Reservation {
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        Reservation {
+            backend: Arc::clone(self),
+        }
     }
 
     /// Connections being proxied to it now.
@@ -274,6 +297,18 @@ impl Backend {
     }
 }
 
+/// Decrements [`Backend::pending`] when dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    backend: Arc<Backend>,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.backend.pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Decrements [`Backend::active`] when dropped.
 #[derive(Debug)]
 pub struct ActiveGuard<'a> {
@@ -326,6 +361,18 @@ mod tests {
             .resolve()
             .unwrap();
         assert!(addrs[0].is_ipv4(), "{addrs:?}");
+    }
+
+    #[test]
+    fn reservation_counts_down_on_drop() {
+        let b = Arc::new(Backend::new("b".into(), vec![], 1));
+        let r1 = b.reserve();
+        let r2 = b.reserve();
+        assert_eq!(b.pending(), 2);
+        drop(r1);
+        assert_eq!(b.pending(), 1);
+        drop(r2);
+        assert_eq!(b.pending(), 0);
     }
 
     #[test]

@@ -118,6 +118,9 @@ impl Proxy {
             }
         };
         let _active = backend.start_connection();
+        // Counted as active now: the pick's reservation (least connections'
+        // count of clients on their way) is released.
+        drop(pick);
         self.stats.active.fetch_add(1, Ordering::Relaxed);
         let mut transfer = Transfer::default();
         let result = pump(

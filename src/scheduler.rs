@@ -18,13 +18,15 @@
 //!   pick is the same atomic turn as round robin, indexing that cycle. That
 //!   keeps picking lock-free and the counts exact under concurrency.
 //! - [`Algorithm::LeastConnections`]: the available backend with the fewest
-//!   active connections (divided by its weight). Ties are broken in rotation,
-//!   starting from a round-robin turn, so equal backends still alternate. The
-//!   counts are [`Backend::active`], which a worker raises when it has
-//!   connected and lowers when the connection ends, whatever ends it (see
-//!   [`Backend::start_connection`]). A client that is still in the queue is
-//!   not counted yet: under a burst faster than connects, the rotation is
-//!   what spreads the clients.
+//!   connections (divided by its weight). Ties are broken in rotation,
+//!   starting from a round-robin turn, so equal backends still alternate. A
+//!   backend's count is [`Backend::active`], which a worker raises when it
+//!   has connected and lowers when the connection ends, whatever ends it
+//!   (see [`Backend::start_connection`]), plus [`Backend::pending`]: the
+//!   clients picked for it that wait in the queue or are connecting (the
+//!   [`Pick`] holds a [`Reservation`] until the worker drops it). Without
+//!   the pending part, a burst of clients accepted faster than they connect
+//!   would all go to the backend that looked idlest.
 //! - [`Algorithm::IpHash`]: rendezvous (highest random weight) hashing of
 //!   the client's IP address against each backend's name. Each backend gets
 //!   a pseudo-random score per client; the client goes to the highest score.
@@ -75,7 +77,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Reservation};
 
 /// How the next backend is chosen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -131,7 +133,7 @@ pub struct SchedulingConfig {
 }
 
 /// The backend chosen for one connection.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Pick {
     /// The backend's position in the snapshot it was picked from (the C's
     /// `server_idx`); for logs and tests. Positions change when the list
@@ -141,6 +143,9 @@ pub struct Pick {
     /// time meaningful while the client waits in the queue, even if the
     /// backend is removed from the list meanwhile.
     pub backend: Arc<Backend>,
+    /// With least connections, counts this client as pending on `backend`
+    /// until the pick is dropped (the worker drops it once connected).
+    _reservation: Option<Reservation>,
 }
 
 /// One immutable version of the backend list, with what the algorithms
@@ -241,9 +246,15 @@ impl Scheduler {
             }
             Algorithm::IpHash => rendezvous(list, &snap.keys, snap.uniform, hash_ip(peer))?,
         };
+        let backend = Arc::clone(&list[server_idx]);
+        let reservation = match self.algorithm {
+            Algorithm::LeastConnections => Some(backend.reserve()),
+            _ => None,
+        };
         Some(Pick {
             server_idx,
-            backend: Arc::clone(&list[server_idx]),
+            backend,
+            _reservation: reservation,
         })
     }
 
@@ -325,7 +336,9 @@ fn least_loaded(list: &[Arc<Backend>], start: usize) -> Option<usize> {
         if !b.is_available() {
             continue;
         }
-        let (active, weight) = (b.active() as u64, u64::from(b.weight()));
+        // Picked but not yet connected counts too: see `Backend::reserve`.
+        let active = (b.active() + b.pending()) as u64;
+        let weight = u64::from(b.weight());
         // active/weight < best_active/best_weight, without division.
         let better = match best {
             None => true,
@@ -609,6 +622,29 @@ mod tests {
         assert_eq!(list[0].active(), 0);
         let all: HashSet<usize> = (0..3).map(|_| s.pick(PEER).unwrap().server_idx).collect();
         assert_eq!(all.len(), 3);
+    }
+
+    #[test]
+    fn least_connections_counts_clients_not_yet_connected() {
+        let list = backends(3);
+        let s = Scheduler::with_algorithm(list.clone(), Algorithm::LeastConnections);
+        let _b = list[1].start_connection();
+        let _c = list[2].start_connection();
+        // A burst of five clients, none connected yet (the picks are held,
+        // as queue entries hold them): a=0, b=1, c=1 must not send all
+        // five to a.
+        let held: Vec<Pick> = (0..5).map(|_| s.pick(PEER).unwrap()).collect();
+        let loads: Vec<usize> = list.iter().map(|b| b.active() + b.pending()).collect();
+        assert_eq!(loads.iter().sum::<usize>(), 7);
+        let (min, max) = (loads.iter().min().unwrap(), loads.iter().max().unwrap());
+        assert!(max - min <= 1, "{loads:?}");
+        // Dropped picks (connected, or given up) count no more.
+        drop(held);
+        assert!(list.iter().all(|b| b.pending() == 0));
+        // Other algorithms reserve nothing.
+        let rr = Scheduler::new(list.clone());
+        let _p = rr.pick(PEER).unwrap();
+        assert!(list.iter().all(|b| b.pending() == 0));
     }
 
     #[test]
