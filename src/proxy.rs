@@ -21,9 +21,14 @@
 //!   read the client's side again: a deadlock. With non-blocking writes a
 //!   partial write just means "wait for POLLOUT on that socket" while the
 //!   other direction goes on.
-//! - A read is tried before any `poll`, and again after a successful one,
-//!   until it says `WouldBlock`: when data is already there (a request that
-//!   arrived with the connection) it costs no `poll` call.
+//! - A read is tried before any `poll`, and again after a successful one
+//!   that filled the buffer, until it says `WouldBlock` or comes back short:
+//!   when data is already there (a request that arrived with the
+//!   connection) it costs no `poll` call, and a short read means the socket
+//!   is drained, so no extra read is spent only to hear `WouldBlock`.
+//! - The sockets stay in blocking mode; every `recv`/`send` passes
+//!   `MSG_DONTWAIT` instead, which saves the `ioctl` per socket that
+//!   switching modes costs.
 //! - End of stream on one side is passed on as `shutdown(Write)` to the
 //!   other once that direction's buffer has drained (a half-close), so a
 //!   client that sends, shuts its write side and then reads still gets its
@@ -42,12 +47,14 @@
 //! and both directions stream for as long as either side has data. The final
 //! `shutdown(SHUT_RDWR)` then `close()` on both sockets is the C's.
 
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{self, ErrorKind};
 use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
 use std::os::unix::io::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::backend::Backend;
 use crate::error::Error;
@@ -116,8 +123,17 @@ impl Proxy {
             self.idle_timeout,
             &mut transfer,
         );
-        close(&backend_sock);
-        close(&client);
+        if result.is_err() {
+            // Cut both sides at once, as the C's shutdown(SHUT_RDWR) does.
+            // After a clean finish each socket has already sent and
+            // received its FIN, so that call would only fail with ENOTCONN
+            // (two wasted system calls per connection); dropping the
+            // streams below closes the descriptors either way.
+            close(&backend_sock);
+            close(&client);
+        }
+        drop(backend_sock);
+        drop(client);
         self.stats.active.fetch_sub(1, Ordering::Relaxed);
         Stats::incr(&self.stats.completed);
         self.stats
@@ -192,23 +208,42 @@ impl Proxy {
 /// Opens a TCP connection to the first of the backend's addresses that
 /// answers within `timeout`, with `TCP_NODELAY` set.
 ///
+/// The connect is a plain blocking `connect(2)` bounded by `SO_SNDTIMEO`,
+/// which Linux applies to `connect` too (it then fails with `EINPROGRESS`,
+/// reported here as `TimedOut`). `TcpStream::connect_timeout` would do the
+/// same work in five system calls (switch to non-blocking, connect, `poll`,
+/// switch back); this takes three, and a connection to a backend on the same
+/// host is usually complete by the time `connect` returns.
+///
 /// # Errors
 ///
 /// The last address's error, or `InvalidInput` if the backend has none.
 pub fn connect_backend(backend: &Backend, timeout: Duration) -> io::Result<TcpStream> {
     let mut last = io::Error::new(ErrorKind::InvalidInput, "backend has no address");
     for addr in backend.addrs() {
-        match TcpStream::connect_timeout(addr, timeout) {
-            Ok(stream) => {
-                // Small writes (a request line, a Redis command) must leave
-                // at once, not wait for Nagle's algorithm to batch them.
-                stream.set_nodelay(true)?;
-                return Ok(stream);
-            }
+        match connect_one(*addr, timeout) {
+            Ok(stream) => return Ok(stream),
             Err(err) => last = err,
         }
     }
     Err(last)
+}
+
+fn connect_one(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    // Small writes (a request line, a Redis command) must leave at once,
+    // not wait for Nagle's algorithm to batch them.
+    socket.set_nodelay(true)?;
+    // A zero timeout would mean "wait forever" to the kernel.
+    socket.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => Ok(socket.into()),
+        Err(err) if err.raw_os_error() == Some(libc::EINPROGRESS) => Err(io::Error::new(
+            ErrorKind::TimedOut,
+            format!("connect to {addr} timed out after {timeout:?}"),
+        )),
+        Err(err) => Err(err),
+    }
 }
 
 /// `shutdown(SHUT_RDWR)` then close, as the C does; errors are irrelevant
@@ -257,15 +292,22 @@ impl Half {
 
     /// Moves what it can from `src` to `dst` without blocking. Returns the
     /// bytes written.
-    fn step(&mut self, mut src: &TcpStream, mut dst: &TcpStream) -> io::Result<u64> {
+    fn step(&mut self, src: &TcpStream, dst: &TcpStream) -> io::Result<u64> {
         let mut moved = 0;
         loop {
             if self.wants_read() && self.readable {
-                match src.read(&mut self.buf) {
+                match recv(src, &mut self.buf) {
                     Ok(0) => self.eof = true,
                     Ok(n) => {
                         self.start = 0;
                         self.end = n;
+                        // A stream socket fills the buffer when it can: a
+                        // short read means its queue is empty now, so the
+                        // read that would only say `WouldBlock` is skipped
+                        // and `poll` tells when more comes.
+                        if n < self.buf.len() {
+                            self.readable = false;
+                        }
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -273,7 +315,7 @@ impl Half {
                 }
             }
             while self.pending() && self.writable {
-                match dst.write(&self.buf[self.start..self.end]) {
+                match send(dst, &self.buf[self.start..self.end]) {
                     Ok(n) => {
                         self.start += n;
                         moved += n as u64;
@@ -316,8 +358,6 @@ pub fn pump(
     idle_timeout: Duration,
     transfer: &mut Transfer,
 ) -> io::Result<()> {
-    client.set_nonblocking(true)?;
-    backend.set_nonblocking(true)?;
     let mut up = Half::new(buffer_size); // client -> backend
     let mut down = Half::new(buffer_size); // backend -> client
     let timeout_ms = i32::try_from(idle_timeout.as_millis()).unwrap_or(i32::MAX);
@@ -361,6 +401,36 @@ pub fn pump(
     }
 }
 
+/// `recv(2)` that never blocks (`MSG_DONTWAIT`), whatever the socket's mode:
+/// no `fcntl`/`ioctl` is needed to make the sockets non-blocking first.
+fn recv(socket: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the call.
+    let n = unsafe {
+        libc::recv(
+            socket.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// `send(2)` that never blocks, and never raises `SIGPIPE` on a closed peer
+/// (`EPIPE` is returned instead).
+fn send(socket: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for reads of `buf.len()` bytes for the call.
+    let n = unsafe {
+        libc::send(
+            socket.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
 /// A `pollfd` for `socket`. A socket with nothing to wait for gets fd -1,
 /// which `poll(2)` skips: otherwise a hang-up on it (always reported, even
 /// when not asked for) would wake every call at once and spin the CPU.
@@ -388,6 +458,7 @@ fn interest(from: &Half, to: &Half) -> libc::c_short {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
     use std::net::TcpListener;
 
     /// A connected pair of sockets on loopback, with timeouts.
@@ -432,6 +503,37 @@ mod tests {
         let transfer = t.join().unwrap().unwrap();
         assert_eq!(transfer.to_backend, 34);
         assert_eq!(transfer.to_client, 5);
+    }
+
+    #[test]
+    fn connect_sets_nodelay_and_reaches_the_listener() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = connect_one(l.local_addr().unwrap(), Duration::from_secs(5)).unwrap();
+        assert!(stream.nodelay().unwrap());
+        let (_accepted, peer) = l.accept().unwrap();
+        assert_eq!(peer, stream.local_addr().unwrap());
+    }
+
+    #[test]
+    fn connect_gives_up_at_the_timeout() {
+        // A listener whose accept queue is full drops further SYNs, so a
+        // connect to it hangs until the timeout (SO_SNDTIMEO) ends it.
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        l.bind(&addr.into()).unwrap();
+        l.listen(0).unwrap();
+        let addr = l.local_addr().unwrap().as_socket().unwrap();
+        let mut fillers = Vec::new();
+        let started = Instant::now();
+        let err = loop {
+            match connect_one(addr, Duration::from_millis(200)) {
+                Ok(stream) => fillers.push(stream),
+                Err(err) => break err,
+            }
+            assert!(fillers.len() < 64, "the accept queue never filled");
+        };
+        assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[test]
