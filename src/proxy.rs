@@ -15,6 +15,12 @@
 //!   nothing more is read from that source until the buffer is empty. This
 //!   bounds memory and passes the destination's back-pressure on to the
 //!   source through TCP flow control.
+//! - The two buffers belong to the worker thread, not the connection: they
+//!   are mapped once per thread and reused by every connection it serves
+//!   (nothing is allocated or zeroed per connection). When a connection has
+//!   had both buffers empty for [`RELEASE_AFTER`], their pages are handed
+//!   back to the kernel with `madvise(MADV_DONTNEED)`, so an idle connection
+//!   costs its thread's stack and its sockets but no buffer memory.
 //! - Why not a blocking `write_all`: if the client is blocked writing a large
 //!   request and not reading, while the backend is blocked writing a large
 //!   reply to us, a worker stuck in `write_all` toward the client would never
@@ -47,9 +53,11 @@
 //! and both directions stream for as long as either side has data. The final
 //! `shutdown(SHUT_RDWR)` then `close()` on both sockets is the C's.
 
+use std::cell::RefCell;
 use std::io::{self, ErrorKind};
 use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
 use std::os::unix::io::AsRawFd;
+use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -253,9 +261,10 @@ fn close(stream: &TcpStream) {
     // The descriptor itself is closed when the `TcpStream` is dropped.
 }
 
-/// One direction of the pump: a buffer and what we know of both ends.
+/// One direction of the pump: what we know of its buffer and both ends.
+/// The buffer itself belongs to the thread's [`Buffers`] and is passed to
+/// [`Half::step`].
 struct Half {
-    buf: Vec<u8>,
     /// Bytes `buf[start..end]` are read but not yet written.
     start: usize,
     end: usize,
@@ -270,9 +279,8 @@ struct Half {
 }
 
 impl Half {
-    fn new(size: usize) -> Half {
+    fn new() -> Half {
         Half {
-            buf: vec![0; size.max(1)],
             start: 0,
             end: 0,
             eof: false,
@@ -290,13 +298,13 @@ impl Half {
         !self.eof && !self.pending()
     }
 
-    /// Moves what it can from `src` to `dst` without blocking. Returns the
-    /// bytes written.
-    fn step(&mut self, src: &TcpStream, dst: &TcpStream) -> io::Result<u64> {
+    /// Moves what it can from `src` to `dst` through `buf` without
+    /// blocking. Returns the bytes written.
+    fn step(&mut self, buf: &mut [u8], src: &TcpStream, dst: &TcpStream) -> io::Result<u64> {
         let mut moved = 0;
         loop {
             if self.wants_read() && self.readable {
-                match recv(src, &mut self.buf) {
+                match recv(src, buf) {
                     Ok(0) => self.eof = true,
                     Ok(n) => {
                         self.start = 0;
@@ -305,7 +313,7 @@ impl Half {
                         // short read means its queue is empty now, so the
                         // read that would only say `WouldBlock` is skipped
                         // and `poll` tells when more comes.
-                        if n < self.buf.len() {
+                        if n < buf.len() {
                             self.readable = false;
                         }
                     }
@@ -315,7 +323,7 @@ impl Half {
                 }
             }
             while self.pending() && self.writable {
-                match send(dst, &self.buf[self.start..self.end]) {
+                match send(dst, &buf[self.start..self.end]) {
                     Ok(n) => {
                         self.start += n;
                         moved += n as u64;
@@ -358,12 +366,31 @@ pub fn pump(
     idle_timeout: Duration,
     transfer: &mut Transfer,
 ) -> io::Result<()> {
-    let mut up = Half::new(buffer_size); // client -> backend
-    let mut down = Half::new(buffer_size); // backend -> client
+    BUFFERS.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        let buffers = match &mut *cached {
+            Some(b) if b.size == buffer_size.max(1) => b,
+            slot => slot.insert(Buffers::new(buffer_size)?),
+        };
+        pump_with(buffers, client, backend, idle_timeout, transfer)
+    })
+}
+
+fn pump_with(
+    buffers: &mut Buffers,
+    client: &TcpStream,
+    backend: &TcpStream,
+    idle_timeout: Duration,
+    transfer: &mut Transfer,
+) -> io::Result<()> {
+    let mut up = Half::new(); // client -> backend
+    let mut down = Half::new(); // backend -> client
     let timeout_ms = i32::try_from(idle_timeout.as_millis()).unwrap_or(i32::MAX);
+    let release_ms = i32::try_from(RELEASE_AFTER.as_millis()).unwrap_or(i32::MAX);
     loop {
-        transfer.to_backend += up.step(client, backend)?;
-        transfer.to_client += down.step(backend, client)?;
+        let (up_buf, down_buf) = buffers.halves();
+        transfer.to_backend += up.step(up_buf, client, backend)?;
+        transfer.to_client += down.step(down_buf, backend, client)?;
         if up.done && down.done {
             return Ok(());
         }
@@ -371,15 +398,20 @@ pub fn pump(
             watch(client, interest(&up, &down)),
             watch(backend, interest(&down, &up)),
         ];
-        // SAFETY: `fds` is a valid array of two pollfd for the whole call.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
-        if ready < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == ErrorKind::Interrupted {
-                continue;
+        // Nothing waits in either buffer: if the wait is long, give their
+        // pages back after RELEASE_AFTER, then wait out the rest.
+        let idle = !up.pending() && !down.pending();
+        let ready = if idle && timeout_ms > release_ms {
+            match poll(&mut fds, release_ms)? {
+                0 => {
+                    buffers.release();
+                    poll(&mut fds, timeout_ms - release_ms)?
+                }
+                ready => ready,
             }
-            return Err(err);
-        }
+        } else {
+            poll(&mut fds, timeout_ms)?
+        };
         if ready == 0 {
             return Err(io::Error::new(ErrorKind::TimedOut, "idle timeout"));
         }
@@ -397,6 +429,104 @@ pub fn pump(
         }
         if fds[1].revents & (libc::POLLOUT | ANY) != 0 {
             up.writable = true;
+        }
+    }
+}
+
+/// `poll(2)` on `fds` for at most `timeout_ms`; returns how many are ready
+/// (0 at the timeout). A signal restarts the wait with the whole timeout.
+fn poll(fds: &mut [libc::pollfd; 2], timeout_ms: i32) -> io::Result<i32> {
+    loop {
+        // SAFETY: `fds` is a valid array of two pollfd for the whole call.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        if ready >= 0 {
+            return Ok(ready);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// How long a connection may sit with both buffers empty before their
+/// pages are given back to the kernel. Long enough that a busy connection
+/// (or a keep-alive client between requests) never pays for it, short
+/// enough that a thousand idle connections cost no buffer memory.
+pub const RELEASE_AFTER: Duration = Duration::from_millis(500);
+
+thread_local! {
+    /// This thread's pump buffers, kept for every connection it serves so
+    /// none is allocated (and zeroed) per connection.
+    static BUFFERS: RefCell<Option<Buffers>> = const { RefCell::new(None) };
+}
+
+/// The two buffers of the pump (one per direction) in one anonymous,
+/// private mapping of their own.
+///
+/// Why a mapping and not a `Vec`: its pages are whole, so `madvise(2)` with
+/// `MADV_DONTNEED` can hand them back to the kernel while a connection is
+/// idle ([`Buffers::release`]), taking them out of the resident set; the
+/// next read finds fresh zeroed pages. A thread that never reads never
+/// touches them, so they cost no memory at all until used.
+struct Buffers {
+    ptr: NonNull<u8>,
+    /// Bytes mapped: `2 * size` rounded up to whole pages.
+    len: usize,
+    /// Bytes per direction.
+    size: usize,
+}
+
+impl Buffers {
+    fn new(size: usize) -> io::Result<Buffers> {
+        let size = size.max(1);
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let len = (2 * size).div_ceil(page) * page;
+        // SAFETY: a new anonymous private mapping; no existing memory is
+        // touched. The result is checked against MAP_FAILED.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(ptr.cast()).ok_or_else(io::Error::last_os_error)?;
+        Ok(Buffers { ptr, len, size })
+    }
+
+    /// The client-to-backend and backend-to-client buffers.
+    fn halves(&mut self) -> (&mut [u8], &mut [u8]) {
+        // SAFETY: the mapping is `len >= 2 * size` bytes, readable and
+        // writable, owned by `self` and borrowed mutably for the slices'
+        // lifetime, so nothing else reads or writes it meanwhile.
+        let all = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), 2 * self.size) };
+        all.split_at_mut(self.size)
+    }
+
+    /// Hands the pages back to the kernel; their content (nothing pending,
+    /// by the caller's check) reads as zeros from now on.
+    fn release(&mut self) {
+        // SAFETY: the range is exactly our own mapping, and no slice into it
+        // is alive (`&mut self`). An error only means the pages stay.
+        unsafe {
+            libc::madvise(self.ptr.as_ptr().cast(), self.len, libc::MADV_DONTNEED);
+        }
+    }
+}
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`, once.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
         }
     }
 }
@@ -534,6 +664,22 @@ mod tests {
         };
         assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn released_buffers_read_as_zeros_and_stay_usable() {
+        let mut b = Buffers::new(5000).unwrap();
+        assert!(b.len >= 10000 && b.len % 4096 == 0);
+        let (up, down) = b.halves();
+        assert_eq!((up.len(), down.len()), (5000, 5000));
+        up.fill(7);
+        down.fill(9);
+        b.release();
+        let (up, down) = b.halves();
+        assert!(up.iter().chain(down.iter()).all(|&x| x == 0));
+        up[4999] = 1;
+        down[0] = 2;
+        assert_eq!((up[4999], down[0]), (1, 2));
     }
 
     #[test]

@@ -54,6 +54,12 @@ def main():
     ap.add_argument("--pids", required=True, help="comma-separated PIDs")
     ap.add_argument("--backend-ports", required=True, help="comma-separated")
     ap.add_argument("--deadline", type=float, default=30.0)
+    ap.add_argument(
+        "--hold",
+        type=float,
+        default=2.0,
+        help="seconds to hold the connections idle before reading the RSS",
+    )
     a = ap.parse_args()
     pids = [int(p) for p in a.pids.split(",") if p]
     ports = {int(p) for p in a.backend_ports.split(",") if p}
@@ -78,7 +84,10 @@ def main():
                 )
                 break
             time.sleep(0.1)
-        # Then until the resident set stops moving (five equal readings).
+        # Hold them idle a while (a proxy may free buffers of connections
+        # that went quiet), then wait until the resident set stops moving
+        # (five equal readings).
+        time.sleep(a.hold)
         last, same = -1, 0
         while same < 5 and time.monotonic() < deadline:
             now = rss_kib(pids)
