@@ -68,6 +68,7 @@ impl Balancer {
             buffer_size: config.buffer_size,
             connect_timeout: config.connect_timeout,
             idle_timeout: config.idle_timeout,
+            splice: config.pump.splice,
         });
         let pool = Pool::new(
             config.workers,

@@ -21,6 +21,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::backend::BackendSpec;
 use crate::config::{parse_duration, parse_size, Config};
 use crate::error::{Error, Result};
+use crate::proxy::PumpOptions;
 
 /// rodizio: a thread-per-connection TCP load balancer (round robin by default).
 #[derive(Debug, Parser)]
@@ -102,6 +103,9 @@ pub struct BalancerArgs {
     /// On SIGINT/SIGTERM, wait this long for connections in flight.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// The pump's flags (--splice).
+    #[command(flatten)]
+    pub pump: PumpOptions,
 }
 
 fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
@@ -130,6 +134,7 @@ impl BalancerArgs {
             connect_timeout: self.connect_timeout,
             idle_timeout: self.idle_timeout,
             drain_timeout: self.drain_timeout,
+            pump: self.pump.clone(),
         })
     }
 }

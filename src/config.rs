@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
+use crate::proxy::PumpOptions;
 
 /// The article's `_PORT`.
 pub const DEFAULT_PORT: u16 = 8080;
@@ -52,6 +53,8 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// Longest wait for connections in flight after a shutdown. Default 30 s.
     pub drain_timeout: Duration,
+    /// How the pump moves bytes (`--splice`). Default: through buffers.
+    pub pump: PumpOptions,
 }
 
 impl Default for Config {
@@ -67,6 +70,7 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(3),
             idle_timeout: Duration::from_secs(600),
             drain_timeout: Duration::from_secs(30),
+            pump: PumpOptions::default(),
         }
     }
 }

@@ -56,7 +56,8 @@
 use std::cell::RefCell;
 use std::io::{self, ErrorKind};
 use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
-use std::os::unix::io::AsRawFd;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::io::{AsRawFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -94,6 +95,19 @@ pub struct Proxy {
     pub connect_timeout: Duration,
     /// Longest time with no byte moving before the connection is closed.
     pub idle_timeout: Duration,
+    /// Move bytes with `splice(2)` ([`splice_pump`]) instead of buffers.
+    pub splice: bool,
+}
+
+/// The pump's flags.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct PumpOptions {
+    /// Move bytes with splice(2) through a pipe per direction (Linux, zero
+    /// copy, up to 64 KiB per call) instead of 4096-byte reads and writes;
+    /// --buffer-size is then unused. Off by default: the article's pump
+    /// copies through a buffer.
+    #[arg(long)]
+    pub splice: bool,
 }
 
 /// How one proxied connection went.
@@ -124,13 +138,17 @@ impl Proxy {
         let _active = backend.start_connection();
         self.stats.active.fetch_add(1, Ordering::Relaxed);
         let mut transfer = Transfer::default();
-        let result = pump(
-            &client,
-            &backend_sock,
-            self.buffer_size,
-            self.idle_timeout,
-            &mut transfer,
-        );
+        let result = if self.splice {
+            splice_pump(&client, &backend_sock, self.idle_timeout, &mut transfer)
+        } else {
+            pump(
+                &client,
+                &backend_sock,
+                self.buffer_size,
+                self.idle_timeout,
+                &mut transfer,
+            )
+        };
         if result.is_err() {
             // Cut both sides at once, as the C's shutdown(SHUT_RDWR) does.
             // After a clean finish each socket has already sent and
@@ -298,13 +316,13 @@ impl Half {
         !self.eof && !self.pending()
     }
 
-    /// Moves what it can from `src` to `dst` through `buf` without
+    /// Moves what it can from `src` to `dst` through `via` without
     /// blocking. Returns the bytes written.
-    fn step(&mut self, buf: &mut [u8], src: &TcpStream, dst: &TcpStream) -> io::Result<u64> {
+    fn step(&mut self, via: &mut Through, src: &TcpStream, dst: &TcpStream) -> io::Result<u64> {
         let mut moved = 0;
         loop {
             if self.wants_read() && self.readable {
-                match recv(src, buf) {
+                match via.fill(src) {
                     Ok(0) => self.eof = true,
                     Ok(n) => {
                         self.start = 0;
@@ -312,8 +330,10 @@ impl Half {
                         // A stream socket fills the buffer when it can: a
                         // short read means its queue is empty now, so the
                         // read that would only say `WouldBlock` is skipped
-                        // and `poll` tells when more comes.
-                        if n < buf.len() {
+                        // and `poll` tells when more comes. (Through a pipe
+                        // a short read may also mean the pipe is full: the
+                        // next `poll` then returns at once, no harm done.)
+                        if n < via.capacity() {
                             self.readable = false;
                         }
                     }
@@ -323,7 +343,7 @@ impl Half {
                 }
             }
             while self.pending() && self.writable {
-                match send(dst, &buf[self.start..self.end]) {
+                match via.drain(dst, self.start, self.end) {
                     Ok(n) => {
                         self.start += n;
                         moved += n as u64;
@@ -372,12 +392,168 @@ pub fn pump(
             Some(b) if b.size == buffer_size.max(1) => b,
             slot => slot.insert(Buffers::new(buffer_size)?),
         };
-        pump_with(buffers, client, backend, idle_timeout, transfer)
+        pump_with(
+            &mut Conduits::Buffers(buffers),
+            client,
+            backend,
+            idle_timeout,
+            transfer,
+        )
     })
 }
 
+/// Like [`pump`], but moves the bytes with `splice(2)` through a pipe per
+/// direction instead of reading them into user memory and writing them out
+/// again (Linux only, the `--splice` flag). The kernel moves socket pages
+/// into the pipe and on to the other socket: no copy through the process,
+/// and up to a pipe's capacity (64 KiB) per call instead of 4096 bytes.
+/// The pipes belong to the worker thread and serve each of its connections
+/// in turn; after an error they may hold stale bytes, so they are closed
+/// and made anew for the next connection.
+///
+/// # Errors
+///
+/// As [`pump`]; also the errors of `pipe2(2)` and `splice(2)`.
+pub fn splice_pump(
+    client: &TcpStream,
+    backend: &TcpStream,
+    idle_timeout: Duration,
+    transfer: &mut Transfer,
+) -> io::Result<()> {
+    // splice(2) honours SPLICE_F_NONBLOCK on the pipe side only: the
+    // sockets themselves must be non-blocking.
+    client.set_nonblocking(true)?;
+    backend.set_nonblocking(true)?;
+    PIPES.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        let pipes = match &mut *cached {
+            Some(p) => p,
+            slot => slot.insert([Pipe::new()?, Pipe::new()?]),
+        };
+        let result = pump_with(
+            &mut Conduits::Pipes(pipes),
+            client,
+            backend,
+            idle_timeout,
+            transfer,
+        );
+        if result.is_err() {
+            *cached = None;
+        }
+        result
+    })
+}
+
+/// What the two directions of one pump move their bytes through.
+enum Conduits<'a> {
+    Buffers(&'a mut Buffers),
+    Pipes(&'a [Pipe; 2]),
+}
+
+impl Conduits<'_> {
+    /// Client-to-backend and backend-to-client.
+    fn halves(&mut self) -> (Through<'_>, Through<'_>) {
+        match self {
+            Conduits::Buffers(b) => {
+                let (up, down) = b.halves();
+                (Through::Buffer(up), Through::Buffer(down))
+            }
+            Conduits::Pipes([up, down]) => (Through::Pipe(up), Through::Pipe(down)),
+        }
+    }
+
+    /// Gives memory back while the connection is idle. A drained pipe holds
+    /// no pages, so only buffers have anything to give.
+    fn release(&mut self) {
+        if let Conduits::Buffers(b) = self {
+            b.release();
+        }
+    }
+}
+
+/// Where one direction's bytes wait between the read and the write.
+enum Through<'a> {
+    /// User memory: `recv` copies into it and `send` copies out of it.
+    Buffer(&'a mut [u8]),
+    /// A pipe: `splice` moves socket pages in and out, no copy.
+    Pipe(&'a Pipe),
+}
+
+impl Through<'_> {
+    /// The most one read can take.
+    fn capacity(&self) -> usize {
+        match self {
+            Through::Buffer(buf) => buf.len(),
+            Through::Pipe(pipe) => pipe.capacity,
+        }
+    }
+
+    /// Reads from `src` into the (empty) buffer or pipe.
+    fn fill(&mut self, src: &TcpStream) -> io::Result<usize> {
+        match self {
+            Through::Buffer(buf) => recv(src, buf),
+            Through::Pipe(pipe) => splice(src.as_raw_fd(), pipe.write.as_raw_fd(), pipe.capacity),
+        }
+    }
+
+    /// Writes the bytes `start..end` of what `fill` read on to `dst`.
+    fn drain(&mut self, dst: &TcpStream, start: usize, end: usize) -> io::Result<usize> {
+        match self {
+            Through::Buffer(buf) => send(dst, &buf[start..end]),
+            // The pipe holds exactly the bytes not yet written, in order.
+            Through::Pipe(pipe) => splice(pipe.read.as_raw_fd(), dst.as_raw_fd(), end - start),
+        }
+    }
+}
+
+/// A non-blocking pipe used by [`splice_pump`] for one direction.
+struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+    /// Bytes it holds at most (`F_GETPIPE_SZ`, 64 KiB by default).
+    capacity: usize,
+}
+
+impl Pipe {
+    fn new() -> io::Result<Pipe> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: `fds` is a valid array of two ints for the call.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 succeeded, so both are open descriptors owned by no
+        // one else; OwnedFd closes each exactly once.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: F_GETPIPE_SZ on a pipe we own; no pointer involved.
+        let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
+        let capacity = usize::try_from(size).unwrap_or(0).max(4096);
+        Ok(Pipe {
+            read,
+            write,
+            capacity,
+        })
+    }
+}
+
+/// One `splice(2)` of at most `len` bytes from `from` to `to`, one of which
+/// is a pipe; never blocks on the pipe (the sockets are non-blocking).
+fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
+    // SAFETY: plain descriptors and null offsets (both are streams).
+    let n = unsafe {
+        libc::splice(
+            from,
+            std::ptr::null_mut(),
+            to,
+            std::ptr::null_mut(),
+            len,
+            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
 fn pump_with(
-    buffers: &mut Buffers,
+    conduits: &mut Conduits,
     client: &TcpStream,
     backend: &TcpStream,
     idle_timeout: Duration,
@@ -388,9 +564,9 @@ fn pump_with(
     let timeout_ms = i32::try_from(idle_timeout.as_millis()).unwrap_or(i32::MAX);
     let release_ms = i32::try_from(RELEASE_AFTER.as_millis()).unwrap_or(i32::MAX);
     loop {
-        let (up_buf, down_buf) = buffers.halves();
-        transfer.to_backend += up.step(up_buf, client, backend)?;
-        transfer.to_client += down.step(down_buf, backend, client)?;
+        let (mut up_via, mut down_via) = conduits.halves();
+        transfer.to_backend += up.step(&mut up_via, client, backend)?;
+        transfer.to_client += down.step(&mut down_via, backend, client)?;
         if up.done && down.done {
             return Ok(());
         }
@@ -404,7 +580,7 @@ fn pump_with(
         let ready = if idle && timeout_ms > release_ms {
             match poll(&mut fds, release_ms)? {
                 0 => {
-                    buffers.release();
+                    conduits.release();
                     poll(&mut fds, timeout_ms - release_ms)?
                 }
                 ready => ready,
@@ -459,6 +635,8 @@ thread_local! {
     /// This thread's pump buffers, kept for every connection it serves so
     /// none is allocated (and zeroed) per connection.
     static BUFFERS: RefCell<Option<Buffers>> = const { RefCell::new(None) };
+    /// This thread's pipes for `--splice`, one per direction.
+    static PIPES: RefCell<Option<[Pipe; 2]>> = const { RefCell::new(None) };
 }
 
 /// The two buffers of the pump (one per direction) in one anonymous,
@@ -664,6 +842,120 @@ mod tests {
         };
         assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    /// `len` bytes that differ from one seed to another and have no short
+    /// period, so a lost, doubled or reordered chunk shows.
+    fn pattern(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// Sends `up` from the client and `down` from the backend at the same
+    /// time through a pump, and returns what each side received.
+    fn through_pump(splice: bool, up: &[u8], down: &[u8]) -> (Vec<u8>, Vec<u8>, Transfer) {
+        let (mut client, client_end) = pair();
+        let (backend_end, mut backend) = pair();
+        let pump_thread = std::thread::spawn(move || {
+            let mut transfer = Transfer::default();
+            let timeout = Duration::from_secs(10);
+            let result = if splice {
+                splice_pump(&client_end, &backend_end, timeout, &mut transfer)
+            } else {
+                pump(&client_end, &backend_end, 4096, timeout, &mut transfer)
+            };
+            result.map(|_| transfer)
+        });
+        let mut client_w = client.try_clone().unwrap();
+        let mut backend_w = backend.try_clone().unwrap();
+        let (up, down) = (up.to_vec(), down.to_vec());
+        let up_writer = std::thread::spawn(move || {
+            client_w.write_all(&up).unwrap();
+            client_w.shutdown(Direction::Write).unwrap();
+        });
+        let down_writer = std::thread::spawn(move || {
+            backend_w.write_all(&down).unwrap();
+            backend_w.shutdown(Direction::Write).unwrap();
+        });
+        let at_backend = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            backend.read_to_end(&mut got).unwrap();
+            got
+        });
+        let mut at_client = Vec::new();
+        client.read_to_end(&mut at_client).unwrap();
+        up_writer.join().unwrap();
+        down_writer.join().unwrap();
+        let at_backend = at_backend.join().unwrap();
+        let transfer = pump_thread.join().unwrap().unwrap();
+        (at_backend, at_client, transfer)
+    }
+
+    #[test]
+    fn ten_mib_each_way_survive_byte_for_byte() {
+        let up = pattern(10 << 20, 1);
+        let down = pattern(10 << 20, 2);
+        for splice in [false, true] {
+            let (at_backend, at_client, transfer) = through_pump(splice, &up, &down);
+            assert!(
+                at_backend == up,
+                "client -> backend differs (splice {splice})"
+            );
+            assert!(
+                at_client == down,
+                "backend -> client differs (splice {splice})"
+            );
+            assert_eq!(transfer.to_backend, 10 << 20);
+            assert_eq!(transfer.to_client, 10 << 20);
+        }
+    }
+
+    #[test]
+    fn splice_pipes_serve_one_connection_after_another() {
+        // One thread pumps two connections in turn: the second goes
+        // through the pipes the first left (drained) behind, and each
+        // passes its half-close on.
+        let (tx, rx) = crossbeam_channel::unbounded::<(TcpStream, TcpStream)>();
+        let worker = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let (c, b) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+                let mut t = Transfer::default();
+                splice_pump(&c, &b, Duration::from_secs(10), &mut t).unwrap();
+            }
+        });
+        for i in 0..2u8 {
+            let (mut client, client_end) = pair();
+            let (backend_end, mut backend) = pair();
+            tx.send((client_end, backend_end)).unwrap();
+            client.write_all(&[b'q', i, 0]).unwrap();
+            client.shutdown(Direction::Write).unwrap();
+            let mut got = Vec::new();
+            backend.read_to_end(&mut got).unwrap();
+            assert_eq!(got, [b'q', i, 0]);
+            backend.write_all(&[b'r', i]).unwrap();
+            backend.shutdown(Direction::Write).unwrap();
+            let mut reply = Vec::new();
+            client.read_to_end(&mut reply).unwrap();
+            assert_eq!(reply, [b'r', i]);
+        }
+        worker.join().unwrap();
+    }
+
+    #[test]
+    fn splice_is_a_flag_off_by_default() {
+        use crate::cli::Cli;
+        use clap::Parser;
+        let off = Cli::try_parse_from(["rodizio"]).unwrap();
+        assert!(!off.balancer.to_config().unwrap().pump.splice);
+        let on = Cli::try_parse_from(["rodizio", "--splice"]).unwrap();
+        assert!(on.balancer.to_config().unwrap().pump.splice);
     }
 
     #[test]
