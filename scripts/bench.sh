@@ -44,13 +44,16 @@ fi
 OUT=$ROOT/bench-out
 DOCS=$ROOT/docs
 PROXIES=(rodizio haproxy nginx direct)
+# rodizio --splice runs the bulk workloads too (the small-message ones see
+# no difference from zero copy, and the run stays short).
+BULK_PROXIES=(rodizio rodizio-splice haproxy nginx direct)
 WORKLOADS=(short keepalive bulk iperf redis)
 
 # Ports (loopback only). Backends, then one front port per proxy and kind.
 B1=18081; B2=18082; B3=18083; REDIS=18379; IPERF=18520
-declare -A HTTP_PORT=([rodizio]=18101 [haproxy]=18102 [nginx]=18103 [direct]=$B1)
+declare -A HTTP_PORT=([rodizio]=18101 [haproxy]=18102 [nginx]=18103 [rodizio-splice]=18104 [direct]=$B1)
 declare -A REDIS_PORT=([rodizio]=18201 [haproxy]=18202 [nginx]=18203 [direct]=$REDIS)
-declare -A IPERF_PORT=([rodizio]=18301 [haproxy]=18302 [nginx]=18303 [direct]=$IPERF)
+declare -A IPERF_PORT=([rodizio]=18301 [haproxy]=18302 [nginx]=18303 [rodizio-splice]=18304 [direct]=$IPERF)
 
 log() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 info() { printf '   %s\n' "$*"; }
@@ -249,6 +252,11 @@ pids_for() {  # workload proxy
       iperf) echo "$RODIZIO_IPERF" ;;
       *) echo "$RODIZIO_HTTP" ;;
     esac
+  elif [ "$2" = rodizio-splice ]; then
+    case $1 in
+      iperf) echo "$SPLICE_IPERF" ;;
+      *) echo "$SPLICE_HTTP" ;;
+    esac
   else
     echo "${PIDS[$2]:-}"
   fi
@@ -269,7 +277,7 @@ measure() {  # round workload proxy
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$wl" "$proxy" \
     "$(echo "$res" | tr ' ' '\t')" "$((after - before))" "$hwm" "$thr" >>"$OUT/raw.tsv"
   read -r thr_v p99 errs _ <<<"$res"
-  printf '   r%-2s %-9s %-8s %12s  p99 %-8s errors %s\n' "$round" "$wl" "$proxy" "$thr_v" "$p99" "$errs"
+  printf '   r%-2s %-9s %-14s %12s  p99 %-8s errors %s\n' "$round" "$wl" "$proxy" "$thr_v" "$p99" "$errs"
 }
 
 # ---------------------------------------------------------------- main
@@ -287,7 +295,7 @@ chmod 755 "$OUT" "$OUT/backend" "$OUT/backend/www"
 # Up to 1000 idle connections through each proxy, two sockets each.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
-for p in $B1 $B2 $B3 $REDIS $IPERF 181{01..03} 182{01..03} 183{01..03} 184{01..03} 184{12,13,22,23}; do
+for p in $B1 $B2 $B3 $REDIS $IPERF 181{01..04} 182{01..03} 183{01..04} 184{01..03} 184{12,13,22,23}; do
   port_free "$p" || { echo "port $p is in use; stop what holds it first" >&2; exit 1; }
 done
 
@@ -324,6 +332,12 @@ RODIZIO_REDIS=$LAST_PID
 start rodizio-iperf "$RODIZIO" -l "127.0.0.1:${IPERF_PORT[rodizio]}" -b "127.0.0.1:$IPERF" --idle-timeout 120s
 RODIZIO_IPERF=$LAST_PID
 PIDS[rodizio]=$RODIZIO_HTTP
+start rodizio-splice-http "$RODIZIO" --splice -l "127.0.0.1:${HTTP_PORT[rodizio-splice]}" \
+  -b "127.0.0.1:$B1" -b "127.0.0.1:$B2" -b "127.0.0.1:$B3" --idle-timeout 120s
+SPLICE_HTTP=$LAST_PID
+start rodizio-splice-iperf "$RODIZIO" --splice -l "127.0.0.1:${IPERF_PORT[rodizio-splice]}" \
+  -b "127.0.0.1:$IPERF" --idle-timeout 120s
+SPLICE_IPERF=$LAST_PID
 
 subst haproxy.cfg.in "$OUT/haproxy.cfg" "$OUT" "${HTTP_PORT[haproxy]}" "${REDIS_PORT[haproxy]}" "${IPERF_PORT[haproxy]}"
 start haproxy haproxy -f "$OUT/haproxy.cfg" -db
@@ -332,12 +346,12 @@ PIDS[haproxy]=$LAST_PID
 subst nginx-stream.conf.in "$OUT/stream/nginx.conf" "$OUT/stream" "${HTTP_PORT[nginx]}" "${REDIS_PORT[nginx]}" "${IPERF_PORT[nginx]}"
 start nginx-stream nginx -p "$OUT/stream" -c "$OUT/stream/nginx.conf" -e "$OUT/stream/error.log"
 PIDS[nginx]=$(nginx_pids "$LAST_PID")
-for p in 18101 18102 18103 18201 18202 18203 18301 18302 18303; do wait_listen "$p"; done
-info "rodizio pids $RODIZIO_HTTP (http) $RODIZIO_REDIS (redis) $RODIZIO_IPERF (iperf3)"
+for p in 181{01..04} 182{01..03} 183{01..04}; do wait_listen "$p"; done
+info "rodizio pids $RODIZIO_HTTP (http) $RODIZIO_REDIS (redis) $RODIZIO_IPERF (iperf3), --splice $SPLICE_HTTP $SPLICE_IPERF"
 info "haproxy pid ${PIDS[haproxy]}, nginx pids ${PIDS[nginx]}"
 
 # Sanity: each proxy serves the small file.
-for proxy in "${PROXIES[@]}"; do
+for proxy in "${BULK_PROXIES[@]}"; do
   size=$(timeout 10 curl -s -o /dev/null -w '%{size_download}' \
     "http://127.0.0.1:${HTTP_PORT[$proxy]}/small.html" || echo 0)
   [ "$size" = 612 ] || { echo "$proxy does not serve the small file (got $size bytes)" >&2; exit 1; }
@@ -381,7 +395,8 @@ log "$ROUNDS rounds: ${WORKLOADS[*]} x ${PROXIES[*]}"
 printf 'round\tworkload\tproxy\tthroughput\tp99_ms\terrors\tunits\tcpu_ticks\thwm_kib\tthreads\n' >"$OUT/raw.tsv"
 for round in $(seq "$ROUNDS"); do
   for wl in "${WORKLOADS[@]}"; do
-    for proxy in "${PROXIES[@]}"; do
+    if [ "$wl" = bulk ] || [ "$wl" = iperf ]; then set -- "${BULK_PROXIES[@]}"; else set -- "${PROXIES[@]}"; fi
+    for proxy in "$@"; do
       measure "$round" "$wl" "$proxy"
     done
   done
@@ -410,7 +425,7 @@ mkdir -p "$DOCS"
   echo "bulk=ab -n $BULK_N -c 10 (1 MiB file)"
   echo "iperf=iperf3 -t $IPERF_SECS (one stream)"
   echo "redis=redis-benchmark -n $REDIS_N -c 50 -t set,get"
-  echo "idle=$IDLE_N connections held, one byte sent on each"
+  echo "idle=$IDLE_N connections, one byte sent on each, held idle 2 s"
 } >"$OUT/meta.txt"
 python3 "$ROOT/scripts/bench/report.py" "$OUT" >"$OUT/benchmarks.md"
 gnuplot "$OUT/chart.gp"

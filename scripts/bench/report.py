@@ -9,8 +9,14 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-PROXIES = ["rodizio", "haproxy", "nginx", "direct"]
-NAMES = {"rodizio": "rodizio", "haproxy": "HAProxy", "nginx": "nginx stream", "direct": "direct"}
+PROXIES = ["rodizio", "rodizio-splice", "haproxy", "nginx", "direct"]
+NAMES = {
+    "rodizio": "rodizio",
+    "rodizio-splice": "rodizio --splice",
+    "haproxy": "HAProxy",
+    "nginx": "nginx stream",
+    "direct": "direct",
+}
 WORKLOADS = {
     # key: (title, throughput unit, CPU unit, units per CPU denominator)
     "short": ("Short connections", "req/s", "CPU µs/req", 1e-6),
@@ -124,15 +130,18 @@ def main():
     p()
     p("### Ratios of throughput")
     p()
-    p("| workload | rodizio ÷ HAProxy | nginx ÷ HAProxy | rodizio ÷ best of HAProxy, nginx | rodizio ÷ direct |")
-    p("|---|---:|---:|---:|---:|")
+    p("| workload | rodizio ÷ HAProxy | nginx ÷ HAProxy | rodizio ÷ best of HAProxy, nginx | "
+      "rodizio --splice ÷ best of HAProxy, nginx | rodizio ÷ direct |")
+    p("|---|---:|---:|---:|---:|---:|")
     for wl in WORKLOADS:
         best = max(
             (summary.get((wl, x), {}).get("thr", 0) for x in ("haproxy", "nginx")), default=0
         )
         rb = summary[(wl, "rodizio")]["thr"] / best if best else float("nan")
+        sp = summary.get((wl, "rodizio-splice"))
+        sb = sp["thr"] / best if sp and best else float("nan")
         p(f"| {WORKLOADS[wl][0]} | {fmt(ratio(wl, 'rodizio', 'haproxy'), 2)} | "
-          f"{fmt(ratio(wl, 'nginx', 'haproxy'), 2)} | {fmt(rb, 2)} | "
+          f"{fmt(ratio(wl, 'nginx', 'haproxy'), 2)} | {fmt(rb, 2)} | {fmt(sb, 2)} | "
           f"{fmt(ratio(wl, 'rodizio', 'direct'), 2)} |")
     p()
     for wl, (title, unit, cpu_unit, _) in WORKLOADS.items():
@@ -170,12 +179,12 @@ def main():
 
     # The chart: throughput relative to HAProxy, grouped by workload.
     with open(out / "chart.dat", "w") as f:
-        f.write("workload rodizio haproxy nginx direct\n")
+        f.write("workload rodizio rodizio-splice haproxy nginx direct\n")
         for wl in WORKLOADS:
             vals = [ratio(wl, x, "haproxy") for x in PROXIES]
             f.write('"{}" {}\n'.format(
                 WORKLOADS[wl][0].split(":")[0].split(",")[0],
-                " ".join("0" if v != v else f"{v:.3f}" for v in vals)))
+                " ".join("?" if v != v else f"{v:.3f}" for v in vals)))
     (out / "chart.gp").write_text(f"""\
 set terminal pngcairo size 900,480 font "sans,10"
 set output "{out}/benchmarks.png"
@@ -188,11 +197,13 @@ set ylabel "× HAProxy"
 set yrange [0:*]
 set grid ytics
 set key top left
+set datafile missing "?"
 set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2 lc rgb "#444444"
 plot "{out}/chart.dat" using 2:xtic(1) title "rodizio" lc rgb "#d9534f", \\
-     "" using 3 title "HAProxy" lc rgb "#5b9bd5", \\
-     "" using 4 title "nginx stream" lc rgb "#70ad47", \\
-     "" using 5 title "direct (no proxy)" lc rgb "#a5a5a5"
+     "" using 3 title "rodizio --splice" lc rgb "#f0ad4e", \\
+     "" using 4 title "HAProxy" lc rgb "#5b9bd5", \\
+     "" using 5 title "nginx stream" lc rgb "#70ad47", \\
+     "" using 6 title "direct (no proxy)" lc rgb "#a5a5a5"
 """)
 
 
