@@ -32,6 +32,10 @@
 //!   when data is already there (a request that arrived with the
 //!   connection) it costs no `poll` call, and a short read means the socket
 //!   is drained, so no extra read is spent only to hear `WouldBlock`.
+//! - A write of a chunk that filled the whole buffer passes `MSG_MORE`: the
+//!   source is streaming, so the kernel may gather several 4096-byte chunks
+//!   into one segment. Before the pump waits in `poll`, any such held bytes
+//!   are pushed out (`TCP_NODELAY` set again), so nothing is delayed.
 //! - The sockets stay in blocking mode; every `recv`/`send` passes
 //!   `MSG_DONTWAIT` instead, which saves the `ioctl` per socket that
 //!   switching modes costs.
@@ -294,6 +298,9 @@ struct Half {
     readable: bool,
     /// The last write did not say `WouldBlock` (or poll said writable since).
     writable: bool,
+    /// The last write said "more is coming" (`MSG_MORE`): the kernel may
+    /// hold its bytes to fill a bigger segment until [`uncork`] is called.
+    corked: bool,
 }
 
 impl Half {
@@ -305,6 +312,7 @@ impl Half {
             done: false,
             readable: true,
             writable: true,
+            corked: false,
         }
     }
 
@@ -342,9 +350,15 @@ impl Half {
                     Err(e) => return Err(e),
                 }
             }
+            // A read that filled the whole buffer says the source is
+            // streaming: tell the kernel more is coming, so it can send
+            // full-sized segments instead of one per 4096-byte chunk (the
+            // receiver then wakes once per segment, not per chunk).
+            let more = self.end == via.capacity();
             while self.pending() && self.writable {
-                match via.drain(dst, self.start, self.end) {
+                match via.drain(dst, self.start, self.end, more) {
                     Ok(n) => {
+                        self.corked = more;
                         self.start += n;
                         moved += n as u64;
                     }
@@ -492,16 +506,28 @@ impl Through<'_> {
     fn fill(&mut self, src: &TcpStream) -> io::Result<usize> {
         match self {
             Through::Buffer(buf) => recv(src, buf),
-            Through::Pipe(pipe) => splice(src.as_raw_fd(), pipe.write.as_raw_fd(), pipe.capacity),
+            Through::Pipe(pipe) => {
+                splice(src.as_raw_fd(), pipe.write.as_raw_fd(), pipe.capacity, 0)
+            }
         }
     }
 
     /// Writes the bytes `start..end` of what `fill` read on to `dst`.
-    fn drain(&mut self, dst: &TcpStream, start: usize, end: usize) -> io::Result<usize> {
+    /// `more`: more bytes will follow at once (`MSG_MORE`).
+    fn drain(
+        &mut self,
+        dst: &TcpStream,
+        start: usize,
+        end: usize,
+        more: bool,
+    ) -> io::Result<usize> {
         match self {
-            Through::Buffer(buf) => send(dst, &buf[start..end]),
+            Through::Buffer(buf) => send(dst, &buf[start..end], more),
             // The pipe holds exactly the bytes not yet written, in order.
-            Through::Pipe(pipe) => splice(pipe.read.as_raw_fd(), dst.as_raw_fd(), end - start),
+            Through::Pipe(pipe) => {
+                let more = if more { libc::SPLICE_F_MORE } else { 0 };
+                splice(pipe.read.as_raw_fd(), dst.as_raw_fd(), end - start, more)
+            }
         }
     }
 }
@@ -537,7 +563,7 @@ impl Pipe {
 
 /// One `splice(2)` of at most `len` bytes from `from` to `to`, one of which
 /// is a pipe; never blocks on the pipe (the sockets are non-blocking).
-fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
+fn splice(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> io::Result<usize> {
     // SAFETY: plain descriptors and null offsets (both are streams).
     let n = unsafe {
         libc::splice(
@@ -546,7 +572,7 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
             to,
             std::ptr::null_mut(),
             len,
-            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK | flags,
         )
     };
     usize::try_from(n).map_err(|_| io::Error::last_os_error())
@@ -569,6 +595,16 @@ fn pump_with(
         transfer.to_client += down.step(&mut down_via, backend, client)?;
         if up.done && down.done {
             return Ok(());
+        }
+        // About to wait: whatever a "more is coming" write left in the
+        // kernel must leave now.
+        if up.corked {
+            up.corked = false;
+            uncork(backend)?;
+        }
+        if down.corked {
+            down.corked = false;
+            uncork(client)?;
         }
         let mut fds = [
             watch(client, interest(&up, &down)),
@@ -709,6 +745,12 @@ impl Drop for Buffers {
     }
 }
 
+/// Sends at once what `MSG_MORE` writes left waiting in `socket`: setting
+/// `TCP_NODELAY` (again) pushes the pending segments out.
+fn uncork(socket: &TcpStream) -> io::Result<()> {
+    socket.set_nodelay(true)
+}
+
 /// `recv(2)` that never blocks (`MSG_DONTWAIT`), whatever the socket's mode:
 /// no `fcntl`/`ioctl` is needed to make the sockets non-blocking first.
 fn recv(socket: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
@@ -726,14 +768,15 @@ fn recv(socket: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
 
 /// `send(2)` that never blocks, and never raises `SIGPIPE` on a closed peer
 /// (`EPIPE` is returned instead).
-fn send(socket: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+fn send(socket: &TcpStream, buf: &[u8], more: bool) -> io::Result<usize> {
+    let more = if more { libc::MSG_MORE } else { 0 };
     // SAFETY: `buf` is valid for reads of `buf.len()` bytes for the call.
     let n = unsafe {
         libc::send(
             socket.as_raw_fd(),
             buf.as_ptr().cast(),
             buf.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | more,
         )
     };
     usize::try_from(n).map_err(|_| io::Error::last_os_error())
