@@ -179,7 +179,7 @@ def main():
 
     # The chart: throughput relative to HAProxy, grouped by workload.
     with open(out / "chart.dat", "w") as f:
-        f.write("workload rodizio rodizio-splice haproxy nginx direct\n")
+        f.write("# workload rodizio rodizio-splice haproxy nginx direct\n")
         for wl in WORKLOADS:
             vals = [ratio(wl, x, "haproxy") for x in PROXIES]
             f.write('"{}" {}\n'.format(
