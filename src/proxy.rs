@@ -55,7 +55,10 @@
 //! speaks again after the reply starts; and any read error calls `exit()`,
 //! ending every other connection too. Here errors end only this connection,
 //! and both directions stream for as long as either side has data. The final
-//! `shutdown(SHUT_RDWR)` then `close()` on both sockets is the C's.
+//! `shutdown(SHUT_RDWR)` then `close()` on both sockets is the C's; it is
+//! kept where it does something, when an error or the idle timeout cuts the
+//! connection. After a clean finish both sockets have already sent and
+//! received their FIN, so only `close()` remains.
 
 use std::cell::RefCell;
 use std::io::{self, ErrorKind};
