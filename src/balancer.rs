@@ -74,6 +74,7 @@ impl Balancer {
             connect_timeout: config.connect_timeout,
             idle_timeout: config.idle_timeout,
             health: config.health.clone(),
+            splice: config.pump.splice,
         });
         let pool = Pool::new(
             config.workers,

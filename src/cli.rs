@@ -21,6 +21,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::backend::BackendSpec;
 use crate::config::{parse_duration, parse_size, Config};
 use crate::error::{Error, Result};
+use crate::proxy::PumpOptions;
 
 /// rodizio: a thread-per-connection TCP load balancer (round robin by default).
 #[derive(Debug, Parser)]
@@ -111,6 +112,9 @@ pub struct BalancerArgs {
     /// Health checks and replies when no backend can serve.
     #[command(flatten)]
     pub health: crate::health::HealthArgs,
+    /// The pump's flags (--splice).
+    #[command(flatten)]
+    pub pump: PumpOptions,
 }
 
 fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
@@ -142,6 +146,7 @@ impl BalancerArgs {
             rate_limit: self.rate_limit.to_config()?,
             scheduling: self.scheduling.to_config(),
             health: self.health.to_config(),
+            pump: self.pump.clone(),
         })
     }
 }

@@ -24,6 +24,7 @@ use std::time::Duration;
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::limiter::RateLimitConfig;
+use crate::proxy::PumpOptions;
 
 /// The article's `_PORT`.
 pub const DEFAULT_PORT: u16 = 8080;
@@ -60,6 +61,8 @@ pub struct Config {
     /// Health checks (active and passive) and replies when no backend can
     /// serve. Defaults: tcp checks every 5 s.
     pub health: crate::health::HealthConfig,
+    /// How the pump moves bytes (`--splice`). Default: through buffers.
+    pub pump: PumpOptions,
 }
 
 impl Default for Config {
@@ -78,6 +81,7 @@ impl Default for Config {
             rate_limit: None,
             scheduling: Default::default(),
             health: Default::default(),
+            pump: PumpOptions::default(),
         }
     }
 }
