@@ -303,11 +303,10 @@ fn a_black_hole_costs_at_most_the_connect_timeout() {
         let started = Instant::now();
         assert_eq!(request(lb.addr).unwrap(), "good", "request {i}");
         let took = started.elapsed();
-        // The connect timeout plus the time of a loopback request.
-        assert!(
-            took < connect_timeout + Duration::from_millis(700),
-            "{took:?}"
-        );
+        // The connect timeout plus the time of a loopback request, with room
+        // for a loaded machine; without the timeout the kernel would retry
+        // the handshake for minutes.
+        assert!(took < connect_timeout + Duration::from_secs(2), "{took:?}");
         if took >= connect_timeout {
             slow += 1;
         }
