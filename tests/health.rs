@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{connect, request, time_until, Demo, TestBalancer, IO_TIMEOUT};
+use common::{black_hole, connect, request, time_until, Demo, TestBalancer, IO_TIMEOUT};
 use rodizio::health::{CheckKind, HealthConfig};
 use rodizio::Config;
 
@@ -134,27 +134,6 @@ fn one_of_three_stops_under_load_and_comes_back() {
         "DOWN after {down_after:?}"
     );
     assert!(up_after <= interval * rise + slack, "UP after {up_after:?}");
-}
-
-/// Makes a loopback port that completes no handshake: a socket listening
-/// with a backlog of 0 whose queue is filled and never accepted. Returns it
-/// with the fillers, which must stay open.
-fn black_hole() -> (socket2::Socket, SocketAddr, Vec<TcpStream>) {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    socket
-        .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
-        .unwrap();
-    socket.listen(0).unwrap();
-    let addr = socket.local_addr().unwrap().as_socket().unwrap();
-    let mut fillers = Vec::new();
-    for _ in 0..64 {
-        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-            Ok(s) => fillers.push(s),
-            Err(_) => return (socket, addr, fillers),
-        }
-    }
-    panic!("could not fill the backlog of {addr}");
 }
 
 /// A black-holed backend costs a client at most the connect timeout (then

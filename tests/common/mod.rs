@@ -201,6 +201,27 @@ pub fn closed_port() -> SocketAddr {
     // `l` is dropped here, so the port is closed.
 }
 
+/// Makes a loopback port that completes no handshake: a socket listening
+/// with a backlog of 0 whose queue is filled and never accepted. Returns it
+/// with the fillers, which must stay open.
+pub fn black_hole() -> (socket2::Socket, SocketAddr, Vec<TcpStream>) {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket
+        .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    socket.listen(0).unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..64 {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(s) => fillers.push(s),
+            Err(_) => return (socket, addr, fillers),
+        }
+    }
+    panic!("could not fill the backlog of {addr}");
+}
+
 /// A config for tests: listens on `127.0.0.1:0`, short timeouts, the
 /// article's defaults otherwise.
 pub fn config(backends: &[SocketAddr]) -> Config {
