@@ -9,8 +9,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
-use common::{until, TestBackend, TestBalancer};
-use rodizio::backend::BackendSpec;
+use common::{specs, until, TestBackend, TestBalancer};
 use rodizio::limiter::{Rate, RateLimitConfig, Reply};
 use rodizio::Config;
 use socket2::{Domain, Socket, Type};
@@ -23,7 +22,7 @@ const WINDOW: Duration = Duration::from_secs(60);
 fn start(backend: SocketAddr, rate_limit: Option<RateLimitConfig>) -> TestBalancer {
     TestBalancer::start(Config {
         listen: "127.0.0.1:0".parse().unwrap(),
-        backends: vec![BackendSpec::parse(&backend.to_string()).unwrap()],
+        backends: specs(&[backend]),
         workers: 16,
         drain_timeout: TIMEOUT,
         rate_limit,

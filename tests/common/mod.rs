@@ -222,15 +222,20 @@ pub fn black_hole() -> (socket2::Socket, SocketAddr, Vec<TcpStream>) {
     panic!("could not fill the backlog of {addr}");
 }
 
+/// The backend specs of these addresses, weight 1 each.
+pub fn specs(backends: &[SocketAddr]) -> Vec<BackendSpec> {
+    backends
+        .iter()
+        .map(|a| BackendSpec::parse(&a.to_string()).unwrap())
+        .collect()
+}
+
 /// A config for tests: listens on `127.0.0.1:0`, short timeouts, the
 /// article's defaults otherwise.
 pub fn config(backends: &[SocketAddr]) -> Config {
     Config {
         listen: "127.0.0.1:0".parse().unwrap(),
-        backends: backends
-            .iter()
-            .map(|a| BackendSpec::parse(&a.to_string()).unwrap())
-            .collect(),
+        backends: specs(backends),
         connect_timeout: Duration::from_secs(2),
         idle_timeout: Duration::from_secs(30),
         drain_timeout: Duration::from_secs(10),
@@ -287,10 +292,7 @@ impl TestBalancer {
     pub fn with(backends: &[SocketAddr], tweak: impl FnOnce(&mut Config)) -> TestBalancer {
         let mut config = Config {
             listen: "127.0.0.1:0".parse().unwrap(),
-            backends: backends
-                .iter()
-                .map(|a| BackendSpec::parse(&a.to_string()).unwrap())
-                .collect(),
+            backends: specs(backends),
             drain_timeout: Duration::from_secs(5),
             ..Config::default()
         };
