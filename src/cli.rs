@@ -6,7 +6,8 @@
 //! backend alone (the "backend role" of seed 001).
 //!
 //! Every default below is the article's value or is documented in the
-//! README's flag table.
+//! README's flag table. Parsing runs once, on the main thread, before any
+//! other thread exists: nothing here is shared.
 //!
 //! # Corresponds to the C article
 //!
