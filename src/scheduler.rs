@@ -141,7 +141,7 @@ pub struct SchedulingConfig {
 #[derive(Debug)]
 pub struct Pick {
     /// The backend's position in the snapshot it was picked from (the C's
-    /// `server_idx`); for logs and tests. Positions change when the list
+    /// `server_idx`); for tests. Positions change when the list
     /// changes, so the worker uses `backend` instead.
     pub server_idx: usize,
     /// The backend itself. Holding the `Arc` keeps the choice made at accept
