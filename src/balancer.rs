@@ -1,4 +1,5 @@
-//! The balancer assembled: listener, scheduler, pool and proxy wired together.
+//! The balancer assembled: listener, scheduler, pool, proxy, the health
+//! checker and the rate limiter wired together.
 //!
 //! [`Balancer::bind`] does everything that can fail at start-up (validate the
 //! config, resolve the backends, bind the port) so errors surface before any
@@ -6,13 +7,22 @@
 //! `127.0.0.1:0` before traffic starts. [`Balancer::run`] then accepts until
 //! the [`Shutdown`] is triggered and drains.
 //!
+//! # Threads
+//!
+//! `run` turns the calling thread into the accept loop. Besides the workers
+//! (spawned by the pool as clients come), it starts the health thread (when
+//! checks are on, see [`crate::health`]) and a small `rodizio-stop` watcher,
+//! scoped to the accept loop, that closes the queue the moment shutdown is
+//! triggered. They share the scheduler, the stats and the pool through
+//! `Arc`s and references; the `Balancer` itself holds no lock.
+//!
 //! # Draining
 //!
 //! On shutdown the queue is closed at once (what it holds is still served,
-//! then each worker exits), the accept loop returns and the listening socket
-//! is closed (new clients are refused by the kernel). `run` waits for the workers
-//! at most `drain_timeout`; connections still open then are cut when the
-//! process exits.
+//! then each worker exits), the accept loop returns, the health thread is
+//! joined and the listening socket is closed (new clients are refused by the
+//! kernel). `run` waits for the workers at most `drain_timeout`; connections
+//! still open then are cut when the process exits.
 //!
 //! # Corresponds to the C article
 //!

@@ -1,12 +1,13 @@
 //! Command-line flags, parsed with clap, turned into a [`Config`].
 //!
 //! `rodizio [FLAGS]` runs the balancer (asking for backends when no
-//! `--backend` is given); `rodizio [FLAGS] demo` runs it in front of three
-//! built-in demo backends; `rodizio backend --listen ADDR` runs one demo
+//! `--backend` is given); `rodizio [FLAGS] demo` runs it in front of
+//! built-in demo backends (three by default); `rodizio backend --listen ADDR` runs one demo
 //! backend alone (the "backend role" of seed 001).
 //!
 //! Every default below is the article's value or is documented in the
-//! README's flag table.
+//! README's flag table. Parsing runs once, on the main thread, before any
+//! other thread exists: nothing here is shared.
 //!
 //! # Corresponds to the C article
 //!
@@ -38,8 +39,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Start three demo HTTP backends on loopback and the balancer in front
-    /// of them (the balancer flags go before `demo`).
+    /// Start demo HTTP backends on loopback (three by default) and the
+    /// balancer in front of them (the balancer flags go before `demo`).
     Demo(DemoArgs),
     /// Run one demo HTTP backend: it answers every request with a body
     /// naming itself, and `GET /health` with 200.
@@ -130,7 +131,8 @@ impl BalancerArgs {
     ///
     /// # Errors
     ///
-    /// None today; kept fallible for flags that need cross-checks.
+    /// A usage error ([`Error::is_usage`]) when flags contradict each other
+    /// (for example `--rate-limit-reply` without `--rate-limit`).
     pub fn to_config(&self) -> Result<Config> {
         Ok(Config {
             listen: self.listen,

@@ -5,6 +5,10 @@
 //! (`prompt.rs`); tests build it directly. [`Config::default`] holds the
 //! article's values, so a test or a reader changes only what it cares about.
 //!
+//! A `Config` is built and validated on one thread before anything starts;
+//! [`crate::Balancer::bind`] then gives each part a copy of the settings it
+//! needs, so no thread shares or locks it.
+//!
 //! # Corresponds to the C article
 //!
 //! The `#define`s at the top of the C file:

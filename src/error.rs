@@ -1,6 +1,8 @@
 //! The error type of the balancer.
 //!
-//! Every fallible function in the crate returns [`Error`]. The variants name
+//! Start-up and per-connection failures are [`Error`]s (the low-level socket
+//! helpers, such as [`crate::proxy::pump`], return `io::Error` and their
+//! callers wrap or log it). The variants name
 //! the cause (`Bind`, `BackendConnect`, ...) so that a log line or the one-line
 //! message printed by `main` says what went wrong and where.
 //!

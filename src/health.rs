@@ -46,7 +46,8 @@
 //! When every backend is down or draining, the accept loop closes a new
 //! client at once; with `--http-replies` it first answers
 //! `HTTP/1.1 503 Service Unavailable` ([`reply_at_once`]: one non-blocking
-//! write, so the accept loop never waits for a client). When the pick
+//! write, so the accept loop never waits for a client; the rate limiter's
+//! 429 goes out the same way). When the pick
 //! succeeded but every connect failed, the worker closes the client, or
 //! answers `HTTP/1.1 502 Bad Gateway` ([`reply_and_linger`]). Either way the
 //! log says why.
@@ -535,18 +536,29 @@ Content-Type: text/plain\r\nContent-Length: 29\r\nConnection: close\r\n\r\n\
 no backend server reachable\r\n";
 
 /// Best-effort reply from the accept loop, which must never wait for a
-/// client: one non-blocking read (to take a request that already arrived,
-/// so that closing does not reset the connection and destroy the reply),
-/// one non-blocking write, then `shutdown(Write)`. The caller then closes.
+/// client (the 503 here, the 429 of [`crate::limiter::refuse`]): the socket
+/// is made non-blocking and gets one write of `reply` (a short reply fits
+/// an empty send buffer, so it goes out whole in practice; if it does not,
+/// the client gets less, never the accept loop stuck), then
+/// `shutdown(Write)`, then a few non-blocking reads of what the client
+/// already sent (closing with unread data makes the kernel send a reset,
+/// which can destroy the reply before the client reads it). The caller then
+/// closes.
 pub fn reply_at_once(client: &TcpStream, reply: &[u8]) {
     if client.set_nonblocking(true).is_err() {
         return;
     }
-    let mut sink = [0u8; 1024];
-    let _ = (&*client).read(&mut sink);
-    // A fresh socket's send buffer takes a short reply whole.
-    let _ = (&*client).write(reply);
+    if let Err(err) = (&*client).write(reply) {
+        log::debug!("reply not sent: {err}");
+    }
     let _ = client.shutdown(Direction::Write);
+    let mut sink = [0u8; 2048];
+    for _ in 0..4 {
+        match (&*client).read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
 }
 
 /// Reply from a worker, which may wait a little: write `reply` (at most

@@ -13,9 +13,10 @@
 //! ```text
 //! client ──TCP──▶ accept loop (listener.rs: blocking accept, SO_REUSEADDR, backlog 4096)
 //!                   │ limiter.check(peer ip, now)?  no ──▶ close (or 429)  (limiter.rs, opt-in)
-//!                   │ scheduler.pick(peer) → server_idx           (scheduler.rs: round robin, ...)
+//!                   │ scheduler.pick(peer) → Pick (the backend)   (scheduler.rs: round robin, ...)
+//!                   │   none available ──▶ close (or 503)         (health.rs)
 //!                   ▼
-//!                 queue.push((server_idx, client))                (queue.rs: Mutex<VecDeque> + Condvar)
+//!                 pool.submit(Job { pick, client }) → queue       (queue.rs: Mutex<VecDeque> + Condvar)
 //!                   ▼
 //!                 worker thread, 64 KiB stack, reused             (pool.rs)
 //!                   │ connect(backend), fail over to the next     (proxy.rs)
@@ -27,7 +28,7 @@
 //!
 //! # Layout
 //!
-//! - `balancer`: [`Balancer`] wires the parts together; [`run`].
+//! - `balancer`: [`Balancer`] wires the parts together; [`run`]; the drain.
 //! - `config`: [`Config`], the settings and their defaults (the C `#define`s).
 //! - `cli`: command-line flags (clap) into a [`Config`].
 //! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
@@ -39,10 +40,13 @@
 //!   changeable at run time.
 //! - `backend`: one backend and its live state.
 //! - `health`: active checks (their own thread), passive checks, 503/502.
-//! - `proxy`: connect with fail-over, the duplex pump, the close.
+//! - `proxy`: connect with fail-over, the duplex pump (or `splice(2)`),
+//!   the close.
 //! - `stats`: counters.
 //! - `shutdown`: the stop trigger and the signal thread.
 //! - `demo`: the built-in demo HTTP backend.
+//! - `system`: process settings taken from the OS at start-up (the open
+//!   files limit).
 //! - `error`: [`Error`].
 //!
 //! # The C article, function by function

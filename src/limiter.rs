@@ -114,7 +114,6 @@
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
-use std::io::{Read, Write};
 use std::net::{IpAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -896,14 +895,12 @@ fn fold(a: u64, b: u64) -> u64 {
 const BODY_429: &str = "Too many connections from your address; try again later.\n";
 
 /// Ends a refused client without ever blocking the caller: with
-/// [`Reply::Http`], the socket is made non-blocking and gets one write of
-/// a short 429 reply (it fits an empty send buffer, so it goes out whole in
-/// practice; if it does not, the client gets less, never the accept loop
-/// stuck), a FIN, and a non-blocking read of what the client already sent
-/// (closing with unread data would send a RST, which can destroy the reply
-/// before the client reads it). Then the socket is closed.
-pub fn refuse(mut client: TcpStream, reply: Reply, retry_after: Duration) {
-    if reply == Reply::Http && client.set_nonblocking(true).is_ok() {
+/// [`Reply::Http`], a short 429 reply with `Retry-After` goes out through
+/// [`crate::health::reply_at_once`] (one non-blocking write, a FIN, the
+/// client's pending bytes read so that the close sends no reset). Then the
+/// socket is closed.
+pub fn refuse(client: TcpStream, reply: Reply, retry_after: Duration) {
+    if reply == Reply::Http {
         let secs = retry_after
             .as_secs()
             .saturating_add(u64::from(retry_after.subsec_nanos() > 0))
@@ -913,17 +910,7 @@ pub fn refuse(mut client: TcpStream, reply: Reply, retry_after: Duration) {
              Content-Type: text/plain\r\nContent-Length: {}\r\n\r\n{BODY_429}",
             BODY_429.len()
         );
-        if let Err(err) = client.write(response.as_bytes()) {
-            log::debug!("429 reply not sent: {err}");
-        }
-        let _ = client.shutdown(std::net::Shutdown::Write);
-        let mut sink = [0u8; 2048];
-        for _ in 0..4 {
-            match client.read(&mut sink) {
-                Ok(n) if n > 0 => {}
-                _ => break,
-            }
-        }
+        crate::health::reply_at_once(&client, response.as_bytes());
     }
     drop(client);
 }
@@ -1384,6 +1371,7 @@ mod tests {
 
     #[test]
     fn http_refusal_is_a_429_and_a_close() {
+        use std::io::Read;
         use std::net::{TcpListener, TcpStream};
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();

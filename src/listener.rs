@@ -2,16 +2,23 @@
 //!
 //! One thread (the one that calls [`crate::Balancer::run`]) sits in a
 //! blocking `accept(2)`. For each client it picks the backend, wraps the pair
-//! in a [`Job`] and hands it to the pool. It never reads from a client and
-//! never waits for a worker, so a slow connection cannot slow the accepting
-//! of others. It waits only when the queue is full, which is back-pressure by
-//! design: new clients then wait in the kernel's backlog.
+//! in a [`Job`] and hands it to the pool. It never waits for a client or for
+//! a worker, so a slow connection cannot slow the accepting of others. It
+//! waits only when the queue is full, which is back-pressure by design: new
+//! clients then wait in the kernel's backlog. It shares the scheduler, the
+//! pool and the stats with the workers; each of those does its own
+//! synchronization, so this module holds no lock of its own.
+//!
+//! When no backend is available (all down or draining) the client is closed
+//! at once, or with `--http-replies` answered `503` first, by one
+//! non-blocking write (see [`crate::health::reply_at_once`]).
 //!
 //! With `--rate-limit`, each client is first checked against the per-IP
 //! limiter (`Acceptor::admit`): a refused client is counted, logged once per
 //! window, closed here and never queued. Closing it never blocks: with the
 //! `http` reply it gets one non-blocking write and a few non-blocking reads
-//! (see [`limiter::refuse`]), the only bytes this thread ever moves.
+//! (see [`limiter::refuse`]); the 429 and the 503 are the only bytes this
+//! thread ever moves.
 //!
 //! An `accept(2)` error is never fatal. `ECONNABORTED` (the client left
 //! before we took it) and `EINTR` are retried at once; anything else

@@ -9,6 +9,13 @@
 //! limit) and then stays that size, its idle threads asleep on the queue's
 //! condition variable.
 //!
+//! Who touches it: the accept loop calls [`Pool::submit`]; the workers pop;
+//! the balancer's shutdown watcher and `run` call [`Pool::close`], and `run`
+//! waits in [`Pool::wait_exit`]. The count of live workers is an atomic,
+//! claimed with a compare-and-swap before a spawn so the limit holds without
+//! a lock; a `Mutex<()>` and `Condvar` let `wait_exit` sleep until the last
+//! worker leaves instead of polling.
+//!
 //! A panic while handling one entry is caught with `catch_unwind`, counted and
 //! logged; the worker then goes on with the next entry, so a bug that one
 //! client can trigger cannot shrink the pool. (The entry's sockets are

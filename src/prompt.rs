@@ -8,7 +8,8 @@
 //! Each answer is one line. Anything invalid (not a number, out of range, an
 //! address that does not resolve, a port outside 1..65535) prints
 //! `Invalid input.` and asks the same question again. End of input returns
-//! [`Error::PromptEof`] instead of asking forever.
+//! [`Error::PromptEof`] instead of asking forever. It runs on the main
+//! thread before the balancer starts, so nothing here is shared.
 //!
 //! # Corresponds to the C article
 //!

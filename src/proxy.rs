@@ -2,13 +2,19 @@
 //! over to the next one), pump bytes both ways until both sides are done,
 //! then shut down and close both sockets.
 //!
+//! Only worker threads run this code, each on its own connection. They share
+//! the scheduler (read for fail-over), the backends' and the balancer's
+//! counters (atomics); the pump's buffers and pipes are thread-local, so
+//! nothing here takes a lock.
+//!
 //! # The pump
 //!
 //! A proxied connection is two independent byte streams: client → backend
 //! and backend → client. Many protocols (HTTP keep-alive, Redis, PostgreSQL)
 //! send in both directions at once or take turns many times, so the worker
-//! must serve both without knowing which will speak next. It sets both
-//! sockets non-blocking and waits on both with one `poll(2)`:
+//! must serve both without knowing which will speak next. It never blocks on
+//! either socket (see `MSG_DONTWAIT` below) and waits on both with one
+//! `poll(2)`:
 //!
 //! - Each direction has one buffer (4096 bytes by default). It is filled by
 //!   one `read` and emptied by as many `write`s as the destination accepts;
@@ -44,6 +50,11 @@
 //!   client that sends, shuts its write side and then reads still gets its
 //!   whole reply. The connection ends when both directions have ended, on
 //!   the first error, or when nothing moves for the idle timeout.
+//!
+//! With `--splice`, [`splice_pump`] runs the same loop but moves the bytes
+//! with `splice(2)` through a pipe per direction, never through user memory
+//! (there the sockets are switched to non-blocking mode, since `splice(2)`
+//! has no per-call flag for the socket side).
 //!
 //! # Corresponds to the C article
 //!

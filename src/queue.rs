@@ -1,8 +1,12 @@
 //! The FIFO queue between the accept loop and the workers.
 //!
-//! One producer (the accept loop) pushes `(server_idx, client)` entries; many
-//! consumers (the workers) pop them. The queue is a `parking_lot::Mutex`
-//! around a `VecDeque` plus two condition variables:
+//! One producer (the accept loop, through [`crate::pool::Pool::submit`])
+//! pushes entries; many consumers (the workers) pop them. The queue is
+//! generic; the balancer's entries are [`crate::proxy::Job`]s, a client with
+//! the [`crate::scheduler::Pick`] made for it (the C's `(server_idx,
+//! client_sock)` pair, carrying the backend itself instead of an index). It
+//! is a `parking_lot::Mutex` around a `VecDeque` plus two condition
+//! variables:
 //!
 //! - `not_empty` wakes exactly one idle worker per push. An idle worker
 //!   sleeps in the kernel on it instead of spinning on `is_empty()`, so an
@@ -16,7 +20,8 @@
 //! push will be taken by a sleeping worker or needs a new one
 //! ([`Queue::push`]'s return value).
 //!
-//! [`Queue::close`] ends it: pushes fail at once, pops return what is left
+//! [`Queue::close`] ends it (called by the balancer's shutdown watcher and
+//! by `run` when it drains): pushes fail at once, pops return what is left
 //! and then `None`, which tells each worker to exit.
 //!
 //! The lock is only held to move an entry in or out (a few instructions);

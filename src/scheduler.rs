@@ -3,6 +3,9 @@
 //!
 //! The accept loop calls [`Scheduler::pick`] once per accepted client; the
 //! answer, a [`Pick`], travels with the client through the queue to a worker.
+//! Workers read the list for fail-over ([`Scheduler::failover_order`]), the
+//! health thread reads it each round, and any thread holding the
+//! `Arc<Scheduler>` (an operator's code, the tests) may change it.
 //!
 //! # The algorithms
 //!
@@ -42,10 +45,12 @@
 //! # The backend list at run time
 //!
 //! The list is an immutable snapshot behind a `parking_lot::RwLock`.
-//! [`Scheduler::add`], [`Scheduler::remove`] and [`Scheduler::drain`] never
-//! edit it in place: a writer builds a new snapshot (with the weighted cycle
-//! and hash keys precomputed) without holding the lock, then takes the write
-//! lock only to swap it in. A pick holds the read lock for its whole
+//! [`Scheduler::add`] and [`Scheduler::remove`] never edit it in place: a
+//! writer builds a new snapshot (with the weighted cycle and hash keys
+//! precomputed) without holding that lock, then takes the write lock only to
+//! swap it in. Writers take turns on a separate `Mutex`, so two changes at
+//! once cannot lose one another; picks never touch it.
+//! ([`Scheduler::drain`] changes no list: it sets a flag on the backend.) A pick holds the read lock for its whole
 //! decision, a few dozen nanoseconds and no I/O, and takes nothing else. So:
 //!
 //! - Picks never wait for I/O or for each other, and a change waits at most
@@ -136,7 +141,7 @@ pub struct SchedulingConfig {
 #[derive(Debug)]
 pub struct Pick {
     /// The backend's position in the snapshot it was picked from (the C's
-    /// `server_idx`); for logs and tests. Positions change when the list
+    /// `server_idx`); for tests. Positions change when the list
     /// changes, so the worker uses `backend` instead.
     pub server_idx: usize,
     /// The backend itself. Holding the `Arc` keeps the choice made at accept

@@ -4,6 +4,8 @@
 //! backend), and the default soft limit is often 1024, which would cap the
 //! balancer near 500 connections whatever `--workers` says. So `main` raises
 //! the soft `RLIMIT_NOFILE` to the hard limit before accepting anything.
+//! It runs once, on the main thread; the limit belongs to the process, so
+//! it holds for every thread.
 //!
 //! # Corresponds to the C article
 //!

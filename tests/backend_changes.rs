@@ -1,129 +1,18 @@
 //! The backend list changing while traffic flows, through a real balancer:
 //! drain, remove and add, with connections already open left alone.
 //!
-//! Helpers are inside this file so it stands alone.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
-use std::time::Duration;
 
+use common::{connect, request, until, Demo, TestBalancer};
 use rodizio::backend::{Backend, BackendSpec};
-use rodizio::demo::DemoBackend;
 use rodizio::health::{CheckKind, HealthConfig};
-use rodizio::scheduler::{Algorithm, Scheduler};
-use rodizio::{Balancer, Config, Shutdown};
-
-/// Timeout on every test socket, so a bug fails a test instead of hanging it.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A demo backend on its own thread, stoppable.
-struct Demo {
-    addr: SocketAddr,
-    shutdown: Shutdown,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Demo {
-    fn start(addr: &str, name: &str) -> Demo {
-        let backend = DemoBackend::bind(addr.parse().unwrap(), Some(name.into())).unwrap();
-        let addr = backend.local_addr().unwrap();
-        let shutdown = Shutdown::new();
-        let thread = Some(backend.spawn(shutdown.clone()).unwrap());
-        Demo {
-            addr,
-            shutdown,
-            thread,
-        }
-    }
-
-    /// Stops accepting and closes the listening socket (connections already
-    /// accepted finish on their own threads).
-    fn stop(&mut self) {
-        self.shutdown.trigger();
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-    }
-}
-
-impl Drop for Demo {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// A balancer running on its own thread, stopped when dropped.
-struct Running {
-    addr: SocketAddr,
-    scheduler: Arc<Scheduler>,
-    shutdown: Shutdown,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Running {
-    fn start(backends: &[SocketAddr], tweak: impl FnOnce(&mut Config)) -> Running {
-        let mut config = Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            backends: backends
-                .iter()
-                .map(|a| BackendSpec::parse(&a.to_string()).unwrap())
-                .collect(),
-            drain_timeout: Duration::from_secs(5),
-            ..Config::default()
-        };
-        tweak(&mut config);
-        let balancer = Balancer::bind(config).unwrap();
-        let addr = balancer.local_addr();
-        let scheduler = balancer.scheduler();
-        let shutdown = Shutdown::new();
-        let s = shutdown.clone();
-        let thread = Some(thread::spawn(move || balancer.run(&s).unwrap()));
-        Running {
-            addr,
-            scheduler,
-            shutdown,
-            thread,
-        }
-    }
-
-    fn backend(&self, addr: SocketAddr) -> Arc<Backend> {
-        let name = addr.to_string();
-        self.scheduler.find(|b| b.name() == name).unwrap()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.shutdown.trigger();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
-    let s = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
-    s.set_read_timeout(Some(IO_TIMEOUT))?;
-    s.set_write_timeout(Some(IO_TIMEOUT))?;
-    Ok(s)
-}
-
-/// One HTTP/1.0 request through `addr`; returns the name of the demo
-/// backend that answered.
-fn request(addr: SocketAddr) -> io::Result<String> {
-    let mut s = connect(addr)?;
-    s.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
-    let mut reply = String::new();
-    s.read_to_string(&mut reply)?;
-    let body = reply
-        .strip_prefix("HTTP/1.1 200 OK\r\n")
-        .and_then(|r| r.split_once("\r\n\r\n"))
-        .and_then(|(_, body)| body.strip_prefix("Handled by server "))
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{reply:?}")))?;
-    Ok(body.trim_end().to_string())
-}
+use rodizio::scheduler::Algorithm;
+use rodizio::Config;
 
 /// A keep-alive HTTP/1.1 client connection through the balancer.
 struct KeepAlive {
@@ -167,6 +56,16 @@ impl KeepAlive {
     }
 }
 
+/// Demo backends "a", "b" and "c", and their addresses in that order.
+fn three_demos() -> (Vec<Demo>, Vec<SocketAddr>) {
+    let demos: Vec<Demo> = ["a", "b", "c"]
+        .iter()
+        .map(|n| Demo::start("127.0.0.1:0", n))
+        .collect();
+    let addrs = demos.iter().map(|d| d.addr).collect();
+    (demos, addrs)
+}
+
 fn no_checks(config: &mut Config) {
     config.health = HealthConfig {
         check: CheckKind::Off,
@@ -180,12 +79,8 @@ fn no_checks(config: &mut Config) {
 /// takes its turn at once.
 #[test]
 fn drain_remove_and_add_while_serving() {
-    let demos: Vec<Demo> = ["a", "b", "c"]
-        .iter()
-        .map(|n| Demo::start("127.0.0.1:0", n))
-        .collect();
-    let addrs: Vec<SocketAddr> = demos.iter().map(|d| d.addr).collect();
-    let lb = Running::start(&addrs, no_checks);
+    let (_demos, addrs) = three_demos();
+    let lb = TestBalancer::with(&addrs, no_checks);
 
     // An open connection, served by `held`.
     let mut open = KeepAlive::open(lb.addr);
@@ -215,11 +110,7 @@ fn drain_remove_and_add_while_serving() {
     assert_eq!(open.ask(), held);
     drop(open);
     // Its count drops when the connection ends, whatever the list says.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while removed.active() != 0 {
-        assert!(std::time::Instant::now() < deadline, "count never dropped");
-        thread::sleep(Duration::from_millis(2));
-    }
+    until("count never dropped", || removed.active() == 0);
 
     // Add a new one: with three backends again, three new clients in a row
     // go to three different backends, one of them the new one.
@@ -244,7 +135,7 @@ fn drain_remove_and_add_while_serving() {
 fn weighted_round_robin_through_the_balancer() {
     let heavy = Demo::start("127.0.0.1:0", "heavy");
     let light = Demo::start("127.0.0.1:0", "light");
-    let lb = Running::start(&[heavy.addr, light.addr], |config| {
+    let lb = TestBalancer::with(&[heavy.addr, light.addr], |config| {
         no_checks(config);
         config.scheduling.algorithm = Algorithm::WeightedRoundRobin;
         config.backends[0].weight = 3;
@@ -260,12 +151,8 @@ fn weighted_round_robin_through_the_balancer() {
 /// the same backend.
 #[test]
 fn ip_hash_through_the_balancer() {
-    let demos: Vec<Demo> = ["a", "b", "c"]
-        .iter()
-        .map(|n| Demo::start("127.0.0.1:0", n))
-        .collect();
-    let addrs: Vec<SocketAddr> = demos.iter().map(|d| d.addr).collect();
-    let lb = Running::start(&addrs, |config| {
+    let (_demos, addrs) = three_demos();
+    let lb = TestBalancer::with(&addrs, |config| {
         no_checks(config);
         config.scheduling.algorithm = Algorithm::IpHash;
     });
@@ -275,26 +162,13 @@ fn ip_hash_through_the_balancer() {
     }
 }
 
-/// Polls until `cond` holds, failing the test after ten seconds.
-fn until(what: &str, cond: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
-        thread::sleep(Duration::from_millis(2));
-    }
-}
-
 /// Least connections through the balancer, with connections of uneven
 /// length: while two backends hold a long connection each, short clients all
 /// go to the third; when one long connection ends, its backend shares again.
 #[test]
 fn least_connections_through_the_balancer() {
-    let demos: Vec<Demo> = ["a", "b", "c"]
-        .iter()
-        .map(|n| Demo::start("127.0.0.1:0", n))
-        .collect();
-    let addrs: Vec<SocketAddr> = demos.iter().map(|d| d.addr).collect();
-    let lb = Running::start(&addrs, |config| {
+    let (_demos, addrs) = three_demos();
+    let lb = TestBalancer::with(&addrs, |config| {
         no_checks(config);
         config.scheduling.algorithm = Algorithm::LeastConnections;
     });

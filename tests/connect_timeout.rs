@@ -3,33 +3,18 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{config, connect, echo_through, TestBackend, TestBalancer};
-use socket2::{Domain, Socket, Type};
-
-/// A listener whose accept queue is full (backlog 0, one connection never
-/// accepted): the kernel drops further SYNs, so a connect to it hangs
-/// until its timeout, like a host that has gone silent.
-fn silent_backend() -> (Socket, TcpStream, SocketAddr) {
-    let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    listener
-        .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
-        .unwrap();
-    listener.listen(0).unwrap();
-    let addr = listener.local_addr().unwrap().as_socket().unwrap();
-    let filler = TcpStream::connect(addr).unwrap();
-    (listener, filler, addr)
-}
+use common::{black_hole, config, connect, echo_through, TestBackend, TestBalancer};
 
 /// Backends: a silent one, then an echo one; connect timeout 300 ms. The
 /// client picked for the silent backend waits about one connect timeout,
 /// then is served by the echo backend; the next client goes straight there.
 #[test]
 fn silent_backend_costs_one_connect_timeout_then_fails_over() {
-    let (_listener, _filler, silent) = silent_backend();
+    let (_listener, silent, _fillers) = black_hole();
     // Check the premise: a plain connect to it times out.
     assert!(TcpStream::connect_timeout(&silent, Duration::from_millis(200)).is_err());
     let echo = TestBackend::echo();

@@ -2,142 +2,19 @@
 //! load, active checks taking a backend out and bringing it back, black
 //! holes, and what a client gets when no backend can serve it.
 //!
-//! Helpers are inside this file so it stands alone.
+
+mod common;
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
-use rodizio::backend::{Backend, BackendSpec};
-use rodizio::demo::DemoBackend;
+use common::{black_hole, connect, request, time_until, Demo, TestBalancer, IO_TIMEOUT};
 use rodizio::health::{CheckKind, HealthConfig};
-use rodizio::scheduler::Scheduler;
-use rodizio::{Balancer, Config, Shutdown};
-
-/// Timeout on every test socket, so a bug fails a test instead of hanging it.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A demo backend on its own thread, stoppable.
-struct Demo {
-    addr: SocketAddr,
-    shutdown: Shutdown,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Demo {
-    fn start(addr: &str, name: &str) -> Demo {
-        let backend = DemoBackend::bind(addr.parse().unwrap(), Some(name.into())).unwrap();
-        let addr = backend.local_addr().unwrap();
-        let shutdown = Shutdown::new();
-        let thread = Some(backend.spawn(shutdown.clone()).unwrap());
-        Demo {
-            addr,
-            shutdown,
-            thread,
-        }
-    }
-
-    /// Stops accepting and closes the listening socket (connections already
-    /// accepted finish on their own threads).
-    fn stop(&mut self) {
-        self.shutdown.trigger();
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-    }
-}
-
-impl Drop for Demo {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// A balancer running on its own thread, stopped when dropped.
-struct Running {
-    addr: SocketAddr,
-    scheduler: Arc<Scheduler>,
-    shutdown: Shutdown,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Running {
-    fn start(backends: &[SocketAddr], tweak: impl FnOnce(&mut Config)) -> Running {
-        let mut config = Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            backends: backends
-                .iter()
-                .map(|a| BackendSpec::parse(&a.to_string()).unwrap())
-                .collect(),
-            drain_timeout: Duration::from_secs(5),
-            ..Config::default()
-        };
-        tweak(&mut config);
-        let balancer = Balancer::bind(config).unwrap();
-        let addr = balancer.local_addr();
-        let scheduler = balancer.scheduler();
-        let shutdown = Shutdown::new();
-        let s = shutdown.clone();
-        let thread = Some(thread::spawn(move || balancer.run(&s).unwrap()));
-        Running {
-            addr,
-            scheduler,
-            shutdown,
-            thread,
-        }
-    }
-
-    fn backend(&self, addr: SocketAddr) -> Arc<Backend> {
-        let name = addr.to_string();
-        self.scheduler.find(|b| b.name() == name).unwrap()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.shutdown.trigger();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
-    let s = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
-    s.set_read_timeout(Some(IO_TIMEOUT))?;
-    s.set_write_timeout(Some(IO_TIMEOUT))?;
-    Ok(s)
-}
-
-/// One HTTP/1.0 request through `addr`; returns the name of the demo
-/// backend that answered.
-fn request(addr: SocketAddr) -> io::Result<String> {
-    let mut s = connect(addr)?;
-    s.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
-    let mut reply = String::new();
-    s.read_to_string(&mut reply)?;
-    let body = reply
-        .strip_prefix("HTTP/1.1 200 OK\r\n")
-        .and_then(|r| r.split_once("\r\n\r\n"))
-        .and_then(|(_, body)| body.strip_prefix("Handled by server "))
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{reply:?}")))?;
-    Ok(body.trim_end().to_string())
-}
-
-/// Polls `cond` until it holds or `limit` passes; returns how long it took.
-fn wait_for(limit: Duration, cond: impl Fn() -> bool) -> Option<Duration> {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        if cond() {
-            return Some(started.elapsed());
-        }
-        thread::sleep(Duration::from_millis(2));
-    }
-    None
-}
+use rodizio::Config;
 
 /// One client request of the load: when it started, and how it went.
 struct Outcome {
@@ -157,7 +34,7 @@ fn one_of_three_stops_under_load_and_comes_back() {
     let mut b = Demo::start("127.0.0.1:0", "b");
     let c = Demo::start("127.0.0.1:0", "c");
     let b_addr = b.addr;
-    let lb = Running::start(&[a.addr, b.addr, c.addr], |config| {
+    let lb = TestBalancer::with(&[a.addr, b.addr, c.addr], |config| {
         config.connect_timeout = Duration::from_secs(1);
         config.health = HealthConfig {
             check: CheckKind::Tcp,
@@ -201,7 +78,7 @@ fn one_of_three_stops_under_load_and_comes_back() {
     let done = || outcomes.lock().unwrap().len();
 
     // Traffic flows to all three.
-    wait_for(Duration::from_secs(30), || {
+    time_until(Duration::from_secs(30), || {
         done() >= 300 && served_by_b.load(Ordering::Relaxed) > 0
     })
     .expect("load started");
@@ -210,18 +87,18 @@ fn one_of_three_stops_under_load_and_comes_back() {
     b.stop();
     let stopped = Instant::now();
     let down_after =
-        wait_for(Duration::from_secs(10), || !backend_b.is_healthy()).expect("b marked down");
+        time_until(Duration::from_secs(10), || !backend_b.is_healthy()).expect("b marked down");
     let served_before = done();
     // Clients go on while b is down.
-    wait_for(Duration::from_secs(30), || done() >= served_before + 300)
+    time_until(Duration::from_secs(30), || done() >= served_before + 300)
         .expect("traffic while b is down");
 
     // b comes back on the same port (SO_REUSEADDR).
     let _b_again = Demo::start(&b_addr.to_string(), "b");
     let up_after =
-        wait_for(Duration::from_secs(10), || backend_b.is_healthy()).expect("b marked up");
+        time_until(Duration::from_secs(10), || backend_b.is_healthy()).expect("b marked up");
     let b_count = served_by_b.load(Ordering::Relaxed);
-    wait_for(Duration::from_secs(30), || {
+    time_until(Duration::from_secs(30), || {
         served_by_b.load(Ordering::Relaxed) > b_count
     })
     .expect("b serves again");
@@ -259,27 +136,6 @@ fn one_of_three_stops_under_load_and_comes_back() {
     assert!(up_after <= interval * rise + slack, "UP after {up_after:?}");
 }
 
-/// Makes a loopback port that completes no handshake: a socket listening
-/// with a backlog of 0 whose queue is filled and never accepted. Returns it
-/// with the fillers, which must stay open.
-fn black_hole() -> (socket2::Socket, SocketAddr, Vec<TcpStream>) {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    socket
-        .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
-        .unwrap();
-    socket.listen(0).unwrap();
-    let addr = socket.local_addr().unwrap().as_socket().unwrap();
-    let mut fillers = Vec::new();
-    for _ in 0..64 {
-        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-            Ok(s) => fillers.push(s),
-            Err(_) => return (socket, addr, fillers),
-        }
-    }
-    panic!("could not fill the backlog of {addr}");
-}
-
 /// A black-holed backend costs a client at most the connect timeout (then
 /// fail-over serves it), and after `passive_failures` such clients it is
 /// marked down, so the next clients pay nothing.
@@ -288,7 +144,7 @@ fn a_black_hole_costs_at_most_the_connect_timeout() {
     let (_hole, hole_addr, _fillers) = black_hole();
     let good = Demo::start("127.0.0.1:0", "good");
     let connect_timeout = Duration::from_millis(300);
-    let lb = Running::start(&[hole_addr, good.addr], |config| {
+    let lb = TestBalancer::with(&[hole_addr, good.addr], |config| {
         config.connect_timeout = connect_timeout;
         config.health = HealthConfig {
             check: CheckKind::Off,
@@ -330,11 +186,11 @@ fn the_tcp_check_finds_a_black_hole() {
         fall: 2,
         ..HealthConfig::default()
     };
-    let lb = Running::start(&[hole_addr, good.addr], |config| {
+    let lb = TestBalancer::with(&[hole_addr, good.addr], |config| {
         config.health = health.clone();
     });
     let hole = lb.backend(hole_addr);
-    let took = wait_for(Duration::from_secs(10), || !hole.is_healthy()).expect("hole down");
+    let took = time_until(Duration::from_secs(10), || !hole.is_healthy()).expect("hole down");
     assert!(took < Duration::from_secs(2), "{took:?}");
     assert!(lb.backend(good.addr).is_healthy());
     // Every client now goes straight to the good one.
@@ -368,7 +224,7 @@ fn the_http_check_reads_the_status() {
         }
     });
     let good = Demo::start("127.0.0.1:0", "good");
-    let lb = Running::start(&[sick_addr, good.addr], |config| {
+    let lb = TestBalancer::with(&[sick_addr, good.addr], |config| {
         config.health = HealthConfig {
             check: CheckKind::Http,
             interval: Duration::from_millis(50),
@@ -378,11 +234,11 @@ fn the_http_check_reads_the_status() {
         };
     });
     let sick_backend = lb.backend(sick_addr);
-    wait_for(Duration::from_secs(10), || !sick_backend.is_healthy()).expect("sick down");
+    time_until(Duration::from_secs(10), || !sick_backend.is_healthy()).expect("sick down");
     // A few more rounds: the good one stays up.
     let good_backend = lb.backend(good.addr);
     assert!(
-        wait_for(Duration::from_millis(300), || !good_backend.is_healthy()).is_none(),
+        time_until(Duration::from_millis(300), || !good_backend.is_healthy()).is_none(),
         "the demo backend answers /health with 200"
     );
     for _ in 0..4 {
@@ -421,7 +277,7 @@ fn no_backend_gives_close_503_or_502() {
         };
     };
     // Draining (operator) and down (health) both count as unavailable.
-    let lb = Running::start(&[demo.addr], |c| quiet(c, true));
+    let lb = TestBalancer::with(&[demo.addr], |c| quiet(c, true));
     let backend = lb.backend(demo.addr);
     lb.scheduler.drain(backend.id(), true).unwrap();
     let reply = exchange(lb.addr, b"");
@@ -436,7 +292,7 @@ fn no_backend_gives_close_503_or_502() {
     assert_eq!(request(lb.addr).unwrap(), "d");
 
     // Without --http-replies: closed at once, nothing sent.
-    let lb = Running::start(&[demo.addr], |c| quiet(c, false));
+    let lb = TestBalancer::with(&[demo.addr], |c| quiet(c, false));
     lb.backend(demo.addr).set_healthy(false);
     let started = Instant::now();
     assert_eq!(exchange(lb.addr, b""), "");
@@ -447,7 +303,7 @@ fn no_backend_gives_close_503_or_502() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let lb = Running::start(&[closed], |c| quiet(c, true));
+    let lb = TestBalancer::with(&[closed], |c| quiet(c, true));
     let reply = exchange(lb.addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(
         reply.starts_with("HTTP/1.1 502 Bad Gateway\r\n"),
@@ -466,7 +322,7 @@ fn active_checks_follow_fall_and_rise() {
     let a = Demo::start("127.0.0.1:0", "a");
     let mut b = Demo::start("127.0.0.1:0", "b");
     let b_addr = b.addr;
-    let lb = Running::start(&[a.addr, b_addr], |config| {
+    let lb = TestBalancer::with(&[a.addr, b_addr], |config| {
         config.health = HealthConfig {
             check: CheckKind::Tcp,
             interval,
@@ -478,9 +334,9 @@ fn active_checks_follow_fall_and_rise() {
     });
     let backend_b = lb.backend(b_addr);
     b.stop();
-    let down = wait_for(Duration::from_secs(10), || !backend_b.is_healthy()).expect("down");
+    let down = time_until(Duration::from_secs(10), || !backend_b.is_healthy()).expect("down");
     let _b = Demo::start(&b_addr.to_string(), "b");
-    let up = wait_for(Duration::from_secs(10), || backend_b.is_healthy()).expect("up");
+    let up = time_until(Duration::from_secs(10), || backend_b.is_healthy()).expect("up");
     eprintln!("DOWN after {down:?}, UP after {up:?}");
     // Checks come every interval; the first failing one at most one interval
     // after the stop. Slack: scheduling jitter of a busy machine.

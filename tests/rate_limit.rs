@@ -3,84 +3,31 @@
 //! backend that counts the connections it accepts, and a long window (60 s)
 //! so no check can straddle a window boundary.
 
+mod common;
+
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
-use rodizio::backend::BackendSpec;
+use common::{specs, until, TestBackend, TestBalancer};
 use rodizio::limiter::{Rate, RateLimitConfig, Reply};
-use rodizio::stats::Stats;
-use rodizio::{Balancer, Config, Shutdown};
+use rodizio::Config;
 use socket2::{Domain, Socket, Type};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 const WINDOW: Duration = Duration::from_secs(60);
 
-/// An echo backend on 127.0.0.1:0 that counts the connections it accepts.
-/// Its threads are left to end with the test process.
-fn echo_backend() -> (SocketAddr, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = Arc::clone(&accepted);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            count.fetch_add(1, Ordering::SeqCst);
-            std::thread::spawn(move || {
-                stream.set_read_timeout(Some(TIMEOUT)).unwrap();
-                stream.set_write_timeout(Some(TIMEOUT)).unwrap();
-                let mut buf = [0u8; 1024];
-                while let Ok(n) = stream.read(&mut buf) {
-                    if n == 0 || stream.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    (addr, accepted)
-}
-
-/// A running balancer in front of `backend`; stopped by [`Running::stop`].
-struct Running {
-    addr: SocketAddr,
-    stats: Arc<Stats>,
-    shutdown: Shutdown,
-    thread: JoinHandle<()>,
-}
-
-impl Running {
-    fn start(backend: SocketAddr, rate_limit: Option<RateLimitConfig>) -> Running {
-        let config = Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            backends: vec![BackendSpec::parse(&backend.to_string()).unwrap()],
-            workers: 16,
-            drain_timeout: TIMEOUT,
-            rate_limit,
-            ..Config::default()
-        };
-        let balancer = Balancer::bind(config).unwrap();
-        let addr = balancer.local_addr();
-        let stats = balancer.stats();
-        let shutdown = Shutdown::new();
-        let stop = shutdown.clone();
-        let thread = std::thread::spawn(move || balancer.run(&stop).unwrap());
-        Running {
-            addr,
-            stats,
-            shutdown,
-            thread,
-        }
-    }
-
-    fn stop(self) {
-        self.shutdown.trigger();
-        self.thread.join().unwrap();
-    }
+/// A balancer with 16 workers in front of `backend`, limited by
+/// `rate_limit`.
+fn start(backend: SocketAddr, rate_limit: Option<RateLimitConfig>) -> TestBalancer {
+    TestBalancer::start(Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        backends: specs(&[backend]),
+        workers: 16,
+        drain_timeout: TIMEOUT,
+        rate_limit,
+        ..Config::default()
+    })
 }
 
 fn limit(n: u32, reply: Reply) -> Option<RateLimitConfig> {
@@ -132,21 +79,12 @@ fn expect_closed(last: u8, to: SocketAddr) {
     }
 }
 
-/// Polls `cond` until it holds or `TIMEOUT` passes.
-fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    while !cond() {
-        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 /// The (N+1)th connection from one address in a window is closed and never
 /// reaches the backend, while another address keeps its own full allowance.
 #[test]
 fn over_the_limit_is_closed_and_other_addresses_are_unaffected() {
-    let (backend, accepted) = echo_backend();
-    let lb = Running::start(backend, limit(3, Reply::Close));
+    let backend = TestBackend::echo();
+    let lb = start(backend.addr(), limit(3, Reply::Close));
     for _ in 0..3 {
         round_trip(2, lb.addr);
     }
@@ -159,11 +97,11 @@ fn over_the_limit_is_closed_and_other_addresses_are_unaffected() {
     expect_closed(3, lb.addr);
     expect_closed(2, lb.addr);
     // Exactly the six allowed connections reached the backend.
-    assert_eq!(accepted.load(Ordering::SeqCst), 6);
+    assert_eq!(backend.accepted(), 6);
     let stats = lb.stats.snapshot();
     assert_eq!(stats.rate_limited, 4);
     assert_eq!(stats.accepted, 10);
-    eventually("six proxied connections complete", || {
+    until("six proxied connections complete", || {
         lb.stats.snapshot().completed == 6
     });
     lb.stop();
@@ -173,8 +111,8 @@ fn over_the_limit_is_closed_and_other_addresses_are_unaffected() {
 /// `Retry-After` and `Connection: close`, then end of stream.
 #[test]
 fn http_reply_sends_429_then_closes() {
-    let (backend, accepted) = echo_backend();
-    let lb = Running::start(backend, limit(2, Reply::Http));
+    let backend = TestBackend::echo();
+    let lb = start(backend.addr(), limit(2, Reply::Http));
     round_trip(4, lb.addr);
     round_trip(4, lb.addr);
     let mut stream = connect_from(4, lb.addr);
@@ -194,7 +132,7 @@ fn http_reply_sends_429_then_closes() {
     assert!((1..=60).contains(&retry_after), "{retry_after}");
     // Another address still gets through; the backend saw only the allowed.
     round_trip(5, lb.addr);
-    assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    assert_eq!(backend.accepted(), 3);
     assert_eq!(lb.stats.snapshot().rate_limited, 1);
     lb.stop();
 }
@@ -203,12 +141,12 @@ fn http_reply_sends_429_then_closes() {
 /// address all reach the backend (the article's `ab` test relies on it).
 #[test]
 fn off_by_default() {
-    let (backend, accepted) = echo_backend();
-    let lb = Running::start(backend, None);
+    let backend = TestBackend::echo();
+    let lb = start(backend.addr(), None);
     for _ in 0..50 {
         round_trip(6, lb.addr);
     }
-    assert_eq!(accepted.load(Ordering::SeqCst), 50);
+    assert_eq!(backend.accepted(), 50);
     assert_eq!(lb.stats.snapshot().rate_limited, 0);
     lb.stop();
 }

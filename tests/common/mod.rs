@@ -1,5 +1,6 @@
-//! Helpers shared by the integration tests: backends and a balancer on
-//! `127.0.0.1:0`, clients with timeouts, a small HTTP client, test data.
+//! Helpers shared by the integration tests: backends (test handlers or the
+//! demo backend) and a balancer on `127.0.0.1:0`, clients with timeouts, a
+//! small HTTP client, polling with a deadline, test data.
 //!
 //! Everything started here is stopped and joined when its handle is dropped,
 //! so a test never leaks a thread or a socket, even when it fails half-way.
@@ -15,7 +16,9 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use rodizio::backend::BackendSpec;
+use rodizio::backend::{Backend, BackendSpec};
+use rodizio::demo::DemoBackend;
+use rodizio::scheduler::Scheduler;
 use rodizio::stats::Stats;
 use rodizio::{Balancer, Config, Shutdown};
 
@@ -198,15 +201,41 @@ pub fn closed_port() -> SocketAddr {
     // `l` is dropped here, so the port is closed.
 }
 
+/// Makes a loopback port that completes no handshake: a socket listening
+/// with a backlog of 0 whose queue is filled and never accepted. Returns it
+/// with the fillers, which must stay open.
+pub fn black_hole() -> (socket2::Socket, SocketAddr, Vec<TcpStream>) {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket
+        .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    socket.listen(0).unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..64 {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            Ok(s) => fillers.push(s),
+            Err(_) => return (socket, addr, fillers),
+        }
+    }
+    panic!("could not fill the backlog of {addr}");
+}
+
+/// The backend specs of these addresses, weight 1 each.
+pub fn specs(backends: &[SocketAddr]) -> Vec<BackendSpec> {
+    backends
+        .iter()
+        .map(|a| BackendSpec::parse(&a.to_string()).unwrap())
+        .collect()
+}
+
 /// A config for tests: listens on `127.0.0.1:0`, short timeouts, the
 /// article's defaults otherwise.
 pub fn config(backends: &[SocketAddr]) -> Config {
     Config {
         listen: "127.0.0.1:0".parse().unwrap(),
-        backends: backends
-            .iter()
-            .map(|a| BackendSpec::parse(&a.to_string()).unwrap())
-            .collect(),
+        backends: specs(backends),
         connect_timeout: Duration::from_secs(2),
         idle_timeout: Duration::from_secs(30),
         drain_timeout: Duration::from_secs(10),
@@ -220,6 +249,8 @@ pub struct TestBalancer {
     pub addr: SocketAddr,
     /// Its live counters.
     pub stats: Arc<Stats>,
+    /// Its backend list, to find, drain, add or remove backends.
+    pub scheduler: Arc<Scheduler>,
     /// Its stop button.
     pub shutdown: Shutdown,
     stopped: Receiver<rodizio::Result<()>>,
@@ -232,6 +263,7 @@ impl TestBalancer {
         let balancer = Balancer::bind(config).expect("bind balancer");
         let addr = balancer.local_addr();
         let stats = balancer.stats();
+        let scheduler = balancer.scheduler();
         let shutdown = Shutdown::new();
         let (tx, stopped) = crossbeam_channel::bounded(1);
         let thread = {
@@ -243,6 +275,7 @@ impl TestBalancer {
         TestBalancer {
             addr,
             stats,
+            scheduler,
             shutdown,
             stopped,
             thread: Some(thread),
@@ -252,6 +285,25 @@ impl TestBalancer {
     /// A balancer with the test [`config`] in front of `backends`.
     pub fn over(backends: &[SocketAddr]) -> TestBalancer {
         TestBalancer::start(config(backends))
+    }
+
+    /// A balancer in front of `backends` with the article's defaults (and a
+    /// drain timeout of 5 s), after `tweak` has adjusted the config.
+    pub fn with(backends: &[SocketAddr], tweak: impl FnOnce(&mut Config)) -> TestBalancer {
+        let mut config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            backends: specs(backends),
+            drain_timeout: Duration::from_secs(5),
+            ..Config::default()
+        };
+        tweak(&mut config);
+        TestBalancer::start(config)
+    }
+
+    /// The backend listening on `addr`, as the balancer's list holds it.
+    pub fn backend(&self, addr: SocketAddr) -> Arc<Backend> {
+        let name = addr.to_string();
+        self.scheduler.find(|b| b.name() == name).unwrap()
     }
 
     /// Waits at most `timeout` for `run` to return; `true` if it did (and
@@ -295,6 +347,28 @@ impl Drop for TestBalancer {
     }
 }
 
+/// Polls `cond` until it holds or `limit` passes; returns how long it took.
+pub fn time_until(limit: Duration, cond: impl Fn() -> bool) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if cond() {
+            return Some(started.elapsed());
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
+/// Polls until `cond` holds, failing the test (naming `what`) after
+/// [`IO_TIMEOUT`].
+pub fn until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + IO_TIMEOUT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// Polls `cond` every few milliseconds until it holds or `timeout` passes.
 pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
@@ -315,6 +389,60 @@ pub fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
     s.set_read_timeout(Some(IO_TIMEOUT))?;
     s.set_write_timeout(Some(IO_TIMEOUT))?;
     Ok(s)
+}
+
+/// The demo backend (`rodizio backend`) on its own thread, stoppable.
+pub struct Demo {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    shutdown: Shutdown,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Demo {
+    /// Starts a demo backend called `name` on `addr` (`127.0.0.1:0`, or a
+    /// port to reuse).
+    pub fn start(addr: &str, name: &str) -> Demo {
+        let backend = DemoBackend::bind(addr.parse().unwrap(), Some(name.into())).unwrap();
+        let addr = backend.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let thread = Some(backend.spawn(shutdown.clone()).unwrap());
+        Demo {
+            addr,
+            shutdown,
+            thread,
+        }
+    }
+
+    /// Stops accepting and closes the listening socket (connections already
+    /// accepted finish on their own threads).
+    pub fn stop(&mut self) {
+        self.shutdown.trigger();
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One HTTP/1.0 request through `addr`; returns the name of the demo
+/// backend that answered.
+pub fn request(addr: SocketAddr) -> io::Result<String> {
+    let mut s = connect(addr)?;
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply)?;
+    let body = reply
+        .strip_prefix("HTTP/1.1 200 OK\r\n")
+        .and_then(|r| r.split_once("\r\n\r\n"))
+        .and_then(|(_, body)| body.strip_prefix("Handled by server "))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{reply:?}")))?;
+    Ok(body.trim_end().to_string())
 }
 
 /// One HTTP response: status line and body.
