@@ -56,13 +56,21 @@ fn start(cli: Cli) -> Result<(), Error> {
     }
 }
 
-/// Runs the balancer with signals handled, after printing the article's line.
-fn balance(config: Config, shutdown: Shutdown) -> Result<(), Error> {
+/// What every role does before serving: SIGINT/SIGTERM handled by a thread
+/// of their own (blocked before any other thread starts, so every thread
+/// inherits the mask), and the open-files limit raised.
+fn prepare_process(shutdown: &Shutdown) -> Result<(), Error> {
     shutdown::spawn_signal_thread(shutdown.clone())?;
     match system::raise_nofile_limit() {
         Ok(limit) => log::debug!("open files limit: {limit}"),
         Err(err) => log::warn!("could not raise the open files limit: {err}"),
     }
+    Ok(())
+}
+
+/// Runs the balancer with signals handled, after printing the article's line.
+fn balance(config: Config, shutdown: Shutdown) -> Result<(), Error> {
+    prepare_process(&shutdown)?;
     let balancer = Balancer::bind(config)?;
     println!(
         "Load balancer listening on port {}",
@@ -75,7 +83,7 @@ fn balance(config: Config, shutdown: Shutdown) -> Result<(), Error> {
 /// `rodizio backend`: one demo backend until a signal.
 fn backend_role(args: BackendArgs) -> Result<(), Error> {
     let shutdown = Shutdown::new();
-    shutdown::spawn_signal_thread(shutdown.clone())?;
+    prepare_process(&shutdown)?;
     let backend = DemoBackend::bind(args.listen, args.name)?;
     println!("Demo backend listening on {}", backend.local_addr()?);
     let _ = io::stdout().flush();
@@ -86,8 +94,7 @@ fn backend_role(args: BackendArgs) -> Result<(), Error> {
 /// `rodizio demo`: demo backends on loopback, the balancer in front.
 fn demo(mut config: Config, args: DemoArgs) -> Result<(), Error> {
     let shutdown = Shutdown::new();
-    // Block the signals before any thread starts, so every thread inherits it.
-    shutdown::spawn_signal_thread(shutdown.clone())?;
+    prepare_process(&shutdown)?;
     for i in 0..args.backends {
         let port = if args.first_port == 0 {
             0
