@@ -153,4 +153,13 @@ for i in 0 1 2; do
 done
 [ "$total" -eq "$REQUESTS" ] || fail "the backends logged $total requests, not $REQUESTS"
 
+# For comparison only (no pass/fail): the same load straight to one backend,
+# in the same run, so the balancer's cost can be read off the two rates.
+echo "== for comparison: the same ab straight to backend 127.0.0.1:${backend_ports[0]}"
+if timeout 120 ab -n "$REQUESTS" -c "$CONCURRENCY" "http://127.0.0.1:${backend_ports[0]}/" >"$work/ab-direct.out" 2>&1; then
+  grep -E '^(Failed requests|Requests per second)' "$work/ab-direct.out"
+else
+  echo "(ab straight to the backend failed; python's http.server drops connections under this load at times)"
+fi
+
 echo "ab-article: OK ($complete complete, $failed failed)"
