@@ -159,7 +159,7 @@ echo "== for comparison: the same ab straight to backend 127.0.0.1:${backend_por
 if timeout 120 ab -n "$REQUESTS" -c "$CONCURRENCY" "http://127.0.0.1:${backend_ports[0]}/" >"$work/ab-direct.out" 2>&1; then
   grep -E '^(Failed requests|Requests per second)' "$work/ab-direct.out"
 else
-  echo "(ab straight to the backend failed; python's http.server drops connections under this load at times)"
+  echo "(ab straight to the backend failed: python's http.server listens with a backlog of 5 and drops connections under this load at times)"
 fi
 
 echo "ab-article: OK ($complete complete, $failed failed)"
