@@ -115,6 +115,9 @@ pub struct BalancerArgs {
     /// The pump's flags (--splice).
     #[command(flatten)]
     pub pump: PumpOptions,
+    /// The listener's flags (--defer-accept).
+    #[command(flatten)]
+    pub accept: crate::listener::AcceptOptions,
 }
 
 fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
@@ -147,6 +150,7 @@ impl BalancerArgs {
             scheduling: self.scheduling.to_config(),
             health: self.health.to_config(),
             pump: self.pump.clone(),
+            accept: self.accept.clone(),
         })
     }
 }
