@@ -79,6 +79,7 @@ impl Balancer {
             idle_timeout: config.idle_timeout,
             health: config.health.clone(),
             splice: config.pump.splice,
+            yield_before_poll: config.pump.yield_before_poll,
         });
         let pool = Pool::new(
             config.workers,

@@ -112,7 +112,7 @@ pub struct BalancerArgs {
     /// Health checks and replies when no backend can serve.
     #[command(flatten)]
     pub health: crate::health::HealthArgs,
-    /// The pump's flags (--splice).
+    /// The pump's flags (--splice, --yield-before-poll).
     #[command(flatten)]
     pub pump: PumpOptions,
     /// The listener's flags (--defer-accept).
