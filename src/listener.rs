@@ -62,7 +62,7 @@ pub struct AcceptOptions {
     /// Hand a client to a worker only once its first bytes have arrived
     /// (TCP_DEFER_ACCEPT): fewer wake-ups per short connection. Off by
     /// default: clients of protocols where the server speaks first (SMTP,
-    /// FTP, MySQL) would wait seconds before being served.
+    /// FTP, MySQL) would wait about a second before being served.
     #[arg(long)]
     pub defer_accept: bool,
 }
