@@ -4,6 +4,8 @@
 #   scripts/bench.sh            full run (5 rounds, about 10 minutes)
 #   scripts/bench.sh --quick    3 short rounds, under 4 minutes
 #   scripts/bench.sh --rounds N
+#   RODIZIO_FLAGS="--yield-before-poll --defer-accept" scripts/bench.sh --quick
+#                               every rodizio instance gets these flags too
 #
 # It installs what is missing (apt-get), builds rodizio in release mode,
 # starts the backends (nginx serving a 612-byte and a 1 MiB file on three
@@ -23,13 +25,15 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
 # ---------------------------------------------------------------- options
+# Extra flags for every rodizio instance (off-by-default fast paths).
+read -ra RODIZIO_EXTRA <<<"${RODIZIO_FLAGS:-}"
 QUICK=0
 ROUNDS=5
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1; ROUNDS=3 ;;
     --rounds) ROUNDS=$2; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "unknown option: $1" >&2; exit 2 ;;
   esac
   shift
@@ -324,18 +328,18 @@ info "nginx on $B1 $B2 $B3, redis on $REDIS, iperf3 on $IPERF"
 
 log "starting proxies"
 export RUST_LOG=warn
-start rodizio-http "$RODIZIO" -l "127.0.0.1:${HTTP_PORT[rodizio]}" \
+start rodizio-http "$RODIZIO" "${RODIZIO_EXTRA[@]}" -l "127.0.0.1:${HTTP_PORT[rodizio]}" \
   -b "127.0.0.1:$B1" -b "127.0.0.1:$B2" -b "127.0.0.1:$B3" --idle-timeout 120s
 RODIZIO_HTTP=$LAST_PID
-start rodizio-redis "$RODIZIO" -l "127.0.0.1:${REDIS_PORT[rodizio]}" -b "127.0.0.1:$REDIS" --idle-timeout 120s
+start rodizio-redis "$RODIZIO" "${RODIZIO_EXTRA[@]}" -l "127.0.0.1:${REDIS_PORT[rodizio]}" -b "127.0.0.1:$REDIS" --idle-timeout 120s
 RODIZIO_REDIS=$LAST_PID
-start rodizio-iperf "$RODIZIO" -l "127.0.0.1:${IPERF_PORT[rodizio]}" -b "127.0.0.1:$IPERF" --idle-timeout 120s
+start rodizio-iperf "$RODIZIO" "${RODIZIO_EXTRA[@]}" -l "127.0.0.1:${IPERF_PORT[rodizio]}" -b "127.0.0.1:$IPERF" --idle-timeout 120s
 RODIZIO_IPERF=$LAST_PID
 PIDS[rodizio]=$RODIZIO_HTTP
-start rodizio-splice-http "$RODIZIO" --splice -l "127.0.0.1:${HTTP_PORT[rodizio-splice]}" \
+start rodizio-splice-http "$RODIZIO" "${RODIZIO_EXTRA[@]}" --splice -l "127.0.0.1:${HTTP_PORT[rodizio-splice]}" \
   -b "127.0.0.1:$B1" -b "127.0.0.1:$B2" -b "127.0.0.1:$B3" --idle-timeout 120s
 SPLICE_HTTP=$LAST_PID
-start rodizio-splice-iperf "$RODIZIO" --splice -l "127.0.0.1:${IPERF_PORT[rodizio-splice]}" \
+start rodizio-splice-iperf "$RODIZIO" "${RODIZIO_EXTRA[@]}" --splice -l "127.0.0.1:${IPERF_PORT[rodizio-splice]}" \
   -b "127.0.0.1:$IPERF" --idle-timeout 120s
 SPLICE_IPERF=$LAST_PID
 
@@ -363,7 +367,7 @@ done
 log "memory per idle connection ($IDLE_N connections held through each proxy)"
 : >"$OUT/idle.tsv"
 mkdir -p "$OUT/idle-stream"
-start idle-rodizio "$RODIZIO" -l "127.0.0.1:18401" \
+start idle-rodizio "$RODIZIO" "${RODIZIO_EXTRA[@]}" -l "127.0.0.1:18401" \
   -b "127.0.0.1:$B1" -b "127.0.0.1:$B2" -b "127.0.0.1:$B3" --idle-timeout 120s
 IDLE_PIDS[rodizio]=$LAST_PID
 subst haproxy.cfg.in "$OUT/idle-haproxy.cfg" "$OUT" 18402 18412 18422
@@ -419,7 +423,7 @@ mkdir -p "$DOCS"
   echo "wrk=$(wrk -v 2>&1 | head -1 | awk '{print $2}')"
   echo "ab=$(ab -V | head -1 | awk '{print $4, $5}')"
   echo "rounds=$ROUNDS"
-  echo "command=scripts/bench.sh $([ "$QUICK" -eq 1 ] && echo --quick)"
+  echo "command=${RODIZIO_FLAGS:+RODIZIO_FLAGS='$RODIZIO_FLAGS' }scripts/bench.sh $([ "$QUICK" -eq 1 ] && echo --quick)"
   echo "short=ab -n $SHORT_N -c 100 (612-byte file, a new connection per request)"
   echo "keepalive=wrk -t2 -c100 -d${WRK_SECS}s --latency (612-byte file, keep-alive)"
   echo "bulk=ab -n $BULK_N -c 10 (1 MiB file)"

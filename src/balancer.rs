@@ -74,6 +74,10 @@ impl Balancer {
         ));
         let stats = Arc::new(Stats::default());
         let listener = listener::bind(config.listen, config.backlog)?;
+        if config.accept.defer_accept {
+            listener::defer_accept(&listener)
+                .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
+        }
         let local_addr = listener
             .local_addr()
             .map_err(|e| Error::io("reading the listening address", e))?;
@@ -85,6 +89,7 @@ impl Balancer {
             idle_timeout: config.idle_timeout,
             health: config.health.clone(),
             splice: config.pump.splice,
+            yield_before_poll: config.pump.yield_before_poll,
         });
         let pool = Pool::new(
             config.workers,

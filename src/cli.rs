@@ -113,9 +113,12 @@ pub struct BalancerArgs {
     /// Health checks and replies when no backend can serve.
     #[command(flatten)]
     pub health: crate::health::HealthArgs,
-    /// The pump's flags (--splice).
+    /// The pump's flags (--splice, --yield-before-poll).
     #[command(flatten)]
     pub pump: PumpOptions,
+    /// The listener's flags (--defer-accept).
+    #[command(flatten)]
+    pub accept: crate::listener::AcceptOptions,
 }
 
 fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
@@ -149,6 +152,7 @@ impl BalancerArgs {
             scheduling: self.scheduling.to_config(),
             health: self.health.to_config(),
             pump: self.pump.clone(),
+            accept: self.accept.clone(),
         })
     }
 }

@@ -67,6 +67,8 @@ pub struct Config {
     pub health: crate::health::HealthConfig,
     /// How the pump moves bytes (`--splice`). Default: through buffers.
     pub pump: PumpOptions,
+    /// The listener's flags (`--defer-accept`). Default: off.
+    pub accept: crate::listener::AcceptOptions,
 }
 
 impl Default for Config {
@@ -86,6 +88,7 @@ impl Default for Config {
             scheduling: Default::default(),
             health: Default::default(),
             pump: PumpOptions::default(),
+            accept: Default::default(),
         }
     }
 }

@@ -11,6 +11,9 @@
 //! - `not_empty` wakes exactly one idle worker per push. An idle worker
 //!   sleeps in the kernel on it instead of spinning on `is_empty()`, so an
 //!   idle balancer uses no CPU.
+//!   The push notifies it before releasing the lock: parking_lot then
+//!   moves the sleeper straight onto the mutex, and the unlock wakes it
+//!   (one wake-up, never a wake into a held lock).
 //! - `not_full` makes a push wait while the queue holds `capacity` entries.
 //!   The accept loop then stops accepting, and new clients wait in the
 //!   kernel's listen backlog, which is exactly where they should wait: memory
@@ -100,10 +103,15 @@ impl<T> Queue<T> {
         }
         state.items.push_back(item);
         let unserved = state.items.len().saturating_sub(state.idle);
-        drop(state);
-        // Notify after unlocking, so the woken worker does not immediately
-        // block again on the mutex we still hold.
+        // Notify while still holding the lock. With a parking_lot condvar
+        // this does not wake the worker into a mutex we hold (the usual
+        // reason to notify after unlocking): it moves the worker from the
+        // condvar's queue to the mutex's, and the unlock just below wakes
+        // it. Measured with 100 concurrent short connections, this costs
+        // about 0.6-1 context switch and 7 % CPU less per connection than
+        // unlock-then-notify (see docs/benchmarks.md).
         self.not_empty.notify_one();
+        drop(state);
         Ok(Pushed { unserved })
     }
 
