@@ -24,7 +24,9 @@
 //! before we took it) and `EINTR` are retried at once; anything else
 //! (`EMFILE`: out of file descriptors, `ENOBUFS`, `ENOMEM`) is logged and
 //! retried after a short back-off, since retrying at once would spin on the
-//! same error while the connections in flight free what it needs.
+//! same error while the connections in flight free what it needs. A panic
+//! while handling one new client (a bug in the gate or the scheduler) is
+//! caught and logged like a worker's, and accepting goes on.
 //!
 //! `--defer-accept` (off by default) sets `TCP_DEFER_ACCEPT` on the
 //! listening socket: the kernel then completes the handshake but keeps the
@@ -49,6 +51,7 @@
 use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -166,30 +169,41 @@ impl Acceptor<'_> {
                 // The wake-up connection, or a client that came too late.
                 return;
             }
-            Stats::incr(&self.stats.accepted);
-            let Some(client) = self.admit(client, peer) else {
-                continue;
-            };
-            if let Err(err) = client.set_nodelay(true) {
-                log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
-            }
-            let Some(pick) = self.scheduler.pick(peer.ip()) else {
-                Stats::incr(&self.stats.no_backend);
-                log::warn!(
-                    "closing client {peer}: no backend is available \
-                     (all {} down or draining)",
-                    self.scheduler.snapshot().len()
-                );
-                if self.http_replies {
-                    crate::health::reply_at_once(&client, crate::health::REPLY_503);
-                }
-                continue;
-            };
-            if self.pool.submit(Job { pick, client, peer }).is_err() {
-                // The pool closed while we waited for room: shutting down.
-                return;
+            // A bug in the gate or the scheduler must not end accepting for
+            // everyone: like a worker, the loop catches a panic, logs it and
+            // goes on (the client, dropped while unwinding, is closed).
+            match catch_unwind(AssertUnwindSafe(|| self.dispatch(client, peer))) {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(_) => log::error!("handling new client {peer} panicked; accepting goes on"),
             }
         }
+    }
+
+    /// Takes one accepted client through the rate limit and the scheduler
+    /// into the pool. Returns false when the pool has closed (shutting down).
+    fn dispatch(&self, client: TcpStream, peer: SocketAddr) -> bool {
+        Stats::incr(&self.stats.accepted);
+        let Some(client) = self.admit(client, peer) else {
+            return true;
+        };
+        if let Err(err) = client.set_nodelay(true) {
+            log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
+        }
+        let Some(pick) = self.scheduler.pick(peer.ip()) else {
+            Stats::incr(&self.stats.no_backend);
+            log::warn!(
+                "closing client {peer}: no backend is available \
+                 (all {} down or draining)",
+                self.scheduler.snapshot().len()
+            );
+            if self.http_replies {
+                crate::health::reply_at_once(&client, crate::health::REPLY_503);
+            }
+            return true;
+        };
+        // An error means the pool closed while we waited for room.
+        self.pool.submit(Job { pick, client, peer }).is_ok()
     }
 
     /// The rate-limit gate: gives the client back if it may go on; else
