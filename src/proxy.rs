@@ -420,6 +420,14 @@ impl Half {
             let more = self.end == via.capacity();
             while self.pending() && self.writable {
                 match via.drain(dst, self.start, self.end, more) {
+                    // Not seen from TCP or a pipe, but a write that takes
+                    // nothing would otherwise spin here forever.
+                    Ok(0) => {
+                        return Err(io::Error::new(
+                            ErrorKind::WriteZero,
+                            "the destination took no byte",
+                        ))
+                    }
                     Ok(n) => {
                         self.corked = more;
                         self.start += n;
