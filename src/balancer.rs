@@ -11,9 +11,10 @@
 //!
 //! `run` turns the calling thread into the accept loop. Besides the workers
 //! (spawned by the pool as clients come), it starts the health thread (when
-//! checks are on, see [`crate::health`]) and a small `rodizio-stop` watcher,
-//! scoped to the accept loop, that closes the queue the moment shutdown is
-//! triggered. They share the scheduler, the stats and the pool through
+//! checks are on, see [`crate::health`]), and registers two wake-ups with
+//! the [`Shutdown`]: a connection to the listening address (for a blocking
+//! `accept`) and the queue's close (for a push waiting in a full queue),
+//! both run by whichever thread pulls the trigger. They share the scheduler, the stats and the pool through
 //! `Arc`s and references; the `Balancer` itself holds no lock.
 //!
 //! # Draining
@@ -145,6 +146,11 @@ impl Balancer {
     /// start-up are per connection and logged.
     pub fn run(self, shutdown: &Shutdown) -> Result<()> {
         shutdown.wake_on_trigger(self.local_addr);
+        // The accept loop may instead be waiting for room in a full queue,
+        // where no connection reaches it: closing the queue on trigger makes
+        // that push fail, and the loop returns (the client it held is
+        // closed, unserved; those already queued are still served).
+        shutdown.on_trigger(self.pool.closer());
         let health = crate::health::spawn(
             Arc::clone(&self.scheduler),
             self.config.health.clone(),
@@ -158,33 +164,7 @@ impl Balancer {
             limiter: self.limiter.as_ref(),
             http_replies: self.config.health.http_replies,
         };
-        std::thread::scope(|scope| {
-            // The accept loop may be waiting for room in a full queue, where
-            // the wake-up connection cannot reach it: only a pop or a close
-            // ends that wait. So a watcher closes the queue the moment the
-            // trigger is pulled; the waiting push then fails and the accept
-            // loop returns (the client it held is closed, unserved).
-            let (done, accept_returned) = crossbeam_channel::bounded::<()>(0);
-            let stop = shutdown.receiver();
-            let pool = &self.pool;
-            let watcher = std::thread::Builder::new()
-                .name("rodizio-stop".into())
-                .stack_size(64 * 1024)
-                .spawn_scoped(scope, move || {
-                    crossbeam_channel::select! {
-                        recv(stop) -> _ => {},
-                        recv(accept_returned) -> _ => {},
-                    }
-                    pool.close();
-                });
-            if let Err(err) = watcher {
-                log::warn!(
-                    "cannot start the shutdown watcher ({err}); a full queue may delay a stop"
-                );
-            }
-            acceptor.run(&self.listener);
-            drop(done);
-        });
+        acceptor.run(&self.listener);
         if let Some(health) = health {
             // Wakes at once on the trigger (at most one check timeout).
             let _ = health.join();

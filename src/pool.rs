@@ -10,7 +10,7 @@
 //! condition variable.
 //!
 //! Who touches it: the accept loop calls [`Pool::submit`]; the workers pop;
-//! the balancer's shutdown watcher and `run` call [`Pool::close`], and `run`
+//! the shutdown trigger (through `Pool::closer`) and `run` close it, and `run`
 //! waits in [`Pool::wait_exit`]. The count of live workers is an atomic,
 //! claimed with a compare-and-swap before a spawn so the limit holds without
 //! a lock; a `Mutex<()>` and `Condvar` let `wait_exit` sleep until the last
@@ -149,6 +149,13 @@ impl<T: Send + 'static> Pool<T> {
     /// and in hand, then exit.
     pub fn close(&self) {
         self.queue.close();
+    }
+
+    /// A function that closes this pool's queue, for a thread that cannot
+    /// borrow the pool (the shutdown trigger).
+    pub(crate) fn closer(&self) -> impl FnOnce() + Send + 'static {
+        let queue = Arc::clone(&self.queue);
+        move || queue.close()
     }
 
     /// Waits until every worker has exited, at most `timeout`. Returns the

@@ -23,8 +23,8 @@
 //! push will be taken by a sleeping worker or needs a new one
 //! ([`Queue::push`]'s return value).
 //!
-//! [`Queue::close`] ends it (called by the balancer's shutdown watcher and
-//! by `run` when it drains): pushes fail at once, pops return what is left
+//! [`Queue::close`] ends it (called by the shutdown trigger and by `run`
+//! when it drains): pushes fail at once, pops return what is left
 //! and then `None`, which tells each worker to exit.
 //!
 //! The lock is only held to move an entry in or out (a few instructions);

@@ -3,9 +3,11 @@
 //!
 //! [`Shutdown`] is a cloneable handle. [`Shutdown::trigger`] sets a flag,
 //! disconnects a `crossbeam-channel` (so every thread blocked in
-//! `select!`/`recv` on [`Shutdown::receiver`] wakes at once) and wakes the
-//! accept loop, which sleeps in a blocking `accept(2)`, by connecting to its
-//! own listening address. The library never installs signal handlers itself:
+//! `select!`/`recv` on [`Shutdown::receiver`] wakes at once) and runs the
+//! hooks registered by the threads that sleep where no channel reaches: the
+//! accept loop, in a blocking `accept(2)`, is woken by a connection to its
+//! own listening address, and, if it waits for room in a full queue, by the
+//! queue being closed. The library never installs signal handlers itself:
 //! the caller owns the trigger, so tests stop a balancer by calling
 //! `trigger()`, with no signal involved.
 //!
@@ -35,14 +37,26 @@ pub struct Shutdown {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     triggered: AtomicBool,
     /// Dropped on trigger; receivers then see "disconnected" at once.
     sender: Mutex<Option<Sender<()>>>,
     receiver: Receiver<()>,
-    /// Listening addresses to connect to on trigger, to wake `accept`.
-    wake: Mutex<Vec<SocketAddr>>,
+    /// What to run on trigger, once: the wake-ups of threads that sleep
+    /// where the channel cannot reach them.
+    hooks: Mutex<Vec<Hook>>,
+}
+
+/// A wake-up run once on trigger.
+type Hook = Box<dyn FnOnce() + Send>;
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shutdown")
+            .field("triggered", &self.triggered)
+            .field("hooks", &self.hooks.lock().len())
+            .finish()
+    }
 }
 
 impl Default for Shutdown {
@@ -60,7 +74,7 @@ impl Shutdown {
                 triggered: AtomicBool::new(false),
                 sender: Mutex::new(Some(sender)),
                 receiver,
-                wake: Mutex::new(Vec::new()),
+                hooks: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -71,11 +85,11 @@ impl Shutdown {
             return;
         }
         self.inner.sender.lock().take();
-        let wake = self.inner.wake.lock().clone();
-        for addr in wake {
-            // A connection is enough to return from accept(2); the accept
-            // loop sees the flag and drops it.
-            let _ = TcpStream::connect_timeout(&reachable(addr), Duration::from_secs(1));
+        // Taken under the lock, run after it: a hook may take a while (a
+        // connect) and must not hold up `on_trigger` callers.
+        let hooks = std::mem::take(&mut *self.inner.hooks.lock());
+        for hook in hooks {
+            hook();
         }
     }
 
@@ -90,13 +104,27 @@ impl Shutdown {
         self.inner.receiver.clone()
     }
 
-    /// Registers a listening address to wake on trigger. If already
-    /// triggered, wakes it now.
-    pub(crate) fn wake_on_trigger(&self, addr: SocketAddr) {
-        self.inner.wake.lock().push(addr);
-        if self.is_triggered() {
-            let _ = TcpStream::connect_timeout(&reachable(addr), Duration::from_secs(1));
+    /// Runs `hook` once on trigger, or now if already triggered.
+    ///
+    /// The flag is read under the hooks' lock, and `trigger` sets it before
+    /// taking that lock: so either `trigger` will find the hook, or this call
+    /// sees the flag and runs it itself, never neither.
+    pub(crate) fn on_trigger(&self, hook: impl FnOnce() + Send + 'static) {
+        let mut hooks = self.inner.hooks.lock();
+        if !self.is_triggered() {
+            hooks.push(Box::new(hook));
+            return;
         }
+        drop(hooks);
+        hook();
+    }
+
+    /// Wakes a blocking `accept(2)` on `addr` on trigger: a connection is
+    /// enough to make it return; the accept loop sees the flag and drops it.
+    pub(crate) fn wake_on_trigger(&self, addr: SocketAddr) {
+        self.on_trigger(move || {
+            let _ = TcpStream::connect_timeout(&reachable(addr), Duration::from_secs(1));
+        });
     }
 }
 
@@ -181,6 +209,26 @@ mod tests {
             rx.recv_timeout(Duration::from_secs(5)),
             Err(crossbeam_channel::RecvTimeoutError::Disconnected)
         );
+    }
+
+    #[test]
+    fn hooks_run_once_whether_registered_before_or_after_the_trigger() {
+        use std::sync::atomic::AtomicUsize;
+        let s = Shutdown::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counter = || {
+            let runs = Arc::clone(&runs);
+            move || {
+                runs.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        s.on_trigger(counter());
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        s.trigger();
+        s.trigger();
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        s.on_trigger(counter());
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
     }
 
     #[test]
