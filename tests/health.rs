@@ -16,6 +16,19 @@ use common::{black_hole, connect, request, time_until, Demo, TestBalancer, IO_TI
 use rodizio::health::{CheckKind, HealthConfig};
 use rodizio::Config;
 
+/// TCP checks every `interval` (200 ms timeout), down after `fall` failures
+/// in a row, up after `rise` successes.
+fn tcp_checks(interval: Duration, fall: u32, rise: u32) -> HealthConfig {
+    HealthConfig {
+        check: CheckKind::Tcp,
+        interval,
+        timeout: Duration::from_millis(200),
+        fall,
+        rise,
+        ..HealthConfig::default()
+    }
+}
+
 /// One client request of the load: when it started, and how it went.
 struct Outcome {
     started: Instant,
@@ -36,14 +49,7 @@ fn one_of_three_stops_under_load_and_comes_back() {
     let b_addr = b.addr;
     let lb = TestBalancer::with(&[a.addr, b.addr, c.addr], |config| {
         config.connect_timeout = Duration::from_secs(1);
-        config.health = HealthConfig {
-            check: CheckKind::Tcp,
-            interval,
-            timeout: Duration::from_millis(200),
-            fall,
-            rise,
-            ..HealthConfig::default()
-        };
+        config.health = tcp_checks(interval, fall, rise);
     });
     let backend_b = lb.backend(b_addr);
 
@@ -323,14 +329,7 @@ fn active_checks_follow_fall_and_rise() {
     let mut b = Demo::start("127.0.0.1:0", "b");
     let b_addr = b.addr;
     let lb = TestBalancer::with(&[a.addr, b_addr], |config| {
-        config.health = HealthConfig {
-            check: CheckKind::Tcp,
-            interval,
-            timeout: Duration::from_millis(200),
-            fall,
-            rise,
-            ..HealthConfig::default()
-        };
+        config.health = tcp_checks(interval, fall, rise);
     });
     let backend_b = lb.backend(b_addr);
     b.stop();
