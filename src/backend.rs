@@ -14,11 +14,19 @@
 //! the name is resolved once, at start-up, so a typo is reported before the
 //! first client arrives and a worker never calls the resolver (which would also
 //! need more stack than a 64 KiB worker has to spare).
+//!
+//! [`Backend::connect`] is `get_final_server_socket()`: the workers and the
+//! health checks both dial a backend through it.
 
 use std::fmt;
+use std::io::{self, ErrorKind};
+use std::net::TcpStream;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::error::{Error, Result};
 
@@ -287,6 +295,30 @@ impl Backend {
         }
     }
 
+    /// Opens a TCP connection to the first of the backend's addresses that
+    /// answers within `timeout`, with `TCP_NODELAY` set.
+    ///
+    /// The connect is a plain blocking `connect(2)` bounded by `SO_SNDTIMEO`,
+    /// which Linux applies to `connect` too (it then fails with `EINPROGRESS`,
+    /// reported here as `TimedOut`). `TcpStream::connect_timeout` would do the
+    /// same work in five system calls (switch to non-blocking, connect, `poll`,
+    /// switch back); this takes three, and a connection to a backend on the same
+    /// host is usually complete by the time `connect` returns.
+    ///
+    /// # Errors
+    ///
+    /// The last address's error, or `InvalidInput` if the backend has none.
+    pub fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
+        let mut last = io::Error::new(ErrorKind::InvalidInput, "backend has no address");
+        for addr in &self.addrs {
+            match connect_one(*addr, timeout) {
+                Ok(stream) => return Ok(stream),
+                Err(err) => last = err,
+            }
+        }
+        Err(last)
+    }
+
     /// Counts a connection as started on this backend. The returned guard
     /// counts it as ended when dropped, whatever ends the connection (an
     /// error, a panic, a normal close), so the count never drifts.
@@ -294,6 +326,24 @@ impl Backend {
         self.active.fetch_add(1, Ordering::Relaxed);
         self.total.fetch_add(1, Ordering::Relaxed);
         ActiveGuard { backend: self }
+    }
+}
+
+/// One connect attempt to one address: see [`Backend::connect`].
+fn connect_one(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    // Small writes (a request line, a Redis command) must leave at once,
+    // not wait for Nagle's algorithm to batch them.
+    socket.set_nodelay(true)?;
+    // A zero timeout would mean "wait forever" to the kernel.
+    socket.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => Ok(socket.into()),
+        Err(err) if err.raw_os_error() == Some(libc::EINPROGRESS) => Err(io::Error::new(
+            ErrorKind::TimedOut,
+            format!("connect to {addr} timed out after {timeout:?}"),
+        )),
+        Err(err) => Err(err),
     }
 }
 
@@ -324,6 +374,42 @@ impl Drop for ActiveGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::ErrorKind;
+    use std::net::TcpListener;
+    use std::time::Instant;
+
+    use socket2::{Domain, Socket, Type};
+
+    #[test]
+    fn connect_sets_nodelay_and_reaches_the_listener() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = connect_one(l.local_addr().unwrap(), Duration::from_secs(5)).unwrap();
+        assert!(stream.nodelay().unwrap());
+        let (_accepted, peer) = l.accept().unwrap();
+        assert_eq!(peer, stream.local_addr().unwrap());
+    }
+
+    #[test]
+    fn connect_gives_up_at_the_timeout() {
+        // A listener whose accept queue is full drops further SYNs, so a
+        // connect to it hangs until the timeout (SO_SNDTIMEO) ends it.
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        l.bind(&addr.into()).unwrap();
+        l.listen(0).unwrap();
+        let addr = l.local_addr().unwrap().as_socket().unwrap();
+        let mut fillers = Vec::new();
+        let started = Instant::now();
+        let err = loop {
+            match connect_one(addr, Duration::from_millis(200)) {
+                Ok(stream) => fillers.push(stream),
+                Err(err) => break err,
+            }
+            assert!(fillers.len() < 64, "the accept queue never filled");
+        };
+        assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
 
     #[test]
     fn parses_host_port_and_weight() {

@@ -14,8 +14,20 @@
 //! checks are on, see [`crate::health`]), and registers two wake-ups with
 //! the [`Shutdown`]: a connection to the listening address (for a blocking
 //! `accept`) and the queue's close (for a push waiting in a full queue),
-//! both run by whichever thread pulls the trigger. They share the scheduler, the stats and the pool through
-//! `Arc`s and references; the `Balancer` itself holds no lock.
+//! both run by whichever thread pulls the trigger. They share the
+//! scheduler, the stats and the pool through `Arc`s and references; the
+//! `Balancer` itself holds no lock.
+//!
+//! # Live settings
+//!
+//! What may change while the balancer runs is shared as live values
+//! (`arc_swap::ArcSwap`, one atomic load to read): the proxy's settings
+//! ([`crate::proxy::ProxyConfig`]) read once per connection, the health
+//! settings read by the checker at each round and by the workers once per
+//! connection, the limiter read by the accept loop once per client, and the
+//! algorithm and backend list held by the [`Scheduler`]. [`Balancer::live`]
+//! hands them out, so a reload can change them without restarting a
+//! thread; a connection keeps the settings it started with.
 //!
 //! # Draining
 //!
@@ -33,26 +45,43 @@
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
+use arc_swap::{ArcSwap, ArcSwapOption};
+
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::health::HealthConfig;
 use crate::limiter::Limiter;
 use crate::listener::{self, Acceptor};
 use crate::pool::Pool;
-use crate::proxy::{Job, Proxy};
+use crate::proxy::{Job, Proxy, ProxyConfig};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
+
+/// The settings a running balancer reads live, and the scheduler: what a
+/// reload changes. Cheap to clone (reference counts).
+#[derive(Debug, Clone)]
+pub struct Live {
+    /// The backend list and the algorithm.
+    pub scheduler: Arc<Scheduler>,
+    /// Chunk size, timeouts, splice: read once per connection.
+    pub proxy: Arc<ArcSwap<ProxyConfig>>,
+    /// Health settings: read by the checker each round and by the workers
+    /// once per connection.
+    pub health: Arc<ArcSwap<HealthConfig>>,
+    /// The rate limiter, or none: read by the accept loop once per client.
+    pub limiter: Arc<ArcSwapOption<Limiter>>,
+}
 
 /// A bound, ready-to-run balancer.
 pub struct Balancer {
     config: Config,
     listener: TcpListener,
     local_addr: SocketAddr,
-    scheduler: Arc<Scheduler>,
+    live: Live,
     stats: Arc<Stats>,
     pool: Pool<Job>,
-    limiter: Option<Limiter>,
 }
 
 impl Balancer {
@@ -60,7 +89,7 @@ impl Balancer {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] or [`Error::InvalidBackend`] for bad
+    /// [`Error::InvalidSetting`] or [`Error::InvalidBackend`] for bad
     /// settings, [`Error::Bind`] when the address cannot be listened on.
     pub fn bind(config: Config) -> Result<Balancer> {
         config.validate()?;
@@ -69,36 +98,20 @@ impl Balancer {
             .iter()
             .map(|spec| Backend::from_spec(spec).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
-        let scheduler = Arc::new(Scheduler::with_algorithm(
-            backends,
-            config.scheduling.algorithm,
-        ));
+        let scheduler = Arc::new(Scheduler::with_algorithm(backends, config.algorithm));
         let stats = Arc::new(Stats::default());
         let listener = listener::bind(config.listen, config.backlog)?;
-        if config.accept.defer_accept {
+        if config.defer_accept {
             listener::defer_accept(&listener)
                 .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
         }
         let local_addr = listener
             .local_addr()
             .map_err(|e| Error::io("reading the listening address", e))?;
-        let proxy = Arc::new(Proxy {
-            scheduler: Arc::clone(&scheduler),
-            stats: Arc::clone(&stats),
-            buffer_size: config.buffer_size,
-            connect_timeout: config.connect_timeout,
-            idle_timeout: config.idle_timeout,
-            health: config.health.clone(),
-            splice: config.pump.splice,
-            yield_before_poll: config.pump.yield_before_poll,
-        });
-        let pool = Pool::new(
-            config.workers,
-            config.thread_stack,
-            config.queue_capacity,
-            Arc::new(move |job: Job| proxy.handle(job)),
-        );
-        let limiter = config.rate_limit.as_ref().map(Limiter::new);
+        let limiter = config
+            .rate_limit
+            .as_ref()
+            .map(|c| Arc::new(Limiter::new(c)));
         if let Some(l) = &limiter {
             let c = l.config();
             log::info!(
@@ -110,14 +123,32 @@ impl Balancer {
                 l.memory_bytes() / 1024
             );
         }
+        let live = Live {
+            scheduler,
+            proxy: Arc::new(ArcSwap::from_pointee(config.proxy.clone())),
+            health: Arc::new(ArcSwap::from_pointee(config.health.clone())),
+            limiter: Arc::new(ArcSwapOption::new(limiter)),
+        };
+        let proxy = Arc::new(Proxy {
+            scheduler: Arc::clone(&live.scheduler),
+            stats: Arc::clone(&stats),
+            settings: Arc::clone(&live.proxy),
+            health: Arc::clone(&live.health),
+        });
+        let pool = Pool::new(
+            config.workers,
+            config.thread_stack,
+            config.queue_capacity,
+            Arc::clone(&stats),
+            Arc::new(move |job: Job| proxy.handle(job)),
+        );
         Ok(Balancer {
             config,
             listener,
             local_addr,
-            scheduler,
+            live,
             stats,
             pool,
-            limiter,
         })
     }
 
@@ -134,7 +165,12 @@ impl Balancer {
 
     /// The scheduler, which holds the backend list.
     pub fn scheduler(&self) -> Arc<Scheduler> {
-        Arc::clone(&self.scheduler)
+        Arc::clone(&self.live.scheduler)
+    }
+
+    /// The settings read live (see the module docs).
+    pub fn live(&self) -> Live {
+        self.live.clone()
     }
 
     /// Accepts and proxies clients until `shutdown` is triggered, then
@@ -152,17 +188,17 @@ impl Balancer {
         // closed, unserved; those already queued are still served).
         shutdown.on_trigger(self.pool.closer());
         let health = crate::health::spawn(
-            Arc::clone(&self.scheduler),
-            self.config.health.clone(),
+            Arc::clone(&self.live.scheduler),
+            Arc::clone(&self.live.health),
             shutdown.clone(),
         )?;
         let acceptor = Acceptor {
-            scheduler: &self.scheduler,
+            scheduler: &self.live.scheduler,
             pool: &self.pool,
             stats: &self.stats,
             shutdown,
-            limiter: self.limiter.as_ref(),
-            http_replies: self.config.health.http_replies,
+            limiter: &self.live.limiter,
+            health: &self.live.health,
         };
         acceptor.run(&self.listener);
         if let Some(health) = health {
@@ -190,13 +226,4 @@ impl Balancer {
         }
         Ok(())
     }
-}
-
-/// Binds and runs a balancer: [`Balancer::bind`] then [`Balancer::run`].
-///
-/// # Errors
-///
-/// The start-up errors of [`Balancer::bind`].
-pub fn run(config: Config, shutdown: &Shutdown) -> Result<()> {
-    Balancer::bind(config)?.run(shutdown)
 }

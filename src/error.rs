@@ -1,7 +1,7 @@
 //! The error type of the balancer.
 //!
 //! Start-up and per-connection failures are [`Error`]s (the low-level socket
-//! helpers, such as [`crate::proxy::pump`], return `io::Error` and their
+//! helpers, such as [`crate::proxy::pump()`], return `io::Error` and their
 //! callers wrap or log it). The variants name
 //! the cause (`Bind`, `BackendConnect`, ...) so that a log line or the one-line
 //! message printed by `main` says what went wrong and where.
@@ -9,7 +9,7 @@
 //! Two kinds of error exist, and the difference is policy, not type:
 //!
 //! - **Start-up errors** (a bad flag, a backend that does not resolve, a port
-//!   already in use) end [`crate::run`], and `main` turns them into an exit
+//!   already in use) end [`crate::Balancer::bind`], and `main` turns them into an exit
 //!   code: 2 for usage errors ([`Error::is_usage`]), 1 for the rest.
 //! - **Per-connection errors** (a backend refusing, a client resetting) are
 //!   logged by the worker and end only that one connection.
@@ -43,8 +43,17 @@ pub enum Error {
     },
     /// A backend specification (`HOST:PORT[,weight=N]`) is not valid.
     InvalidBackend(String),
-    /// A flag or configuration value is not valid.
+    /// A flag or configuration value is not valid (a message for the user).
     InvalidConfig(String),
+    /// One setting's value is not valid. `setting` is its name as the
+    /// config file writes it (`workers`, `health_interval`); the command
+    /// line words it as the flag (`--workers`).
+    InvalidSetting {
+        /// The setting's name, snake_case.
+        setting: String,
+        /// What is wrong, for example `must be 1..65536, got 0`.
+        message: String,
+    },
     /// Standard input ended while the prompt was asking for backends.
     PromptEof,
     /// Any other I/O error, with what we were doing when it happened.
@@ -65,11 +74,45 @@ impl Error {
         }
     }
 
+    /// An [`Error::InvalidSetting`].
+    pub fn setting(setting: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::InvalidSetting {
+            setting: setting.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The same error with a setting's name worded as its command-line flag
+    /// (`health_interval` → `--health-interval`), and so are the other
+    /// settings its message names between backquotes; other errors
+    /// unchanged.
+    pub fn worded_as_flag(self) -> Self {
+        let flag = |name: &str| format!("--{}", name.replace('_', "-"));
+        match self {
+            Error::InvalidSetting { setting, message } => {
+                let mut parts = message.split('`');
+                let mut text = parts.next().unwrap_or_default().to_string();
+                for (i, part) in parts.enumerate() {
+                    if i % 2 == 0 {
+                        text.push_str(&flag(part));
+                    } else {
+                        text.push_str(part);
+                    }
+                }
+                Error::InvalidConfig(format!("{} {text}", flag(&setting)))
+            }
+            other => other,
+        }
+    }
+
     /// True for errors caused by what the user typed: `main` exits with 2.
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            Error::InvalidBackend(_) | Error::InvalidConfig(_) | Error::PromptEof
+            Error::InvalidBackend(_)
+                | Error::InvalidConfig(_)
+                | Error::InvalidSetting { .. }
+                | Error::PromptEof
         )
     }
 }
@@ -83,6 +126,9 @@ impl fmt::Display for Error {
             }
             Error::InvalidBackend(msg) => write!(f, "invalid backend: {msg}"),
             Error::InvalidConfig(msg) => write!(f, "invalid configuration: {msg}"),
+            Error::InvalidSetting { setting, message } => {
+                write!(f, "invalid configuration: {setting} {message}")
+            }
             Error::PromptEof => write!(
                 f,
                 "standard input ended before the backends were entered (give them with --backend)"

@@ -12,15 +12,15 @@
 //!
 //! ```text
 //! client ──TCP──▶ accept loop (listener.rs: blocking accept, SO_REUSEADDR, backlog 4096)
-//!                   │ limiter.check(peer ip, now)?  no ──▶ close (or 429)  (limiter.rs, opt-in)
-//!                   │ scheduler.pick(peer) → Pick (the backend)   (scheduler.rs: round robin, ...)
-//!                   │   none available ──▶ close (or 503)         (health.rs)
+//!                   │ limiter.check(peer ip, now)?  no ──▶ close (or 429)  (limiter/, opt-in)
+//!                   │ scheduler.pick(peer) → Pick (the backend)   (scheduler/: round robin, ...)
+//!                   │   none available ──▶ close (or 503)         (reply.rs)
 //!                   ▼
 //!                 pool.submit(Job { pick, client }) → queue       (queue.rs: Mutex<VecDeque> + Condvar)
 //!                   ▼
 //!                 worker thread, 64 KiB stack, reused             (pool.rs)
-//!                   │ connect(backend), fail over to the next     (proxy.rs)
-//!                   │ pump both ways in 4096-byte chunks, poll(2)
+//!                   │ backend.connect(), fail over to the next    (proxy/, backend.rs)
+//!                   │ pump both ways in 4096-byte chunks, poll(2) (proxy/pump.rs)
 //!                   │ shutdown(Both) then close, both sockets
 //!                   ▼
 //!                 backend
@@ -28,26 +28,44 @@
 //!
 //! # Layout
 //!
-//! - `balancer`: [`Balancer`] wires the parts together; [`run`]; the drain.
-//! - `config`: [`Config`], the settings and their defaults (the C `#define`s).
-//! - `cli`: command-line flags (clap) into a [`Config`].
+//! Dependencies point one way, from the top of this list to the bottom:
+//! `main` → `cli`/`config` → `balancer` → `listener` → `pool`/`queue` →
+//! `proxy` → `health`, `scheduler`, `backend` → the leaves (`reply`,
+//! `units`, `stats`, `error`), which any module may use.
+//!
+//! - `cli`: command-line flags (clap, and only here) into [`config::Overrides`].
+//! - `config`: [`Config`], the settings and their defaults (the C
+//!   `#define`s), and the [`config::Overrides`] laid over them.
 //! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
+//! - `balancer`: [`Balancer`] wires the parts together; the live settings;
+//!   the drain.
 //! - `listener`: the listening socket and the accept loop.
-//! - `limiter`: per-client-IP rate limiting at accept time (off by default).
+//! - `limiter/`: per-client-IP rate limiting at accept time (off by
+//!   default): the facade, `rule` (three ways to count), `table` (the
+//!   bounded table).
 //! - `queue`: the FIFO between the accept loop and the workers.
 //! - `pool`: the worker threads.
-//! - `scheduler`: which backend gets the next client; the backend list,
-//!   changeable at run time.
-//! - `backend`: one backend and its live state.
-//! - `health`: active checks (their own thread), passive checks, 503/502.
-//! - `proxy`: connect with fail-over, the duplex pump (or `splice(2)`),
-//!   the close.
-//! - `stats`: counters.
-//! - `shutdown`: the stop trigger and the signal thread.
+//! - `proxy/`: a connection's life with fail-over; `pump` (duplex copy or
+//!   `splice(2)`); `conduit` (the thread's buffers and pipes).
+//! - `health/`: the checker thread, `probe` (rise/fall), `check` (tcp,
+//!   http), passive marking.
+//! - `scheduler/`: which backend gets the next client; the backend list,
+//!   changeable at run time; one file per algorithm.
+//! - `backend`: one backend, its live state, and [`backend::Backend::connect`].
+//! - `reply`: the 429/502/503 replies, written without blocking.
+//! - `stats`: one table of counters and gauges.
+//! - `units`: durations and sizes as people write them.
+//! - `signals`: the signal thread (SIGINT/SIGTERM drain, SIGHUP, SIGUSR1).
+//! - `shutdown`: the stop trigger.
 //! - `demo`: the built-in demo HTTP backend.
 //! - `system`: process settings taken from the OS at start-up (the open
 //!   files limit).
 //! - `error`: [`Error`].
+//!
+//! Every module is public, on purpose: this crate is also read as a
+//! companion to the article, and its tests and readers reach every part
+//! (a pump, a probe, the limiter's table) directly. What a program embedding
+//! it needs is [`Config`], [`Balancer`], [`Shutdown`] and [`Error`].
 //!
 //! # The C article, function by function
 //!
@@ -57,10 +75,10 @@
 //! | `struct server_info servers[]` | [`backend::Backend`]                        |
 //! | `servers_entry()`              | [`prompt::servers_entry`]                   |
 //! | `create_balancer_socket()`     | [`listener::bind`]                          |
-//! | `get_next_server_id()`         | [`scheduler::Scheduler::pick`]              |
+//! | `get_next_server_id()`         | [`scheduler::Scheduler::pick`] (`scheduler/round_robin.rs`) |
 //! | `get_next_thread()`, `threads[]`, `pthread_attr_setstacksize` | [`pool::Pool`] |
-//! | `proxy_function()`             | [`proxy::Proxy::handle`], [`proxy::pump`]   |
-//! | `get_final_server_socket()`    | [`proxy::connect_backend`]                  |
+//! | `proxy_function()`             | [`proxy::Proxy::handle`], [`proxy::pump()`] |
+//! | `get_final_server_socket()`    | [`backend::Backend::connect`]               |
 //! | `main()`                       | [`Balancer::bind`], [`Balancer::run`], `main.rs` |
 //! | `#define _PORT` etc.           | [`Config`]                                  |
 //!
@@ -88,7 +106,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
-mod balancer;
+pub mod balancer;
 pub mod cli;
 pub mod config;
 pub mod demo;
@@ -100,12 +118,15 @@ pub mod pool;
 pub mod prompt;
 pub mod proxy;
 pub mod queue;
+pub mod reply;
 pub mod scheduler;
 pub mod shutdown;
+pub mod signals;
 pub mod stats;
 pub mod system;
+pub mod units;
 
-pub use balancer::{run, Balancer};
+pub use balancer::Balancer;
 pub use config::Config;
 pub use error::{Error, Result};
 pub use shutdown::Shutdown;

@@ -11,7 +11,7 @@
 //!
 //! When no backend is available (all down or draining) the client is closed
 //! at once, or with `--http-replies` answered `503` first, by one
-//! non-blocking write (see [`crate::health::reply_at_once`]).
+//! non-blocking write (see [`reply::reply_at_once`]).
 //!
 //! With `--rate-limit`, each client is first checked against the per-IP
 //! limiter (`Acceptor::admit`): a refused client is counted, logged once per
@@ -33,10 +33,9 @@
 //! connection out of `accept(2)` until the client's first bytes arrive. The
 //! worker that takes it finds the request already there and never sleeps in
 //! `poll(2)` waiting for it, and the accept thread is woken once per client
-//! with data rather than once per handshake. Measured with `ab -c 100`
-//! (short connections): about 5.5 → 4.0 context switches and 11 % less CPU
-//! per connection. It stays a flag because it breaks protocols where the
-//! server speaks first (SMTP, FTP, MySQL, an SSH banner): their clients send
+//! with data rather than once per handshake (docs/benchmarks.md has the
+//! measured effect on short connections). It stays a flag because it breaks
+//! protocols where the server speaks first (SMTP, FTP, MySQL, an SSH banner): their clients send
 //! nothing until greeted, so the kernel holds them back for about
 //! [`DEFER_ACCEPT_SECS`] (rounded up to its SYN-ACK retransmissions) before
 //! handing them over anyway.
@@ -55,28 +54,20 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arc_swap::{ArcSwap, ArcSwapOption};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::error::{Error, Result};
+use crate::health::HealthConfig;
 use crate::limiter::{self, Decision, Limiter};
 use crate::pool::Pool;
 use crate::proxy::Job;
+use crate::reply;
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 
 /// Pause after an `accept(2)` error that is not the client's doing.
-/// The listener's flags.
-#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
-pub struct AcceptOptions {
-    /// Hand a client to a worker only once its first bytes have arrived
-    /// (TCP_DEFER_ACCEPT): fewer wake-ups per short connection. Off by
-    /// default: clients of protocols where the server speaks first (SMTP,
-    /// FTP, MySQL) would wait about a second before being served.
-    #[arg(long)]
-    pub defer_accept: bool,
-}
-
 /// How long the kernel holds back, with `--defer-accept`, a client that
 /// sends nothing: after this it is handed over anyway.
 pub const DEFER_ACCEPT_SECS: libc::c_int = 1;
@@ -136,10 +127,11 @@ pub(crate) struct Acceptor<'a> {
     pub pool: &'a Pool<Job>,
     pub stats: &'a Arc<Stats>,
     pub shutdown: &'a Shutdown,
-    /// The rate limiter, when `--rate-limit` is on.
-    pub limiter: Option<&'a Limiter>,
-    /// Answer `503 Service Unavailable` when no backend is available.
-    pub http_replies: bool,
+    /// The rate limiter, when `--rate-limit` is on (live: a reload may
+    /// swap it).
+    pub limiter: &'a ArcSwapOption<Limiter>,
+    /// Health settings, for `http_replies` (the 503).
+    pub health: &'a ArcSwap<HealthConfig>,
 }
 
 impl Acceptor<'_> {
@@ -197,8 +189,8 @@ impl Acceptor<'_> {
                  (all {} down or draining)",
                 self.scheduler.snapshot().len()
             );
-            if self.http_replies {
-                crate::health::reply_at_once(&client, crate::health::REPLY_503);
+            if self.health.load().http_replies {
+                reply::reply_at_once(&client, reply::REPLY_503);
             }
             return true;
         };
@@ -210,7 +202,8 @@ impl Acceptor<'_> {
     /// counts it, logs its first refusal of the window, ends it without
     /// blocking (see [`limiter::refuse`]) and returns `None`.
     fn admit(&self, client: TcpStream, peer: SocketAddr) -> Option<TcpStream> {
-        let Some(limiter) = self.limiter else {
+        let limiter = self.limiter.load();
+        let Some(limiter) = limiter.as_deref() else {
             return Some(client);
         };
         let Decision::Refused { first, retry_after } = limiter.check(peer.ip(), Instant::now())

@@ -1,5 +1,5 @@
 //! The `rodizio` binary: flags → configuration (the prompt when no backend
-//! is given) → [`rodizio::run`] → exit code.
+//! is given) → [`Balancer::bind`] → [`Balancer::run`] → exit code.
 //!
 //! Exit codes: 0 after a clean shutdown, 1 when start-up fails (the port is
 //! taken, ...), 2 for usage errors (bad flags, bad backends, input closed
@@ -9,14 +9,13 @@ use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use clap::Parser;
 use rodizio::backend::BackendSpec;
-use rodizio::cli::{one_line, BackendArgs, Cli, Command, DemoArgs};
+use rodizio::cli::{self, one_line, BackendArgs, Cli, Command, DemoArgs};
 use rodizio::demo::DemoBackend;
-use rodizio::{prompt, shutdown, system, Balancer, Config, Error, Shutdown};
+use rodizio::{prompt, signals, system, Balancer, Config, Error, Shutdown};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match cli::parse() {
         Ok(cli) => cli,
         Err(err) => {
             use clap::error::ErrorKind;
@@ -56,11 +55,11 @@ fn start(cli: Cli) -> Result<(), Error> {
     }
 }
 
-/// What every role does before serving: SIGINT/SIGTERM handled by a thread
-/// of their own (blocked before any other thread starts, so every thread
+/// What every role does before serving: signals handled by a thread of
+/// their own (blocked before any other thread starts, so every thread
 /// inherits the mask), and the open-files limit raised.
 fn prepare_process(shutdown: &Shutdown) -> Result<(), Error> {
-    shutdown::spawn_signal_thread(shutdown.clone())?;
+    signals::spawn(shutdown.clone())?;
     match system::raise_nofile_limit() {
         Ok(limit) => log::debug!("open files limit: {limit}"),
         Err(err) => log::warn!("could not raise the open files limit: {err}"),
@@ -71,7 +70,7 @@ fn prepare_process(shutdown: &Shutdown) -> Result<(), Error> {
 /// Runs the balancer with signals handled, after printing the article's line.
 fn balance(config: Config, shutdown: Shutdown) -> Result<(), Error> {
     prepare_process(&shutdown)?;
-    let balancer = Balancer::bind(config)?;
+    let balancer = Balancer::bind(config).map_err(Error::worded_as_flag)?;
     println!(
         "Load balancer listening on port {}",
         balancer.local_addr().port()
@@ -109,7 +108,7 @@ fn demo(mut config: Config, args: DemoArgs) -> Result<(), Error> {
         config.backends.push(BackendSpec::parse(&addr.to_string())?);
         println!("Demo backend {} listening on {addr}", i + 1);
     }
-    let balancer = Balancer::bind(config)?;
+    let balancer = Balancer::bind(config).map_err(Error::worded_as_flag)?;
     let port = balancer.local_addr().port();
     println!("Load balancer listening on port {port}");
     println!();

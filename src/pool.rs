@@ -14,7 +14,8 @@
 //! waits in [`Pool::wait_exit`]. The count of live workers is an atomic,
 //! claimed with a compare-and-swap before a spawn so the limit holds without
 //! a lock; a `Mutex<()>` and `Condvar` let `wait_exit` sleep until the last
-//! worker leaves instead of polling.
+//! worker leaves instead of polling. What the pool counts (workers alive and
+//! busy, panics, failed spawns) goes to the shared [`Stats`] table.
 //!
 //! A panic while handling one entry is caught with `catch_unwind`, counted and
 //! logged; the worker then goes on with the next entry, so a bug that one
@@ -35,7 +36,7 @@
 
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -43,6 +44,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::queue::Queue;
+use crate::stats::Stats;
 
 /// What a worker does with each entry.
 pub type Handler<T> = dyn Fn(T) + Send + Sync + 'static;
@@ -51,6 +53,7 @@ pub type Handler<T> = dyn Fn(T) + Send + Sync + 'static;
 pub struct Pool<T: Send + 'static> {
     queue: Arc<Queue<T>>,
     shared: Arc<Shared>,
+    stats: Arc<Stats>,
     handler: Arc<Handler<T>>,
     max_workers: usize,
     stack_size: usize,
@@ -64,26 +67,25 @@ struct Shared {
     /// Guards nothing but lets `wait_exit` sleep until `live` reaches 0.
     exit_lock: Mutex<()>,
     exited: Condvar,
-    /// Panics caught while handling entries.
-    panics: AtomicU64,
-    /// Threads that could not be spawned (resource limits).
-    spawn_failures: AtomicU64,
 }
 
 impl<T: Send + 'static> Pool<T> {
     /// A pool with no thread yet.
     ///
     /// `max_workers` is at least 1; `stack_size` is each thread's stack in
-    /// bytes; `queue_capacity` bounds the entries waiting for a worker.
+    /// bytes; `queue_capacity` bounds the entries waiting for a worker;
+    /// `stats` gets the pool's counters.
     pub fn new(
         max_workers: usize,
         stack_size: usize,
         queue_capacity: usize,
+        stats: Arc<Stats>,
         handler: Arc<Handler<T>>,
     ) -> Pool<T> {
         Pool {
             queue: Arc::new(Queue::new(queue_capacity)),
             shared: Arc::new(Shared::default()),
+            stats,
             handler,
             max_workers: max_workers.max(1),
             stack_size,
@@ -118,7 +120,7 @@ impl<T: Send + 'static> Pool<T> {
         }
         if let Err(err) = self.spawn_worker() {
             self.shared.live.fetch_sub(1, Ordering::AcqRel);
-            self.shared.spawn_failures.fetch_add(1, Ordering::Relaxed);
+            Stats::incr(&self.stats.worker_spawn_failures);
             // The entry stays queued; a running worker will take it.
             log::warn!("could not start a worker thread: {err}");
         }
@@ -128,16 +130,21 @@ impl<T: Send + 'static> Pool<T> {
         let queue = Arc::clone(&self.queue);
         let shared = Arc::clone(&self.shared);
         let handler = Arc::clone(&self.handler);
+        let stats = Arc::clone(&self.stats);
         thread::Builder::new()
             .name("rodizio-worker".into())
             .stack_size(self.stack_size)
             .spawn(move || {
+                let alive = stats.hold(&stats.workers);
                 while let Some(job) = queue.pop() {
+                    let busy = stats.hold(&stats.workers_busy);
                     if catch_unwind(AssertUnwindSafe(|| handler(job))).is_err() {
-                        shared.panics.fetch_add(1, Ordering::Relaxed);
+                        Stats::incr(&stats.worker_panics);
                         log::error!("a connection handler panicked; the worker goes on");
                     }
+                    drop(busy);
                 }
+                drop(alive);
                 let _guard = shared.exit_lock.lock();
                 shared.live.fetch_sub(1, Ordering::AcqRel);
                 shared.exited.notify_all();
@@ -191,7 +198,12 @@ impl<T: Send + 'static> Pool<T> {
 
     /// Panics caught so far.
     pub fn panics(&self) -> u64 {
-        self.shared.panics.load(Ordering::Relaxed)
+        self.stats.worker_panics.load(Ordering::Relaxed)
+    }
+
+    /// Worker threads that could not be started so far.
+    pub fn spawn_failures(&self) -> u64 {
+        self.stats.worker_spawn_failures.load(Ordering::Relaxed)
     }
 }
 
@@ -207,6 +219,7 @@ mod tests {
             2,
             64 * 1024,
             100,
+            Arc::new(Stats::default()),
             Arc::new(move |n: u32| tx.send(n).unwrap()),
         );
         for i in 0..50 {
@@ -229,6 +242,7 @@ mod tests {
             1,
             64 * 1024,
             10,
+            Arc::new(Stats::default()),
             Arc::new(move |n: u32| {
                 if n == 0 {
                     panic!("boom");
@@ -243,6 +257,9 @@ mod tests {
         assert_eq!(pool.workers(), 1);
         pool.close();
         assert_eq!(pool.wait_exit(Duration::from_secs(5)), 0);
+        // The gauges came down with the worker, the panic included.
+        let s = pool.stats.snapshot();
+        assert_eq!((s.workers, s.workers_busy, s.worker_panics), (0, 0, 1));
     }
 
     #[test]
@@ -254,6 +271,7 @@ mod tests {
             4,
             64 * 1024,
             10,
+            Arc::new(Stats::default()),
             Arc::new(move |n: u32| {
                 if n == 0 {
                     let _ = release_rx.recv_timeout(Duration::from_secs(10));

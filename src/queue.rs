@@ -107,9 +107,8 @@ impl<T> Queue<T> {
         // this does not wake the worker into a mutex we hold (the usual
         // reason to notify after unlocking): it moves the worker from the
         // condvar's queue to the mutex's, and the unlock just below wakes
-        // it. Measured with 100 concurrent short connections, this costs
-        // about 0.6-1 context switch and 7 % CPU less per connection than
-        // unlock-then-notify (see docs/benchmarks.md).
+        // it: fewer context switches per connection than unlock-then-notify
+        // (docs/benchmarks.md has the measurement).
         self.not_empty.notify_one();
         drop(state);
         Ok(Pushed { unserved })

@@ -1,5 +1,4 @@
-//! Stopping the balancer: a trigger that any thread can pull, and the signal
-//! thread that pulls it on SIGINT or SIGTERM.
+//! Stopping the balancer: a trigger that any thread can pull.
 //!
 //! [`Shutdown`] is a cloneable handle. [`Shutdown::trigger`] sets a flag,
 //! disconnects a `crossbeam-channel` (so every thread blocked in
@@ -11,10 +10,8 @@
 //! the caller owns the trigger, so tests stop a balancer by calling
 //! `trigger()`, with no signal involved.
 //!
-//! The binary calls [`spawn_signal_thread`]: SIGINT and SIGTERM are blocked
-//! in every thread and one thread waits for them with `sigwait(2)`. The first
-//! signal starts a graceful drain (stop accepting, finish what is in flight,
-//! bounded by `--drain-timeout`); a second one exits at once.
+//! The binary pulls it from its signal thread ([`crate::signals`]) on
+//! SIGINT or SIGTERM.
 //!
 //! # Corresponds to the C article
 //!
@@ -28,8 +25,6 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
-
-use crate::error::{Error, Result};
 
 /// A cloneable stop button.
 #[derive(Debug, Clone)]
@@ -140,56 +135,6 @@ fn reachable(addr: SocketAddr) -> SocketAddr {
         }
         _ => addr,
     }
-}
-
-/// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread
-/// it spawns afterwards) and starts a thread that waits for them.
-///
-/// Call it from `main` before starting any other thread. The first signal
-/// triggers `shutdown`; the second exits the process at once with status
-/// 128 + the signal number, as a shell reports a killed program.
-///
-/// # Errors
-///
-/// [`Error::Io`] when the signal mask cannot be set or the thread not spawned.
-pub fn spawn_signal_thread(shutdown: Shutdown) -> Result<()> {
-    // SAFETY: sigset_t is plain data; the libc calls only read and write it.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        if rc != 0 {
-            return Err(Error::io(
-                "blocking signals",
-                std::io::Error::from_raw_os_error(rc),
-            ));
-        }
-        set
-    };
-    std::thread::Builder::new()
-        .name("rodizio-signal".into())
-        .spawn(move || loop {
-            let mut signo: libc::c_int = 0;
-            // SAFETY: `set` is a valid, initialised signal set.
-            if unsafe { libc::sigwait(&set, &mut signo) } != 0 {
-                continue;
-            }
-            let name = if signo == libc::SIGINT {
-                "SIGINT"
-            } else {
-                "SIGTERM"
-            };
-            if shutdown.is_triggered() {
-                log::warn!("{name} again: exiting now");
-                std::process::exit(128 + signo);
-            }
-            log::info!("{name} received: draining connections (send it again to exit now)");
-            shutdown.trigger();
-        })
-        .map(drop)
-        .map_err(|e| Error::io("starting the signal thread", e))
 }
 
 #[cfg(test)]

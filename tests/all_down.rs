@@ -13,7 +13,7 @@ use common::{closed_port, config, connect, is_closed, wait_for, TestBalancer};
 #[test]
 fn client_is_closed_within_the_connect_timeout() {
     let mut cfg = config(&[closed_port(), closed_port(), closed_port()]);
-    cfg.connect_timeout = Duration::from_millis(500);
+    cfg.proxy.connect_timeout = Duration::from_millis(500);
     let lb = TestBalancer::start(cfg);
     for round in 1..=3u64 {
         let started = Instant::now();

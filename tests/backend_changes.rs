@@ -137,7 +137,7 @@ fn weighted_round_robin_through_the_balancer() {
     let light = Demo::start("127.0.0.1:0", "light");
     let lb = TestBalancer::with(&[heavy.addr, light.addr], |config| {
         no_checks(config);
-        config.scheduling.algorithm = Algorithm::WeightedRoundRobin;
+        config.algorithm = Algorithm::WeightedRoundRobin;
         config.backends[0].weight = 3;
     });
     let names: Vec<String> = (0..8).map(|_| request(lb.addr).unwrap()).collect();
@@ -154,7 +154,7 @@ fn ip_hash_through_the_balancer() {
     let (_demos, addrs) = three_demos();
     let lb = TestBalancer::with(&addrs, |config| {
         no_checks(config);
-        config.scheduling.algorithm = Algorithm::IpHash;
+        config.algorithm = Algorithm::IpHash;
     });
     let first = request(lb.addr).unwrap();
     for _ in 0..6 {
@@ -170,7 +170,7 @@ fn least_connections_through_the_balancer() {
     let (_demos, addrs) = three_demos();
     let lb = TestBalancer::with(&addrs, |config| {
         no_checks(config);
-        config.scheduling.algorithm = Algorithm::LeastConnections;
+        config.algorithm = Algorithm::LeastConnections;
     });
     let backends: Vec<Arc<Backend>> = addrs.iter().map(|a| lb.backend(*a)).collect();
     let by_name = |name: &str| Arc::clone(&backends[(name.as_bytes()[0] - b'a') as usize]);

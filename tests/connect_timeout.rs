@@ -19,7 +19,7 @@ fn silent_backend_costs_one_connect_timeout_then_fails_over() {
     assert!(TcpStream::connect_timeout(&silent, Duration::from_millis(200)).is_err());
     let echo = TestBackend::echo();
     let mut cfg = config(&[silent, echo.addr()]);
-    cfg.connect_timeout = Duration::from_millis(300);
+    cfg.proxy.connect_timeout = Duration::from_millis(300);
     let lb = TestBalancer::start(cfg);
 
     let started = Instant::now();

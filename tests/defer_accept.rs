@@ -15,7 +15,7 @@ use common::{config, connect, TestBackend, TestBalancer};
 fn a_client_is_accepted_once_it_sends() {
     let backend = TestBackend::echo();
     let mut cfg = config(&[backend.addr()]);
-    cfg.accept.defer_accept = true;
+    cfg.defer_accept = true;
     let lb = TestBalancer::start(cfg);
 
     let mut client = connect(lb.addr).unwrap();

@@ -46,7 +46,7 @@ fn odd_buffer_sizes_lose_no_byte() {
     let backend = TestBackend::echo();
     for (buffer_size, len) in [(1, 64 * 1024), (7, 256 * 1024), (64 * 1024, MIB)] {
         let mut cfg = common::config(&[backend.addr()]);
-        cfg.buffer_size = buffer_size;
+        cfg.proxy.buffer_size = buffer_size;
         let lb = TestBalancer::start(cfg);
         let data = Arc::new(test_data(len, buffer_size as u64));
         let back = echo_through(connect(lb.addr).unwrap(), data.clone()).expect("transfer");

@@ -28,7 +28,7 @@ fn no_descriptor_left_after_a_batch_and_a_stop() {
         let echo = TestBackend::echo();
         let other = TestBackend::echo();
         let mut cfg = config(&[echo.addr(), closed_port(), other.addr()]);
-        cfg.connect_timeout = Duration::from_millis(500);
+        cfg.proxy.connect_timeout = Duration::from_millis(500);
         let lb = TestBalancer::start(cfg);
         // The closed port's first three turns fail over; the third failure
         // marks it down (passive health) and later clients skip it.

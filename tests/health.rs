@@ -48,7 +48,7 @@ fn one_of_three_stops_under_load_and_comes_back() {
     let c = Demo::start("127.0.0.1:0", "c");
     let b_addr = b.addr;
     let lb = TestBalancer::with(&[a.addr, b.addr, c.addr], |config| {
-        config.connect_timeout = Duration::from_secs(1);
+        config.proxy.connect_timeout = Duration::from_secs(1);
         config.health = tcp_checks(interval, fall, rise);
     });
     let backend_b = lb.backend(b_addr);
@@ -151,7 +151,7 @@ fn a_black_hole_costs_at_most_the_connect_timeout() {
     let good = Demo::start("127.0.0.1:0", "good");
     let connect_timeout = Duration::from_millis(300);
     let lb = TestBalancer::with(&[hole_addr, good.addr], |config| {
-        config.connect_timeout = connect_timeout;
+        config.proxy.connect_timeout = connect_timeout;
         config.health = HealthConfig {
             check: CheckKind::Off,
             passive_failures: 3,

@@ -15,7 +15,7 @@ use common::{config, connect, is_closed, TestBackend, TestBalancer};
 fn quiet_connection_is_closed_after_the_idle_timeout() {
     let backend = TestBackend::echo();
     let mut cfg = config(&[backend.addr()]);
-    cfg.idle_timeout = Duration::from_millis(300);
+    cfg.proxy.idle_timeout = Duration::from_millis(300);
     cfg.workers = 1;
     let lb = TestBalancer::start(cfg);
     let mut s = connect(lb.addr).unwrap();

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use rodizio::backend::{Backend, BackendSpec};
 use rodizio::demo::DemoBackend;
+use rodizio::proxy::ProxyConfig;
 use rodizio::scheduler::Scheduler;
 use rodizio::stats::Stats;
 use rodizio::{Balancer, Config, Shutdown};
@@ -236,9 +237,12 @@ pub fn config(backends: &[SocketAddr]) -> Config {
     Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         backends: specs(backends),
-        connect_timeout: Duration::from_secs(2),
-        idle_timeout: Duration::from_secs(30),
         drain_timeout: Duration::from_secs(10),
+        proxy: ProxyConfig {
+            connect_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(30),
+            ..ProxyConfig::default()
+        },
         ..Config::default()
     }
 }
@@ -347,40 +351,31 @@ impl Drop for TestBalancer {
     }
 }
 
-/// Polls `cond` until it holds or `limit` passes; returns how long it took.
-pub fn time_until(limit: Duration, cond: impl Fn() -> bool) -> Option<Duration> {
+/// Polls `cond` every 2 ms until it holds or `limit` passes; returns how
+/// long it took. The one polling loop of the tests: [`until`] and
+/// [`wait_for`] are this with another way to report.
+pub fn time_until(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
     let started = Instant::now();
-    while started.elapsed() < limit {
+    loop {
         if cond() {
             return Some(started.elapsed());
         }
+        if started.elapsed() >= limit {
+            return None;
+        }
         thread::sleep(Duration::from_millis(2));
     }
-    None
 }
 
 /// Polls until `cond` holds, failing the test (naming `what`) after
 /// [`IO_TIMEOUT`].
 pub fn until(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + IO_TIMEOUT;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out: {what}");
-        thread::sleep(Duration::from_millis(2));
-    }
+    assert!(time_until(IO_TIMEOUT, cond).is_some(), "timed out: {what}");
 }
 
-/// Polls `cond` every few milliseconds until it holds or `timeout` passes.
-pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(5));
-    }
+/// Polls `cond` until it holds or `timeout` passes; whether it held.
+pub fn wait_for(timeout: Duration, cond: impl FnMut() -> bool) -> bool {
+    time_until(timeout, cond).is_some()
 }
 
 /// Connects with the read and write timeouts set.

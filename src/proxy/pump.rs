@@ -1,11 +1,5 @@
-//! What a worker does with one connection: connect to the backend (failing
-//! over to the next one), pump bytes both ways until both sides are done,
-//! then shut down and close both sockets.
-//!
-//! Only worker threads run this code, each on its own connection. They share
-//! the scheduler (read for fail-over), the backends' and the balancer's
-//! counters (atomics); the pump's buffers and pipes are thread-local, so
-//! nothing here takes a lock.
+//! The duplex pump: moves the bytes of one connection both ways until both
+//! sides are done, without ever blocking on either socket.
 //!
 //! # The pump
 //!
@@ -24,7 +18,7 @@
 //! - The two buffers belong to the worker thread, not the connection: they
 //!   are mapped once per thread and reused by every connection it serves
 //!   (nothing is allocated or zeroed per connection). When a connection has
-//!   had both buffers empty for [`RELEASE_AFTER`], their pages are handed
+//!   had both buffers empty for `RELEASE_AFTER` (half a second), their pages are handed
 //!   back to the kernel with `madvise(MADV_DONTNEED)`, so an idle connection
 //!   costs its thread's stack and its sockets but no buffer memory.
 //! - Why not a blocking `write_all`: if the client is blocked writing a large
@@ -57,9 +51,8 @@
 //!   forwarded, a keep-alive client sending its next request. Yielding lets
 //!   it run now, and when the answer is already there the worker skips the
 //!   sleep in `poll` and the wake-up that would end it, which on this
-//!   workload are most of the kernel's cost. Measured: keep-alive HTTP and
-//!   redis-benchmark about 30 % more requests per second and a fifth less
-//!   CPU per request (see docs/benchmarks.md). It stays a flag because when
+//!   workload are most of the kernel's cost (docs/benchmarks.md has the
+//!   measured gain on keep-alive HTTP and redis). It stays a flag because when
 //!   the answer is slow the yield and the extra `poll` are spent for
 //!   nothing, and on a busy machine the yield hands the CPU to unrelated
 //!   work.
@@ -71,7 +64,7 @@
 //!
 //! # Corresponds to the C article
 //!
-//! `proxy_function()` and `get_final_server_socket()`. The C reads one chunk
+//! The copy loop of `proxy_function()`. The C reads one chunk
 //! of the request (at most 4090 bytes), sends it with `strlen(buffer)` (so
 //! binary data is cut at the first zero byte), then copies the reply until
 //! the backend closes. It cannot serve a request larger than a chunk, a
@@ -82,79 +75,12 @@
 //! `shutdown(SHUT_RDWR)` then `close()` on both sockets is the C's, kept on
 //! every path.
 
-use std::cell::RefCell;
 use std::io::{self, ErrorKind};
-use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
-use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::io::{AsRawFd, RawFd};
-use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::net::{Shutdown as Direction, TcpStream};
+use std::os::unix::io::AsRawFd;
+use std::time::Duration;
 
-use socket2::{Domain, Protocol, Socket, Type};
-
-use crate::backend::Backend;
-use crate::error::Error;
-use crate::health::{self, HealthConfig};
-use crate::scheduler::{Pick, Scheduler};
-use crate::stats::Stats;
-
-/// One accepted client, with the backend chosen for it at accept time: the
-/// `(server_idx, client_sock)` pair of the C queue.
-#[derive(Debug)]
-pub struct Job {
-    /// The backend picked by the scheduler.
-    pub pick: Pick,
-    /// The client's socket.
-    pub client: TcpStream,
-    /// The client's address.
-    pub peer: SocketAddr,
-}
-
-/// Settings and shared state the workers need for every connection.
-#[derive(Debug)]
-pub struct Proxy {
-    /// Where fail-over finds the other backends.
-    pub scheduler: Arc<Scheduler>,
-    /// Counters.
-    pub stats: Arc<Stats>,
-    /// Bytes per chunk, each direction.
-    pub buffer_size: usize,
-    /// Longest wait for one backend connect.
-    pub connect_timeout: Duration,
-    /// Longest time with no byte moving before the connection is closed.
-    pub idle_timeout: Duration,
-    /// Passive health (`passive_failures`) and the 502 reply
-    /// (`http_replies`).
-    pub health: HealthConfig,
-    /// Move bytes with `splice(2)` ([`splice_pump`]) instead of buffers.
-    pub splice: bool,
-    /// Yield once before each wait that follows moved bytes
-    /// (`--yield-before-poll`).
-    pub yield_before_poll: bool,
-}
-
-/// The pump's flags.
-#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
-pub struct PumpOptions {
-    /// Move bytes with splice(2) through a pipe per direction (Linux, zero
-    /// copy, up to 64 KiB per call) instead of 4096-byte reads and writes;
-    /// --buffer-size is then unused. Off by default: the article's pump
-    /// copies through a buffer.
-    #[arg(long)]
-    pub splice: bool,
-    /// After moving bytes, give the CPU away once (sched_yield) and check
-    /// again without waiting before sleeping in poll(2): the peer often
-    /// answers meanwhile, and the worker is spared a sleep and a wake-up.
-    /// Off by default: it trades a little CPU for it when the answer is slow.
-    #[arg(long)]
-    pub yield_before_poll: bool,
-}
-
-/// Longest a worker spends on a 502 reply (writing it, then waiting for the
-/// client to close first so the reply is not destroyed by a reset).
-const REPLY_LINGER: Duration = Duration::from_secs(1);
+use super::conduit::{Buffers, Conduits, Pipe, Through, BUFFERS, PIPES, RELEASE_AFTER};
 
 /// How one proxied connection went.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -163,187 +89,6 @@ pub struct Transfer {
     pub to_backend: u64,
     /// Bytes from the backend delivered to the client.
     pub to_client: u64,
-}
-
-impl Proxy {
-    /// Serves one client from start to end. Never panics on I/O and never
-    /// returns an error: whatever happens is logged and ends only this
-    /// connection.
-    pub fn handle(&self, job: Job) {
-        let Job { pick, client, peer } = job;
-        let started = Instant::now();
-        let (backend_sock, backend) = match self.connect(&pick) {
-            Ok(found) => found,
-            Err(err) => {
-                Stats::incr(&self.stats.no_backend);
-                log::warn!("closing client {peer}: no backend could be reached, last: {err}");
-                if self.health.http_replies {
-                    health::reply_and_linger(&client, health::REPLY_502, REPLY_LINGER);
-                }
-                close(&client);
-                return;
-            }
-        };
-        let _active = backend.start_connection();
-        // Counted as active now: the pick's reservation (least connections'
-        // count of clients on their way) is released.
-        drop(pick);
-        self.stats.active.fetch_add(1, Ordering::Relaxed);
-        let mut transfer = Transfer::default();
-        let result = if self.splice {
-            splice_pump(
-                &client,
-                &backend_sock,
-                self.idle_timeout,
-                self.yield_before_poll,
-                &mut transfer,
-            )
-        } else {
-            pump(
-                &client,
-                &backend_sock,
-                self.buffer_size,
-                self.idle_timeout,
-                self.yield_before_poll,
-                &mut transfer,
-            )
-        };
-        // Counters first, so that whoever sees this connection close also
-        // sees it counted.
-        self.stats.active.fetch_sub(1, Ordering::Relaxed);
-        Stats::incr(&self.stats.completed);
-        self.stats
-            .bytes_to_backends
-            .fetch_add(transfer.to_backend, Ordering::Relaxed);
-        self.stats
-            .bytes_to_clients
-            .fetch_add(transfer.to_client, Ordering::Relaxed);
-        // The article's ending: shutdown(SHUT_RDWR), then close(), on both
-        // sockets. After an error or the idle timeout it cuts both
-        // directions at once; after a clean finish both FINs have already
-        // passed and the call only returns ENOTCONN, a cheap system call
-        // kept so every connection ends the same, visible way.
-        close(&backend_sock);
-        close(&client);
-        drop(backend_sock);
-        drop(client);
-        let elapsed = started.elapsed();
-        match result {
-            Ok(()) => log::debug!(
-                "connection finished: client {peer} backend {} sent {} received {} in {:?}",
-                backend.name(),
-                transfer.to_backend,
-                transfer.to_client,
-                elapsed
-            ),
-            Err(err) => {
-                Stats::incr(&self.stats.errors);
-                log::info!(
-                    "connection ended by error: client {peer} backend {}: {err} \
-                     (sent {} received {} in {:?})",
-                    backend.name(),
-                    transfer.to_backend,
-                    transfer.to_client,
-                    elapsed
-                );
-            }
-        }
-    }
-
-    /// Connects to the picked backend or, failing that, to each other
-    /// available backend once, in list order.
-    ///
-    /// Each attempt gets the whole `connect_timeout`, not a share of one
-    /// total: a black-holed backend then costs a client one connect timeout,
-    /// and the next backend still gets a full chance. (One total budget
-    /// would let a single black hole use it all up and fail the client even
-    /// though a live backend was next.) Passive health takes the black hole
-    /// out after `passive_failures` such clients, so later ones pay nothing.
-    fn connect(&self, pick: &Pick) -> Result<(TcpStream, Arc<Backend>), Error> {
-        let mut last = match self.try_backend(&pick.backend) {
-            Ok(stream) => return Ok((stream, Arc::clone(&pick.backend))),
-            Err(err) => err,
-        };
-        for backend in self.scheduler.failover_order(&pick.backend) {
-            match self.try_backend(&backend) {
-                Ok(stream) => return Ok((stream, backend)),
-                Err(err) => last = err,
-            }
-        }
-        Err(last)
-    }
-
-    /// One connect attempt, counted in the stats and in the backend's
-    /// passive health.
-    fn try_backend(&self, backend: &Backend) -> Result<TcpStream, Error> {
-        match connect_backend(backend, self.connect_timeout) {
-            Ok(stream) => {
-                backend.record_connect_success();
-                Ok(stream)
-            }
-            Err(source) => {
-                Stats::incr(&self.stats.connect_failures);
-                let failures = backend.record_connect_failure();
-                log::warn!(
-                    "backend {} connect failed ({failures} in a row): {source}",
-                    backend.name()
-                );
-                health::connect_failed(backend, failures, &self.health, &source);
-                Err(Error::BackendConnect {
-                    backend: backend.name().to_string(),
-                    source,
-                })
-            }
-        }
-    }
-}
-
-/// Opens a TCP connection to the first of the backend's addresses that
-/// answers within `timeout`, with `TCP_NODELAY` set.
-///
-/// The connect is a plain blocking `connect(2)` bounded by `SO_SNDTIMEO`,
-/// which Linux applies to `connect` too (it then fails with `EINPROGRESS`,
-/// reported here as `TimedOut`). `TcpStream::connect_timeout` would do the
-/// same work in five system calls (switch to non-blocking, connect, `poll`,
-/// switch back); this takes three, and a connection to a backend on the same
-/// host is usually complete by the time `connect` returns.
-///
-/// # Errors
-///
-/// The last address's error, or `InvalidInput` if the backend has none.
-pub fn connect_backend(backend: &Backend, timeout: Duration) -> io::Result<TcpStream> {
-    let mut last = io::Error::new(ErrorKind::InvalidInput, "backend has no address");
-    for addr in backend.addrs() {
-        match connect_one(*addr, timeout) {
-            Ok(stream) => return Ok(stream),
-            Err(err) => last = err,
-        }
-    }
-    Err(last)
-}
-
-fn connect_one(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    // Small writes (a request line, a Redis command) must leave at once,
-    // not wait for Nagle's algorithm to batch them.
-    socket.set_nodelay(true)?;
-    // A zero timeout would mean "wait forever" to the kernel.
-    socket.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-    match socket.connect(&addr.into()) {
-        Ok(()) => Ok(socket.into()),
-        Err(err) if err.raw_os_error() == Some(libc::EINPROGRESS) => Err(io::Error::new(
-            ErrorKind::TimedOut,
-            format!("connect to {addr} timed out after {timeout:?}"),
-        )),
-        Err(err) => Err(err),
-    }
-}
-
-/// `shutdown(SHUT_RDWR)` then close, as the C does; errors are irrelevant
-/// here (the peer may be gone already), so they are ignored.
-fn close(stream: &TcpStream) {
-    let _ = stream.shutdown(Direction::Both);
-    // The descriptor itself is closed when the `TcpStream` is dropped.
 }
 
 /// One direction of the pump: what we know of its buffer and both ends.
@@ -533,126 +278,6 @@ pub fn splice_pump(
     })
 }
 
-/// What the two directions of one pump move their bytes through.
-enum Conduits<'a> {
-    Buffers(&'a mut Buffers),
-    Pipes(&'a [Pipe; 2]),
-}
-
-impl Conduits<'_> {
-    /// Client-to-backend and backend-to-client.
-    fn halves(&mut self) -> (Through<'_>, Through<'_>) {
-        match self {
-            Conduits::Buffers(b) => {
-                let (up, down) = b.halves();
-                (Through::Buffer(up), Through::Buffer(down))
-            }
-            Conduits::Pipes([up, down]) => (Through::Pipe(up), Through::Pipe(down)),
-        }
-    }
-
-    /// Gives memory back while the connection is idle. A drained pipe holds
-    /// no pages, so only buffers have anything to give.
-    fn release(&mut self) {
-        if let Conduits::Buffers(b) = self {
-            b.release();
-        }
-    }
-}
-
-/// Where one direction's bytes wait between the read and the write.
-enum Through<'a> {
-    /// User memory: `recv` copies into it and `send` copies out of it.
-    Buffer(&'a mut [u8]),
-    /// A pipe: `splice` moves socket pages in and out, no copy.
-    Pipe(&'a Pipe),
-}
-
-impl Through<'_> {
-    /// The most one read can take.
-    fn capacity(&self) -> usize {
-        match self {
-            Through::Buffer(buf) => buf.len(),
-            Through::Pipe(pipe) => pipe.capacity,
-        }
-    }
-
-    /// Reads from `src` into the (empty) buffer or pipe.
-    fn fill(&mut self, src: &TcpStream) -> io::Result<usize> {
-        match self {
-            Through::Buffer(buf) => recv(src, buf),
-            Through::Pipe(pipe) => {
-                splice(src.as_raw_fd(), pipe.write.as_raw_fd(), pipe.capacity, 0)
-            }
-        }
-    }
-
-    /// Writes the bytes `start..end` of what `fill` read on to `dst`.
-    /// `more`: more bytes will follow at once (`MSG_MORE`).
-    fn drain(
-        &mut self,
-        dst: &TcpStream,
-        start: usize,
-        end: usize,
-        more: bool,
-    ) -> io::Result<usize> {
-        match self {
-            Through::Buffer(buf) => send(dst, &buf[start..end], more),
-            // The pipe holds exactly the bytes not yet written, in order.
-            Through::Pipe(pipe) => {
-                let more = if more { libc::SPLICE_F_MORE } else { 0 };
-                splice(pipe.read.as_raw_fd(), dst.as_raw_fd(), end - start, more)
-            }
-        }
-    }
-}
-
-/// A non-blocking pipe used by [`splice_pump`] for one direction.
-struct Pipe {
-    read: OwnedFd,
-    write: OwnedFd,
-    /// Bytes it holds at most (`F_GETPIPE_SZ`, 64 KiB by default).
-    capacity: usize,
-}
-
-impl Pipe {
-    fn new() -> io::Result<Pipe> {
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: `fds` is a valid array of two ints for the call.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: pipe2 succeeded, so both are open descriptors owned by no
-        // one else; OwnedFd closes each exactly once.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // SAFETY: F_GETPIPE_SZ on a pipe we own; no pointer involved.
-        let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
-        let capacity = usize::try_from(size).unwrap_or(0).max(4096);
-        Ok(Pipe {
-            read,
-            write,
-            capacity,
-        })
-    }
-}
-
-/// One `splice(2)` of at most `len` bytes from `from` to `to`, one of which
-/// is a pipe; never blocks on the pipe (the sockets are non-blocking).
-fn splice(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> io::Result<usize> {
-    // SAFETY: plain descriptors and null offsets (both are streams).
-    let n = unsafe {
-        libc::splice(
-            from,
-            std::ptr::null_mut(),
-            to,
-            std::ptr::null_mut(),
-            len,
-            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK | flags,
-        )
-    };
-    usize::try_from(n).map_err(|_| io::Error::last_os_error())
-}
-
 fn pump_with(
     conduits: &mut Conduits,
     client: &TcpStream,
@@ -753,125 +378,10 @@ fn poll(fds: &mut [libc::pollfd; 2], timeout_ms: i32) -> io::Result<i32> {
     }
 }
 
-/// How long a connection may sit with both buffers empty before their
-/// pages are given back to the kernel. Long enough that a busy connection
-/// (or a keep-alive client between requests) never pays for it, short
-/// enough that a thousand idle connections cost no buffer memory.
-pub const RELEASE_AFTER: Duration = Duration::from_millis(500);
-
-thread_local! {
-    /// This thread's pump buffers, kept for every connection it serves so
-    /// none is allocated (and zeroed) per connection.
-    static BUFFERS: RefCell<Option<Buffers>> = const { RefCell::new(None) };
-    /// This thread's pipes for `--splice`, one per direction.
-    static PIPES: RefCell<Option<[Pipe; 2]>> = const { RefCell::new(None) };
-}
-
-/// The two buffers of the pump (one per direction) in one anonymous,
-/// private mapping of their own.
-///
-/// Why a mapping and not a `Vec`: its pages are whole, so `madvise(2)` with
-/// `MADV_DONTNEED` can hand them back to the kernel while a connection is
-/// idle ([`Buffers::release`]), taking them out of the resident set; the
-/// next read finds fresh zeroed pages. A thread that never reads never
-/// touches them, so they cost no memory at all until used.
-struct Buffers {
-    ptr: NonNull<u8>,
-    /// Bytes mapped: `2 * size` rounded up to whole pages.
-    len: usize,
-    /// Bytes per direction.
-    size: usize,
-}
-
-impl Buffers {
-    fn new(size: usize) -> io::Result<Buffers> {
-        let size = size.max(1);
-        // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let len = (2 * size).div_ceil(page) * page;
-        // SAFETY: a new anonymous private mapping; no existing memory is
-        // touched. The result is checked against MAP_FAILED.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(ptr.cast()).ok_or_else(io::Error::last_os_error)?;
-        Ok(Buffers { ptr, len, size })
-    }
-
-    /// The client-to-backend and backend-to-client buffers.
-    fn halves(&mut self) -> (&mut [u8], &mut [u8]) {
-        // SAFETY: the mapping is `len >= 2 * size` bytes, readable and
-        // writable, owned by `self` and borrowed mutably for the slices'
-        // lifetime, so nothing else reads or writes it meanwhile.
-        let all = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), 2 * self.size) };
-        all.split_at_mut(self.size)
-    }
-
-    /// Hands the pages back to the kernel; their content (nothing pending,
-    /// by the caller's check) reads as zeros from now on.
-    fn release(&mut self) {
-        // SAFETY: the range is exactly our own mapping, and no slice into it
-        // is alive (`&mut self`). An error only means the pages stay.
-        unsafe {
-            libc::madvise(self.ptr.as_ptr().cast(), self.len, libc::MADV_DONTNEED);
-        }
-    }
-}
-
-impl Drop for Buffers {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `new`, once.
-        unsafe {
-            libc::munmap(self.ptr.as_ptr().cast(), self.len);
-        }
-    }
-}
-
 /// Sends at once what `MSG_MORE` writes left waiting in `socket`: setting
 /// `TCP_NODELAY` (again) pushes the pending segments out.
 fn uncork(socket: &TcpStream) -> io::Result<()> {
     socket.set_nodelay(true)
-}
-
-/// `recv(2)` that never blocks (`MSG_DONTWAIT`), whatever the socket's mode:
-/// no `fcntl`/`ioctl` is needed to make the sockets non-blocking first.
-fn recv(socket: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the call.
-    let n = unsafe {
-        libc::recv(
-            socket.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    usize::try_from(n).map_err(|_| io::Error::last_os_error())
-}
-
-/// `send(2)` that never blocks, and never raises `SIGPIPE` on a closed peer
-/// (`EPIPE` is returned instead).
-fn send(socket: &TcpStream, buf: &[u8], more: bool) -> io::Result<usize> {
-    let more = if more { libc::MSG_MORE } else { 0 };
-    // SAFETY: `buf` is valid for reads of `buf.len()` bytes for the call.
-    let n = unsafe {
-        libc::send(
-            socket.as_raw_fd(),
-            buf.as_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | more,
-        )
-    };
-    usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }
 
 /// A `pollfd` for `socket`. A socket with nothing to wait for gets fd -1,
@@ -947,37 +457,6 @@ mod tests {
         let transfer = t.join().unwrap().unwrap();
         assert_eq!(transfer.to_backend, 34);
         assert_eq!(transfer.to_client, 5);
-    }
-
-    #[test]
-    fn connect_sets_nodelay_and_reaches_the_listener() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let stream = connect_one(l.local_addr().unwrap(), Duration::from_secs(5)).unwrap();
-        assert!(stream.nodelay().unwrap());
-        let (_accepted, peer) = l.accept().unwrap();
-        assert_eq!(peer, stream.local_addr().unwrap());
-    }
-
-    #[test]
-    fn connect_gives_up_at_the_timeout() {
-        // A listener whose accept queue is full drops further SYNs, so a
-        // connect to it hangs until the timeout (SO_SNDTIMEO) ends it.
-        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-        l.bind(&addr.into()).unwrap();
-        l.listen(0).unwrap();
-        let addr = l.local_addr().unwrap().as_socket().unwrap();
-        let mut fillers = Vec::new();
-        let started = Instant::now();
-        let err = loop {
-            match connect_one(addr, Duration::from_millis(200)) {
-                Ok(stream) => fillers.push(stream),
-                Err(err) => break err,
-            }
-            assert!(fillers.len() < 64, "the accept queue never filled");
-        };
-        assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
-        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     /// `len` bytes that differ from one seed to another and have no short
@@ -1108,32 +587,6 @@ mod tests {
     }
 
     #[test]
-    fn splice_is_a_flag_off_by_default() {
-        use crate::cli::Cli;
-        use clap::Parser;
-        let off = Cli::try_parse_from(["rodizio"]).unwrap();
-        assert!(!off.balancer.to_config().unwrap().pump.splice);
-        let on = Cli::try_parse_from(["rodizio", "--splice"]).unwrap();
-        assert!(on.balancer.to_config().unwrap().pump.splice);
-    }
-
-    #[test]
-    fn released_buffers_read_as_zeros_and_stay_usable() {
-        let mut b = Buffers::new(5000).unwrap();
-        assert!(b.len >= 10000 && b.len % 4096 == 0);
-        let (up, down) = b.halves();
-        assert_eq!((up.len(), down.len()), (5000, 5000));
-        up.fill(7);
-        down.fill(9);
-        b.release();
-        let (up, down) = b.halves();
-        assert!(up.iter().chain(down.iter()).all(|&x| x == 0));
-        up[4999] = 1;
-        down[0] = 2;
-        assert_eq!((up[4999], down[0]), (1, 2));
-    }
-
-    #[test]
     fn yield_before_poll_moves_the_same_bytes() {
         // The yield and the look without waiting change when the worker
         // sleeps, never what it moves: 1 MiB each way, both pumps.
@@ -1149,11 +602,6 @@ mod tests {
             assert_eq!(transfer.to_backend, up.len() as u64);
             assert_eq!(transfer.to_client, down.len() as u64);
         }
-    }
-
-    #[test]
-    fn yield_before_poll_is_a_flag_off_by_default() {
-        assert!(!PumpOptions::default().yield_before_poll);
     }
 
     #[test]

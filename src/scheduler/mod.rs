@@ -9,6 +9,9 @@
 //!
 //! # The algorithms
 //!
+//! Each algorithm is one file, a `Strategy` listed once in the
+//! `algorithms!` table below: adding one is a new file and one line there.
+//!
 //! - [`Algorithm::RoundRobin`] (the default, the article's): one
 //!   `AtomicUsize` incremented with `fetch_add`. Every caller gets its own
 //!   turn, so under any number of threads no turn is taken twice or skipped:
@@ -38,6 +41,11 @@
 //!   it: everyone else's highest score is still there. Adding one takes
 //!   about `1/n` of the clients, only from each of the others. Hashing the
 //!   *name* (not the position) keeps this true across restarts and reorders.
+//! - [`Algorithm::PowerOfTwo`] (`p2c`): two backends drawn at random, the
+//!   less loaded of the two wins (load as least connections counts it).
+//!   Nearly as even as least connections without reading every backend's
+//!   count at each pick, and without sending a whole burst to the one
+//!   backend that looks idlest.
 //!
 //! Backends that are down (health checks) or draining (operator) are passed
 //! over by every algorithm; when none is available, `pick` returns `None`.
@@ -76,65 +84,113 @@
 //! exact when many threads pick. The other algorithms and the changing list
 //! have no C counterpart.
 
+mod ip_hash;
+mod least_connections;
+mod power_of_two;
+mod round_robin;
+mod weighted;
+
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
 use crate::backend::{Backend, Reservation};
 
-/// How the next backend is chosen.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Algorithm {
+/// One way of choosing the backend for a new client.
+///
+/// Called by the accept loop with the scheduler's read lock held: it must
+/// take no lock and do no I/O, only read the snapshot and the backends'
+/// atomics. `turn` is the scheduler's shared counter, for algorithms that
+/// take turns or need a cheap changing seed.
+pub(crate) trait Strategy: Sync {
+    /// The algorithm's name in flags and the config file.
+    fn name(&self) -> &'static str;
+
+    /// The position in `snap.list` of the backend for a client from
+    /// `peer`, or `None` when no backend is available.
+    fn choose(&self, snap: &Snapshot, peer: IpAddr, turn: &AtomicUsize) -> Option<usize>;
+
+    /// Whether a pick counts as load on its backend until the worker has
+    /// connected ([`Backend::reserve`]): true for the algorithms that read
+    /// the load, so a burst of clients accepted faster than they connect
+    /// is spread out.
+    fn reserves(&self) -> bool {
+        false
+    }
+}
+
+/// Declares [`Algorithm`], one variant per line with its strategy.
+macro_rules! algorithms {
+    ($( $(#[$meta:meta])* $variant:ident => $strategy:expr, )*) => {
+        /// How the next backend is chosen.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        pub enum Algorithm {
+            $( $(#[$meta])* $variant, )*
+        }
+
+        impl Algorithm {
+            /// Every algorithm, in the order the help lists them.
+            pub const ALL: &'static [Algorithm] = &[$(Algorithm::$variant),*];
+
+            fn strategy(self) -> &'static dyn Strategy {
+                match self {
+                    $( Algorithm::$variant => &$strategy, )*
+                }
+            }
+        }
+    };
+}
+
+algorithms! {
     /// Each backend in turn: a b c a b c (the article's).
     #[default]
-    RoundRobin,
+    RoundRobin => round_robin::RoundRobin,
     /// In turn, in proportion to the weights, interleaved (nginx's smooth
     /// weighted round robin): weights 5,1,1 give a a b a c a a.
-    WeightedRoundRobin,
+    WeightedRoundRobin => weighted::SmoothWeighted,
     /// The backend with the fewest active connections (per unit of weight);
     /// ties in rotation.
-    LeastConnections,
+    LeastConnections => least_connections::LeastConnections,
     /// The same client IP to the same backend (rendezvous hashing: removing
     /// a backend moves only its own clients).
-    IpHash,
+    IpHash => ip_hash::Rendezvous,
+    /// The less loaded of two backends drawn at random (power of two
+    /// choices).
+    PowerOfTwo => power_of_two::PowerOfTwo,
 }
 
 impl Algorithm {
-    /// The name used on the command line (`round-robin`, ...).
+    /// The name used on the command line and in the config file
+    /// (`round-robin`, ...).
     pub fn name(self) -> &'static str {
-        match self {
-            Algorithm::RoundRobin => "round-robin",
-            Algorithm::WeightedRoundRobin => "weighted-round-robin",
-            Algorithm::LeastConnections => "least-connections",
-            Algorithm::IpHash => "ip-hash",
-        }
+        self.strategy().name()
     }
 }
 
-/// Scheduling flags, flattened into the balancer's flags.
-#[derive(Debug, Clone, clap::Args)]
-pub struct SchedulingArgs {
-    /// How to choose the backend for each new client.
-    #[arg(long, value_enum, default_value_t = Algorithm::RoundRobin)]
-    pub algorithm: Algorithm,
-}
-
-impl SchedulingArgs {
-    /// The configuration these flags describe.
-    pub fn to_config(&self) -> SchedulingConfig {
-        SchedulingConfig {
-            algorithm: self.algorithm,
-        }
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
     }
 }
 
-/// Scheduling settings (a part of [`crate::Config`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SchedulingConfig {
-    /// The algorithm. Default: round robin.
-    pub algorithm: Algorithm,
+impl std::str::FromStr for Algorithm {
+    type Err = String;
+
+    /// Accepts the names with dashes or underscores (`least-connections`,
+    /// `least_connections`).
+    fn from_str(text: &str) -> Result<Self, String> {
+        let wanted = text.trim().replace('_', "-");
+        Algorithm::ALL
+            .iter()
+            .copied()
+            .find(|a| a.name() == wanted)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+                format!("'{text}' is not an algorithm (use {})", names.join(", "))
+            })
+    }
 }
 
 /// The backend chosen for one connection.
@@ -156,29 +212,32 @@ pub struct Pick {
 /// One immutable version of the backend list, with what the algorithms
 /// precompute from it.
 #[derive(Debug)]
-struct Snapshot {
+pub(crate) struct Snapshot {
     /// The backends, in the order given.
-    list: Arc<[Arc<Backend>]>,
+    pub(crate) list: Arc<[Arc<Backend>]>,
     /// The smooth weighted round-robin cycle: positions in `list`, one per
     /// unit of weight (after dividing the weights by their gcd).
-    cycle: Box<[u32]>,
+    pub(crate) cycle: Box<[u32]>,
     /// Per backend, the hash of its name (rendezvous hashing).
-    keys: Box<[u64]>,
+    pub(crate) keys: Box<[u64]>,
     /// Whether every weight is the same (ip-hash then needs no floats).
-    uniform: bool,
+    pub(crate) uniform: bool,
+    /// The algorithm picking from this list (changed like the list).
+    algorithm: Algorithm,
 }
 
 impl Snapshot {
-    fn new(list: Vec<Arc<Backend>>) -> Snapshot {
+    fn new(list: Vec<Arc<Backend>>, algorithm: Algorithm) -> Snapshot {
         let weights: Vec<u32> = list.iter().map(|b| b.weight()).collect();
-        let cycle = smooth_cycle(&weights).into_boxed_slice();
-        let keys = list.iter().map(|b| hash_name(b.name())).collect();
+        let cycle = weighted::smooth_cycle(&weights).into_boxed_slice();
+        let keys = list.iter().map(|b| ip_hash::hash_name(b.name())).collect();
         let uniform = weights.windows(2).all(|w| w[0] == w[1]);
         Snapshot {
             list: list.into(),
             cycle,
             keys,
             uniform,
+            algorithm,
         }
     }
 }
@@ -186,7 +245,6 @@ impl Snapshot {
 /// The backend list and the algorithm's shared state.
 #[derive(Debug)]
 pub struct Scheduler {
-    algorithm: Algorithm,
     /// The current list; replaced whole, never edited in place.
     current: RwLock<Snapshot>,
     /// Serializes writers, so two concurrent changes cannot lose one another
@@ -205,8 +263,7 @@ impl Scheduler {
     /// A scheduler over these backends with the given algorithm.
     pub fn with_algorithm(backends: Vec<Arc<Backend>>, algorithm: Algorithm) -> Scheduler {
         Scheduler {
-            algorithm,
-            current: RwLock::new(Snapshot::new(backends)),
+            current: RwLock::new(Snapshot::new(backends, algorithm)),
             writer: Mutex::new(()),
             next: AtomicUsize::new(0),
         }
@@ -214,7 +271,13 @@ impl Scheduler {
 
     /// The algorithm in use.
     pub fn algorithm(&self) -> Algorithm {
-        self.algorithm
+        self.current.read().algorithm
+    }
+
+    /// Changes the algorithm; picks from now on use it. Clients already
+    /// picked keep their backend.
+    pub fn set_algorithm(&self, algorithm: Algorithm) {
+        self.change_with(algorithm, |_| {});
     }
 
     /// The current backend list (a cheap copy: one reference count).
@@ -233,29 +296,10 @@ impl Scheduler {
         if n == 0 {
             return None;
         }
-        let server_idx = match self.algorithm {
-            Algorithm::RoundRobin => {
-                let turn = self.next.fetch_add(1, Ordering::Relaxed);
-                first_available(list, turn % n)?
-            }
-            Algorithm::WeightedRoundRobin => {
-                let turn = self.next.fetch_add(1, Ordering::Relaxed);
-                let slot = snap.cycle[turn % snap.cycle.len()] as usize;
-                // A backend that is down gives its turn to the next one in
-                // list order, so one down backend costs one cheap step.
-                first_available(list, slot)?
-            }
-            Algorithm::LeastConnections => {
-                let turn = self.next.fetch_add(1, Ordering::Relaxed);
-                least_loaded(list, turn % n)?
-            }
-            Algorithm::IpHash => rendezvous(list, &snap.keys, snap.uniform, hash_ip(peer))?,
-        };
+        let strategy = snap.algorithm.strategy();
+        let server_idx = strategy.choose(&snap, peer, &self.next)?;
         let backend = Arc::clone(&list[server_idx]);
-        let reservation = match self.algorithm {
-            Algorithm::LeastConnections => Some(backend.reserve()),
-            _ => None,
-        };
+        let reservation = strategy.reserves().then(|| backend.reserve());
         Some(Pick {
             server_idx,
             backend,
@@ -312,18 +356,24 @@ impl Scheduler {
 
     /// Applies `edit` to a copy of the list and swaps the result in.
     fn change(&self, edit: impl FnOnce(&mut Vec<Arc<Backend>>)) {
+        let algorithm = self.algorithm();
+        self.change_with(algorithm, edit);
+    }
+
+    /// [`Scheduler::change`], with the new snapshot using `algorithm`.
+    fn change_with(&self, algorithm: Algorithm, edit: impl FnOnce(&mut Vec<Arc<Backend>>)) {
         let _writer = self.writer.lock();
         let mut list: Vec<Arc<Backend>> = self.snapshot().to_vec();
         edit(&mut list);
         // Built outside the `current` lock: picks go on meanwhile.
-        let snap = Snapshot::new(list);
+        let snap = Snapshot::new(list, algorithm);
         *self.current.write() = snap;
         // The old snapshot is dropped here, after the lock is released.
     }
 }
 
 /// The first available backend at or after `start`, in list order.
-fn first_available(list: &[Arc<Backend>], start: usize) -> Option<usize> {
+pub(crate) fn first_available(list: &[Arc<Backend>], start: usize) -> Option<usize> {
     let n = list.len();
     (0..n)
         .map(|i| (start + i) % n)
@@ -332,7 +382,7 @@ fn first_available(list: &[Arc<Backend>], start: usize) -> Option<usize> {
 
 /// The available backend with the fewest active connections per unit of
 /// weight; on a tie, the first at or after `start`.
-fn least_loaded(list: &[Arc<Backend>], start: usize) -> Option<usize> {
+pub(crate) fn least_loaded(list: &[Arc<Backend>], start: usize) -> Option<usize> {
     let n = list.len();
     let mut best: Option<(usize, u64, u64)> = None; // (index, active, weight)
     for i in 0..n {
@@ -356,121 +406,23 @@ fn least_loaded(list: &[Arc<Backend>], start: usize) -> Option<usize> {
     best.map(|(idx, _, _)| idx)
 }
 
-/// Rendezvous hashing: the available backend with the highest score for
-/// this client.
-fn rendezvous(list: &[Arc<Backend>], keys: &[u64], uniform: bool, ip: u64) -> Option<usize> {
-    if uniform {
-        // Equal weights: the highest hash wins, integers only.
-        let mut best: Option<(usize, u64)> = None;
-        for (idx, b) in list.iter().enumerate() {
-            let h = mix64(ip ^ keys[idx]);
-            if best.map_or(true, |(_, s)| h > s) && b.is_available() {
-                best = Some((idx, h));
-            }
-        }
-        return best.map(|(idx, _)| idx);
-    }
-    // Weighted rendezvous: score = w / -ln(u), with u uniform in (0, 1),
-    // gives each backend a share of clients proportional to its weight.
-    // With equal weights it picks the same backend as the integer path
-    // above (the score grows with u, so with h), so a list whose weights
-    // become equal keeps every client where it was.
-    //
-    // Scores are compared as w_a × L_b > w_b × L_a (L = -ln u > 0): no
-    // division. The logarithm is the costly part, so it is skipped when the
-    // backend cannot win: -ln u ≥ 1 − u, so w / (1 − u) bounds its score.
-    let mut best: Option<(usize, f64, f64)> = None; // (index, weight, L)
-    for (idx, b) in list.iter().enumerate() {
-        let h = mix64(ip ^ keys[idx]);
-        let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-        let w = f64::from(b.weight());
-        if let Some((_, bw, bl)) = best {
-            if w * bl <= bw * (1.0 - u) {
-                continue;
-            }
-        }
-        if !b.is_available() {
-            continue;
-        }
-        let l = -u.ln();
-        if best.map_or(true, |(_, bw, bl)| w * bl > bw * l) {
-            best = Some((idx, w, l));
-        }
-    }
-    best.map(|(idx, _, _)| idx)
-}
-
-/// The smooth weighted round-robin cycle (nginx's algorithm): at each step
-/// every backend's current weight grows by its weight, the largest current
-/// weight wins (the first one on a tie) and loses the total.
-fn smooth_cycle(weights: &[u32]) -> Vec<u32> {
-    if weights.is_empty() {
-        return vec![0];
-    }
-    // Weights 10,20 give the same order as 1,2 in a cycle ten times shorter.
-    let g = weights.iter().fold(0, |g, &w| gcd(g, w.max(1)));
-    let w: Vec<i64> = weights.iter().map(|&x| i64::from(x.max(1) / g)).collect();
-    let total: i64 = w.iter().sum();
-    let mut current = vec![0i64; w.len()];
-    let mut cycle = Vec::with_capacity(total as usize);
-    for _ in 0..total {
-        let mut best = 0;
-        for i in 0..w.len() {
-            current[i] += w[i];
-            if current[i] > current[best] {
-                best = i;
-            }
-        }
-        current[best] -= total;
-        cycle.push(best as u32);
-    }
-    cycle
-}
-
-fn gcd(a: u32, b: u32) -> u32 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
 /// A 64-bit finalizer (splitmix64): every input bit affects every output
 /// bit, which rendezvous hashing needs to spread clients evenly.
-fn mix64(mut x: u64) -> u64 {
+pub(crate) fn mix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     x ^ (x >> 31)
 }
 
-/// FNV-1a of a backend name, mixed.
-fn hash_name(name: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in name.bytes() {
-        h ^= u64::from(byte);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    mix64(h)
-}
-
-/// A client address as one 64-bit value.
-fn hash_ip(ip: IpAddr) -> u64 {
-    match ip {
-        IpAddr::V4(v4) => mix64(u64::from(u32::from(v4))),
-        IpAddr::V6(v6) => {
-            let bits = u128::from(v6);
-            mix64((bits as u64) ^ mix64((bits >> 64) as u64))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::ip_hash::{hash_name, rendezvous};
     use super::*;
     use std::collections::{HashMap, HashSet};
     use std::net::Ipv4Addr;
     use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::Ordering;
     use std::sync::Barrier;
 
     fn backends(n: usize) -> Vec<Arc<Backend>> {
@@ -501,25 +453,31 @@ mod tests {
     }
 
     #[test]
-    fn algorithm_flag() {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            s: SchedulingArgs,
-        }
-        let c = Cli::try_parse_from(["x"]).unwrap().s.to_config();
-        assert_eq!(c.algorithm, Algorithm::RoundRobin);
+    fn algorithm_names_parse_both_ways() {
+        assert_eq!(Algorithm::default(), Algorithm::RoundRobin);
         for name in [
             "round-robin",
             "weighted-round-robin",
             "least-connections",
             "ip-hash",
+            "p2c",
         ] {
-            let c = Cli::try_parse_from(["x", "--algorithm", name]).unwrap();
-            assert_eq!(c.s.algorithm.name(), name);
+            let a: Algorithm = name.parse().unwrap();
+            assert_eq!(a.name(), name);
+            assert_eq!(name.replace('-', "_").parse::<Algorithm>(), Ok(a));
         }
-        assert!(Cli::try_parse_from(["x", "--algorithm", "random"]).is_err());
+        let err = "random".parse::<Algorithm>().unwrap_err();
+        assert!(err.contains("round-robin, weighted-round-robin"), "{err}");
+    }
+
+    #[test]
+    fn the_algorithm_changes_at_run_time() {
+        let s = Scheduler::with_algorithm(weighted(&[2, 1]), Algorithm::RoundRobin);
+        assert_eq!(names(&s, 4), "abab");
+        s.set_algorithm(Algorithm::WeightedRoundRobin);
+        assert_eq!(s.algorithm(), Algorithm::WeightedRoundRobin);
+        let seq = names(&s, 6);
+        assert_eq!(seq.matches('a').count(), 4, "{seq}");
     }
 
     #[test]
@@ -575,18 +533,6 @@ mod tests {
         // Equal weights are plain round robin.
         let s = Scheduler::with_algorithm(weighted(&[4, 4, 4]), Algorithm::WeightedRoundRobin);
         assert_eq!(names(&s, 6), "abcabc");
-    }
-
-    #[test]
-    fn smooth_cycle_matches_the_weights() {
-        let cycle = smooth_cycle(&[5, 1, 1]);
-        assert_eq!(cycle, [0, 0, 1, 0, 2, 0, 0]);
-        let cycle = smooth_cycle(&[30, 20, 10]);
-        assert_eq!(cycle.len(), 6, "divided by the gcd");
-        let cycle = smooth_cycle(&[7, 3, 1000, 1]);
-        for (i, w) in [7, 3, 1000, 1].into_iter().enumerate() {
-            assert_eq!(cycle.iter().filter(|&&c| c as usize == i).count(), w);
-        }
     }
 
     #[test]
@@ -736,7 +682,7 @@ mod tests {
         let list = weighted(&[2, 2, 2, 2]);
         let keys: Vec<u64> = list.iter().map(|b| hash_name(b.name())).collect();
         for i in 0..2000 {
-            let ip = hash_ip(ip(i));
+            let ip = ip_hash::hash_ip(ip(i));
             assert_eq!(
                 rendezvous(&list, &keys, true, ip),
                 rendezvous(&list, &keys, false, ip)

@@ -9,7 +9,7 @@
 //!
 //! # The algorithms
 //!
-//! [`Algorithm`] picks one of three ways to count; all three allow exactly
+//! [`RuleKind`] picks one of three ways to count (`rule.rs`); all three allow exactly
 //! `N` connections from a fresh client in a burst, and a refused attempt is
 //! never counted (a client that keeps knocking is not punished beyond the
 //! limit; it simply stays refused until the algorithm lets one through).
@@ -92,8 +92,15 @@
 //! of) enough new connections to fill the table.
 //!
 //! Because the cap is per shard, evictions can begin in one shard a little
-//! before the table as a whole is full (measured: at 77% to 84% full with
-//! shards of 256).
+//! before the table as a whole is full (docs/rate-limiting.md gives the
+//! measured fill).
+//!
+//! # Parts
+//!
+//! - this file: [`Limiter`] (the facade the accept loop calls), the
+//!   settings, [`refuse`];
+//! - `rule`: the three ways to count, one function each;
+//! - `table`: the bounded, sharded table of clients.
 //!
 //! # Logging
 //!
@@ -111,18 +118,21 @@
 //! resets the window without a lock), a bound on the table, and the two
 //! other algorithms the article describes.
 
-use std::collections::hash_map::RandomState;
+mod rule;
+mod table;
+
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use clap::{Args, ValueEnum};
 use parking_lot::Mutex;
 
-use crate::config::parse_duration;
 use crate::error::{Error, Result};
+use crate::reply;
+use crate::units::parse_duration;
+use rule::{Rule, Slot};
+use table::{KeyHasher, Padded, Shard};
 
 /// Default of `--rate-limit-max-clients`.
 pub const DEFAULT_MAX_CLIENTS: usize = 65536;
@@ -140,12 +150,9 @@ pub const MIN_WINDOW: Duration = Duration::from_millis(1);
 /// lets the table fill to about 80% before the first eviction.
 const SHARD_TARGET: usize = 256;
 
-/// High bit of [`Slot::count`]: "the refusal of this window was reported".
-const REPORTED: u32 = 1 << 31;
-
 /// How connections are counted. See the module docs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum Algorithm {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RuleKind {
     /// `N` per window; a window opens at a client's first connection.
     #[default]
     FixedWindow,
@@ -155,18 +162,41 @@ pub enum Algorithm {
     TokenBucket,
 }
 
-impl fmt::Display for Algorithm {
+impl RuleKind {
+    /// Every kind, in the order the help lists them.
+    pub const ALL: [RuleKind; 3] = [
+        RuleKind::FixedWindow,
+        RuleKind::SlidingWindow,
+        RuleKind::TokenBucket,
+    ];
+}
+
+impl std::str::FromStr for RuleKind {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, String> {
+        let wanted = text.replace('_', "-");
+        RuleKind::ALL
+            .into_iter()
+            .find(|k| k.to_string() == wanted)
+            .ok_or_else(|| {
+                format!("'{text}' is not a rate-limit algorithm (use fixed-window, sliding-window or token-bucket)")
+            })
+    }
+}
+
+impl fmt::Display for RuleKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(match self {
-            Algorithm::FixedWindow => "fixed-window",
-            Algorithm::SlidingWindow => "sliding-window",
-            Algorithm::TokenBucket => "token-bucket",
+            RuleKind::FixedWindow => "fixed-window",
+            RuleKind::SlidingWindow => "sliding-window",
+            RuleKind::TokenBucket => "token-bucket",
         })
     }
 }
 
 /// What a refused client gets before it is closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Reply {
     /// Nothing: the connection is closed at once.
     #[default]
@@ -207,7 +237,12 @@ impl Rate {
         Ok(rate)
     }
 
-    fn check(&self) -> std::result::Result<(), String> {
+    /// Whether the numbers are in range.
+    ///
+    /// # Errors
+    ///
+    /// What is out of range.
+    pub fn check(&self) -> std::result::Result<(), String> {
         if self.limit == 0 || self.limit > MAX_LIMIT {
             return Err(format!(
                 "the number of connections must be 1..{MAX_LIMIT}, got {}",
@@ -218,6 +253,28 @@ impl Rate {
             return Err(format!("the window must be at least {MIN_WINDOW:?}"));
         }
         Ok(())
+    }
+}
+
+impl Reply {
+    /// The name used in flags and the config file (`close`, `http`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Reply::Close => "close",
+            Reply::Http => "http",
+        }
+    }
+}
+
+impl std::str::FromStr for Reply {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, String> {
+        match text {
+            "close" => Ok(Reply::Close),
+            "http" => Ok(Reply::Http),
+            _ => Err(format!("'{text}' is not a reply (use close or http)")),
+        }
     }
 }
 
@@ -234,7 +291,7 @@ pub struct RateLimitConfig {
     /// `N` per `WINDOW`.
     pub rate: Rate,
     /// How to count. Default: fixed window.
-    pub algorithm: Algorithm,
+    pub algorithm: RuleKind,
     /// Most clients tracked at once. Default [`DEFAULT_MAX_CLIENTS`].
     pub max_clients: usize,
     /// IPv6 clients are keyed by this many leading bits (1 to 128).
@@ -249,7 +306,7 @@ impl RateLimitConfig {
     pub fn new(rate: Rate) -> RateLimitConfig {
         RateLimitConfig {
             rate,
-            algorithm: Algorithm::default(),
+            algorithm: RuleKind::default(),
             max_clients: DEFAULT_MAX_CLIENTS,
             ipv6_prefix: DEFAULT_IPV6_PREFIX,
             reply: Reply::default(),
@@ -260,104 +317,24 @@ impl RateLimitConfig {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] naming the flag of the first bad value.
+    /// [`Error::InvalidSetting`] naming the first bad setting.
     pub fn validate(&self) -> Result<()> {
-        let bad = |msg: String| Err(Error::InvalidConfig(msg));
         if let Err(msg) = self.rate.check() {
-            return bad(format!("--rate-limit: {msg}"));
+            return Err(Error::setting("rate_limit", msg));
         }
         if self.max_clients == 0 || self.max_clients > MAX_MAX_CLIENTS {
-            return bad(format!(
-                "--rate-limit-max-clients must be 1..{MAX_MAX_CLIENTS}, got {}",
-                self.max_clients
+            return Err(Error::setting(
+                "rate_limit_max_clients",
+                format!("must be 1..{MAX_MAX_CLIENTS}, got {}", self.max_clients),
             ));
         }
         if self.ipv6_prefix == 0 || self.ipv6_prefix > 128 {
-            return bad(format!(
-                "--rate-limit-ipv6-prefix must be 1..128, got {}",
-                self.ipv6_prefix
+            return Err(Error::setting(
+                "rate_limit_ipv6_prefix",
+                format!("must be 1..128, got {}", self.ipv6_prefix),
             ));
         }
         Ok(())
-    }
-}
-
-/// The rate-limiting flags, flattened into the balancer's flags.
-#[derive(Debug, Args)]
-pub struct RateLimitArgs {
-    /// Limit each client IP to N new connections per WINDOW (e.g. 100/1s,
-    /// 20/10s). Off by default.
-    #[arg(long, value_name = "N/WINDOW", value_parser = Rate::parse)]
-    pub rate_limit: Option<Rate>,
-    /// How connections are counted [default: fixed-window].
-    #[arg(long, value_enum, value_name = "ALGORITHM")]
-    pub rate_limit_algorithm: Option<Algorithm>,
-    /// Most client IPs tracked at once; the table is allocated at start-up,
-    /// about 54 bytes per client [default: 65536].
-    #[arg(
-        long,
-        value_name = "N",
-        value_parser = clap::value_parser!(u32).range(1..=MAX_MAX_CLIENTS as i64)
-    )]
-    pub rate_limit_max_clients: Option<u32>,
-    /// IPv6 clients are limited per prefix of this many bits; 128 limits
-    /// each address [default: 64].
-    #[arg(
-        long,
-        value_name = "BITS",
-        value_parser = clap::value_parser!(u8).range(1..=128)
-    )]
-    pub rate_limit_ipv6_prefix: Option<u8>,
-    /// What a refused client gets: `close` (closed at once) or `http` (a
-    /// minimal 429 reply, then closed) [default: close].
-    #[arg(long, value_enum, value_name = "REPLY")]
-    pub rate_limit_reply: Option<Reply>,
-}
-
-// The flags other than --rate-limit are Options with the defaults applied
-// here, not clap defaults, so that one given without --rate-limit is an
-// error instead of a setting silently ignored.
-impl RateLimitArgs {
-    /// The limiter settings, or `None` when `--rate-limit` is not given.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] when another `--rate-limit-*` flag is given
-    /// without `--rate-limit`.
-    pub fn to_config(&self) -> Result<Option<RateLimitConfig>> {
-        let Some(rate) = self.rate_limit else {
-            let given = [
-                (
-                    "--rate-limit-algorithm",
-                    self.rate_limit_algorithm.is_some(),
-                ),
-                (
-                    "--rate-limit-max-clients",
-                    self.rate_limit_max_clients.is_some(),
-                ),
-                (
-                    "--rate-limit-ipv6-prefix",
-                    self.rate_limit_ipv6_prefix.is_some(),
-                ),
-                ("--rate-limit-reply", self.rate_limit_reply.is_some()),
-            ];
-            return match given.iter().find(|(_, is_given)| *is_given) {
-                Some((flag, _)) => Err(Error::InvalidConfig(format!(
-                    "{flag} needs --rate-limit N/WINDOW"
-                ))),
-                None => Ok(None),
-            };
-        };
-        let defaults = RateLimitConfig::new(rate);
-        Ok(Some(RateLimitConfig {
-            rate,
-            algorithm: self.rate_limit_algorithm.unwrap_or(defaults.algorithm),
-            max_clients: self
-                .rate_limit_max_clients
-                .map_or(defaults.max_clients, |n| n as usize),
-            ipv6_prefix: self.rate_limit_ipv6_prefix.unwrap_or(defaults.ipv6_prefix),
-            reply: self.rate_limit_reply.unwrap_or(defaults.reply),
-        }))
     }
 }
 
@@ -402,11 +379,6 @@ pub struct Limiter {
     /// Run-out entries removed to make room.
     swept: AtomicU64,
 }
-
-/// One shard on its own cache line, so two threads locking neighbouring
-/// shards do not fight over one line.
-#[repr(align(64))]
-struct Padded(Mutex<Shard>);
 
 impl Limiter {
     /// A limiter with an empty table, its memory allocated now. Instants
@@ -557,360 +529,15 @@ impl fmt::Debug for Limiter {
     }
 }
 
-/// The algorithm with its numbers in nanoseconds.
-#[derive(Debug, Clone, Copy)]
-struct Rule {
-    algorithm: Algorithm,
-    limit: u32,
-    window: u64,
-    /// Token bucket: one token comes back every `interval` ns.
-    interval: u64,
-    /// Token bucket: the bucket holds `burst / interval` = `limit` tokens.
-    burst: u64,
-    /// How long after its `stamp` a slot has run out: a fixed window is
-    /// over after one window; a sliding window's count still weighs for one
-    /// more; a token bucket is full again once `t` reaches its TAT.
-    lifetime: u64,
-}
-
-impl Rule {
-    fn new(algorithm: Algorithm, rate: Rate) -> Rule {
-        let window = u64::try_from(rate.window.as_nanos())
-            .unwrap_or(u64::MAX / 4)
-            .clamp(1, u64::MAX / 4);
-        let limit = rate.limit.clamp(1, MAX_LIMIT);
-        let interval = (window / u64::from(limit)).max(1);
-        Rule {
-            algorithm,
-            limit,
-            window,
-            interval,
-            burst: interval * u64::from(limit),
-            lifetime: match algorithm {
-                Algorithm::FixedWindow => window,
-                Algorithm::SlidingWindow => 2 * window,
-                Algorithm::TokenBucket => 0,
-            },
-        }
-    }
-
-    /// The tick at which a slot with this `stamp` is back to the state of
-    /// a new entry, so forgetting it changes no decision.
-    fn run_out_at(&self, stamp: u64) -> u64 {
-        stamp.saturating_add(self.lifetime)
-    }
-
-    /// Counts one attempt at tick `t` against `slot`.
-    fn decide(&self, slot: &mut Slot, t: u64) -> Decision {
-        match self.algorithm {
-            Algorithm::FixedWindow => self.fixed(slot, t),
-            Algorithm::SlidingWindow => self.sliding(slot, t),
-            Algorithm::TokenBucket => self.token(slot, t),
-        }
-    }
-
-    /// `stamp`: window start; `count`: connections allowed in it.
-    fn fixed(&self, slot: &mut Slot, t: u64) -> Decision {
-        if t.saturating_sub(slot.stamp) >= self.window {
-            slot.stamp = t;
-            slot.count = 0;
-        }
-        if slot.count & !REPORTED < self.limit {
-            slot.count += 1;
-            return Decision::Allowed;
-        }
-        refused(slot, (slot.stamp + self.window).saturating_sub(t))
-    }
-
-    /// `stamp`: start of the current window; `count`: allowed in it;
-    /// `prev`: allowed in the window before it.
-    fn sliding(&self, slot: &mut Slot, t: u64) -> Decision {
-        let w = self.window;
-        let age = t.saturating_sub(slot.stamp);
-        if age >= w {
-            if age < 2 * w {
-                // The next window, back to back: today becomes yesterday.
-                slot.prev = slot.count & !REPORTED;
-                slot.stamp += w;
-            } else {
-                // Idle for a whole window or more: nothing to carry over.
-                slot.prev = 0;
-                slot.stamp = t;
-            }
-            slot.count = 0;
-        }
-        let elapsed = t.saturating_sub(slot.stamp).min(w);
-        let current = slot.count & !REPORTED;
-        // estimate = prev × (w − elapsed)/w + current; allow when
-        // estimate + 1 ≤ limit. Multiplied through by w to stay in integers.
-        let weighted = u128::from(slot.prev) * u128::from(w - elapsed)
-            + (u128::from(current) + 1) * u128::from(w);
-        if weighted <= u128::from(self.limit) * u128::from(w) {
-            slot.count += 1;
-            return Decision::Allowed;
-        }
-        // Conservative hint: by the end of this window the estimate has
-        // fallen by at least the previous window's remaining weight.
-        refused(slot, (slot.stamp + w).saturating_sub(t))
-    }
-
-    /// `stamp`: the theoretical arrival time (TAT) of the next token: the
-    /// bucket is full when `stamp ≤ t`, and holds `(burst − (stamp − t)) /
-    /// interval` tokens otherwise. `prev`: the window number (plus one) of
-    /// the last reported refusal.
-    fn token(&self, slot: &mut Slot, t: u64) -> Decision {
-        let tat = slot.stamp.max(t);
-        let debt = tat - t + self.interval;
-        if debt <= self.burst {
-            slot.stamp = tat + self.interval;
-            return Decision::Allowed;
-        }
-        // No window here: report at most once per WINDOW-long slice of time.
-        let window = ((t / self.window) % u64::from(u32::MAX)) as u32 + 1;
-        let first = slot.prev != window;
-        slot.prev = window;
-        Decision::Refused {
-            first,
-            retry_after: Duration::from_nanos(debt - self.burst),
-        }
-    }
-}
-
-/// A refusal in a windowed algorithm: first one of the window is reported.
-fn refused(slot: &mut Slot, wait: u64) -> Decision {
-    let first = slot.count & REPORTED == 0;
-    slot.count |= REPORTED;
-    Decision::Refused {
-        first,
-        retry_after: Duration::from_nanos(wait),
-    }
-}
-
-/// One tracked client, with its `seen` tick kept apart (see [`Shard`]):
-/// 32 + 8 = 40 bytes.
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    /// The client's key (see [`Limiter::key`]).
-    key: [u64; 2],
-    /// Window start, or the token bucket's TAT (see [`Rule`]).
-    stamp: u64,
-    /// Allowed in the current window; the high bit is [`REPORTED`].
-    count: u32,
-    /// Allowed in the previous window (sliding), or the reported window
-    /// (token bucket).
-    prev: u32,
-}
-
-impl Slot {
-    const EMPTY: Slot = Slot {
-        key: [0, 0],
-        stamp: 0,
-        count: 0,
-        prev: 0,
-    };
-
-    /// A new client at tick `t`: an open window with nothing counted, or a
-    /// full bucket.
-    fn fresh(key: [u64; 2], t: u64) -> Slot {
-        Slot {
-            key,
-            stamp: t,
-            count: 0,
-            prev: 0,
-        }
-    }
-}
-
-/// What [`Shard::make_room`] did.
-struct Room {
-    swept: usize,
-    evicted: bool,
-}
-
-/// An open-addressing table with linear probing, fixed size.
-///
-/// The tick of each slot's last attempt lives in its own array, `seen`
-/// (0: the slot is empty), so that looking for the least recently seen
-/// entry reads 8 bytes per slot instead of 40.
-struct Shard {
-    slots: Box<[Slot]>,
-    /// `seen[i]` is the tick of slot `i`'s last attempt; 0 if it is empty.
-    seen: Box<[u64]>,
-    /// Occupied slots.
-    len: u32,
-    /// Most occupied slots; `slots.len()` is a third more, so a probe always
-    /// meets an empty slot and stays short.
-    cap: u32,
-    /// No entry runs out before this tick (a lower bound: exact after a
-    /// sweep, lowered by each insert). Lets a full shard skip the sweep
-    /// when nothing can have run out, the common case in a flood.
-    run_out_at: u64,
-}
-
-impl Shard {
-    fn with_capacity(cap: usize) -> Shard {
-        let n = cap + cap / 3 + 1;
-        Shard {
-            slots: vec![Slot::EMPTY; n].into_boxed_slice(),
-            seen: vec![0; n].into_boxed_slice(),
-            len: 0,
-            cap: u32::try_from(cap).unwrap_or(u32::MAX),
-            run_out_at: u64::MAX,
-        }
-    }
-
-    /// Where a hash starts probing: the low 32 bits scaled to the table
-    /// (the high bits chose the shard), which works for any table size.
-    fn home(&self, hash: u64) -> usize {
-        (((hash & 0xffff_ffff) * self.slots.len() as u64) >> 32) as usize
-    }
-
-    /// `Ok(index)` of `key`, or `Err(index)` of the empty slot where it
-    /// would go.
-    fn find(&self, key: [u64; 2], hash: u64) -> std::result::Result<usize, usize> {
-        let n = self.slots.len();
-        let mut i = self.home(hash);
-        loop {
-            if self.seen[i] == 0 {
-                return Err(i);
-            }
-            if self.slots[i].key == key {
-                return Ok(i);
-            }
-            i = if i + 1 == n { 0 } else { i + 1 };
-        }
-    }
-
-    /// Empties slot `i` and shifts back the entries after it that probed
-    /// past it, so every entry stays reachable from its home with no
-    /// tombstone left behind.
-    fn remove(&mut self, i: usize, hasher: &KeyHasher) {
-        let n = self.slots.len();
-        let mut hole = i;
-        let mut j = i;
-        loop {
-            j = if j + 1 == n { 0 } else { j + 1 };
-            if self.seen[j] == 0 {
-                break;
-            }
-            let home = self.home(hasher.hash(self.slots[j].key));
-            // The entry at j may fill the hole unless its home lies
-            // (cyclically) after the hole, in (hole, j].
-            if (j + n - home) % n >= (j + n - hole) % n {
-                self.slots[hole] = self.slots[j];
-                self.seen[hole] = self.seen[j];
-                hole = j;
-            }
-        }
-        self.slots[hole] = Slot::EMPTY;
-        self.seen[hole] = 0;
-        self.len -= 1;
-    }
-
-    /// Frees at least one slot of a full shard: sweeps every run-out entry,
-    /// or, if none has run out, evicts the least recently seen one.
-    fn make_room(&mut self, t: u64, rule: &Rule, hasher: &KeyHasher) -> Room {
-        if t >= self.run_out_at {
-            let swept = self.sweep(t, rule, hasher);
-            if swept > 0 {
-                return Room {
-                    swept,
-                    evicted: false,
-                };
-            }
-        }
-        // Nothing has run out: evict the least recently seen entry.
-        let mut oldest = (u64::MAX, None);
-        for (i, &seen) in self.seen.iter().enumerate() {
-            if seen != 0 && seen < oldest.0 {
-                oldest = (seen, Some(i));
-            }
-        }
-        if let (_, Some(i)) = oldest {
-            self.remove(i, hasher);
-        }
-        Room {
-            swept: 0,
-            evicted: oldest.1.is_some(),
-        }
-    }
-
-    /// Removes every run-out entry and makes `run_out_at` exact again.
-    fn sweep(&mut self, t: u64, rule: &Rule, hasher: &KeyHasher) -> usize {
-        let mut swept = 0;
-        let mut next_run_out = u64::MAX;
-        let mut i = 0;
-        while i < self.slots.len() {
-            if self.seen[i] != 0 {
-                let run_out = rule.run_out_at(self.slots[i].stamp);
-                if run_out <= t {
-                    // Removing shifts a later entry into `i`: look at it
-                    // again.
-                    self.remove(i, hasher);
-                    swept += 1;
-                    continue;
-                }
-                next_run_out = next_run_out.min(run_out);
-            }
-            i += 1;
-        }
-        self.run_out_at = next_run_out;
-        swept
-    }
-}
-
-/// A keyed hash of a 128-bit key: two rounds of "folded multiply" (the
-/// 128-bit product's halves XORed) with random per-process seeds. Fast
-/// (two multiplications) and, the seeds being secret, a client cannot aim
-/// its addresses at one shard or one probe chain.
-struct KeyHasher {
-    seeds: [u64; 4],
-}
-
-impl KeyHasher {
-    fn new() -> KeyHasher {
-        // std's RandomState is seeded from the OS's random source.
-        let state = RandomState::new();
-        let mut seeds = [0u64; 4];
-        for (i, seed) in seeds.iter_mut().enumerate() {
-            let mut h = state.build_hasher();
-            h.write_usize(i);
-            *seed = h.finish();
-        }
-        KeyHasher { seeds }
-    }
-
-    fn hash(&self, key: [u64; 2]) -> u64 {
-        let a = fold(key[0] ^ self.seeds[0], key[1] ^ self.seeds[1]);
-        fold(a ^ self.seeds[2], self.seeds[3] | 1)
-    }
-}
-
-fn fold(a: u64, b: u64) -> u64 {
-    let product = u128::from(a) * u128::from(b);
-    (product as u64) ^ ((product >> 64) as u64)
-}
-
-/// The body of the 429 reply.
-const BODY_429: &str = "Too many connections from your address; try again later.\n";
-
 /// Ends a refused client without ever blocking the caller: with
 /// [`Reply::Http`], a short 429 reply with `Retry-After` goes out through
-/// [`crate::health::reply_at_once`] (one non-blocking write, a FIN, the
-/// client's pending bytes read so that the close sends no reset). Then the
-/// socket is closed.
+/// [`reply::reply_at_once`] (one non-blocking write, a FIN, the client's
+/// pending bytes read so that the close sends no reset). Then the socket is
+/// closed.
 pub fn refuse(client: TcpStream, reply: Reply, retry_after: Duration) {
     if reply == Reply::Http {
-        let secs = retry_after
-            .as_secs()
-            .saturating_add(u64::from(retry_after.subsec_nanos() > 0))
-            .max(1);
-        let response = format!(
-            "HTTP/1.1 429 Too Many Requests\r\nRetry-After: {secs}\r\nConnection: close\r\n\
-             Content-Type: text/plain\r\nContent-Length: {}\r\n\r\n{BODY_429}",
-            BODY_429.len()
-        );
-        crate::health::reply_at_once(&client, response.as_bytes());
+        let response = reply::too_many_requests(retry_after);
+        reply::reply_at_once(&client, response.as_bytes());
     }
     drop(client);
 }
@@ -924,7 +551,7 @@ mod tests {
 
     const S: Duration = Duration::from_secs(1);
 
-    fn limiter(algorithm: Algorithm, limit: u32, window: Duration) -> Limiter {
+    fn limiter(algorithm: RuleKind, limit: u32, window: Duration) -> Limiter {
         Limiter::new(&RateLimitConfig {
             algorithm,
             ..RateLimitConfig::new(Rate { limit, window })
@@ -941,17 +568,11 @@ mod tests {
     }
 
     #[test]
-    fn slot_is_40_bytes() {
-        assert_eq!(std::mem::size_of::<Slot>() + std::mem::size_of::<u64>(), 40);
-        assert_eq!(std::mem::size_of::<Padded>(), 64);
-    }
-
-    #[test]
     fn every_algorithm_allows_exactly_n_then_refuses() {
         for algorithm in [
-            Algorithm::FixedWindow,
-            Algorithm::SlidingWindow,
-            Algorithm::TokenBucket,
+            RuleKind::FixedWindow,
+            RuleKind::SlidingWindow,
+            RuleKind::TokenBucket,
         ] {
             let l = limiter(algorithm, 5, 10 * S);
             let t0 = Instant::now();
@@ -985,7 +606,7 @@ mod tests {
 
     #[test]
     fn fixed_window_opens_again_after_the_window() {
-        let l = limiter(Algorithm::FixedWindow, 3, 10 * S);
+        let l = limiter(RuleKind::FixedWindow, 3, 10 * S);
         let t0 = Instant::now();
         assert_eq!(allowed(&l, ip(1), t0, 4), 3);
         assert_eq!(
@@ -1007,7 +628,7 @@ mod tests {
     #[test]
     fn fixed_window_edge_burst_lets_2n_through_across_a_boundary() {
         let n = 10;
-        let l = limiter(Algorithm::FixedWindow, n, 10 * S);
+        let l = limiter(RuleKind::FixedWindow, n, 10 * S);
         let t0 = Instant::now();
         // One connection opens the window at t0; the other n-1 come at its
         // very end, n more right after it: 2n-1 within 2 ms, 2n within one
@@ -1018,7 +639,7 @@ mod tests {
         let after = allowed(&l, ip(1), edge + Duration::from_millis(1), n + 1);
         assert_eq!(1 + before + after, 2 * n);
         // The sliding window refuses most of that second burst.
-        let s = limiter(Algorithm::SlidingWindow, n, 10 * S);
+        let s = limiter(RuleKind::SlidingWindow, n, 10 * S);
         assert!(s.check(ip(1), t0).is_allowed());
         let before = allowed(&s, ip(1), edge - Duration::from_millis(1), n);
         let after = allowed(&s, ip(1), edge + Duration::from_millis(1), n + 1);
@@ -1028,7 +649,7 @@ mod tests {
 
     #[test]
     fn sliding_window_weighs_the_previous_window() {
-        let l = limiter(Algorithm::SlidingWindow, 10, 10 * S);
+        let l = limiter(RuleKind::SlidingWindow, 10, 10 * S);
         let t0 = Instant::now();
         assert_eq!(allowed(&l, ip(1), t0, 10), 10);
         // Halfway through the next window the previous 10 weigh 5: five more.
@@ -1045,7 +666,7 @@ mod tests {
     #[test]
     fn token_bucket_refills_one_token_per_interval() {
         // 10 per 10 s: one token per second, bucket of 10.
-        let l = limiter(Algorithm::TokenBucket, 10, 10 * S);
+        let l = limiter(RuleKind::TokenBucket, 10, 10 * S);
         let t0 = Instant::now();
         assert_eq!(allowed(&l, ip(1), t0, 11), 10);
         assert_eq!(allowed(&l, ip(1), t0 + S / 2, 1), 0);
@@ -1061,7 +682,7 @@ mod tests {
 
     #[test]
     fn token_bucket_reports_once_per_window() {
-        let l = limiter(Algorithm::TokenBucket, 2, 10 * S);
+        let l = limiter(RuleKind::TokenBucket, 2, 10 * S);
         let t0 = Instant::now();
         assert_eq!(allowed(&l, ip(1), t0, 2), 2);
         let firsts = (0..100)
@@ -1078,9 +699,9 @@ mod tests {
     #[test]
     fn contention_allows_exactly_n() {
         for algorithm in [
-            Algorithm::FixedWindow,
-            Algorithm::SlidingWindow,
-            Algorithm::TokenBucket,
+            RuleKind::FixedWindow,
+            RuleKind::SlidingWindow,
+            RuleKind::TokenBucket,
         ] {
             let l = Arc::new(limiter(algorithm, 1000, 60 * S));
             let t0 = Instant::now();
@@ -1112,7 +733,7 @@ mod tests {
         let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
         let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
         let t0 = Instant::now();
-        let l = limiter(Algorithm::FixedWindow, 2, 10 * S);
+        let l = limiter(RuleKind::FixedWindow, 2, 10 * S);
         assert_eq!(allowed(&l, a, t0, 1) + allowed(&l, b, t0, 2), 2);
         assert_eq!(allowed(&l, c, t0, 2), 2);
         let per_address = Limiter::new(&RateLimitConfig {
@@ -1128,7 +749,7 @@ mod tests {
 
     #[test]
     fn ipv4_mapped_ipv6_is_the_ipv4_client() {
-        let l = limiter(Algorithm::FixedWindow, 2, 10 * S);
+        let l = limiter(RuleKind::FixedWindow, 2, 10 * S);
         let t0 = Instant::now();
         let v4 = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
         let mapped = IpAddr::V6(Ipv4Addr::new(192, 0, 2, 1).to_ipv6_mapped());
@@ -1236,9 +857,9 @@ mod tests {
         // A small, crowded table with mixed expiry, so removals shift long
         // probe chains, including ones that wrap around the end.
         for algorithm in [
-            Algorithm::FixedWindow,
-            Algorithm::SlidingWindow,
-            Algorithm::TokenBucket,
+            RuleKind::FixedWindow,
+            RuleKind::SlidingWindow,
+            RuleKind::TokenBucket,
         ] {
             let l = Limiter::new(&RateLimitConfig {
                 max_clients: 50,
@@ -1246,7 +867,7 @@ mod tests {
                 ..RateLimitConfig::new(Rate {
                     limit: 1,
                     // A sliding window's state lasts two windows.
-                    window: Duration::from_millis(if algorithm == Algorithm::SlidingWindow {
+                    window: Duration::from_millis(if algorithm == RuleKind::SlidingWindow {
                         17
                     } else {
                         50
@@ -1277,7 +898,7 @@ mod tests {
 
     #[test]
     fn memory_per_client_is_under_64_bytes() {
-        let l = limiter(Algorithm::FixedWindow, 1, S);
+        let l = limiter(RuleKind::FixedWindow, 1, S);
         let per_client = l.memory_bytes() as f64 / l.capacity() as f64;
         assert!(per_client <= 64.0, "{per_client}");
         assert_eq!(l.capacity(), DEFAULT_MAX_CLIENTS);
@@ -1306,70 +927,6 @@ mod tests {
     }
 
     #[test]
-    fn flags_build_the_config() {
-        use crate::cli::Cli;
-        use clap::Parser;
-        let cli = Cli::try_parse_from(["rodizio"]).unwrap();
-        assert!(cli.balancer.to_config().unwrap().rate_limit.is_none());
-        let cli = Cli::try_parse_from([
-            "rodizio",
-            "--rate-limit",
-            "20/10s",
-            "--rate-limit-algorithm",
-            "token-bucket",
-            "--rate-limit-max-clients",
-            "1000",
-            "--rate-limit-ipv6-prefix",
-            "128",
-            "--rate-limit-reply",
-            "http",
-        ])
-        .unwrap();
-        let rl = cli.balancer.to_config().unwrap().rate_limit.unwrap();
-        assert_eq!(
-            rl,
-            RateLimitConfig {
-                rate: Rate {
-                    limit: 20,
-                    window: 10 * S
-                },
-                algorithm: Algorithm::TokenBucket,
-                max_clients: 1000,
-                ipv6_prefix: 128,
-                reply: Reply::Http,
-            }
-        );
-        assert!(rl.validate().is_ok());
-        let cli = Cli::try_parse_from(["rodizio", "--rate-limit", "100/1s"]).unwrap();
-        assert_eq!(
-            cli.balancer.to_config().unwrap().rate_limit,
-            Some(RateLimitConfig::new(Rate {
-                limit: 100,
-                window: S
-            }))
-        );
-        for args in [
-            vec!["rodizio", "--rate-limit", "lots"],
-            vec!["rodizio", "--rate-limit", "0/1s"],
-            vec!["rodizio", "--rate-limit-algorithm", "leaky"],
-            vec!["rodizio", "--rate-limit-max-clients", "0"],
-            vec!["rodizio", "--rate-limit-ipv6-prefix", "129"],
-            vec!["rodizio", "--rate-limit-reply", "teapot"],
-        ] {
-            let err = Cli::try_parse_from(&args).unwrap_err();
-            let line = crate::cli::one_line(&err);
-            assert!(line.starts_with("error:"), "{args:?}: {line}");
-        }
-        // The other flags mean nothing without a limit: a usage error.
-        let cli = Cli::try_parse_from(["rodizio", "--rate-limit-reply", "http"]).unwrap();
-        let err = cli.balancer.to_config().unwrap_err();
-        assert!(err.is_usage());
-        assert!(err
-            .to_string()
-            .contains("--rate-limit-reply needs --rate-limit"));
-    }
-
-    #[test]
     fn http_refusal_is_a_429_and_a_close() {
         use std::io::Read;
         use std::net::{TcpListener, TcpStream};
@@ -1386,6 +943,6 @@ mod tests {
         );
         assert!(reply.contains("\r\nRetry-After: 3\r\n"), "{reply}");
         assert!(reply.contains("\r\nConnection: close\r\n"), "{reply}");
-        assert!(reply.ends_with(BODY_429));
+        assert!(reply.ends_with(crate::reply::BODY_429));
     }
 }

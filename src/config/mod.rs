@@ -1,0 +1,252 @@
+//! The balancer's settings, in one validated value.
+//!
+//! [`Config`] is what [`crate::Balancer::bind`] takes. [`Config::default`]
+//! holds the article's values, so a test or a reader changes only what it
+//! cares about; each part's defaults are written once, in that part's
+//! settings type ([`ProxyConfig`], [`HealthConfig`], [`RateLimitConfig`]).
+//!
+//! The binary starts from the defaults and lays [`Overrides`] over them:
+//! the command-line flags (`cli.rs`), and, when no backend was given, the
+//! interactive prompt (`prompt.rs`). An [`Overrides`] holds only what was
+//! given, so "not given" is never mistaken for "the default", and a later
+//! layer (a config file under the flags) slots in between. Validation names
+//! the setting as the config file writes it (`workers`); the command line
+//! words it as the flag (`--workers`).
+//!
+//! A `Config` is built and validated on the main thread before anything
+//! starts. [`crate::Balancer::bind`] then shares the parts that may change
+//! while running (the proxy's, health's and the limiter's settings, the
+//! algorithm, the backends) as live values that the threads read, and keeps
+//! the rest (listen address, workers, stack, queue) fixed.
+//!
+//! # Corresponds to the C article
+//!
+//! The `#define`s at the top of the C file:
+//!
+//! | C constant                  | field                               |
+//! |-----------------------------|-------------------------------------|
+//! | `_PORT 8080`                | `listen` (`0.0.0.0:8080`)           |
+//! | `_BACKLOG 4096`             | `backlog`                           |
+//! | `_MAX_THREAD_NUM 4096`      | `workers`                           |
+//! | `_THREAD_STACK_SIZE 65536`  | `thread_stack`                      |
+//! | `_BUFFER_SIZE 4100` (reads of 4096) | `proxy.buffer_size` (4096)  |
+//! | `_MAX_SERVERS 10`           | [`MAX_PROMPT_SERVERS`] (prompt only; flags take any number) |
+
+mod overrides;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use crate::backend::BackendSpec;
+use crate::error::{Error, Result};
+use crate::health::HealthConfig;
+use crate::limiter::RateLimitConfig;
+use crate::proxy::ProxyConfig;
+use crate::scheduler::Algorithm;
+use crate::units::{format_duration, format_size};
+
+pub use overrides::Overrides;
+
+/// The article's `_PORT`.
+pub const DEFAULT_PORT: u16 = 8080;
+/// The article's `_MAX_SERVERS`: the prompt accepts 1 to 10 backends.
+pub const MAX_PROMPT_SERVERS: usize = 10;
+/// Most worker threads accepted.
+pub const MAX_WORKERS: usize = 65536;
+/// Smallest worker stack accepted: below this, a worker could overflow
+/// while logging or unwinding a panic.
+pub const MIN_THREAD_STACK: usize = 32 * 1024;
+
+/// Everything the balancer needs to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Where to accept clients (`listen`). Default `0.0.0.0:8080`.
+    pub listen: SocketAddr,
+    /// The backends, in round-robin order (`backends`).
+    pub backends: Vec<BackendSpec>,
+    /// How backends are chosen (`algorithm`). Default: round robin.
+    pub algorithm: Algorithm,
+    /// Most worker threads, hence most connections served at once
+    /// (`workers`). Default 4096.
+    pub workers: usize,
+    /// Stack size of each worker thread, in bytes (`thread_stack`).
+    /// Default 65536.
+    pub thread_stack: usize,
+    /// Most accepted connections waiting for a worker (`queue_capacity`).
+    /// Default 4096.
+    pub queue_capacity: usize,
+    /// The `listen(2)` backlog (`backlog`). Default 4096.
+    pub backlog: i32,
+    /// Longest wait for connections in flight after a shutdown
+    /// (`drain_timeout`). Default 30 s.
+    pub drain_timeout: Duration,
+    /// Hand a client over only once its first bytes arrived
+    /// (`defer_accept`, `TCP_DEFER_ACCEPT`). Default off.
+    pub defer_accept: bool,
+    /// Connecting and moving bytes: chunk size, timeouts, splice.
+    pub proxy: ProxyConfig,
+    /// Health checks (active and passive) and replies when no backend can
+    /// serve. Defaults: tcp checks every 5 s.
+    pub health: HealthConfig,
+    /// Per-client-IP rate limiting at accept time (`rate_limit`). Default
+    /// `None` (off).
+    pub rate_limit: Option<RateLimitConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), DEFAULT_PORT),
+            backends: Vec::new(),
+            algorithm: Algorithm::default(),
+            workers: 4096,
+            thread_stack: 65536,
+            queue_capacity: 4096,
+            backlog: 4096,
+            drain_timeout: Duration::from_secs(30),
+            defer_accept: false,
+            proxy: ProxyConfig::default(),
+            health: HealthConfig::default(),
+            rate_limit: None,
+        }
+    }
+}
+
+impl Config {
+    /// Checks that every value is usable.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidSetting`] naming the first bad setting.
+    pub fn validate(&self) -> Result<()> {
+        if self.backends.is_empty() {
+            return Err(Error::setting("backends", "must name at least one backend"));
+        }
+        if self.workers == 0 || self.workers > MAX_WORKERS {
+            return Err(Error::setting(
+                "workers",
+                format!("must be 1..{MAX_WORKERS}, got {}", self.workers),
+            ));
+        }
+        if self.thread_stack < MIN_THREAD_STACK {
+            return Err(Error::setting(
+                "thread_stack",
+                format!(
+                    "must be at least {MIN_THREAD_STACK} bytes, got {}",
+                    self.thread_stack
+                ),
+            ));
+        }
+        if self.queue_capacity == 0 {
+            return Err(Error::setting("queue_capacity", "must be at least 1"));
+        }
+        if self.backlog < 1 {
+            return Err(Error::setting(
+                "backlog",
+                format!("must be at least 1, got {}", self.backlog),
+            ));
+        }
+        self.proxy.validate()?;
+        if let Some(rate_limit) = &self.rate_limit {
+            rate_limit.validate()?;
+        }
+        self.health.validate()
+    }
+
+    /// Every setting with its value, as `(name, value)` in the config
+    /// file's names and the flags' notation (`3s`, `64k`): what
+    /// `--help` shows as defaults and what a check of the settings prints.
+    pub fn describe(&self) -> Vec<(&'static str, String)> {
+        let backends: Vec<String> = self.backends.iter().map(|b| b.to_string()).collect();
+        let p = &self.proxy;
+        let h = &self.health;
+        let mut out = vec![
+            ("listen", self.listen.to_string()),
+            ("backends", backends.join(" ")),
+            ("algorithm", self.algorithm.name().to_string()),
+            ("workers", self.workers.to_string()),
+            ("thread_stack", format_size(self.thread_stack)),
+            ("queue_capacity", self.queue_capacity.to_string()),
+            ("backlog", self.backlog.to_string()),
+            ("buffer_size", format_size(p.buffer_size)),
+            ("connect_timeout", format_duration(p.connect_timeout)),
+            ("idle_timeout", format_duration(p.idle_timeout)),
+            ("drain_timeout", format_duration(self.drain_timeout)),
+            ("splice", p.splice.to_string()),
+            ("defer_accept", self.defer_accept.to_string()),
+            ("yield_before_poll", p.yield_before_poll.to_string()),
+            ("health_check", h.check.name().to_string()),
+            ("health_interval", format_duration(h.interval)),
+            ("health_timeout", format_duration(h.timeout)),
+            ("health_path", h.path.clone()),
+            ("fall", h.fall.to_string()),
+            ("rise", h.rise.to_string()),
+            ("passive_failures", h.passive_failures.to_string()),
+            ("health_cooldown", format_duration(h.cooldown)),
+            ("http_replies", h.http_replies.to_string()),
+        ];
+        match &self.rate_limit {
+            None => out.push(("rate_limit", "off".into())),
+            Some(r) => out.extend([
+                ("rate_limit", r.rate.to_string()),
+                ("rate_limit_algorithm", r.algorithm.to_string()),
+                ("rate_limit_max_clients", r.max_clients.to_string()),
+                ("rate_limit_ipv6_prefix", r.ipv6_prefix.to_string()),
+                ("rate_limit_reply", r.reply.name().to_string()),
+            ]),
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_articles() {
+        let c = Config::default();
+        assert_eq!(c.listen.port(), 8080);
+        assert_eq!(c.workers, 4096);
+        assert_eq!(c.thread_stack, 65536);
+        assert_eq!(c.backlog, 4096);
+        assert_eq!(c.proxy.buffer_size, 4096);
+        assert_eq!(c.algorithm, Algorithm::RoundRobin);
+    }
+
+    #[test]
+    fn validation_names_the_bad_setting() {
+        let mut c = Config {
+            backends: vec![BackendSpec::parse("127.0.0.1:1").unwrap()],
+            ..Config::default()
+        };
+        assert!(c.validate().is_ok());
+        c.thread_stack = 1000;
+        let err = c.validate().unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("thread_stack"), "{msg}");
+        let flag = err.worded_as_flag().to_string();
+        assert!(flag.contains("--thread-stack must be at least"), "{flag}");
+        c.thread_stack = 65536;
+        c.proxy.idle_timeout = Duration::ZERO;
+        let flag = c.validate().unwrap_err().worded_as_flag().to_string();
+        assert!(
+            flag.contains("--idle-timeout must be more than 0"),
+            "{flag}"
+        );
+    }
+
+    #[test]
+    fn describe_names_every_setting_once() {
+        let d = Config::default().describe();
+        let mut names: Vec<_> = d.iter().map(|(n, _)| *n).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), d.len());
+        let get = |k: &str| d.iter().find(|(n, _)| *n == k).unwrap().1.clone();
+        assert_eq!(get("thread_stack"), "64k");
+        assert_eq!(get("connect_timeout"), "3s");
+        assert_eq!(get("idle_timeout"), "10m");
+        assert_eq!(get("algorithm"), "round-robin");
+    }
+}

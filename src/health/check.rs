@@ -1,0 +1,182 @@
+//! One active check of one backend: `tcp` (connect, close) or `http`
+//! (`GET` the health path, a 2xx or 3xx status is healthy).
+//!
+//! Runs on the checker's short-lived probe threads, one per backend per
+//! round; it shares nothing but the backend (read only).
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart: the C never checks a backend.
+
+use std::io::{self, ErrorKind, Read, Write};
+use std::time::{Duration, Instant};
+
+use super::{CheckKind, HealthConfig};
+use crate::backend::Backend;
+
+/// Runs one active check of `backend`.
+///
+/// # Errors
+///
+/// Why the backend is considered unhealthy, for the log.
+pub fn check(backend: &Backend, config: &HealthConfig) -> std::result::Result<(), String> {
+    match config.check {
+        CheckKind::Off => Ok(()),
+        CheckKind::Tcp => backend
+            .connect(config.timeout)
+            .map(drop)
+            .map_err(|e| format!("connect: {e}")),
+        CheckKind::Http => check_http(backend, &config.path, config.timeout),
+    }
+}
+
+/// `GET path` with `Connection: close`; healthy on a 2xx or 3xx status.
+fn check_http(backend: &Backend, path: &str, timeout: Duration) -> std::result::Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let left = || {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    };
+    let mut stream = backend
+        .connect(timeout)
+        .map_err(|e| format!("connect: {e}"))?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rodizio-health\r\nConnection: close\r\n\r\n",
+        backend.name()
+    );
+    let io_err = |e: io::Error| format!("GET {path}: {e}");
+    stream.set_write_timeout(Some(left())).map_err(io_err)?;
+    stream.write_all(request.as_bytes()).map_err(io_err)?;
+    // Only the status line matters: read until its end, at most 256 bytes.
+    let mut head = [0u8; 256];
+    let mut len = 0;
+    while len < head.len() && !head[..len].contains(&b'\n') {
+        stream.set_read_timeout(Some(left())).map_err(io_err)?;
+        match stream.read(&mut head[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err(e)),
+        }
+    }
+    let line = String::from_utf8_lossy(&head[..len]);
+    let line = line.lines().next().unwrap_or("");
+    let status = parse_status(line)
+        .ok_or_else(|| format!("GET {path}: not an HTTP status line: {:?}", truncate(line)))?;
+    if (200..400).contains(&status) {
+        Ok(())
+    } else {
+        Err(format!("GET {path} answered {status}"))
+    }
+}
+
+/// The code of an `HTTP/1.x NNN reason` line.
+fn parse_status(line: &str) -> Option<u16> {
+    let mut words = line.split_whitespace();
+    if !words.next()?.starts_with("HTTP/") {
+        return None;
+    }
+    words
+        .next()?
+        .parse()
+        .ok()
+        .filter(|c| (100..1000).contains(c))
+}
+
+fn truncate(line: &str) -> &str {
+    match line.char_indices().nth(60) {
+        Some((i, _)) => &line[..i],
+        None => line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::thread;
+
+    #[test]
+    fn parses_status_lines() {
+        assert_eq!(parse_status("HTTP/1.1 200 OK"), Some(200));
+        assert_eq!(parse_status("HTTP/1.0 302 Found"), Some(302));
+        assert_eq!(parse_status("SSH-2.0-OpenSSH"), None);
+        assert_eq!(parse_status("HTTP/1.1 abc"), None);
+        assert_eq!(parse_status(""), None);
+    }
+
+    /// A backend on a listener that answers each connection with `reply`.
+    fn answering(reply: &'static str) -> (Backend, thread::JoinHandle<()>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut buf = [0u8; 512];
+            let n = s.read(&mut buf).unwrap();
+            assert!(buf[..n].starts_with(b"GET /health HTTP/1.1\r\n"));
+            s.write_all(reply.as_bytes()).unwrap();
+        });
+        (Backend::new(addr.to_string(), vec![addr], 1), t)
+    }
+
+    fn http_config() -> HealthConfig {
+        HealthConfig {
+            check: CheckKind::Http,
+            timeout: Duration::from_secs(2),
+            ..HealthConfig::default()
+        }
+    }
+
+    #[test]
+    fn http_check_wants_2xx_or_3xx() {
+        for (reply, healthy) in [
+            ("HTTP/1.1 200 OK\r\n\r\n", true),
+            ("HTTP/1.0 301 Moved\r\nLocation: /\r\n\r\n", true),
+            ("HTTP/1.1 500 Internal Server Error\r\n\r\n", false),
+            ("HTTP/1.1 404 Not Found\r\n\r\n", false),
+            ("garbage\r\n", false),
+        ] {
+            let (b, t) = answering(reply);
+            let result = check(&b, &http_config());
+            assert_eq!(result.is_ok(), healthy, "{reply:?}: {result:?}");
+            t.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn checks_fail_on_refused_and_on_silence() {
+        // Refused: a port nobody listens on any more.
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let gone = Backend::new("gone".into(), vec![addr], 1);
+        for kind in [CheckKind::Tcp, CheckKind::Http] {
+            let c = HealthConfig {
+                check: kind,
+                ..HealthConfig::default()
+            };
+            assert!(check(&gone, &c).is_err());
+        }
+        // Silence: accepted (by the kernel) but never answered.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mute = Backend::new("mute".into(), vec![addr], 1);
+        let c = HealthConfig {
+            timeout: Duration::from_millis(200),
+            ..http_config()
+        };
+        let started = Instant::now();
+        let err = check(&mute, &c).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(2), "{err}");
+        // A TCP check passes on the same backend: it does connect.
+        let tcp = HealthConfig {
+            check: CheckKind::Tcp,
+            ..c
+        };
+        assert!(check(&mute, &tcp).is_ok());
+        drop(l);
+    }
+}

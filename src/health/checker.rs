@@ -1,0 +1,165 @@
+//! The health thread: every interval, one round of checks over the current
+//! backend list, each result fed to that backend's [`Probe`].
+//!
+//! One thread (`rodizio-health`) owns every probe, so none is shared. It
+//! reads the live [`HealthConfig`] at each round, so new settings apply from
+//! the next round on; between rounds it sleeps on the shutdown receiver, so
+//! a shutdown wakes it at once.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart: the C never checks a backend.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use crossbeam_channel::RecvTimeoutError;
+
+use super::{check, mark_down, mark_up, CheckKind, HealthConfig, Probe, Transition};
+use crate::backend::Backend;
+use crate::scheduler::Scheduler;
+use crate::shutdown::Shutdown;
+
+/// The health thread's state: one [`Probe`] per backend, by id.
+pub(super) struct Checker {
+    config: Arc<ArcSwap<HealthConfig>>,
+    probes: HashMap<u64, Probe>,
+    /// With checks off: when each down backend was first seen down.
+    down_since: HashMap<u64, Instant>,
+}
+
+impl Checker {
+    pub(super) fn new(config: Arc<ArcSwap<HealthConfig>>) -> Checker {
+        Checker {
+            config,
+            probes: HashMap::new(),
+            down_since: HashMap::new(),
+        }
+    }
+
+    pub(super) fn run(mut self, scheduler: &Scheduler, shutdown: &Shutdown) {
+        let stop = shutdown.receiver();
+        let mut next = Instant::now() + period(&self.config.load());
+        loop {
+            // The first round comes one interval after start-up, like every
+            // other: the `fall`-th failed check of a backend dead from the
+            // start is then at `fall × interval`, and a short-lived balancer
+            // (a test, a one-off run) probes nothing.
+            let wait = next.saturating_duration_since(Instant::now());
+            match stop.recv_timeout(wait) {
+                Err(RecvTimeoutError::Timeout) => {}
+                // Disconnected: the shutdown was triggered.
+                _ => return,
+            }
+            if shutdown.is_triggered() {
+                return;
+            }
+            let config = self.config.load_full();
+            // The next round is due one period after this one was, not
+            // after it ended: rounds keep their rhythm like a `tick`.
+            next += period(&config);
+            let now = Instant::now();
+            if next < now {
+                next = now;
+            }
+            self.round(scheduler, &config);
+        }
+    }
+
+    /// One round: probe every backend of the current list.
+    fn round(&mut self, scheduler: &Scheduler, config: &HealthConfig) {
+        let list = scheduler.snapshot();
+        // Forget backends that were removed.
+        self.probes
+            .retain(|id, _| list.iter().any(|b| b.id() == *id));
+        self.down_since
+            .retain(|id, _| list.iter().any(|b| b.id() == *id));
+        if config.check == CheckKind::Off {
+            self.cooldown(&list, config.cooldown);
+            return;
+        }
+        let results = probe_all(&list, config);
+        for (backend, result) in list.iter().zip(results) {
+            let (fall, rise) = (config.fall, config.rise);
+            let probe = self
+                .probes
+                .entry(backend.id())
+                .or_insert_with(|| Probe::new(fall, rise));
+            // Passive checks may have marked it down since the last round.
+            probe.sync(backend.is_healthy());
+            match (probe.observe(result.is_ok()), result) {
+                (Some(Transition::Down), Err(reason)) => {
+                    mark_down(
+                        backend,
+                        &format!("{fall} failed checks in a row, last: {reason}"),
+                    );
+                }
+                (Some(Transition::Up), _) => {
+                    // A fresh start for the passive count too.
+                    backend.record_connect_success();
+                    mark_up(backend, &format!("{rise} checks passed in a row"));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Checks off: a backend down for `cooldown` is tried again.
+    fn cooldown(&mut self, list: &[Arc<Backend>], cooldown: Duration) {
+        let now = Instant::now();
+        for backend in list {
+            if backend.is_healthy() {
+                self.down_since.remove(&backend.id());
+                continue;
+            }
+            let since = *self.down_since.entry(backend.id()).or_insert(now);
+            if now.duration_since(since) >= cooldown {
+                self.down_since.remove(&backend.id());
+                mark_up(
+                    backend,
+                    &format!("cool-down of {:?} over, trying it again", cooldown),
+                );
+            }
+        }
+    }
+}
+
+/// Probes every backend in parallel, one short-lived thread each; returns
+/// the results in list order. A thread that cannot be started is replaced
+/// by probing inline.
+fn probe_all(list: &[Arc<Backend>], config: &HealthConfig) -> Vec<std::result::Result<(), String>> {
+    thread::scope(|scope| {
+        let handles: Vec<_> = list
+            .iter()
+            .map(|backend| {
+                thread::Builder::new()
+                    .name("rodizio-probe".into())
+                    .stack_size(128 * 1024)
+                    .spawn_scoped(scope, move || check(backend, config))
+                    .map_err(|_| backend)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(handle) => handle
+                    .join()
+                    .unwrap_or_else(|_| Err("the check panicked".into())),
+                Err(backend) => check(backend, config),
+            })
+            .collect()
+    })
+}
+
+/// Time between two rounds. With checks off only the cool-down is
+/// watched: often enough for it.
+fn period(config: &HealthConfig) -> Duration {
+    if config.check == CheckKind::Off {
+        config.interval.min(config.cooldown)
+    } else {
+        config.interval
+    }
+}

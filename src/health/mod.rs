@@ -1,0 +1,370 @@
+//! Backend health: active checks on a thread of their own, passive checks on
+//! real traffic, and what a client gets when no backend can serve it.
+//!
+//! # Active checks
+//!
+//! One thread (`rodizio-health`) probes every backend each
+//! `--health-interval` (default 5 s, read again at each round, so a
+//! change applies from the next one): `--health-check tcp` (the default)
+//! opens a TCP connection and closes it; `http` sends `GET /health`
+//! (`--health-path`) and wants a 2xx or 3xx status line; `off` sends
+//! nothing. Each probe has `--health-timeout` (default 2 s). The probes of
+//! one round run in parallel (one short-lived thread each), so a black-holed
+//! backend delays the others by nothing and a round lasts at most one
+//! timeout.
+//!
+//! One lost probe must not flap a backend, so each has a [`Probe`], a small
+//! state machine: it goes down after `--fall` (default 3) failures in a row
+//! and up after `--rise` (default 2) successes in a row. Each change is
+//! logged once, as `backend 127.0.0.1:8002 is now DOWN (reason)` or
+//! `... is now UP`.
+//!
+//! Between rounds the thread sleeps on [`Shutdown::receiver`] until the
+//! next round is due, so a shutdown wakes it at once
+//! (or, mid-round, as soon as the round's probes return: at most one
+//! timeout).
+//!
+//! # Passive checks
+//!
+//! Workers count connect failures on real traffic
+//! ([`Backend::record_connect_failure`]). After `--passive-failures`
+//! (default 3) in a row, [`connect_failed`] marks the backend down at once,
+//! without waiting for the next probe; the active checks then bring it back
+//! (after `--rise` successes). With `--health-check off` nothing would ever
+//! bring it back, so the thread instead retries a down backend after
+//! `--health-cooldown` (default 10 s): it is marked up, and one more connect
+//! failure marks it down again (the failure count is not reset).
+//!
+//! # Health is not draining
+//!
+//! Health is the probes' opinion ([`Backend::is_healthy`]); draining is the
+//! operator's ([`Backend::is_draining`], see [`crate::scheduler`]). They are
+//! separate flags: a draining backend is still probed, and a backend coming
+//! back up does not end its draining.
+//!
+//! # When no backend can serve
+//!
+//! When every backend is down or draining, the accept loop closes a new
+//! client at once; with `--http-replies` it first answers
+//! `HTTP/1.1 503 Service Unavailable` ([`crate::reply::reply_at_once`]: one
+//! non-blocking write, so the accept loop never waits for a client). When
+//! the pick succeeded but every connect failed, the worker closes the
+//! client, or answers `HTTP/1.1 502 Bad Gateway`
+//! ([`crate::reply::reply_and_linger`]). Either way the log says why.
+//!
+//! # Parts
+//!
+//! - this file: [`HealthConfig`], passive marking ([`connect_failed`]) and
+//!   [`spawn`];
+//! - [`probe`]: [`Probe`], the rise/fall state machine (no clock, no I/O);
+//! - [`mod@check`]: one active check of one backend (tcp, http);
+//! - `checker`: the thread and its rounds.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart: the C sends clients to a dead backend forever, and
+//! `exit()`s the whole balancer on the first failed connect.
+
+pub mod check;
+mod checker;
+pub mod probe;
+
+use std::io;
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::scheduler::Scheduler;
+use crate::shutdown::Shutdown;
+
+pub use check::check;
+pub use probe::{Probe, Transition};
+
+/// The kind of active check.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CheckKind {
+    /// Open a TCP connection, then close it.
+    #[default]
+    Tcp,
+    /// `GET` the health path; a 2xx or 3xx status is healthy.
+    Http,
+    /// No active check (passive checks and the cool-down still apply).
+    Off,
+}
+
+impl CheckKind {
+    /// Every kind, in the order the help lists them.
+    pub const ALL: [CheckKind; 3] = [CheckKind::Tcp, CheckKind::Http, CheckKind::Off];
+
+    /// The name used in flags and the config file (`tcp`, `http`, `off`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckKind::Tcp => "tcp",
+            CheckKind::Http => "http",
+            CheckKind::Off => "off",
+        }
+    }
+}
+
+impl std::str::FromStr for CheckKind {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, String> {
+        CheckKind::ALL
+            .into_iter()
+            .find(|k| k.name() == text)
+            .ok_or_else(|| format!("'{text}' is not a health check (use tcp, http or off)"))
+    }
+}
+
+/// Health settings (a part of [`crate::Config`]). Every field may change
+/// while the balancer runs: the checker reads them at each round, the
+/// workers once per connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// The active check. Default tcp.
+    pub check: CheckKind,
+    /// Time between rounds of checks. Default 5 s.
+    pub interval: Duration,
+    /// Longest wait for one check. Default 2 s.
+    pub timeout: Duration,
+    /// Path of the http check. Default `/health`.
+    pub path: String,
+    /// Failures in a row to go down. Default 3.
+    pub fall: u32,
+    /// Successes in a row to come back up. Default 2.
+    pub rise: u32,
+    /// Connect failures in a row on real traffic to go down; 0 disables.
+    /// Default 3.
+    pub passive_failures: u32,
+    /// With checks off, rest before retrying a down backend. Default 10 s.
+    pub cooldown: Duration,
+    /// Answer 503/502 instead of closing silently. Default false.
+    pub http_replies: bool,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            check: CheckKind::Tcp,
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(2),
+            path: "/health".into(),
+            fall: 3,
+            rise: 2,
+            passive_failures: 3,
+            cooldown: Duration::from_secs(10),
+            http_replies: false,
+        }
+    }
+}
+
+impl HealthConfig {
+    /// Checks that every value is usable.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidSetting`] naming the first bad setting.
+    pub fn validate(&self) -> Result<()> {
+        for (name, d) in [
+            ("health_interval", self.interval),
+            ("health_timeout", self.timeout),
+            ("health_cooldown", self.cooldown),
+        ] {
+            if d.is_zero() {
+                return Err(Error::setting(name, "must be more than 0"));
+            }
+        }
+        if self.fall == 0 {
+            return Err(Error::setting("fall", "must be at least 1"));
+        }
+        if self.rise == 0 {
+            return Err(Error::setting("rise", "must be at least 1"));
+        }
+        if !self.path.starts_with('/') || self.path.chars().any(|c| c.is_whitespace()) {
+            return Err(Error::setting(
+                "health_path",
+                "must start with / and contain no spaces",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Marks `backend` down (logging it once) and returns `true` when it is
+/// healthy now, so this change is the first.
+pub(crate) fn mark_down(backend: &Backend, reason: &str) -> bool {
+    let was_up = backend.set_healthy(false);
+    if was_up {
+        log::warn!("backend {} is now DOWN ({reason})", backend.name());
+    }
+    was_up
+}
+
+/// Marks `backend` up (logging it once).
+pub(crate) fn mark_up(backend: &Backend, reason: &str) {
+    if !backend.set_healthy(true) {
+        log::info!("backend {} is now UP ({reason})", backend.name());
+    }
+}
+
+/// Passive health: called by a worker after a failed connect to `backend`,
+/// the `failures`-th in a row. Marks it down once the threshold is reached.
+pub fn connect_failed(backend: &Backend, failures: u32, config: &HealthConfig, err: &io::Error) {
+    if config.passive_failures > 0 && failures >= config.passive_failures {
+        mark_down(
+            backend,
+            &format!("{failures} connect failures in a row on client traffic: {err}"),
+        );
+    }
+}
+
+/// Starts the health thread if the configuration needs one (active checks,
+/// or passive checks that need the cool-down); returns its handle. The
+/// thread exits when `shutdown` is triggered.
+///
+/// # Errors
+///
+/// [`Error::Io`] when the thread cannot be started.
+pub fn spawn(
+    scheduler: Arc<Scheduler>,
+    config: Arc<ArcSwap<HealthConfig>>,
+    shutdown: Shutdown,
+) -> Result<Option<JoinHandle<()>>> {
+    {
+        let now = config.load();
+        if now.check == CheckKind::Off && now.passive_failures == 0 {
+            return Ok(None);
+        }
+        log::debug!(
+            "health checks: {} every {:?}",
+            now.check.name(),
+            now.interval
+        );
+    }
+    thread::Builder::new()
+        .name("rodizio-health".into())
+        .spawn(move || checker::Checker::new(config).run(&scheduler, &shutdown))
+        .map(Some)
+        .map_err(|e| Error::io("starting the health thread", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind;
+    use std::net::{SocketAddr, TcpListener};
+    use std::time::Instant;
+
+    fn live(config: HealthConfig) -> Arc<ArcSwap<HealthConfig>> {
+        Arc::new(ArcSwap::from_pointee(config))
+    }
+
+    #[test]
+    fn defaults_and_validation() {
+        let c = HealthConfig::default();
+        assert_eq!(c.interval, Duration::from_secs(5));
+        assert_eq!(c.timeout, Duration::from_secs(2));
+        assert_eq!((c.fall, c.rise, c.passive_failures), (3, 2, 3));
+        assert!(c.validate().is_ok());
+        let err = HealthConfig {
+            fall: 0,
+            ..HealthConfig::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(matches!(&err, Error::InvalidSetting { setting, .. } if setting == "fall"));
+        let err = HealthConfig {
+            path: "health".into(),
+            ..HealthConfig::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(matches!(&err, Error::InvalidSetting { setting, .. } if setting == "health_path"));
+        for kind in CheckKind::ALL {
+            assert_eq!(kind.name().parse::<CheckKind>(), Ok(kind));
+        }
+        assert!("ping".parse::<CheckKind>().is_err());
+    }
+
+    /// Polls `cond` every few milliseconds until it holds or `limit` passes.
+    fn wait_for(limit: Duration, cond: impl Fn() -> bool) -> Option<Duration> {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if cond() {
+                return Some(started.elapsed());
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        None
+    }
+
+    #[test]
+    fn the_thread_marks_down_and_up_and_stops_on_shutdown() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr: SocketAddr = l.local_addr().unwrap();
+        let b = Arc::new(Backend::new(addr.to_string(), vec![addr], 1));
+        let s = Arc::new(Scheduler::new(vec![Arc::clone(&b)]));
+        let config = HealthConfig {
+            interval: Duration::from_millis(50),
+            timeout: Duration::from_millis(200),
+            ..HealthConfig::default()
+        };
+        let shutdown = Shutdown::new();
+        let handle = spawn(Arc::clone(&s), live(config), shutdown.clone())
+            .unwrap()
+            .unwrap();
+        drop(l);
+        wait_for(Duration::from_secs(5), || !b.is_healthy()).expect("marked down");
+        let l = socket2_rebind(addr);
+        wait_for(Duration::from_secs(5), || b.is_healthy()).expect("marked up");
+        // A passive down is brought back by the checks too.
+        b.set_healthy(false);
+        wait_for(Duration::from_secs(5), || b.is_healthy()).expect("back up");
+        let started = Instant::now();
+        shutdown.trigger();
+        handle.join().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        drop(l);
+    }
+
+    fn socket2_rebind(addr: SocketAddr) -> TcpListener {
+        // std sets SO_REUSEADDR on Unix, so the port is free again at once.
+        TcpListener::bind(addr).unwrap()
+    }
+
+    #[test]
+    fn cooldown_brings_a_backend_back_with_checks_off() {
+        let b = Arc::new(Backend::new("b".into(), vec![], 1));
+        let s = Arc::new(Scheduler::new(vec![Arc::clone(&b)]));
+        let config = HealthConfig {
+            check: CheckKind::Off,
+            interval: Duration::from_millis(20),
+            cooldown: Duration::from_millis(100),
+            ..HealthConfig::default()
+        };
+        let shutdown = Shutdown::new();
+        let handle = spawn(s, live(config), shutdown.clone()).unwrap().unwrap();
+        let err = io::Error::from(ErrorKind::ConnectionRefused);
+        connect_failed(&b, 2, &HealthConfig::default(), &err);
+        assert!(b.is_healthy(), "below the threshold");
+        connect_failed(&b, 3, &HealthConfig::default(), &err);
+        assert!(!b.is_healthy());
+        let took = wait_for(Duration::from_secs(5), || b.is_healthy()).expect("retried");
+        assert!(took >= Duration::from_millis(80), "{took:?}");
+        shutdown.trigger();
+        handle.join().unwrap();
+        // No thread at all when nothing needs it.
+        let off = HealthConfig {
+            check: CheckKind::Off,
+            passive_failures: 0,
+            ..HealthConfig::default()
+        };
+        let s = Arc::new(Scheduler::new(vec![]));
+        assert!(spawn(s, live(off), Shutdown::new()).unwrap().is_none());
+    }
+}

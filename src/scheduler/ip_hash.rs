@@ -1,0 +1,103 @@
+//! ip-hash by rendezvous (highest random weight) hashing of the client's
+//! address against each backend's name.
+//!
+//! Each backend gets a pseudo-random score per client; the client goes to
+//! the highest score. The same IP goes to the same backend while the set is
+//! unchanged, and removing (or losing) one backend moves only the clients
+//! that were on it. Adding one takes about `1/n` of the clients, only from
+//! each of the others. Hashing the *name* (not the position) keeps this true
+//! across restarts and reorders.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart: the C only rotates.
+
+use std::net::IpAddr;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use super::{mix64, Snapshot, Strategy};
+use crate::backend::Backend;
+
+/// See the module docs.
+pub(crate) struct Rendezvous;
+
+impl Strategy for Rendezvous {
+    fn name(&self) -> &'static str {
+        "ip-hash"
+    }
+
+    fn choose(&self, snap: &Snapshot, peer: IpAddr, _turn: &AtomicUsize) -> Option<usize> {
+        rendezvous(&snap.list, &snap.keys, snap.uniform, hash_ip(peer))
+    }
+}
+
+/// Rendezvous hashing: the available backend with the highest score for
+/// this client.
+pub(crate) fn rendezvous(
+    list: &[Arc<Backend>],
+    keys: &[u64],
+    uniform: bool,
+    ip: u64,
+) -> Option<usize> {
+    if uniform {
+        // Equal weights: the highest hash wins, integers only.
+        let mut best: Option<(usize, u64)> = None;
+        for (idx, b) in list.iter().enumerate() {
+            let h = mix64(ip ^ keys[idx]);
+            if best.map_or(true, |(_, s)| h > s) && b.is_available() {
+                best = Some((idx, h));
+            }
+        }
+        return best.map(|(idx, _)| idx);
+    }
+    // Weighted rendezvous: score = w / -ln(u), with u uniform in (0, 1),
+    // gives each backend a share of clients proportional to its weight.
+    // With equal weights it picks the same backend as the integer path
+    // above (the score grows with u, so with h), so a list whose weights
+    // become equal keeps every client where it was.
+    //
+    // Scores are compared as w_a × L_b > w_b × L_a (L = -ln u > 0): no
+    // division. The logarithm is the costly part, so it is skipped when the
+    // backend cannot win: -ln u ≥ 1 − u, so w / (1 − u) bounds its score.
+    let mut best: Option<(usize, f64, f64)> = None; // (index, weight, L)
+    for (idx, b) in list.iter().enumerate() {
+        let h = mix64(ip ^ keys[idx]);
+        let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        let w = f64::from(b.weight());
+        if let Some((_, bw, bl)) = best {
+            if w * bl <= bw * (1.0 - u) {
+                continue;
+            }
+        }
+        if !b.is_available() {
+            continue;
+        }
+        let l = -u.ln();
+        if best.map_or(true, |(_, bw, bl)| w * bl > bw * l) {
+            best = Some((idx, w, l));
+        }
+    }
+    best.map(|(idx, _, _)| idx)
+}
+
+/// FNV-1a of a backend name, mixed.
+pub(crate) fn hash_name(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in name.bytes() {
+        h ^= u64::from(byte);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    mix64(h)
+}
+
+/// A client address as one 64-bit value.
+pub(crate) fn hash_ip(ip: IpAddr) -> u64 {
+    match ip {
+        IpAddr::V4(v4) => mix64(u64::from(u32::from(v4))),
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6);
+            mix64((bits as u64) ^ mix64((bits >> 64) as u64))
+        }
+    }
+}
