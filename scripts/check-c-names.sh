@@ -15,7 +15,10 @@ english=docs/c-to-rust.md
 portuguese=docs/pt-BR/guia.md
 
 c_names() {
-  grep -o '`[^`]*`' "$1" |
+  # Fenced code blocks left out; lines joined, since a code span may
+  # continue on the next line.
+  awk '/^```/ { fenced = !fenced; next } !fenced' "$1" | tr '\n' ' ' |
+    grep -o '`[^`]*`' |
     grep -oP '(?<![\w:.])[A-Za-z_]\w*\(\)|(?<!\w)_[A-Z][A-Z0-9_]*' |
     sort -u
 }
