@@ -1,5 +1,5 @@
 # A thin layer over cargo and scripts/: CI runs `make test`, as a person does.
-.PHONY: build release demo run test lint doc bench bench-quick clean
+.PHONY: build release demo run test lint doc bench bench-quick compare-c clean
 
 build:
 	cargo build
@@ -30,6 +30,11 @@ bench:
 
 bench-quick:
 	scripts/bench.sh --quick
+
+# The article's C beside rodizio, same checks: make compare-c C_DIR=path/to/the/C
+# (without C_DIR, rodizio's side only).
+compare-c:
+	scripts/compare-c.sh $(C_DIR)
 
 clean:
 	cargo clean

@@ -17,5 +17,8 @@ echo "== docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 cargo test --doc --quiet
 
+echo "== docs agree"
+scripts/check-c-names.sh
+
 echo "== the article's check: ab -n 1000 -c 100 through three python backends"
 scripts/ab-article.sh
