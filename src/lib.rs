@@ -87,6 +87,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access_log;
 pub mod backend;
 mod balancer;
 pub mod cli;
