@@ -105,6 +105,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access_log;
 pub mod backend;
 pub mod balancer;
 pub mod cli;

@@ -1,0 +1,1463 @@
+//! The access log: one line per client connection, written when it ends, in
+//! the spirit of HAProxy's `option tcplog`.
+//!
+//! Whoever ends a connection builds a [`Record`] and hands it to
+//! [`AccessLog::log`]: a worker when a proxied connection ends, the accept
+//! loop when it turns a client away before any worker sees it (no backend,
+//! rate limited). One writer thread, started by [`AccessLog::start`], turns
+//! the records into lines ([`Format::Text`] or [`Format::Json`]) and writes
+//! them to standard output or to a file.
+//!
+//! Why a channel between them: a worker must never block on a slow disk. A
+//! stalled write (a full disk, a network file system, a pipe nobody reads)
+//! would hold up the connection being closed and, through the pool, every
+//! client queued behind it. So `log` only tries to put the record into a
+//! bounded `crossbeam-channel` of [`CHANNEL_CAPACITY`] records, which takes no
+//! lock; when the writer has fallen behind and the channel is full, the
+//! record is dropped and counted ([`AccessLog::dropped`]). Losing log lines
+//! is better than slowing traffic, and the writer says that it happened:
+//! one warning at most once a minute, with the number of lines lost.
+//!
+//! Formatting happens in the writer thread, not in the workers. Lines go
+//! through a `BufWriter` that is flushed whenever the channel is empty: one
+//! `write(2)` per burst of connections, and yet every line is in the file
+//! as soon as the writer is idle. [`AccessLog::reopen`] makes the writer
+//! open the file again at the same path, after logrotate renamed it: it is
+//! meant for the thread that receives SIGUSR1, and only sends the writer a
+//! request, so that thread never waits on the disk either.
+//!
+//! # Corresponds to the C article
+//!
+//! The C prints `### REQUEST FINISHED ###` at the end of `proxy_function()`,
+//! from each worker thread, with nothing about who, where or how. This is
+//! the same moment with the facts in it, written by one thread.
+
+use std::fmt::{self, Write as _};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Stdout, Write as _};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{select, Receiver, Sender, TrySendError};
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+
+/// Most records waiting for the writer; one more is dropped and counted.
+///
+/// 8192 lines absorb a burst of several thousand connections ending at once
+/// (a drain, a backend going down) while the disk catches up. The channel
+/// allocates all its slots at start-up: about 200 bytes each, under 2 MiB.
+pub const CHANNEL_CAPACITY: usize = 8192;
+
+/// The writer's buffer: lines are collected here and written in one call.
+const WRITE_BUFFER: usize = 64 * 1024;
+
+/// Shortest time between two warnings about dropped lines (or two errors
+/// about failed writes): a disk that cannot keep up must not also flood the
+/// error log.
+const REPORT_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What is known about one client connection when it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// When the client was accepted (as HAProxy's accept date); the line is
+    /// written `duration` later.
+    pub time: SystemTime,
+    /// The client's address and port.
+    pub client: SocketAddr,
+    /// The backend that served the client, or the one tried last when none
+    /// could be reached; `None` when no backend was picked at all.
+    pub backend: Option<String>,
+    /// From the accept to a worker taking the client from the queue.
+    pub queue_wait: Duration,
+    /// From the first connect attempt to the backend connection that served
+    /// the client, failed attempts included; `None` when no backend was
+    /// connected.
+    pub connect_time: Option<Duration>,
+    /// From the accept to the end of the connection: queue, connect and
+    /// transfer together.
+    pub duration: Duration,
+    /// Backend connects that failed for this client before the one that
+    /// served it (or before giving up, for [`End::ConnectFailed`]).
+    pub failovers: u32,
+    /// Bytes read from the client and written to the backend.
+    pub bytes_to_backend: u64,
+    /// Bytes read from the backend and written to the client.
+    pub bytes_to_client: u64,
+    /// How the connection ended.
+    pub end: End,
+}
+
+/// How a connection ended. Each has a stable snake_case name, written in
+/// both formats ([`End::name`]).
+///
+/// A connection has one end, the first that happened: a client reset after a
+/// fail-over is `client_reset` (with [`Record::failovers`] still counted);
+/// `failed_over` is a connection that was served after failed connects and
+/// then closed cleanly by either side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// `client_closed`: the client closed first (FIN), and the rest finished.
+    ClientClosed,
+    /// `backend_closed`: the backend closed first (FIN), and the rest finished.
+    BackendClosed,
+    /// `client_reset`: the client's connection failed (a reset, a broken pipe).
+    ClientReset,
+    /// `backend_reset`: the backend's connection failed after it connected.
+    BackendReset,
+    /// `idle_timeout`: no byte moved either way for `--idle-timeout`.
+    IdleTimeout,
+    /// `connect_failed`: no backend could be reached (every connect failed).
+    ConnectFailed,
+    /// `failed_over`: served by a backend after one or more failed connects
+    /// ([`Record::failovers`] says how many), then closed cleanly.
+    FailedOver,
+    /// `no_backend`: no backend was available (all down or drained).
+    NoBackend,
+    /// `rate_limited`: refused by the per-IP rate limiter at accept time.
+    RateLimited,
+    /// `queue_timeout`: waited in the queue for a worker too long.
+    QueueTimeout,
+    /// `drain_cut`: still in flight at the end of `--drain-timeout`, and cut.
+    DrainCut,
+    /// `error`: any other failure, with a short reason (one line, e.g. the
+    /// `io::Error` message).
+    Error(String),
+}
+
+impl End {
+    /// The stable snake_case name: `client_closed`, `backend_closed`, ...
+    pub fn name(&self) -> &'static str {
+        match self {
+            End::ClientClosed => "client_closed",
+            End::BackendClosed => "backend_closed",
+            End::ClientReset => "client_reset",
+            End::BackendReset => "backend_reset",
+            End::IdleTimeout => "idle_timeout",
+            End::ConnectFailed => "connect_failed",
+            End::FailedOver => "failed_over",
+            End::NoBackend => "no_backend",
+            End::RateLimited => "rate_limited",
+            End::QueueTimeout => "queue_timeout",
+            End::DrainCut => "drain_cut",
+            End::Error(_) => "error",
+        }
+    }
+
+    /// The reason of [`End::Error`]; `None` for the other ends.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            End::Error(reason) => Some(reason),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for End {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// How a [`Record`] is written: one line each, in either format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Format {
+    /// Space-separated fields, always in this order:
+    ///
+    /// ```text
+    /// TIME CLIENT backend=B queue=D connect=D duration=D failovers=N to_backend=N to_client=N end=E [reason=R]
+    /// 2026-12-01T09:53:20.123Z 127.0.0.1:5000 backend=127.0.0.1:8001 queue=12us connect=85us duration=1.203ms failovers=0 to_backend=77 to_client=612 end=backend_closed
+    /// ```
+    ///
+    /// `TIME` is RFC 3339 in UTC with milliseconds. A missing backend or
+    /// connect time is `-`. Durations are `12us` below a millisecond,
+    /// `1.203ms` below a second, `2.500s` from there on (truncated, not
+    /// rounded). `reason=` comes last and only with `end=error`. A value
+    /// with a space, a quote, a backslash or a control character (a reason
+    /// usually) is written in double quotes with JSON's escapes, so a line
+    /// is always one line and splits on spaces outside quotes.
+    #[default]
+    Text,
+    /// One JSON object per line, with every key in every line:
+    ///
+    /// ```text
+    /// {"time":"2026-12-01T09:53:20.123Z","client":"127.0.0.1:5000","backend":"127.0.0.1:8001","queue_us":12,"connect_us":85,"duration_us":1203,"failovers":0,"to_backend":77,"to_client":612,"end":"backend_closed","reason":null}
+    /// ```
+    ///
+    /// Durations are integer microseconds; a missing backend, connect time
+    /// or reason is `null`.
+    Json,
+}
+
+impl Format {
+    /// The line for `record`, without the newline.
+    pub fn line(self, record: &Record) -> String {
+        Line(self, record).to_string()
+    }
+}
+
+impl FromStr for Format {
+    type Err = Error;
+
+    /// `text` or `json`.
+    fn from_str(text: &str) -> Result<Format> {
+        match text {
+            "text" => Ok(Format::Text),
+            "json" => Ok(Format::Json),
+            _ => Err(Error::InvalidConfig(format!(
+                "access log format '{text}': expected text or json"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            Format::Text => "text",
+            Format::Json => "json",
+        })
+    }
+}
+
+/// Where the lines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Standard output ([`AccessLog::reopen`] does nothing).
+    Stdout,
+    /// A file, created if missing and appended to.
+    File(PathBuf),
+}
+
+/// The handle the workers and the accept loop log through.
+///
+/// Cheap to clone (an `Arc`). When the last clone is dropped, or at
+/// [`close`](Self::close), the writer writes what is queued, flushes and
+/// exits, and the caller waits for it.
+#[derive(Clone)]
+pub struct AccessLog {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Where `log` puts records; the writer holds the other end.
+    records: Sender<Record>,
+    /// Requests to the writer that must not be lost when `records` is full.
+    control: Sender<Control>,
+    counters: Arc<Counters>,
+    /// The writer thread, taken by the first `close`.
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What the handles ask of the writer besides writing.
+enum Control {
+    /// Open the file again at the same path.
+    Reopen,
+    /// Write what is queued, flush and exit.
+    Close,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    /// Lines handed to the file (or to standard output).
+    written: AtomicU64,
+    /// Records dropped because the channel was full or the log closed.
+    dropped: AtomicU64,
+}
+
+impl fmt::Debug for AccessLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AccessLog")
+            .field("queued", &self.inner.records.len())
+            .field("written", &self.written())
+            .field("dropped", &self.dropped())
+            .finish()
+    }
+}
+
+impl AccessLog {
+    /// Opens the target and starts the writer thread (`rodizio-access-log`).
+    ///
+    /// The file is opened here, not in the writer, so that a bad path is a
+    /// start-up error and not a log line nobody reads.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when the file cannot be opened or the thread not spawned.
+    pub fn start(format: Format, target: Target) -> Result<AccessLog> {
+        let sink = match target {
+            Target::Stdout => Sink::Stdout(BufWriter::with_capacity(WRITE_BUFFER, io::stdout())),
+            Target::File(path) => {
+                let file = open(&path).map_err(|e| {
+                    Error::io(format!("opening the access log {}", path.display()), e)
+                })?;
+                Sink::File {
+                    out: BufWriter::with_capacity(WRITE_BUFFER, file),
+                    path,
+                }
+            }
+        };
+        let (records, records_rx) = crossbeam_channel::bounded(CHANNEL_CAPACITY);
+        // Unbounded, but only a signal or `close` ever sends on it, and the
+        // writer reads it before every record.
+        let (control, control_rx) = crossbeam_channel::unbounded();
+        let counters = Arc::new(Counters::default());
+        let writer = Writer {
+            format,
+            records: records_rx,
+            control: control_rx,
+            counters: Arc::clone(&counters),
+            sink,
+            line: String::with_capacity(512),
+            closing: false,
+            drops: Throttle::new(REPORT_INTERVAL),
+            reported_drops: 0,
+            errors: Throttle::new(REPORT_INTERVAL),
+            lost: 0,
+        };
+        let handle = thread::Builder::new()
+            .name("rodizio-access-log".into())
+            .spawn(move || writer.run())
+            .map_err(|e| Error::io("starting the access log writer", e))?;
+        Ok(AccessLog {
+            inner: Arc::new(Inner {
+                records,
+                control,
+                counters,
+                writer: Mutex::new(Some(handle)),
+            }),
+        })
+    }
+
+    /// Queues `record` for the writer; never blocks.
+    ///
+    /// When the channel is full (the writer fell behind) or the log is
+    /// closed, the record is dropped and counted in [`dropped`](Self::dropped).
+    pub fn log(&self, record: Record) {
+        match self.inner.records.try_send(record) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.inner.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Asks the writer to open the file again at the same path (after
+    /// logrotate renamed it). Every line logged after this call returns goes
+    /// to the new file; lines still queued may go to either.
+    ///
+    /// Does not wait for the writer. If the file cannot be opened, the
+    /// writer logs the error and keeps writing to the old one. Nothing
+    /// happens for [`Target::Stdout`] or after [`close`](Self::close).
+    pub fn reopen(&self) {
+        let _ = self.inner.control.send(Control::Reopen);
+    }
+
+    /// Writes every record queued so far, flushes, and stops the writer;
+    /// returns once it has exited. Later records are dropped and counted.
+    ///
+    /// Dropping the last handle does the same. Either blocks for as long as
+    /// the last writes take: a writer stuck on a pipe nobody reads keeps it
+    /// waiting.
+    pub fn close(&self) {
+        self.inner.close();
+    }
+
+    /// Lines written so far (handed to the file, perhaps not yet flushed).
+    pub fn written(&self) -> u64 {
+        self.inner.counters.written.load(Ordering::Relaxed)
+    }
+
+    /// Records dropped so far: the channel was full, or the log was closed.
+    pub fn dropped(&self) -> u64 {
+        self.inner.counters.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl Inner {
+    fn close(&self) {
+        // The lock is held while joining, so that a second `close` running
+        // at the same time returns only once the writer is gone, too.
+        let mut writer = self.writer.lock();
+        if let Some(handle) = writer.take() {
+            let _ = self.control.send(Control::Close);
+            if handle.join().is_err() {
+                log::error!("access log: the writer thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Opens (or creates) the log file for appending: `O_APPEND` keeps lines
+/// whole even if another program writes to the same file.
+fn open(path: &std::path::Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// Where the writer writes.
+enum Sink {
+    Stdout(BufWriter<Stdout>),
+    File { out: BufWriter<File>, path: PathBuf },
+}
+
+impl Sink {
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Sink::Stdout(out) => out.write_all(bytes),
+            Sink::File { out, .. } => out.write_all(bytes),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::Stdout(out) => out.flush(),
+            Sink::File { out, .. } => out.flush(),
+        }
+    }
+
+    /// Opens the file again at its path; on success the old one is flushed
+    /// and closed. On failure nothing changes.
+    fn reopen(&mut self) -> io::Result<()> {
+        let Sink::File { out, path } = self else {
+            return Ok(());
+        };
+        let file = open(path)?;
+        let old = std::mem::replace(out, BufWriter::with_capacity(WRITE_BUFFER, file));
+        old.into_inner().map(drop).map_err(|e| e.into_error())
+    }
+}
+
+impl fmt::Display for Sink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Sink::Stdout(_) => f.write_str("standard output"),
+            Sink::File { path, .. } => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// The writer thread's state.
+struct Writer {
+    format: Format,
+    records: Receiver<Record>,
+    control: Receiver<Control>,
+    counters: Arc<Counters>,
+    sink: Sink,
+    /// The line being formatted, reused so that writing allocates nothing.
+    line: String,
+    /// A `Close` was received: exit once the channel is empty.
+    closing: bool,
+    drops: Throttle,
+    /// `dropped` as of the last warning.
+    reported_drops: u64,
+    errors: Throttle,
+    /// Lines lost to write errors since the last error report.
+    lost: u64,
+}
+
+impl Writer {
+    fn run(mut self) {
+        // Clones (cheap handles) so that `select!` borrows these, not `self`,
+        // which its arms need mutably.
+        let records = self.records.clone();
+        let control = self.control.clone();
+        while !self.closing {
+            let wait = self.report_wait(Instant::now());
+            select! {
+                recv(records) -> record => match record {
+                    Ok(record) => {
+                        self.write(record);
+                        self.drain();
+                    }
+                    Err(_) => self.closing = true,
+                },
+                recv(control) -> control => match control {
+                    Ok(control) => self.apply(control),
+                    Err(_) => self.closing = true,
+                },
+                default(wait) => {}
+            }
+            self.report(Instant::now(), false);
+        }
+        // Records sent before the `Close`, still queued.
+        self.drain();
+        self.report(Instant::now(), true);
+    }
+
+    /// Writes every queued record, then flushes: the channel is empty, so
+    /// this is the moment to hand the buffered lines to the kernel.
+    fn drain(&mut self) {
+        while let Ok(record) = self.records.try_recv() {
+            self.write(record);
+        }
+        if let Err(err) = self.sink.flush() {
+            self.write_failed(&err, 0);
+        }
+    }
+
+    fn write(&mut self, record: Record) {
+        // A `reopen` returned before this record was sent, so its request is
+        // already in `control`: looking there first puts every record logged
+        // after `reopen` in the new file.
+        while let Ok(control) = self.control.try_recv() {
+            self.apply(control);
+        }
+        self.line.clear();
+        // Writing into a `String` cannot fail.
+        let _ = writeln!(self.line, "{}", Line(self.format, &record));
+        match self.sink.write_all(self.line.as_bytes()) {
+            Ok(()) => {
+                self.counters.written.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(err) => self.write_failed(&err, 1),
+        }
+    }
+
+    fn apply(&mut self, control: Control) {
+        match control {
+            Control::Reopen => {
+                // Several requests in a row need one reopen.
+                let mut close = false;
+                while let Ok(next) = self.control.try_recv() {
+                    close |= matches!(next, Control::Close);
+                }
+                if let Err(err) = self.sink.flush() {
+                    self.write_failed(&err, 0);
+                }
+                match self.sink.reopen() {
+                    Ok(()) => log::debug!("access log: reopened {}", self.sink),
+                    Err(err) => log::error!(
+                        "access log: reopening {} failed, still writing to the old file: {err}",
+                        self.sink
+                    ),
+                }
+                self.closing |= close;
+            }
+            Control::Close => self.closing = true,
+        }
+    }
+
+    fn write_failed(&mut self, err: &io::Error, lines: u64) {
+        self.lost += lines;
+        if self.errors.ready(Instant::now()) {
+            log::error!(
+                "access log: writing to {} failed: {err} ({} lines lost)",
+                self.sink,
+                self.lost
+            );
+            self.lost = 0;
+        }
+    }
+
+    /// How long the writer may sleep: until the next warning is due when
+    /// drops wait to be reported, else a full interval.
+    fn report_wait(&self, now: Instant) -> Duration {
+        if self.counters.dropped.load(Ordering::Relaxed) > self.reported_drops {
+            self.drops.wait(now)
+        } else {
+            REPORT_INTERVAL
+        }
+    }
+
+    /// Warns about drops not reported yet, at most once per
+    /// [`REPORT_INTERVAL`], or in any case when `last` (at close).
+    fn report(&mut self, now: Instant, last: bool) {
+        let dropped = self.counters.dropped.load(Ordering::Relaxed);
+        if dropped > self.reported_drops && (last || self.drops.ready(now)) {
+            log::warn!(
+                "access log: {} lines dropped, the writer fell behind",
+                dropped - self.reported_drops
+            );
+            self.reported_drops = dropped;
+        }
+    }
+}
+
+/// "At most once per `interval`", with the clock passed in.
+#[derive(Debug)]
+struct Throttle {
+    interval: Duration,
+    last: Option<Instant>,
+}
+
+impl Throttle {
+    fn new(interval: Duration) -> Throttle {
+        Throttle {
+            interval,
+            last: None,
+        }
+    }
+
+    /// True, and the interval starts again, if the last `true` was at least
+    /// `interval` before `now` (or never).
+    fn ready(&mut self, now: Instant) -> bool {
+        match self.last {
+            Some(last) if now.saturating_duration_since(last) < self.interval => false,
+            _ => {
+                self.last = Some(now);
+                true
+            }
+        }
+    }
+
+    /// Time from `now` until [`ready`](Self::ready) would say true.
+    fn wait(&self, now: Instant) -> Duration {
+        match self.last {
+            Some(last) => self
+                .interval
+                .saturating_sub(now.saturating_duration_since(last)),
+            None => Duration::ZERO,
+        }
+    }
+}
+
+/// One record in one format, as `Display` (see [`Format`]).
+struct Line<'a>(Format, &'a Record);
+
+impl fmt::Display for Line<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Line(format, r) = self;
+        match format {
+            Format::Text => {
+                write!(f, "{} {} backend=", Rfc3339(r.time), r.client)?;
+                match &r.backend {
+                    Some(backend) => text_value(f, backend)?,
+                    None => f.write_char('-')?,
+                }
+                write!(f, " queue={} connect=", Short(r.queue_wait))?;
+                match r.connect_time {
+                    Some(connect) => write!(f, "{}", Short(connect))?,
+                    None => f.write_char('-')?,
+                }
+                write!(
+                    f,
+                    " duration={} failovers={} to_backend={} to_client={} end={}",
+                    Short(r.duration),
+                    r.failovers,
+                    r.bytes_to_backend,
+                    r.bytes_to_client,
+                    r.end.name()
+                )?;
+                if let Some(reason) = r.end.reason() {
+                    f.write_str(" reason=")?;
+                    text_value(f, reason)?;
+                }
+                Ok(())
+            }
+            Format::Json => {
+                write!(
+                    f,
+                    "{{\"time\":\"{}\",\"client\":\"{}\",\"backend\":",
+                    Rfc3339(r.time),
+                    r.client
+                )?;
+                json_or_null(f, r.backend.as_deref())?;
+                write!(f, ",\"queue_us\":{},\"connect_us\":", micros(r.queue_wait))?;
+                match r.connect_time {
+                    Some(connect) => write!(f, "{}", micros(connect))?,
+                    None => f.write_str("null")?,
+                }
+                write!(
+                    f,
+                    ",\"duration_us\":{},\"failovers\":{},\"to_backend\":{},\"to_client\":{},\"end\":\"{}\",\"reason\":",
+                    micros(r.duration),
+                    r.failovers,
+                    r.bytes_to_backend,
+                    r.bytes_to_client,
+                    r.end.name()
+                )?;
+                json_or_null(f, r.end.reason())?;
+                f.write_char('}')
+            }
+        }
+    }
+}
+
+/// Whole microseconds, saturating (a `u64` of them is 584 000 years).
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A duration for people: `12us`, `1.203ms`, `2.500s` (truncated).
+struct Short(Duration);
+
+impl fmt::Display for Short {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let us = micros(self.0);
+        if us < 1_000 {
+            write!(f, "{us}us")
+        } else if us < 1_000_000 {
+            write!(f, "{}.{:03}ms", us / 1_000, us % 1_000)
+        } else {
+            let ms = us / 1_000;
+            write!(f, "{}.{:03}s", ms / 1_000, ms % 1_000)
+        }
+    }
+}
+
+/// A value of the text format: as it is when it needs no quoting, else in
+/// double quotes with JSON's escapes (so it stays one field on one line).
+fn text_value(f: &mut fmt::Formatter<'_>, value: &str) -> fmt::Result {
+    let plain = !value.is_empty()
+        && value
+            .chars()
+            .all(|c| !c.is_whitespace() && !c.is_control() && c != '"' && c != '\\');
+    if plain {
+        f.write_str(value)
+    } else {
+        json_string(f, value)
+    }
+}
+
+fn json_or_null(f: &mut fmt::Formatter<'_>, value: Option<&str>) -> fmt::Result {
+    match value {
+        Some(value) => json_string(f, value),
+        None => f.write_str("null"),
+    }
+}
+
+/// `value` as a JSON string: quoted, with `"`, `\` and every control
+/// character escaped (RFC 8259 section 7). Other characters, non-ASCII
+/// included, are written as they are: the line is UTF-8.
+fn json_string(f: &mut fmt::Formatter<'_>, value: &str) -> fmt::Result {
+    f.write_char('"')?;
+    for c in value.chars() {
+        match c {
+            '"' => f.write_str("\\\"")?,
+            '\\' => f.write_str("\\\\")?,
+            '\n' => f.write_str("\\n")?,
+            '\r' => f.write_str("\\r")?,
+            '\t' => f.write_str("\\t")?,
+            '\u{08}' => f.write_str("\\b")?,
+            '\u{0c}' => f.write_str("\\f")?,
+            c if c.is_control() => write!(f, "\\u{:04x}", u32::from(c))?,
+            c => f.write_char(c)?,
+        }
+    }
+    f.write_char('"')
+}
+
+/// A `SystemTime` as RFC 3339 in UTC with milliseconds:
+/// `2026-12-01T09:53:20.123Z`. Truncated to the millisecond (rounding up
+/// could turn 23:59:59.9999 into the next day).
+struct Rfc3339(SystemTime);
+
+impl fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const MS_PER_DAY: i128 = 86_400_000;
+        let ms = unix_millis(self.0);
+        // Every `SystemTime` is within ±2^63 seconds, so its days fit an i64.
+        let days = ms.div_euclid(MS_PER_DAY) as i64;
+        let ms_of_day = ms.rem_euclid(MS_PER_DAY);
+        let (year, month, day) = civil_from_days(days);
+        let secs = ms_of_day / 1_000;
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+            secs / 3_600,
+            secs / 60 % 60,
+            secs % 60,
+            ms_of_day % 1_000
+        )
+    }
+}
+
+/// Milliseconds since 1970-01-01T00:00:00Z, rounded down (towards the past,
+/// also before 1970).
+fn unix_millis(t: SystemTime) -> i128 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(after) => after.as_millis() as i128,
+        Err(before) => -(before.duration().as_nanos().div_ceil(1_000_000) as i128),
+    }
+}
+
+/// The proleptic Gregorian date `(year, month 1..=12, day 1..=31)` of the
+/// day `days` after 1970-01-01 (negative: before it).
+///
+/// Howard Hinnant's `civil_from_days`
+/// (<https://howardhinnant.github.io/date_algorithms.html>): counting from
+/// 0000-03-01, so that the leap day is the last day of its year, the
+/// calendar repeats every 400-year *era* of 146 097 days; inside an era the
+/// year comes from the day count corrected for the leap days of every 4th,
+/// 100th and 400th year, and a month from a line through the month lengths
+/// of March to February (31 30 31 30 31 31 30 31 30 31 31 28/29).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468; // days since 0000-03-01
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // day of era, 0..=146_096
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365; // 0..=399
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // day of the March year, 0..=365
+    let mp = (5 * doy + 2) / 153; // month from March, 0..=11
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::path::Path;
+    use std::sync::atomic::AtomicUsize;
+
+    fn at(ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    fn rfc3339(t: SystemTime) -> String {
+        Rfc3339(t).to_string()
+    }
+
+    /// 2026-12-01T09:53:20.123Z
+    const T: u64 = 1_796_118_800_123;
+
+    fn client() -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 5000)
+    }
+
+    /// A record as a worker would fill it for `end`: no backend and no
+    /// connect for the ends that happen before one is reached.
+    fn record(end: End) -> Record {
+        let (backend, connect, failovers) = match end {
+            End::NoBackend | End::RateLimited | End::QueueTimeout => (None, None, 0),
+            End::ConnectFailed => (Some("127.0.0.1:8003"), None, 3),
+            End::FailedOver => (Some("127.0.0.1:8002"), Some(3_085), 1),
+            _ => (Some("127.0.0.1:8001"), Some(85), 0),
+        };
+        let moved = connect.is_some();
+        Record {
+            time: at(T),
+            client: client(),
+            backend: backend.map(String::from),
+            queue_wait: Duration::from_micros(12),
+            connect_time: connect.map(Duration::from_micros),
+            duration: Duration::from_micros(1_203),
+            failovers,
+            bytes_to_backend: if moved { 77 } else { 0 },
+            bytes_to_client: if moved { 612 } else { 0 },
+            end,
+        }
+    }
+
+    fn every_end() -> Vec<End> {
+        vec![
+            End::ClientClosed,
+            End::BackendClosed,
+            End::ClientReset,
+            End::BackendReset,
+            End::IdleTimeout,
+            End::ConnectFailed,
+            End::FailedOver,
+            End::NoBackend,
+            End::RateLimited,
+            End::QueueTimeout,
+            End::DrainCut,
+            End::Error("Broken pipe (os error 32)".into()),
+        ]
+    }
+
+    // ---- time ----
+
+    fn is_leap(y: i64) -> bool {
+        (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
+    }
+
+    fn month_len(y: i64, m: u32) -> u32 {
+        match m {
+            2 if is_leap(y) => 29,
+            2 => 28,
+            4 | 6 | 9 | 11 => 30,
+            _ => 31,
+        }
+    }
+
+    /// civil_from_days agrees with a calendar walked one day at a time, 400
+    /// years each way from 1970 (a whole era, so every leap rule is crossed).
+    #[test]
+    fn civil_from_days_matches_a_day_by_day_walk() {
+        let (mut y, mut m, mut d) = (1970, 1, 1);
+        for days in 0..146_097 {
+            assert_eq!(civil_from_days(days), (y, m, d), "day {days}");
+            d += 1;
+            if d > month_len(y, m) {
+                d = 1;
+                m += 1;
+                if m > 12 {
+                    m = 1;
+                    y += 1;
+                }
+            }
+        }
+        let (mut y, mut m, mut d) = (1970, 1, 1);
+        for days in (-146_097..=0).rev() {
+            assert_eq!(civil_from_days(days), (y, m, d), "day {days}");
+            d -= 1;
+            if d == 0 {
+                m -= 1;
+                if m == 0 {
+                    m = 12;
+                    y -= 1;
+                }
+                d = month_len(y, m);
+            }
+        }
+    }
+
+    /// Known instants, a leap day among them, and times before 1970.
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(at(1_709_251_199_999)), "2024-02-29T23:59:59.999Z");
+        assert_eq!(rfc3339(at(1_709_164_800_000)), "2024-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339(at(T)), "2026-12-01T09:53:20.123Z");
+        assert_eq!(rfc3339(at(951_868_800_000)), "2000-03-01T00:00:00.000Z");
+        assert_eq!(rfc3339(at(4_107_499_200_000)), "2100-02-28T12:00:00.000Z");
+        // Truncated, never rounded up into the next second or day.
+        assert_eq!(
+            rfc3339(at(1_709_251_199_999) + Duration::from_micros(999)),
+            "2024-02-29T23:59:59.999Z"
+        );
+        assert_eq!(
+            rfc3339(UNIX_EPOCH - Duration::from_millis(1)),
+            "1969-12-31T23:59:59.999Z"
+        );
+        assert_eq!(
+            rfc3339(UNIX_EPOCH - Duration::from_micros(1)),
+            "1969-12-31T23:59:59.999Z"
+        );
+        assert_eq!(
+            rfc3339(UNIX_EPOCH - Duration::from_secs(86_400)),
+            "1969-12-31T00:00:00.000Z"
+        );
+    }
+
+    #[test]
+    fn short_durations() {
+        let cases = [
+            (0, "0us"),
+            (12, "12us"),
+            (999, "999us"),
+            (1_000, "1.000ms"),
+            (1_203, "1.203ms"),
+            (999_999, "999.999ms"),
+            (1_000_000, "1.000s"),
+            (2_500_999, "2.500s"),
+            (3_723_004_000, "3723.004s"),
+        ];
+        for (us, text) in cases {
+            assert_eq!(Short(Duration::from_micros(us)).to_string(), text);
+        }
+        assert_eq!(Short(Duration::from_nanos(999)).to_string(), "0us");
+    }
+
+    // ---- formats ----
+
+    /// The text line of a record for each end, field by field.
+    #[test]
+    fn text_lines_for_every_end() {
+        let t = "2026-12-01T09:53:20.123Z 127.0.0.1:5000";
+        let served = "backend=127.0.0.1:8001 queue=12us connect=85us duration=1.203ms failovers=0 to_backend=77 to_client=612";
+        let unserved =
+            "backend=- queue=12us connect=- duration=1.203ms failovers=0 to_backend=0 to_client=0";
+        let expected = [
+            format!("{t} {served} end=client_closed"),
+            format!("{t} {served} end=backend_closed"),
+            format!("{t} {served} end=client_reset"),
+            format!("{t} {served} end=backend_reset"),
+            format!("{t} {served} end=idle_timeout"),
+            format!("{t} backend=127.0.0.1:8003 queue=12us connect=- duration=1.203ms failovers=3 to_backend=0 to_client=0 end=connect_failed"),
+            format!("{t} backend=127.0.0.1:8002 queue=12us connect=3.085ms duration=1.203ms failovers=1 to_backend=77 to_client=612 end=failed_over"),
+            format!("{t} {unserved} end=no_backend"),
+            format!("{t} {unserved} end=rate_limited"),
+            format!("{t} {unserved} end=queue_timeout"),
+            format!("{t} {served} end=drain_cut"),
+            format!("{t} {served} end=error reason=\"Broken pipe (os error 32)\""),
+        ];
+        let ends = every_end();
+        assert_eq!(ends.len(), expected.len());
+        for (end, expected) in ends.into_iter().zip(expected) {
+            assert_eq!(Format::Text.line(&record(end)), expected);
+        }
+        // The line of the format's documentation.
+        assert_eq!(
+            Format::Text.line(&record(End::BackendClosed)),
+            "2026-12-01T09:53:20.123Z 127.0.0.1:5000 backend=127.0.0.1:8001 queue=12us connect=85us duration=1.203ms failovers=0 to_backend=77 to_client=612 end=backend_closed"
+        );
+    }
+
+    /// The JSON line of a record for each end, and each parses back.
+    #[test]
+    fn json_lines_for_every_end() {
+        let t = r#"{"time":"2026-12-01T09:53:20.123Z","client":"127.0.0.1:5000""#;
+        let served = r#""backend":"127.0.0.1:8001","queue_us":12,"connect_us":85,"duration_us":1203,"failovers":0,"to_backend":77,"to_client":612"#;
+        let unserved = r#""backend":null,"queue_us":12,"connect_us":null,"duration_us":1203,"failovers":0,"to_backend":0,"to_client":0"#;
+        let expected = [
+            format!(r#"{t},{served},"end":"client_closed","reason":null}}"#),
+            format!(r#"{t},{served},"end":"backend_closed","reason":null}}"#),
+            format!(r#"{t},{served},"end":"client_reset","reason":null}}"#),
+            format!(r#"{t},{served},"end":"backend_reset","reason":null}}"#),
+            format!(r#"{t},{served},"end":"idle_timeout","reason":null}}"#),
+            format!(
+                r#"{t},"backend":"127.0.0.1:8003","queue_us":12,"connect_us":null,"duration_us":1203,"failovers":3,"to_backend":0,"to_client":0,"end":"connect_failed","reason":null}}"#
+            ),
+            format!(
+                r#"{t},"backend":"127.0.0.1:8002","queue_us":12,"connect_us":3085,"duration_us":1203,"failovers":1,"to_backend":77,"to_client":612,"end":"failed_over","reason":null}}"#
+            ),
+            format!(r#"{t},{unserved},"end":"no_backend","reason":null}}"#),
+            format!(r#"{t},{unserved},"end":"rate_limited","reason":null}}"#),
+            format!(r#"{t},{unserved},"end":"queue_timeout","reason":null}}"#),
+            format!(r#"{t},{served},"end":"drain_cut","reason":null}}"#),
+            format!(r#"{t},{served},"end":"error","reason":"Broken pipe (os error 32)"}}"#),
+        ];
+        let ends = every_end();
+        assert_eq!(ends.len(), expected.len());
+        for (end, expected) in ends.into_iter().zip(expected) {
+            let r = record(end);
+            let line = Format::Json.line(&r);
+            assert_eq!(line, expected);
+            let fields = parse_object(&line);
+            let keys: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
+            assert_eq!(
+                keys,
+                [
+                    "time",
+                    "client",
+                    "backend",
+                    "queue_us",
+                    "connect_us",
+                    "duration_us",
+                    "failovers",
+                    "to_backend",
+                    "to_client",
+                    "end",
+                    "reason"
+                ]
+            );
+            let get = |key: &str| &fields.iter().find(|(k, _)| k == key).unwrap().1;
+            assert_eq!(get("end"), &Json::Str(r.end.name().into()));
+            assert_eq!(get("to_client"), &Json::Num(r.bytes_to_client));
+            match r.end.reason() {
+                Some(reason) => assert_eq!(get("reason"), &Json::Str(reason.into())),
+                None => assert_eq!(get("reason"), &Json::Null),
+            }
+        }
+    }
+
+    /// Quotes, backslashes and control characters cannot break a line or a
+    /// field, in either format.
+    #[test]
+    fn escapes_reasons_and_backends() {
+        let reason = "bad \"peer\"\\ said:\nhi\r\t\u{1}\u{7f} ã\u{8}\u{c}";
+        let mut r = record(End::Error(reason.into()));
+        r.backend = Some("my backend".into());
+        let escaped = r#""bad \"peer\"\\ said:\nhi\r\t\u0001\u007f ã\b\f""#;
+
+        let text = Format::Text.line(&r);
+        assert!(!text.contains('\n') && !text.contains('\r'));
+        assert!(text.contains(r#" backend="my backend" "#), "{text}");
+        assert!(
+            text.ends_with(&format!(" end=error reason={escaped}")),
+            "{text}"
+        );
+
+        let json = Format::Json.line(&r);
+        assert!(json.ends_with(&format!(r#","end":"error","reason":{escaped}}}"#)));
+        let fields = parse_object(&json);
+        assert!(fields.contains(&("reason".into(), Json::Str(reason.into()))));
+        assert!(fields.contains(&("backend".into(), Json::Str("my backend".into()))));
+
+        // An empty reason is still a field.
+        let empty = Format::Text.line(&record(End::Error(String::new())));
+        assert!(empty.ends_with(" end=error reason=\"\""), "{empty}");
+    }
+
+    #[test]
+    fn ipv6_clients_and_long_durations() {
+        let mut r = record(End::ClientClosed);
+        r.client = "[2001:db8::1]:40000".parse().unwrap();
+        r.duration = Duration::from_secs(601);
+        let text = Format::Text.line(&r);
+        assert!(text.starts_with("2026-12-01T09:53:20.123Z [2001:db8::1]:40000 "));
+        assert!(text.contains(" duration=601.000s "));
+        let json = Format::Json.line(&r);
+        assert!(json.contains(r#""client":"[2001:db8::1]:40000""#));
+        assert!(json.contains(r#""duration_us":601000000,"#));
+    }
+
+    #[test]
+    fn end_names_are_unique_snake_case() {
+        let names: Vec<&str> = every_end().iter().map(End::name).collect();
+        for name in &names {
+            assert!(name.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+            assert_eq!(names.iter().filter(|n| *n == name).count(), 1, "{name}");
+        }
+        assert_eq!(End::DrainCut.to_string(), "drain_cut");
+    }
+
+    #[test]
+    fn format_from_str() {
+        assert_eq!("text".parse::<Format>().unwrap(), Format::Text);
+        assert_eq!("json".parse::<Format>().unwrap(), Format::Json);
+        let err = "xml".parse::<Format>().unwrap_err();
+        assert!(err.is_usage());
+        assert!(err.to_string().contains("expected text or json"), "{err}");
+        assert_eq!(Format::default().to_string(), "text");
+    }
+
+    #[test]
+    fn throttle_says_yes_at_most_once_per_interval() {
+        let start = Instant::now();
+        let mut t = Throttle::new(Duration::from_secs(60));
+        assert_eq!(t.wait(start), Duration::ZERO);
+        assert!(t.ready(start));
+        assert!(!t.ready(start + Duration::from_secs(59)));
+        assert_eq!(
+            t.wait(start + Duration::from_secs(59)),
+            Duration::from_secs(1)
+        );
+        assert!(t.ready(start + Duration::from_secs(60)));
+        assert!(!t.ready(start + Duration::from_secs(61)));
+        assert!(t.ready(start + Duration::from_secs(200)));
+    }
+
+    // ---- the writer ----
+
+    /// A path under the temp directory, unique to this test run; the file
+    /// (or directory) is removed on drop.
+    struct TempPath(PathBuf);
+
+    impl TempPath {
+        fn new(name: &str) -> TempPath {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            TempPath(std::env::temp_dir().join(format!(
+                "rodizio-access-log-{}-{n}-{name}",
+                std::process::id()
+            )))
+        }
+    }
+
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+
+    fn numbered(i: u64) -> Record {
+        let mut r = record(End::ClientClosed);
+        r.bytes_to_backend = i;
+        r
+    }
+
+    fn read_lines(path: &Path) -> Vec<String> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+
+    /// Polls `path` until it holds `n` lines, for at most 10 seconds.
+    fn wait_for_lines(path: &Path, n: usize) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let lines = read_lines(path);
+            if lines.len() >= n {
+                return lines;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} has {} lines, expected {n}",
+                path.display(),
+                lines.len()
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The `to_backend` numbers of text lines written from `numbered`.
+    fn numbers(lines: &[String]) -> Vec<u64> {
+        lines
+            .iter()
+            .map(|line| {
+                let field = line.split(' ').find(|f| f.starts_with("to_backend="));
+                field.unwrap()["to_backend=".len()..].parse().unwrap()
+            })
+            .collect()
+    }
+
+    /// Every line from several threads arrives, each thread's in order, and
+    /// lines show up without a close (the writer flushes when idle).
+    #[test]
+    fn writes_every_line_to_a_file_in_order() {
+        let path = TempPath::new("order.log");
+        let log = AccessLog::start(Format::Text, Target::File(path.0.clone())).unwrap();
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let log = log.clone();
+                thread::spawn(move || {
+                    for i in 0..250 {
+                        log.log(numbered(t * 1_000 + i));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let lines = wait_for_lines(&path.0, 1_000);
+        assert_eq!(lines.len(), 1_000);
+        assert_eq!(log.written(), 1_000);
+        assert_eq!(log.dropped(), 0);
+        let numbers = numbers(&lines);
+        for t in 0..4 {
+            let mine: Vec<u64> = numbers.iter().copied().filter(|n| n / 1_000 == t).collect();
+            assert_eq!(mine, (t * 1_000..t * 1_000 + 250).collect::<Vec<_>>());
+        }
+        log.close();
+    }
+
+    /// After a rename and `reopen`, new lines go to a new file at the old
+    /// path and the lines before stay in the renamed one.
+    #[test]
+    fn reopen_after_rename_starts_a_new_file() {
+        let path = TempPath::new("rotate.log");
+        let rotated = TempPath::new("rotate.log.1");
+        let log = AccessLog::start(Format::Json, Target::File(path.0.clone())).unwrap();
+        for i in 0..3 {
+            log.log(numbered(i));
+        }
+        wait_for_lines(&path.0, 3);
+        std::fs::rename(&path.0, &rotated.0).unwrap();
+        log.reopen();
+        for i in 3..5 {
+            log.log(numbered(i));
+        }
+        wait_for_lines(&path.0, 2);
+        log.close();
+        let old = read_lines(&rotated.0);
+        let new = read_lines(&path.0);
+        let to_backend = |lines: &[String]| -> Vec<u64> {
+            lines
+                .iter()
+                .map(|l| match &parse_object(l)[7] {
+                    (k, Json::Num(n)) if k == "to_backend" => *n,
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        assert_eq!(to_backend(&old), [0, 1, 2]);
+        assert_eq!(to_backend(&new), [3, 4]);
+        assert_eq!(log.written(), 5);
+    }
+
+    /// When the path cannot be opened again, the writer keeps the old file.
+    #[test]
+    fn failed_reopen_keeps_the_old_file() {
+        let path = TempPath::new("stuck.log");
+        let rotated = TempPath::new("stuck.log.1");
+        let log = AccessLog::start(Format::Text, Target::File(path.0.clone())).unwrap();
+        log.log(numbered(0));
+        wait_for_lines(&path.0, 1);
+        std::fs::rename(&path.0, &rotated.0).unwrap();
+        // A directory where the file was: opening it for writing fails.
+        std::fs::create_dir(&path.0).unwrap();
+        log.reopen();
+        log.log(numbered(1));
+        let lines = wait_for_lines(&rotated.0, 2);
+        assert_eq!(numbers(&lines), [0, 1]);
+        log.close();
+    }
+
+    /// `close`, and dropping the last handle, write out everything queued.
+    #[test]
+    fn close_and_drop_flush_everything() {
+        let path = TempPath::new("close.log");
+        let log = AccessLog::start(Format::Text, Target::File(path.0.clone())).unwrap();
+        for i in 0..2_000 {
+            log.log(numbered(i));
+        }
+        let other = log.clone();
+        log.close();
+        assert_eq!(log.written(), 2_000);
+        assert_eq!(
+            numbers(&read_lines(&path.0)),
+            (0..2_000).collect::<Vec<_>>()
+        );
+        // After close: dropped and counted, nothing written.
+        other.log(numbered(2_000));
+        other.reopen();
+        assert_eq!(other.dropped(), 1);
+        other.close();
+
+        let dropped = TempPath::new("drop.log");
+        let log = AccessLog::start(Format::Json, Target::File(dropped.0.clone())).unwrap();
+        let clone = log.clone();
+        for i in 0..500 {
+            clone.log(numbered(i));
+        }
+        drop(log);
+        drop(clone);
+        assert_eq!(read_lines(&dropped.0).len(), 500);
+    }
+
+    #[test]
+    fn start_fails_on_a_path_that_cannot_be_opened() {
+        let dir = TempPath::new("missing-dir");
+        let err =
+            AccessLog::start(Format::Text, Target::File(dir.0.join("access.log"))).unwrap_err();
+        assert!(matches!(err, Error::Io { .. }), "{err:?}");
+        assert!(err.to_string().contains("opening the access log"), "{err}");
+    }
+
+    #[test]
+    fn stdout_starts_and_closes() {
+        let log = AccessLog::start(Format::Text, Target::Stdout).unwrap();
+        log.reopen();
+        log.close();
+        assert_eq!((log.written(), log.dropped()), (0, 0));
+    }
+
+    /// With the writer blocked on a pipe nobody reads, `log` keeps
+    /// returning at once: records beyond the channel's capacity are dropped
+    /// and counted. Once the reader reads, everything queued arrives, in
+    /// order, and every record is either written or dropped.
+    #[test]
+    fn a_full_channel_drops_and_counts_instead_of_blocking() {
+        const RECORDS: u64 = 20_000;
+        let fifo = TempPath::new("fifo");
+        let c_path = std::ffi::CString::new(fifo.0.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only reads it.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+
+        // Opening a FIFO blocks until both ends are open: the reader opens
+        // in its own thread and reads only when told to.
+        let (go, go_rx) = crossbeam_channel::bounded::<()>(1);
+        let reader = thread::spawn({
+            let path = fifo.0.clone();
+            move || {
+                let mut file = File::open(path).unwrap();
+                let _ = go_rx.recv();
+                let mut all = String::new();
+                file.read_to_string(&mut all).unwrap();
+                all
+            }
+        });
+        let log = AccessLog::start(Format::Text, Target::File(fifo.0.clone())).unwrap();
+
+        let (done, done_rx) = crossbeam_channel::bounded(1);
+        let logger = thread::spawn({
+            let log = log.clone();
+            move || {
+                for i in 0..RECORDS {
+                    log.log(numbered(i));
+                }
+                let _ = done.send(());
+            }
+        });
+        let finished = done_rx.recv_timeout(Duration::from_secs(20)).is_ok();
+        let dropped = log.dropped();
+        // Let the writer go before asserting, so a failure cannot hang.
+        go.send(()).unwrap();
+        assert!(finished, "log() blocked behind a stuck writer");
+        assert!(dropped > 0, "nothing dropped with the writer stuck");
+        logger.join().unwrap();
+
+        log.close();
+        let lines: Vec<String> = reader.join().unwrap().lines().map(String::from).collect();
+        assert_eq!(log.written() + log.dropped(), RECORDS);
+        assert_eq!(lines.len() as u64, log.written());
+        let numbers = numbers(&lines);
+        assert!(numbers.windows(2).all(|w| w[0] < w[1]), "out of order");
+    }
+
+    // ---- a small JSON reader, enough to parse our lines back ----
+
+    #[derive(Debug, PartialEq)]
+    enum Json {
+        Str(String),
+        Num(u64),
+        Null,
+    }
+
+    /// Parses one flat JSON object of strings, unsigned integers and nulls,
+    /// strictly: anything else (a raw control character in a string, a
+    /// stray character, trailing text) panics.
+    fn parse_object(line: &str) -> Vec<(String, Json)> {
+        let mut it = line.chars().peekable();
+        let mut fields = Vec::new();
+        assert_eq!(it.next(), Some('{'));
+        loop {
+            let key = parse_string(&mut it);
+            assert_eq!(it.next(), Some(':'), "after {key}");
+            let value = match it.peek() {
+                Some('"') => Json::Str(parse_string(&mut it)),
+                Some('n') => {
+                    let word: String = (&mut it).take(4).collect();
+                    assert_eq!(word, "null");
+                    Json::Null
+                }
+                Some(c) if c.is_ascii_digit() => {
+                    let mut digits = String::new();
+                    while let Some(c) = it.peek().filter(|c| c.is_ascii_digit()) {
+                        digits.push(*c);
+                        it.next();
+                    }
+                    Json::Num(digits.parse().unwrap())
+                }
+                other => panic!("unexpected {other:?} in {line}"),
+            };
+            fields.push((key, value));
+            match it.next() {
+                Some(',') => continue,
+                Some('}') => break,
+                other => panic!("unexpected {other:?} in {line}"),
+            }
+        }
+        assert_eq!(it.next(), None, "trailing text in {line}");
+        fields
+    }
+
+    fn parse_string(it: &mut std::iter::Peekable<std::str::Chars<'_>>) -> String {
+        assert_eq!(it.next(), Some('"'));
+        let mut s = String::new();
+        loop {
+            match it.next().expect("unterminated string") {
+                '"' => return s,
+                '\\' => match it.next().unwrap() {
+                    '"' => s.push('"'),
+                    '\\' => s.push('\\'),
+                    '/' => s.push('/'),
+                    'n' => s.push('\n'),
+                    'r' => s.push('\r'),
+                    't' => s.push('\t'),
+                    'b' => s.push('\u{8}'),
+                    'f' => s.push('\u{c}'),
+                    'u' => {
+                        let hex: String = it.take(4).collect();
+                        let code = u32::from_str_radix(&hex, 16).unwrap();
+                        s.push(char::from_u32(code).unwrap());
+                    }
+                    other => panic!("bad escape \\{other}"),
+                },
+                c if u32::from(c) < 0x20 => panic!("raw control character {c:?}"),
+                c => s.push(c),
+            }
+        }
+    }
+}
