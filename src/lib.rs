@@ -99,6 +99,7 @@ pub mod listener;
 pub mod pool;
 pub mod prompt;
 pub mod proxy;
+pub mod proxy_protocol;
 pub mod queue;
 pub mod scheduler;
 pub mod shutdown;
