@@ -118,6 +118,7 @@ pub mod listener;
 pub mod pool;
 pub mod prompt;
 pub mod proxy;
+pub mod proxy_protocol;
 pub mod queue;
 pub mod reply;
 pub mod scheduler;
