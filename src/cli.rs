@@ -4,7 +4,8 @@
 //! `rodizio [FLAGS]` runs the balancer (asking for backends when no
 //! `--backend` is given); `rodizio [FLAGS] demo` runs it in front of
 //! built-in demo backends (three by default); `rodizio backend --listen ADDR` runs one demo
-//! backend alone (the "backend role" of seed 001).
+//! backend alone (the "backend role": the same program as the balancer or as a
+//! server behind it).
 //!
 //! No default is written here: each flag is optional, and `--help` shows
 //! the default from [`Config::default`]. Parsing runs once, on the main thread, before any

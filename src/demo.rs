@@ -2,7 +2,7 @@
 //!
 //! `rodizio demo` starts three of them so a reader can watch round robin
 //! work with nothing else installed, and `rodizio backend --listen ADDR` runs
-//! one alone: the "backend role" of seed 001, where the same program is
+//! one alone: the "backend role" of the health-check article that came with it, where the same program is
 //! either the balancer or one of the servers behind it.
 //!
 //! Every request gets `200 OK` with the body `Handled by server NAME\n`;
