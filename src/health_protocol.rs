@@ -4,9 +4,10 @@
 //! The plain TCP check (connect, then close) is invisible to most servers,
 //! but some log every such connection as an error: MariaDB writes
 //! `Aborted connection ... (This connection closed normally without
-//! authentication)`, PostgreSQL `incomplete startup packet`, sshd
-//! `kex_exchange_identification: Connection closed by remote host`. With a
-//! check every few seconds per balancer, that buries the real errors. Each
+//! authentication)`, sshd `kex_exchange_identification: Connection closed
+//! by remote host`, iperf3 `unable to receive parameters from client`.
+//! With a check every few seconds per balancer, that buries the real
+//! errors. Each
 //! [`ProtocolCheck`] instead opens the conversation the way a client would
 //! and ends it the way the protocol says a session ends (`QUIT`, `COM_QUIT`,
 //! `Terminate`), as HAProxy's `redis-check`, `mysql-check`, `pgsql-check`,
@@ -111,9 +112,9 @@ impl ProtocolCheck {
 ///
 /// Every read and write sets the socket's timeout to the time left before
 /// `deadline`, so the whole check takes at most until then (plus one
-/// scheduling delay). The stream is left open for the caller to drop; when
-/// the protocol has a goodbye, it has been said, and the server has usually
-/// closed its side already.
+/// scheduling delay). The stream is left for the caller to drop; when the
+/// check succeeded and the protocol has a goodbye, it has been said, our
+/// side is half-closed, and the server has usually closed its side too.
 ///
 /// # Errors
 ///
