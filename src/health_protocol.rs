@@ -1034,6 +1034,68 @@ mod tests {
         h.join().unwrap();
     }
 
+    /// The greeting of MariaDB 10.11, as sent on the wire.
+    const MARIADB_GREETING: &[u8] =
+        b"d\x00\x00\x00\n5.5.5-10.11.19-MariaDB-0+deb12u1\x00\x19\x00\x00\x00\
+        ic8,qw#E\x00\xfe\xf7\x08\x02\x00\xff\x81\x15\x00\x00\x00\x00\x00\x00\x1d\x00\x00\x00\
+        q-(!kzE(4oR-\x00mysql_native_password\x00";
+
+    fn read_packet(s: &mut TcpStream) -> (u8, Vec<u8>) {
+        let mut header = [0u8; 4];
+        s.read_exact(&mut header).unwrap();
+        let len = usize::from(header[0]) | usize::from(header[1]) << 8;
+        let mut payload = vec![0; len];
+        s.read_exact(&mut payload).unwrap();
+        (header[3], payload)
+    }
+
+    #[test]
+    fn mysql_greeting_parses_and_a_plugin_switch_is_answered() {
+        let g = Greeting::parse(&MARIADB_GREETING[4..]).unwrap();
+        assert_eq!(g.plugin, "mysql_native_password");
+        assert_eq!(g.capabilities & client::LONG_PASSWORD, 0, "MariaDB");
+        assert_ne!(g.capabilities & client::PLUGIN_AUTH, 0);
+
+        let (mut c, h) = fake(|mut s| {
+            s.write_all(MARIADB_GREETING).unwrap();
+            let (seq, login) = read_packet(&mut s);
+            assert_eq!(seq, 1);
+            let caps = u32::from_le_bytes(login[..4].try_into().unwrap());
+            assert_ne!(caps & client::PROTOCOL_41, 0);
+            assert_eq!(caps & client::LONG_PASSWORD, 0, "masked with the server's");
+            let user_and_rest = &login[32..];
+            assert!(user_and_rest.starts_with(b"check\0\0mysql_native_password\0"));
+            // Ask for another plugin; the empty answer comes with seq 3.
+            s.write_all(b"\x18\x00\x00\x02\xfeclient_ed25519\x00ABCDEFG\x00")
+                .unwrap();
+            assert_eq!(read_packet(&mut s), (3, vec![]));
+            s.write_all(b"\x07\x00\x00\x04\x00\x00\x00\x02\x00\x00\x00")
+                .unwrap();
+            assert_eq!(read_packet(&mut s), (0, vec![0x01]), "COM_QUIT");
+        });
+        let check = ProtocolCheck::Mysql {
+            user: Some("check".into()),
+        };
+        assert_eq!(run(&check, &mut c, soon()), Ok(()));
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn tls_alert_is_unhealthy_and_named() {
+        let (mut c, h) = fake(|mut s| {
+            let mut hello = [0u8; 5];
+            s.read_exact(&mut hello).unwrap();
+            assert_eq!(hello[0], 0x16);
+            s.write_all(&[0x15, 3, 3, 0, 2, 2, 40]).unwrap();
+        });
+        let e = run(&ProtocolCheck::Tls, &mut c, soon()).unwrap_err();
+        assert_eq!(
+            e,
+            "tls: the server answered with an alert (level 2, description 40: handshake_failure)"
+        );
+        h.join().unwrap();
+    }
+
     #[test]
     fn pgsql_errors_that_mean_no_connections_are_unhealthy() {
         let error = |state: &str| {

@@ -6,20 +6,22 @@
 //!
 //! The servers are started once for the whole file (one `OnceLock` each,
 //! on first use) and stopped by PID when the test process exits (an
-//! `atexit` hook; a server whose start-up fails is stopped at once by its
-//! guard). Nothing is installed here: a missing program fails the tests
+//! `atexit` hook, which also removes their temporary directories); a
+//! server whose start-up fails is stopped at once by its guard, and one
+//! whose test process is killed outright is killed by the kernel
+//! (`PR_SET_PDEATHSIG`). Nothing is installed here: a missing program fails the tests
 //! that need it, naming the Debian package; `scripts/install-test-tools.sh`
 //! installs them all.
 
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Once, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, Once, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -86,15 +88,12 @@ struct Guard {
 
 impl Guard {
     /// Spawns `cmd` with its output into `log`.
-    fn spawn(cmd: &mut Command, signal: i32, dir: &Path, log: &Path) -> Result<Guard, String> {
+    fn spawn(mut cmd: Command, signal: i32, dir: &Path, log: &Path) -> Result<Guard, String> {
         let out = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| format!("starting {cmd:?}: {e}"))?;
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        let what = format!("{cmd:?}");
+        let child = spawn_with_death_signal(cmd).map_err(|e| format!("starting {what}: {e}"))?;
         Ok(Guard {
             pid: child.id() as i32,
             signal,
@@ -131,6 +130,40 @@ impl Drop for Guard {
             stop(self.pid, self.signal);
         }
     }
+}
+
+/// Spawns `cmd` with `PR_SET_PDEATHSIG`, so the kernel kills the server
+/// if this process dies without running its exit hook (killed by a
+/// signal). The signal fires when the *thread* that forked the child
+/// exits, so the fork happens on a thread that lives as long as the
+/// process, not on the test's own thread.
+fn spawn_with_death_signal(mut cmd: Command) -> io::Result<Child> {
+    type Request = (Command, mpsc::Sender<io::Result<Child>>);
+    static KEEPER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        thread::Builder::new()
+            .name("server-keeper".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .unwrap();
+        Mutex::new(tx)
+    });
+    // SAFETY: prctl is async-signal-safe, as a pre_exec closure must be.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let (tx, rx) = mpsc::channel();
+    keeper.lock().unwrap().send((cmd, tx)).unwrap();
+    rx.recv().unwrap()
 }
 
 /// A program's path, or an error naming the package that provides it.
@@ -297,7 +330,7 @@ fn redis() -> &'static Server {
             if let Some(p) = password {
                 cmd.args(["--requirepass", p]);
             }
-            let guard = Guard::spawn(&mut cmd, libc::SIGTERM, &dir, &log)?;
+            let guard = Guard::spawn(cmd, libc::SIGTERM, &dir, &log)?;
             wait_ready(
                 "redis-server",
                 &guard,
@@ -366,7 +399,7 @@ fn nginx() -> &'static Server {
             .arg(&conf_path)
             .arg("-e")
             .arg(&log);
-        let guard = Guard::spawn(&mut cmd, libc::SIGTERM, &dir, &dir.join("nginx.out"))?;
+        let guard = Guard::spawn(cmd, libc::SIGTERM, &dir, &dir.join("nginx.out"))?;
         wait_ready(
             "nginx",
             &guard,
@@ -427,7 +460,7 @@ fn mariadb() -> &'static Server {
                 "--skip-name-resolve",
             ])
             .args(["--innodb-buffer-pool-size=16M", "--max-connections=20"]);
-        let guard = Guard::spawn(&mut cmd, libc::SIGTERM, &dir, &dir.join("mariadbd.out"))?;
+        let guard = Guard::spawn(cmd, libc::SIGTERM, &dir, &dir.join("mariadbd.out"))?;
         let probe = ProtocolCheck::Mysql {
             user: Some(MARIADB_USER.into()),
         };
@@ -498,7 +531,7 @@ fn postgres() -> &'static Server {
             .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
             .args(["-c", "max_connections=20", "-c", "shared_buffers=16MB"]);
         // SIGINT: PostgreSQL's "fast" shutdown (SIGTERM waits for clients).
-        let guard = Guard::spawn(&mut cmd, libc::SIGINT, &dir, &log)?;
+        let guard = Guard::spawn(cmd, libc::SIGINT, &dir, &log)?;
         let probe = ProtocolCheck::Pgsql {
             user: "postgres".into(),
         };
@@ -881,4 +914,15 @@ fn a_silent_server_costs_one_deadline() {
         assert!(took >= SHORT - Duration::from_millis(20), "{c:?}: {took:?}");
         assert!(took < SHORT + SLACK, "{c:?}: {took:?}");
     }
+}
+
+/// A program that is not installed fails the tests that need it, naming
+/// the package to install.
+#[test]
+fn a_missing_program_names_its_package() {
+    let e = need("rodizio-no-such-server", "rodizio-no-such-package").unwrap_err();
+    assert!(
+        e.contains("`rodizio-no-such-server` not found: install the Debian package `rodizio-no-such-package`"),
+        "{e}"
+    );
 }
