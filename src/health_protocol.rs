@@ -392,8 +392,9 @@ fn tls(conn: &mut Conn) -> Result<(), String> {
     let (kind, major, minor) = (header[0], header[1], header[2]);
     if kind == TLS_HANDSHAKE && major == 3 && minor <= 4 {
         // Close as soon as the server has shown it speaks TLS: a client
-        // that gives up after the ServerHello is legal, and servers log it
-        // only at their most verbose level.
+        // that gives up after the ServerHello breaks no rule, and servers
+        // log it below their default level (nginx: at `info`, "peer closed
+        // connection in SSL handshake").
         conn.finish();
         return Ok(());
     }
