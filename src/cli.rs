@@ -133,7 +133,9 @@ pub struct BalancerArgs {
     /// FTP, MySQL) would wait about a second before being served.
     #[arg(long)]
     pub defer_accept: bool,
-    /// Active health check: tcp (connect), http (GET --health-path), or off.
+    /// Active health check: tcp (connect), http (GET --health-path), off, or
+    /// one that speaks the backend's protocol so it logs nothing: redis,
+    /// tls, smtp, mysql, pgsql, send-expect (see docs/health-checks.md).
     #[arg(long, value_name = "KIND", value_parser = parse_check)]
     pub health_check: Option<CheckKind>,
     /// Time between two rounds of active checks.
@@ -191,6 +193,21 @@ pub struct BalancerArgs {
     /// minimal 429 reply, then closed).
     #[arg(long, value_name = "REPLY", value_parser = parse_reply)]
     pub rate_limit_reply: Option<Reply>,
+    /// User of the mysql check (it then logs in and quits, so the server
+    /// logs nothing) and of the pgsql check (default rodizio).
+    #[arg(long, value_name = "USER")]
+    pub health_user: Option<String>,
+    /// Bytes the send-expect check sends: text with \r \n \xHH escapes,
+    /// or hex:0d0a.
+    #[arg(long, value_name = "BYTES", value_parser = parse_health_bytes)]
+    pub health_send: Option<Vec<u8>>,
+    /// Bytes the send-expect check wants in the reply (same notation).
+    #[arg(long, value_name = "BYTES", value_parser = parse_health_bytes)]
+    pub health_expect: Option<Vec<u8>>,
+}
+
+fn parse_health_bytes(text: &str) -> std::result::Result<Vec<u8>, String> {
+    crate::health::protocol::parse_bytes(text)
 }
 
 fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
@@ -255,6 +272,9 @@ impl BalancerArgs {
             rate_limit_max_clients: self.rate_limit_max_clients.map(|n| n as usize),
             rate_limit_ipv6_prefix: self.rate_limit_ipv6_prefix,
             rate_limit_reply: self.rate_limit_reply,
+            health_user: self.health_user.clone(),
+            health_send: self.health_send.clone(),
+            health_expect: self.health_expect.clone(),
         }
     }
 

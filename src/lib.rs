@@ -48,9 +48,8 @@
 //! - `proxy/`: a connection's life with fail-over; `pump` (duplex copy or
 //!   `splice(2)`); `conduit` (the thread's buffers and pipes).
 //! - `health/`: the checker thread, `probe` (rise/fall), `check` (tcp,
-//!   http), passive marking.
-//! - `health_protocol`: checks that speak the backend's protocol (Redis,
-//!   TLS, SMTP, MySQL, PostgreSQL, send/expect).
+//!   http), `protocol` (checks that speak the backend's protocol: Redis,
+//!   TLS, SMTP, MySQL, PostgreSQL, send/expect), passive marking.
 //! - `scheduler/`: which backend gets the next client; the backend list,
 //!   changeable at run time; one file per algorithm.
 //! - `backend`: one backend, its live state, and [`backend::Backend::connect`].
@@ -115,7 +114,6 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod health;
-pub mod health_protocol;
 pub mod limiter;
 pub mod listener;
 pub mod pool;

@@ -25,7 +25,7 @@ use std::sync::{mpsc, Arc, Mutex, Once, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rodizio::health_protocol::{parse_bytes, run, ProtocolCheck};
+use rodizio::health::protocol::{parse_bytes, run, ProtocolCheck};
 
 /// The longest a server may take to start (MariaDB's first start is the
 /// slowest: a few seconds).
@@ -925,4 +925,33 @@ fn a_missing_program_names_its_package() {
         e.contains("`rodizio-no-such-server` not found: install the Debian package `rodizio-no-such-package`"),
         "{e}"
     );
+}
+
+/// The flag's way in: `--health-check redis` (through `HealthConfig`) calls
+/// a real redis-server healthy and an nginx TLS port unhealthy, with the
+/// same checker the health thread runs.
+#[test]
+fn the_health_check_setting_runs_the_protocol_checks() {
+    use rodizio::backend::Backend;
+    use rodizio::health::{check as run_check, CheckKind, HealthConfig};
+    let config = |kind: CheckKind| HealthConfig {
+        check: kind,
+        timeout: Duration::from_secs(3),
+        ..HealthConfig::default()
+    };
+    let redis = redis().addr();
+    let tls = nginx().addr();
+    let backend = |addr: SocketAddr| Backend::new(addr.to_string(), vec![addr], 1);
+    assert_eq!(
+        run_check(&backend(redis), &config(CheckKind::Redis)),
+        Ok(())
+    );
+    assert!(run_check(&backend(tls), &config(CheckKind::Redis)).is_err());
+    assert_eq!(run_check(&backend(tls), &config(CheckKind::Tls)), Ok(()));
+    let send_expect = HealthConfig {
+        send: Some(b"PING\r\n".to_vec()),
+        expect: Some(b"+PONG".to_vec()),
+        ..config(CheckKind::SendExpect)
+    };
+    assert_eq!(run_check(&backend(redis), &send_expect), Ok(()));
 }

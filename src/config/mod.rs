@@ -184,6 +184,15 @@ impl Config {
             ("passive_failures", h.passive_failures.to_string()),
             ("health_cooldown", format_duration(h.cooldown)),
             ("http_replies", h.http_replies.to_string()),
+            ("health_user", h.user.clone().unwrap_or_default()),
+            (
+                "health_send",
+                h.send.as_deref().map(show_bytes).unwrap_or_default(),
+            ),
+            (
+                "health_expect",
+                h.expect.as_deref().map(show_bytes).unwrap_or_default(),
+            ),
         ];
         match &self.rate_limit {
             None => out.push(("rate_limit", "off".into())),
@@ -197,6 +206,22 @@ impl Config {
         }
         out
     }
+}
+
+/// Bytes as `health_send` takes them: printable ASCII as it is, the rest
+/// escaped (`\r`, `\n`, `\xHH`).
+fn show_bytes(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for &b in bytes {
+        match b {
+            b'\r' => out.push_str("\\r"),
+            b'\n' => out.push_str("\\n"),
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

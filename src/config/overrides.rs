@@ -53,6 +53,9 @@ pub struct Overrides {
     pub rate_limit_max_clients: Option<usize>,
     pub rate_limit_ipv6_prefix: Option<u8>,
     pub rate_limit_reply: Option<Reply>,
+    pub health_user: Option<String>,
+    pub health_send: Option<Vec<u8>>,
+    pub health_expect: Option<Vec<u8>>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -96,6 +99,15 @@ impl Overrides {
         set(&mut h.passive_failures, &self.passive_failures);
         set(&mut h.cooldown, &self.health_cooldown);
         set(&mut h.http_replies, &self.http_replies);
+        if self.health_user.is_some() {
+            h.user.clone_from(&self.health_user);
+        }
+        if self.health_send.is_some() {
+            h.send.clone_from(&self.health_send);
+        }
+        if self.health_expect.is_some() {
+            h.expect.clone_from(&self.health_expect);
+        }
         if let Some(rate) = self.rate_limit {
             match &mut config.rate_limit {
                 Some(r) => r.rate = rate,

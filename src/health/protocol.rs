@@ -142,7 +142,7 @@ pub fn run(check: &ProtocolCheck, stream: &mut TcpStream, deadline: Instant) -> 
 /// character stands for its UTF-8 bytes.
 ///
 /// ```
-/// use rodizio::health_protocol::parse_bytes;
+/// use rodizio::health::protocol::parse_bytes;
 /// assert_eq!(parse_bytes(r"PING\r\n").unwrap(), b"PING\r\n");
 /// assert_eq!(parse_bytes("hex:53 53 48").unwrap_err(), "hex: ' ' is not a hex digit");
 /// assert_eq!(parse_bytes("hex:535348").unwrap(), b"SSH");
