@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::health::CheckKind;
 use crate::limiter::{Rate, Reply, RuleKind, MAX_MAX_CLIENTS};
 use crate::scheduler::Algorithm;
+use crate::trace::Lang;
 use crate::units::{parse_duration, parse_size};
 
 /// rodizio: a thread-per-connection TCP load balancer (round robin by default).
@@ -204,6 +205,16 @@ pub struct BalancerArgs {
     /// Bytes the send-expect check wants in the reply (same notation).
     #[arg(long, value_name = "BYTES", value_parser = parse_health_bytes)]
     pub health_expect: Option<Vec<u8>>,
+    /// Narrate each step of every connection (accepted, the choice of
+    /// backend, the queue, the worker, connect, bytes each way, the
+    /// half-closes and the close), as info lines with the log target
+    /// rodizio::trace. Off by default.
+    #[arg(long)]
+    pub trace: bool,
+    /// The language of --trace: en or pt (Brazilian Portuguese). Without
+    /// it, pt when LANG starts with pt, else en.
+    #[arg(long, value_name = "LANG", value_parser = parse_lang)]
+    pub trace_lang: Option<Lang>,
 }
 
 fn parse_health_bytes(text: &str) -> std::result::Result<Vec<u8>, String> {
@@ -226,6 +237,10 @@ fn parse_check(text: &str) -> std::result::Result<CheckKind, String> {
 }
 
 fn parse_rule(text: &str) -> std::result::Result<RuleKind, String> {
+    text.parse()
+}
+
+fn parse_lang(text: &str) -> std::result::Result<Lang, String> {
     text.parse()
 }
 
@@ -275,6 +290,8 @@ impl BalancerArgs {
             health_user: self.health_user.clone(),
             health_send: self.health_send.clone(),
             health_expect: self.health_expect.clone(),
+            trace: given(self.trace),
+            trace_lang: self.trace_lang,
         }
     }
 
@@ -581,5 +598,22 @@ mod tests {
         assert!(err
             .to_string()
             .contains("--rate-limit-reply needs --rate-limit"));
+    }
+
+    #[test]
+    fn trace_flags() {
+        use crate::trace::Lang;
+        let c = Cli::try_parse_from(["rodizio"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert!(!c.trace);
+        assert_eq!(c.trace_lang, Lang::En);
+        let c = Cli::try_parse_from(["rodizio", "--trace", "--trace-lang", "pt"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert!(c.trace);
+        assert_eq!(c.trace_lang, Lang::Pt);
+        let err = Cli::try_parse_from(["rodizio", "--trace-lang", "fr"]).unwrap_err();
+        assert!(one_line(&err).contains("fr"), "{}", one_line(&err));
+        let help = command().render_help().to_string();
+        assert!(help.contains("--trace-lang"));
     }
 }

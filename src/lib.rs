@@ -62,6 +62,8 @@
 //! - `system`: process settings taken from the OS at start-up (the open
 //!   files limit).
 //! - `error`: [`Error`].
+//! - `trace`: `--trace`, the narrated trace of every connection (off by
+//!   default).
 //!
 //! Every module is public, on purpose: this crate is also read as a
 //! companion to the article, and its tests and readers reach every part
@@ -128,6 +130,7 @@ pub mod shutdown;
 pub mod signals;
 pub mod stats;
 pub mod system;
+pub mod trace;
 pub mod units;
 
 pub use balancer::Balancer;

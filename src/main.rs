@@ -42,6 +42,13 @@ fn main() -> ExitCode {
 
 fn start(cli: Cli) -> Result<(), Error> {
     let mut config = cli.balancer.to_config()?;
+    if cli.balancer.trace_lang.is_none() {
+        // The trace speaks the user's language: `LANG=pt_BR.UTF-8` gives pt.
+        let locale = std::env::var("LANG").unwrap_or_default();
+        if let Some(lang) = rodizio::trace::Lang::from_locale(&locale) {
+            config.trace_lang = lang;
+        }
+    }
     match cli.command {
         Some(Command::Backend(args)) => backend_role(args),
         Some(Command::Demo(args)) => demo(config, args),

@@ -43,6 +43,7 @@ use crate::health::HealthConfig;
 use crate::limiter::RateLimitConfig;
 use crate::proxy::ProxyConfig;
 use crate::scheduler::Algorithm;
+use crate::trace::Lang;
 use crate::units::{format_duration, format_size};
 
 pub use overrides::Overrides;
@@ -91,6 +92,11 @@ pub struct Config {
     /// Per-client-IP rate limiting at accept time (`rate_limit`). Default
     /// `None` (off).
     pub rate_limit: Option<RateLimitConfig>,
+    /// Narrate every connection's steps (`trace`, see [`crate::trace`]).
+    /// Default off.
+    pub trace: bool,
+    /// The language of the trace (`trace_lang`). Default English.
+    pub trace_lang: Lang,
 }
 
 impl Default for Config {
@@ -108,6 +114,8 @@ impl Default for Config {
             proxy: ProxyConfig::default(),
             health: HealthConfig::default(),
             rate_limit: None,
+            trace: false,
+            trace_lang: Lang::En,
         }
     }
 }
@@ -204,6 +212,8 @@ impl Config {
                 ("rate_limit_reply", r.reply.name().to_string()),
             ]),
         }
+        out.push(("trace", self.trace.to_string()));
+        out.push(("trace_lang", self.trace_lang.to_string()));
         out
     }
 }

@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::health::CheckKind;
 use crate::limiter::{Rate, RateLimitConfig, Reply, RuleKind};
 use crate::scheduler::Algorithm;
+use crate::trace::Lang;
 
 /// The settings one source gave; see the module docs. Field names are the
 /// settings' names.
@@ -56,6 +57,8 @@ pub struct Overrides {
     pub health_user: Option<String>,
     pub health_send: Option<Vec<u8>>,
     pub health_expect: Option<Vec<u8>>,
+    pub trace: Option<bool>,
+    pub trace_lang: Option<Lang>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -83,6 +86,8 @@ impl Overrides {
         set(&mut config.backlog, &self.backlog);
         set(&mut config.drain_timeout, &self.drain_timeout);
         set(&mut config.defer_accept, &self.defer_accept);
+        set(&mut config.trace, &self.trace);
+        set(&mut config.trace_lang, &self.trace_lang);
         let p = &mut config.proxy;
         set(&mut p.buffer_size, &self.buffer_size);
         set(&mut p.connect_timeout, &self.connect_timeout);
