@@ -208,11 +208,11 @@ pub struct BalancerArgs {
     /// Narrate each step of every connection (accepted, the choice of
     /// backend, the queue, the worker, connect, bytes each way, the
     /// half-closes and the close), as info lines with the log target
-    /// rodizio::trace. Off by default.
+    /// rodizio::trace.
     #[arg(long)]
     pub trace: bool,
-    /// The language of --trace: en or pt (Brazilian Portuguese). Without
-    /// it, pt when LANG starts with pt, else en.
+    /// The language of --trace: en or pt (Brazilian Portuguese). When not
+    /// given: pt if LANG starts with pt.
     #[arg(long, value_name = "LANG", value_parser = parse_lang)]
     pub trace_lang: Option<Lang>,
 }

@@ -681,7 +681,11 @@ fn taken_slow(fd: RawFd, worker: usize) {
 /// and `down_done` say whether each direction has passed its end of stream
 /// on. Coalesces the bytes into a line per direction at most every
 /// [`FLOW_EVERY`] or [`FLOW_BYTES`] (the first bytes of each direction get
-/// a line at once), and tells each half-close once.
+/// a line at once), and tells each half-close once. Bytes held back are
+/// told with the next bytes of their direction that come after
+/// [`FLOW_EVERY`], or at the latest when that direction ends or the
+/// connection closes: a keep-alive connection gone quiet right after a
+/// burst tells the burst's tail only then.
 #[inline]
 pub fn pumped(to_backend: u64, to_client: u64, up_done: bool, down_done: bool) {
     if on() {
