@@ -11,6 +11,7 @@
 //! No C counterpart: the C's settings are compiled in.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::Config;
@@ -53,6 +54,9 @@ pub struct Overrides {
     pub rate_limit_max_clients: Option<usize>,
     pub rate_limit_ipv6_prefix: Option<u8>,
     pub rate_limit_reply: Option<Reply>,
+    pub admin_listen: Option<SocketAddr>,
+    pub admin_allow_remote: Option<bool>,
+    pub admin_token_file: Option<PathBuf>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -80,6 +84,13 @@ impl Overrides {
         set(&mut config.backlog, &self.backlog);
         set(&mut config.drain_timeout, &self.drain_timeout);
         set(&mut config.defer_accept, &self.defer_accept);
+        if self.admin_listen.is_some() {
+            config.admin_listen = self.admin_listen;
+        }
+        set(&mut config.admin_allow_remote, &self.admin_allow_remote);
+        if self.admin_token_file.is_some() {
+            config.admin_token_file.clone_from(&self.admin_token_file);
+        }
         let p = &mut config.proxy;
         set(&mut p.buffer_size, &self.buffer_size);
         set(&mut p.connect_timeout, &self.connect_timeout);
