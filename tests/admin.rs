@@ -420,7 +420,7 @@ fn config_shows_the_settings_in_force() {
     let c = &answer.json;
     assert_eq!(c["workers"], "7");
     assert_eq!(c["algorithm"], "round-robin");
-    assert_eq!(c["admin_listen"], "127.0.0.1:0");
+    assert_eq!(c["admin_listen"], admin(&lb).to_string());
     assert_eq!(c["backends"], a.addr().to_string());
     assert_eq!(c["rate_limit"], "off");
     let body = json!({"address": b.addr().to_string(), "weight": 4}).to_string();

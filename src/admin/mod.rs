@@ -230,9 +230,12 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
         .map(Arc::new)
         .map_err(|e| Error::io("starting the admin API", io::Error::other(e.to_string())))?;
     let (reaper_tx, reaper_rx) = crossbeam_channel::unbounded();
+    // `GET /config` shows the address bound, with its real port.
+    let mut config = parts.config;
+    config.admin_listen = Some(addr);
     let state = Arc::new(State {
         scheduler: Arc::clone(&parts.scheduler),
-        config: parts.config,
+        config,
         proxy: parts.proxy,
         health: parts.health,
         limiter: parts.limiter,

@@ -356,3 +356,66 @@ fn percent_decode(text: &str) -> Option<String> {
     }
     String::from_utf8(out).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::scheduler::Scheduler;
+    use arc_swap::{ArcSwap, ArcSwapOption};
+    use parking_lot::Mutex;
+
+    fn state(backends: Vec<Arc<Backend>>) -> State {
+        let config = Config::default();
+        State {
+            scheduler: Arc::new(Scheduler::new(backends)),
+            proxy: Arc::new(ArcSwap::from_pointee(config.proxy.clone())),
+            health: Arc::new(ArcSwap::from_pointee(config.health.clone())),
+            limiter: Arc::new(ArcSwapOption::empty()),
+            config,
+            reload: None,
+            changes: Mutex::new(()),
+            reaper: crossbeam_channel::unbounded().0,
+        }
+    }
+
+    #[test]
+    fn the_state_shown_puts_the_operator_first() {
+        let b = Backend::new("b".into(), vec![], 1);
+        assert_eq!(backend_json(&b)["state"], "up");
+        b.set_healthy(false);
+        assert_eq!(backend_json(&b)["state"], "down");
+        b.set_draining(true);
+        assert_eq!(backend_json(&b)["state"], "draining");
+        b.set_maint(true);
+        assert_eq!(backend_json(&b)["state"], "maint");
+        assert!(!b.is_available());
+    }
+
+    #[test]
+    fn paths_methods_and_query_strings() {
+        let s = state(vec![Arc::new(Backend::new("[::1]:8001".into(), vec![], 1))]);
+        assert_eq!(route(&s, "GET", "/backends?pretty=1", b"").status, 200);
+        assert_eq!(route(&s, "GET", "/backends/", b"").status, 200);
+        let r = route(
+            &s,
+            "PUT",
+            "/backends/%5B::1%5D:8001",
+            br#"{"state":"maint"}"#,
+        );
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.body["state"], "maint");
+        let r = route(&s, "HEAD", "/config", b"");
+        assert_eq!((r.status, r.allow), (405, Some("GET")));
+        assert_eq!(route(&s, "GET", "/backendsx", b"").status, 404);
+        assert_eq!(route(&s, "PUT", "/backends/%FF", b"{}").status, 400);
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("%5B::1%5D:80").unwrap(), "[::1]:80");
+        assert_eq!(percent_decode("a%2").unwrap(), "a%2");
+        assert_eq!(percent_decode("%zz").unwrap(), "%zz");
+        assert!(percent_decode("%ff").is_none());
+    }
+}
