@@ -5,7 +5,9 @@
 //! connect to it and count their connections on it) and, where enabled, the
 //! health checker (which marks it up or down). Everything that changes after
 //! start-up is an atomic, so no lock is ever held while a connection is being
-//! proxied.
+//! proxied. The one lock, on the last check's record, is taken by the health
+//! thread once per check and by the admin API when it lists the backends;
+//! no worker touches it.
 //!
 //! # Corresponds to the C article
 //!
@@ -24,8 +26,9 @@ use std::net::TcpStream;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use parking_lot::Mutex;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::error::{Error, Result};
@@ -164,8 +167,9 @@ pub struct Backend {
     name: String,
     /// The addresses the name resolved to at start-up, tried in order.
     addrs: Vec<SocketAddr>,
-    /// Relative weight (weighted algorithms only).
-    weight: u32,
+    /// Relative weight (weighted algorithms only); the admin API may change
+    /// it, and then has the scheduler rebuild its snapshot.
+    weight: AtomicU32,
     /// Connections being proxied to this backend right now.
     active: AtomicUsize,
     /// Connections ever handed to this backend.
@@ -179,6 +183,29 @@ pub struct Backend {
     /// Clients picked for it and not yet connected (waiting in the queue,
     /// or connecting); least connections counts them with `active`.
     pending: AtomicUsize,
+    /// True while an operator holds it in maintenance: no new connections
+    /// and no health checks.
+    maint: AtomicBool,
+    /// Bytes sent to this backend by finished connections.
+    bytes_to_backend: AtomicU64,
+    /// Bytes sent back to clients by finished connections.
+    bytes_to_client: AtomicU64,
+    /// Connect failures on real traffic, ever (not only in a row).
+    connect_failures_total: AtomicU64,
+    /// The last active health check: set by the health thread, read by the
+    /// admin API.
+    last_check: Mutex<Option<CheckRecord>>,
+}
+
+/// The result of one active health check, kept on the backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckRecord {
+    /// `None` when the check passed, else why it failed.
+    pub error: Option<String>,
+    /// When the check ended.
+    pub at: SystemTime,
+    /// How long it took.
+    pub took: Duration,
 }
 
 /// Process-wide source of [`Backend::id`]s.
@@ -200,13 +227,18 @@ impl Backend {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             name,
             addrs,
-            weight: weight.max(1),
+            weight: AtomicU32::new(weight.max(1)),
             active: AtomicUsize::new(0),
             total: AtomicU64::new(0),
             healthy: AtomicBool::new(true),
             draining: AtomicBool::new(false),
             connect_failures: AtomicU32::new(0),
             pending: AtomicUsize::new(0),
+            maint: AtomicBool::new(false),
+            bytes_to_backend: AtomicU64::new(0),
+            bytes_to_client: AtomicU64::new(0),
+            connect_failures_total: AtomicU64::new(0),
+            last_check: Mutex::new(None),
         }
     }
 
@@ -227,7 +259,13 @@ impl Backend {
 
     /// The relative weight.
     pub fn weight(&self) -> u32 {
-        self.weight
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    /// Changes the weight (at least 1). The scheduler precomputes from the
+    /// weights: call [`crate::scheduler::Scheduler::refresh`] afterwards.
+    pub fn set_weight(&self, weight: u32) {
+        self.weight.store(weight.max(1), Ordering::Relaxed);
     }
 
     /// Clients picked for it that have not connected yet (see
@@ -278,14 +316,64 @@ impl Backend {
         self.draining.store(draining, Ordering::Relaxed);
     }
 
-    /// Whether a scheduler may pick it: healthy and not draining.
+    /// Whether an operator holds it in maintenance.
+    pub fn is_maint(&self) -> bool {
+        self.maint.load(Ordering::Relaxed)
+    }
+
+    /// Puts it in (or takes it out of) maintenance: while set, no new
+    /// connection is sent to it and the health checks skip it.
+    pub fn set_maint(&self, maint: bool) {
+        self.maint.store(maint, Ordering::Relaxed);
+    }
+
+    /// Whether a scheduler may pick it: healthy, not draining, not in
+    /// maintenance.
     pub fn is_available(&self) -> bool {
-        self.is_healthy() && !self.is_draining()
+        self.is_healthy() && !self.is_draining() && !self.is_maint()
     }
 
     /// Records a failed connect on real traffic; returns the failures in a row.
     pub fn record_connect_failure(&self) -> u32 {
+        self.connect_failures_total.fetch_add(1, Ordering::Relaxed);
         self.connect_failures.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Connect failures on real traffic in a row, now.
+    pub fn connect_failures_in_a_row(&self) -> u32 {
+        self.connect_failures.load(Ordering::Relaxed)
+    }
+
+    /// Connect failures on real traffic since start-up.
+    pub fn connect_failures_total(&self) -> u64 {
+        self.connect_failures_total.load(Ordering::Relaxed)
+    }
+
+    /// Counts the bytes a finished connection moved each way.
+    pub fn add_bytes(&self, to_backend: u64, to_client: u64) {
+        self.bytes_to_backend
+            .fetch_add(to_backend, Ordering::Relaxed);
+        self.bytes_to_client.fetch_add(to_client, Ordering::Relaxed);
+    }
+
+    /// Bytes sent to it by finished connections.
+    pub fn bytes_to_backend(&self) -> u64 {
+        self.bytes_to_backend.load(Ordering::Relaxed)
+    }
+
+    /// Bytes it sent back to clients, over finished connections.
+    pub fn bytes_to_client(&self) -> u64 {
+        self.bytes_to_client.load(Ordering::Relaxed)
+    }
+
+    /// Keeps the result of an active check (the health thread calls this).
+    pub fn record_check(&self, record: CheckRecord) {
+        *self.last_check.lock() = Some(record);
+    }
+
+    /// The last active check, if any ran.
+    pub fn last_check(&self) -> Option<CheckRecord> {
+        self.last_check.lock().clone()
     }
 
     /// Records a successful connect on real traffic.

@@ -14,7 +14,9 @@
 //! checks are on, see [`crate::health`]), and registers two wake-ups with
 //! the [`Shutdown`]: a connection to the listening address (for a blocking
 //! `accept`) and the queue's close (for a push waiting in a full queue),
-//! both run by whichever thread pulls the trigger. They share the
+//! both run by whichever thread pulls the trigger. With `--admin` it also
+//! starts the admin API's threads ([`crate::admin`]), stopped by a third
+//! wake-up. They share the
 //! scheduler, the stats and the pool through `Arc`s and references; the
 //! `Balancer` itself holds no lock.
 //!
@@ -47,6 +49,7 @@ use std::sync::Arc;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 
+use crate::admin::{self, AdminListener, ReloadHook};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -82,6 +85,10 @@ pub struct Balancer {
     live: Live,
     stats: Arc<Stats>,
     pool: Pool<Job>,
+    /// The admin API's socket, when `admin_listen` is set.
+    admin: Option<AdminListener>,
+    /// What the admin API's `POST /reload` calls.
+    reload: Option<ReloadHook>,
 }
 
 impl Balancer {
@@ -90,7 +97,8 @@ impl Balancer {
     /// # Errors
     ///
     /// [`Error::InvalidSetting`] or [`Error::InvalidBackend`] for bad
-    /// settings, [`Error::Bind`] when the address cannot be listened on.
+    /// settings (the admin token file included), [`Error::Bind`] when the
+    /// address (or the admin address) cannot be listened on.
     pub fn bind(config: Config) -> Result<Balancer> {
         config.validate()?;
         let backends = config
@@ -108,6 +116,7 @@ impl Balancer {
         let local_addr = listener
             .local_addr()
             .map_err(|e| Error::io("reading the listening address", e))?;
+        let admin = AdminListener::bind(&config)?;
         let limiter = config
             .rate_limit
             .as_ref()
@@ -152,7 +161,21 @@ impl Balancer {
             live,
             stats,
             pool,
+            admin,
+            reload: None,
         })
+    }
+
+    /// Where the admin API listens (with the real port when port 0 was
+    /// asked), or `None` when it is off.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(AdminListener::local_addr)
+    }
+
+    /// Gives the admin API's `POST /reload` something to call (without
+    /// one, it answers 409: no config file).
+    pub fn set_reload(&mut self, hook: ReloadHook) {
+        self.reload = Some(hook);
     }
 
     /// The address clients connect to (with the real port when the config
@@ -181,15 +204,29 @@ impl Balancer {
     ///
     /// # Errors
     ///
-    /// [`Error::Io`] when the health thread cannot be started; errors after
-    /// start-up are per connection and logged.
-    pub fn run(self, shutdown: &Shutdown) -> Result<()> {
+    /// [`Error::Io`] when the health thread or the admin API cannot be
+    /// started; errors after start-up are per connection and logged.
+    pub fn run(mut self, shutdown: &Shutdown) -> Result<()> {
         shutdown.wake_on_trigger(self.local_addr);
         // The accept loop may instead be waiting for room in a full queue,
         // where no connection reaches it: closing the queue on trigger makes
         // that push fail, and the loop returns (the client it held is
         // closed, unserved; those already queued are still served).
         shutdown.on_trigger(self.pool.closer());
+        let admin = match self.admin.take() {
+            None => None,
+            Some(listener) => {
+                let parts = admin::Parts {
+                    scheduler: Arc::clone(&self.live.scheduler),
+                    config: self.config.clone(),
+                    proxy: Arc::clone(&self.live.proxy),
+                    health: Arc::clone(&self.live.health),
+                    limiter: Arc::clone(&self.live.limiter),
+                    reload: self.reload.take(),
+                };
+                Some(admin::spawn(listener, parts, shutdown)?)
+            }
+        };
         let health = crate::health::spawn(
             Arc::clone(&self.live.scheduler),
             Arc::clone(&self.live.health),
@@ -207,6 +244,10 @@ impl Balancer {
         if let Some(health) = health {
             // Wakes at once on the trigger (at most one check timeout).
             let _ = health.join();
+        }
+        if let Some(admin) = admin {
+            // Each handler ends after the request it has.
+            admin.join();
         }
         drop(self.listener);
         self.pool.close();

@@ -17,6 +17,7 @@
 //! recompiling. The defaults here are those constants.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -215,6 +216,18 @@ pub struct BalancerArgs {
     /// given: pt if LANG starts with pt.
     #[arg(long, value_name = "LANG", value_parser = parse_lang)]
     pub trace_lang: Option<Lang>,
+    /// Serve the admin API (JSON over HTTP: list, add, drain, remove
+    /// backends; reload; settings) on this address; loopback only unless
+    /// --admin-allow-remote. Off by default.
+    #[arg(long = "admin", visible_alias = "admin-listen", value_name = "ADDR")]
+    pub admin_listen: Option<SocketAddr>,
+    /// Let --admin listen on an address that is not loopback.
+    #[arg(long)]
+    pub admin_allow_remote: bool,
+    /// Ask admin API requests for `Authorization: Bearer TOKEN`, TOKEN
+    /// being this file's content (trimmed).
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
 }
 
 fn parse_health_bytes(text: &str) -> std::result::Result<Vec<u8>, String> {
@@ -292,6 +305,9 @@ impl BalancerArgs {
             health_expect: self.health_expect.clone(),
             trace: given(self.trace),
             trace_lang: self.trace_lang,
+            admin_listen: self.admin_listen,
+            admin_allow_remote: given(self.admin_allow_remote),
+            admin_token_file: self.admin_token_file.clone(),
         }
     }
 
@@ -515,6 +531,35 @@ mod tests {
             assert!(line.starts_with("error:"), "{args:?}: {line}");
             assert!(!line.contains('\n'));
         }
+    }
+
+    #[test]
+    fn admin_flags_build_the_admin_settings() {
+        let c = Cli::try_parse_from(["rodizio"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert_eq!(c.admin_listen, None);
+        let help = command().render_help().to_string();
+        let admin = &help[help.find("--admin <ADDR>").unwrap()..];
+        let admin = &admin[..admin.find("--admin-allow-remote\n").unwrap()];
+        assert!(admin.contains("[default: off]"), "{admin}");
+        let cli = Cli::try_parse_from([
+            "rodizio",
+            "--admin",
+            "127.0.0.1:9000",
+            "--admin-token-file",
+            "/etc/rodizio/token",
+            "--admin-allow-remote",
+        ])
+        .unwrap();
+        let c = cli.balancer.to_config().unwrap();
+        assert_eq!(c.admin_listen, Some("127.0.0.1:9000".parse().unwrap()));
+        assert_eq!(c.admin_token_file, Some("/etc/rodizio/token".into()));
+        assert!(c.admin_allow_remote);
+        // The name validation words it as: the alias works too.
+        let cli = Cli::try_parse_from(["rodizio", "--admin-listen", "[::1]:9000"]).unwrap();
+        assert!(cli.balancer.admin_listen.is_some());
+        let err = Cli::try_parse_from(["rodizio", "--admin", "localhost"]).unwrap_err();
+        assert!(one_line(&err).starts_with("error:"));
     }
 
     #[test]

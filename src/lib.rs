@@ -64,6 +64,9 @@
 //! - `error`: [`Error`].
 //! - `trace`: `--trace`, the narrated trace of every connection (off by
 //!   default).
+//! - `admin/`: the admin API (`--admin`): JSON over HTTP to list, add,
+//!   drain and remove backends, reload, and show the settings; `routes`
+//!   (the endpoints), `reaper` (removes drained backends).
 //!
 //! Every module is public, on purpose: this crate is also read as a
 //! companion to the article, and its tests and readers reach every part
@@ -109,6 +112,7 @@
 #![warn(missing_docs)]
 
 pub mod access_log;
+pub mod admin;
 pub mod backend;
 pub mod balancer;
 pub mod cli;

@@ -35,6 +35,7 @@
 mod overrides;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::backend::BackendSpec;
@@ -97,6 +98,15 @@ pub struct Config {
     pub trace: bool,
     /// The language of the trace (`trace_lang`). Default English.
     pub trace_lang: Lang,
+    /// Where the admin API listens (`admin_listen`, the `--admin` flag).
+    /// Default `None` (off). See [`crate::admin`].
+    pub admin_listen: Option<SocketAddr>,
+    /// Let the admin API listen on an address that is not loopback
+    /// (`admin_allow_remote`). Default false.
+    pub admin_allow_remote: bool,
+    /// A file holding the admin API's bearer token (`admin_token_file`).
+    /// Default `None`: no token asked.
+    pub admin_token_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -116,6 +126,9 @@ impl Default for Config {
             rate_limit: None,
             trace: false,
             trace_lang: Lang::En,
+            admin_listen: None,
+            admin_allow_remote: false,
+            admin_token_file: None,
         }
     }
 }
@@ -158,7 +171,32 @@ impl Config {
         if let Some(rate_limit) = &self.rate_limit {
             rate_limit.validate()?;
         }
-        self.health.validate()
+        self.health.validate()?;
+        self.validate_admin()
+    }
+
+    /// The admin API's settings: loopback only unless allowed, and no
+    /// admin detail without the API itself.
+    fn validate_admin(&self) -> Result<()> {
+        let Some(addr) = self.admin_listen else {
+            if self.admin_token_file.is_some() {
+                return Err(Error::setting("admin_token_file", "needs `admin_listen`"));
+            }
+            if self.admin_allow_remote {
+                return Err(Error::setting("admin_allow_remote", "needs `admin_listen`"));
+            }
+            return Ok(());
+        };
+        if !addr.ip().is_loopback() && !self.admin_allow_remote {
+            return Err(Error::setting(
+                "admin_listen",
+                format!(
+                    "{addr} is not a loopback address: the admin API changes the \
+                     backends, so it listens on loopback unless `admin_allow_remote` is given"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Every setting with its value, as `(name, value)` in the config
@@ -214,6 +252,20 @@ impl Config {
         }
         out.push(("trace", self.trace.to_string()));
         out.push(("trace_lang", self.trace_lang.to_string()));
+        out.extend([
+            (
+                "admin_listen",
+                self.admin_listen
+                    .map_or_else(|| "off".to_string(), |a| a.to_string()),
+            ),
+            ("admin_allow_remote", self.admin_allow_remote.to_string()),
+            (
+                "admin_token_file",
+                self.admin_token_file
+                    .as_ref()
+                    .map_or_else(|| "none".to_string(), |p| p.display().to_string()),
+            ),
+        ]);
         out
     }
 }
@@ -268,6 +320,34 @@ mod tests {
         assert!(
             flag.contains("--idle-timeout must be more than 0"),
             "{flag}"
+        );
+    }
+
+    #[test]
+    fn the_admin_api_is_loopback_only_unless_allowed() {
+        let mut c = Config {
+            backends: vec![BackendSpec::parse("127.0.0.1:1").unwrap()],
+            ..Config::default()
+        };
+        assert_eq!(c.describe().last().unwrap().0, "admin_token_file");
+        c.admin_listen = Some("[::1]:9000".parse().unwrap());
+        assert!(c.validate().is_ok());
+        c.admin_listen = Some("0.0.0.0:9000".parse().unwrap());
+        let flag = c.validate().unwrap_err().worded_as_flag().to_string();
+        assert!(
+            flag.contains("--admin-listen 0.0.0.0:9000 is not a loopback"),
+            "{flag}"
+        );
+        assert!(flag.contains("--admin-allow-remote is given"), "{flag}");
+        c.admin_allow_remote = true;
+        assert!(c.validate().is_ok());
+        c.admin_listen = None;
+        c.admin_token_file = Some("token".into());
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("admin_token_file needs `admin_listen`"),
+            "{err}"
         );
     }
 

@@ -11,6 +11,7 @@
 //! No C counterpart: the C's settings are compiled in.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::Config;
@@ -59,6 +60,9 @@ pub struct Overrides {
     pub health_expect: Option<Vec<u8>>,
     pub trace: Option<bool>,
     pub trace_lang: Option<Lang>,
+    pub admin_listen: Option<SocketAddr>,
+    pub admin_allow_remote: Option<bool>,
+    pub admin_token_file: Option<PathBuf>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -88,6 +92,13 @@ impl Overrides {
         set(&mut config.defer_accept, &self.defer_accept);
         set(&mut config.trace, &self.trace);
         set(&mut config.trace_lang, &self.trace_lang);
+        if self.admin_listen.is_some() {
+            config.admin_listen = self.admin_listen;
+        }
+        set(&mut config.admin_allow_remote, &self.admin_allow_remote);
+        if self.admin_token_file.is_some() {
+            config.admin_token_file.clone_from(&self.admin_token_file);
+        }
         let p = &mut config.proxy;
         set(&mut p.buffer_size, &self.buffer_size);
         set(&mut p.connect_timeout, &self.connect_timeout);

@@ -6,6 +6,11 @@
 //! the next round on; between rounds it sleeps on the shutdown receiver, so
 //! a shutdown wakes it at once.
 //!
+//! A backend in maintenance ([`Backend::is_maint`], set by an operator) is
+//! skipped: no probe is sent to it and its probe state is left as it was.
+//! Each check's result and duration is kept on the backend
+//! ([`Backend::record_check`]) for the admin API to show.
+//!
 //! # Corresponds to the C article
 //!
 //! No C counterpart: the C never checks a backend.
@@ -13,13 +18,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use crossbeam_channel::RecvTimeoutError;
 
 use super::{check, mark_down, mark_up, CheckKind, HealthConfig, Probe, Transition};
-use crate::backend::Backend;
+use crate::backend::{Backend, CheckRecord};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 
@@ -69,20 +74,27 @@ impl Checker {
         }
     }
 
-    /// One round: probe every backend of the current list.
+    /// One round: probe every backend of the current list that is not in
+    /// maintenance.
     fn round(&mut self, scheduler: &Scheduler, config: &HealthConfig) {
-        let list = scheduler.snapshot();
+        let all = scheduler.snapshot();
         // Forget backends that were removed.
         self.probes
-            .retain(|id, _| list.iter().any(|b| b.id() == *id));
+            .retain(|id, _| all.iter().any(|b| b.id() == *id));
         self.down_since
-            .retain(|id, _| list.iter().any(|b| b.id() == *id));
+            .retain(|id, _| all.iter().any(|b| b.id() == *id));
+        let list: Vec<Arc<Backend>> = all.iter().filter(|b| !b.is_maint()).cloned().collect();
         if config.check == CheckKind::Off {
             self.cooldown(&list, config.cooldown);
             return;
         }
         let results = probe_all(&list, config);
-        for (backend, result) in list.iter().zip(results) {
+        for (backend, (result, took)) in list.iter().zip(results) {
+            backend.record_check(CheckRecord {
+                error: result.as_ref().err().cloned(),
+                at: SystemTime::now(),
+                took,
+            });
             let (fall, rise) = (config.fall, config.rise);
             let probe = self
                 .probes
@@ -127,10 +139,20 @@ impl Checker {
     }
 }
 
+/// One check's result and how long it took.
+type Timed = (std::result::Result<(), String>, Duration);
+
+/// One check, timed.
+fn timed_check(backend: &Backend, config: &HealthConfig) -> Timed {
+    let started = Instant::now();
+    let result = check(backend, config);
+    (result, started.elapsed())
+}
+
 /// Probes every backend in parallel, one short-lived thread each; returns
 /// the results in list order. A thread that cannot be started is replaced
 /// by probing inline.
-fn probe_all(list: &[Arc<Backend>], config: &HealthConfig) -> Vec<std::result::Result<(), String>> {
+fn probe_all(list: &[Arc<Backend>], config: &HealthConfig) -> Vec<Timed> {
     thread::scope(|scope| {
         let handles: Vec<_> = list
             .iter()
@@ -138,7 +160,7 @@ fn probe_all(list: &[Arc<Backend>], config: &HealthConfig) -> Vec<std::result::R
                 thread::Builder::new()
                     .name("rodizio-probe".into())
                     .stack_size(128 * 1024)
-                    .spawn_scoped(scope, move || check(backend, config))
+                    .spawn_scoped(scope, move || timed_check(backend, config))
                     .map_err(|_| backend)
             })
             .collect();
@@ -147,8 +169,8 @@ fn probe_all(list: &[Arc<Backend>], config: &HealthConfig) -> Vec<std::result::R
             .map(|h| match h {
                 Ok(handle) => handle
                     .join()
-                    .unwrap_or_else(|_| Err("the check panicked".into())),
-                Err(backend) => check(backend, config),
+                    .unwrap_or_else(|_| (Err("the check panicked".into()), Duration::ZERO)),
+                Err(backend) => timed_check(backend, config),
             })
             .collect()
     })

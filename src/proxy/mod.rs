@@ -209,6 +209,7 @@ impl Proxy {
         Stats::incr(&self.stats.completed);
         Stats::add(&self.stats.bytes_to_backends, transfer.to_backend);
         Stats::add(&self.stats.bytes_to_clients, transfer.to_client);
+        backend.add_bytes(transfer.to_backend, transfer.to_client);
         // The article's ending: shutdown(SHUT_RDWR), then close(), on both
         // sockets. After an error or the idle timeout it cuts both
         // directions at once; after a clean finish both FINs have already

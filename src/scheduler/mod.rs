@@ -348,6 +348,14 @@ impl Scheduler {
         Some(backend)
     }
 
+    /// Rebuilds the snapshot from the same list, so that what it
+    /// precomputes from the weights (the weighted cycle, ip-hash's uniform
+    /// path) follows a [`Backend::set_weight`]. Picks from now on see the
+    /// new weights; clients already picked keep their backend.
+    pub fn refresh(&self) {
+        self.change(|_| {});
+    }
+
     /// The first backend in the list for which `pred` is true (for example
     /// `|b| b.name() == "127.0.0.1:8001"`).
     pub fn find(&self, pred: impl Fn(&Backend) -> bool) -> Option<Arc<Backend>> {
@@ -478,6 +486,28 @@ mod tests {
         assert_eq!(s.algorithm(), Algorithm::WeightedRoundRobin);
         let seq = names(&s, 6);
         assert_eq!(seq.matches('a').count(), 4, "{seq}");
+    }
+
+    #[test]
+    fn refresh_makes_a_new_weight_count() {
+        let list = weighted(&[1, 1]);
+        let s = Scheduler::with_algorithm(list.clone(), Algorithm::WeightedRoundRobin);
+        assert_eq!(names(&s, 4), "abab");
+        list[0].set_weight(3);
+        s.refresh();
+        let seq = names(&s, 8);
+        assert_eq!(seq.matches('a').count(), 6, "{seq}");
+        // ip-hash: with weights 1000 to 1, nearly every client goes to `a`.
+        let s = Scheduler::with_algorithm(list.clone(), Algorithm::IpHash);
+        list[0].set_weight(1000);
+        s.refresh();
+        let on_a = (0..200u32)
+            .filter(|i| {
+                let peer = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i));
+                s.pick(peer).unwrap().backend.name() == "b0"
+            })
+            .count();
+        assert!(on_a >= 190, "{on_a} of 200 on the heavy backend");
     }
 
     #[test]

@@ -257,6 +257,8 @@ pub struct TestBalancer {
     pub scheduler: Arc<Scheduler>,
     /// Its stop button.
     pub shutdown: Shutdown,
+    /// Where its admin API listens, when the config turned it on.
+    pub admin: Option<SocketAddr>,
     stopped: Receiver<rodizio::Result<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -264,7 +266,20 @@ pub struct TestBalancer {
 impl TestBalancer {
     /// Binds and runs a balancer with `config`.
     pub fn start(config: Config) -> TestBalancer {
-        let balancer = Balancer::bind(config).expect("bind balancer");
+        TestBalancer::start_with_reload(config, None)
+    }
+
+    /// Binds and runs a balancer with `config`, its admin API's reload
+    /// calling `reload` (when given).
+    pub fn start_with_reload(
+        config: Config,
+        reload: Option<rodizio::admin::ReloadHook>,
+    ) -> TestBalancer {
+        let mut balancer = Balancer::bind(config).expect("bind balancer");
+        if let Some(hook) = reload {
+            balancer.set_reload(hook);
+        }
+        let admin = balancer.admin_addr();
         let addr = balancer.local_addr();
         let stats = balancer.stats();
         let scheduler = balancer.scheduler();
@@ -281,6 +296,7 @@ impl TestBalancer {
             stats,
             scheduler,
             shutdown,
+            admin,
             stopped,
             thread: Some(thread),
         }

@@ -1,0 +1,421 @@
+//! The admin API's endpoints: a request's method, path and body in, a
+//! status and a JSON value out. No HTTP here (that is `mod.rs`'s, through
+//! tiny_http), so every answer can be tested by calling [`route`].
+//!
+//! Run by the admin handler threads, several at once: the changes to the
+//! backend list (add, remove, reload) take turns on the state's `changes`
+//! lock, so "is it there? then add it" cannot race another request. Reads
+//! take nothing but the scheduler's snapshot and the backends' atomics.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart: the C's server list is typed in at start-up and fixed.
+
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::State;
+use crate::backend::{Backend, BackendSpec};
+
+/// Most weight accepted, as `--backend HOST:PORT,weight=N` allows.
+const MAX_WEIGHT: u32 = 1000;
+
+/// One answer: the HTTP status and the JSON body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// The HTTP status code.
+    pub status: u16,
+    /// The body.
+    pub body: Value,
+    /// For a 405: the methods the path takes (the `Allow` header).
+    pub allow: Option<&'static str>,
+}
+
+impl Reply {
+    /// A reply with this status and body.
+    pub fn new(status: u16, body: Value) -> Reply {
+        Reply {
+            status,
+            body,
+            allow: None,
+        }
+    }
+
+    /// `{"error": message}` with this status.
+    pub fn error(status: u16, message: impl Into<String>) -> Reply {
+        Reply::new(status, json!({ "error": message.into() }))
+    }
+
+    fn method_not_allowed(method: &str, allow: &'static str) -> Reply {
+        Reply {
+            allow: Some(allow),
+            ..Reply::error(
+                405,
+                format!("{method} is not allowed here (allowed: {allow})"),
+            )
+        }
+    }
+}
+
+/// The body of `POST /backends`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewBackend {
+    address: String,
+    #[serde(default = "one")]
+    weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The body of `PUT /backends/{address}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Change {
+    weight: Option<u32>,
+    state: Option<Wanted>,
+}
+
+/// The states an operator may ask for.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Wanted {
+    /// No new clients; connections in flight finish.
+    Drain,
+    /// As drain, and no health checks.
+    Maint,
+    /// Back in rotation (clears drain and maintenance).
+    Ready,
+}
+
+/// Answers one request. `path` may carry a query string (ignored).
+pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
+    let path = path.split('?').next().unwrap_or_default();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["backends"] => match method {
+            "GET" => list(state),
+            "POST" => add(state, body),
+            _ => Reply::method_not_allowed(method, "GET, POST"),
+        },
+        ["backends", address] => {
+            let Some(address) = percent_decode(address) else {
+                return Reply::error(400, "the address in the path is not valid UTF-8");
+            };
+            match method {
+                "PUT" => change(state, &address, body),
+                "DELETE" => delete(state, &address),
+                _ => Reply::method_not_allowed(method, "PUT, DELETE"),
+            }
+        }
+        ["reload"] => match method {
+            "POST" => reload(state),
+            _ => Reply::method_not_allowed(method, "POST"),
+        },
+        ["config"] => match method {
+            "GET" => Reply::new(200, config(state)),
+            _ => Reply::method_not_allowed(method, "GET"),
+        },
+        _ => Reply::error(404, format!("no such endpoint: {path}")),
+    }
+}
+
+/// A backend as the API shows it.
+pub fn backend_json(b: &Backend) -> Value {
+    let state = if b.is_maint() {
+        "maint"
+    } else if b.is_draining() {
+        "draining"
+    } else if !b.is_healthy() {
+        "down"
+    } else {
+        "up"
+    };
+    let last_check = b.last_check().map(|c| {
+        json!({
+            "result": if c.error.is_none() { "ok" } else { "failed" },
+            "error": c.error,
+            "at_unix_ms": c.at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+            "took_ms": c.took.as_secs_f64() * 1000.0,
+        })
+    });
+    json!({
+        "address": b.name(),
+        "weight": b.weight(),
+        "state": state,
+        "active": b.active(),
+        "pending": b.pending(),
+        "total": b.total(),
+        "bytes_to_backend": b.bytes_to_backend(),
+        "bytes_to_client": b.bytes_to_client(),
+        "connect_failures": b.connect_failures_total(),
+        "connect_failures_in_a_row": b.connect_failures_in_a_row(),
+        "last_check": last_check,
+    })
+}
+
+/// `GET /backends`.
+fn list(state: &State) -> Reply {
+    let list: Vec<Value> = state
+        .scheduler
+        .snapshot()
+        .iter()
+        .map(|b| backend_json(b))
+        .collect();
+    Reply::new(200, Value::Array(list))
+}
+
+/// Parses a JSON body, or says in one line what is wrong with it.
+fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Reply> {
+    serde_json::from_slice(body).map_err(|e| Reply::error(400, format!("bad JSON body: {e}")))
+}
+
+fn check_weight(weight: u32) -> Result<u32, Reply> {
+    if (1..=MAX_WEIGHT).contains(&weight) {
+        Ok(weight)
+    } else {
+        Err(Reply::error(
+            400,
+            format!("weight must be 1..{MAX_WEIGHT}, got {weight}"),
+        ))
+    }
+}
+
+/// `POST /backends`.
+fn add(state: &State, body: &[u8]) -> Reply {
+    let new: NewBackend = match parse(body) {
+        Ok(new) => new,
+        Err(reply) => return reply,
+    };
+    if new.address.contains(',') {
+        return Reply::error(
+            400,
+            "address is HOST:PORT only; give the weight as \"weight\"",
+        );
+    }
+    let weight = match check_weight(new.weight) {
+        Ok(w) => w,
+        Err(reply) => return reply,
+    };
+    let spec = match BackendSpec::parse(&new.address) {
+        Ok(spec) => BackendSpec { weight, ..spec },
+        Err(e) => return Reply::error(400, e.to_string()),
+    };
+    // Resolving may wait for DNS: done before taking the lock.
+    let backend = match Backend::from_spec(&spec) {
+        Ok(b) => Arc::new(b),
+        Err(e) => return Reply::error(400, e.to_string()),
+    };
+    let _turn = state.changes.lock();
+    if state
+        .scheduler
+        .find(|b| b.name() == backend.name())
+        .is_some()
+    {
+        return Reply::error(409, format!("backend {} exists already", backend.name()));
+    }
+    state.scheduler.add(Arc::clone(&backend));
+    log::info!("admin: backend {} added (weight {weight})", backend.name());
+    Reply::new(201, backend_json(&backend))
+}
+
+fn find(state: &State, address: &str) -> Result<Arc<Backend>, Reply> {
+    state
+        .scheduler
+        .find(|b| b.name() == address)
+        .ok_or_else(|| Reply::error(404, format!("no backend {address}")))
+}
+
+/// `PUT /backends/{address}`.
+fn change(state: &State, address: &str, body: &[u8]) -> Reply {
+    let change: Change = match parse(body) {
+        Ok(c) => c,
+        Err(reply) => return reply,
+    };
+    if change.weight.is_none() && change.state.is_none() {
+        return Reply::error(400, "give \"weight\" or \"state\" (drain, maint, ready)");
+    }
+    let weight = match change.weight.map(check_weight).transpose() {
+        Ok(w) => w,
+        Err(reply) => return reply,
+    };
+    let backend = match find(state, address) {
+        Ok(b) => b,
+        Err(reply) => return reply,
+    };
+    if let Some(weight) = weight {
+        let _turn = state.changes.lock();
+        backend.set_weight(weight);
+        state.scheduler.refresh();
+        log::info!("admin: backend {address} weight is now {weight}");
+    }
+    if let Some(wanted) = change.state {
+        let (draining, maint) = match wanted {
+            Wanted::Drain => (true, false),
+            Wanted::Maint => (false, true),
+            Wanted::Ready => (false, false),
+        };
+        backend.set_draining(draining);
+        backend.set_maint(maint);
+        log::info!("admin: backend {address} set to {wanted:?}");
+    }
+    Reply::new(200, backend_json(&backend))
+}
+
+/// `DELETE /backends/{address}`: drain now, removed by the reaper once no
+/// connection is left.
+fn delete(state: &State, address: &str) -> Reply {
+    let backend = match find(state, address) {
+        Ok(b) => b,
+        Err(reply) => return reply,
+    };
+    backend.set_maint(false);
+    backend.set_draining(true);
+    if state.reaper.send(Arc::clone(&backend)).is_err() {
+        return Reply::error(503, "the balancer is stopping");
+    }
+    log::info!(
+        "admin: backend {address} draining, removed once its {} connection(s) end",
+        backend.active() + backend.pending()
+    );
+    let mut body = backend_json(&backend);
+    body["removing"] = Value::Bool(true);
+    Reply::new(202, body)
+}
+
+/// `POST /reload`.
+fn reload(state: &State) -> Reply {
+    let Some(hook) = &state.reload else {
+        return Reply::error(409, "no config file, reload not supported");
+    };
+    let _turn = state.changes.lock();
+    match hook() {
+        Ok(summary) => {
+            log::info!("admin: reloaded: {summary}");
+            Reply::new(200, json!({ "summary": summary }))
+        }
+        Err(error) => {
+            log::warn!("admin: reload failed, the settings stay: {error}");
+            Reply::error(500, error)
+        }
+    }
+}
+
+/// `GET /config`: [`crate::Config::describe`] of the settings in force:
+/// those given at start-up, with the live ones (proxy, health, limiter,
+/// algorithm, backend list) read as they are now.
+fn config(state: &State) -> Value {
+    let mut config = state.config.clone();
+    config.proxy = (**state.proxy.load()).clone();
+    config.health = (**state.health.load()).clone();
+    config.rate_limit = state.limiter.load().as_ref().map(|l| l.config().clone());
+    config.algorithm = state.scheduler.algorithm();
+    let backends: Vec<String> = state
+        .scheduler
+        .snapshot()
+        .iter()
+        .map(|b| match b.weight() {
+            1 => b.name().to_string(),
+            w => format!("{},weight={w}", b.name()),
+        })
+        .collect();
+    let mut out = Map::new();
+    for (name, value) in config.describe() {
+        let value = if name == "backends" {
+            backends.join(" ")
+        } else {
+            value
+        };
+        out.insert(name.to_string(), Value::String(value));
+    }
+    Value::Object(out)
+}
+
+/// `%XX` sequences decoded (an IPv6 backend is `%5B::1%5D:8001` in a URL);
+/// `None` when the result is not UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::scheduler::Scheduler;
+    use arc_swap::{ArcSwap, ArcSwapOption};
+    use parking_lot::Mutex;
+
+    fn state(backends: Vec<Arc<Backend>>) -> State {
+        let config = Config::default();
+        State {
+            scheduler: Arc::new(Scheduler::new(backends)),
+            proxy: Arc::new(ArcSwap::from_pointee(config.proxy.clone())),
+            health: Arc::new(ArcSwap::from_pointee(config.health.clone())),
+            limiter: Arc::new(ArcSwapOption::empty()),
+            config,
+            reload: None,
+            changes: Mutex::new(()),
+            reaper: crossbeam_channel::unbounded().0,
+        }
+    }
+
+    #[test]
+    fn the_state_shown_puts_the_operator_first() {
+        let b = Backend::new("b".into(), vec![], 1);
+        assert_eq!(backend_json(&b)["state"], "up");
+        b.set_healthy(false);
+        assert_eq!(backend_json(&b)["state"], "down");
+        b.set_draining(true);
+        assert_eq!(backend_json(&b)["state"], "draining");
+        b.set_maint(true);
+        assert_eq!(backend_json(&b)["state"], "maint");
+        assert!(!b.is_available());
+    }
+
+    #[test]
+    fn paths_methods_and_query_strings() {
+        let s = state(vec![Arc::new(Backend::new("[::1]:8001".into(), vec![], 1))]);
+        assert_eq!(route(&s, "GET", "/backends?pretty=1", b"").status, 200);
+        assert_eq!(route(&s, "GET", "/backends/", b"").status, 200);
+        let r = route(
+            &s,
+            "PUT",
+            "/backends/%5B::1%5D:8001",
+            br#"{"state":"maint"}"#,
+        );
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.body["state"], "maint");
+        let r = route(&s, "HEAD", "/config", b"");
+        assert_eq!((r.status, r.allow), (405, Some("GET")));
+        assert_eq!(route(&s, "GET", "/backendsx", b"").status, 404);
+        assert_eq!(route(&s, "PUT", "/backends/%FF", b"{}").status, 400);
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("%5B::1%5D:80").unwrap(), "[::1]:80");
+        assert_eq!(percent_decode("a%2").unwrap(), "a%2");
+        assert_eq!(percent_decode("%zz").unwrap(), "%zz");
+        assert!(percent_decode("%ff").is_none());
+    }
+}
