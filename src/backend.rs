@@ -186,6 +186,9 @@ pub struct Backend {
     /// True while an operator holds it in maintenance: no new connections
     /// and no health checks.
     maint: AtomicBool,
+    /// When its state (health, drain, maintenance) last changed: ms since
+    /// the Unix epoch (0: never, since it was created).
+    changed_ms: AtomicU64,
     /// Bytes sent to this backend by finished connections.
     bytes_to_backend: AtomicU64,
     /// Bytes sent back to clients by finished connections.
@@ -206,6 +209,13 @@ pub struct CheckRecord {
     pub at: SystemTime,
     /// How long it took.
     pub took: Duration,
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Process-wide source of [`Backend::id`]s.
@@ -235,6 +245,7 @@ impl Backend {
             connect_failures: AtomicU32::new(0),
             pending: AtomicUsize::new(0),
             maint: AtomicBool::new(false),
+            changed_ms: AtomicU64::new(now_ms()),
             bytes_to_backend: AtomicU64::new(0),
             bytes_to_client: AtomicU64::new(0),
             connect_failures_total: AtomicU64::new(0),
@@ -303,7 +314,11 @@ impl Backend {
 
     /// Sets the health state; returns the previous one.
     pub fn set_healthy(&self, healthy: bool) -> bool {
-        self.healthy.swap(healthy, Ordering::Relaxed)
+        let was = self.healthy.swap(healthy, Ordering::Relaxed);
+        if was != healthy {
+            self.changed();
+        }
+        was
     }
 
     /// Whether an operator asked it to take no new connections.
@@ -313,7 +328,9 @@ impl Backend {
 
     /// Stops (or resumes) new connections to this backend.
     pub fn set_draining(&self, draining: bool) {
-        self.draining.store(draining, Ordering::Relaxed);
+        if self.draining.swap(draining, Ordering::Relaxed) != draining {
+            self.changed();
+        }
     }
 
     /// Whether an operator holds it in maintenance.
@@ -324,7 +341,32 @@ impl Backend {
     /// Puts it in (or takes it out of) maintenance: while set, no new
     /// connection is sent to it and the health checks skip it.
     pub fn set_maint(&self, maint: bool) {
-        self.maint.store(maint, Ordering::Relaxed);
+        if self.maint.swap(maint, Ordering::Relaxed) != maint {
+            self.changed();
+        }
+    }
+
+    /// Its state as the API, the metrics and the stats page name it:
+    /// `maint`, `draining`, `down` or `up`, the operator's word first.
+    pub fn state_name(&self) -> &'static str {
+        if self.is_maint() {
+            "maint"
+        } else if self.is_draining() {
+            "draining"
+        } else if !self.is_healthy() {
+            "down"
+        } else {
+            "up"
+        }
+    }
+
+    /// How long ago its state last changed (or it was created).
+    pub fn since_change(&self) -> Duration {
+        Duration::from_millis(now_ms().saturating_sub(self.changed_ms.load(Ordering::Relaxed)))
+    }
+
+    fn changed(&self) {
+        self.changed_ms.store(now_ms(), Ordering::Relaxed);
     }
 
     /// Whether a scheduler may pick it: healthy, not draining, not in

@@ -223,6 +223,8 @@ impl Balancer {
                     health: Arc::clone(&self.live.health),
                     limiter: Arc::clone(&self.live.limiter),
                     reload: self.reload.take(),
+                    stats: Arc::clone(&self.stats),
+                    queued: self.pool.queue_len(),
                 };
                 Some(admin::spawn(listener, parts, shutdown)?)
             }

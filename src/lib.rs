@@ -122,7 +122,6 @@ pub mod error;
 pub mod health;
 pub mod limiter;
 pub mod listener;
-pub mod metrics;
 pub mod pool;
 pub mod prompt;
 pub mod proxy;

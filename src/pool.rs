@@ -214,6 +214,13 @@ impl<T: Send + 'static> Pool<T> {
         self.queue.len()
     }
 
+    /// A function that reads [`Pool::queued`], for a thread that cannot
+    /// borrow the pool (the admin API).
+    pub fn queue_len(&self) -> std::sync::Arc<dyn Fn() -> usize + Send + Sync> {
+        let queue = Arc::clone(&self.queue);
+        Arc::new(move || queue.len())
+    }
+
     /// Panics caught so far.
     pub fn panics(&self) -> u64 {
         self.stats.worker_panics.load(Ordering::Relaxed)

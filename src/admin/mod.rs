@@ -1,4 +1,5 @@
-//! The admin API: JSON over HTTP for operators, on its own address
+//! The admin API: JSON over HTTP for operators, the Prometheus metrics and
+//! the stats page, on its own address
 //! (`--admin ADDR`, off by default).
 //!
 //! | request                          | does                                        |
@@ -9,6 +10,8 @@
 //! | `DELETE /backends/{address}`     | drains it, removes it once empty (202)      |
 //! | `POST /reload`                   | reloads the config file (409 without one)   |
 //! | `GET /config`                    | the settings in force                       |
+//! | `GET /metrics`                   | Prometheus metrics, text format (`metrics.rs`) |
+//! | `GET /`                          | the stats page, HTML (`page.rs`)            |
 //!
 //! Every error is `{"error": "..."}` with a 4xx or 5xx status; nothing an
 //! admin request does can disturb the proxying (a panic in a handler is
@@ -58,6 +61,8 @@
 //! No C counterpart: the C's list is typed in at start-up and never
 //! changes.
 
+pub mod metrics;
+pub mod page;
 mod reaper;
 pub mod routes;
 
@@ -168,6 +173,10 @@ pub struct State {
     pub limiter: Arc<ArcSwapOption<Limiter>>,
     /// `POST /reload`'s hook; `None` when there is no config file.
     pub reload: Option<ReloadHook>,
+    /// What `/metrics` and the stats page read.
+    pub sources: metrics::Sources,
+    /// When the balancer started (the page's uptime).
+    pub started: std::time::Instant,
     /// Changes to the list take turns on this (see `routes.rs`).
     pub(crate) changes: Mutex<()>,
     /// Where `DELETE` hands a backend to the reaper.
@@ -197,6 +206,10 @@ pub struct Parts {
     pub limiter: Arc<ArcSwapOption<Limiter>>,
     /// `POST /reload`'s hook, if there is a config file.
     pub reload: Option<ReloadHook>,
+    /// The counters.
+    pub stats: Arc<crate::stats::Stats>,
+    /// Clients in the queue now.
+    pub queued: Arc<dyn Fn() -> usize + Send + Sync>,
 }
 
 /// The running admin API's threads.
@@ -233,7 +246,20 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
     // `GET /config` shows the address bound, with its real port.
     let mut config = parts.config;
     config.admin_listen = Some(addr);
+    let sources = {
+        let scheduler = Arc::clone(&parts.scheduler);
+        let limiter = Arc::clone(&parts.limiter);
+        metrics::Sources {
+            stats: parts.stats,
+            backends: Arc::new(move || scheduler.snapshot()),
+            queued: parts.queued,
+            max_workers: config.workers,
+            limiter: Arc::new(move || limiter.load().as_ref().map(|l| (l.len(), l.capacity()))),
+        }
+    };
     let state = Arc::new(State {
+        sources,
+        started: std::time::Instant::now(),
         scheduler: Arc::clone(&parts.scheduler),
         config,
         proxy: parts.proxy,
@@ -414,10 +440,12 @@ fn read_limited(reader: &mut dyn Read) -> std::result::Result<Vec<u8>, Reply> {
 
 /// Sends `reply` as JSON; a client gone meanwhile is only logged.
 fn respond(request: Request, reply: &Reply) {
-    let mut text = reply.body.to_string();
-    text.push('\n');
+    let (content_type, text) = match &reply.text {
+        Some((content_type, text)) => (*content_type, text.clone()),
+        None => ("application/json", format!("{}\n", reply.body)),
+    };
     let mut response = Response::from_string(text).with_status_code(reply.status);
-    if let Ok(h) = Header::from_bytes("Content-Type", "application/json") {
+    if let Ok(h) = Header::from_bytes("Content-Type", content_type) {
         response.add_header(h);
     }
     if let Some(allow) = reply.allow {

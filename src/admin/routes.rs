@@ -32,6 +32,9 @@ pub struct Reply {
     pub body: Value,
     /// For a 405: the methods the path takes (the `Allow` header).
     pub allow: Option<&'static str>,
+    /// A body that is not JSON: its content type and text (`/metrics`,
+    /// the stats page). `body` is then unused.
+    pub text: Option<(&'static str, String)>,
 }
 
 impl Reply {
@@ -41,6 +44,15 @@ impl Reply {
             status,
             body,
             allow: None,
+            text: None,
+        }
+    }
+
+    /// A 200 with a body of `content_type`.
+    pub fn text(content_type: &'static str, text: String) -> Reply {
+        Reply {
+            text: Some((content_type, text)),
+            ..Reply::new(200, Value::Null)
         }
     }
 
@@ -121,21 +133,70 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
             "GET" => Reply::new(200, config(state)),
             _ => Reply::method_not_allowed(method, "GET"),
         },
+        ["metrics"] => match method {
+            "GET" => Reply::text(
+                "text/plain; version=0.0.4; charset=utf-8",
+                super::metrics::render(&state.sources),
+            ),
+            _ => Reply::method_not_allowed(method, "GET"),
+        },
+        [""] => match method {
+            "GET" => Reply::text("text/html; charset=utf-8", stats_page(state)),
+            _ => Reply::method_not_allowed(method, "GET"),
+        },
         _ => Reply::error(404, format!("no such endpoint: {path}")),
     }
 }
 
+/// `GET /`: the stats page.
+fn stats_page(state: &State) -> String {
+    use super::page::{self, BackendRow, ListenerRow};
+    let stats = state.sources.stats.snapshot();
+    let rows: Vec<BackendRow> = state
+        .scheduler
+        .snapshot()
+        .iter()
+        .map(|b| {
+            let check = b.last_check();
+            BackendRow {
+                name: b.name().to_string(),
+                state: b.state_name().to_string(),
+                weight: b.weight(),
+                active: b.active() as u64,
+                total: b.total(),
+                bytes_in: b.bytes_to_backend(),
+                bytes_out: b.bytes_to_client(),
+                connect_failures: b.connect_failures_total(),
+                last_check: check
+                    .as_ref()
+                    .map(|c| c.error.clone().unwrap_or_else(|| "ok".into())),
+                check_duration: check.map(|c| c.took),
+                since_change: Some(b.since_change()),
+            }
+        })
+        .collect();
+    let rate_limit = state
+        .limiter
+        .load()
+        .as_ref()
+        .map_or("off".to_string(), |l| l.config().rate.to_string());
+    let listener = ListenerRow {
+        listen: state.config.listen.to_string(),
+        accepted: stats.accepted,
+        refused: stats.rate_limited + stats.no_backend,
+        queued: (state.sources.queued)() as u64,
+        busy: stats.workers_busy,
+        max_workers: state.config.workers as u64,
+        uptime: state.started.elapsed(),
+        algorithm: state.scheduler.algorithm().name().to_string(),
+        rate_limit,
+    };
+    page::render(&listener, &rows)
+}
+
 /// A backend as the API shows it.
 pub fn backend_json(b: &Backend) -> Value {
-    let state = if b.is_maint() {
-        "maint"
-    } else if b.is_draining() {
-        "draining"
-    } else if !b.is_healthy() {
-        "down"
-    } else {
-        "up"
-    };
+    let state = b.state_name();
     let last_check = b.last_check().map(|c| {
         json!({
             "result": if c.error.is_none() { "ok" } else { "failed" },
@@ -367,8 +428,18 @@ mod tests {
 
     fn state(backends: Vec<Arc<Backend>>) -> State {
         let config = Config::default();
+        let scheduler = Arc::new(Scheduler::new(backends));
+        let list = Arc::clone(&scheduler);
         State {
-            scheduler: Arc::new(Scheduler::new(backends)),
+            sources: crate::admin::metrics::Sources {
+                stats: Arc::new(crate::stats::Stats::default()),
+                backends: Arc::new(move || list.snapshot()),
+                queued: Arc::new(|| 0),
+                max_workers: config.workers,
+                limiter: Arc::new(|| None),
+            },
+            started: std::time::Instant::now(),
+            scheduler,
             proxy: Arc::new(ArcSwap::from_pointee(config.proxy.clone())),
             health: Arc::new(ArcSwap::from_pointee(config.health.clone())),
             limiter: Arc::new(ArcSwapOption::empty()),
@@ -377,6 +448,22 @@ mod tests {
             changes: Mutex::new(()),
             reaper: crossbeam_channel::unbounded().0,
         }
+    }
+
+    #[test]
+    fn metrics_and_the_stats_page_are_served() {
+        let b = Arc::new(Backend::new("127.0.0.1:8001".into(), vec![], 1));
+        let s = state(vec![b]);
+        let m = route(&s, "GET", "/metrics", b"");
+        assert_eq!(m.status, 200);
+        let (kind, text) = m.text.unwrap();
+        assert!(kind.starts_with("text/plain; version=0.0.4"));
+        assert!(text.contains("rodizio_backend_up{backend=\"127.0.0.1:8001\",state=\"up\"} 1"));
+        let p = route(&s, "GET", "/", b"");
+        let (kind, html) = p.text.unwrap();
+        assert!(kind.starts_with("text/html"));
+        assert!(html.contains("data-backend=\"127.0.0.1:8001\""));
+        assert_eq!(route(&s, "POST", "/metrics", b"").status, 405);
     }
 
     #[test]

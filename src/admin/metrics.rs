@@ -70,17 +70,6 @@ pub fn render(sources: &Sources) -> String {
 #[derive(Debug)]
 struct View(Sources);
 
-/// A backend's state as a label value.
-fn state(b: &Backend) -> &'static str {
-    if b.is_draining() {
-        "draining"
-    } else if b.is_healthy() {
-        "up"
-    } else {
-        "down"
-    }
-}
-
 impl Collector for View {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.0;
@@ -156,16 +145,40 @@ impl Collector for View {
             &backends,
             Backend::total,
         )?;
+        per_backend(
+            &mut encoder,
+            "backend_bytes_to_backend",
+            "Bytes from clients delivered to the backend.",
+            MetricType::Counter,
+            &backends,
+            Backend::bytes_to_backend,
+        )?;
+        per_backend(
+            &mut encoder,
+            "backend_bytes_to_client",
+            "Bytes from the backend delivered to clients.",
+            MetricType::Counter,
+            &backends,
+            Backend::bytes_to_client,
+        )?;
+        per_backend(
+            &mut encoder,
+            "backend_connect_failures",
+            "Connect attempts to the backend that failed.",
+            MetricType::Counter,
+            &backends,
+            Backend::connect_failures_total,
+        )?;
         {
             let mut m = encoder.encode_descriptor(
                 "backend_up",
-                "1 for the backend's current state (up, down, draining), 0 for the others.",
+                "1 for the backend's current state (up, down, draining, maint), 0 for the others.",
                 None,
                 MetricType::Gauge,
             )?;
             for b in backends.iter() {
-                let now = state(b);
-                for st in ["up", "down", "draining"] {
+                let now = b.state_name();
+                for st in ["up", "down", "draining", "maint"] {
                     let labels = [("backend", b.name().to_string()), ("state", st.to_string())];
                     let value = i64::from(st == now);
                     ConstGauge::new(value).encode(m.encode_family(&labels)?)?;
