@@ -2,7 +2,8 @@
 # Installs what the tests need on a fresh machine (Rust is assumed):
 # ab (apache2-utils) and python3 for the article's check; the real servers
 # that tests/health_protocols.rs checks (redis-server, nginx and openssl,
-# MariaDB, PostgreSQL).
+# MariaDB, PostgreSQL); headless Chromium and the Python prometheus_client
+# for scripts/observability-check.sh.
 set -euo pipefail
 
 # A program's path, also where Debian keeps it out of PATH.
@@ -20,6 +21,8 @@ has nginx || need+=(nginx)
 has openssl || need+=(openssl)
 { has mariadbd && has mariadb-install-db; } || need+=(mariadb-server)
 { has postgres && has initdb; } || need+=(postgresql)
+has chromium || need+=(chromium)
+has pip3 || python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
@@ -29,5 +32,11 @@ if [ ${#need[@]} -gt 0 ]; then
   # The packages' own services are not used: the tests start their own
   # servers, as children, on free ports.
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# The Prometheus project's Python parser, for scripts/observability-check.sh.
+if ! python3 -c 'import prometheus_client' 2>/dev/null; then
+  echo "installing: prometheus_client (pip)"
+  python3 -m pip install -q prometheus_client 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages prometheus_client
 fi
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt >/dev/null 2>&1 || true

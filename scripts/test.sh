@@ -23,3 +23,4 @@ scripts/check-c-names.sh
 echo "== the article's check: ab -n 1000 -c 100 through three python backends"
 scripts/ab-article.sh
 scripts/admin-check.sh
+scripts/observability-check.sh

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# /metrics and the stats page through the real binary, read by real
+# clients: the whole metrics text parsed by the Prometheus project's own
+# Python parser (prometheus_client), and the stats page loaded in headless
+# Chromium, its rendered DOM checked: a row per backend with the right
+# state, and a stopped backend shown DOWN within two check intervals.
+#
+#   scripts/observability-check.sh              check; screenshot in target/
+#   SCREENSHOT=docs/stats-page.png scripts/observability-check.sh
+#
+# Ports are free ones picked at run time; everything it starts is stopped
+# by its PID on exit; every wait is bounded. RODIZIO_BIN tests a given
+# binary (default: `cargo build` then the debug binary).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail() {
+  echo "observability-check: FAIL: $*" >&2
+  exit 1
+}
+
+for tool in python3 curl timeout chromium; do
+  command -v "$tool" >/dev/null 2>&1 || fail "'$tool' is missing (scripts/install-test-tools.sh installs it)"
+done
+python3 -c 'import prometheus_client' 2>/dev/null ||
+  fail "the Python prometheus_client is missing (scripts/install-test-tools.sh installs it)"
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${pids[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+read -r p1 p2 lb_port admin_port < <(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(4)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in socks])
+for s in socks:
+    s.close()
+')
+
+if [ -n "${RODIZIO_BIN:-}" ]; then
+  bin=$RODIZIO_BIN
+else
+  echo "== cargo build"
+  timeout 600 cargo build --quiet
+  bin="${CARGO_TARGET_DIR:-target}/debug/rodizio"
+fi
+[ -x "$bin" ] || fail "no binary at $bin"
+
+wait_line() {
+  local file=$1 line=$2 pid=$3
+  for _ in $(seq 1 100); do
+    grep -q "$line" "$file" && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$file" >&2
+  fail "no '$line' within 10s"
+}
+
+echo "== demo backends on ports $p1 $p2"
+backend_pids=()
+for port in "$p1" "$p2"; do
+  "$bin" backend --listen "127.0.0.1:$port" >"$work/backend$port.out" 2>&1 &
+  pids+=("$!")
+  backend_pids+=("$!")
+  wait_line "$work/backend$port.out" "Demo backend listening" "$!"
+done
+
+interval_ms=500
+echo "== rodizio on port $lb_port, admin on 127.0.0.1:$admin_port, checks every ${interval_ms}ms"
+RUST_LOG=${RUST_LOG:-warn} "$bin" -l "127.0.0.1:$lb_port" -b "127.0.0.1:$p1" -b "127.0.0.1:$p2" \
+  --health-check http --health-interval "${interval_ms}ms" --health-timeout 200ms --fall 1 \
+  --rate-limit 1000/1s --admin "127.0.0.1:$admin_port" >"$work/rodizio.out" 2>"$work/rodizio.err" &
+rodizio_pid=$!
+pids+=("$rodizio_pid")
+wait_line "$work/rodizio.out" "Load balancer listening on port $lb_port" "$rodizio_pid"
+
+echo "== traffic: 40 requests"
+for _ in $(seq 1 40); do
+  curl -s --max-time 5 -o /dev/null "http://127.0.0.1:$lb_port/" || fail "a request failed"
+done
+
+echo "== /metrics, parsed whole by prometheus_client"
+curl -s --max-time 5 "http://127.0.0.1:$admin_port/metrics" >"$work/metrics" || fail "GET /metrics failed"
+python3 - "$work/metrics" "$p1" "$p2" <<'PY' || fail "the metrics did not parse or were wrong"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+text = open(sys.argv[1]).read()
+families = {f.name: f for f in text_string_to_metric_families(text)}
+def value(name, **labels):
+    for s in families[name].samples:
+        if s.name.endswith(("_bucket", "_created")):
+            continue
+        if all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    raise SystemExit(f"no sample {name} {labels}")
+assert families["rodizio_accepted"].type == "counter", families["rodizio_accepted"].type
+assert value("rodizio_accepted") == 40, value("rodizio_accepted")
+assert value("rodizio_completed") == 40, value("rodizio_completed")
+total = sum(value("rodizio_backend_connections", backend=f"127.0.0.1:{p}") for p in sys.argv[2:])
+assert total == 40, total
+assert value("rodizio_active") == 0
+assert families["rodizio_queue_wait_seconds"].type == "histogram"
+assert value("rodizio_build_info") == 1
+print(f"parsed {len(families)} metric families, {sum(len(f.samples) for f in families.values())} samples")
+PY
+
+# dom: the stats page as Chromium renders it.
+dom() {
+  timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+    --disable-background-networking --disable-component-update --disable-sync \
+    --user-data-dir="$work/chromium" --dump-dom "http://127.0.0.1:$admin_port/" 2>/dev/null
+}
+# row_state PORT: the state shown in that backend's row.
+row_state() {
+  python3 -c '
+import sys, html.parser
+port = sys.argv[1]
+class P(html.parser.HTMLParser):
+    row = None; cell = None; state = None; rows = 0
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tr" and "data-backend" in a:
+            P.rows += 1
+            self.row = a["data-backend"].endswith(":" + port)
+        if tag == "td" and self.row:
+            self.cell = a.get("class")
+    def handle_data(self, data):
+        if self.row and self.cell == "state" and data.strip():
+            P.state = data.strip()
+    def handle_endtag(self, tag):
+        if tag == "td":
+            self.cell = None
+p = P(); p.feed(sys.stdin.read())
+print(P.rows, P.state)
+' "$1"
+}
+
+echo "== the stats page in headless Chromium"
+dom >"$work/dom.html" || fail "chromium could not load the page"
+grep -q '<meta http-equiv="refresh"' "$work/dom.html" || fail "the page does not refresh itself"
+read -r rows state < <(row_state "$p1" <"$work/dom.html")
+[ "$rows" = 2 ] || fail "$rows backend rows, not 2"
+[ "$state" = UP ] || fail "backend $p1 shows $state, not UP"
+
+echo "== stop backend $p2 (PID ${backend_pids[1]}): DOWN within two check intervals"
+kill -TERM "${backend_pids[1]}"
+wait "${backend_pids[1]}" 2>/dev/null || true
+start=$(date +%s%N)
+shown=""
+while :; do
+  dom >"$work/dom.html" || true
+  read -r rows state < <(row_state "$p2" <"$work/dom.html")
+  now=$(date +%s%N)
+  if [ "$state" = DOWN ]; then
+    shown=$(( (now - start) / 1000000 ))
+    break
+  fi
+  # Two intervals, plus the check's timeout and one page load of slack.
+  [ $(( (now - start) / 1000000 )) -lt $((2 * interval_ms + 2000)) ] || break
+done
+[ -n "$shown" ] || fail "backend $p2 still shows $state"
+echo "backend $p2 shown DOWN after ${shown} ms (one page load included)"
+
+shot=${SCREENSHOT:-target/stats-page.png}
+mkdir -p "$(dirname "$shot")"
+timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+  --disable-background-networking --disable-component-update --disable-sync \
+  --user-data-dir="$work/chromium" --window-size=1280,560 --hide-scrollbars \
+  --screenshot="$shot" "http://127.0.0.1:$admin_port/" >/dev/null 2>&1 || fail "no screenshot"
+[ -s "$shot" ] || fail "the screenshot is empty"
+echo "screenshot: $shot"
+echo "observability-check: OK"
