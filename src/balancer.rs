@@ -44,6 +44,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 
@@ -58,6 +59,7 @@ use crate::proxy::{Job, Proxy, ProxyConfig};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
+use crate::throttle::LogThrottle;
 
 /// The settings a running balancer reads live, and the scheduler: what a
 /// reload changes. Cheap to clone (reference counts).
@@ -134,6 +136,7 @@ impl Balancer {
             stats: Arc::clone(&stats),
             settings: Arc::clone(&live.proxy),
             health: Arc::clone(&live.health),
+            queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
         });
         let pool = Pool::new(
             config.workers,

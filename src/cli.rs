@@ -191,6 +191,11 @@ pub struct BalancerArgs {
     /// minimal 429 reply, then closed).
     #[arg(long, value_name = "REPLY", value_parser = parse_reply)]
     pub rate_limit_reply: Option<Reply>,
+    /// Close a client that waited longer than this for a free worker (503
+    /// with --http-replies) instead of serving it late (HAProxy's `timeout
+    /// queue`).
+    #[arg(long, value_parser = parse_duration)]
+    pub queue_timeout: Option<Duration>,
 }
 
 fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
@@ -255,6 +260,7 @@ impl BalancerArgs {
             rate_limit_max_clients: self.rate_limit_max_clients.map(|n| n as usize),
             rate_limit_ipv6_prefix: self.rate_limit_ipv6_prefix,
             rate_limit_reply: self.rate_limit_reply,
+            queue_timeout: self.queue_timeout,
         }
     }
 
@@ -561,5 +567,20 @@ mod tests {
         assert!(err
             .to_string()
             .contains("--rate-limit-reply needs --rate-limit"));
+    }
+
+    #[test]
+    fn queue_timeout_flag() {
+        let c = Cli::try_parse_from(["rodizio"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert_eq!(c.proxy.queue_timeout, Duration::from_secs(30));
+        let c = Cli::try_parse_from(["rodizio", "--queue-timeout", "250ms"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert_eq!(c.proxy.queue_timeout, Duration::from_millis(250));
+        assert!(command()
+            .render_help()
+            .to_string()
+            .contains("[default: 30s]"));
+        assert!(Cli::try_parse_from(["rodizio", "--queue-timeout", "soon"]).is_err());
     }
 }

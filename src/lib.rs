@@ -61,6 +61,7 @@
 //! - `system`: process settings taken from the OS at start-up (the open
 //!   files limit).
 //! - `error`: [`Error`].
+//! - `throttle`: a log line at most once a second for events that repeat.
 //!
 //! Every module is public, on purpose: this crate is also read as a
 //! companion to the article, and its tests and readers reach every part
@@ -126,6 +127,7 @@ pub mod shutdown;
 pub mod signals;
 pub mod stats;
 pub mod system;
+pub mod throttle;
 pub mod units;
 
 pub use balancer::Balancer;

@@ -195,7 +195,15 @@ impl Acceptor<'_> {
             return true;
         };
         // An error means the pool closed while we waited for room.
-        self.pool.submit(Job { pick, client, peer }).is_ok()
+        let queued_at = Instant::now();
+        self.pool
+            .submit(Job {
+                pick,
+                client,
+                peer,
+                queued_at,
+            })
+            .is_ok()
     }
 
     /// The rate-limit gate: gives the client back if it may go on; else

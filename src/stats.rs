@@ -110,6 +110,8 @@ counters! {
     worker_panics: Counter,
     /// Worker threads that could not be started (resource limits).
     worker_spawn_failures: Counter,
+    /// Clients closed unserved after waiting longer than queue_timeout for a worker.
+    queue_timeouts: Counter,
 }
 
 impl Stats {

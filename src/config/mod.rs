@@ -195,6 +195,7 @@ impl Config {
                 ("rate_limit_reply", r.reply.name().to_string()),
             ]),
         }
+        out.push(("queue_timeout", format_duration(p.queue_timeout)));
         out
     }
 }

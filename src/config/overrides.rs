@@ -53,6 +53,7 @@ pub struct Overrides {
     pub rate_limit_max_clients: Option<usize>,
     pub rate_limit_ipv6_prefix: Option<u8>,
     pub rate_limit_reply: Option<Reply>,
+    pub queue_timeout: Option<Duration>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -86,6 +87,7 @@ impl Overrides {
         set(&mut p.idle_timeout, &self.idle_timeout);
         set(&mut p.splice, &self.splice);
         set(&mut p.yield_before_poll, &self.yield_before_poll);
+        set(&mut p.queue_timeout, &self.queue_timeout);
         let h = &mut config.health;
         set(&mut h.check, &self.health_check);
         set(&mut h.interval, &self.health_interval);

@@ -8,6 +8,14 @@
 //! settings it started with, and a change applies to the next one). The
 //! pump's buffers and pipes are thread-local, so nothing here takes a lock.
 //!
+//! A client that waited in the queue longer than
+//! [`ProxyConfig::queue_timeout`] (all workers busy) is closed before any
+//! backend is connected, when a worker finally takes it: it has most likely
+//! given up, and serving it late would spend a backend connection on
+//! nobody. The worker checks [`Job::queued_at`] as it starts; nothing
+//! watches the queue in between, so such a client is closed as soon as a
+//! worker frees up, not at the very moment its time runs out.
+//!
 //! # Parts
 //!
 //! - this file: [`Proxy::handle`], the connection's life and fail-over;
@@ -42,6 +50,8 @@ use crate::health::{self, HealthConfig};
 use crate::reply;
 use crate::scheduler::{Pick, Scheduler};
 use crate::stats::Stats;
+use crate::throttle::{self, LogThrottle};
+use crate::units::format_duration;
 
 pub use pump::{pump, splice_pump, Transfer};
 
@@ -55,6 +65,9 @@ pub struct Job {
     pub client: TcpStream,
     /// The client's address.
     pub peer: SocketAddr,
+    /// When the accept loop queued it: a worker that takes it after more
+    /// than [`ProxyConfig::queue_timeout`] closes it unserved.
+    pub queued_at: Instant,
 }
 
 /// How the workers connect and move bytes (a part of [`crate::Config`]).
@@ -76,7 +89,20 @@ pub struct ProxyConfig {
     /// Yield once before each wait that follows moved bytes
     /// (`yield_before_poll`). Default off.
     pub yield_before_poll: bool,
+    /// Longest a client may wait in the queue for a free worker
+    /// (`queue_timeout`, HAProxy's `timeout queue`); one that waited longer
+    /// is closed unserved (or answered 503 with `http_replies`) when a
+    /// worker takes it. Default [`DEFAULT_QUEUE_TIMEOUT`].
+    pub queue_timeout: Duration,
 }
+
+/// Default of `queue_timeout`: 30 s, the low end of HAProxy's example
+/// `timeout queue` values (30 s to 1 min). A client that has waited that
+/// long for a worker has most likely given up already (people do within
+/// seconds; many HTTP clients time out at 30 s), so serving it would only
+/// spend a backend connection on nobody, while a burst that the workers
+/// clear in a few seconds is never cut.
+pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Default for ProxyConfig {
     fn default() -> Self {
@@ -86,6 +112,7 @@ impl Default for ProxyConfig {
             idle_timeout: Duration::from_secs(600),
             splice: false,
             yield_before_poll: false,
+            queue_timeout: DEFAULT_QUEUE_TIMEOUT,
         }
     }
 }
@@ -112,6 +139,7 @@ impl ProxyConfig {
         for (name, d) in [
             ("connect_timeout", self.connect_timeout),
             ("idle_timeout", self.idle_timeout),
+            ("queue_timeout", self.queue_timeout),
         ] {
             if d.is_zero() {
                 return Err(Error::setting(name, "must be more than 0"));
@@ -137,6 +165,9 @@ pub struct Proxy {
     /// Passive health (`passive_failures`) and the 502 reply
     /// (`http_replies`), read once per connection.
     pub health: Arc<ArcSwap<HealthConfig>>,
+    /// Clients closed for waiting too long in the queue are logged at most
+    /// once a second, with the count of the others.
+    pub queue_timeout_log: LogThrottle,
 }
 
 /// With this backend name, [`Proxy::handle`] panics once connected: the
@@ -149,10 +180,20 @@ impl Proxy {
     /// returns an error: whatever happens is logged and ends only this
     /// connection.
     pub fn handle(&self, job: Job) {
-        let Job { pick, client, peer } = job;
+        let Job {
+            pick,
+            client,
+            peer,
+            queued_at,
+        } = job;
         let started = Instant::now();
         let settings = self.settings.load_full();
         let health = self.health.load_full();
+        let waited = started.saturating_duration_since(queued_at);
+        if waited > settings.queue_timeout {
+            self.queue_timed_out(&client, peer, waited, &settings, &health);
+            return;
+        }
         let (backend_sock, backend) = match self.connect(&pick, &settings, &health) {
             Ok(found) => found,
             Err(err) => {
@@ -232,6 +273,33 @@ impl Proxy {
                 );
             }
         }
+    }
+
+    /// Ends a client that waited longer than `queue_timeout` for a worker,
+    /// before any backend is connected: a 503 with `http_replies` (one
+    /// non-blocking write, as the accept loop's: a worker that lingered
+    /// here would make the backlog that caused the wait grow), then the
+    /// close. Counted; logged at most once a second.
+    fn queue_timed_out(
+        &self,
+        client: &TcpStream,
+        peer: SocketAddr,
+        waited: Duration,
+        settings: &ProxyConfig,
+        health: &HealthConfig,
+    ) {
+        Stats::incr(&self.stats.queue_timeouts);
+        if let Some(others) = self.queue_timeout_log.event(Instant::now()) {
+            log::warn!(
+                "closing client {peer}: it waited {waited:.1?} for a free worker                  (queue timeout {}; all workers busy){}",
+                format_duration(settings.queue_timeout),
+                throttle::more(others)
+            );
+        }
+        if health.http_replies {
+            reply::reply_at_once(client, reply::REPLY_503_BUSY);
+        }
+        close(client);
     }
 
     /// Connects to the picked backend or, failing that, to each other
@@ -326,6 +394,7 @@ mod tests {
             stats: Arc::clone(&stats),
             settings: Arc::new(ArcSwap::from_pointee(ProxyConfig::default())),
             health: Arc::new(ArcSwap::from_pointee(HealthConfig::default())),
+            queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
         });
         let pool = Pool::new(
             1,
@@ -345,6 +414,7 @@ mod tests {
             pick,
             client: accepted,
             peer,
+            queued_at: Instant::now(),
         })
         .unwrap();
         // The worker connected, then panicked: the unwinding closed the
