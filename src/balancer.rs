@@ -137,6 +137,7 @@ impl Balancer {
             settings: Arc::clone(&live.proxy),
             health: Arc::clone(&live.health),
             queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
+            out_of_descriptors_log: LogThrottle::new(Duration::from_secs(1)),
         });
         let pool = Pool::new(
             config.workers,

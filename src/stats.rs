@@ -112,6 +112,10 @@ counters! {
     worker_spawn_failures: Counter,
     /// Clients closed unserved after waiting longer than queue_timeout for a worker.
     queue_timeouts: Counter,
+    /// Times accept(2) or a backend connect found no file descriptor left (EMFILE, ENFILE).
+    out_of_descriptors: Counter,
+    /// Workers waiting now for a file descriptor to connect to a backend (the accept loop holds off meanwhile).
+    descriptor_waits: Gauge,
 }
 
 impl Stats {

@@ -50,6 +50,7 @@ use crate::health::{self, HealthConfig};
 use crate::reply;
 use crate::scheduler::{Pick, Scheduler};
 use crate::stats::Stats;
+use crate::system;
 use crate::throttle::{self, LogThrottle};
 use crate::units::format_duration;
 
@@ -149,6 +150,13 @@ impl ProxyConfig {
     }
 }
 
+/// First pause of a worker whose backend connect found no descriptor left.
+const OUT_OF_DESCRIPTORS_FIRST_PAUSE: Duration = Duration::from_millis(5);
+/// Longest pause between two such tries: shorter than the accept loop's
+/// back-off, so that a freed descriptor more often goes to a client already
+/// accepted than to a new one.
+const OUT_OF_DESCRIPTORS_MAX_PAUSE: Duration = Duration::from_millis(50);
+
 /// Longest a worker spends on a 502 reply (writing it, then waiting for the
 /// client to close first so the reply is not destroyed by a reset).
 const REPLY_LINGER: Duration = Duration::from_secs(1);
@@ -168,6 +176,9 @@ pub struct Proxy {
     /// Clients closed for waiting too long in the queue are logged at most
     /// once a second, with the count of the others.
     pub queue_timeout_log: LogThrottle,
+    /// Backend connects that found no descriptor left are logged at most
+    /// once a second.
+    pub out_of_descriptors_log: LogThrottle,
 }
 
 /// With this backend name, [`Proxy::handle`] panics once connected: the
@@ -332,13 +343,69 @@ impl Proxy {
 
     /// One connect attempt, counted in the stats and in the backend's
     /// passive health.
+    ///
+    /// When the socket cannot even be created because this process is out
+    /// of file descriptors (`EMFILE`, `ENFILE`), the backend is not to
+    /// blame: that is not counted against its health (which would mark
+    /// every backend down at once), and the worker waits for a connection
+    /// to end and free descriptors, trying again with a back-off (from
+    /// [`OUT_OF_DESCRIPTORS_FIRST_PAUSE`], doubling) for at most
+    /// `connect_timeout`.
     fn try_backend(
         &self,
         backend: &Backend,
         settings: &ProxyConfig,
         health: &HealthConfig,
     ) -> Result<TcpStream> {
-        match backend.connect(settings.connect_timeout) {
+        let deadline = Instant::now() + settings.connect_timeout;
+        let mut pause = OUT_OF_DESCRIPTORS_FIRST_PAUSE;
+        loop {
+            match backend.connect(settings.connect_timeout) {
+                Err(source) if system::is_out_of_descriptors(&source) => {
+                    Stats::incr(&self.stats.out_of_descriptors);
+                    let give_up = Instant::now() + pause >= deadline;
+                    if let Some(others) = self.out_of_descriptors_log.event(Instant::now()) {
+                        log::error!(
+                            "cannot connect to backend {}: {source} (this process's \
+                             limit; {}){}",
+                            backend.name(),
+                            if give_up {
+                                "giving up on this client"
+                            } else {
+                                "waiting for connections to end"
+                            },
+                            throttle::more(others)
+                        );
+                    }
+                    if give_up {
+                        return Err(Error::BackendConnect {
+                            backend: backend.name().to_string(),
+                            source,
+                        });
+                    }
+                    // While any worker waits here, the accept loop holds
+                    // off, so a descriptor freed by a connection that ends
+                    // goes to a client already accepted rather than to
+                    // one more client that would wait too.
+                    let _waiting = self.stats.hold(&self.stats.descriptor_waits);
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(OUT_OF_DESCRIPTORS_MAX_PAUSE);
+                }
+                other => return self.connected_or_failed(backend, other, health),
+            }
+        }
+    }
+
+    /// Counts the outcome of one connect attempt that reached the backend
+    /// (or tried to): success or failure, in the stats and its passive
+    /// health.
+    fn connected_or_failed(
+        &self,
+        backend: &Backend,
+        attempt: std::io::Result<TcpStream>,
+        health: &HealthConfig,
+    ) -> Result<TcpStream> {
+        match attempt {
             Ok(stream) => {
                 backend.record_connect_success();
                 Ok(stream)
@@ -395,6 +462,7 @@ mod tests {
             settings: Arc::new(ArcSwap::from_pointee(ProxyConfig::default())),
             health: Arc::new(ArcSwap::from_pointee(HealthConfig::default())),
             queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
+            out_of_descriptors_log: LogThrottle::new(Duration::from_secs(1)),
         });
         let pool = Pool::new(
             1,
