@@ -138,6 +138,7 @@ impl Balancer {
             health: Arc::clone(&live.health),
             queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
             out_of_descriptors_log: LogThrottle::new(Duration::from_secs(1)),
+            first_byte_timeout_log: LogThrottle::new(Duration::from_secs(1)),
         });
         let pool = Pool::new(
             config.workers,

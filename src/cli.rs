@@ -196,6 +196,11 @@ pub struct BalancerArgs {
     /// queue`).
     #[arg(long, value_parser = parse_duration)]
     pub queue_timeout: Option<Duration>,
+    /// Close a client that sends nothing within this time of being accepted
+    /// (silent clients holding workers). Off by default: in protocols where
+    /// the server speaks first the client is silent until greeted.
+    #[arg(long, value_parser = parse_duration)]
+    pub client_first_byte_timeout: Option<Duration>,
 }
 
 fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
@@ -261,6 +266,7 @@ impl BalancerArgs {
             rate_limit_ipv6_prefix: self.rate_limit_ipv6_prefix,
             rate_limit_reply: self.rate_limit_reply,
             queue_timeout: self.queue_timeout,
+            client_first_byte_timeout: self.client_first_byte_timeout,
         }
     }
 
@@ -582,5 +588,20 @@ mod tests {
             .to_string()
             .contains("[default: 30s]"));
         assert!(Cli::try_parse_from(["rodizio", "--queue-timeout", "soon"]).is_err());
+    }
+
+    #[test]
+    fn client_first_byte_timeout_flag_is_off_by_default() {
+        let c = Cli::try_parse_from(["rodizio"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert_eq!(c.proxy.client_first_byte_timeout, None);
+        let c = Cli::try_parse_from(["rodizio", "--client-first-byte-timeout", "2s"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert_eq!(
+            c.proxy.client_first_byte_timeout,
+            Some(Duration::from_secs(2))
+        );
+        let d = Config::default().describe();
+        assert!(d.contains(&("client_first_byte_timeout", "off".to_string())));
     }
 }

@@ -116,6 +116,8 @@ counters! {
     out_of_descriptors: Counter,
     /// Workers waiting now for a file descriptor to connect to a backend (the accept loop holds off meanwhile).
     descriptor_waits: Gauge,
+    /// Clients closed unserved for sending nothing within client_first_byte_timeout.
+    first_byte_timeouts: Counter,
 }
 
 impl Stats {

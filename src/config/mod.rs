@@ -196,6 +196,11 @@ impl Config {
             ]),
         }
         out.push(("queue_timeout", format_duration(p.queue_timeout)));
+        out.push((
+            "client_first_byte_timeout",
+            p.client_first_byte_timeout
+                .map_or_else(|| "off".to_string(), format_duration),
+        ));
         out
     }
 }

@@ -54,6 +54,7 @@ pub struct Overrides {
     pub rate_limit_ipv6_prefix: Option<u8>,
     pub rate_limit_reply: Option<Reply>,
     pub queue_timeout: Option<Duration>,
+    pub client_first_byte_timeout: Option<Duration>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -88,6 +89,9 @@ impl Overrides {
         set(&mut p.splice, &self.splice);
         set(&mut p.yield_before_poll, &self.yield_before_poll);
         set(&mut p.queue_timeout, &self.queue_timeout);
+        if let Some(d) = self.client_first_byte_timeout {
+            p.client_first_byte_timeout = Some(d);
+        }
         let h = &mut config.health;
         set(&mut h.check, &self.health_check);
         set(&mut h.interval, &self.health_interval);

@@ -16,6 +16,12 @@
 //! watches the queue in between, so such a client is closed as soon as a
 //! worker frees up, not at the very moment its time runs out.
 //!
+//! With [`ProxyConfig::client_first_byte_timeout`] (off by default), a
+//! client that has sent nothing that long after it was accepted is closed
+//! the same way, before a backend is connected: the worker waits for its
+//! first byte with `poll(2)`, so a crowd of silent clients (slowloris)
+//! holds each worker for that long at most instead of `idle_timeout`.
+//!
 //! # Parts
 //!
 //! - this file: [`Proxy::handle`], the connection's life and fail-over;
@@ -95,6 +101,12 @@ pub struct ProxyConfig {
     /// is closed unserved (or answered 503 with `http_replies`) when a
     /// worker takes it. Default [`DEFAULT_QUEUE_TIMEOUT`].
     pub queue_timeout: Duration,
+    /// Close a client that has sent nothing this long after it was
+    /// accepted, before any backend is connected
+    /// (`client_first_byte_timeout`). Default `None` (off): in protocols
+    /// where the server speaks first (SMTP, FTP, MySQL) the client waits in
+    /// silence for the greeting, which would never come.
+    pub client_first_byte_timeout: Option<Duration>,
 }
 
 /// Default of `queue_timeout`: 30 s, the low end of HAProxy's example
@@ -114,6 +126,7 @@ impl Default for ProxyConfig {
             splice: false,
             yield_before_poll: false,
             queue_timeout: DEFAULT_QUEUE_TIMEOUT,
+            client_first_byte_timeout: None,
         }
     }
 }
@@ -145,6 +158,12 @@ impl ProxyConfig {
             if d.is_zero() {
                 return Err(Error::setting(name, "must be more than 0"));
             }
+        }
+        if self.client_first_byte_timeout == Some(Duration::ZERO) {
+            return Err(Error::setting(
+                "client_first_byte_timeout",
+                "must be more than 0",
+            ));
         }
         Ok(())
     }
@@ -179,6 +198,9 @@ pub struct Proxy {
     /// Backend connects that found no descriptor left are logged at most
     /// once a second.
     pub out_of_descriptors_log: LogThrottle,
+    /// Clients closed for sending nothing in time are logged at most once
+    /// a second.
+    pub first_byte_timeout_log: LogThrottle,
 }
 
 /// With this backend name, [`Proxy::handle`] panics once connected: the
@@ -204,6 +226,22 @@ impl Proxy {
         if waited > settings.queue_timeout {
             self.queue_timed_out(&client, peer, waited, &settings, &health);
             return;
+        }
+        if let Some(limit) = settings.client_first_byte_timeout {
+            let deadline = queued_at + limit;
+            if !wait_readable(&client, deadline) {
+                Stats::incr(&self.stats.first_byte_timeouts);
+                if let Some(others) = self.first_byte_timeout_log.event(Instant::now()) {
+                    log::info!(
+                        "closing client {peer}: nothing received within {} \
+                         (client first byte timeout){}",
+                        format_duration(limit),
+                        throttle::more(others)
+                    );
+                }
+                close(&client);
+                return;
+            }
         }
         let (backend_sock, backend) = match self.connect(&pick, &settings, &health) {
             Ok(found) => found,
@@ -427,6 +465,37 @@ impl Proxy {
     }
 }
 
+/// Waits with `poll(2)` until `client` has something to read (bytes, or
+/// its end of stream: the pump deals with both) or `deadline` passes;
+/// whether it became readable. A client already past its deadline is looked
+/// at once, without waiting: one that waited in the queue longer than the
+/// first-byte timeout gets no second one.
+fn wait_readable(client: &TcpStream, deadline: Instant) -> bool {
+    use std::os::fd::AsRawFd;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // Rounded up, so a wait of 0.3 ms is not a wait of 0.
+        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        let mut fd = libc::pollfd {
+            fd: client.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, for the length of the call.
+        let rc = unsafe { libc::poll(&mut fd, 1, ms) };
+        if rc > 0 {
+            return true;
+        }
+        if rc == 0 {
+            return false;
+        }
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            // A poll error on our own socket: let the pump meet it.
+            return true;
+        }
+    }
+}
+
 /// `shutdown(SHUT_RDWR)` then close, as the C does; errors are irrelevant
 /// here (the peer may be gone already), so they are ignored.
 fn close(stream: &TcpStream) {
@@ -463,6 +532,7 @@ mod tests {
             health: Arc::new(ArcSwap::from_pointee(HealthConfig::default())),
             queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
             out_of_descriptors_log: LogThrottle::new(Duration::from_secs(1)),
+            first_byte_timeout_log: LogThrottle::new(Duration::from_secs(1)),
         });
         let pool = Pool::new(
             1,
