@@ -118,6 +118,8 @@ counters! {
     descriptor_waits: Gauge,
     /// Clients closed unserved for sending nothing within client_first_byte_timeout.
     first_byte_timeouts: Counter,
+    /// Connections still open when the drain timeout ended them.
+    drain_cut: Counter,
 }
 
 impl Stats {
