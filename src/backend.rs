@@ -487,4 +487,40 @@ mod tests {
         assert_eq!(b.active(), 0);
         assert_eq!(b.total(), 2);
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Random text never panics the parser.
+            #[test]
+            fn random_text_never_panics(text in ".{0,40}") {
+                let _ = BackendSpec::parse(&text);
+            }
+
+            /// Text near the grammar (hosts, brackets, ports, options)
+            /// never panics it either.
+            #[test]
+            fn spec_like_text_never_panics(text in "\\[?[a-z0-9.:]{0,12}\\]?(:[0-9]{0,6})?(,[a-z=0-9]{0,10}){0,2}") {
+                let _ = BackendSpec::parse(&text);
+            }
+
+            /// A spec written out parses back equal: names, IPv4 and IPv6
+            /// literals, any port, any weight.
+            #[test]
+            fn a_formatted_spec_parses_back(
+                host in prop_oneof![
+                    "[a-z][a-z0-9-]{0,10}(\\.[a-z][a-z0-9-]{0,10}){0,2}",
+                    any::<std::net::Ipv4Addr>().prop_map(|ip| ip.to_string()),
+                    any::<std::net::Ipv6Addr>().prop_map(|ip| ip.to_string()),
+                ],
+                port in 1u16..,
+                weight in 1u32..=1000,
+            ) {
+                let spec = BackendSpec { host, port, weight };
+                prop_assert_eq!(BackendSpec::parse(&spec.to_string()).ok(), Some(spec));
+            }
+        }
+    }
 }

@@ -1013,4 +1013,33 @@ mod tests {
         assert!(reply.contains("\r\nConnection: close\r\n"), "{reply}");
         assert!(reply.ends_with(crate::reply::BODY_429));
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Random text never panics the parser.
+            #[test]
+            fn random_text_never_panics(text in ".{0,30}") {
+                let _ = Rate::parse(&text);
+            }
+
+            /// Rate-like text never panics it either.
+            #[test]
+            fn rate_like_text_never_panics(text in "[0-9-]{0,12}/?[0-9.]{0,10}(ms|s|m|h|x)?") {
+                let _ = Rate::parse(&text);
+            }
+
+            /// Any valid rate, written as N/WINDOW with the window in
+            /// milliseconds, parses back to itself; out of range is refused.
+            #[test]
+            fn a_written_rate_parses_back(limit in 1u32..=MAX_LIMIT, ms in 1u64..1_000_000_000) {
+                let rate = Rate { limit, window: Duration::from_millis(ms) };
+                prop_assert_eq!(Rate::parse(&format!("{limit}/{ms}ms")), Ok(rate));
+                let zero = format!("0/{ms}ms");
+                prop_assert!(Rate::parse(&zero).is_err());
+            }
+        }
+    }
 }
