@@ -34,6 +34,12 @@ fn silent_then_normal(
     first_byte_timeout: Option<Duration>,
     within: Duration,
 ) -> (Vec<TcpStream>, TestBalancer, usize, Duration, TestBackend) {
+    // Both tests of this binary at once hold about 9,000 descriptors.
+    let limit = rodizio::system::raise_nofile_limit().expect("raise the open files limit");
+    assert!(
+        limit >= 10_000,
+        "this test needs an open files limit of at least 10000 (ulimit -Hn), got {limit}"
+    );
     let backend = TestBackend::echo();
     let mut cfg = config(&[backend.addr()]);
     cfg.workers = WORKERS;
