@@ -56,8 +56,23 @@ impl BackendSpec {
         let mut parts = text.split(',');
         let hostport = parts.next().unwrap_or_default();
         let (host, port) = split_host_port(hostport).ok_or_else(|| {
-            Error::InvalidBackend(format!("'{text}': expected HOST:PORT, e.g. 127.0.0.1:8001"))
+            let example = match hostport.rsplit_once(':') {
+                // An IPv6 literal without brackets.
+                Some((ip, port)) if ip.contains(':') => format!("[{ip}]:{port}"),
+                _ => "127.0.0.1:8001".to_string(),
+            };
+            Error::InvalidBackend(format!("'{text}': expected HOST:PORT, e.g. {example}"))
         })?;
+        if !host.is_empty()
+            && host.chars().all(|c| c.is_ascii_digit() || c == '.')
+            && host.parse::<std::net::Ipv4Addr>().is_err()
+        {
+            // getaddrinfo would take `3` for 0.0.0.3 and `10.1` for
+            // 10.0.0.1: almost surely not what was meant.
+            return Err(Error::InvalidBackend(format!(
+                "'{text}': '{host}' is not an IPv4 address (four numbers, e.g. 127.0.0.1:8001)"
+            )));
+        }
         let port = parse_port(port)
             .ok_or_else(|| Error::InvalidBackend(format!("'{text}': port must be 1..65535")))?;
         let mut weight = 1;
@@ -103,14 +118,14 @@ impl BackendSpec {
     pub fn resolve(&self) -> Result<Vec<SocketAddr>> {
         let mut addrs: Vec<SocketAddr> = (self.host.as_str(), self.port)
             .to_socket_addrs()
-            .map_err(|e| Error::InvalidBackend(format!("'{}': {e}", self.host)))?
+            .map_err(|e| Error::InvalidBackend(format!("'{}': {e}", self.name())))?
             .collect();
         addrs.sort_by_key(|a| a.is_ipv6());
         addrs.dedup();
         if addrs.is_empty() {
             return Err(Error::InvalidBackend(format!(
                 "'{}' resolves to no address",
-                self.host
+                self.name()
             )));
         }
         Ok(addrs)
@@ -601,5 +616,41 @@ mod tests {
         }
         assert_eq!(b.active(), 0);
         assert_eq!(b.total(), 2);
+    }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Random text never panics the parser.
+            #[test]
+            fn random_text_never_panics(text in ".{0,40}") {
+                let _ = BackendSpec::parse(&text);
+            }
+
+            /// Text near the grammar (hosts, brackets, ports, options)
+            /// never panics it either.
+            #[test]
+            fn spec_like_text_never_panics(text in "\\[?[a-z0-9.:]{0,12}\\]?(:[0-9]{0,6})?(,[a-z=0-9]{0,10}){0,2}") {
+                let _ = BackendSpec::parse(&text);
+            }
+
+            /// A spec written out parses back equal: names, IPv4 and IPv6
+            /// literals, any port, any weight.
+            #[test]
+            fn a_formatted_spec_parses_back(
+                host in prop_oneof![
+                    "[a-z][a-z0-9-]{0,10}(\\.[a-z][a-z0-9-]{0,10}){0,2}",
+                    any::<std::net::Ipv4Addr>().prop_map(|ip| ip.to_string()),
+                    any::<std::net::Ipv6Addr>().prop_map(|ip| ip.to_string()),
+                ],
+                port in 1u16..,
+                weight in 1u32..=1000,
+            ) {
+                let spec = BackendSpec { host, port, weight };
+                prop_assert_eq!(BackendSpec::parse(&spec.to_string()).ok(), Some(spec));
+            }
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! checker and the rate limiter wired together.
 //!
 //! [`Balancer::bind`] does everything that can fail at start-up (validate the
-//! config, resolve the backends, bind the port) so errors surface before any
+//! config, start one thread with the workers' stack size to see that the
+//! system gives it, resolve the backends, bind the port) so errors surface before any
 //! client is accepted, and so a test can learn the port it got from
 //! `127.0.0.1:0` before traffic starts. [`Balancer::run`] then accepts until
 //! the [`Shutdown`] is triggered and drains.
@@ -46,6 +47,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 
@@ -61,6 +63,7 @@ use crate::proxy::{Job, Proxy, ProxyConfig};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
+use crate::throttle::LogThrottle;
 
 /// The settings a running balancer reads live, and the scheduler: what a
 /// reload changes. Cheap to clone (reference counts).
@@ -101,6 +104,7 @@ impl Balancer {
     /// address (or the admin address) cannot be listened on.
     pub fn bind(config: Config) -> Result<Balancer> {
         config.validate()?;
+        check_thread_stack(config.thread_stack)?;
         let backends = config
             .backends
             .iter()
@@ -146,6 +150,9 @@ impl Balancer {
             stats: Arc::clone(&stats),
             settings: Arc::clone(&live.proxy),
             health: Arc::clone(&live.health),
+            queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
+            out_of_descriptors_log: LogThrottle::new(Duration::from_secs(1)),
+            first_byte_timeout_log: LogThrottle::new(Duration::from_secs(1)),
         });
         let pool = Pool::new(
             config.workers,
@@ -263,13 +270,44 @@ impl Balancer {
         }
         let left = self.pool.wait_exit(self.config.drain_timeout);
         if left > 0 {
-            log::warn!(
-                "drain timeout: {} connection(s) still open are cut",
-                self.stats.snapshot().active
-            );
+            let active = self.stats.snapshot().active;
+            Stats::add(&self.stats.drain_cut, active.max(1));
+            log::warn!("drain timeout: {active} connection(s) still open are cut");
         } else {
             log::info!("all connections finished; stopped");
         }
         Ok(())
+    }
+}
+
+/// Starts (and joins) one thread with the workers' stack size, so that a
+/// stack the system cannot give (too large for the memory or the address
+/// space limits) is a start-up error, not a balancer that accepts clients
+/// and has no worker to serve them.
+///
+/// # Errors
+///
+/// [`Error::InvalidSetting`] on `thread_stack`, with the system's reason.
+fn check_thread_stack(stack: usize) -> Result<()> {
+    let refused = |reason: String| {
+        Error::setting(
+            "thread_stack",
+            format!("cannot start a worker thread with a stack of {stack} bytes: {reason}"),
+        )
+    };
+    // catch_unwind: the standard library asserts on some sizes it cannot
+    // hand to pthread_attr_setstacksize instead of returning an error.
+    let spawned = std::panic::catch_unwind(|| {
+        std::thread::Builder::new()
+            .name("rodizio-stack-check".into())
+            .stack_size(stack)
+            .spawn(|| {})
+    });
+    match spawned {
+        Ok(Ok(handle)) => handle
+            .join()
+            .map_err(|_| refused("the thread panicked".into())),
+        Ok(Err(err)) => Err(refused(err.to_string())),
+        Err(_) => Err(refused("the size was refused".into())),
     }
 }

@@ -70,7 +70,7 @@ pub struct DemoArgs {
 #[derive(Debug, Args)]
 pub struct BackendArgs {
     /// Address to listen on.
-    #[arg(short, long, default_value = "127.0.0.1:8001")]
+    #[arg(short, long, default_value = "127.0.0.1:8001", value_parser = parse_listen)]
     pub listen: SocketAddr,
     /// Name in the reply body (default: the listening address).
     #[arg(long)]
@@ -83,7 +83,7 @@ pub struct BackendArgs {
 #[derive(Debug, Args)]
 pub struct BalancerArgs {
     /// Address to accept clients on (IPv4 or IPv6, e.g. `[::]:8080`).
-    #[arg(short, long)]
+    #[arg(short, long, value_parser = parse_listen)]
     pub listen: Option<SocketAddr>,
     /// A backend as HOST:PORT[,weight=N]; repeat for more. Without any,
     /// rodizio asks for them as the article's program does.
@@ -103,7 +103,7 @@ pub struct BalancerArgs {
     #[arg(long)]
     pub queue_capacity: Option<usize>,
     /// The listen(2) backlog.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
     pub backlog: Option<i32>,
     /// Bytes per read in each direction (e.g. 4096, 16k).
     #[arg(long, value_parser = parse_size)]
@@ -228,6 +228,16 @@ pub struct BalancerArgs {
     /// being this file's content (trimmed).
     #[arg(long, value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
+    /// Close a client that waited longer than this for a free worker (503
+    /// with --http-replies) instead of serving it late (HAProxy's `timeout
+    /// queue`).
+    #[arg(long, value_parser = parse_duration)]
+    pub queue_timeout: Option<Duration>,
+    /// Close a client that sends nothing within this time of being accepted
+    /// (silent clients holding workers). Off by default: in protocols where
+    /// the server speaks first the client is silent until greeted.
+    #[arg(long, value_parser = parse_duration)]
+    pub client_first_byte_timeout: Option<Duration>,
 }
 
 fn parse_health_bytes(text: &str) -> std::result::Result<Vec<u8>, String> {
@@ -239,6 +249,28 @@ fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
         Error::InvalidBackend(msg) => msg,
         other => other.to_string(),
     })
+}
+
+/// A listening address, `IP:PORT`, with an example of the right form in
+/// the error: `8080` or `::1:8080` alone are common slips.
+fn parse_listen(text: &str) -> std::result::Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let hint = if text.parse::<u16>().is_ok() {
+        format!("an address and a port are needed, e.g. 0.0.0.0:{text} or 127.0.0.1:{text}")
+    } else if text.matches(':').count() > 1 && !text.starts_with('[') {
+        match text.rsplit_once(':') {
+            Some((ip, port)) => {
+                format!("an IPv6 address goes in brackets before the port, e.g. [{ip}]:{port}")
+            }
+            None => "e.g. [::1]:8080".to_string(),
+        }
+    } else {
+        "expected IP:PORT, e.g. 127.0.0.1:8080 or [::]:8080 (a numeric IP, not a name)".to_string()
+    };
+    Err(format!("'{text}' is not a listening address: {hint}"))
 }
 
 fn parse_algorithm(text: &str) -> std::result::Result<Algorithm, String> {
@@ -308,6 +340,8 @@ impl BalancerArgs {
             admin_listen: self.admin_listen,
             admin_allow_remote: given(self.admin_allow_remote),
             admin_token_file: self.admin_token_file.clone(),
+            queue_timeout: self.queue_timeout,
+            client_first_byte_timeout: self.client_first_byte_timeout,
         }
     }
 
@@ -332,6 +366,18 @@ impl BalancerArgs {
 /// the settings types, and shown from there.
 pub fn command() -> clap::Command {
     let mut cmd = Cli::command();
+    // Every flag that takes a value takes it even when it starts with a
+    // hyphen, so `--connect-timeout -1s` reaches the value parser, which
+    // refuses it naming the flag, instead of clap saying "unexpected
+    // argument '-1'" without naming any.
+    let valued: Vec<clap::Id> = cmd
+        .get_arguments()
+        .filter(|a| a.get_action().takes_values() && !a.is_positional())
+        .map(|a| a.get_id().clone())
+        .collect();
+    for id in valued {
+        cmd = cmd.mut_arg(id, |arg| arg.allow_hyphen_values(true));
+    }
     for (name, value) in Config::default().describe() {
         if value.is_empty() || !cmd.get_arguments().any(|a| a.get_id() == name) {
             continue;
@@ -351,7 +397,45 @@ pub fn command() -> clap::Command {
 /// clap's error for bad arguments (and for `--help`/`--version`, which it
 /// reports as errors of those kinds).
 pub fn parse() -> std::result::Result<Cli, clap::Error> {
-    let matches = command().try_get_matches()?;
+    parse_from(std::env::args_os())
+}
+
+/// Parses `args` (the program name first) as [`parse`] does: with
+/// [`command`], and refusing balancer flags given with the `backend`
+/// subcommand, which runs no balancer (`rodizio -l ADDR backend` would
+/// otherwise listen on the backend's default address and say nothing).
+///
+/// # Errors
+///
+/// As [`parse`].
+pub fn parse_from<I, T>(args: I) -> std::result::Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut cmd = command();
+    let matches = cmd.try_get_matches_from_mut(args)?;
+    if matches.subcommand_name() == Some("backend") {
+        let flags: Vec<clap::Id> = cmd.get_arguments().map(|a| a.get_id().clone()).collect();
+        let given: Vec<String> = matches
+            .ids()
+            .filter(|id| flags.contains(id))
+            .filter(|id| {
+                matches.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine)
+            })
+            .map(|id| format!("--{}", id.as_str().replace('_', "-")))
+            .collect();
+        if !given.is_empty() {
+            return Err(cmd.error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "{} given before 'backend': balancer flags, and 'backend' runs no \
+                     balancer; its own flags go after it (rodizio backend --listen 127.0.0.1:8001)",
+                    given.join(", ")
+                ),
+            ));
+        }
+    }
     Cli::from_arg_matches(&matches)
 }
 
@@ -361,15 +445,25 @@ pub fn one_line(err: &clap::Error) -> String {
     let rendered = err.render().to_string();
     let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
     let first = lines.next().unwrap_or("invalid arguments").to_string();
+    let rest: Vec<&str> = lines
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .collect();
     // "the following required arguments were not provided:" lists them on
     // the next lines, up to the usage block: keep them on the same line.
-    if first.ends_with(':') {
-        let rest: Vec<&str> = lines.take_while(|l| !l.starts_with("Usage:")).collect();
-        if !rest.is_empty() {
-            return format!("{first} {}", rest.join(", "));
-        }
+    if first.ends_with(':') && !rest.is_empty() {
+        return format!("{first} {}", rest.join(", "));
     }
-    first
+    // What clap adds below the first line and is worth keeping: the
+    // accepted values and its tips ("a similar argument exists: ...").
+    let kept: Vec<&str> = rest
+        .into_iter()
+        .filter(|l| l.starts_with("tip:") || l.starts_with("[possible values:"))
+        .collect();
+    if kept.is_empty() {
+        first
+    } else {
+        format!("{first} ({})", kept.join("; "))
+    }
 }
 
 #[cfg(test)]
@@ -660,5 +754,101 @@ mod tests {
         assert!(one_line(&err).contains("fr"), "{}", one_line(&err));
         let help = command().render_help().to_string();
         assert!(help.contains("--trace-lang"));
+    }
+
+    #[test]
+    fn queue_timeout_flag() {
+        let c = Cli::try_parse_from(["rodizio"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert_eq!(c.proxy.queue_timeout, Duration::from_secs(30));
+        let c = Cli::try_parse_from(["rodizio", "--queue-timeout", "250ms"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert_eq!(c.proxy.queue_timeout, Duration::from_millis(250));
+        assert!(command()
+            .render_help()
+            .to_string()
+            .contains("[default: 30s]"));
+        assert!(Cli::try_parse_from(["rodizio", "--queue-timeout", "soon"]).is_err());
+    }
+
+    #[test]
+    fn client_first_byte_timeout_flag_is_off_by_default() {
+        let c = Cli::try_parse_from(["rodizio"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert_eq!(c.proxy.client_first_byte_timeout, None);
+        let c = Cli::try_parse_from(["rodizio", "--client-first-byte-timeout", "2s"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert_eq!(
+            c.proxy.client_first_byte_timeout,
+            Some(Duration::from_secs(2))
+        );
+        let d = Config::default().describe();
+        assert!(d.contains(&("client_first_byte_timeout", "off".to_string())));
+    }
+
+    #[test]
+    fn one_line_keeps_clap_tips() {
+        let err = parse_from(["rodizio", "--worker", "3"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(
+            line.contains("tip: a similar argument exists: '--workers'"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'));
+        let err = parse_from(["rodizio", "--algorithm", "rr"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(line.contains("round-robin, weighted-round-robin"), "{line}");
+    }
+
+    #[test]
+    fn negative_values_reach_the_value_parser_and_name_the_flag() {
+        for (flag, value) in [
+            ("--connect-timeout", "-1s"),
+            ("--workers", "-3"),
+            ("--thread-stack", "-64k"),
+            ("--backlog", "-1"),
+        ] {
+            let err = parse_from(["rodizio", flag, value]).unwrap_err();
+            let line = one_line(&err);
+            assert!(line.contains(flag), "{flag} {value}: {line}");
+            assert!(line.contains(value), "{flag} {value}: {line}");
+        }
+    }
+
+    #[test]
+    fn the_backlog_range_is_1_to_i32_max() {
+        let err = parse_from(["rodizio", "--backlog", "2147483648"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(line.contains("1..=2147483647"), "{line}");
+        assert!(parse_from(["rodizio", "--backlog", "2147483647"]).is_ok());
+        assert!(parse_from(["rodizio", "--backlog", "0"]).is_err());
+    }
+
+    #[test]
+    fn balancer_flags_with_the_backend_subcommand_are_refused() {
+        let err = parse_from(["rodizio", "-l", "127.0.0.1:18101", "backend"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(line.contains("--listen given before 'backend'"), "{line}");
+        // After it, --listen is the backend's own.
+        let cli = parse_from(["rodizio", "backend", "-l", "127.0.0.1:18101"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Backend(b)) if b.listen.port() == 18101));
+        // With demo the balancer flags are valid and stay.
+        let cli = parse_from(["rodizio", "-l", "127.0.0.1:18101", "demo"]).unwrap();
+        assert_eq!(cli.balancer.listen.unwrap().port(), 18101);
+    }
+
+    #[test]
+    fn addresses_are_refused_with_an_example_of_the_right_form() {
+        for (args, wanted) in [
+            (["rodizio", "-l", "8080"], "127.0.0.1:8080"),
+            (["rodizio", "-l", "::1:8001"], "[::1]:8001"),
+            (["rodizio", "-b", "::1:8001"], "[::1]:8001"),
+            (["rodizio", "-b", "3:8001"], "'3' is not an IPv4 address"),
+            (["rodizio", "-b", "3"], "expected HOST:PORT"),
+        ] {
+            let err = parse_from(args).unwrap_err();
+            let line = one_line(&err);
+            assert!(line.contains(wanted), "{args:?}: {line}");
+        }
     }
 }

@@ -67,6 +67,7 @@
 //! - `admin/`: the admin API (`--admin`): JSON over HTTP to list, add,
 //!   drain and remove backends, reload, and show the settings; `routes`
 //!   (the endpoints), `reaper` (removes drained backends).
+//! - `throttle`: a log line at most once a second for events that repeat.
 //!
 //! Every module is public, on purpose: this crate is also read as a
 //! companion to the article, and its tests and readers reach every part
@@ -133,6 +134,7 @@ pub mod shutdown;
 pub mod signals;
 pub mod stats;
 pub mod system;
+pub mod throttle;
 pub mod trace;
 pub mod units;
 

@@ -22,9 +22,13 @@
 //!
 //! An `accept(2)` error is never fatal. `ECONNABORTED` (the client left
 //! before we took it) and `EINTR` are retried at once; anything else
-//! (`EMFILE`: out of file descriptors, `ENOBUFS`, `ENOMEM`) is logged and
-//! retried after a short back-off, since retrying at once would spin on the
-//! same error while the connections in flight free what it needs. A panic
+//! (`EMFILE`: out of file descriptors, `ENOBUFS`, `ENOMEM`) is retried
+//! after a short back-off, since retrying at once would spin on the same
+//! error while the connections in flight free what it needs, and logged at
+//! most once a second with the count of the others (a [`LogThrottle`]).
+//! While a worker waits for a descriptor to reach its backend (the
+//! `descriptor_waits` gauge), the loop does not accept at all, so a freed
+//! descriptor goes to a client already taken in. A panic
 //! while handling one new client (a bug in the gate or the scheduler) is
 //! caught and logged like a worker's, and accepting goes on.
 //!
@@ -51,6 +55,7 @@ use std::io::{self, ErrorKind};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,14 +71,23 @@ use crate::reply;
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
+use crate::system;
+use crate::throttle::{self, LogThrottle};
 use crate::trace::{self, Event};
 
-/// Pause after an `accept(2)` error that is not the client's doing.
 /// How long the kernel holds back, with `--defer-accept`, a client that
 /// sends nothing: after this it is handed over anyway.
 pub const DEFER_ACCEPT_SECS: libc::c_int = 1;
 
+/// Pause after an `accept(2)` error that is not the client's doing: long
+/// enough that a loop stuck on `EMFILE` costs no CPU (ten tries a second),
+/// short enough that a descriptor freed by a finished connection is taken
+/// up quickly.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Pause of the accept loop while a worker waits for a file descriptor to
+/// connect to its backend (see `Proxy::handle`).
+const DESCRIPTOR_WAIT_PAUSE: Duration = Duration::from_millis(10);
 
 /// Creates the listening socket: `SO_REUSEADDR`, bound, listening with
 /// `backlog`.
@@ -139,7 +153,19 @@ impl Acceptor<'_> {
     /// Accepts clients until shutdown is triggered.
     pub fn run(&self, listener: &TcpListener) {
         let stop = self.shutdown.receiver();
+        // Out of descriptors, accept fails ten times a second (once per
+        // back-off) for as long as it lasts: one line a second says so.
+        let errors_log = LogThrottle::new(Duration::from_secs(1));
         loop {
+            if self.stats.descriptor_waits.load(Ordering::Relaxed) > 0 {
+                // A worker is waiting for a descriptor to reach its
+                // backend: accepting now would take the one it waits for.
+                let _ = stop.recv_timeout(DESCRIPTOR_WAIT_PAUSE);
+                if self.shutdown.is_triggered() {
+                    return;
+                }
+                continue;
+            }
             let (client, peer) = match listener.accept() {
                 Ok(accepted) => accepted,
                 Err(err) => {
@@ -150,7 +176,15 @@ impl Acceptor<'_> {
                     match err.kind() {
                         ErrorKind::ConnectionAborted | ErrorKind::Interrupted => {}
                         _ => {
-                            log::error!("accept failed: {err}; retrying in {ACCEPT_BACKOFF:?}");
+                            if system::is_out_of_descriptors(&err) {
+                                Stats::incr(&self.stats.out_of_descriptors);
+                            }
+                            if let Some(others) = errors_log.event(Instant::now()) {
+                                log::error!(
+                                    "accept failed: {err}; retrying every {ACCEPT_BACKOFF:?}{}",
+                                    throttle::more(others)
+                                );
+                            }
                             // Sleeps, but wakes at once on shutdown.
                             let _ = stop.recv_timeout(ACCEPT_BACKOFF);
                         }
@@ -206,7 +240,15 @@ impl Acceptor<'_> {
             trace::queued(client.as_raw_fd(), self.pool.queued());
         }
         // An error means the pool closed while we waited for room.
-        self.pool.submit(Job { pick, client, peer }).is_ok()
+        let queued_at = Instant::now();
+        self.pool
+            .submit(Job {
+                pick,
+                client,
+                peer,
+                queued_at,
+            })
+            .is_ok()
     }
 
     /// The rate-limit gate: gives the client back if it may go on; else

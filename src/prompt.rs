@@ -111,6 +111,12 @@ fn parse_count(text: &str) -> Option<usize> {
 /// allowed around IPv6) that resolves.
 fn valid_host(text: &str) -> Option<String> {
     let host = plain_host(text)?;
+    if host.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && host.parse::<std::net::Ipv4Addr>().is_err()
+    {
+        // `3` would resolve to 0.0.0.3: a slip, not an address.
+        return None;
+    }
     // Port 1 is a placeholder: only the host part is being resolved.
     let resolves = (host, 1).to_socket_addrs().map(|mut a| a.next().is_some());
     resolves.unwrap_or(false).then(|| host.to_string())

@@ -27,6 +27,12 @@ pub const REPLY_503: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
 Content-Type: text/plain\r\nContent-Length: 29\r\nConnection: close\r\n\r\n\
 no backend server available\r\n";
 
+/// `HTTP/1.1 503 Service Unavailable`, for clients that waited longer than
+/// `queue_timeout` for a free worker.
+pub const REPLY_503_BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+Content-Type: text/plain\r\nContent-Length: 29\r\nConnection: close\r\n\r\n\
+all workers busy, try later\r\n";
+
 /// `HTTP/1.1 502 Bad Gateway`, for clients whose every backend connect
 /// failed.
 pub const REPLY_502: &[u8] = b"HTTP/1.1 502 Bad Gateway\r\n\

@@ -10,7 +10,9 @@
 //!
 //! - SIGINT, SIGTERM: the first one triggers the [`Shutdown`] (a graceful
 //!   drain); a second one exits at once with 128 + the signal number, as a
-//!   shell reports a killed program.
+//!   shell reports a killed program. [`exit`], which `main` ends with, gives
+//!   that code too when the second signal came while the drain was
+//!   finishing anyway, so two signals always mean 128 + N.
 //! - SIGHUP: runs the reload hook set with [`Signals::on_reload`]; without
 //!   one, logs that reload is not supported and goes on.
 //! - SIGUSR1: runs the reopen hook ([`Signals::on_reopen`]); without one,
@@ -21,6 +23,7 @@
 //! No C counterpart: the C handles no signal, so SIGINT, SIGTERM and SIGHUP
 //! all kill it mid-transfer.
 
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -30,6 +33,50 @@ use crate::shutdown::Shutdown;
 
 /// A hook the signal thread runs.
 type Hook = Box<dyn Fn() + Send + Sync>;
+
+/// The second SIGINT/SIGTERM, once one came (0 before).
+static SECOND_SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// Held by whoever ends the process: [`exit`] or the signal thread on a
+/// second signal, so the two never decide the exit code differently.
+static EXIT_LOCK: Mutex<()> = parking_lot::const_mutex(());
+
+/// Ends the process with `code`, or with 128 + N if a second SIGINT or
+/// SIGTERM (number N) has arrived by now, while `stopping` (a first one
+/// was handled): received by the signal thread, or still pending. So two
+/// signals sent before the process exits always give 128 + N, whether the
+/// drain had finished or not.
+pub fn exit(code: u8, stopping: bool) -> ! {
+    use std::io::Write;
+    let _exiting = EXIT_LOCK.lock();
+    let _ = std::io::stdout().flush();
+    let second = match SECOND_SIGNAL.load(Ordering::SeqCst) {
+        0 if stopping => pending_stop_signal(),
+        0 => None,
+        signo => Some(signo),
+    };
+    match second {
+        Some(signo) => {
+            log::warn!("second stop signal ({signo}): exiting with {}", 128 + signo);
+            std::process::exit(128 + signo)
+        }
+        None => std::process::exit(i32::from(code)),
+    }
+}
+
+/// A SIGINT or SIGTERM delivered to the process and not yet taken by the
+/// signal thread.
+fn pending_stop_signal() -> Option<libc::c_int> {
+    // SAFETY: sigpending fills a sigset_t we own; sigismember reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        if libc::sigpending(&mut set) != 0 {
+            return None;
+        }
+        [libc::SIGTERM, libc::SIGINT]
+            .into_iter()
+            .find(|&s| libc::sigismember(&set, s) == 1)
+    }
+}
 
 /// The signals the thread waits for, with their names.
 const SIGNALS: [(libc::c_int, &str); 5] = [
@@ -80,10 +127,15 @@ impl Signals {
         match signo {
             libc::SIGINT | libc::SIGTERM => {
                 if shutdown.is_triggered() {
+                    SECOND_SIGNAL.store(signo, Ordering::SeqCst);
+                    // Under the exit lock: if `main` is already exiting
+                    // with its own code, this waits and `main` sees the
+                    // flag set just above.
+                    let _exiting = EXIT_LOCK.lock();
                     log::warn!("{name} again: exiting now");
                     std::process::exit(128 + signo);
                 }
-                log::info!("{name} received: draining connections (send it again to exit now)");
+                log::info!("{name} received: stopping (send it again to exit now)");
                 shutdown.trigger();
             }
             libc::SIGHUP => match &*self.hooks.reload.lock() {

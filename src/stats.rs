@@ -112,6 +112,16 @@ counters! {
     worker_panics: Counter,
     /// Worker threads that could not be started (resource limits).
     worker_spawn_failures: Counter,
+    /// Clients closed unserved after waiting longer than queue_timeout for a worker.
+    queue_timeouts: Counter,
+    /// Times accept(2) or a backend connect found no file descriptor left (EMFILE, ENFILE).
+    out_of_descriptors: Counter,
+    /// Workers waiting now for a file descriptor to connect to a backend (the accept loop holds off meanwhile).
+    descriptor_waits: Gauge,
+    /// Clients closed unserved for sending nothing within client_first_byte_timeout.
+    first_byte_timeouts: Counter,
+    /// Connections still open when the drain timeout ended them.
+    drain_cut: Counter,
 }
 
 impl Stats {

@@ -5,7 +5,8 @@
 //! balancer near 500 connections whatever `--workers` says. So `main` raises
 //! the soft `RLIMIT_NOFILE` to the hard limit before accepting anything.
 //! It runs once, on the main thread; the limit belongs to the process, so
-//! it holds for every thread.
+//! it holds for every thread. [`is_out_of_descriptors`] tells the accept
+//! loop and the workers when that limit is reached.
 //!
 //! # Corresponds to the C article
 //!
@@ -35,4 +36,11 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
         }
         Ok(limit.rlim_cur as u64)
     }
+}
+
+/// Whether `err` says this process (`EMFILE`) or the whole system
+/// (`ENFILE`) has no file descriptor left: our own limit, which frees up as
+/// connections end, not the fault of a client or a backend.
+pub fn is_out_of_descriptors(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
 }

@@ -22,25 +22,48 @@ pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' is not a duration (examples: 500ms, 3s, 10m)"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "" | "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
+    let not_a_duration = || format!("'{text}' is not a duration (examples: 500ms, 3s, 10m)");
+    let unit_nanos: u128 = match unit {
+        "ms" => 1_000_000,
+        "" | "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
         _ => {
             return Err(format!(
                 "'{text}': unknown unit '{unit}' (use ms, s, m or h)"
             ))
         }
     };
-    if !seconds.is_finite() || seconds > 1e9 {
-        return Err(format!("'{text}' is too long"));
+    // Whole and fractional digits in integers, not through a float: a
+    // float would turn 24321514718ms into 24321514.717999999 s.
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
+        return Err(not_a_duration());
     }
-    Ok(Duration::from_secs_f64(seconds))
+    let too_long = || format!("'{text}' is too long");
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| too_long())?
+    };
+    // Digits past the nanosecond change nothing; 18 fit a u128 product.
+    let fraction = &fraction[..fraction.len().min(18)];
+    let fraction_nanos = if fraction.is_empty() {
+        0
+    } else {
+        let digits: u128 = fraction.parse().map_err(|_| not_a_duration())?;
+        digits * unit_nanos / 10u128.pow(fraction.len() as u32)
+    };
+    let nanos = whole
+        .checked_mul(unit_nanos)
+        .and_then(|n| n.checked_add(fraction_nanos))
+        .filter(|&n| n <= MAX_DURATION_NANOS)
+        .ok_or_else(too_long)?;
+    Ok(Duration::from_nanos(nanos as u64))
 }
+
+/// Longest duration accepted: 1e9 seconds (about 31 years).
+const MAX_DURATION_NANOS: u128 = 1_000_000_000 * 1_000_000_000;
 
 /// Parses a byte size: a number with an optional `k` or `m` suffix
 /// (`65536`, `64k`, `1m`), powers of 1024.
@@ -135,5 +158,40 @@ mod tests {
         }
         assert_eq!(format_size(65536), "64k");
         assert_eq!(format_size(4096), "4096");
+    }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any whole number of milliseconds up to the longest accepted
+            /// (1e9 s) is written and read back to the same duration.
+            #[test]
+            fn a_formatted_duration_parses_back(ms in 0u64..1_000_000_000_000) {
+                let d = Duration::from_millis(ms);
+                prop_assert_eq!(parse_duration(&format_duration(d)), Ok(d));
+            }
+
+            /// Any size that fits is written and read back to itself.
+            #[test]
+            fn a_formatted_size_parses_back(n in any::<usize>()) {
+                prop_assert_eq!(parse_size(&format_size(n)), Ok(n));
+            }
+
+            /// Random text never panics either parser.
+            #[test]
+            fn random_text_never_panics(text in ".{0,24}") {
+                let _ = parse_duration(&text);
+                let _ = parse_size(&text);
+            }
+
+            /// Text made of the parsers' own characters never panics either.
+            #[test]
+            fn number_like_text_never_panics(text in "[0-9.eE+-]{0,30}(ms|s|m|h|k|b|K|M)?") {
+                let _ = parse_duration(&text);
+                let _ = parse_size(&text);
+            }
+        }
     }
 }

@@ -437,7 +437,9 @@ fn bad_requests_get_json_errors_and_the_proxy_goes_on() {
     let lb = TestBalancer::start(admin_config(&[a.addr()]));
     let at = admin(&lb);
     let cases: Vec<(Answer, u16)> = vec![
-        (get(at, "/"), 404),
+        // `GET /` is the stats page (tests/metrics.rs and
+        // scripts/observability-check.sh); other methods there are refused.
+        (call(at, "DELETE", "/", ""), 405),
         (get(at, "/nope"), 404),
         (get(at, "/backends/x/y"), 404),
         (call(at, "DELETE", "/backends", ""), 405),

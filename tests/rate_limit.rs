@@ -43,7 +43,12 @@ fn limit(n: u32, reply: Reply) -> Option<RateLimitConfig> {
 /// A connection to `to` from the loopback address `127.0.0.<last>`
 /// (bound before connecting, port chosen by the kernel), with timeouts.
 fn connect_from(last: u8, to: SocketAddr) -> TcpStream {
-    let source = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, last)), 0);
+    connect_from_ip(Ipv4Addr::new(127, 0, 0, last), to)
+}
+
+/// A connection to `to` from the loopback address `ip`, with timeouts.
+fn connect_from_ip(ip: Ipv4Addr, to: SocketAddr) -> TcpStream {
+    let source = SocketAddr::new(IpAddr::V4(ip), 0);
     let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
     socket.bind(&source.into()).unwrap();
     socket.connect_timeout(&to.into(), TIMEOUT).unwrap();
@@ -177,4 +182,37 @@ fn bad_flags_exit_2_with_one_line() {
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(stderr.starts_with("rodizio: "), "{args:?}: {stderr}");
     }
+}
+
+/// A client over its limit stays refused while 1,500 new addresses
+/// (127.1.x.y, each bound before connecting) pass through a balancer that
+/// tracks at most 256 clients, probed every 500 of them; a fresh address is
+/// then served.
+#[test]
+fn an_abuser_stays_refused_while_many_new_addresses_arrive() {
+    let backend = TestBackend::echo();
+    let mut config = limit(3, Reply::Close);
+    if let Some(c) = config.as_mut() {
+        c.max_clients = 256;
+    }
+    let lb = start(backend.addr(), config);
+    for _ in 0..3 {
+        round_trip(7, lb.addr);
+    }
+    expect_closed(7, lb.addr);
+    for n in 1..=1500u16 {
+        let [hi, lo] = n.to_be_bytes();
+        let ip = Ipv4Addr::new(127, 1, hi, lo);
+        let mut stream = connect_from_ip(ip, lb.addr);
+        stream.write_all(b"x").unwrap();
+        let mut echoed = [0u8; 1];
+        stream.read_exact(&mut echoed).unwrap();
+        if n % 500 == 0 {
+            expect_closed(7, lb.addr);
+        }
+    }
+    round_trip(8, lb.addr);
+    assert_eq!(backend.accepted(), 3 + 1500 + 1);
+    assert_eq!(lb.stats.snapshot().rate_limited, 1 + 1500 / 500);
+    lb.stop();
 }

@@ -58,6 +58,14 @@ pub const MAX_WORKERS: usize = 65536;
 /// Smallest worker stack accepted: below this, a worker could overflow
 /// while logging or unwinding a panic.
 pub const MIN_THREAD_STACK: usize = 32 * 1024;
+/// Largest worker stack accepted: 1 GiB. Far above any need (the default
+/// is 64 KiB), and it keeps the size far from where rounding it up to whole
+/// pages would overflow.
+pub const MAX_THREAD_STACK: usize = 1 << 30;
+/// Shortest duration any duration setting accepts: below a millisecond a
+/// timeout cuts every connection at once, and `poll(2)` counts in
+/// milliseconds anyway.
+pub const MIN_DURATION: Duration = Duration::from_millis(1);
 
 /// Everything the balancer needs to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,6 +166,17 @@ impl Config {
                 ),
             ));
         }
+        if self.thread_stack > MAX_THREAD_STACK {
+            return Err(Error::setting(
+                "thread_stack",
+                format!(
+                    "must be at most {} (1 GiB), got {}",
+                    format_size(MAX_THREAD_STACK),
+                    self.thread_stack
+                ),
+            ));
+        }
+        self.check_durations()?;
         if self.queue_capacity == 0 {
             return Err(Error::setting("queue_capacity", "must be at least 1"));
         }
@@ -195,6 +214,34 @@ impl Config {
                      backends, so it listens on loopback unless `admin_allow_remote` is given"
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    /// Refuses any duration setting under [`MIN_DURATION`] (this is where
+    /// the floor is checked, for the flags and any other source alike).
+    fn check_durations(&self) -> Result<()> {
+        let p = &self.proxy;
+        let h = &self.health;
+        let mut durations = vec![
+            ("connect_timeout", p.connect_timeout),
+            ("idle_timeout", p.idle_timeout),
+            ("queue_timeout", p.queue_timeout),
+            ("drain_timeout", self.drain_timeout),
+            ("health_interval", h.interval),
+            ("health_timeout", h.timeout),
+            ("health_cooldown", h.cooldown),
+        ];
+        if let Some(d) = p.client_first_byte_timeout {
+            durations.push(("client_first_byte_timeout", d));
+        }
+        for (name, d) in durations {
+            if d < MIN_DURATION {
+                return Err(Error::setting(
+                    name,
+                    format!("must be at least 1ms, got {d:?}"),
+                ));
+            }
         }
         Ok(())
     }
@@ -266,6 +313,12 @@ impl Config {
                     .map_or_else(|| "none".to_string(), |p| p.display().to_string()),
             ),
         ]);
+        out.push(("queue_timeout", format_duration(p.queue_timeout)));
+        out.push((
+            "client_first_byte_timeout",
+            p.client_first_byte_timeout
+                .map_or_else(|| "off".to_string(), format_duration),
+        ));
         out
     }
 }
@@ -318,7 +371,7 @@ mod tests {
         c.proxy.idle_timeout = Duration::ZERO;
         let flag = c.validate().unwrap_err().worded_as_flag().to_string();
         assert!(
-            flag.contains("--idle-timeout must be more than 0"),
+            flag.contains("--idle-timeout must be at least 1ms"),
             "{flag}"
         );
     }
@@ -329,7 +382,7 @@ mod tests {
             backends: vec![BackendSpec::parse("127.0.0.1:1").unwrap()],
             ..Config::default()
         };
-        assert_eq!(c.describe().last().unwrap().0, "admin_token_file");
+        assert!(c.describe().iter().any(|(n, _)| *n == "admin_token_file"));
         c.admin_listen = Some("[::1]:9000".parse().unwrap());
         assert!(c.validate().is_ok());
         c.admin_listen = Some("0.0.0.0:9000".parse().unwrap());
@@ -363,5 +416,40 @@ mod tests {
         assert_eq!(get("connect_timeout"), "3s");
         assert_eq!(get("idle_timeout"), "10m");
         assert_eq!(get("algorithm"), "round-robin");
+    }
+
+    #[test]
+    fn durations_under_a_millisecond_are_refused() {
+        let ok = Config {
+            backends: vec![BackendSpec::parse("127.0.0.1:1").unwrap()],
+            ..Config::default()
+        };
+        let mut c = ok.clone();
+        c.proxy.connect_timeout = Duration::from_micros(500);
+        let flag = c.validate().unwrap_err().worded_as_flag().to_string();
+        assert!(
+            flag.contains("--connect-timeout must be at least 1ms"),
+            "{flag}"
+        );
+        let mut c = ok.clone();
+        c.health.cooldown = Duration::from_micros(999);
+        assert!(c.validate().is_err());
+        let mut c = ok.clone();
+        c.drain_timeout = Duration::ZERO;
+        assert!(c.validate().is_err());
+        let mut c = ok;
+        c.proxy.idle_timeout = Duration::from_millis(1);
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn a_stack_over_1_gib_is_refused() {
+        let mut c = Config {
+            backends: vec![BackendSpec::parse("127.0.0.1:1").unwrap()],
+            ..Config::default()
+        };
+        c.thread_stack = usize::MAX;
+        let flag = c.validate().unwrap_err().worded_as_flag().to_string();
+        assert!(flag.contains("--thread-stack must be at most"), "{flag}");
     }
 }

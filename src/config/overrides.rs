@@ -63,6 +63,8 @@ pub struct Overrides {
     pub admin_listen: Option<SocketAddr>,
     pub admin_allow_remote: Option<bool>,
     pub admin_token_file: Option<PathBuf>,
+    pub queue_timeout: Option<Duration>,
+    pub client_first_byte_timeout: Option<Duration>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -105,6 +107,10 @@ impl Overrides {
         set(&mut p.idle_timeout, &self.idle_timeout);
         set(&mut p.splice, &self.splice);
         set(&mut p.yield_before_poll, &self.yield_before_poll);
+        set(&mut p.queue_timeout, &self.queue_timeout);
+        if let Some(d) = self.client_first_byte_timeout {
+            p.client_first_byte_timeout = Some(d);
+        }
         let h = &mut config.health;
         set(&mut h.check, &self.health_check);
         set(&mut h.interval, &self.health_interval);

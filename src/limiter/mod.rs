@@ -80,12 +80,14 @@
 //! shard first *sweeps* it: every entry whose state has run out (its window
 //! is over, its bucket refilled) is removed. Forgetting such an entry
 //! changes no decision, since a new entry would start in the same state.
-//! Only when nothing has run out is an entry *evicted*: the one seen least
-//! recently (the one whose last attempt, allowed or refused, is oldest).
-//! Eviction forgets live state: that client's count starts again. Choosing
-//! the least recently *seen* entry means a client over its limit that keeps
-//! connecting is always recent and so is never the one evicted, however
-//! fast other addresses churn the table.
+//! Only when nothing has run out is an entry *evicted*, and eviction
+//! forgets live state: that client's count starts again. Entries over
+//! their limit (their next attempt would be refused) carry the only
+//! information that matters, so the victim is the least recently seen
+//! entry *within* its limit; an entry over its limit is evicted only when
+//! every entry of the shard is over it, and then the one whose refusal
+//! ends soonest. A client over its limit therefore stays refused however
+//! many new addresses churn the table and however rarely it comes back.
 //!
 //! The table is never cleared wholesale, which would be simpler: it would
 //! let an attacker reset its own counter by making (or spoofing the source
@@ -797,7 +799,32 @@ mod tests {
     }
 
     #[test]
-    fn full_table_evicts_the_least_recently_seen() {
+    fn full_table_evicts_the_least_recently_seen_within_its_limit() {
+        let l = Limiter::new(&RateLimitConfig {
+            max_clients: 4,
+            ..RateLimitConfig::new(Rate {
+                limit: 2,
+                window: 60 * S,
+            })
+        });
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // Client 0 uses its allowance and is refused: over its limit, and
+        // the least recently seen of all.
+        assert_eq!(allowed(&l, ip(0), at(0), 3), 2);
+        for n in 1..4 {
+            assert!(l.check(ip(n), at(u64::from(n) + 1)).is_allowed());
+        }
+        // A newcomer evicts 1, the oldest of those within their limit.
+        assert!(l.check(ip(99), at(11)).is_allowed());
+        assert_eq!((l.len(), l.evictions(), l.swept()), (4, 1, 0));
+        // Client 1 was forgotten: allowed twice again. Client 0 was kept.
+        assert_eq!(allowed(&l, ip(1), at(12), 2), 2);
+        assert!(!l.check(ip(0), at(13)).is_allowed());
+    }
+
+    #[test]
+    fn a_shard_all_over_its_limit_evicts_the_refusal_that_ends_first() {
         let l = Limiter::new(&RateLimitConfig {
             max_clients: 4,
             ..RateLimitConfig::new(Rate {
@@ -807,16 +834,53 @@ mod tests {
         });
         let t0 = Instant::now();
         let at = |ms| t0 + Duration::from_millis(ms);
-        for n in 0..4 {
-            assert!(l.check(ip(n), at(u64::from(n))).is_allowed());
+        // Client 3 opens its window first, so its refusal ends first,
+        // although it is the most recently seen.
+        assert!(l.check(ip(3), at(0)).is_allowed());
+        for n in 0..3 {
+            assert!(l.check(ip(n), at(u64::from(n) + 1)).is_allowed());
         }
-        // Client 0 comes back (refused) and so is recent; 1 is now oldest.
-        assert!(!l.check(ip(0), at(10)).is_allowed());
-        assert!(l.check(ip(99), at(11)).is_allowed());
-        assert_eq!((l.len(), l.evictions(), l.swept()), (4, 1, 0));
-        // Client 1 was forgotten: allowed again. Client 0 was kept: refused.
-        assert!(l.check(ip(1), at(12)).is_allowed());
-        assert!(!l.check(ip(0), at(13)).is_allowed());
+        assert!(!l.check(ip(3), at(5)).is_allowed());
+        // Every entry is at its limit: the newcomer evicts client 3.
+        assert!(l.check(ip(99), at(10)).is_allowed());
+        assert_eq!((l.len(), l.evictions()), (4, 1));
+        assert!(!l.check(ip(0), at(11)).is_allowed());
+        assert!(l.check(ip(3), at(12)).is_allowed());
+    }
+
+    /// `--rate-limit 3/30s --rate-limit-max-clients 1000`: a client over its
+    /// limit stays refused through 20,000 new addresses in one window,
+    /// probed only every 2,000 of them (so it is never recently seen).
+    #[test]
+    fn an_abuser_stays_refused_while_many_new_addresses_arrive() {
+        let l = Limiter::new(&RateLimitConfig {
+            max_clients: 1000,
+            ..RateLimitConfig::new(Rate {
+                limit: 3,
+                window: 30 * S,
+            })
+        });
+        let t0 = Instant::now();
+        let abuser = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 9));
+        assert_eq!(allowed(&l, abuser, t0, 5), 3);
+        for n in 1..=20_000u32 {
+            // All within the window: 100 µs apart, two seconds in all.
+            let now = t0 + Duration::from_micros(100 * u64::from(n));
+            assert!(l.check(ip(0x0a00_0000 + n), now).is_allowed());
+            if n % 2000 == 0 {
+                assert!(
+                    !l.check(abuser, now).is_allowed(),
+                    "the abuser was let through after {n} new addresses"
+                );
+                assert!(l.len() <= l.capacity(), "{} > {}", l.len(), l.capacity());
+            }
+        }
+        assert!(l.evictions() > 18_000, "{}", l.evictions());
+        // A fresh client is still served.
+        let fresh = IpAddr::V4(Ipv4Addr::new(198, 51, 100, 1));
+        assert_eq!(allowed(&l, fresh, t0 + 3 * S, 3), 3);
+        assert!(l.len() <= l.capacity());
+        assert_eq!(l.capacity(), 1000);
     }
 
     #[test]
@@ -883,7 +947,11 @@ mod tests {
                 max_clients: 50,
                 algorithm,
                 ..RateLimitConfig::new(Rate {
-                    limit: 1,
+                    // Some entries within their limit, some over it, so
+                    // that both sweeps and evictions happen (with a limit
+                    // of 1 every entry is over it, and eviction takes the
+                    // one about to run out before any sweep can).
+                    limit: 2,
                     // A sliding window's state lasts two windows.
                     window: Duration::from_millis(if algorithm == RuleKind::SlidingWindow {
                         17
@@ -989,5 +1057,34 @@ mod tests {
         l.check(ip(1), t1);
         assert_eq!(l.used(ip(1), t1), 1);
         assert_eq!(l.used(ip(1), t1 + S), 0);
+    }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Random text never panics the parser.
+            #[test]
+            fn random_text_never_panics(text in ".{0,30}") {
+                let _ = Rate::parse(&text);
+            }
+
+            /// Rate-like text never panics it either.
+            #[test]
+            fn rate_like_text_never_panics(text in "[0-9-]{0,12}/?[0-9.]{0,10}(ms|s|m|h|x)?") {
+                let _ = Rate::parse(&text);
+            }
+
+            /// Any valid rate, written as N/WINDOW with the window in
+            /// milliseconds, parses back to itself; out of range is refused.
+            #[test]
+            fn a_written_rate_parses_back(limit in 1u32..=MAX_LIMIT, ms in 1u64..1_000_000_000) {
+                let rate = Rate { limit, window: Duration::from_millis(ms) };
+                prop_assert_eq!(Rate::parse(&format!("{limit}/{ms}ms")), Ok(rate));
+                let zero = format!("0/{ms}ms");
+                prop_assert!(Rate::parse(&zero).is_err());
+            }
+        }
     }
 }

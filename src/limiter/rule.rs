@@ -78,6 +78,22 @@ impl Rule {
         }
     }
 
+    /// When the slot's client is over its limit at tick `t` (its next
+    /// attempt would be refused), the tick at which it would be let through
+    /// again; `None` while it is within its limit. Asks [`Rule::decide`]
+    /// about a copy, so the answer is exactly the decision an attempt would
+    /// get, for every algorithm.
+    pub(super) fn refused_until(&self, slot: &Slot, t: u64) -> Option<u64> {
+        let mut copy = *slot;
+        match self.decide(&mut copy, t) {
+            Decision::Allowed => None,
+            Decision::Refused { retry_after, .. } => {
+                let wait = u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX);
+                Some(t.saturating_add(wait))
+            }
+        }
+    }
+
     /// Counts one attempt at tick `t` against `slot`.
     pub(super) fn decide(&self, slot: &mut Slot, t: u64) -> Decision {
         match self.algorithm {

@@ -108,7 +108,7 @@ impl Shard {
     }
 
     /// Frees at least one slot of a full shard: sweeps every run-out entry,
-    /// or, if none has run out, evicts the least recently seen one.
+    /// or, if none has run out, evicts one entry chosen by [`Shard::victim`].
     pub(super) fn make_room(&mut self, t: u64, rule: &Rule, hasher: &KeyHasher) -> Room {
         if t >= self.run_out_at {
             let swept = self.sweep(t, rule, hasher);
@@ -119,20 +119,54 @@ impl Shard {
                 };
             }
         }
-        // Nothing has run out: evict the least recently seen entry.
-        let mut oldest = (u64::MAX, None);
-        for (i, &seen) in self.seen.iter().enumerate() {
-            if seen != 0 && seen < oldest.0 {
-                oldest = (seen, Some(i));
-            }
-        }
-        if let (_, Some(i)) = oldest {
+        let victim = self.victim(t, rule);
+        if let Some(i) = victim {
             self.remove(i, hasher);
         }
         Room {
             swept: 0,
-            evicted: oldest.1.is_some(),
+            evicted: victim.is_some(),
         }
+    }
+
+    /// The entry to evict from a full shard where nothing has run out.
+    ///
+    /// An entry over its limit (its next attempt would be refused) holds
+    /// the one fact the limiter exists for: forgetting it lets that client
+    /// in again at once. An entry within its limit only loses part of an
+    /// allowance it has not used. So the victim is the least recently seen
+    /// entry *within* its limit; only when every entry of the shard is over
+    /// its limit is one of those evicted, the one whose refusal ends
+    /// soonest (it would have been let in first anyway).
+    ///
+    /// Cost: one pass over `seen` as before; the rule is asked about a slot
+    /// only when its tick is older than the best candidate so far, which in
+    /// a flood of new addresses is a handful of slots per pass. The second
+    /// pass runs only in a shard that is entirely over its limit.
+    fn victim(&self, t: u64, rule: &Rule) -> Option<usize> {
+        let mut oldest_within = (u64::MAX, None);
+        for (i, &seen) in self.seen.iter().enumerate() {
+            if seen != 0
+                && seen < oldest_within.0
+                && rule.refused_until(&self.slots[i], t).is_none()
+            {
+                oldest_within = (seen, Some(i));
+            }
+        }
+        if oldest_within.1.is_some() {
+            return oldest_within.1;
+        }
+        // Every entry is over its limit: the refusal that ends first.
+        let mut soonest = (u64::MAX, None);
+        for (i, &seen) in self.seen.iter().enumerate() {
+            if seen != 0 {
+                let until = rule.refused_until(&self.slots[i], t).unwrap_or(0);
+                if soonest.1.is_none() || until < soonest.0 {
+                    soonest = (until, Some(i));
+                }
+            }
+        }
+        soonest.1
     }
 
     /// Removes every run-out entry and makes `run_out_at` exact again.

@@ -8,6 +8,20 @@
 //! settings it started with, and a change applies to the next one). The
 //! pump's buffers and pipes are thread-local, so nothing here takes a lock.
 //!
+//! A client that waited in the queue longer than
+//! [`ProxyConfig::queue_timeout`] (all workers busy) is closed before any
+//! backend is connected, when a worker finally takes it: it has most likely
+//! given up, and serving it late would spend a backend connection on
+//! nobody. The worker checks [`Job::queued_at`] as it starts; nothing
+//! watches the queue in between, so such a client is closed as soon as a
+//! worker frees up, not at the very moment its time runs out.
+//!
+//! With [`ProxyConfig::client_first_byte_timeout`] (off by default), a
+//! client that has sent nothing that long after it was accepted is closed
+//! the same way, before a backend is connected: the worker waits for its
+//! first byte with `poll(2)`, so a crowd of silent clients (slowloris)
+//! holds each worker for that long at most instead of `idle_timeout`.
+//!
 //! # Parts
 //!
 //! - this file: [`Proxy::handle`], the connection's life and fail-over;
@@ -43,7 +57,10 @@ use crate::health::{self, HealthConfig};
 use crate::reply;
 use crate::scheduler::{Pick, Scheduler};
 use crate::stats::Stats;
+use crate::system;
+use crate::throttle::{self, LogThrottle};
 use crate::trace::{self, Event};
+use crate::units::format_duration;
 
 pub use pump::{pump, splice_pump, Transfer};
 
@@ -57,6 +74,9 @@ pub struct Job {
     pub client: TcpStream,
     /// The client's address.
     pub peer: SocketAddr,
+    /// When the accept loop queued it: a worker that takes it after more
+    /// than [`ProxyConfig::queue_timeout`] closes it unserved.
+    pub queued_at: Instant,
 }
 
 /// How the workers connect and move bytes (a part of [`crate::Config`]).
@@ -78,7 +98,26 @@ pub struct ProxyConfig {
     /// Yield once before each wait that follows moved bytes
     /// (`yield_before_poll`). Default off.
     pub yield_before_poll: bool,
+    /// Longest a client may wait in the queue for a free worker
+    /// (`queue_timeout`, HAProxy's `timeout queue`); one that waited longer
+    /// is closed unserved (or answered 503 with `http_replies`) when a
+    /// worker takes it. Default [`DEFAULT_QUEUE_TIMEOUT`].
+    pub queue_timeout: Duration,
+    /// Close a client that has sent nothing this long after it was
+    /// accepted, before any backend is connected
+    /// (`client_first_byte_timeout`). Default `None` (off): in protocols
+    /// where the server speaks first (SMTP, FTP, MySQL) the client waits in
+    /// silence for the greeting, which would never come.
+    pub client_first_byte_timeout: Option<Duration>,
 }
+
+/// Default of `queue_timeout`: 30 s, the low end of HAProxy's example
+/// `timeout queue` values (30 s to 1 min). A client that has waited that
+/// long for a worker has most likely given up already (people do within
+/// seconds; many HTTP clients time out at 30 s), so serving it would only
+/// spend a backend connection on nobody, while a burst that the workers
+/// clear in a few seconds is never cut.
+pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Default for ProxyConfig {
     fn default() -> Self {
@@ -88,6 +127,8 @@ impl Default for ProxyConfig {
             idle_timeout: Duration::from_secs(600),
             splice: false,
             yield_before_poll: false,
+            queue_timeout: DEFAULT_QUEUE_TIMEOUT,
+            client_first_byte_timeout: None,
         }
     }
 }
@@ -114,14 +155,28 @@ impl ProxyConfig {
         for (name, d) in [
             ("connect_timeout", self.connect_timeout),
             ("idle_timeout", self.idle_timeout),
+            ("queue_timeout", self.queue_timeout),
         ] {
             if d.is_zero() {
                 return Err(Error::setting(name, "must be more than 0"));
             }
         }
+        if self.client_first_byte_timeout == Some(Duration::ZERO) {
+            return Err(Error::setting(
+                "client_first_byte_timeout",
+                "must be more than 0",
+            ));
+        }
         Ok(())
     }
 }
+
+/// First pause of a worker whose backend connect found no descriptor left.
+const OUT_OF_DESCRIPTORS_FIRST_PAUSE: Duration = Duration::from_millis(5);
+/// Longest pause between two such tries: shorter than the accept loop's
+/// back-off, so that a freed descriptor more often goes to a client already
+/// accepted than to a new one.
+const OUT_OF_DESCRIPTORS_MAX_PAUSE: Duration = Duration::from_millis(50);
 
 /// Longest a worker spends on a 502 reply (writing it, then waiting for the
 /// client to close first so the reply is not destroyed by a reset).
@@ -139,6 +194,15 @@ pub struct Proxy {
     /// Passive health (`passive_failures`) and the 502 reply
     /// (`http_replies`), read once per connection.
     pub health: Arc<ArcSwap<HealthConfig>>,
+    /// Clients closed for waiting too long in the queue are logged at most
+    /// once a second, with the count of the others.
+    pub queue_timeout_log: LogThrottle,
+    /// Backend connects that found no descriptor left are logged at most
+    /// once a second.
+    pub out_of_descriptors_log: LogThrottle,
+    /// Clients closed for sending nothing in time are logged at most once
+    /// a second.
+    pub first_byte_timeout_log: LogThrottle,
 }
 
 /// With this backend name, [`Proxy::handle`] panics once connected: the
@@ -151,13 +215,39 @@ impl Proxy {
     /// returns an error: whatever happens is logged and ends only this
     /// connection.
     pub fn handle(&self, job: Job) {
-        let Job { pick, client, peer } = job;
+        let Job {
+            pick,
+            client,
+            peer,
+            queued_at,
+        } = job;
         if trace::on() {
             trace::taken(client.as_raw_fd(), crate::pool::worker_number());
         }
         let started = Instant::now();
         let settings = self.settings.load_full();
         let health = self.health.load_full();
+        let waited = started.saturating_duration_since(queued_at);
+        if waited > settings.queue_timeout {
+            self.queue_timed_out(&client, peer, waited, &settings, &health);
+            return;
+        }
+        if let Some(limit) = settings.client_first_byte_timeout {
+            let deadline = queued_at + limit;
+            if !wait_readable(&client, deadline) {
+                Stats::incr(&self.stats.first_byte_timeouts);
+                if let Some(others) = self.first_byte_timeout_log.event(Instant::now()) {
+                    log::info!(
+                        "closing client {peer}: nothing received within {} \
+                         (client first byte timeout){}",
+                        format_duration(limit),
+                        throttle::more(others)
+                    );
+                }
+                close(&client);
+                return;
+            }
+        }
         let (backend_sock, backend) = match self.connect(&pick, &settings, &health) {
             Ok(found) => found,
             Err(err) => {
@@ -248,6 +338,33 @@ impl Proxy {
         }
     }
 
+    /// Ends a client that waited longer than `queue_timeout` for a worker,
+    /// before any backend is connected: a 503 with `http_replies` (one
+    /// non-blocking write, as the accept loop's: a worker that lingered
+    /// here would make the backlog that caused the wait grow), then the
+    /// close. Counted; logged at most once a second.
+    fn queue_timed_out(
+        &self,
+        client: &TcpStream,
+        peer: SocketAddr,
+        waited: Duration,
+        settings: &ProxyConfig,
+        health: &HealthConfig,
+    ) {
+        Stats::incr(&self.stats.queue_timeouts);
+        if let Some(others) = self.queue_timeout_log.event(Instant::now()) {
+            log::warn!(
+                "closing client {peer}: it waited {waited:.1?} for a free worker                  (queue timeout {}; all workers busy){}",
+                format_duration(settings.queue_timeout),
+                throttle::more(others)
+            );
+        }
+        if health.http_replies {
+            reply::reply_at_once(client, reply::REPLY_503_BUSY);
+        }
+        close(client);
+    }
+
     /// Connects to the picked backend or, failing that, to each other
     /// available backend once, in list order.
     ///
@@ -281,6 +398,14 @@ impl Proxy {
 
     /// One connect attempt, counted in the stats and in the backend's
     /// passive health.
+    ///
+    /// When the socket cannot even be created because this process is out
+    /// of file descriptors (`EMFILE`, `ENFILE`), the backend is not to
+    /// blame: that is not counted against its health (which would mark
+    /// every backend down at once), and the worker waits for a connection
+    /// to end and free descriptors, trying again with a back-off (from
+    /// [`OUT_OF_DESCRIPTORS_FIRST_PAUSE`], doubling) for at most
+    /// `connect_timeout`.
     fn try_backend(
         &self,
         backend: &Backend,
@@ -288,7 +413,56 @@ impl Proxy {
         health: &HealthConfig,
     ) -> Result<TcpStream> {
         let started = trace::on().then(Instant::now);
-        match backend.connect(settings.connect_timeout) {
+        let deadline = Instant::now() + settings.connect_timeout;
+        let mut pause = OUT_OF_DESCRIPTORS_FIRST_PAUSE;
+        loop {
+            match backend.connect(settings.connect_timeout) {
+                Err(source) if system::is_out_of_descriptors(&source) => {
+                    Stats::incr(&self.stats.out_of_descriptors);
+                    let give_up = Instant::now() + pause >= deadline;
+                    if let Some(others) = self.out_of_descriptors_log.event(Instant::now()) {
+                        log::error!(
+                            "cannot connect to backend {}: {source} (this process's \
+                             limit; {}){}",
+                            backend.name(),
+                            if give_up {
+                                "giving up on this client"
+                            } else {
+                                "waiting for connections to end"
+                            },
+                            throttle::more(others)
+                        );
+                    }
+                    if give_up {
+                        return Err(Error::BackendConnect {
+                            backend: backend.name().to_string(),
+                            source,
+                        });
+                    }
+                    // While any worker waits here, the accept loop holds
+                    // off, so a descriptor freed by a connection that ends
+                    // goes to a client already accepted rather than to
+                    // one more client that would wait too.
+                    let _waiting = self.stats.hold(&self.stats.descriptor_waits);
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(OUT_OF_DESCRIPTORS_MAX_PAUSE);
+                }
+                other => return self.connected_or_failed(backend, other, health, started),
+            }
+        }
+    }
+
+    /// Counts the outcome of one connect attempt that reached the backend
+    /// (or tried to): success or failure, in the stats and its passive
+    /// health.
+    fn connected_or_failed(
+        &self,
+        backend: &Backend,
+        attempt: std::io::Result<TcpStream>,
+        health: &HealthConfig,
+        started: Option<Instant>,
+    ) -> Result<TcpStream> {
+        match attempt {
             Ok(stream) => {
                 backend.record_connect_success();
                 if let Some(started) = started {
@@ -318,6 +492,37 @@ impl Proxy {
                     source,
                 })
             }
+        }
+    }
+}
+
+/// Waits with `poll(2)` until `client` has something to read (bytes, or
+/// its end of stream: the pump deals with both) or `deadline` passes;
+/// whether it became readable. A client already past its deadline is looked
+/// at once, without waiting: one that waited in the queue longer than the
+/// first-byte timeout gets no second one.
+fn wait_readable(client: &TcpStream, deadline: Instant) -> bool {
+    use std::os::fd::AsRawFd;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // Rounded up, so a wait of 0.3 ms is not a wait of 0.
+        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        let mut fd = libc::pollfd {
+            fd: client.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, for the length of the call.
+        let rc = unsafe { libc::poll(&mut fd, 1, ms) };
+        if rc > 0 {
+            return true;
+        }
+        if rc == 0 {
+            return false;
+        }
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            // A poll error on our own socket: let the pump meet it.
+            return true;
         }
     }
 }
@@ -356,6 +561,9 @@ mod tests {
             stats: Arc::clone(&stats),
             settings: Arc::new(ArcSwap::from_pointee(ProxyConfig::default())),
             health: Arc::new(ArcSwap::from_pointee(HealthConfig::default())),
+            queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
+            out_of_descriptors_log: LogThrottle::new(Duration::from_secs(1)),
+            first_byte_timeout_log: LogThrottle::new(Duration::from_secs(1)),
         });
         let pool = Pool::new(
             1,
@@ -375,6 +583,7 @@ mod tests {
             pick,
             client: accepted,
             peer,
+            queued_at: Instant::now(),
         })
         .unwrap();
         // The worker connected, then panicked: the unwinding closed the

@@ -1,0 +1,241 @@
+//! Out of file descriptors: the binary started with `RLIMIT_NOFILE` 256 (a
+//! limit it cannot raise) and 400 clients at once. Accept errors are
+//! logged at most once a second with the count of the others, the accept
+//! loop backs off instead of spinning, every client is served as
+//! descriptors free up, and the descriptor count comes back to where it
+//! was. A test binary of its own: it measures the child's CPU time.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{wait_for, TestBackend};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
+const NOFILE: libc::rlim_t = 256;
+const CLIENTS: usize = 400;
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The child, killed on drop if still running; its standard error is
+/// collected by a thread.
+struct Rodizio {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Drop for Rodizio {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Rodizio {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn child_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .unwrap()
+            .count()
+    }
+
+    /// User plus system CPU time of the whole process, in clock ticks.
+    fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        let rest = &stat[stat.rfind(')').unwrap() + 1..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    }
+}
+
+/// `rodizio -l 127.0.0.1:0 -b BACKEND` with the open-files limit set to
+/// [`NOFILE`] (soft and hard) between fork and exec; returns it with the
+/// port it listens on.
+fn start(backend: SocketAddr) -> (Rodizio, SocketAddr) {
+    let mut command = Command::new(BIN);
+    command
+        // No active checks: their sockets would come and go while the
+        // descriptors are counted.
+        .args(["-l", "127.0.0.1:0", "--health-check", "off"])
+        .args(["-b", &backend.to_string()])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs in the
+    // child between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: NOFILE,
+                rlim_max: NOFILE,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().expect("start rodizio");
+    let stderr = Arc::new(Mutex::new(String::new()));
+    {
+        let mut pipe = child.stderr.take().unwrap();
+        let stderr = Arc::clone(&stderr);
+        thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                stderr
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+    }
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    {
+        let mut pipe = child.stdout.take().unwrap();
+        thread::spawn(move || {
+            let mut out = String::new();
+            let mut buf = [0u8; 256];
+            let mut sent = false;
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                out.push_str(&String::from_utf8_lossy(&buf[..n]));
+                if !sent && out.contains('\n') {
+                    let _ = tx.send(out.clone());
+                    sent = true;
+                }
+            }
+        });
+    }
+    let child = Rodizio { child, stderr };
+    let line = rx
+        .recv_timeout(TIMEOUT)
+        .unwrap_or_else(|_| panic!("no listening line; stderr: {}", child.stderr()));
+    let port: u16 = line
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("{line:?}"));
+    (child, SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect_timeout(&addr, TIMEOUT).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    s.set_write_timeout(Some(TIMEOUT)).unwrap();
+    s
+}
+
+fn round_trip(s: &mut TcpStream, byte: u8) -> bool {
+    let mut b = [0u8];
+    s.write_all(&[byte]).is_ok() && s.read_exact(&mut b).is_ok() && b[0] == byte
+}
+
+/// How many lines of `log` contain `needle`.
+fn lines_with(log: &str, needle: &str) -> usize {
+    log.lines().filter(|l| l.contains(needle)).count()
+}
+
+/// 400 clients connect at once to a balancer limited to 256 descriptors;
+/// each has sent a byte. They are then served in order, each closed once
+/// echoed, so descriptors free up one connection at a time.
+#[test]
+fn out_of_descriptors_logs_little_spins_never_and_serves_everyone() {
+    let backend = TestBackend::echo();
+    let (mut rodizio, addr) = start(backend.addr());
+    let baseline = rodizio.open_fds();
+    // Served as usual before the flood.
+    let mut first = connect(addr);
+    assert!(round_trip(&mut first, b'w'));
+    drop(first);
+
+    let started = Instant::now();
+    let mut clients: Vec<TcpStream> = (0..CLIENTS)
+        .map(|i| {
+            let mut s = connect(addr);
+            s.write_all(&[i as u8]).unwrap();
+            s
+        })
+        .collect();
+    assert!(
+        wait_for(TIMEOUT, || rodizio.stderr().contains("Too many open files")),
+        "never ran out of descriptors; stderr: {}",
+        rodizio.stderr()
+    );
+    // Stuck at the limit for a second: the back-off keeps the CPU idle.
+    let before = rodizio.cpu_ticks();
+    let window = Instant::now();
+    thread::sleep(Duration::from_secs(1));
+    let ticks = rodizio.cpu_ticks() - before;
+    let window = window.elapsed();
+    eprintln!("CPU while out of descriptors: {ticks} ticks in {window:?}");
+
+    let mut served = 0;
+    for (i, mut s) in clients.drain(..).enumerate() {
+        let mut b = [0u8];
+        if s.read_exact(&mut b).is_ok() && b[0] == i as u8 {
+            served += 1;
+        } else {
+            eprintln!("client {i} not served");
+        }
+        drop(s);
+        assert!(started.elapsed() < 3 * TIMEOUT, "too slow");
+    }
+    let elapsed = started.elapsed();
+    let log = rodizio.stderr();
+    let accept_lines = lines_with(&log, "accept failed");
+    eprintln!(
+        "served {served}/{CLIENTS} in {elapsed:?}; {accept_lines} accept-error lines, {} log lines in all",
+        log.lines().count()
+    );
+    eprintln!("log:\n{log}");
+    assert_eq!(served, CLIENTS);
+    assert!(
+        ticks <= 10,
+        "{ticks} ticks of CPU in {window:?} while stuck"
+    );
+    // At most one line a second from each of the two places that can run
+    // out (accept, a worker's backend connect), plus the first of each.
+    let most = elapsed.as_secs() as usize + 2;
+    assert!(
+        accept_lines <= most,
+        "{accept_lines} accept-error lines in {elapsed:?}"
+    );
+    let out_of_fds_lines = lines_with(&log, "Too many open files");
+    assert!(
+        (1..=2 * most).contains(&out_of_fds_lines),
+        "{out_of_fds_lines} lines about descriptors in {elapsed:?}"
+    );
+    assert!(
+        wait_for(TIMEOUT, || rodizio.open_fds() == baseline),
+        "descriptors: {} now, {baseline} before",
+        rodizio.open_fds()
+    );
+    assert!(rodizio.child_alive());
+}
