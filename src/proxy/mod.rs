@@ -271,11 +271,17 @@ impl Proxy {
         close(&client);
         drop(backend_sock);
         drop(client);
-        trace::closed(
-            transfer.to_backend,
-            transfer.to_client,
-            outcome.error.as_ref(),
-        );
+        if trace::on() {
+            // A timeout has no io::Error of its own: the trace tells it as
+            // one, as it tells resets and failed writes.
+            let timeout = (outcome.error.is_none() && !outcome.end.is_clean())
+                .then(|| io::Error::new(io::ErrorKind::TimedOut, outcome.end.to_string()));
+            trace::closed(
+                transfer.to_backend,
+                transfer.to_client,
+                outcome.error.as_ref().or(timeout.as_ref()),
+            );
+        }
         trace::waiting();
         let elapsed = started.elapsed();
         let why = match &outcome.error {
@@ -290,9 +296,15 @@ impl Proxy {
         } else {
             log::Level::Info
         };
+        // "finished" when both sides closed, "ended" otherwise.
+        let verb = if outcome.end.is_clean() {
+            "finished"
+        } else {
+            "ended"
+        };
         log::log!(
             level,
-            "connection ended: client {peer} backend {}: {why} (sent {} received {} in {:?})",
+            "connection {verb}: client {peer} backend {}: {why} (sent {} received {} in {:?})",
             backend.name(),
             transfer.to_backend,
             transfer.to_client,
