@@ -151,7 +151,9 @@ impl ProxyConfig {
             return Err(Error::setting("fin_timeout", "must be more than 0"));
         }
         if let Some(idle) = self.tcp_keepalive {
-            if idle < Duration::from_secs(1) || idle > MAX_TCP_KEEPALIVE {
+            // The kernel counts these in whole seconds.
+            if idle < Duration::from_secs(1) || idle > MAX_TCP_KEEPALIVE || idle.subsec_nanos() != 0
+            {
                 return Err(Error::setting(
                     "tcp_keepalive",
                     format!(
@@ -480,7 +482,11 @@ mod tests {
             ..ProxyConfig::default()
         };
         assert_eq!(bad(zero_fin), "fin_timeout");
-        for idle in [Duration::from_millis(500), Duration::from_secs(40_000)] {
+        for idle in [
+            Duration::from_millis(500),
+            Duration::from_millis(1500),
+            Duration::from_secs(40_000),
+        ] {
             let c = ProxyConfig {
                 tcp_keepalive: Some(idle),
                 ..ProxyConfig::default()
