@@ -238,6 +238,15 @@ pub struct BalancerArgs {
     /// the server speaks first the client is silent until greeted.
     #[arg(long, value_parser = parse_duration)]
     pub client_first_byte_timeout: Option<Duration>,
+    /// Once one side of a connection has closed its write side, close the
+    /// connection when the other stays silent this long.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub fin_timeout: Option<Duration>,
+    /// Turn on TCP keep-alive on both sockets of each connection: first
+    /// probe after IDLE without traffic, then every IDLE/3 (at least 1s),
+    /// dropped after 3 unanswered (e.g. 60s).
+    #[arg(long, value_name = "IDLE", value_parser = parse_duration)]
+    pub tcp_keepalive: Option<Duration>,
 }
 
 fn parse_health_bytes(text: &str) -> std::result::Result<Vec<u8>, String> {
@@ -342,6 +351,8 @@ impl BalancerArgs {
             admin_token_file: self.admin_token_file.clone(),
             queue_timeout: self.queue_timeout,
             client_first_byte_timeout: self.client_first_byte_timeout,
+            fin_timeout: self.fin_timeout,
+            tcp_keepalive: self.tcp_keepalive,
         }
     }
 
@@ -850,5 +861,26 @@ mod tests {
             let line = one_line(&err);
             assert!(line.contains(wanted), "{args:?}: {line}");
         }
+    }
+
+    #[test]
+    fn fin_timeout_and_tcp_keepalive_flags() {
+        let c = Cli::try_parse_from(["rodizio"])
+            .unwrap()
+            .balancer
+            .to_config()
+            .unwrap();
+        assert_eq!((c.proxy.fin_timeout, c.proxy.tcp_keepalive), (None, None));
+        let c = Cli::try_parse_from(["rodizio", "--fin-timeout", "30s", "--tcp-keepalive", "1m"])
+            .unwrap()
+            .balancer
+            .to_config()
+            .unwrap();
+        assert_eq!(c.proxy.fin_timeout, Some(Duration::from_secs(30)));
+        assert_eq!(c.proxy.tcp_keepalive, Some(Duration::from_secs(60)));
+        assert!(Cli::try_parse_from(["rodizio", "--fin-timeout", "soon"]).is_err());
+        let help = command().render_help().to_string();
+        assert!(help.contains("[default: same as idle_timeout]"), "{help}");
+        assert!(help.contains("--tcp-keepalive"), "{help}");
     }
 }

@@ -1,8 +1,9 @@
 //! The error type of the balancer.
 //!
 //! Start-up and per-connection failures are [`Error`]s (the low-level socket
-//! helpers, such as [`crate::proxy::pump()`], return `io::Error` and their
-//! callers wrap or log it). The variants name
+//! helpers return `io::Error` and their callers wrap or log it; the pump,
+//! [`crate::proxy::pump()`], returns how the connection ended, with the
+//! `io::Error` behind it, and never fails). The variants name
 //! the cause (`Bind`, `BackendConnect`, ...) so that a log line or the one-line
 //! message printed by `main` says what went wrong and where.
 //!

@@ -90,7 +90,7 @@ counters! {
     active: Gauge,
     /// Connections that were proxied and ended (cleanly or not).
     completed: Counter,
-    /// Proxied connections that ended on an error or the idle timeout.
+    /// Proxied connections that did not end with both sides closing: a reset, a failed write, a timeout or an error (the ended_* counters tell which).
     errors: Counter,
     /// Backend connect attempts that failed (each try of a fail-over counts).
     connect_failures: Counter,
@@ -122,6 +122,24 @@ counters! {
     first_byte_timeouts: Counter,
     /// Connections still open when the drain timeout ended them.
     drain_cut: Counter,
+    /// Proxied connections that ended with both sides closed, the client first.
+    ended_client_closed: Counter,
+    /// Proxied connections that ended with both sides closed, the backend first.
+    ended_backend_closed: Counter,
+    /// Proxied connections ended by a reset from the client.
+    ended_client_reset: Counter,
+    /// Proxied connections ended by a reset from the backend.
+    ended_backend_reset: Counter,
+    /// Proxied connections closed after the idle timeout with both sides open.
+    ended_idle_timeout: Counter,
+    /// Proxied connections closed after the fin timeout: one side had closed, the other stayed silent.
+    ended_fin_timeout: Counter,
+    /// Proxied connections ended by a failed write toward the client (other than a reset).
+    ended_client_write_failed: Counter,
+    /// Proxied connections ended by a failed write toward the backend (other than a reset).
+    ended_backend_write_failed: Counter,
+    /// Proxied connections ended by another error (a read error, or the pump's own buffers, pipes or poll).
+    ended_error: Counter,
 }
 
 impl Stats {

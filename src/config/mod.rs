@@ -319,6 +319,16 @@ impl Config {
             p.client_first_byte_timeout
                 .map_or_else(|| "off".to_string(), format_duration),
         ));
+        out.push((
+            "fin_timeout",
+            p.fin_timeout
+                .map_or_else(|| "same as idle_timeout".into(), format_duration),
+        ));
+        out.push((
+            "tcp_keepalive",
+            p.tcp_keepalive
+                .map_or_else(|| "off".into(), format_duration),
+        ));
         out
     }
 }
@@ -416,6 +426,15 @@ mod tests {
         assert_eq!(get("connect_timeout"), "3s");
         assert_eq!(get("idle_timeout"), "10m");
         assert_eq!(get("algorithm"), "round-robin");
+        assert_eq!(get("fin_timeout"), "same as idle_timeout");
+        assert_eq!(get("tcp_keepalive"), "off");
+        let mut c = Config::default();
+        c.proxy.fin_timeout = Some(Duration::from_secs(30));
+        c.proxy.tcp_keepalive = Some(Duration::from_secs(60));
+        let d = c.describe();
+        let get = |k: &str| d.iter().find(|(n, _)| *n == k).unwrap().1.clone();
+        assert_eq!(get("fin_timeout"), "30s");
+        assert_eq!(get("tcp_keepalive"), "1m");
     }
 
     #[test]

@@ -65,6 +65,8 @@ pub struct Overrides {
     pub admin_token_file: Option<PathBuf>,
     pub queue_timeout: Option<Duration>,
     pub client_first_byte_timeout: Option<Duration>,
+    pub fin_timeout: Option<Duration>,
+    pub tcp_keepalive: Option<Duration>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -110,6 +112,12 @@ impl Overrides {
         set(&mut p.queue_timeout, &self.queue_timeout);
         if let Some(d) = self.client_first_byte_timeout {
             p.client_first_byte_timeout = Some(d);
+        }
+        if let Some(d) = self.fin_timeout {
+            p.fin_timeout = Some(d);
+        }
+        if let Some(d) = self.tcp_keepalive {
+            p.tcp_keepalive = Some(d);
         }
         let h = &mut config.health;
         set(&mut h.check, &self.health_check);
@@ -182,6 +190,21 @@ mod tests {
         assert_eq!(c.proxy.connect_timeout, Duration::from_millis(500));
         assert_eq!(c.health.fall, 5);
         assert_eq!(c.thread_stack, Config::default().thread_stack);
+    }
+
+    #[test]
+    fn fin_timeout_and_tcp_keepalive_are_laid_over() {
+        let mut c = Config::default();
+        let o = Overrides {
+            fin_timeout: Some(Duration::from_secs(20)),
+            tcp_keepalive: Some(Duration::from_secs(90)),
+            ..Overrides::default()
+        };
+        o.apply(&mut c).unwrap();
+        assert_eq!(c.proxy.fin_timeout, Some(Duration::from_secs(20)));
+        assert_eq!(c.proxy.tcp_keepalive, Some(Duration::from_secs(90)));
+        Overrides::default().apply(&mut c).unwrap();
+        assert_eq!(c.proxy.fin_timeout, Some(Duration::from_secs(20)));
     }
 
     #[test]

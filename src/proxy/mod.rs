@@ -1,6 +1,13 @@
 //! What a worker does with one connection: connect to the backend (failing
-//! over to the next one), pump bytes both ways until both sides are done
-//! ([`pump()`]), then shut down and close both sockets.
+//! over to the next one), turn on TCP keep-alive on both sockets when
+//! `tcp_keepalive` asks for it, pump bytes both ways until both sides are
+//! done ([`pump()`]), then shut down and close both sockets, count how the
+//! connection ended (the `ended_*` counters, by [`End`]) and log it.
+//!
+//! Clean closes and resets by either peer are how connections normally end
+//! (many TLS clients close with a reset), so they are logged at `debug`;
+//! timeouts and failed writes at `info`. Warnings are kept for what an
+//! operator can act on: backends that cannot be reached.
 //!
 //! Only worker threads run this code, each on its own connection. They share
 //! the scheduler (read for fail-over), the counters (atomics) and the live
@@ -44,12 +51,15 @@
 mod conduit;
 pub mod pump;
 
+use std::io;
 use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use socket2::{SockRef, TcpKeepalive};
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -62,7 +72,7 @@ use crate::throttle::{self, LogThrottle};
 use crate::trace::{self, Event};
 use crate::units::format_duration;
 
-pub use pump::{pump, splice_pump, Transfer};
+pub use pump::{pump, splice_pump, End, Outcome, PumpOptions, Transfer};
 
 /// One accepted client, with the backend chosen for it at accept time: the
 /// `(server_idx, client_sock)` pair of the C queue.
@@ -109,6 +119,16 @@ pub struct ProxyConfig {
     /// where the server speaks first (SMTP, FTP, MySQL) the client waits in
     /// silence for the greeting, which would never come.
     pub client_first_byte_timeout: Option<Duration>,
+    /// Once one side has closed its write side, the longest time the other
+    /// may stay silent before the connection is closed (`fin_timeout`).
+    /// Default `None`: the same as `idle_timeout`.
+    pub fin_timeout: Option<Duration>,
+    /// TCP keep-alive on both sockets of each connection (`tcp_keepalive`):
+    /// the first probe after this long without traffic (`TCP_KEEPIDLE`),
+    /// then one every third of it (at least 1 s, `TCP_KEEPINTVL`), and the
+    /// connection is dropped after 3 unanswered (`TCP_KEEPCNT`). Default
+    /// `None` (off).
+    pub tcp_keepalive: Option<Duration>,
 }
 
 /// Default of `queue_timeout`: 30 s, the low end of HAProxy's example
@@ -129,12 +149,20 @@ impl Default for ProxyConfig {
             yield_before_poll: false,
             queue_timeout: DEFAULT_QUEUE_TIMEOUT,
             client_first_byte_timeout: None,
+            fin_timeout: None,
+            tcp_keepalive: None,
         }
     }
 }
 
 /// The largest `buffer_size` accepted.
 pub const MAX_BUFFER_SIZE: usize = 16 * 1024 * 1024;
+
+/// The largest `tcp_keepalive` accepted: Linux's limit for `TCP_KEEPIDLE`.
+pub const MAX_TCP_KEEPALIVE: Duration = Duration::from_secs(32767);
+
+/// Unanswered keep-alive probes before the kernel drops a connection.
+const KEEPALIVE_PROBES: u32 = 3;
 
 impl ProxyConfig {
     /// Checks that every value is usable.
@@ -167,7 +195,32 @@ impl ProxyConfig {
                 "must be more than 0",
             ));
         }
+        if self.fin_timeout.is_some_and(|d| d.is_zero()) {
+            return Err(Error::setting("fin_timeout", "must be more than 0"));
+        }
+        if let Some(idle) = self.tcp_keepalive {
+            // The kernel counts these in whole seconds.
+            if idle < Duration::from_secs(1) || idle > MAX_TCP_KEEPALIVE || idle.subsec_nanos() != 0
+            {
+                return Err(Error::setting(
+                    "tcp_keepalive",
+                    format!(
+                        "must be 1s..{}s (whole seconds), got {idle:?}",
+                        MAX_TCP_KEEPALIVE.as_secs()
+                    ),
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// What the pump needs of these settings.
+    pub fn pump_options(&self) -> PumpOptions {
+        PumpOptions {
+            idle_timeout: self.idle_timeout,
+            fin_timeout: self.fin_timeout.unwrap_or(self.idle_timeout),
+            yield_before_poll: self.yield_before_poll,
+        }
     }
 }
 
@@ -273,30 +326,31 @@ impl Proxy {
         if backend.name() == PANIC_BACKEND {
             panic!("a test asked for a panic inside a connection");
         }
-        let mut transfer = Transfer::default();
-        let result = if settings.splice {
-            splice_pump(
-                &client,
-                &backend_sock,
-                settings.idle_timeout,
-                settings.yield_before_poll,
-                &mut transfer,
-            )
+        if let Some(idle) = settings.tcp_keepalive {
+            for (side, socket) in [("client", &client), ("backend", &backend_sock)] {
+                if let Err(err) = keep_alive(socket, idle) {
+                    log::debug!(
+                        "client {peer}: TCP keep-alive not set on the {side} socket: {err}"
+                    );
+                }
+            }
+        }
+        let options = settings.pump_options();
+        let outcome = if settings.splice {
+            splice_pump(&client, &backend_sock, &options)
         } else {
-            pump(
-                &client,
-                &backend_sock,
-                settings.buffer_size,
-                settings.idle_timeout,
-                settings.yield_before_poll,
-                &mut transfer,
-            )
+            pump(&client, &backend_sock, settings.buffer_size, &options)
         };
+        let transfer = outcome.transfer;
         // Counters first, so that whoever sees this connection close also
         // sees it counted.
         drop(active);
         drop(backend_active);
         Stats::incr(&self.stats.completed);
+        Stats::incr(ended_counter(&self.stats, outcome.end));
+        if !outcome.end.is_clean() {
+            Stats::incr(&self.stats.errors);
+        }
         Stats::add(&self.stats.bytes_to_backends, transfer.to_backend);
         Stats::add(&self.stats.bytes_to_clients, transfer.to_client);
         backend.add_bytes(transfer.to_backend, transfer.to_client);
@@ -309,33 +363,45 @@ impl Proxy {
         close(&client);
         drop(backend_sock);
         drop(client);
-        trace::closed(
-            transfer.to_backend,
-            transfer.to_client,
-            result.as_ref().err(),
-        );
-        trace::waiting();
-        let elapsed = started.elapsed();
-        match result {
-            Ok(()) => log::debug!(
-                "connection finished: client {peer} backend {} sent {} received {} in {:?}",
-                backend.name(),
+        if trace::on() {
+            // A timeout has no io::Error of its own: the trace tells it as
+            // one, as it tells resets and failed writes.
+            let timeout = (outcome.error.is_none() && !outcome.end.is_clean())
+                .then(|| io::Error::new(io::ErrorKind::TimedOut, outcome.end.to_string()));
+            trace::closed(
                 transfer.to_backend,
                 transfer.to_client,
-                elapsed
-            ),
-            Err(err) => {
-                Stats::incr(&self.stats.errors);
-                log::info!(
-                    "connection ended by error: client {peer} backend {}: {err} \
-                     (sent {} received {} in {:?})",
-                    backend.name(),
-                    transfer.to_backend,
-                    transfer.to_client,
-                    elapsed
-                );
-            }
+                outcome.error.as_ref().or(timeout.as_ref()),
+            );
         }
+        trace::waiting();
+        let elapsed = started.elapsed();
+        let why = match &outcome.error {
+            Some(err) => format!("{}: {err}", outcome.end),
+            None => outcome.end.to_string(),
+        };
+        // Clean closes and resets are how connections normally end (many
+        // TLS clients close with a reset): debug. Timeouts and failed
+        // writes: info. Neither calls for an operator, so no warning.
+        let level = if outcome.end.is_clean() || outcome.end.is_reset() {
+            log::Level::Debug
+        } else {
+            log::Level::Info
+        };
+        // "finished" when both sides closed, "ended" otherwise.
+        let verb = if outcome.end.is_clean() {
+            "finished"
+        } else {
+            "ended"
+        };
+        log::log!(
+            level,
+            "connection {verb}: client {peer} backend {}: {why} (sent {} received {} in {:?})",
+            backend.name(),
+            transfer.to_backend,
+            transfer.to_client,
+            elapsed
+        );
     }
 
     /// Ends a client that waited longer than `queue_timeout` for a worker,
@@ -527,6 +593,33 @@ fn wait_readable(client: &TcpStream, deadline: Instant) -> bool {
     }
 }
 
+/// The `ended_*` counter of `end`.
+fn ended_counter(stats: &Stats, end: End) -> &AtomicU64 {
+    match end {
+        End::ClientClosed => &stats.ended_client_closed,
+        End::BackendClosed => &stats.ended_backend_closed,
+        End::ClientReset => &stats.ended_client_reset,
+        End::BackendReset => &stats.ended_backend_reset,
+        End::IdleTimeout => &stats.ended_idle_timeout,
+        End::FinTimeout => &stats.ended_fin_timeout,
+        End::WriteToClientFailed => &stats.ended_client_write_failed,
+        End::WriteToBackendFailed => &stats.ended_backend_write_failed,
+        End::Error => &stats.ended_error,
+    }
+}
+
+/// Turns on TCP keep-alive on `socket`: first probe after `idle` without
+/// traffic, then every `idle / 3` (at least 1 s), dropped after
+/// [`KEEPALIVE_PROBES`] unanswered. Four `setsockopt` calls.
+fn keep_alive(socket: &TcpStream, idle: Duration) -> io::Result<()> {
+    let interval = (idle / 3).max(Duration::from_secs(1));
+    let params = TcpKeepalive::new()
+        .with_time(idle)
+        .with_interval(interval)
+        .with_retries(KEEPALIVE_PROBES);
+    SockRef::from(socket).set_tcp_keepalive(&params)
+}
+
 /// `shutdown(SHUT_RDWR)` then close, as the C does; errors are irrelevant
 /// here (the peer may be gone already), so they are ignored.
 fn close(stream: &TcpStream) {
@@ -547,6 +640,106 @@ mod tests {
         assert!(!c.splice);
         assert!(!c.yield_before_poll);
         assert_eq!(c.buffer_size, 4096);
+    }
+
+    #[test]
+    fn keep_alive_sets_idle_interval_and_count() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (b, _) = listener.accept().unwrap();
+        for (idle, interval) in [(60, 20), (2, 1)] {
+            for socket in [&a, &b] {
+                keep_alive(socket, Duration::from_secs(idle)).unwrap();
+                let s = SockRef::from(socket);
+                assert!(s.keepalive().unwrap());
+                assert_eq!(s.keepalive_time().unwrap(), Duration::from_secs(idle));
+                assert_eq!(
+                    s.keepalive_interval().unwrap(),
+                    Duration::from_secs(interval)
+                );
+                assert_eq!(s.keepalive_retries().unwrap(), KEEPALIVE_PROBES);
+            }
+        }
+    }
+
+    #[test]
+    fn fin_timeout_defaults_to_the_idle_timeout_and_keepalive_is_off() {
+        let c = ProxyConfig::default();
+        assert_eq!(c.fin_timeout, None);
+        assert_eq!(c.tcp_keepalive, None);
+        assert_eq!(c.pump_options().fin_timeout, c.idle_timeout);
+        let c = ProxyConfig {
+            fin_timeout: Some(Duration::from_secs(5)),
+            ..ProxyConfig::default()
+        };
+        assert_eq!(c.pump_options().fin_timeout, Duration::from_secs(5));
+        assert_eq!(c.pump_options().idle_timeout, c.idle_timeout);
+    }
+
+    #[test]
+    fn bad_fin_timeout_and_keepalive_are_named() {
+        let bad = |c: ProxyConfig| match c.validate() {
+            Err(Error::InvalidSetting { setting, .. }) => setting,
+            other => panic!("{other:?}"),
+        };
+        let zero_fin = ProxyConfig {
+            fin_timeout: Some(Duration::ZERO),
+            ..ProxyConfig::default()
+        };
+        assert_eq!(bad(zero_fin), "fin_timeout");
+        for idle in [
+            Duration::from_millis(500),
+            Duration::from_millis(1500),
+            Duration::from_secs(40_000),
+        ] {
+            let c = ProxyConfig {
+                tcp_keepalive: Some(idle),
+                ..ProxyConfig::default()
+            };
+            assert_eq!(bad(c), "tcp_keepalive");
+        }
+        let ok = ProxyConfig {
+            fin_timeout: Some(Duration::from_millis(1)),
+            tcp_keepalive: Some(Duration::from_secs(1)),
+            ..ProxyConfig::default()
+        };
+        assert!(ok.validate().is_ok());
+    }
+
+    #[test]
+    fn every_end_has_its_own_counter() {
+        let stats = Stats::default();
+        let ends = [
+            End::ClientClosed,
+            End::BackendClosed,
+            End::ClientReset,
+            End::BackendReset,
+            End::IdleTimeout,
+            End::FinTimeout,
+            End::WriteToClientFailed,
+            End::WriteToBackendFailed,
+            End::Error,
+        ];
+        for (i, end) in ends.iter().enumerate() {
+            for _ in 0..=i {
+                Stats::incr(ended_counter(&stats, *end));
+            }
+        }
+        let s = stats.snapshot();
+        assert_eq!(
+            [
+                s.ended_client_closed,
+                s.ended_backend_closed,
+                s.ended_client_reset,
+                s.ended_backend_reset,
+                s.ended_idle_timeout,
+                s.ended_fin_timeout,
+                s.ended_client_write_failed,
+                s.ended_backend_write_failed,
+                s.ended_error,
+            ],
+            [1, 2, 3, 4, 5, 6, 7, 8, 9]
+        );
     }
 
     #[test]
