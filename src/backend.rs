@@ -164,8 +164,10 @@ pub struct Backend {
     name: String,
     /// The addresses the name resolved to at start-up, tried in order.
     addrs: Vec<SocketAddr>,
-    /// Relative weight (weighted algorithms only).
-    weight: u32,
+    /// Relative weight (weighted algorithms only). An atomic so that a
+    /// reload can change it in place ([`crate::scheduler::Scheduler::set_weight`]),
+    /// keeping the backend's connections, health and counters.
+    weight: AtomicU32,
     /// Connections being proxied to this backend right now.
     active: AtomicUsize,
     /// Connections ever handed to this backend.
@@ -200,7 +202,7 @@ impl Backend {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             name,
             addrs,
-            weight: weight.max(1),
+            weight: AtomicU32::new(weight.max(1)),
             active: AtomicUsize::new(0),
             total: AtomicU64::new(0),
             healthy: AtomicBool::new(true),
@@ -227,7 +229,13 @@ impl Backend {
 
     /// The relative weight.
     pub fn weight(&self) -> u32 {
-        self.weight
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    /// Sets the weight (at least 1). Only the scheduler calls it, because
+    /// its list precomputes from the weights and is rebuilt at once.
+    pub(crate) fn set_weight(&self, weight: u32) {
+        self.weight.store(weight.max(1), Ordering::Relaxed);
     }
 
     /// Clients picked for it that have not connected yet (see

@@ -120,6 +120,7 @@ pub mod prompt;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod queue;
+pub mod reload;
 pub mod reply;
 pub mod scheduler;
 pub mod shutdown;

@@ -110,6 +110,10 @@ counters! {
     worker_panics: Counter,
     /// Worker threads that could not be started (resource limits).
     worker_spawn_failures: Counter,
+    /// Reloads of the config file that were applied.
+    reloads_ok: Counter,
+    /// Reloads of the config file refused (a bad file): nothing changed.
+    reloads_failed: Counter,
 }
 
 impl Stats {

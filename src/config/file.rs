@@ -194,6 +194,18 @@ impl ConfigFile {
         Ok(())
     }
 
+    /// An error about `setting` as this file gives it: its key as written
+    /// and where it is (for errors found later, such as a backend that
+    /// does not resolve).
+    pub fn error_at(&self, setting: &str, message: impl fmt::Display) -> Error {
+        let key = self.keys.iter().find(|k| k.setting == setting);
+        Error::ConfigFile {
+            path: self.path.clone(),
+            position: key.and_then(|k| k.position),
+            message: format!("`{}`: {message}", key.map_or(setting, |k| k.written)),
+        }
+    }
+
     /// The names of the settings this file gives.
     pub fn given(&self) -> Vec<&'static str> {
         self.keys.iter().map(|k| k.setting).collect()
