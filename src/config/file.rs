@@ -808,9 +808,11 @@ mod tests {
 
     #[test]
     fn what_describe_prints_reads_back() {
-        let mut c = Config::default();
-        c.backends = vec![BackendSpec::parse("127.0.0.1:8001,weight=2").unwrap()];
-        c.rate_limit = Some(RateLimitConfig::new(Rate::parse("100/1s").unwrap()));
+        let c = Config {
+            backends: vec![BackendSpec::parse("127.0.0.1:8001,weight=2").unwrap()],
+            rate_limit: Some(RateLimitConfig::new(Rate::parse("100/1s").unwrap())),
+            ..Config::default()
+        };
         let mut text = String::from("{");
         for (i, (key, value)) in c.describe().into_iter().enumerate() {
             if i > 0 {
