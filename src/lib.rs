@@ -35,7 +35,8 @@
 //!
 //! - `cli`: command-line flags (clap, and only here) into [`config::Overrides`].
 //! - `config`: [`Config`], the settings and their defaults (the C
-//!   `#define`s), and the [`config::Overrides`] laid over them.
+//!   `#define`s), and the [`config::Overrides`] laid over them;
+//!   `config/file.rs`, the JSON config file.
 //! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
 //! - `balancer`: [`Balancer`] wires the parts together; the live settings;
 //!   the drain.
@@ -57,6 +58,8 @@
 //! - `units`: durations and sizes as people write them.
 //! - `signals`: the signal thread (SIGINT/SIGTERM drain, SIGHUP, SIGUSR1).
 //! - `shutdown`: the stop trigger.
+//! - `reload`: [`reload::Reloader`], the config file applied again to a
+//!   running balancer (SIGHUP).
 //! - `demo`: the built-in demo HTTP backend.
 //! - `system`: process settings taken from the OS at start-up (the open
 //!   files limit).
