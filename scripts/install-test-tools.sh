@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh machine (Rust is assumed):
-# ab (apache2-utils) and python3 for the article's check.
+# ab (apache2-utils) and python3 for the article's check; the real servers
+# that tests/health_protocols.rs checks (redis-server, nginx and openssl,
+# MariaDB, PostgreSQL).
 set -euo pipefail
 
+# A program's path, also where Debian keeps it out of PATH.
+has() {
+  command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] ||
+    compgen -G "/usr/lib/postgresql/*/bin/$1" >/dev/null
+}
+
 need=()
-command -v ab >/dev/null 2>&1 || need+=(apache2-utils)
-command -v python3 >/dev/null 2>&1 || need+=(python3)
-command -v curl >/dev/null 2>&1 || need+=(curl)
+has ab || need+=(apache2-utils)
+has python3 || need+=(python3)
+has curl || need+=(curl)
+has redis-server || need+=(redis-server)
+has nginx || need+=(nginx)
+has openssl || need+=(openssl)
+{ has mariadbd && has mariadb-install-db; } || need+=(mariadb-server)
+{ has postgres && has initdb; } || need+=(postgresql)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
+  # The packages' own services are not used: the tests start their own
+  # servers, as children, on free ports.
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt >/dev/null 2>&1 || true

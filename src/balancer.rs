@@ -150,6 +150,9 @@ impl Balancer {
                 l.memory_bytes() / 1024
             );
         }
+        if config.trace {
+            crate::trace::enable(config.trace_lang);
+        }
         let live = Live {
             scheduler,
             proxy: Arc::new(ArcSwap::from_pointee(config.proxy.clone())),

@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::health::CheckKind;
 use crate::limiter::{Rate, Reply, RuleKind, MAX_MAX_CLIENTS};
 use crate::scheduler::Algorithm;
+use crate::trace::Lang;
 use crate::units::{parse_duration, parse_size};
 
 /// rodizio: a thread-per-connection TCP load balancer (round robin by default).
@@ -145,7 +146,9 @@ pub struct BalancerArgs {
     /// FTP, MySQL) would wait about a second before being served.
     #[arg(long)]
     pub defer_accept: bool,
-    /// Active health check: tcp (connect), http (GET --health-path), or off.
+    /// Active health check: tcp (connect), http (GET --health-path), off, or
+    /// one that speaks the backend's protocol so it logs nothing: redis,
+    /// tls, smtp, mysql, pgsql, send-expect (see docs/health-checks.md).
     #[arg(long, value_name = "KIND", value_parser = parse_check)]
     pub health_check: Option<CheckKind>,
     /// Time between two rounds of active checks.
@@ -207,6 +210,31 @@ pub struct BalancerArgs {
     /// reads it again. See docs/operations.md.
     #[arg(short = 'c', long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// User of the mysql check (it then logs in and quits, so the server
+    /// logs nothing) and of the pgsql check (default rodizio).
+    #[arg(long, value_name = "USER")]
+    pub health_user: Option<String>,
+    /// Bytes the send-expect check sends: text with \r \n \xHH escapes,
+    /// or hex:0d0a.
+    #[arg(long, value_name = "BYTES", value_parser = parse_health_bytes)]
+    pub health_send: Option<Vec<u8>>,
+    /// Bytes the send-expect check wants in the reply (same notation).
+    #[arg(long, value_name = "BYTES", value_parser = parse_health_bytes)]
+    pub health_expect: Option<Vec<u8>>,
+    /// Narrate each step of every connection (accepted, the choice of
+    /// backend, the queue, the worker, connect, bytes each way, the
+    /// half-closes and the close), as info lines with the log target
+    /// rodizio::trace.
+    #[arg(long)]
+    pub trace: bool,
+    /// The language of --trace: en or pt (Brazilian Portuguese). When not
+    /// given: pt if LANG starts with pt.
+    #[arg(long, value_name = "LANG", value_parser = parse_lang)]
+    pub trace_lang: Option<Lang>,
+}
+
+fn parse_health_bytes(text: &str) -> std::result::Result<Vec<u8>, String> {
+    crate::health::protocol::parse_bytes(text)
 }
 
 fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
@@ -225,6 +253,10 @@ fn parse_check(text: &str) -> std::result::Result<CheckKind, String> {
 }
 
 fn parse_rule(text: &str) -> std::result::Result<RuleKind, String> {
+    text.parse()
+}
+
+fn parse_lang(text: &str) -> std::result::Result<Lang, String> {
     text.parse()
 }
 
@@ -271,6 +303,11 @@ impl BalancerArgs {
             rate_limit_max_clients: self.rate_limit_max_clients.map(|n| n as usize),
             rate_limit_ipv6_prefix: self.rate_limit_ipv6_prefix,
             rate_limit_reply: self.rate_limit_reply,
+            health_user: self.health_user.clone(),
+            health_send: self.health_send.clone(),
+            health_expect: self.health_expect.clone(),
+            trace: given(self.trace),
+            trace_lang: self.trace_lang,
         }
     }
 
@@ -595,5 +632,22 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(Cli::try_parse_from(["rodizio", "check-config"]).is_err());
+    }
+
+    #[test]
+    fn trace_flags() {
+        use crate::trace::Lang;
+        let c = Cli::try_parse_from(["rodizio"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert!(!c.trace);
+        assert_eq!(c.trace_lang, Lang::En);
+        let c = Cli::try_parse_from(["rodizio", "--trace", "--trace-lang", "pt"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert!(c.trace);
+        assert_eq!(c.trace_lang, Lang::Pt);
+        let err = Cli::try_parse_from(["rodizio", "--trace-lang", "fr"]).unwrap_err();
+        assert!(one_line(&err).contains("fr"), "{}", one_line(&err));
+        let help = command().render_help().to_string();
+        assert!(help.contains("--trace-lang"));
     }
 }

@@ -49,7 +49,8 @@
 //! - `proxy/`: a connection's life with fail-over; `pump` (duplex copy or
 //!   `splice(2)`); `conduit` (the thread's buffers and pipes).
 //! - `health/`: the checker thread, `probe` (rise/fall), `check` (tcp,
-//!   http), passive marking.
+//!   http), `protocol` (checks that speak the backend's protocol: Redis,
+//!   TLS, SMTP, MySQL, PostgreSQL, send/expect), passive marking.
 //! - `scheduler/`: which backend gets the next client; the backend list,
 //!   changeable at run time; one file per algorithm.
 //! - `backend`: one backend, its live state, and [`backend::Backend::connect`].
@@ -64,6 +65,8 @@
 //! - `system`: process settings taken from the OS at start-up (the open
 //!   files limit).
 //! - `error`: [`Error`].
+//! - `trace`: `--trace`, the narrated trace of every connection (off by
+//!   default).
 //!
 //! Every module is public, on purpose: this crate is also read as a
 //! companion to the article, and its tests and readers reach every part
@@ -118,6 +121,7 @@ pub mod error;
 pub mod health;
 pub mod limiter;
 pub mod listener;
+pub mod metrics;
 pub mod pool;
 pub mod prompt;
 pub mod proxy;
@@ -130,6 +134,7 @@ pub mod shutdown;
 pub mod signals;
 pub mod stats;
 pub mod system;
+pub mod trace;
 pub mod units;
 
 pub use balancer::Balancer;

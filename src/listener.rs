@@ -48,7 +48,7 @@
 //! thread and so stop accepting until that connection ends.
 
 use std::io::{self, ErrorKind};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -66,6 +66,7 @@ use crate::reply;
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
+use crate::trace::{self, Event};
 
 /// Pause after an `accept(2)` error that is not the client's doing.
 /// How long the kernel holds back, with `--defer-accept`, a client that
@@ -176,6 +177,7 @@ impl Acceptor<'_> {
     /// into the pool. Returns false when the pool has closed (shutting down).
     fn dispatch(&self, client: TcpStream, peer: SocketAddr) -> bool {
         Stats::incr(&self.stats.accepted);
+        trace::accepted(peer, client.as_raw_fd());
         let Some(client) = self.admit(client, peer) else {
             return true;
         };
@@ -183,6 +185,7 @@ impl Acceptor<'_> {
             log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
         }
         let Some(pick) = self.scheduler.pick(peer.ip()) else {
+            trace::event(Event::NoBackend);
             Stats::incr(&self.stats.no_backend);
             log::warn!(
                 "closing client {peer}: no backend is available \
@@ -194,6 +197,14 @@ impl Acceptor<'_> {
             }
             return true;
         };
+        if trace::on() {
+            trace::event(Event::Picked {
+                algorithm: self.scheduler.algorithm().name(),
+                server_idx: pick.server_idx,
+                backend: pick.backend.name(),
+            });
+            trace::queued(client.as_raw_fd(), self.pool.queued());
+        }
         // An error means the pool closed while we waited for room.
         self.pool.submit(Job { pick, client, peer }).is_ok()
     }
@@ -206,8 +217,12 @@ impl Acceptor<'_> {
         let Some(limiter) = limiter.as_deref() else {
             return Some(client);
         };
-        let Decision::Refused { first, retry_after } = limiter.check(peer.ip(), Instant::now())
-        else {
+        let now = Instant::now();
+        let decision = limiter.check(peer.ip(), now);
+        if trace::on() {
+            trace_decision(limiter, peer.ip(), now, decision);
+        }
+        let Decision::Refused { first, retry_after } = decision else {
             return Some(client);
         };
         Stats::incr(&self.stats.rate_limited);
@@ -222,6 +237,25 @@ impl Acceptor<'_> {
         limiter::refuse(client, limiter.config().reply, retry_after);
         None
     }
+}
+
+/// Tells the limiter's `decision` for `ip` at `now` (`--trace`).
+fn trace_decision(limiter: &Limiter, ip: IpAddr, now: Instant, decision: Decision) {
+    let rate = limiter.config().rate;
+    trace::event(match decision {
+        Decision::Allowed => Event::RateAllowed {
+            ip,
+            used: limiter.used(ip, now),
+            limit: rate.limit,
+            window: rate.window,
+        },
+        Decision::Refused { retry_after, .. } => Event::RateRefused {
+            ip,
+            limit: rate.limit,
+            window: rate.window,
+            retry_after,
+        },
+    });
 }
 
 #[cfg(test)]

@@ -62,15 +62,25 @@ fn start(cli: Cli) -> Result<(), Error> {
 /// The defaults, the file, then the flags, validated except for the
 /// backends: everything that can be checked before the prompt asks.
 fn settle(file: Option<&ConfigFile>, flags: &Overrides) -> Result<Config, Error> {
-    match file {
-        Some(file) => file.settle(flags),
+    let mut config = match file {
+        Some(file) => file.settle(flags)?,
         None => {
             let mut config = Config::default();
             flags.apply(&mut config).map_err(Error::worded_as_flag)?;
             config.validate_settings().map_err(Error::worded_as_flag)?;
-            Ok(config)
+            config
+        }
+    };
+    let lang_given =
+        flags.trace_lang.is_some() || file.is_some_and(|f| f.given().contains(&"trace_lang"));
+    if !lang_given {
+        // The trace speaks the user's language: `LANG=pt_BR.UTF-8` gives pt.
+        let locale = std::env::var("LANG").unwrap_or_default();
+        if let Some(lang) = rodizio::trace::Lang::from_locale(&locale) {
+            config.trace_lang = lang;
         }
     }
+    Ok(config)
 }
 
 /// Words a start-up error as the layer that gave the bad value: a backend
@@ -87,7 +97,7 @@ fn blame(err: Error, file: Option<&ConfigFile>, flags: &Overrides) -> Error {
 /// `rodizio check-config FILE`: the effective settings, or why not.
 fn check_config(path: &Path, flags: &Overrides) -> Result<(), Error> {
     let file = file::load(path)?;
-    let config = file.settle(flags)?;
+    let config = settle(Some(&file), flags)?;
     let mut lines = vec![("mode", file.mode.name().to_string())];
     if file.mode == Mode::Backend {
         lines.push(("listen", config.listen.to_string()));
@@ -133,6 +143,10 @@ fn balance(file: Option<ConfigFile>, mut flags: Overrides) -> Result<(), Error> 
     );
     let _ = io::stdout().flush();
     if let Some(file) = file {
+        // A language taken from LANG stays what it was at start-up.
+        if !file.given().contains(&"trace_lang") {
+            flags.trace_lang = Some(balancer.config().trace_lang);
+        }
         let reloader = Reloader::new(file.path, flags, &balancer);
         // The reloader logs what it did, or why it refused.
         signals.on_reload(move || {

@@ -34,6 +34,7 @@
 //! thread: idle workers wait for work, and the accept loop never waits for a
 //! worker.
 
+use std::cell::Cell;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -67,6 +68,21 @@ struct Shared {
     /// Guards nothing but lets `wait_exit` sleep until `live` reaches 0.
     exit_lock: Mutex<()>,
     exited: Condvar,
+    /// Workers started so far: the next one gets this plus one as its
+    /// number (see [`worker_number`]).
+    spawned: AtomicUsize,
+}
+
+thread_local! {
+    /// This thread's worker number; 0 on a thread that is not a worker.
+    static WORKER_NUMBER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The number of the worker thread calling it (1 for the first worker a
+/// pool started, 2 for the next, ...), or 0 on any other thread. The
+/// trace uses it to say which worker took a client.
+pub fn worker_number() -> usize {
+    WORKER_NUMBER.with(Cell::get)
 }
 
 impl<T: Send + 'static> Pool<T> {
@@ -131,10 +147,12 @@ impl<T: Send + 'static> Pool<T> {
         let shared = Arc::clone(&self.shared);
         let handler = Arc::clone(&self.handler);
         let stats = Arc::clone(&self.stats);
+        let number = self.shared.spawned.fetch_add(1, Ordering::Relaxed) + 1;
         thread::Builder::new()
             .name("rodizio-worker".into())
             .stack_size(self.stack_size)
             .spawn(move || {
+                WORKER_NUMBER.with(|n| n.set(number));
                 let alive = stats.hold(&stats.workers);
                 while let Some(job) = queue.pop() {
                     let busy = stats.hold(&stats.workers_busy);
@@ -284,6 +302,26 @@ mod tests {
         assert_eq!(done_rx.recv_timeout(Duration::from_secs(5)), Ok(1));
         release_tx.send(()).unwrap();
         assert_eq!(done_rx.recv_timeout(Duration::from_secs(5)), Ok(0));
+        pool.close();
+        assert_eq!(pool.wait_exit(Duration::from_secs(5)), 0);
+    }
+
+    #[test]
+    fn workers_are_numbered_from_one() {
+        let (tx, rx) = unbounded();
+        let pool = Pool::new(
+            1,
+            64 * 1024,
+            10,
+            Arc::new(Stats::default()),
+            Arc::new(move |_: u32| tx.send(worker_number()).unwrap()),
+        );
+        assert_eq!(worker_number(), 0, "not a worker");
+        pool.submit(0).unwrap();
+        pool.submit(1).unwrap();
+        for _ in 0..2 {
+            assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(1));
+        }
         pool.close();
         assert_eq!(pool.wait_exit(Duration::from_secs(5)), 0);
     }

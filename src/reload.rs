@@ -26,7 +26,8 @@
 //!   over, which errs on the side of letting clients in).
 //!
 //! What needs a restart (`listen`, `backlog`, `thread_stack`,
-//! `queue_capacity`, `workers`, `defer_accept`, `drain_timeout`, `mode`):
+//! `queue_capacity`, `workers`, `defer_accept`, `drain_timeout`, `trace`,
+//! `trace_lang`, `mode`):
 //! one warning names each such key, and the running value stays.
 //!
 //! # Threads
@@ -68,6 +69,8 @@ const RESTART_ONLY: &[&str] = &[
     "workers",
     "defer_accept",
     "drain_timeout",
+    "trace",
+    "trace_lang",
 ];
 
 /// What one reload did.
@@ -258,7 +261,9 @@ impl Reloader {
             queue_capacity,
             workers,
             defer_accept,
-            drain_timeout
+            drain_timeout,
+            trace,
+            trace_lang
         );
         debug_assert!(plan.needs_restart.iter().all(|k| RESTART_ONLY.contains(k)));
         if file.mode != running.mode {

@@ -48,6 +48,8 @@ macro_rules! counters {
         #[derive(Debug, Default)]
         pub struct Stats {
             $( #[doc = $help] pub $name: AtomicU64, )*
+            /// Distributions of durations (queue wait, connection, check).
+            pub histograms: Histograms,
         }
 
         /// A copy of [`Stats`] at one moment.
@@ -147,6 +149,100 @@ impl Drop for GaugeGuard<'_> {
     }
 }
 
+/// Upper bounds of the duration buckets, in seconds: from 100 µs (a
+/// connection on loopback) to a minute (a long download, a slow check).
+pub const DURATION_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 10.0, 60.0,
+];
+
+/// A distribution of durations in fixed buckets ([`DURATION_BUCKETS`]),
+/// lock-free: one observation is a short scan of the bounds and three
+/// relaxed atomic additions, so workers never wait on each other.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative); the last one is "+Inf".
+    counts: [AtomicU64; DURATION_BUCKETS.len() + 1],
+    /// Sum of the observations, in nanoseconds.
+    sum_nanos: AtomicU64,
+}
+
+/// A copy of a [`Histogram`], as Prometheus wants it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramSnapshot {
+    /// `(upper bound in seconds, observations at or below it)`, cumulative,
+    /// without the "+Inf" bucket (that is `count`).
+    pub buckets: Vec<(f64, u64)>,
+    /// Number of observations.
+    pub count: u64,
+    /// Sum of the observations, in seconds.
+    pub sum: f64,
+}
+
+impl Histogram {
+    /// Records one duration.
+    pub fn observe(&self, d: std::time::Duration) {
+        let secs = d.as_secs_f64();
+        let i = DURATION_BUCKETS
+            .iter()
+            .position(|&bound| secs <= bound)
+            .unwrap_or(DURATION_BUCKETS.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Reads the buckets (each is read once; a concurrent observation may
+    /// be in some and not yet in others, which Prometheus tolerates).
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let mut total = 0;
+        let mut buckets = Vec::with_capacity(DURATION_BUCKETS.len());
+        for (i, bound) in DURATION_BUCKETS.iter().enumerate() {
+            total += self.counts[i].load(Ordering::Relaxed);
+            buckets.push((*bound, total));
+        }
+        total += self.counts[DURATION_BUCKETS.len()].load(Ordering::Relaxed);
+        HistogramSnapshot {
+            buckets,
+            count: total,
+            sum: self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
+/// The distributions the balancer keeps.
+#[derive(Debug, Default)]
+pub struct Histograms {
+    /// Time from accept to a worker taking the client.
+    pub queue_wait: Histogram,
+    /// Time from accept to the end of a proxied connection.
+    pub connection_duration: Histogram,
+    /// Time one active health check took.
+    pub health_check: Histogram,
+}
+
+impl Histograms {
+    /// Each histogram with its name and help, for listings.
+    pub fn entries(&self) -> [(&'static str, &'static str, &Histogram); 3] {
+        [
+            (
+                "queue_wait_seconds",
+                "Time from accept to a worker taking the client.",
+                &self.queue_wait,
+            ),
+            (
+                "connection_duration_seconds",
+                "Time from accept to the end of a proxied connection.",
+                &self.connection_duration,
+            ),
+            (
+                "health_check_duration_seconds",
+                "Time one active health check took.",
+                &self.health_check,
+            ),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +270,25 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), entries.len());
         assert!(entries.iter().all(|e| !e.help.is_empty()));
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_exact() {
+        use std::time::Duration;
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(50)); // first bucket
+        h.observe(Duration::from_micros(100)); // on the bound: still first
+        h.observe(Duration::from_millis(3)); // 0.005
+        h.observe(Duration::from_secs(120)); // +Inf
+        let s = h.snapshot();
+        assert_eq!(s.count, 4);
+        assert_eq!(s.buckets[0], (0.0001, 2));
+        let at = |bound: f64| s.buckets.iter().find(|(b, _)| *b == bound).unwrap().1;
+        assert_eq!(at(0.0025), 2);
+        assert_eq!(at(0.005), 3);
+        assert_eq!(at(60.0), 3);
+        assert!((s.sum - 120.00315).abs() < 1e-6, "{}", s.sum);
+        assert!(s.buckets.windows(2).all(|w| w[0].1 <= w[1].1));
     }
 
     #[test]

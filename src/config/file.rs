@@ -37,9 +37,11 @@ use serde::Deserialize;
 use super::{Config, Overrides};
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
+use crate::health::protocol::parse_bytes;
 use crate::health::CheckKind;
 use crate::limiter::{Rate, RateLimitConfig, Reply, RuleKind};
 use crate::scheduler::Algorithm;
+use crate::trace::Lang;
 use crate::units::{parse_duration, parse_size};
 
 /// What the process runs, the file's `mode`.
@@ -267,6 +269,11 @@ struct Raw {
     rate_limit_max_clients: Option<usize>,
     rate_limit_ipv6_prefix: Option<u8>,
     rate_limit_reply: Option<Parsed<Reply>>,
+    health_user: Option<Text>,
+    health_send: Option<Bytes>,
+    health_expect: Option<Bytes>,
+    trace: Option<bool>,
+    trace_lang: Option<Parsed<Lang>>,
 }
 
 /// Turns a [`Raw`] into a [`ConfigFile`], noting where each key is.
@@ -362,7 +369,22 @@ impl<'a> Converter<'a> {
             rate_limit_max_clients,
             rate_limit_ipv6_prefix,
             rate_limit_reply.0,
+            trace,
+            trace_lang.0,
         );
+        // An empty string is "none", as `Config::describe` prints it.
+        if let Some(Text(user)) = raw.health_user {
+            o.health_user = user;
+            self.note("health_user", "health_user");
+        }
+        if let Some(Bytes(send)) = raw.health_send {
+            o.health_send = send;
+            self.note("health_send", "health_send");
+        }
+        if let Some(Bytes(expect)) = raw.health_expect {
+            o.health_expect = expect;
+            self.note("health_expect", "health_expect");
+        }
         if let Some(Parsed(listen)) = raw.listen {
             o.listen = Some(listen);
             self.note("listen", "listen");
@@ -614,6 +636,34 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
+/// A string where empty means none (`health_user`).
+#[derive(Debug)]
+struct Text(Option<String>);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Ok(Text((!text.is_empty()).then_some(text)))
+    }
+}
+
+/// Bytes in the notation of `--health-send` (`"PING\r\n"`, `"hex:0d0a"`);
+/// empty means none.
+#[derive(Debug)]
+struct Bytes(Option<Vec<u8>>);
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.is_empty() {
+            return Ok(Bytes(None));
+        }
+        parse_bytes(&text)
+            .map(|b| Bytes(Some(b)))
+            .map_err(de::Error::custom)
+    }
+}
+
 /// `rate_limit`: `"N/WINDOW"`, or `"off"` (`None`).
 #[derive(Debug)]
 struct RateSetting(Option<Rate>);
@@ -772,7 +822,9 @@ mod tests {
               "health_cooldown": "2s", "http_replies": true,
               "rate_limit": "20/10s", "rate_limit_algorithm": "token_bucket",
               "rate_limit_max_clients": 1000, "rate_limit_ipv6_prefix": 48,
-              "rate_limit_reply": "http"
+              "rate_limit_reply": "http",
+              "health_user": "monitor", "health_send": "PING\\r\\n", "health_expect": "hex:2b504f4e47",
+              "trace": true, "trace_lang": "pt"
             }"#,
         )
         .unwrap();
@@ -804,6 +856,11 @@ mod tests {
         assert_eq!(r.algorithm, RuleKind::TokenBucket);
         assert_eq!((r.max_clients, r.ipv6_prefix), (1000, 48));
         assert_eq!(r.reply, Reply::Http);
+        assert_eq!(h.user.as_deref(), Some("monitor"));
+        assert_eq!(h.send.as_deref(), Some(&b"PING\r\n"[..]));
+        assert_eq!(h.expect.as_deref(), Some(&b"+PONG"[..]));
+        assert!(c.trace);
+        assert_eq!(c.trace_lang, Lang::Pt);
     }
 
     #[test]
@@ -831,7 +888,8 @@ mod tests {
                 | "splice"
                 | "defer_accept"
                 | "yield_before_poll"
-                | "http_replies" => value,
+                | "http_replies"
+                | "trace" => value,
                 _ => format!("\"{value}\""),
             };
             text.push_str(&format!("\"{key}\": {value}"));

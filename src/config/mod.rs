@@ -44,6 +44,7 @@ use crate::health::HealthConfig;
 use crate::limiter::RateLimitConfig;
 use crate::proxy::ProxyConfig;
 use crate::scheduler::Algorithm;
+use crate::trace::Lang;
 use crate::units::{format_duration, format_size};
 
 pub use overrides::Overrides;
@@ -92,6 +93,11 @@ pub struct Config {
     /// Per-client-IP rate limiting at accept time (`rate_limit`). Default
     /// `None` (off).
     pub rate_limit: Option<RateLimitConfig>,
+    /// Narrate every connection's steps (`trace`, see [`crate::trace`]).
+    /// Default off.
+    pub trace: bool,
+    /// The language of the trace (`trace_lang`). Default English.
+    pub trace_lang: Lang,
 }
 
 impl Default for Config {
@@ -109,6 +115,8 @@ impl Default for Config {
             proxy: ProxyConfig::default(),
             health: HealthConfig::default(),
             rate_limit: None,
+            trace: false,
+            trace_lang: Lang::En,
         }
     }
 }
@@ -195,6 +203,15 @@ impl Config {
             ("passive_failures", h.passive_failures.to_string()),
             ("health_cooldown", format_duration(h.cooldown)),
             ("http_replies", h.http_replies.to_string()),
+            ("health_user", h.user.clone().unwrap_or_default()),
+            (
+                "health_send",
+                h.send.as_deref().map(show_bytes).unwrap_or_default(),
+            ),
+            (
+                "health_expect",
+                h.expect.as_deref().map(show_bytes).unwrap_or_default(),
+            ),
         ];
         match &self.rate_limit {
             None => out.push(("rate_limit", "off".into())),
@@ -206,8 +223,26 @@ impl Config {
                 ("rate_limit_reply", r.reply.name().to_string()),
             ]),
         }
+        out.push(("trace", self.trace.to_string()));
+        out.push(("trace_lang", self.trace_lang.to_string()));
         out
     }
+}
+
+/// Bytes as `health_send` takes them: printable ASCII as it is, the rest
+/// escaped (`\r`, `\n`, `\xHH`).
+fn show_bytes(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for &b in bytes {
+        match b {
+            b'\r' => out.push_str("\\r"),
+            b'\n' => out.push_str("\\n"),
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::health::CheckKind;
 use crate::limiter::{Rate, RateLimitConfig, Reply, RuleKind};
 use crate::scheduler::Algorithm;
+use crate::trace::Lang;
 
 /// The settings one source gave; see the module docs. Field names are the
 /// settings' names.
@@ -53,6 +54,11 @@ pub struct Overrides {
     pub rate_limit_max_clients: Option<usize>,
     pub rate_limit_ipv6_prefix: Option<u8>,
     pub rate_limit_reply: Option<Reply>,
+    pub health_user: Option<String>,
+    pub health_send: Option<Vec<u8>>,
+    pub health_expect: Option<Vec<u8>>,
+    pub trace: Option<bool>,
+    pub trace_lang: Option<Lang>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -80,6 +86,8 @@ impl Overrides {
         set(&mut config.backlog, &self.backlog);
         set(&mut config.drain_timeout, &self.drain_timeout);
         set(&mut config.defer_accept, &self.defer_accept);
+        set(&mut config.trace, &self.trace);
+        set(&mut config.trace_lang, &self.trace_lang);
         let p = &mut config.proxy;
         set(&mut p.buffer_size, &self.buffer_size);
         set(&mut p.connect_timeout, &self.connect_timeout);
@@ -96,6 +104,15 @@ impl Overrides {
         set(&mut h.passive_failures, &self.passive_failures);
         set(&mut h.cooldown, &self.health_cooldown);
         set(&mut h.http_replies, &self.http_replies);
+        if self.health_user.is_some() {
+            h.user.clone_from(&self.health_user);
+        }
+        if self.health_send.is_some() {
+            h.send.clone_from(&self.health_send);
+        }
+        if self.health_expect.is_some() {
+            h.expect.clone_from(&self.health_expect);
+        }
         if let Some(rate) = self.rate_limit {
             match &mut config.rate_limit {
                 Some(r) => r.rate = rate,
@@ -162,6 +179,11 @@ impl Overrides {
             ("rate_limit_max_clients", o.rate_limit_max_clients.is_some()),
             ("rate_limit_ipv6_prefix", o.rate_limit_ipv6_prefix.is_some()),
             ("rate_limit_reply", o.rate_limit_reply.is_some()),
+            ("health_user", o.health_user.is_some()),
+            ("health_send", o.health_send.is_some()),
+            ("health_expect", o.health_expect.is_some()),
+            ("trace", o.trace.is_some()),
+            ("trace_lang", o.trace_lang.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, given)| given.then_some(name))

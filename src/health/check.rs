@@ -1,5 +1,6 @@
-//! One active check of one backend: `tcp` (connect, close) or `http`
-//! (`GET` the health path, a 2xx or 3xx status is healthy).
+//! One active check of one backend: `tcp` (connect, close), `http` (`GET`
+//! the health path, a 2xx or 3xx status is healthy), or one of the
+//! [`protocol`] checks (redis, tls, smtp, mysql, pgsql, send-expect).
 //!
 //! Runs on the checker's short-lived probe threads, one per backend per
 //! round; it shares nothing but the backend (read only).
@@ -11,6 +12,7 @@
 use std::io::{self, ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
 
+use super::protocol::{self, ProtocolCheck};
 use super::{CheckKind, HealthConfig};
 use crate::backend::Backend;
 
@@ -27,7 +29,38 @@ pub fn check(backend: &Backend, config: &HealthConfig) -> std::result::Result<()
             .map(drop)
             .map_err(|e| format!("connect: {e}")),
         CheckKind::Http => check_http(backend, &config.path, config.timeout),
+        kind => check_protocol(backend, kind, config),
     }
+}
+
+/// Connects, then runs the [`protocol`] check of `kind`, all within the
+/// check's timeout.
+fn check_protocol(
+    backend: &Backend,
+    kind: CheckKind,
+    config: &HealthConfig,
+) -> std::result::Result<(), String> {
+    let deadline = Instant::now() + config.timeout;
+    let check = match kind {
+        CheckKind::Redis => ProtocolCheck::Redis,
+        CheckKind::Tls => ProtocolCheck::Tls,
+        CheckKind::Smtp => ProtocolCheck::Smtp,
+        CheckKind::Mysql => ProtocolCheck::Mysql {
+            user: config.user.clone(),
+        },
+        CheckKind::Pgsql => ProtocolCheck::Pgsql {
+            user: config.user.clone().unwrap_or_else(|| "rodizio".into()),
+        },
+        CheckKind::SendExpect => ProtocolCheck::SendExpect {
+            send: config.send.clone().unwrap_or_default(),
+            expect: config.expect.clone().unwrap_or_default(),
+        },
+        CheckKind::Tcp | CheckKind::Http | CheckKind::Off => return Ok(()),
+    };
+    let mut stream = backend
+        .connect(config.timeout)
+        .map_err(|e| format!("connect: {e}"))?;
+    protocol::run(&check, &mut stream, deadline)
 }
 
 /// `GET path` with `Connection: close`; healthy on a 2xx or 3xx status.

@@ -57,7 +57,10 @@
 //! - this file: [`HealthConfig`], passive marking ([`connect_failed`]) and
 //!   [`spawn`];
 //! - [`probe`]: [`Probe`], the rise/fall state machine (no clock, no I/O);
-//! - [`mod@check`]: one active check of one backend (tcp, http);
+//! - [`mod@check`]: one active check of one backend (tcp, http, or a
+//!   [`protocol`] check);
+//! - [`protocol`]: checks that speak the backend's protocol, so that it does
+//!   not log the check as a broken client (docs/health-checks.md);
 //! - `checker`: the thread and its rounds.
 //!
 //! # Corresponds to the C article
@@ -68,6 +71,7 @@
 pub mod check;
 mod checker;
 pub mod probe;
+pub mod protocol;
 
 use std::io;
 use std::sync::Arc;
@@ -94,18 +98,47 @@ pub enum CheckKind {
     Http,
     /// No active check (passive checks and the cool-down still apply).
     Off,
+    /// Redis `PING`, `+PONG` (or `-NOAUTH`) is healthy.
+    Redis,
+    /// A TLS ClientHello; a handshake record back is healthy.
+    Tls,
+    /// Read the SMTP `220` greeting, say `QUIT`.
+    Smtp,
+    /// Read the MySQL/MariaDB greeting; with `health_user`, log in and quit.
+    Mysql,
+    /// A PostgreSQL startup message for `health_user`; an authentication
+    /// request or an error answer means alive.
+    Pgsql,
+    /// Send `health_send` (if any), expect `health_expect` in the reply.
+    SendExpect,
 }
 
 impl CheckKind {
     /// Every kind, in the order the help lists them.
-    pub const ALL: [CheckKind; 3] = [CheckKind::Tcp, CheckKind::Http, CheckKind::Off];
+    pub const ALL: [CheckKind; 9] = [
+        CheckKind::Tcp,
+        CheckKind::Http,
+        CheckKind::Off,
+        CheckKind::Redis,
+        CheckKind::Tls,
+        CheckKind::Smtp,
+        CheckKind::Mysql,
+        CheckKind::Pgsql,
+        CheckKind::SendExpect,
+    ];
 
-    /// The name used in flags and the config file (`tcp`, `http`, `off`).
+    /// The name used in flags and the config file (`tcp`, `http`, ...).
     pub fn name(self) -> &'static str {
         match self {
             CheckKind::Tcp => "tcp",
             CheckKind::Http => "http",
             CheckKind::Off => "off",
+            CheckKind::Redis => "redis",
+            CheckKind::Tls => "tls",
+            CheckKind::Smtp => "smtp",
+            CheckKind::Mysql => "mysql",
+            CheckKind::Pgsql => "pgsql",
+            CheckKind::SendExpect => "send-expect",
         }
     }
 }
@@ -114,10 +147,14 @@ impl std::str::FromStr for CheckKind {
     type Err = String;
 
     fn from_str(text: &str) -> std::result::Result<Self, String> {
+        let wanted = text.trim().replace('_', "-");
         CheckKind::ALL
             .into_iter()
-            .find(|k| k.name() == text)
-            .ok_or_else(|| format!("'{text}' is not a health check (use tcp, http or off)"))
+            .find(|k| k.name() == wanted)
+            .ok_or_else(|| {
+                let names: Vec<&str> = CheckKind::ALL.iter().map(|k| k.name()).collect();
+                format!("'{text}' is not a health check (use {})", names.join(", "))
+            })
     }
 }
 
@@ -145,6 +182,15 @@ pub struct HealthConfig {
     pub cooldown: Duration,
     /// Answer 503/502 instead of closing silently. Default false.
     pub http_replies: bool,
+    /// The user of the `mysql` and `pgsql` checks (`health_user`). Default
+    /// none: `mysql` then only reads the greeting, `pgsql` asks for
+    /// `rodizio`.
+    pub user: Option<String>,
+    /// Bytes the `send-expect` check sends first (`health_send`). Default
+    /// none: it only reads.
+    pub send: Option<Vec<u8>>,
+    /// Bytes the `send-expect` check wants in the reply (`health_expect`).
+    pub expect: Option<Vec<u8>>,
 }
 
 impl Default for HealthConfig {
@@ -159,6 +205,9 @@ impl Default for HealthConfig {
             passive_failures: 3,
             cooldown: Duration::from_secs(10),
             http_replies: false,
+            user: None,
+            send: None,
+            expect: None,
         }
     }
 }
@@ -184,6 +233,12 @@ impl HealthConfig {
         }
         if self.rise == 0 {
             return Err(Error::setting("rise", "must be at least 1"));
+        }
+        if self.check == CheckKind::SendExpect && self.expect.as_ref().map_or(true, Vec::is_empty) {
+            return Err(Error::setting(
+                "health_expect",
+                "must be given (and not empty) with `health_check` send-expect",
+            ));
         }
         if !self.path.starts_with('/') || self.path.chars().any(|c| c.is_whitespace()) {
             return Err(Error::setting(
@@ -288,6 +343,19 @@ mod tests {
         for kind in CheckKind::ALL {
             assert_eq!(kind.name().parse::<CheckKind>(), Ok(kind));
         }
+        assert_eq!(
+            "send_expect".parse::<CheckKind>(),
+            Ok(CheckKind::SendExpect)
+        );
+        let err = HealthConfig {
+            check: CheckKind::SendExpect,
+            ..HealthConfig::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidSetting { setting, .. } if setting == "health_expect")
+        );
         assert!("ping".parse::<CheckKind>().is_err());
     }
 

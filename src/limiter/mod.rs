@@ -498,6 +498,24 @@ impl Limiter {
         self.shards.len()
     }
 
+    /// How much of its limit `ip` has used at `now`, as the rule counts it:
+    /// connections allowed in the current window (fixed and sliding
+    /// window: the current window only), or tokens taken and not yet back
+    /// (token bucket). Read-only: it counts nothing. For `--trace`, not the
+    /// hot path (it locks the client's shard).
+    pub fn used(&self, ip: IpAddr, now: Instant) -> u32 {
+        let key = self.key(ip);
+        let hash = self.hasher.hash(key);
+        let t = self.tick(now);
+        let guard = self.shards[(hash >> 32) as usize & self.shard_mask]
+            .0
+            .lock();
+        match guard.find(key, hash) {
+            Ok(i) => self.rule.used(&guard.slots[i], t),
+            Err(_) => 0,
+        }
+    }
+
     /// The table key of `ip`: IPv4 as its IPv4-mapped IPv6 form, IPv6
     /// masked to the prefix. An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`,
     /// what a dual-stack listener reports for IPv4 clients) is first turned
@@ -944,5 +962,32 @@ mod tests {
         assert!(reply.contains("\r\nRetry-After: 3\r\n"), "{reply}");
         assert!(reply.contains("\r\nConnection: close\r\n"), "{reply}");
         assert!(reply.ends_with(crate::reply::BODY_429));
+    }
+
+    #[test]
+    fn used_counts_what_check_counted_and_changes_nothing() {
+        let t0 = Instant::now();
+        for algorithm in [
+            RuleKind::FixedWindow,
+            RuleKind::SlidingWindow,
+            RuleKind::TokenBucket,
+        ] {
+            let l = limiter(algorithm, 3, S);
+            assert_eq!(l.used(ip(1), t0), 0, "{algorithm}: unknown client");
+            for n in 1..=3 {
+                assert!(l.check(ip(1), t0).is_allowed());
+                assert_eq!(l.used(ip(1), t0), n, "{algorithm}");
+                assert_eq!(l.used(ip(1), t0), n, "{algorithm}: reading twice");
+            }
+            assert!(!l.check(ip(1), t0).is_allowed());
+            assert_eq!(l.used(ip(1), t0), 3, "{algorithm}: a refusal uses nothing");
+            assert_eq!(l.used(ip(2), t0), 0, "{algorithm}: another client");
+        }
+        // A fixed window that ended counts nothing any more.
+        let l = limiter(RuleKind::FixedWindow, 3, S);
+        let t1 = Instant::now();
+        l.check(ip(1), t1);
+        assert_eq!(l.used(ip(1), t1), 1);
+        assert_eq!(l.used(ip(1), t1 + S), 0);
     }
 }

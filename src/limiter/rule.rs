@@ -59,6 +59,25 @@ impl Rule {
         stamp.saturating_add(self.lifetime)
     }
 
+    /// How much of the limit `slot` has used at tick `t`, without changing
+    /// it (see `Limiter::used`).
+    pub(super) fn used(&self, slot: &Slot, t: u64) -> u32 {
+        match self.algorithm {
+            RuleKind::FixedWindow | RuleKind::SlidingWindow => {
+                if t.saturating_sub(slot.stamp) >= self.window {
+                    0
+                } else {
+                    slot.count & !REPORTED
+                }
+            }
+            RuleKind::TokenBucket => {
+                let debt = slot.stamp.saturating_sub(t);
+                let tokens = debt.div_ceil(self.interval).min(u64::from(self.limit));
+                tokens as u32
+            }
+        }
+    }
+
     /// Counts one attempt at tick `t` against `slot`.
     pub(super) fn decide(&self, slot: &mut Slot, t: u64) -> Decision {
         match self.algorithm {

@@ -31,6 +31,7 @@ mod conduit;
 pub mod pump;
 
 use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,6 +43,7 @@ use crate::health::{self, HealthConfig};
 use crate::reply;
 use crate::scheduler::{Pick, Scheduler};
 use crate::stats::Stats;
+use crate::trace::{self, Event};
 
 pub use pump::{pump, splice_pump, Transfer};
 
@@ -150,6 +152,9 @@ impl Proxy {
     /// connection.
     pub fn handle(&self, job: Job) {
         let Job { pick, client, peer } = job;
+        if trace::on() {
+            trace::taken(client.as_raw_fd(), crate::pool::worker_number());
+        }
         let started = Instant::now();
         let settings = self.settings.load_full();
         let health = self.health.load_full();
@@ -162,6 +167,8 @@ impl Proxy {
                     reply::reply_and_linger(&client, reply::REPLY_502, REPLY_LINGER);
                 }
                 close(&client);
+                trace::event(Event::Unreachable);
+                trace::waiting();
                 return;
             }
         };
@@ -211,6 +218,12 @@ impl Proxy {
         close(&client);
         drop(backend_sock);
         drop(client);
+        trace::closed(
+            transfer.to_backend,
+            transfer.to_client,
+            result.as_ref().err(),
+        );
+        trace::waiting();
         let elapsed = started.elapsed();
         match result {
             Ok(()) => log::debug!(
@@ -254,6 +267,9 @@ impl Proxy {
             Err(err) => err,
         };
         for backend in self.scheduler.failover_order(&pick.backend) {
+            trace::event(Event::FailOver {
+                backend: backend.name(),
+            });
             match self.try_backend(&backend, settings, health) {
                 Ok(stream) => return Ok((stream, backend)),
                 Err(err) => last = err,
@@ -270,14 +286,27 @@ impl Proxy {
         settings: &ProxyConfig,
         health: &HealthConfig,
     ) -> Result<TcpStream> {
+        let started = trace::on().then(Instant::now);
         match backend.connect(settings.connect_timeout) {
             Ok(stream) => {
                 backend.record_connect_success();
+                if let Some(started) = started {
+                    trace::event(Event::Connected {
+                        backend: backend.name(),
+                        fd: stream.as_raw_fd(),
+                        took: started.elapsed(),
+                    });
+                }
                 Ok(stream)
             }
             Err(source) => {
                 Stats::incr(&self.stats.connect_failures);
                 let failures = backend.record_connect_failure();
+                trace::event(Event::ConnectFailed {
+                    backend: backend.name(),
+                    reason: &source,
+                    failures,
+                });
                 log::warn!(
                     "backend {} connect failed ({failures} in a row): {source}",
                     backend.name()

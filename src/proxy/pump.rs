@@ -296,6 +296,7 @@ fn pump_with(
         let to_client = down.step(&mut down_via, backend, client)?;
         transfer.to_backend += to_backend;
         transfer.to_client += to_client;
+        crate::trace::pumped(to_backend, to_client, up.done, down.done);
         if up.done && down.done {
             return Ok(());
         }

@@ -1,0 +1,301 @@
+//! The Prometheus view of the balancer: every counter of the table, the
+//! backends one by one, the queue, the workers, the limiter and the
+//! histograms, in the Prometheus text format.
+//!
+//! Built with `prometheus-client` (the Prometheus project's own Rust
+//! client) as one [`Collector`] that reads the live values at each scrape:
+//! nothing is counted twice, and a counter added to the `counters!` table
+//! of [`crate::stats`] shows up here with no change. Rendering runs on the
+//! admin listener's thread; it reads atomics and the scheduler's snapshot,
+//! and takes no lock the workers take.
+//!
+//! Names are `rodizio_` followed by the table's name; counters get the
+//! `_total` suffix Prometheus expects. Per-backend values carry a
+//! `backend` label with the backend's address as given.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart: the C prints `### REQUEST FINISHED ###` per request.
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use crate::backend::Backend;
+use crate::stats::{Kind, Stats};
+
+/// What the metrics are read from; cheap to clone (reference counts and
+/// closures over them).
+#[derive(Clone)]
+pub struct Sources {
+    /// The table of counters and the histograms.
+    pub stats: Arc<Stats>,
+    /// The backends now.
+    pub backends: Arc<dyn Fn() -> Arc<[Arc<Backend>]> + Send + Sync>,
+    /// Clients waiting in the queue now.
+    pub queued: Arc<dyn Fn() -> usize + Send + Sync>,
+    /// The most worker threads (`workers`).
+    pub max_workers: usize,
+    /// Clients the limiter tracks now and its capacity, when it is on.
+    pub limiter: Arc<dyn Fn() -> Option<(usize, usize)> + Send + Sync>,
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources")
+            .field("max_workers", &self.max_workers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Prometheus text (format 0.0.4) of everything in `sources`.
+pub fn render(sources: &Sources) -> String {
+    let mut registry = Registry::with_prefix("rodizio");
+    registry.register_collector(Box::new(View(sources.clone())));
+    let mut out = String::new();
+    // Writing into a String cannot fail; an encoder error would mean a bug
+    // in a name, which the tests catch.
+    if let Err(err) = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry) {
+        log::error!("encoding the metrics failed: {err}");
+    }
+    out
+}
+
+/// The collector: reads [`Sources`] at each scrape.
+#[derive(Debug)]
+struct View(Sources);
+
+/// A backend's state as a label value.
+fn state(b: &Backend) -> &'static str {
+    if b.is_draining() {
+        "draining"
+    } else if b.is_healthy() {
+        "up"
+    } else {
+        "down"
+    }
+}
+
+impl Collector for View {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.0;
+        let snapshot = s.stats.snapshot();
+        for entry in snapshot.entries() {
+            match entry.kind {
+                Kind::Counter => {
+                    let m = ConstCounter::new(entry.value);
+                    m.encode(encoder.encode_descriptor(
+                        entry.name,
+                        entry.help,
+                        None,
+                        m.metric_type(),
+                    )?)?;
+                }
+                Kind::Gauge => {
+                    let m = ConstGauge::new(entry.value as i64);
+                    m.encode(encoder.encode_descriptor(
+                        entry.name,
+                        entry.help,
+                        None,
+                        m.metric_type(),
+                    )?)?;
+                }
+            }
+        }
+        gauge(
+            &mut encoder,
+            "queue_depth",
+            "Clients waiting in the queue for a worker now.",
+            (s.queued)() as i64,
+        )?;
+        gauge(
+            &mut encoder,
+            "workers_max",
+            "The most worker threads (workers).",
+            s.max_workers as i64,
+        )?;
+        gauge(
+            &mut encoder,
+            "workers_idle",
+            "Worker threads alive and waiting for a client now.",
+            snapshot.workers.saturating_sub(snapshot.workers_busy) as i64,
+        )?;
+        if let Some((tracked, capacity)) = (s.limiter)() {
+            gauge(
+                &mut encoder,
+                "rate_limit_clients",
+                "Client IPs the rate limiter tracks now.",
+                tracked as i64,
+            )?;
+            gauge(
+                &mut encoder,
+                "rate_limit_capacity",
+                "Most client IPs the rate limiter can track.",
+                capacity as i64,
+            )?;
+        }
+        let backends = (s.backends)();
+        per_backend(
+            &mut encoder,
+            "backend_connections_active",
+            "Connections being proxied to the backend now.",
+            MetricType::Gauge,
+            &backends,
+            |b| b.active() as u64,
+        )?;
+        per_backend(
+            &mut encoder,
+            "backend_connections",
+            "Connections ever handed to the backend.",
+            MetricType::Counter,
+            &backends,
+            Backend::total,
+        )?;
+        {
+            let mut m = encoder.encode_descriptor(
+                "backend_up",
+                "1 for the backend's current state (up, down, draining), 0 for the others.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for b in backends.iter() {
+                let now = state(b);
+                for st in ["up", "down", "draining"] {
+                    let labels = [("backend", b.name().to_string()), ("state", st.to_string())];
+                    let value = i64::from(st == now);
+                    ConstGauge::new(value).encode(m.encode_family(&labels)?)?;
+                }
+            }
+        }
+        for (name, help, h) in s.stats.histograms.entries() {
+            let snap = h.snapshot();
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            m.encode_histogram::<NoLabelSet>(snap.sum, snap.count, &snap.buckets, None)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "build_info",
+            "Always 1; the version is a label.",
+            None,
+            MetricType::Gauge,
+        )?;
+        let labels = [("version", env!("CARGO_PKG_VERSION").to_string())];
+        ConstGauge::new(1i64).encode(m.encode_family(&labels)?)?;
+        Ok(())
+    }
+}
+
+/// One gauge without labels.
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: i64,
+) -> Result<(), std::fmt::Error> {
+    let m = ConstGauge::new(value);
+    m.encode(encoder.encode_descriptor(name, help, None, m.metric_type())?)
+}
+
+/// One value per backend, labelled `backend`.
+fn per_backend(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    backends: &[Arc<Backend>],
+    value: impl Fn(&Backend) -> u64,
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, help, None, kind)?;
+    for b in backends {
+        let labels = [("backend", b.name().to_string())];
+        let family = m.encode_family(&labels)?;
+        match kind {
+            MetricType::Counter => ConstCounter::new(value(b)).encode(family)?,
+            _ => ConstGauge::new(value(b) as i64).encode(family)?,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn sources(stats: Arc<Stats>, backends: Vec<Arc<Backend>>) -> Sources {
+        let list: Arc<[Arc<Backend>]> = backends.into();
+        Sources {
+            stats,
+            backends: Arc::new(move || Arc::clone(&list)),
+            queued: Arc::new(|| 3),
+            max_workers: 4096,
+            limiter: Arc::new(|| Some((5, 65536))),
+        }
+    }
+
+    #[test]
+    fn every_counter_of_the_table_is_rendered_with_its_help() {
+        let stats = Arc::new(Stats::default());
+        Stats::add(&stats.accepted, 7);
+        let a = Arc::new(Backend::new("127.0.0.1:8001".into(), vec![], 1));
+        let b = Arc::new(Backend::new("127.0.0.1:8002".into(), vec![], 1));
+        b.set_healthy(false);
+        let a2 = Arc::clone(&a);
+        let _held = a2.start_connection();
+        stats
+            .histograms
+            .queue_wait
+            .observe(Duration::from_micros(30));
+        let text = render(&sources(Arc::clone(&stats), vec![a, b]));
+        assert!(
+            text.contains("# HELP rodizio_accepted_total Connections accepted from clients."),
+            "{text}"
+        );
+        assert!(text.contains("\nrodizio_accepted_total 7\n"), "{text}");
+        assert!(text.contains("# TYPE rodizio_active gauge"), "{text}");
+        assert!(text.contains("rodizio_queue_depth 3"), "{text}");
+        assert!(
+            text.contains("rodizio_backend_connections_active{backend=\"127.0.0.1:8001\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rodizio_backend_connections_total{backend=\"127.0.0.1:8001\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rodizio_backend_up{backend=\"127.0.0.1:8002\",state=\"down\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rodizio_backend_up{backend=\"127.0.0.1:8002\",state=\"up\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rodizio_queue_wait_seconds_bucket{le=\"0.0001\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rodizio_queue_wait_seconds_count 1"),
+            "{text}"
+        );
+        assert!(text.contains("rodizio_rate_limit_capacity 65536"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "rodizio_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+        for entry in stats.snapshot().entries() {
+            assert!(
+                text.contains(&format!("rodizio_{}", entry.name)),
+                "{} missing",
+                entry.name
+            );
+        }
+    }
+}
