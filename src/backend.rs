@@ -182,8 +182,10 @@ pub struct Backend {
     name: String,
     /// The addresses the name resolved to at start-up, tried in order.
     addrs: Vec<SocketAddr>,
-    /// Relative weight (weighted algorithms only); the admin API may change
-    /// it, and then has the scheduler rebuild its snapshot.
+    /// Relative weight (weighted algorithms only). An atomic, so that a
+    /// reload or the admin API can change it in place, keeping the
+    /// backend's connections, health and counters; the scheduler then
+    /// rebuilds its snapshot.
     weight: AtomicU32,
     /// Connections being proxied to this backend right now.
     active: AtomicUsize,

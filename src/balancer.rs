@@ -104,6 +104,38 @@ impl Balancer {
     /// address (or the admin address) cannot be listened on.
     pub fn bind(config: Config) -> Result<Balancer> {
         config.validate()?;
+        let listener = Balancer::listen(&config)?;
+        Balancer::with_listener(config, listener)
+    }
+
+    /// Binds the listening socket as `config` asks (address, backlog,
+    /// `TCP_DEFER_ACCEPT`): the first half of [`Balancer::bind`], for a
+    /// caller that binds before the backends are known (the binary binds,
+    /// then asks for the backends, then builds the balancer).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Bind`] when the address cannot be listened on, [`Error::Io`]
+    /// when `TCP_DEFER_ACCEPT` cannot be set.
+    pub fn listen(config: &Config) -> Result<TcpListener> {
+        let listener = listener::bind(config.listen, config.backlog)?;
+        if config.defer_accept {
+            listener::defer_accept(&listener)
+                .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
+        }
+        Ok(listener)
+    }
+
+    /// The second half of [`Balancer::bind`]: validates `config`, resolves
+    /// its backends, and builds the balancer on `listener` (from
+    /// [`Balancer::listen`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidSetting`] or [`Error::InvalidBackend`] for bad
+    /// settings, [`Error::Io`] when the listening address cannot be read.
+    pub fn with_listener(config: Config, listener: TcpListener) -> Result<Balancer> {
+        config.validate()?;
         check_thread_stack(config.thread_stack)?;
         let backends = config
             .backends
@@ -112,11 +144,6 @@ impl Balancer {
             .collect::<Result<Vec<_>>>()?;
         let scheduler = Arc::new(Scheduler::with_algorithm(backends, config.algorithm));
         let stats = Arc::new(Stats::default());
-        let listener = listener::bind(config.listen, config.backlog)?;
-        if config.defer_accept {
-            listener::defer_accept(&listener)
-                .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
-        }
         let local_addr = listener
             .local_addr()
             .map_err(|e| Error::io("reading the listening address", e))?;
@@ -204,6 +231,12 @@ impl Balancer {
     /// The settings read live (see the module docs).
     pub fn live(&self) -> Live {
         self.live.clone()
+    }
+
+    /// The configuration it was built with (a reload changes the live
+    /// values, not this).
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     /// Accepts and proxies clients until `shutdown` is triggered, then

@@ -52,6 +52,17 @@ pub enum Command {
     /// Run one demo HTTP backend: it answers every request with a body
     /// naming itself, and `GET /health` with 200.
     Backend(BackendArgs),
+    /// Check a config file: print the settings it gives (with the flags
+    /// before `check-config` over it), one `key = value` per line; exit 0
+    /// when valid, 2 with the reason when not.
+    CheckConfig(CheckConfigArgs),
+}
+
+/// Arguments of `rodizio check-config`.
+#[derive(Debug, Args)]
+pub struct CheckConfigArgs {
+    /// The JSON config file to check.
+    pub file: PathBuf,
 }
 
 /// Flags of `rodizio demo`.
@@ -195,6 +206,10 @@ pub struct BalancerArgs {
     /// minimal 429 reply, then closed).
     #[arg(long, value_name = "REPLY", value_parser = parse_reply)]
     pub rate_limit_reply: Option<Reply>,
+    /// Read settings from this JSON file (flags win over it); SIGHUP
+    /// reads it again. See docs/operations.md.
+    #[arg(short = 'c', long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// User of the mysql check (it then logs in and quits, so the server
     /// logs nothing) and of the pgsql check (default rodizio).
     #[arg(long, value_name = "USER")]
@@ -748,6 +763,24 @@ mod tests {
         assert!(err
             .to_string()
             .contains("--rate-limit-reply needs --rate-limit"));
+    }
+
+    #[test]
+    fn config_file_flag_and_check_config() {
+        let cli = Cli::try_parse_from(["rodizio", "-c", "/etc/rodizio.json"]).unwrap();
+        assert_eq!(
+            cli.balancer.config,
+            Some(PathBuf::from("/etc/rodizio.json"))
+        );
+        let cli = Cli::try_parse_from(["rodizio", "--config", "a.json", "--workers", "3"]).unwrap();
+        assert_eq!(cli.balancer.config, Some(PathBuf::from("a.json")));
+        assert_eq!(cli.balancer.overrides().workers, Some(3));
+        let cli = Cli::try_parse_from(["rodizio", "check-config", "b.json"]).unwrap();
+        match cli.command {
+            Some(Command::CheckConfig(args)) => assert_eq!(args.file, PathBuf::from("b.json")),
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["rodizio", "check-config"]).is_err());
     }
 
     #[test]

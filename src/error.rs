@@ -24,6 +24,7 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 /// Everything that can go wrong in rodizio.
 #[derive(Debug)]
@@ -63,6 +64,16 @@ pub enum Error {
         context: String,
         /// What the operating system said.
         source: io::Error,
+    },
+    /// A config file that cannot be read, is not valid JSON, or holds a
+    /// key or value that is not valid.
+    ConfigFile {
+        /// The file, as given.
+        path: PathBuf,
+        /// Where in it, as `(line, column)` from 1, when known.
+        position: Option<(usize, usize)>,
+        /// What is wrong, naming the key as the file writes it.
+        message: String,
     },
 }
 
@@ -114,6 +125,7 @@ impl Error {
                 | Error::InvalidConfig(_)
                 | Error::InvalidSetting { .. }
                 | Error::PromptEof
+                | Error::ConfigFile { .. }
         )
     }
 }
@@ -135,6 +147,18 @@ impl fmt::Display for Error {
                 "standard input ended before the backends were entered (give them with --backend)"
             ),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
+            Error::ConfigFile {
+                path,
+                position,
+                message,
+            } => match position {
+                Some((line, column)) => write!(
+                    f,
+                    "{}: line {line}, column {column}: {message}",
+                    path.display()
+                ),
+                None => write!(f, "{}: {message}", path.display()),
+            },
         }
     }
 }

@@ -35,7 +35,8 @@
 //!
 //! - `cli`: command-line flags (clap, and only here) into [`config::Overrides`].
 //! - `config`: [`Config`], the settings and their defaults (the C
-//!   `#define`s), and the [`config::Overrides`] laid over them.
+//!   `#define`s), and the [`config::Overrides`] laid over them;
+//!   `config/file.rs`, the JSON config file.
 //! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
 //! - `balancer`: [`Balancer`] wires the parts together; the live settings;
 //!   the drain.
@@ -58,6 +59,8 @@
 //! - `units`: durations and sizes as people write them.
 //! - `signals`: the signal thread (SIGINT/SIGTERM drain, SIGHUP, SIGUSR1).
 //! - `shutdown`: the stop trigger.
+//! - `reload`: [`reload::Reloader`], the config file applied again to a
+//!   running balancer (SIGHUP).
 //! - `demo`: the built-in demo HTTP backend.
 //! - `system`: process settings taken from the OS at start-up (the open
 //!   files limit).
@@ -128,6 +131,7 @@ pub mod prompt;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod queue;
+pub mod reload;
 pub mod reply;
 pub mod scheduler;
 pub mod shutdown;

@@ -1,12 +1,14 @@
-//! The `rodizio` binary: flags → configuration (the prompt when no backend
-//! is given) → [`Balancer::bind`] → [`Balancer::run`] → exit code.
+//! The `rodizio` binary: flags and the config file → configuration,
+//! validated → the port bound → the prompt when no backend is given →
+//! [`Balancer::with_listener`] → [`Balancer::run`] → exit code. With a
+//! config file, SIGHUP reloads it ([`Reloader`]).
 //!
 //! Exit codes, each with one line on standard error saying why when not 0:
 //!
 //! - 0: stopped by SIGINT/SIGTERM after a clean drain;
 //! - 1: start-up failed (the port is taken, ...);
-//! - 2: usage error (bad flags, bad backends, input closed during the
-//!   prompt);
+//! - 2: usage error (bad flags, a bad config file, bad backends, input
+//!   closed during the prompt);
 //! - 3: the drain timeout cut connections still open;
 //! - 128 + N: a second signal N (143 for SIGTERM, 130 for SIGINT) ended it
 //!   at once.
@@ -18,10 +20,15 @@
 use std::fmt::Display;
 use std::io::{self, Write};
 use std::net::SocketAddr;
+use std::path::Path;
 
 use rodizio::backend::BackendSpec;
-use rodizio::cli::{self, one_line, BackendArgs, Cli, Command, DemoArgs};
+use rodizio::cli::{self, one_line, Cli, Command, DemoArgs};
+use rodizio::config::file::{self, ConfigFile, Mode};
+use rodizio::config::Overrides;
 use rodizio::demo::DemoBackend;
+use rodizio::reload::Reloader;
+use rodizio::signals::Signals;
 use rodizio::{prompt, signals, system, Balancer, Config, Error, Shutdown};
 
 /// Exit code of a drain that had to cut connections.
@@ -112,43 +119,138 @@ fn log_spec_is_valid(spec: &str) -> bool {
 
 /// Runs the role the flags ask for; the exit code of a clean end.
 fn start(cli: Cli, shutdown: &Shutdown) -> Result<u8, Error> {
-    let mut config = cli.balancer.to_config()?;
-    if cli.balancer.trace_lang.is_none() {
+    let flags = cli.balancer.overrides();
+    let file = cli.balancer.config.as_deref().map(file::load).transpose()?;
+    match cli.command {
+        Some(Command::Backend(args)) => backend_role(args.listen, args.name, shutdown),
+        Some(Command::CheckConfig(args)) => check_config(&args.file, &flags),
+        Some(Command::Demo(args)) => {
+            let mut config = settle(file.as_ref(), &flags)?;
+            let listen_given = flags.listen.is_some()
+                || file.as_ref().is_some_and(|f| f.given().contains(&"listen"));
+            if !listen_given {
+                // The demo backends are on loopback only; so is the demo.
+                config.listen = SocketAddr::from(([127, 0, 0, 1], rodizio::config::DEFAULT_PORT));
+            }
+            demo(config, args, shutdown)
+        }
+        None => balance(file, flags, shutdown),
+    }
+}
+
+/// The defaults, the file, then the flags, validated except for the
+/// backends: everything that can be checked before the prompt asks.
+fn settle(file: Option<&ConfigFile>, flags: &Overrides) -> Result<Config, Error> {
+    let mut config = match file {
+        Some(file) => file.settle(flags)?,
+        None => {
+            let mut config = Config::default();
+            flags.apply(&mut config).map_err(Error::worded_as_flag)?;
+            config.validate_settings().map_err(Error::worded_as_flag)?;
+            config
+        }
+    };
+    let lang_given =
+        flags.trace_lang.is_some() || file.is_some_and(|f| f.given().contains(&"trace_lang"));
+    if !lang_given {
         // The trace speaks the user's language: `LANG=pt_BR.UTF-8` gives pt.
         let locale = std::env::var("LANG").unwrap_or_default();
         if let Some(lang) = rodizio::trace::Lang::from_locale(&locale) {
             config.trace_lang = lang;
         }
     }
-    match cli.command {
-        Some(Command::Backend(args)) => backend_role(args, shutdown),
-        Some(Command::Demo(args)) => {
-            if cli.balancer.listen.is_none() {
-                // The demo backends are on loopback only; so is the demo.
-                config.listen = SocketAddr::from(([127, 0, 0, 1], rodizio::config::DEFAULT_PORT));
-            }
-            demo(config, args, shutdown)
+    Ok(config)
+}
+
+/// Words a start-up error as the layer that gave the bad value: a backend
+/// that does not resolve is the file's when the file named it.
+fn blame(err: Error, file: Option<&ConfigFile>, flags: &Overrides) -> Error {
+    match (err, file) {
+        (Error::InvalidBackend(msg), Some(file)) if !flags.given().contains(&"backends") => {
+            file.error_at("backends", msg)
         }
-        None => {
-            if config.backends.is_empty() {
-                let stdin = io::stdin();
-                config.backends = prompt::servers_entry(&mut stdin.lock(), &mut io::stdout())?;
-            }
-            balance(config, shutdown)
-        }
+        (err, _) => err.worded_as_flag(),
     }
+}
+
+/// `rodizio check-config FILE`: the effective settings, or why not.
+fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
+    let file = file::load(path)?;
+    let config = settle(Some(&file), flags)?;
+    let mut lines = vec![("mode", file.mode.name().to_string())];
+    if file.mode == Mode::Backend {
+        lines.push(("listen", config.listen.to_string()));
+    } else {
+        file.require_backends(&config)?;
+        for spec in &config.backends {
+            spec.resolve().map_err(|e| blame(e, Some(&file), flags))?;
+        }
+        lines.extend(config.describe());
+    }
+    for (key, value) in lines {
+        say(format_args!("{key} = {value}"));
+    }
+    let _ = io::stdout().flush();
+    complain(format_args!(
+        "{}: the configuration is valid",
+        path.display()
+    ));
+    Ok(0)
+}
+
+/// The balancer: settings checked and the port bound before the prompt
+/// asks anything, so a bad value or a taken port is reported at once.
+fn balance(
+    file: Option<ConfigFile>,
+    mut flags: Overrides,
+    shutdown: &Shutdown,
+) -> Result<u8, Error> {
+    let mut config = settle(file.as_ref(), &flags)?;
+    if let Some(file) = &file {
+        if file.mode == Mode::Backend {
+            return backend_role(config.listen, None, shutdown);
+        }
+        file.require_backends(&config)?;
+    }
+    let listener = Balancer::listen(&config)?;
+    if config.backends.is_empty() {
+        let stdin = io::stdin();
+        config.backends = prompt::servers_entry(&mut stdin.lock(), &mut io::stdout())?;
+        // Typed once: a reload keeps them, as it keeps the flags.
+        flags.backends = Some(config.backends.clone());
+    }
+    let signals = prepare_process(shutdown)?;
+    let balancer =
+        Balancer::with_listener(config, listener).map_err(|e| blame(e, file.as_ref(), &flags))?;
+    say(format_args!(
+        "Load balancer listening on port {}",
+        balancer.local_addr().port()
+    ));
+    let _ = io::stdout().flush();
+    if let Some(file) = file {
+        // A language taken from LANG stays what it was at start-up.
+        if !file.given().contains(&"trace_lang") {
+            flags.trace_lang = Some(balancer.config().trace_lang);
+        }
+        let reloader = Reloader::new(file.path, flags, &balancer);
+        // The reloader logs what it did, or why it refused.
+        signals.on_reload(move || {
+            let _ = reloader.reload();
+        });
+    }
+    run(balancer, shutdown)
 }
 
 /// What every role does before serving: signals handled by a thread of
 /// their own (blocked before any other thread starts, so every thread
 /// inherits the mask), and the open-files limit raised.
-fn prepare_process(shutdown: &Shutdown) -> Result<(), Error> {
-    signals::spawn(shutdown.clone())?;
+fn prepare_process(shutdown: &Shutdown) -> Result<Signals, Error> {
+    let signals = signals::spawn(shutdown.clone())?;
     match system::raise_nofile_limit() {
         Ok(limit) => log::debug!("open files limit: {limit}"),
         Err(err) => log::warn!("could not raise the open files limit: {err}"),
     }
-    Ok(())
+    Ok(signals)
 }
 
 /// Runs a bound balancer until the drain ends: 0, or
@@ -163,22 +265,15 @@ fn run(balancer: Balancer, shutdown: &Shutdown) -> Result<u8, Error> {
     })
 }
 
-/// Runs the balancer with signals handled, after printing the article's line.
-fn balance(config: Config, shutdown: &Shutdown) -> Result<u8, Error> {
+/// `rodizio backend`, or a file's `"mode": "backend"`: one demo backend
+/// until a signal.
+fn backend_role(
+    listen: SocketAddr,
+    name: Option<String>,
+    shutdown: &Shutdown,
+) -> Result<u8, Error> {
     prepare_process(shutdown)?;
-    let balancer = Balancer::bind(config).map_err(Error::worded_as_flag)?;
-    say(format_args!(
-        "Load balancer listening on port {}",
-        balancer.local_addr().port()
-    ));
-    let _ = io::stdout().flush();
-    run(balancer, shutdown)
-}
-
-/// `rodizio backend`: one demo backend until a signal.
-fn backend_role(args: BackendArgs, shutdown: &Shutdown) -> Result<u8, Error> {
-    prepare_process(shutdown)?;
-    let backend = DemoBackend::bind(args.listen, args.name)?;
+    let backend = DemoBackend::bind(listen, name)?;
     say(format_args!(
         "Demo backend listening on {}",
         backend.local_addr()?

@@ -140,6 +140,10 @@ counters! {
     ended_backend_write_failed: Counter,
     /// Proxied connections ended by another error (a read error, or the pump's own buffers, pipes or poll).
     ended_error: Counter,
+    /// Reloads of the config file that were applied.
+    reloads_ok: Counter,
+    /// Reloads of the config file refused (a bad file): nothing changed.
+    reloads_failed: Counter,
 }
 
 impl Stats {

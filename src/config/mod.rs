@@ -32,6 +32,7 @@
 //! | `_BUFFER_SIZE 4100` (reads of 4096) | `proxy.buffer_size` (4096)  |
 //! | `_MAX_SERVERS 10`           | [`MAX_PROMPT_SERVERS`] (prompt only; flags take any number) |
 
+pub mod file;
 mod overrides;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -151,6 +152,16 @@ impl Config {
         if self.backends.is_empty() {
             return Err(Error::setting("backends", "must name at least one backend"));
         }
+        self.validate_settings()
+    }
+
+    /// [`Config::validate`] without the backends, which the prompt may
+    /// still fill in: what is checked before the first question.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidSetting`] naming the first bad setting.
+    pub fn validate_settings(&self) -> Result<()> {
         if self.workers == 0 || self.workers > MAX_WORKERS {
             return Err(Error::setting(
                 "workers",

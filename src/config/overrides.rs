@@ -170,6 +170,52 @@ impl Overrides {
     }
 }
 
+impl Overrides {
+    /// The names of the settings given here, as [`Config::describe`] and
+    /// the config file name them: to tell which layer gave a bad value.
+    pub fn given(&self) -> Vec<&'static str> {
+        let o = self;
+        [
+            ("listen", o.listen.is_some()),
+            ("backends", o.backends.is_some()),
+            ("algorithm", o.algorithm.is_some()),
+            ("workers", o.workers.is_some()),
+            ("thread_stack", o.thread_stack.is_some()),
+            ("queue_capacity", o.queue_capacity.is_some()),
+            ("backlog", o.backlog.is_some()),
+            ("buffer_size", o.buffer_size.is_some()),
+            ("connect_timeout", o.connect_timeout.is_some()),
+            ("idle_timeout", o.idle_timeout.is_some()),
+            ("drain_timeout", o.drain_timeout.is_some()),
+            ("splice", o.splice.is_some()),
+            ("yield_before_poll", o.yield_before_poll.is_some()),
+            ("defer_accept", o.defer_accept.is_some()),
+            ("health_check", o.health_check.is_some()),
+            ("health_interval", o.health_interval.is_some()),
+            ("health_timeout", o.health_timeout.is_some()),
+            ("health_path", o.health_path.is_some()),
+            ("fall", o.fall.is_some()),
+            ("rise", o.rise.is_some()),
+            ("passive_failures", o.passive_failures.is_some()),
+            ("health_cooldown", o.health_cooldown.is_some()),
+            ("http_replies", o.http_replies.is_some()),
+            ("rate_limit", o.rate_limit.is_some()),
+            ("rate_limit_algorithm", o.rate_limit_algorithm.is_some()),
+            ("rate_limit_max_clients", o.rate_limit_max_clients.is_some()),
+            ("rate_limit_ipv6_prefix", o.rate_limit_ipv6_prefix.is_some()),
+            ("rate_limit_reply", o.rate_limit_reply.is_some()),
+            ("health_user", o.health_user.is_some()),
+            ("health_send", o.health_send.is_some()),
+            ("health_expect", o.health_expect.is_some()),
+            ("trace", o.trace.is_some()),
+            ("trace_lang", o.trace_lang.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

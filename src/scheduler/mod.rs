@@ -356,6 +356,21 @@ impl Scheduler {
         self.change(|_| {});
     }
 
+    /// Changes the weight of the backend with this id; picks from now on
+    /// use it. The backend stays the same object, in the same place: its
+    /// connections, health and counters go on. Returns it, or `None` if it
+    /// is not in the list.
+    pub fn set_weight(&self, id: u64, weight: u32) -> Option<Arc<Backend>> {
+        let mut found = None;
+        self.change(|list| {
+            if let Some(b) = list.iter().find(|b| b.id() == id) {
+                b.set_weight(weight);
+                found = Some(Arc::clone(b));
+            }
+        });
+        found
+    }
+
     /// The first backend in the list for which `pred` is true (for example
     /// `|b| b.name() == "127.0.0.1:8001"`).
     pub fn find(&self, pred: impl Fn(&Backend) -> bool) -> Option<Arc<Backend>> {
@@ -508,6 +523,22 @@ mod tests {
             })
             .count();
         assert!(on_a >= 190, "{on_a} of 200 on the heavy backend");
+    }
+
+    #[test]
+    fn a_weight_changes_in_place() {
+        let list = weighted(&[1, 1]);
+        let s = Scheduler::with_algorithm(list.clone(), Algorithm::WeightedRoundRobin);
+        assert_eq!(names(&s, 4), "abab");
+        let active = list[0].start_connection();
+        let b = s.set_weight(list[0].id(), 3).unwrap();
+        assert!(Arc::ptr_eq(&b, &list[0]), "the same backend");
+        assert_eq!(b.active(), 1, "its connections stay");
+        let seq = names(&s, 8);
+        assert_eq!(seq.matches('a').count(), 6, "{seq}");
+        assert_eq!(s.snapshot()[0].id(), list[0].id(), "in the same place");
+        assert!(s.set_weight(9999, 2).is_none());
+        drop(active);
     }
 
     #[test]

@@ -1,0 +1,636 @@
+//! Reloading the config file while the balancer runs: on SIGHUP (and
+//! whatever else calls [`Reloader::reload`], such as an admin request).
+//!
+//! A reload reads the file again and lays it between the defaults and the
+//! flags given at start-up, exactly as at start-up. It parses, validates
+//! and resolves everything before it changes anything: a bad file is one
+//! error line (with its line and column), the `reloads_failed` counter goes
+//! up, and the running settings stay. A good one is applied to the
+//! balancer's [`Live`] values, counted in `reloads_ok` and logged as one
+//! info line saying what changed. The listener is never closed and no
+//! connection is cut.
+//!
+//! What changes live:
+//!
+//! - The backends, matched by name (`HOST:PORT` as written). A new one is
+//!   added to the scheduler; one no longer in the file is drained (no new
+//!   clients, those in flight finish) and taken out of the list once its
+//!   last connection ends (or after `drain_timeout`; its connections still
+//!   go on then, only the list forgets it). A backend whose weight changed
+//!   keeps its connections, health and counters: its weight is an atomic,
+//!   set in place ([`Scheduler::set_weight`]). A backend drained by a
+//!   reload and written in the file again before it is gone comes back.
+//! - The algorithm, the proxy's settings, the health settings.
+//! - The rate limit: a new [`Limiter`] is built when any of its settings
+//!   changes (its table of clients starts empty; counts are not carried
+//!   over, which errs on the side of letting clients in).
+//!
+//! What needs a restart (`listen`, `backlog`, `thread_stack`,
+//! `queue_capacity`, `workers`, `defer_accept`, `drain_timeout`, `trace`,
+//! `trace_lang`, the `admin_*` keys, `mode`):
+//! one warning names each such key, and the running value stays.
+//!
+//! # Threads
+//!
+//! `reload` runs on the calling thread (the signal thread for SIGHUP); a
+//! mutex makes two reloads take turns. Draining backends are watched by a
+//! small reaper thread, started when the first one drains and ending when
+//! none is left; it polls each one's `active() + pending()` every
+//! [`REAP_POLL`].
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart: the C reads its backends once, at the prompt.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::backend::Backend;
+use crate::balancer::{Balancer, Live};
+use crate::config::file::{self, Mode};
+use crate::config::{Config, Overrides};
+use crate::error::{Error, Result};
+use crate::limiter::Limiter;
+use crate::scheduler::Scheduler;
+use crate::stats::Stats;
+
+/// How often the reaper looks at the draining backends.
+pub const REAP_POLL: Duration = Duration::from_millis(50);
+
+/// The settings kept at their running value until a restart.
+const RESTART_ONLY: &[&str] = &[
+    "listen",
+    "backlog",
+    "thread_stack",
+    "queue_capacity",
+    "workers",
+    "defer_accept",
+    "drain_timeout",
+    "trace",
+    "trace_lang",
+    "admin_listen",
+    "admin_allow_remote",
+    "admin_token_file",
+];
+
+/// What one reload did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// The info line logged for it (`reload: +1 backend (...), ...`).
+    pub summary: String,
+    /// Backends added.
+    pub added: usize,
+    /// Backends that started draining (no longer in the file).
+    pub draining: usize,
+    /// Draining backends written in the file again, serving again.
+    pub restored: usize,
+    /// Backends whose weight changed.
+    pub reweighted: usize,
+    /// Other settings changed live (the algorithm included).
+    pub settings_changed: usize,
+    /// Settings that differ in the file but need a restart: kept.
+    pub needs_restart: Vec<&'static str>,
+}
+
+/// Reloads the config file into a running balancer. Cheap to clone; every
+/// clone reloads the same balancer, one reload at a time.
+#[derive(Debug, Clone)]
+pub struct Reloader {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// The config file, read again at each reload.
+    path: PathBuf,
+    /// The flags given at start-up (and backends typed at the prompt):
+    /// they still win over the file.
+    flags: Overrides,
+    /// What a reload changes.
+    live: Live,
+    /// Where reloads are counted.
+    stats: Arc<Stats>,
+    /// The settings running now; the lock serializes reloads.
+    running: Mutex<Running>,
+    /// Backends drained by a reload, waiting for their last connection.
+    retiring: Mutex<Retiring>,
+}
+
+#[derive(Debug)]
+struct Running {
+    config: Config,
+    mode: Mode,
+}
+
+#[derive(Debug, Default)]
+struct Retiring {
+    /// Each backend with the time after which it leaves the list anyway.
+    list: Vec<(Arc<Backend>, Instant)>,
+    /// Whether the reaper thread is running.
+    reaper: bool,
+}
+
+impl Reloader {
+    /// A reloader for `balancer`, reading `path` under `flags` (the
+    /// start-up flags, with the prompt's backends if it asked).
+    pub fn new(path: impl Into<PathBuf>, flags: Overrides, balancer: &Balancer) -> Reloader {
+        Reloader::from_parts(
+            path,
+            flags,
+            balancer.live(),
+            balancer.stats(),
+            balancer.config().clone(),
+        )
+    }
+
+    /// [`Reloader::new`] from the parts: the live values, the stats, and
+    /// the configuration running now.
+    pub fn from_parts(
+        path: impl Into<PathBuf>,
+        flags: Overrides,
+        live: Live,
+        stats: Arc<Stats>,
+        running: Config,
+    ) -> Reloader {
+        Reloader {
+            inner: Arc::new(Inner {
+                path: path.into(),
+                flags,
+                live,
+                stats,
+                running: Mutex::new(Running {
+                    config: running,
+                    mode: Mode::LoadBalancer,
+                }),
+                retiring: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The config file it reads.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Reads the file again and applies it (see the module docs). Logs one
+    /// info line on success, one error line on failure, and a warning for
+    /// settings that need a restart.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ConfigFile`] (or another usage error) when the file cannot
+    /// be read or is not valid; nothing was changed then.
+    pub fn reload(&self) -> Result<ReloadReport> {
+        let inner = &self.inner;
+        let mut running = inner.running.lock();
+        let plan = match self.prepare(&running) {
+            Ok(plan) => plan,
+            Err(err) => {
+                Stats::incr(&inner.stats.reloads_failed);
+                log::error!("reload refused, the running settings stay: {err}");
+                return Err(err);
+            }
+        };
+        let report = self.apply(&mut running, plan);
+        Stats::incr(&inner.stats.reloads_ok);
+        if !report.needs_restart.is_empty() {
+            log::warn!(
+                "reload: {} need a restart to change; the running values stay",
+                report.needs_restart.join(", ")
+            );
+        }
+        log::info!("{}", report.summary);
+        Ok(report)
+    }
+
+    /// Everything that can fail: read, validate, resolve new backends.
+    fn prepare(&self, running: &Running) -> Result<Plan> {
+        let inner = &self.inner;
+        let file = file::load(&inner.path)?;
+        let mut config = file.settle(&inner.flags)?;
+        file.require_backends(&config)?;
+        let from_file = !inner.flags.given().contains(&"backends");
+        let list = inner.live.scheduler.snapshot();
+        let retiring: Vec<u64> = inner
+            .retiring
+            .lock()
+            .list
+            .iter()
+            .map(|(b, _)| b.id())
+            .collect();
+        let mut unmatched: Vec<Arc<Backend>> = list.to_vec();
+        let mut plan = Plan::default();
+        for spec in &config.backends {
+            let name = spec.name();
+            match unmatched.iter().position(|b| b.name() == name) {
+                Some(pos) => {
+                    let b = unmatched.remove(pos);
+                    if b.weight() != spec.weight {
+                        plan.reweight.push((Arc::clone(&b), spec.weight));
+                    }
+                    if retiring.contains(&b.id()) {
+                        plan.restore.push(b);
+                    }
+                }
+                None => {
+                    let backend = Backend::from_spec(spec).map_err(|e| match e {
+                        Error::InvalidBackend(msg) if from_file => file.error_at("backends", msg),
+                        other => other,
+                    })?;
+                    plan.add.push(Arc::new(backend));
+                }
+            }
+        }
+        plan.drain = unmatched
+            .into_iter()
+            .filter(|b| !retiring.contains(&b.id()))
+            .collect();
+        let old = &running.config;
+        macro_rules! keep {
+            ($($field:ident),*) => {$(
+                if config.$field != old.$field {
+                    plan.needs_restart.push(stringify!($field));
+                    config.$field = old.$field.clone();
+                }
+            )*};
+        }
+        keep!(
+            listen,
+            backlog,
+            thread_stack,
+            queue_capacity,
+            workers,
+            defer_accept,
+            drain_timeout,
+            trace,
+            trace_lang,
+            admin_listen,
+            admin_allow_remote,
+            admin_token_file
+        );
+        debug_assert!(plan.needs_restart.iter().all(|k| RESTART_ONLY.contains(k)));
+        if file.mode != running.mode {
+            plan.needs_restart.push("mode");
+        }
+        plan.config = config;
+        Ok(plan)
+    }
+
+    /// Changes the live values as planned; cannot fail.
+    fn apply(&self, running: &mut Running, plan: Plan) -> ReloadReport {
+        let live = &self.inner.live;
+        let config = plan.config;
+        // What runs now, as the live values say (an admin request may have
+        // changed them since the last reload).
+        let mut before = running.config.clone();
+        before.algorithm = live.scheduler.algorithm();
+        before.proxy = current(&live.proxy);
+        before.health = current(&live.health);
+        before.rate_limit = live.limiter.load().as_ref().map(|l| l.config().clone());
+        let mut parts = Vec::new();
+        let mut report = ReloadReport {
+            needs_restart: plan.needs_restart,
+            ..ReloadReport::default()
+        };
+        // New backends first, drains last: never a moment with fewer
+        // backends than both lists share.
+        if !plan.add.is_empty() {
+            let names: Vec<&str> = plan.add.iter().map(|b| b.name()).collect();
+            parts.push(format!(
+                "+{} backend{} ({})",
+                plan.add.len(),
+                plural(plan.add.len()),
+                names.join(", ")
+            ));
+            report.added = plan.add.len();
+            for b in plan.add {
+                live.scheduler.add(b);
+            }
+        }
+        if !plan.restore.is_empty() {
+            let mut retiring = self.inner.retiring.lock();
+            for b in &plan.restore {
+                retiring.list.retain(|(r, _)| r.id() != b.id());
+                b.set_draining(false);
+                parts.push(format!("serving {} again", b.name()));
+            }
+            report.restored = plan.restore.len();
+        }
+        for (b, weight) in &plan.reweight {
+            parts.push(format!("weight {} {} → {weight}", b.name(), b.weight()));
+            live.scheduler.set_weight(b.id(), *weight);
+        }
+        report.reweighted = plan.reweight.len();
+        if before.algorithm != config.algorithm {
+            parts.push(format!(
+                "algorithm {} → {}",
+                before.algorithm, config.algorithm
+            ));
+            live.scheduler.set_algorithm(config.algorithm);
+            report.settings_changed += 1;
+        }
+        if before.proxy != config.proxy {
+            live.proxy.store(Arc::new(config.proxy.clone()));
+        }
+        if before.health != config.health {
+            live.health.store(Arc::new(config.health.clone()));
+        }
+        if before.rate_limit != config.rate_limit {
+            let limiter = config
+                .rate_limit
+                .as_ref()
+                .map(|c| Arc::new(Limiter::new(c)));
+            live.limiter.store(limiter);
+        }
+        let old: Vec<(&str, String)> = before.describe();
+        for (key, value) in config.describe() {
+            if matches!(key, "backends" | "algorithm") {
+                continue;
+            }
+            // The rate limit's details are listed only when it was on and
+            // stays on; `rate_limit` itself says "off → 10/1s".
+            let Some((_, was)) = old.iter().find(|(k, _)| *k == key) else {
+                continue;
+            };
+            if *was != value {
+                parts.push(format!("{key} {was} → {value}"));
+                report.settings_changed += 1;
+            }
+        }
+        if !plan.drain.is_empty() {
+            let deadline = Instant::now() + config.drain_timeout;
+            let mut retiring = self.inner.retiring.lock();
+            for b in &plan.drain {
+                b.set_draining(true);
+                let n = b.active() + b.pending();
+                parts.push(format!(
+                    "draining {} ({n} connection{})",
+                    b.name(),
+                    plural(n)
+                ));
+                retiring.list.push((Arc::clone(b), deadline));
+            }
+            report.draining = plan.drain.len();
+            if !retiring.reaper {
+                retiring.reaper = self.start_reaper();
+            }
+        }
+        report.summary = if parts.is_empty() {
+            "reload: no change".to_string()
+        } else {
+            format!("reload: {}", parts.join(", "))
+        };
+        running.config = config;
+        report
+    }
+
+    /// Starts the thread that removes drained backends from the list;
+    /// returns whether it runs.
+    fn start_reaper(&self) -> bool {
+        let inner = Arc::clone(&self.inner);
+        let spawned = std::thread::Builder::new()
+            .name("rodizio-reaper".into())
+            .spawn(move || reap(&inner));
+        match spawned {
+            Ok(_) => true,
+            Err(err) => {
+                // The backends stay in the list, draining: harmless.
+                log::warn!("reload: could not start the reaper thread: {err}");
+                false
+            }
+        }
+    }
+}
+
+/// The reaper's body: until no backend is retiring, every [`REAP_POLL`],
+/// take out of the list each one whose last connection ended or whose
+/// time is up.
+fn reap(inner: &Inner) {
+    let scheduler: &Scheduler = &inner.live.scheduler;
+    loop {
+        std::thread::sleep(REAP_POLL);
+        let mut retiring = inner.retiring.lock();
+        let now = Instant::now();
+        retiring.list.retain(|(b, deadline)| {
+            let left = b.active() + b.pending();
+            if left == 0 {
+                scheduler.remove(b.id());
+                log::info!("reload: {} drained and removed", b.name());
+                false
+            } else if now >= *deadline {
+                scheduler.remove(b.id());
+                log::warn!(
+                    "reload: {} removed from the list with {left} connection{} still open (they go on)",
+                    b.name(),
+                    plural(left)
+                );
+                false
+            } else {
+                true
+            }
+        });
+        if retiring.list.is_empty() {
+            retiring.reaper = false;
+            return;
+        }
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// What `prepare` decided, for `apply`.
+#[derive(Debug, Default)]
+struct Plan {
+    config: Config,
+    add: Vec<Arc<Backend>>,
+    restore: Vec<Arc<Backend>>,
+    reweight: Vec<(Arc<Backend>, u32)>,
+    drain: Vec<Arc<Backend>>,
+    needs_restart: Vec<&'static str>,
+}
+
+/// A copy of what an `ArcSwap` holds now.
+fn current<T: Clone>(swap: &arc_swap::ArcSwap<T>) -> T {
+    T::clone(&swap.load())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::Algorithm;
+    use std::io::Write;
+
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+
+    #[test]
+    fn a_reloader_can_be_shared() {
+        assert_send_sync::<Reloader>();
+    }
+
+    /// A balancer (bound, not running) over backends that are never
+    /// connected to, and a reloader on a temporary file.
+    struct Setup {
+        balancer: Balancer,
+        reloader: Reloader,
+        path: PathBuf,
+    }
+
+    impl Setup {
+        fn new(name: &str, text: &str) -> Setup {
+            let path = std::env::temp_dir()
+                .join(format!("rodizio-reload-{name}-{}.json", std::process::id()));
+            std::fs::write(&path, text).unwrap();
+            let file = file::load(&path).unwrap();
+            let mut config = file.settle(&Overrides::default()).unwrap();
+            config.listen = "127.0.0.1:0".parse().unwrap();
+            let balancer = Balancer::bind(config).unwrap();
+            let reloader = Reloader::new(&path, Overrides::default(), &balancer);
+            Setup {
+                balancer,
+                reloader,
+                path,
+            }
+        }
+
+        fn write(&self, text: &str) {
+            let mut f = std::fs::File::create(&self.path).unwrap();
+            f.write_all(text.as_bytes()).unwrap();
+        }
+
+        fn names(&self) -> Vec<String> {
+            let list = self.balancer.scheduler().snapshot();
+            list.iter().map(|b| b.name().to_string()).collect()
+        }
+    }
+
+    impl Drop for Setup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    #[test]
+    fn a_reload_adds_drains_and_reweighs_by_name() {
+        let s = Setup::new(
+            "diff",
+            r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1", "127.0.0.1:2"]}"#,
+        );
+        let first = s.balancer.scheduler().snapshot()[0].clone();
+        let held = first.start_connection();
+        s.write(
+            r#"{"listen": "127.0.0.1:0", "algorithm": "least_connections",
+                "backends": ["127.0.0.1:1,weight=3", "127.0.0.1:3"], "connect_timeout": "1s"}"#,
+        );
+        let r = s.reloader.reload().unwrap();
+        assert_eq!((r.added, r.draining, r.reweighted), (1, 1, 1), "{r:?}");
+        assert_eq!(
+            r.summary,
+            "reload: +1 backend (127.0.0.1:3), weight 127.0.0.1:1 1 → 3, \
+             algorithm round-robin → least-connections, connect_timeout 3s → 1s, \
+             draining 127.0.0.1:2 (0 connections)"
+        );
+        let live = s.balancer.live();
+        assert_eq!(live.scheduler.algorithm(), Algorithm::LeastConnections);
+        assert_eq!(live.proxy.load().connect_timeout, Duration::from_secs(1));
+        let same = live.scheduler.find(|b| b.name() == "127.0.0.1:1").unwrap();
+        assert!(Arc::ptr_eq(&same, &first), "reweighed in place");
+        assert_eq!((same.weight(), same.active()), (3, 1));
+        drop(held);
+        // The drained one leaves the list once idle.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while s.names().contains(&"127.0.0.1:2".to_string()) {
+            assert!(Instant::now() < deadline, "not removed: {:?}", s.names());
+            std::thread::sleep(REAP_POLL);
+        }
+        assert_eq!(s.names(), ["127.0.0.1:1", "127.0.0.1:3"]);
+        let stats = s.balancer.stats().snapshot();
+        assert_eq!((stats.reloads_ok, stats.reloads_failed), (1, 0));
+    }
+
+    #[test]
+    fn a_bad_file_changes_nothing() {
+        let s = Setup::new(
+            "bad",
+            r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"]}"#,
+        );
+        for bad in [
+            "{\"backends\": [\"127.0.0.1:2\"],\n \"workers\": 0}",
+            "{\"backends\": [\"127.0.0.1:2\"],\n \"wrokers\": 4}",
+            "{\"backends\": [\"127.0.0.1:2\"],\n \"idle_timeout\": \"soon\"}",
+            "{\"backends\": [\"127.0.0.1:2\"],,}",
+            "{\"workers\": 4}",
+        ] {
+            s.write(bad);
+            let err = s.reloader.reload().unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::ConfigFile {
+                        position: Some(_),
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            assert_eq!(s.names(), ["127.0.0.1:1"], "{bad}");
+        }
+        assert_eq!(s.balancer.stats().snapshot().reloads_failed, 5);
+        std::fs::remove_file(&s.path).unwrap();
+        let err = s.reloader.reload().unwrap_err().to_string();
+        assert!(err.contains("cannot be read"), "{err}");
+    }
+
+    #[test]
+    fn restart_only_settings_keep_their_running_value() {
+        let s = Setup::new(
+            "restart",
+            r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"]}"#,
+        );
+        s.write(
+            r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"], "workers": 8,
+                "thread_stack": "128k", "mode": "backend", "rate_limit": "10/1s"}"#,
+        );
+        let r = s.reloader.reload().unwrap();
+        assert_eq!(r.needs_restart, ["thread_stack", "workers", "mode"]);
+        assert_eq!(r.summary, "reload: rate_limit off → 10/1s");
+        assert!(s.balancer.live().limiter.load().is_some());
+        // The same file again: still a restart, nothing else.
+        let r = s.reloader.reload().unwrap();
+        assert_eq!(r.summary, "reload: no change");
+        assert_eq!(r.needs_restart.len(), 3);
+    }
+
+    #[test]
+    fn a_draining_backend_written_again_comes_back() {
+        let s = Setup::new(
+            "restore",
+            r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1", "127.0.0.1:2"]}"#,
+        );
+        let second = s.balancer.scheduler().snapshot()[1].clone();
+        let held = second.start_connection();
+        s.write(r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"]}"#);
+        let r = s.reloader.reload().unwrap();
+        assert_eq!(r.draining, 1);
+        assert!(
+            r.summary.contains("draining 127.0.0.1:2 (1 connection)"),
+            "{}",
+            r.summary
+        );
+        assert!(second.is_draining());
+        s.write(r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1", "127.0.0.1:2"]}"#);
+        let r = s.reloader.reload().unwrap();
+        assert_eq!((r.restored, r.added), (1, 0));
+        assert!(!second.is_draining());
+        drop(held);
+        assert_eq!(s.names(), ["127.0.0.1:1", "127.0.0.1:2"]);
+    }
+}

@@ -1,0 +1,369 @@
+//! The config file through the real binary: `-c FILE`, one line and exit 2
+//! for each kind of bad file, `check-config`, flags over the file, the
+//! seed-style keys, settings checked before the prompt asks anything, and
+//! `"mode": "backend"`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use common::{http_get, wait_for};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A file in the temporary directory, removed on drop.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(text: &str) -> TempFile {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "rodizio-config-{}-{}.json",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::write(&path, text).unwrap();
+        TempFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// What a finished run printed.
+struct Output {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `rodizio ARGS` with `input` on standard input, killing it if it
+/// has not exited within [`WAIT`].
+fn run(args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rodizio");
+    // The child may exit before reading (that is what some tests check).
+    let _ = child.stdin.take().unwrap().write_all(input);
+    let out = reader(child.stdout.take().unwrap());
+    let err = reader(child.stderr.take().unwrap());
+    let status = wait_exit(&mut child);
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+fn reader(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    })
+}
+
+fn wait_exit(child: &mut Child) -> ExitStatus {
+    let mut status = None;
+    let exited = wait_for(WAIT, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("rodizio did not exit in time");
+    }
+    status.unwrap()
+}
+
+/// Runs `rodizio -c FILE` on `text` and checks it exits 2 with exactly one
+/// line that names the file, asking nothing; returns that line.
+fn refused(text: &str) -> String {
+    let file = TempFile::new(text);
+    let out = run(&["-c", file.path()], b"");
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert_eq!(out.stdout, "", "nothing asked, nothing printed");
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    let line = out.stderr.trim_end().to_string();
+    let prefix = format!("rodizio: {}: ", file.path());
+    assert!(line.starts_with(&prefix), "{line}");
+    line[prefix.len()..].to_string()
+}
+
+/// An unknown key is named with its line and column, and with the closest
+/// known key when it is a typo.
+#[test]
+fn an_unknown_key_exits_2_naming_it() {
+    let line = refused("{\n  \"backends\": [\"127.0.0.1:1\"],\n  \"worker\": 4\n}");
+    assert_eq!(
+        line,
+        "line 3, column 10: unknown key `worker` (did you mean `workers`?)"
+    );
+    let line = refused("{\"backends\": [{\"host\": \"127.0.0.1\", \"prot\": 1}]}");
+    assert!(
+        line.contains("unknown key `backends[0].prot` (did you mean `port`?)"),
+        "{line}"
+    );
+}
+
+/// A value of the wrong type names the key and where it is.
+#[test]
+fn a_wrong_type_exits_2_naming_the_key() {
+    let line = refused("{\"backends\": [\"127.0.0.1:1\"],\n \"splice\": \"yes\"}");
+    assert!(line.starts_with("line 2, column"), "{line}");
+    assert!(
+        line.contains("`splice`: invalid type: string \"yes\""),
+        "{line}"
+    );
+}
+
+/// Values out of range or that do not parse are worded as the file's key,
+/// not as the flag.
+#[test]
+fn a_bad_value_exits_2_naming_the_key_not_the_flag() {
+    let line = refused("{\"backends\": [\"127.0.0.1:1\"],\n \"workers\": 0}");
+    assert_eq!(line, "line 2, column 2: `workers` must be 1..65536, got 0");
+    let line = refused("{\"backends\": [\"127.0.0.1:1\"],\n \"connect_timeout\": \"3 parsecs\"}");
+    assert!(line.starts_with("line 2, column"), "{line}");
+    assert!(line.contains("`connect_timeout`: '3 parsecs'"), "{line}");
+    assert!(!line.contains("--"), "{line}");
+    let line = refused("{\"backends\": [\"127.0.0.1:99999\"]}");
+    assert!(
+        line.contains("`backends[0]`: '127.0.0.1:99999': port must be 1..65535"),
+        "{line}"
+    );
+}
+
+/// A file without backends (and no `-b`) is refused; the prompt is for
+/// when there is no file.
+#[test]
+fn missing_backends_exits_2() {
+    let line = refused("{\n  \"workers\": 4\n}");
+    assert_eq!(
+        line,
+        "line 1, column 1: no backends: list them under `backends` (or `backend_servers`)"
+    );
+}
+
+/// A JSON syntax error gives its line and column.
+#[test]
+fn a_syntax_error_exits_2_with_line_and_column() {
+    let line = refused("{\n  \"workers\": 4,\n}");
+    assert_eq!(line, "line 3, column 1: JSON syntax error: trailing comma");
+    let line = refused("{\"workers\" 4}");
+    assert!(
+        line.starts_with("line 1, column 12: JSON syntax error"),
+        "{line}"
+    );
+}
+
+/// A file that cannot be read is named with the OS error.
+#[test]
+fn an_unreadable_file_exits_2_naming_it() {
+    let out = run(&["-c", "/nonexistent/rodizio.json"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        out.stderr.trim_end(),
+        "rodizio: /nonexistent/rodizio.json: cannot be read: No such file or directory (os error 2)"
+    );
+    let dir = std::env::temp_dir();
+    let out = run(&["check-config", dir.to_str().unwrap()], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        out.stderr.contains("cannot be read: Is a directory"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// `--workers 0` is reported before the prompt asks its first question,
+/// even with nothing on standard input.
+#[test]
+fn a_bad_flag_value_exits_2_before_any_question() {
+    let out = run(&["--workers", "0", "-l", "127.0.0.1:0"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        out.stderr.trim_end(),
+        "rodizio: invalid configuration: --workers must be 1..65536, got 0"
+    );
+    assert!(!out.stdout.contains("Enter"), "asked: {}", out.stdout);
+    assert_eq!(out.stdout, "");
+}
+
+/// A taken port exits 1 before the prompt asks anything.
+#[test]
+fn a_taken_port_exits_1_before_any_question() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = run(&["-l", &addr], b"1\n127.0.0.1\n8001\n");
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!("failed to listen on {addr}")),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stdout, "", "asked before binding");
+}
+
+/// The seed-style file is read as written, and check-config prints the
+/// effective settings one `key = value` per line.
+#[test]
+fn check_config_prints_the_settings_of_the_seed_style_file() {
+    let file = TempFile::new(
+        r#"{ "mode": "load_balancer", "listen_port": 8080, "scheduling_algorithm": "least_connections",
+  "health_check_interval_seconds": 5,
+  "backend_servers": [ { "host": "127.0.0.1", "port": 8081 }, { "host": "127.0.0.1", "port": 8082 } ] }"#,
+    );
+    let out = run(&["check-config", file.path()], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    for want in [
+        "mode = load_balancer",
+        "listen = 0.0.0.0:8080",
+        "backends = 127.0.0.1:8081 127.0.0.1:8082",
+        "algorithm = least-connections",
+        "health_interval = 5s",
+        "workers = 4096",
+        "rate_limit = off",
+    ] {
+        assert!(lines.contains(&want), "{want} missing:\n{}", out.stdout);
+    }
+    assert!(lines.iter().all(|l| l.contains(" = ")), "{}", out.stdout);
+    assert!(out.stderr.contains("the configuration is valid"));
+}
+
+/// check-config exits 2 with the reason for a bad file, and prints no
+/// settings then.
+#[test]
+fn check_config_refuses_a_bad_file() {
+    let file = TempFile::new("{\"backends\": [\"127.0.0.1:1\"], \"fall\": 0}");
+    let out = run(&["check-config", file.path()], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.stdout, "");
+    assert!(
+        out.stderr.contains("`fall` must be at least 1"),
+        "{}",
+        out.stderr
+    );
+    let file = TempFile::new("{\"backends\": [\"no-such-host.invalid:80\"]}");
+    let out = run(&["check-config", file.path()], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        out.stderr.contains("`backends`: 'no-such-host.invalid:80'"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// Flags win over the file, the file over the defaults; a bad value given
+/// by a flag is worded as the flag.
+#[test]
+fn flags_win_over_the_file() {
+    let file = TempFile::new(
+        r#"{"backends": ["127.0.0.1:1"], "workers": 3, "fall": 5, "listen": "127.0.0.1:0"}"#,
+    );
+    let out = run(&["--workers", "7", "check-config", file.path()], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("\nworkers = 7\n"), "{}", out.stdout);
+    assert!(out.stdout.contains("\nfall = 5\n"), "{}", out.stdout);
+    assert!(out.stdout.contains("\nrise = 2\n"), "{}", out.stdout);
+    let out = run(&["--fall", "0", "check-config", file.path()], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        out.stderr.contains("--fall must be at least 1"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// The shipped example holds every key with its default and passes
+/// check-config.
+#[test]
+fn the_example_file_passes_check_config() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rodizio.json");
+    let out = run(&["check-config", example], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let text = std::fs::read_to_string(example).unwrap();
+    let settings = rodizio::Config {
+        rate_limit: Some(rodizio::limiter::RateLimitConfig::new(
+            rodizio::limiter::Rate::parse("1/1s").unwrap(),
+        )),
+        ..rodizio::Config::default()
+    };
+    for (key, _) in settings.describe() {
+        assert!(text.contains(&format!("\"{key}\":")), "{key} missing");
+    }
+    // Every value is the default: what it prints is what the defaults
+    // describe, with its backends.
+    let backends = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("backends = "))
+        .expect("a backends line");
+    let defaults = rodizio::Config {
+        backends: backends
+            .split(' ')
+            .map(|s| rodizio::backend::BackendSpec::parse(s).unwrap())
+            .collect(),
+        ..rodizio::Config::default()
+    };
+    for (key, value) in defaults.describe() {
+        let line = format!("{key} = {value}");
+        assert!(out.stdout.lines().any(|l| l == line), "{line} missing");
+    }
+}
+
+/// `"mode": "backend"` runs the demo backend on `listen`.
+#[test]
+fn backend_mode_runs_the_demo_backend() {
+    let file = TempFile::new(r#"{"mode": "backend", "listen": "127.0.0.1:0"}"#);
+    let mut child = Command::new(BIN)
+        .args(["-c", file.path()])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    thread::spawn(move || {
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while stdout.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
+            line.push(byte[0]);
+        }
+        let _ = tx.send(String::from_utf8_lossy(&line).into_owned());
+    });
+    let line = rx.recv_timeout(WAIT).expect("a first line");
+    let addr = line
+        .strip_prefix("Demo backend listening on ")
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .unwrap();
+    let reply = http_get(addr, "/").unwrap();
+    assert!(reply.status.contains(" 200 "), "{}", reply.status);
+    // SAFETY: a plain kill(2) on the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(wait_exit(&mut child).success());
+}
