@@ -155,6 +155,34 @@ set -e
 grep -q 'admin-allow-remote' "$work/refused.err" || fail "$(cat "$work/refused.err")"
 cat "$work/refused.err"
 
+echo "== POST /reload applies the config file, as SIGHUP does"
+read -r lb2_port admin2_port < <(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(2)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in socks])
+for s in socks:
+    s.close()
+')
+printf '{"listen": "127.0.0.1:%s", "admin_listen": "127.0.0.1:%s", "backends": ["127.0.0.1:%s"]}\n' \
+  "$lb2_port" "$admin2_port" "$p1" >"$work/rodizio.json"
+RUST_LOG=${RUST_LOG:-warn} "$bin" -c "$work/rodizio.json" >"$work/rodizio2.out" 2>"$work/rodizio2.err" &
+rodizio2_pid=$!
+pids+=("$rodizio2_pid")
+wait_line "$work/rodizio2.out" "Load balancer listening on port $lb2_port" "$rodizio2_pid"
+printf '{"listen": "127.0.0.1:%s", "admin_listen": "127.0.0.1:%s", "backends": ["127.0.0.1:%s"]}\n' \
+  "$lb2_port" "$admin2_port" "$p2" >"$work/rodizio.json"
+admin="http://127.0.0.1:$admin2_port"
+api POST /reload 200
+has "127.0.0.1:$p2"
+printf '{"backends": ' >"$work/rodizio.json"
+api POST /reload 500
+has 'line 1'
+api GET /backends 200
+has "\"address\":\"127.0.0.1:$p2\""
+admin="http://127.0.0.1:$admin_port"
+
 echo "== stopping rodizio (PID $rodizio_pid)"
 kill -TERM "$rodizio_pid"
 stopped=""

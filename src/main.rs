@@ -220,7 +220,7 @@ fn balance(
         flags.backends = Some(config.backends.clone());
     }
     let signals = prepare_process(shutdown)?;
-    let balancer =
+    let mut balancer =
         Balancer::with_listener(config, listener).map_err(|e| blame(e, file.as_ref(), &flags))?;
     say(format_args!(
         "Load balancer listening on port {}",
@@ -233,6 +233,14 @@ fn balance(
             flags.trace_lang = Some(balancer.config().trace_lang);
         }
         let reloader = Reloader::new(file.path, flags, &balancer);
+        // The admin API's `POST /reload` does what SIGHUP does.
+        let for_api = reloader.clone();
+        balancer.set_reload(std::sync::Arc::new(move || {
+            for_api
+                .reload()
+                .map(|report| report.summary)
+                .map_err(|err| err.to_string())
+        }));
         // The reloader logs what it did, or why it refused.
         signals.on_reload(move || {
             let _ = reloader.reload();
