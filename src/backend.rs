@@ -29,8 +29,10 @@ use std::time::Duration;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::error::{Error, Result};
+use crate::proxy_protocol::Version;
 
-/// A backend as the user wrote it: `HOST:PORT` with an optional `,weight=N`.
+/// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`
+/// and `,send-proxy` / `,send-proxy-v2`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendSpec {
     /// The host name or address, as typed (`localhost`, `127.0.0.1`, `::1`).
@@ -39,11 +41,16 @@ pub struct BackendSpec {
     pub port: u16,
     /// The relative weight for weighted algorithms; 1 unless given.
     pub weight: u32,
+    /// Send this backend a PROXY protocol header before the client's bytes
+    /// (`,send-proxy` is version 1, `,send-proxy-v2` version 2); `None`
+    /// unless given, and then the balancer-wide `send_proxy` applies.
+    pub send_proxy: Option<Version>,
 }
 
 impl BackendSpec {
-    /// Parses `HOST:PORT[,weight=N]`; IPv6 addresses go in brackets
-    /// (`[::1]:8001`).
+    /// Parses `HOST:PORT[,weight=N][,send-proxy|,send-proxy-v2]`; IPv6
+    /// addresses go in brackets (`[::1]:8001`). The option names are
+    /// HAProxy's `server` keywords.
     ///
     /// # Errors
     ///
@@ -58,7 +65,22 @@ impl BackendSpec {
         let port = parse_port(port)
             .ok_or_else(|| Error::InvalidBackend(format!("'{text}': port must be 1..65535")))?;
         let mut weight = 1;
+        let mut send_proxy = None;
         for option in parts {
+            let version = match option.trim() {
+                "send-proxy" => Some(Version::V1),
+                "send-proxy-v2" => Some(Version::V2),
+                _ => None,
+            };
+            if let Some(version) = version {
+                if send_proxy.is_some() {
+                    return Err(Error::InvalidBackend(format!(
+                        "'{text}': send-proxy is given twice"
+                    )));
+                }
+                send_proxy = Some(version);
+                continue;
+            }
             match option.split_once('=') {
                 Some(("weight", value)) => {
                     weight = value
@@ -71,7 +93,8 @@ impl BackendSpec {
                 }
                 _ => {
                     return Err(Error::InvalidBackend(format!(
-                        "'{text}': unknown option '{option}' (known: weight=N)"
+                        "'{text}': unknown option '{option}' \
+                         (known: weight=N, send-proxy, send-proxy-v2)"
                     )))
                 }
             }
@@ -85,6 +108,7 @@ impl BackendSpec {
             host: host.to_string(),
             port,
             weight,
+            send_proxy,
         })
     }
 
@@ -128,6 +152,11 @@ impl fmt::Display for BackendSpec {
         f.write_str(&self.name())?;
         if self.weight != 1 {
             write!(f, ",weight={}", self.weight)?;
+        }
+        match self.send_proxy {
+            None => {}
+            Some(Version::V1) => f.write_str(",send-proxy")?,
+            Some(Version::V2) => f.write_str(",send-proxy-v2")?,
         }
         Ok(())
     }
@@ -179,6 +208,10 @@ pub struct Backend {
     /// Clients picked for it and not yet connected (waiting in the queue,
     /// or connecting); least connections counts them with `active`.
     pending: AtomicUsize,
+    /// The PROXY protocol version it is sent before each client's bytes
+    /// (and a LOCAL header before each health check), or `None`. Fixed
+    /// for the backend's life.
+    send_proxy: Option<Version>,
 }
 
 /// Process-wide source of [`Backend::id`]s.
@@ -191,7 +224,22 @@ impl Backend {
     ///
     /// [`Error::InvalidBackend`] when the host does not resolve.
     pub fn from_spec(spec: &BackendSpec) -> Result<Backend> {
-        Ok(Backend::new(spec.name(), spec.resolve()?, spec.weight))
+        Ok(
+            Backend::new(spec.name(), spec.resolve()?, spec.weight)
+                .with_send_proxy(spec.send_proxy),
+        )
+    }
+
+    /// The same backend, sent a PROXY protocol header of `version` before
+    /// each client's bytes and each health check (`None`: no header).
+    pub fn with_send_proxy(mut self, version: Option<Version>) -> Backend {
+        self.send_proxy = version;
+        self
+    }
+
+    /// The PROXY protocol version this backend is sent, if any.
+    pub fn send_proxy(&self) -> Option<Version> {
+        self.send_proxy
     }
 
     /// A backend at known addresses (tests and the demo use this).
@@ -207,6 +255,7 @@ impl Backend {
             draining: AtomicBool::new(false),
             connect_failures: AtomicU32::new(0),
             pending: AtomicUsize::new(0),
+            send_proxy: None,
         }
     }
 
@@ -435,9 +484,29 @@ mod tests {
             "127.0.0.1:80,weight=0",
             "127.0.0.1:80,weight=x",
             "127.0.0.1:80,color=red",
+            "127.0.0.1:80,send-proxy-v3",
+            "127.0.0.1:80,send-proxy,send-proxy-v2",
         ] {
             assert!(BackendSpec::parse(bad).is_err(), "accepted {bad:?}");
         }
+    }
+
+    #[test]
+    fn parses_send_proxy_options() {
+        let plain = BackendSpec::parse("127.0.0.1:8001").unwrap();
+        assert_eq!(plain.send_proxy, None);
+        let v1 = BackendSpec::parse("127.0.0.1:8001,send-proxy").unwrap();
+        assert_eq!(v1.send_proxy, Some(Version::V1));
+        let v2 = BackendSpec::parse("[::1]:8001,weight=2,send-proxy-v2").unwrap();
+        assert_eq!((v2.weight, v2.send_proxy), (2, Some(Version::V2)));
+        // Written back the way it was given, so --help and logs show it.
+        assert_eq!(v1.to_string(), "127.0.0.1:8001,send-proxy");
+        assert_eq!(v2.to_string(), "[::1]:8001,weight=2,send-proxy-v2");
+        assert_eq!(BackendSpec::parse(&v2.to_string()).unwrap(), v2);
+        let backend = Backend::from_spec(&v1).unwrap();
+        assert_eq!(backend.send_proxy(), Some(Version::V1));
+        let err = BackendSpec::parse("127.0.0.1:80,proxy").unwrap_err();
+        assert!(err.to_string().contains("send-proxy-v2"), "{err}");
     }
 
     #[test]

@@ -54,7 +54,7 @@ use crate::health::HealthConfig;
 use crate::limiter::Limiter;
 use crate::listener::{self, Acceptor};
 use crate::pool::Pool;
-use crate::proxy::{Job, Proxy, ProxyConfig};
+use crate::proxy::{AcceptProxy, Job, Proxy, ProxyConfig};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
@@ -96,7 +96,10 @@ impl Balancer {
         let backends = config
             .backends
             .iter()
-            .map(|spec| Backend::from_spec(spec).map(Arc::new))
+            .map(|spec| {
+                let send_proxy = spec.send_proxy.or(config.send_proxy);
+                Backend::from_spec(spec).map(|b| Arc::new(b.with_send_proxy(send_proxy)))
+            })
             .collect::<Result<Vec<_>>>()?;
         let scheduler = Arc::new(Scheduler::with_algorithm(backends, config.algorithm));
         let stats = Arc::new(Stats::default());
@@ -134,6 +137,13 @@ impl Balancer {
             stats: Arc::clone(&stats),
             settings: Arc::clone(&live.proxy),
             health: Arc::clone(&live.health),
+            limiter: Arc::clone(&live.limiter),
+            accept_proxy: config.accept_proxy.then(|| {
+                AcceptProxy::new(
+                    config.accept_proxy_from.clone(),
+                    config.accept_proxy_timeout,
+                )
+            }),
         });
         let pool = Pool::new(
             config.workers,
@@ -199,6 +209,7 @@ impl Balancer {
             shutdown,
             limiter: &self.live.limiter,
             health: &self.live.health,
+            accept_proxy: self.config.accept_proxy,
         };
         acceptor.run(&self.listener);
         if let Some(health) = health {

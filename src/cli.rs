@@ -26,6 +26,7 @@ use crate::config::{Config, Overrides};
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
 use crate::limiter::{Rate, Reply, RuleKind, MAX_MAX_CLIENTS};
+use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::units::{parse_duration, parse_size};
 
@@ -204,6 +205,34 @@ pub struct BalancerArgs {
     /// Bytes the send-expect check wants in the reply (same notation).
     #[arg(long, value_name = "BYTES", value_parser = parse_health_bytes)]
     pub health_expect: Option<Vec<u8>>,
+    /// Send every backend a PROXY protocol header (v1 or v2) with the
+    /// client's address before its bytes; one backend alone takes
+    /// `-b HOST:PORT,send-proxy` or `,send-proxy-v2`.
+    #[arg(long, value_name = "VERSION", value_parser = parse_proxy_version)]
+    pub send_proxy: Option<Version>,
+    /// Expect a PROXY protocol header (v1 or v2) from every client: for a
+    /// balancer behind another proxy (HAProxy's send-proxy, nginx's
+    /// proxy_protocol on). The header's address is then the client's.
+    #[arg(long)]
+    pub accept_proxy: bool,
+    /// The peers allowed to send that header, as CIDR[,CIDR...]; a client
+    /// connecting from elsewhere is closed.
+    #[arg(long, value_name = "CIDR,...", value_parser = parse_cidrs)]
+    pub accept_proxy_from: Option<CidrList>,
+    /// Longest wait for a complete PROXY protocol header; a client that
+    /// sends none in time is closed.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub accept_proxy_timeout: Option<Duration>,
+}
+
+fn parse_proxy_version(text: &str) -> std::result::Result<Version, String> {
+    text.parse()
+        .map_err(|e: crate::proxy_protocol::ParseError| e.to_string())
+}
+
+fn parse_cidrs(text: &str) -> std::result::Result<CidrList, String> {
+    text.parse()
+        .map_err(|e: crate::proxy_protocol::ParseError| e.to_string())
 }
 
 fn parse_health_bytes(text: &str) -> std::result::Result<Vec<u8>, String> {
@@ -275,6 +304,10 @@ impl BalancerArgs {
             health_user: self.health_user.clone(),
             health_send: self.health_send.clone(),
             health_expect: self.health_expect.clone(),
+            send_proxy: self.send_proxy,
+            accept_proxy: given(self.accept_proxy),
+            accept_proxy_from: self.accept_proxy_from.clone(),
+            accept_proxy_timeout: self.accept_proxy_timeout,
         }
     }
 
@@ -581,5 +614,59 @@ mod tests {
         assert!(err
             .to_string()
             .contains("--rate-limit-reply needs --rate-limit"));
+    }
+
+    #[test]
+    fn proxy_protocol_flags_build_the_config() {
+        let c = Cli::try_parse_from(["rodizio"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert_eq!(c.send_proxy, None);
+        assert!(!c.accept_proxy);
+        assert_eq!(c.accept_proxy_from, CidrList::loopback());
+        assert_eq!(c.accept_proxy_timeout, Duration::from_secs(5));
+        let c = Cli::try_parse_from([
+            "rodizio",
+            "-b",
+            "127.0.0.1:8001,send-proxy",
+            "--send-proxy",
+            "v2",
+            "--accept-proxy",
+            "--accept-proxy-from",
+            "10.0.0.0/8, ::1",
+            "--accept-proxy-timeout",
+            "250ms",
+        ])
+        .unwrap()
+        .balancer
+        .to_config()
+        .unwrap();
+        assert_eq!(c.backends[0].send_proxy, Some(Version::V1));
+        assert_eq!(c.send_proxy, Some(Version::V2));
+        assert!(c.accept_proxy);
+        assert_eq!(c.accept_proxy_from.to_string(), "10.0.0.0/8,::1/128");
+        assert_eq!(c.accept_proxy_timeout, Duration::from_millis(250));
+        for args in [
+            vec!["rodizio", "--send-proxy", "v3"],
+            vec![
+                "rodizio",
+                "--accept-proxy",
+                "--accept-proxy-from",
+                "10.0.0.0/33",
+            ],
+            vec!["rodizio", "--accept-proxy", "--accept-proxy-from", ""],
+            vec!["rodizio", "-b", "127.0.0.1:1,send-proxy-v9"],
+        ] {
+            let err = Cli::try_parse_from(&args).unwrap_err();
+            assert!(one_line(&err).starts_with("error:"), "{args:?}");
+        }
+        // The details mean nothing without --accept-proxy: a usage error.
+        let cli = Cli::try_parse_from(["rodizio", "--accept-proxy-timeout", "1s"]).unwrap();
+        let err = cli.balancer.to_config().unwrap_err();
+        assert!(err.is_usage());
+        assert!(
+            err.to_string()
+                .contains("--accept-proxy-timeout needs --accept-proxy"),
+            "{err}"
+        );
     }
 }

@@ -61,7 +61,7 @@ use crate::error::{Error, Result};
 use crate::health::HealthConfig;
 use crate::limiter::{self, Decision, Limiter};
 use crate::pool::Pool;
-use crate::proxy::Job;
+use crate::proxy::{Job, Route};
 use crate::reply;
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
@@ -132,6 +132,8 @@ pub(crate) struct Acceptor<'a> {
     pub limiter: &'a ArcSwapOption<Limiter>,
     /// Health settings, for `http_replies` (the 503).
     pub health: &'a ArcSwap<HealthConfig>,
+    /// `--accept-proxy`: clients are queued unpicked (see below).
+    pub accept_proxy: bool,
 }
 
 impl Acceptor<'_> {
@@ -176,6 +178,9 @@ impl Acceptor<'_> {
     /// into the pool. Returns false when the pool has closed (shutting down).
     fn dispatch(&self, client: TcpStream, peer: SocketAddr) -> bool {
         Stats::incr(&self.stats.accepted);
+        if self.accept_proxy {
+            return self.dispatch_after_header(client, peer);
+        }
         let Some(client) = self.admit(client, peer) else {
             return true;
         };
@@ -195,7 +200,33 @@ impl Acceptor<'_> {
             return true;
         };
         // An error means the pool closed while we waited for room.
-        self.pool.submit(Job { pick, client, peer }).is_ok()
+        let route = Route::Picked(pick);
+        self.pool
+            .submit(Job {
+                route,
+                client,
+                peer,
+            })
+            .is_ok()
+    }
+
+    /// `--accept-proxy`: who the client is comes in its PROXY protocol
+    /// header, and this thread never waits for a client's bytes. So the
+    /// client is queued at once with no pick ([`Route::AfterHeader`]); the
+    /// worker reads the header, then checks the limiter and picks with the
+    /// address it carries (`proxy/header.rs`).
+    fn dispatch_after_header(&self, client: TcpStream, peer: SocketAddr) -> bool {
+        if let Err(err) = client.set_nodelay(true) {
+            log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
+        }
+        let route = Route::AfterHeader;
+        self.pool
+            .submit(Job {
+                route,
+                client,
+                peer,
+            })
+            .is_ok()
     }
 
     /// The rate-limit gate: gives the client back if it may go on; else

@@ -110,6 +110,8 @@ counters! {
     worker_panics: Counter,
     /// Worker threads that could not be started (resource limits).
     worker_spawn_failures: Counter,
+    /// Clients closed for their PROXY protocol header: an untrusted peer, a malformed or oversized header, or none in time.
+    proxy_header_refused: Counter,
 }
 
 impl Stats {

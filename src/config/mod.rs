@@ -42,6 +42,7 @@ use crate::error::{Error, Result};
 use crate::health::HealthConfig;
 use crate::limiter::RateLimitConfig;
 use crate::proxy::ProxyConfig;
+use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::units::{format_duration, format_size};
 
@@ -91,6 +92,19 @@ pub struct Config {
     /// Per-client-IP rate limiting at accept time (`rate_limit`). Default
     /// `None` (off).
     pub rate_limit: Option<RateLimitConfig>,
+    /// Send every backend a PROXY protocol header of this version before
+    /// the client's bytes (`send_proxy`), unless its own spec says
+    /// `,send-proxy` or `,send-proxy-v2`. Default `None` (off).
+    pub send_proxy: Option<Version>,
+    /// Expect a PROXY protocol header from every client (`accept_proxy`):
+    /// the balancer sits behind another proxy. Default off.
+    pub accept_proxy: bool,
+    /// The peers trusted to send that header (`accept_proxy_from`).
+    /// Default loopback only.
+    pub accept_proxy_from: CidrList,
+    /// Longest wait for a complete header (`accept_proxy_timeout`).
+    /// Default 5 s.
+    pub accept_proxy_timeout: Duration,
 }
 
 impl Default for Config {
@@ -108,6 +122,10 @@ impl Default for Config {
             proxy: ProxyConfig::default(),
             health: HealthConfig::default(),
             rate_limit: None,
+            send_proxy: None,
+            accept_proxy: false,
+            accept_proxy_from: CidrList::loopback(),
+            accept_proxy_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -144,6 +162,12 @@ impl Config {
             return Err(Error::setting(
                 "backlog",
                 format!("must be at least 1, got {}", self.backlog),
+            ));
+        }
+        if self.accept_proxy_timeout.is_zero() {
+            return Err(Error::setting(
+                "accept_proxy_timeout",
+                "must be more than 0",
             ));
         }
         self.proxy.validate()?;
@@ -204,6 +228,18 @@ impl Config {
                 ("rate_limit_reply", r.reply.name().to_string()),
             ]),
         }
+        out.extend([
+            (
+                "send_proxy",
+                self.send_proxy.map_or("off".into(), |v| v.to_string()),
+            ),
+            ("accept_proxy", self.accept_proxy.to_string()),
+            ("accept_proxy_from", self.accept_proxy_from.to_string()),
+            (
+                "accept_proxy_timeout",
+                format_duration(self.accept_proxy_timeout),
+            ),
+        ]);
         out
     }
 }

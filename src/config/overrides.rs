@@ -18,6 +18,7 @@ use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
 use crate::limiter::{Rate, RateLimitConfig, Reply, RuleKind};
+use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 
 /// The settings one source gave; see the module docs. Field names are the
@@ -56,6 +57,10 @@ pub struct Overrides {
     pub health_user: Option<String>,
     pub health_send: Option<Vec<u8>>,
     pub health_expect: Option<Vec<u8>>,
+    pub send_proxy: Option<Version>,
+    pub accept_proxy: Option<bool>,
+    pub accept_proxy_from: Option<CidrList>,
+    pub accept_proxy_timeout: Option<Duration>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -107,6 +112,21 @@ impl Overrides {
         }
         if self.health_expect.is_some() {
             h.expect.clone_from(&self.health_expect);
+        }
+        if self.send_proxy.is_some() {
+            config.send_proxy = self.send_proxy;
+        }
+        set(&mut config.accept_proxy, &self.accept_proxy);
+        set(&mut config.accept_proxy_from, &self.accept_proxy_from);
+        set(&mut config.accept_proxy_timeout, &self.accept_proxy_timeout);
+        if !config.accept_proxy {
+            let given = [
+                ("accept_proxy_from", self.accept_proxy_from.is_some()),
+                ("accept_proxy_timeout", self.accept_proxy_timeout.is_some()),
+            ];
+            if let Some((name, _)) = given.iter().find(|(_, is_given)| *is_given) {
+                return Err(Error::setting(*name, "needs `accept_proxy`"));
+            }
         }
         if let Some(rate) = self.rate_limit {
             match &mut config.rate_limit {

@@ -12,7 +12,10 @@
 //!
 //! - this file: [`Proxy::handle`], the connection's life and fail-over;
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;
-//! - `conduit`: the thread's buffers and pipes the pump moves bytes through.
+//! - `conduit`: the thread's buffers and pipes the pump moves bytes through;
+//! - [`mod@header`]: the PROXY protocol on the worker: reading a client's
+//!   header (then the limiter and the pick, [`Route::AfterHeader`]) and
+//!   sending one to the backends that take it.
 //!
 //! # Corresponds to the C article
 //!
@@ -28,32 +31,37 @@
 //! `get_final_server_socket()` is [`Backend::connect`].
 
 mod conduit;
+pub mod header;
 pub mod pump;
 
 use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::health::{self, HealthConfig};
+use crate::limiter::Limiter;
 use crate::reply;
 use crate::scheduler::{Pick, Scheduler};
 use crate::stats::Stats;
 
+pub use header::{AcceptProxy, Route};
 pub use pump::{pump, splice_pump, Transfer};
 
 /// One accepted client, with the backend chosen for it at accept time: the
-/// `(server_idx, client_sock)` pair of the C queue.
+/// `(server_idx, client_sock)` pair of the C queue. Behind
+/// `--accept-proxy` the choice waits for the client's PROXY protocol
+/// header ([`Route::AfterHeader`], see [`mod@header`]).
 #[derive(Debug)]
 pub struct Job {
-    /// The backend picked by the scheduler.
-    pub pick: Pick,
+    /// The backend picked by the scheduler, or "pick after the header".
+    pub route: Route,
     /// The client's socket.
     pub client: TcpStream,
-    /// The client's address.
+    /// The client's address, as the socket's peer.
     pub peer: SocketAddr,
 }
 
@@ -137,6 +145,11 @@ pub struct Proxy {
     /// Passive health (`passive_failures`) and the 502 reply
     /// (`http_replies`), read once per connection.
     pub health: Arc<ArcSwap<HealthConfig>>,
+    /// The rate limiter, for clients behind `--accept-proxy` (checked
+    /// here once their header is read; others at accept time).
+    pub limiter: Arc<ArcSwapOption<Limiter>>,
+    /// `--accept-proxy`: who may send a header and how long it may take.
+    pub accept_proxy: Option<AcceptProxy>,
 }
 
 /// With this backend name, [`Proxy::handle`] panics once connected: the
@@ -149,11 +162,36 @@ impl Proxy {
     /// returns an error: whatever happens is logged and ends only this
     /// connection.
     pub fn handle(&self, job: Job) {
-        let Job { pick, client, peer } = job;
+        let Job {
+            route,
+            client,
+            peer,
+        } = job;
         let started = Instant::now();
+        let (client, pick, origin) = match (route, &self.accept_proxy) {
+            (Route::Picked(pick), _) => {
+                let origin = header::Origin {
+                    source: peer,
+                    destination: None,
+                };
+                (client, pick, origin)
+            }
+            (Route::AfterHeader, Some(accept)) => match self.after_header(accept, client, peer) {
+                Some(taken) => taken,
+                None => return,
+            },
+            (Route::AfterHeader, None) => {
+                log::error!("client {peer} queued for a PROXY header with --accept-proxy off");
+                close(&client);
+                return;
+            }
+        };
+        // From here on the client is who the header said.
+        let peer = origin.source;
         let settings = self.settings.load_full();
         let health = self.health.load_full();
-        let (backend_sock, backend) = match self.connect(&pick, &settings, &health) {
+        let (backend_sock, backend) = match self.connect(&pick, &client, origin, &settings, &health)
+        {
             Ok(found) => found,
             Err(err) => {
                 Stats::incr(&self.stats.no_backend);
@@ -246,15 +284,17 @@ impl Proxy {
     fn connect(
         &self,
         pick: &Pick,
+        client: &TcpStream,
+        origin: header::Origin,
         settings: &ProxyConfig,
         health: &HealthConfig,
     ) -> Result<(TcpStream, Arc<Backend>)> {
-        let mut last = match self.try_backend(&pick.backend, settings, health) {
+        let mut last = match self.try_backend(&pick.backend, client, origin, settings, health) {
             Ok(stream) => return Ok((stream, Arc::clone(&pick.backend))),
             Err(err) => err,
         };
         for backend in self.scheduler.failover_order(&pick.backend) {
-            match self.try_backend(&backend, settings, health) {
+            match self.try_backend(&backend, client, origin, settings, health) {
                 Ok(stream) => return Ok((stream, backend)),
                 Err(err) => last = err,
             }
@@ -263,14 +303,24 @@ impl Proxy {
     }
 
     /// One connect attempt, counted in the stats and in the backend's
-    /// passive health.
+    /// passive health. A backend that takes the PROXY protocol is sent
+    /// its header here, before any client byte; failing to send it counts
+    /// as failing to connect.
     fn try_backend(
         &self,
         backend: &Backend,
+        client: &TcpStream,
+        origin: header::Origin,
         settings: &ProxyConfig,
         health: &HealthConfig,
     ) -> Result<TcpStream> {
-        match backend.connect(settings.connect_timeout) {
+        let connected = backend
+            .connect(settings.connect_timeout)
+            .and_then(|stream| {
+                header::send(backend, &stream, || origin.header(client))?;
+                Ok(stream)
+            });
+        match connected {
             Ok(stream) => {
                 backend.record_connect_success();
                 Ok(stream)
@@ -326,6 +376,8 @@ mod tests {
             stats: Arc::clone(&stats),
             settings: Arc::new(ArcSwap::from_pointee(ProxyConfig::default())),
             health: Arc::new(ArcSwap::from_pointee(HealthConfig::default())),
+            limiter: Arc::new(ArcSwapOption::empty()),
+            accept_proxy: None,
         });
         let pool = Pool::new(
             1,
@@ -342,7 +394,7 @@ mod tests {
         let (accepted, peer) = front.accept().unwrap();
         let pick = scheduler.pick(peer.ip()).unwrap();
         pool.submit(Job {
-            pick,
+            route: Route::Picked(pick),
             client: accepted,
             peer,
         })
