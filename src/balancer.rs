@@ -114,8 +114,22 @@ impl Balancer {
         let limiter = config
             .rate_limit
             .as_ref()
-            .map(|c| Arc::new(Limiter::new(c)));
-        if let Some(l) = &limiter {
+            .map(|c| Limiter::with_store(c, &config.rate_limit_store, Arc::clone(&stats)))
+            .transpose()?
+            .map(Arc::new);
+        if let (Some(l), Some(url)) = (&limiter, &config.rate_limit_store.url) {
+            let c = l.config();
+            let store = &config.rate_limit_store;
+            log::info!(
+                "rate limit: {} per client IP ({}, IPv6 per /{}), shared in {url} \
+                 (timeout {:?}, on failure {})",
+                c.rate,
+                c.algorithm,
+                c.ipv6_prefix,
+                store.timeout,
+                store.failure.name()
+            );
+        } else if let Some(l) = &limiter {
             let c = l.config();
             log::info!(
                 "rate limit: {} per client IP ({}, IPv6 per /{}), up to {} clients ({} KiB)",

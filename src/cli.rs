@@ -25,7 +25,7 @@ use crate::backend::BackendSpec;
 use crate::config::{Config, Overrides};
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
-use crate::limiter::{Rate, Reply, RuleKind, MAX_MAX_CLIENTS};
+use crate::limiter::{FailurePolicy, Rate, Reply, RuleKind, MAX_MAX_CLIENTS};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::units::{parse_duration, parse_size};
@@ -223,6 +223,21 @@ pub struct BalancerArgs {
     /// sends none in time is closed.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub accept_proxy_timeout: Option<Duration>,
+    /// Keep the rate limit's counts in Redis (redis://HOST:PORT/DB), shared
+    /// by every balancer pointed at it, instead of in this process.
+    #[arg(long, value_name = "URL")]
+    pub rate_limit_store: Option<String>,
+    /// Longest wait for Redis on one check (connect, read, write).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub rate_limit_store_timeout: Option<Duration>,
+    /// When Redis fails or is slow: `open` serves the client unchecked,
+    /// `closed` refuses it.
+    #[arg(long, value_name = "POLICY", value_parser = parse_failure)]
+    pub rate_limit_store_failure: Option<FailurePolicy>,
+}
+
+fn parse_failure(text: &str) -> std::result::Result<FailurePolicy, String> {
+    text.parse()
 }
 
 fn parse_proxy_version(text: &str) -> std::result::Result<Version, String> {
@@ -308,6 +323,9 @@ impl BalancerArgs {
             accept_proxy: given(self.accept_proxy),
             accept_proxy_from: self.accept_proxy_from.clone(),
             accept_proxy_timeout: self.accept_proxy_timeout,
+            rate_limit_store: self.rate_limit_store.clone(),
+            rate_limit_store_timeout: self.rate_limit_store_timeout,
+            rate_limit_store_failure: self.rate_limit_store_failure,
         }
     }
 
@@ -666,6 +684,39 @@ mod tests {
         assert!(
             err.to_string()
                 .contains("--accept-proxy-timeout needs --accept-proxy"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn rate_limit_store_flags_build_the_config() {
+        let c = Cli::try_parse_from(["rodizio"]).unwrap();
+        let store = c.balancer.to_config().unwrap().rate_limit_store;
+        assert_eq!(store.url, None);
+        assert_eq!(store.timeout, Duration::from_millis(50));
+        assert_eq!(store.failure, FailurePolicy::Open);
+        let c = Cli::try_parse_from([
+            "rodizio",
+            "--rate-limit",
+            "20/10s",
+            "--rate-limit-store",
+            "redis://127.0.0.1:6379/2",
+            "--rate-limit-store-timeout",
+            "20ms",
+            "--rate-limit-store-failure",
+            "closed",
+        ])
+        .unwrap();
+        let store = c.balancer.to_config().unwrap().rate_limit_store;
+        assert_eq!(store.url.as_deref(), Some("redis://127.0.0.1:6379/2"));
+        assert_eq!(store.timeout, Duration::from_millis(20));
+        assert_eq!(store.failure, FailurePolicy::Closed);
+        assert!(Cli::try_parse_from(["rodizio", "--rate-limit-store-failure", "ajar"]).is_err());
+        let cli = Cli::try_parse_from(["rodizio", "--rate-limit-store", "redis://h:1/0"]).unwrap();
+        let err = cli.balancer.to_config().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--rate-limit-store needs --rate-limit"),
             "{err}"
         );
     }

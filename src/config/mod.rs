@@ -40,7 +40,7 @@ use std::time::Duration;
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::health::HealthConfig;
-use crate::limiter::RateLimitConfig;
+use crate::limiter::{RateLimitConfig, StoreConfig};
 use crate::proxy::ProxyConfig;
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
@@ -105,6 +105,11 @@ pub struct Config {
     /// Longest wait for a complete header (`accept_proxy_timeout`).
     /// Default 5 s.
     pub accept_proxy_timeout: Duration,
+    /// Where the rate limiter keeps its counts: in this process (the
+    /// default) or in Redis, shared by several balancers
+    /// (`rate_limit_store`, `rate_limit_store_timeout`,
+    /// `rate_limit_store_failure`).
+    pub rate_limit_store: StoreConfig,
 }
 
 impl Default for Config {
@@ -126,6 +131,7 @@ impl Default for Config {
             accept_proxy: false,
             accept_proxy_from: CidrList::loopback(),
             accept_proxy_timeout: Duration::from_secs(5),
+            rate_limit_store: StoreConfig::default(),
         }
     }
 }
@@ -170,6 +176,7 @@ impl Config {
                 "must be more than 0",
             ));
         }
+        self.rate_limit_store.validate()?;
         self.proxy.validate()?;
         if let Some(rate_limit) = &self.rate_limit {
             rate_limit.validate()?;
@@ -238,6 +245,21 @@ impl Config {
             (
                 "accept_proxy_timeout",
                 format_duration(self.accept_proxy_timeout),
+            ),
+            (
+                "rate_limit_store",
+                self.rate_limit_store
+                    .url
+                    .clone()
+                    .unwrap_or_else(|| "in-process".into()),
+            ),
+            (
+                "rate_limit_store_timeout",
+                format_duration(self.rate_limit_store.timeout),
+            ),
+            (
+                "rate_limit_store_failure",
+                self.rate_limit_store.failure.name().to_string(),
             ),
         ]);
         out

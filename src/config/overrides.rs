@@ -17,7 +17,7 @@ use super::Config;
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
-use crate::limiter::{Rate, RateLimitConfig, Reply, RuleKind};
+use crate::limiter::{FailurePolicy, Rate, RateLimitConfig, Reply, RuleKind};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 
@@ -61,6 +61,9 @@ pub struct Overrides {
     pub accept_proxy: Option<bool>,
     pub accept_proxy_from: Option<CidrList>,
     pub accept_proxy_timeout: Option<Duration>,
+    pub rate_limit_store: Option<String>,
+    pub rate_limit_store_timeout: Option<Duration>,
+    pub rate_limit_store_failure: Option<FailurePolicy>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -128,6 +131,12 @@ impl Overrides {
                 return Err(Error::setting(*name, "needs `accept_proxy`"));
             }
         }
+        let store = &mut config.rate_limit_store;
+        if self.rate_limit_store.is_some() {
+            store.url.clone_from(&self.rate_limit_store);
+        }
+        set(&mut store.timeout, &self.rate_limit_store_timeout);
+        set(&mut store.failure, &self.rate_limit_store_failure);
         if let Some(rate) = self.rate_limit {
             match &mut config.rate_limit {
                 Some(r) => r.rate = rate,
@@ -146,6 +155,15 @@ impl Overrides {
                     self.rate_limit_ipv6_prefix.is_some(),
                 ),
                 ("rate_limit_reply", self.rate_limit_reply.is_some()),
+                ("rate_limit_store", self.rate_limit_store.is_some()),
+                (
+                    "rate_limit_store_timeout",
+                    self.rate_limit_store_timeout.is_some(),
+                ),
+                (
+                    "rate_limit_store_failure",
+                    self.rate_limit_store_failure.is_some(),
+                ),
             ];
             return match given.iter().find(|(_, is_given)| *is_given) {
                 Some((name, _)) => Err(Error::setting(*name, "needs `rate_limit` N/WINDOW")),
