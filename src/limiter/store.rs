@@ -118,7 +118,7 @@ pub struct StoreConfig {
     /// in-process table (the default).
     pub url: Option<String>,
     /// Connect, read and write timeout of each Redis call
-    /// (`rate_limit_store_timeout`). Default [`DEFAULT_TIMEOUT`].
+    /// (`rate_limit_store_timeout`). Default 50 ms.
     pub timeout: Duration,
     /// What to do when Redis fails (`rate_limit_store_failure`). Default
     /// open.
