@@ -103,7 +103,7 @@ impl Balancer {
             .collect::<Result<Vec<_>>>()?;
         let scheduler = Arc::new(Scheduler::with_algorithm(backends, config.algorithm));
         let stats = Arc::new(Stats::default());
-        let listener = listener::bind(config.listen, config.backlog)?;
+        let listener = listener::bind_with(config.listen, config.backlog, config.reuse_port)?;
         if config.defer_accept {
             listener::defer_accept(&listener)
                 .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
@@ -205,7 +205,17 @@ impl Balancer {
     /// [`Error::Io`] when the health thread cannot be started; errors after
     /// start-up are per connection and logged.
     pub fn run(self, shutdown: &Shutdown) -> Result<()> {
-        shutdown.wake_on_trigger(self.local_addr);
+        if self.config.reuse_port {
+            // A connection could wake another process of the port's group:
+            // shut the socket down instead (see listener::wake_by_shutdown).
+            let listener = self
+                .listener
+                .try_clone()
+                .map_err(|e| Error::io("duplicating the listening socket", e))?;
+            shutdown.on_trigger(move || listener::wake_by_shutdown(&listener));
+        } else {
+            shutdown.wake_on_trigger(self.local_addr);
+        }
         // The accept loop may instead be waiting for room in a full queue,
         // where no connection reaches it: closing the queue on trigger makes
         // that push fail, and the loop returns (the client it held is

@@ -234,6 +234,11 @@ pub struct BalancerArgs {
     /// `closed` refuses it.
     #[arg(long, value_name = "POLICY", value_parser = parse_failure)]
     pub rate_limit_store_failure: Option<FailurePolicy>,
+    /// Set SO_REUSEPORT on the listening socket, so several rodizio
+    /// processes listen on the same port (a new version starts before the
+    /// old one drains; see docs/scaling.md). Off by default.
+    #[arg(long)]
+    pub reuse_port: bool,
 }
 
 fn parse_failure(text: &str) -> std::result::Result<FailurePolicy, String> {
@@ -326,6 +331,7 @@ impl BalancerArgs {
             rate_limit_store: self.rate_limit_store.clone(),
             rate_limit_store_timeout: self.rate_limit_store_timeout,
             rate_limit_store_failure: self.rate_limit_store_failure,
+            reuse_port: given(self.reuse_port),
         }
     }
 
@@ -712,6 +718,9 @@ mod tests {
         assert_eq!(store.timeout, Duration::from_millis(20));
         assert_eq!(store.failure, FailurePolicy::Closed);
         assert!(Cli::try_parse_from(["rodizio", "--rate-limit-store-failure", "ajar"]).is_err());
+        let c = Cli::try_parse_from(["rodizio", "--reuse-port"]).unwrap();
+        assert!(c.balancer.to_config().unwrap().reuse_port);
+        assert!(!Config::default().reuse_port);
         let cli = Cli::try_parse_from(["rodizio", "--rate-limit-store", "redis://h:1/0"]).unwrap();
         let err = cli.balancer.to_config().unwrap_err();
         assert!(

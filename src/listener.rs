@@ -85,10 +85,26 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 ///
 /// [`Error::Bind`] with the address and the system's reason.
 pub fn bind(addr: SocketAddr, backlog: i32) -> Result<TcpListener> {
+    bind_with(addr, backlog, false)
+}
+
+/// [`bind`], and with `reuse_port` also `SO_REUSEPORT` (`--reuse-port`):
+/// several processes may then listen on the same port, the kernel
+/// spreading new connections among them, which is what lets a new
+/// version start before the old one leaves (docs/scaling.md).
+///
+/// # Errors
+///
+/// [`Error::Bind`] with the address and the system's reason (a port held
+/// by a process that did not set `SO_REUSEPORT` too is `EADDRINUSE`).
+pub fn bind_with(addr: SocketAddr, backlog: i32, reuse_port: bool) -> Result<TcpListener> {
     let fail = |source| Error::Bind { addr, source };
     let socket =
         Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
     socket.set_reuse_address(true).map_err(fail)?;
+    if reuse_port {
+        socket.set_reuse_port(true).map_err(fail)?;
+    }
     socket.bind(&addr.into()).map_err(fail)?;
     socket.listen(backlog).map_err(fail)?;
     Ok(socket.into())
@@ -119,6 +135,22 @@ pub fn defer_accept(listener: &TcpListener) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Wakes a thread blocked in `accept(2)` on `listener` by shutting the
+/// listening socket down: `accept` then fails (`EINVAL`) at once, and the
+/// socket leaves its `SO_REUSEPORT` group, so the kernel sends new
+/// connections to the other processes on the port.
+///
+/// With `--reuse-port` this replaces the usual wake-up (a connection to
+/// the listening address), which the kernel could hand to another process
+/// of the group, leaving this one asleep. Connections still waiting in
+/// this socket's accept queue move to another listener of the group when
+/// `net.ipv4.tcp_migrate_req` is 1 (Linux 5.14 and later); otherwise the
+/// kernel resets them (docs/scaling.md).
+pub(crate) fn wake_by_shutdown(listener: &TcpListener) {
+    // SAFETY: shutdown(2) on a descriptor owned by a live TcpListener.
+    unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RD) };
 }
 
 /// What the accept loop needs besides the socket.
@@ -274,6 +306,28 @@ mod tests {
         };
         assert_eq!(rc, 0);
         value
+    }
+
+    #[test]
+    fn two_listeners_share_a_port_with_reuse_port_only() {
+        let first = bind_with("127.0.0.1:0".parse().unwrap(), 16, true).unwrap();
+        let addr = first.local_addr().unwrap();
+        let second = bind_with(addr, 16, true).unwrap();
+        assert_eq!(second.local_addr().unwrap(), addr);
+        assert!(matches!(bind(addr, 16), Err(Error::Bind { .. })));
+    }
+
+    #[test]
+    fn a_shutdown_wakes_a_blocked_accept() {
+        let listener = Arc::new(bind_with("127.0.0.1:0".parse().unwrap(), 16, true).unwrap());
+        let blocked = {
+            let listener = Arc::clone(&listener);
+            std::thread::spawn(move || listener.accept().map(drop))
+        };
+        // Whether the thread is already in accept(2) or not, the shutdown
+        // makes it fail at once.
+        wake_by_shutdown(&listener);
+        assert!(blocked.join().unwrap().is_err());
     }
 
     #[test]

@@ -110,6 +110,9 @@ pub struct Config {
     /// (`rate_limit_store`, `rate_limit_store_timeout`,
     /// `rate_limit_store_failure`).
     pub rate_limit_store: StoreConfig,
+    /// Set `SO_REUSEPORT` on the listening socket (`reuse_port`), so that
+    /// several balancers listen on one port. Default off.
+    pub reuse_port: bool,
 }
 
 impl Default for Config {
@@ -132,6 +135,7 @@ impl Default for Config {
             accept_proxy_from: CidrList::loopback(),
             accept_proxy_timeout: Duration::from_secs(5),
             rate_limit_store: StoreConfig::default(),
+            reuse_port: false,
         }
     }
 }
@@ -261,6 +265,7 @@ impl Config {
                 "rate_limit_store_failure",
                 self.rate_limit_store.failure.name().to_string(),
             ),
+            ("reuse_port", self.reuse_port.to_string()),
         ]);
         out
     }

@@ -64,6 +64,7 @@ pub struct Overrides {
     pub rate_limit_store: Option<String>,
     pub rate_limit_store_timeout: Option<Duration>,
     pub rate_limit_store_failure: Option<FailurePolicy>,
+    pub reuse_port: Option<bool>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -131,6 +132,7 @@ impl Overrides {
                 return Err(Error::setting(*name, "needs `accept_proxy`"));
             }
         }
+        set(&mut config.reuse_port, &self.reuse_port);
         let store = &mut config.rate_limit_store;
         if self.rate_limit_store.is_some() {
             store.url.clone_from(&self.rate_limit_store);

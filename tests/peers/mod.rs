@@ -18,7 +18,7 @@ use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -39,6 +39,7 @@ pub struct Peer {
     signal: i32,
     child: Child,
     reaped: bool,
+    status: Option<ExitStatus>,
 }
 
 impl Peer {
@@ -69,6 +70,7 @@ impl Peer {
             signal,
             child,
             reaped: false,
+            status: None,
         }
     }
 
@@ -77,8 +79,13 @@ impl Peer {
         if self.reaped {
             return true;
         }
-        if !matches!(self.child.try_wait(), Ok(None)) {
-            self.reaped = true;
+        match self.child.try_wait() {
+            Ok(None) => {}
+            Ok(Some(status)) => {
+                self.status = Some(status);
+                self.reaped = true;
+            }
+            Err(_) => self.reaped = true,
         }
         self.reaped
     }
@@ -101,6 +108,12 @@ impl Peer {
             thread::sleep(Duration::from_millis(10));
         }
         self.exited()
+    }
+
+    /// How it exited, once it has.
+    pub fn status(&mut self) -> Option<ExitStatus> {
+        self.exited();
+        self.status
     }
 
     /// Stops it now (its signal, then SIGKILL after 10 s); idempotent.
