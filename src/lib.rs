@@ -42,7 +42,8 @@
 //! - `listener`: the listening socket and the accept loop.
 //! - `limiter/`: per-client-IP rate limiting at accept time (off by
 //!   default): the facade, `rule` (three ways to count), `table` (the
-//!   bounded table).
+//!   bounded table), `store` (the counts kept in Redis, shared by several
+//!   balancers).
 //! - `queue`: the FIFO between the accept loop and the workers.
 //! - `pool`: the worker threads.
 //! - `proxy/`: a connection's life with fail-over; `pump` (duplex copy or

@@ -40,6 +40,15 @@
 //! [`DEFER_ACCEPT_SECS`] (rounded up to its SYN-ACK retransmissions) before
 //! handing them over anyway.
 //!
+//! With `--accept-proxy`, who the client is comes in its PROXY protocol
+//! header, which this thread never waits for: such a client skips the
+//! limiter and the pick here and is queued as [`Route::AfterHeader`]; the
+//! worker reads the header, then checks and picks (`proxy/header.rs`).
+//!
+//! With `--reuse-port` ([`bind_with`]) several processes share the port,
+//! and the shutdown wakes this loop by shutting the socket down
+//! (`wake_by_shutdown`) rather than by connecting to it.
+//!
 //! # Corresponds to the C article
 //!
 //! `create_balancer_socket()` and the `while (1)` loop of `main()`. The C
