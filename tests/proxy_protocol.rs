@@ -293,3 +293,38 @@ fn untrusted_and_malformed_headers_close_that_client_only() {
     });
     assert_eq!(backend.accepted(), 1);
 }
+
+/// With `--accept-proxy` the pick waits for the header, so `ip-hash`
+/// hashes the address it carries: clients that all come through one peer
+/// (127.0.0.1) are spread over both backends by their own addresses, and
+/// each address keeps its backend.
+#[test]
+fn ip_hash_hashes_the_address_of_the_header() {
+    let one = TestBackend::http(1);
+    let two = TestBackend::http(2);
+    let balancer = TestBalancer::with(&[one.addr(), two.addr()], |c| {
+        c.accept_proxy = true;
+        c.algorithm = "ip-hash".parse().unwrap();
+    });
+    let ask = |client: &str| {
+        let mut s = connect(balancer.addr).unwrap();
+        write!(
+            s,
+            "PROXY TCP4 {client} 127.0.0.1 40000 80\r\n\
+             GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200"), "{client}: {reply:?}");
+        reply.trim_end().rsplit(' ').next().unwrap().to_string()
+    };
+    let clients: Vec<String> = (1..=32).map(|n| format!("198.51.100.{n}")).collect();
+    let first: Vec<String> = clients.iter().map(|c| ask(c)).collect();
+    assert!(
+        first.contains(&"1".to_string()) && first.contains(&"2".to_string()),
+        "{first:?}"
+    );
+    let again: Vec<String> = clients.iter().map(|c| ask(c)).collect();
+    assert_eq!(first, again, "each address keeps its backend");
+}
