@@ -2,8 +2,9 @@
 # Installs what the tests need on a fresh machine (Rust is assumed):
 # ab (apache2-utils) and python3 for the article's check; the real servers
 # that tests/health_protocols.rs checks (redis-server, nginx and openssl,
-# MariaDB, PostgreSQL); headless Chromium and the Python prometheus_client
-# for scripts/observability-check.sh.
+# MariaDB, PostgreSQL); HAProxy, in front of rodizio in tests/proxy_protocol.rs;
+# headless Chromium and the Python prometheus_client for
+# scripts/observability-check.sh.
 set -euo pipefail
 
 # A program's path, also where Debian keeps it out of PATH.
@@ -17,6 +18,7 @@ has ab || need+=(apache2-utils)
 has python3 || need+=(python3)
 has curl || need+=(curl)
 has redis-server || need+=(redis-server)
+has haproxy || need+=(haproxy)
 has nginx || need+=(nginx)
 has openssl || need+=(openssl)
 { has mariadbd && has mariadb-install-db; } || need+=(mariadb-server)

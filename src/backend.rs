@@ -32,8 +32,10 @@ use parking_lot::Mutex;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::error::{Error, Result};
+use crate::proxy_protocol::Version;
 
-/// A backend as the user wrote it: `HOST:PORT` with an optional `,weight=N`.
+/// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`
+/// and `,send-proxy` / `,send-proxy-v2`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendSpec {
     /// The host name or address, as typed (`localhost`, `127.0.0.1`, `::1`).
@@ -42,11 +44,16 @@ pub struct BackendSpec {
     pub port: u16,
     /// The relative weight for weighted algorithms; 1 unless given.
     pub weight: u32,
+    /// Send this backend a PROXY protocol header before the client's bytes
+    /// (`,send-proxy` is version 1, `,send-proxy-v2` version 2); `None`
+    /// unless given, and then the balancer-wide `send_proxy` applies.
+    pub send_proxy: Option<Version>,
 }
 
 impl BackendSpec {
-    /// Parses `HOST:PORT[,weight=N]`; IPv6 addresses go in brackets
-    /// (`[::1]:8001`).
+    /// Parses `HOST:PORT[,weight=N][,send-proxy|,send-proxy-v2]`; IPv6
+    /// addresses go in brackets (`[::1]:8001`). The option names are
+    /// HAProxy's `server` keywords.
     ///
     /// # Errors
     ///
@@ -76,7 +83,22 @@ impl BackendSpec {
         let port = parse_port(port)
             .ok_or_else(|| Error::InvalidBackend(format!("'{text}': port must be 1..65535")))?;
         let mut weight = 1;
+        let mut send_proxy = None;
         for option in parts {
+            let version = match option.trim() {
+                "send-proxy" => Some(Version::V1),
+                "send-proxy-v2" => Some(Version::V2),
+                _ => None,
+            };
+            if let Some(version) = version {
+                if send_proxy.is_some() {
+                    return Err(Error::InvalidBackend(format!(
+                        "'{text}': send-proxy is given twice"
+                    )));
+                }
+                send_proxy = Some(version);
+                continue;
+            }
             match option.split_once('=') {
                 Some(("weight", value)) => {
                     weight = value
@@ -89,7 +111,8 @@ impl BackendSpec {
                 }
                 _ => {
                     return Err(Error::InvalidBackend(format!(
-                        "'{text}': unknown option '{option}' (known: weight=N)"
+                        "'{text}': unknown option '{option}' \
+                         (known: weight=N, send-proxy, send-proxy-v2)"
                     )))
                 }
             }
@@ -103,6 +126,7 @@ impl BackendSpec {
             host: host.to_string(),
             port,
             weight,
+            send_proxy,
         })
     }
 
@@ -146,6 +170,11 @@ impl fmt::Display for BackendSpec {
         f.write_str(&self.name())?;
         if self.weight != 1 {
             write!(f, ",weight={}", self.weight)?;
+        }
+        match self.send_proxy {
+            None => {}
+            Some(Version::V1) => f.write_str(",send-proxy")?,
+            Some(Version::V2) => f.write_str(",send-proxy-v2")?,
         }
         Ok(())
     }
@@ -215,6 +244,10 @@ pub struct Backend {
     /// The last active health check: set by the health thread, read by the
     /// admin API.
     last_check: Mutex<Option<CheckRecord>>,
+    /// The PROXY protocol version it is sent before each client's bytes
+    /// (and a LOCAL header before each health check), or `None`. Fixed
+    /// for the backend's life.
+    send_proxy: Option<Version>,
 }
 
 /// The result of one active health check, kept on the backend.
@@ -245,7 +278,22 @@ impl Backend {
     ///
     /// [`Error::InvalidBackend`] when the host does not resolve.
     pub fn from_spec(spec: &BackendSpec) -> Result<Backend> {
-        Ok(Backend::new(spec.name(), spec.resolve()?, spec.weight))
+        Ok(
+            Backend::new(spec.name(), spec.resolve()?, spec.weight)
+                .with_send_proxy(spec.send_proxy),
+        )
+    }
+
+    /// The same backend, sent a PROXY protocol header of `version` before
+    /// each client's bytes and each health check (`None`: no header).
+    pub fn with_send_proxy(mut self, version: Option<Version>) -> Backend {
+        self.send_proxy = version;
+        self
+    }
+
+    /// The PROXY protocol version this backend is sent, if any.
+    pub fn send_proxy(&self) -> Option<Version> {
+        self.send_proxy
     }
 
     /// A backend at known addresses (tests and the demo use this).
@@ -267,6 +315,7 @@ impl Backend {
             bytes_to_client: AtomicU64::new(0),
             connect_failures_total: AtomicU64::new(0),
             last_check: Mutex::new(None),
+            send_proxy: None,
         }
     }
 
@@ -582,9 +631,29 @@ mod tests {
             "127.0.0.1:80,weight=0",
             "127.0.0.1:80,weight=x",
             "127.0.0.1:80,color=red",
+            "127.0.0.1:80,send-proxy-v3",
+            "127.0.0.1:80,send-proxy,send-proxy-v2",
         ] {
             assert!(BackendSpec::parse(bad).is_err(), "accepted {bad:?}");
         }
+    }
+
+    #[test]
+    fn parses_send_proxy_options() {
+        let plain = BackendSpec::parse("127.0.0.1:8001").unwrap();
+        assert_eq!(plain.send_proxy, None);
+        let v1 = BackendSpec::parse("127.0.0.1:8001,send-proxy").unwrap();
+        assert_eq!(v1.send_proxy, Some(Version::V1));
+        let v2 = BackendSpec::parse("[::1]:8001,weight=2,send-proxy-v2").unwrap();
+        assert_eq!((v2.weight, v2.send_proxy), (2, Some(Version::V2)));
+        // Written back the way it was given, so --help and logs show it.
+        assert_eq!(v1.to_string(), "127.0.0.1:8001,send-proxy");
+        assert_eq!(v2.to_string(), "[::1]:8001,weight=2,send-proxy-v2");
+        assert_eq!(BackendSpec::parse(&v2.to_string()).unwrap(), v2);
+        let backend = Backend::from_spec(&v1).unwrap();
+        assert_eq!(backend.send_proxy(), Some(Version::V1));
+        let err = BackendSpec::parse("127.0.0.1:80,proxy").unwrap_err();
+        assert!(err.to_string().contains("send-proxy-v2"), "{err}");
     }
 
     #[test]
@@ -650,7 +719,12 @@ mod tests {
                 port in 1u16..,
                 weight in 1u32..=1000,
             ) {
-                let spec = BackendSpec { host, port, weight };
+                let spec = BackendSpec {
+                    host,
+                    port,
+                    weight,
+                    send_proxy: None,
+                };
                 prop_assert_eq!(BackendSpec::parse(&spec.to_string()).ok(), Some(spec));
             }
         }

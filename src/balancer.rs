@@ -59,7 +59,7 @@ use crate::health::HealthConfig;
 use crate::limiter::Limiter;
 use crate::listener::{self, Acceptor};
 use crate::pool::Pool;
-use crate::proxy::{Job, Proxy, ProxyConfig};
+use crate::proxy::{AcceptProxy, Job, Proxy, ProxyConfig};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
@@ -118,7 +118,7 @@ impl Balancer {
     /// [`Error::Bind`] when the address cannot be listened on, [`Error::Io`]
     /// when `TCP_DEFER_ACCEPT` cannot be set.
     pub fn listen(config: &Config) -> Result<TcpListener> {
-        let listener = listener::bind(config.listen, config.backlog)?;
+        let listener = listener::bind_with(config.listen, config.backlog, config.reuse_port)?;
         if config.defer_accept {
             listener::defer_accept(&listener)
                 .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
@@ -140,7 +140,10 @@ impl Balancer {
         let backends = config
             .backends
             .iter()
-            .map(|spec| Backend::from_spec(spec).map(Arc::new))
+            .map(|spec| {
+                let send_proxy = spec.send_proxy.or(config.send_proxy);
+                Backend::from_spec(spec).map(|b| Arc::new(b.with_send_proxy(send_proxy)))
+            })
             .collect::<Result<Vec<_>>>()?;
         let scheduler = Arc::new(Scheduler::with_algorithm(backends, config.algorithm));
         let stats = Arc::new(Stats::default());
@@ -151,8 +154,22 @@ impl Balancer {
         let limiter = config
             .rate_limit
             .as_ref()
-            .map(|c| Arc::new(Limiter::new(c)));
-        if let Some(l) = &limiter {
+            .map(|c| Limiter::with_store(c, &config.rate_limit_store, Arc::clone(&stats)))
+            .transpose()?
+            .map(Arc::new);
+        if let (Some(l), Some(url)) = (&limiter, &config.rate_limit_store.url) {
+            let c = l.config();
+            let store = &config.rate_limit_store;
+            log::info!(
+                "rate limit: {} per client IP ({}, IPv6 per /{}), shared in {url} \
+                 (timeout {:?}, on failure {})",
+                c.rate,
+                c.algorithm,
+                c.ipv6_prefix,
+                store.timeout,
+                store.failure.name()
+            );
+        } else if let Some(l) = &limiter {
             let c = l.config();
             log::info!(
                 "rate limit: {} per client IP ({}, IPv6 per /{}), up to {} clients ({} KiB)",
@@ -174,6 +191,13 @@ impl Balancer {
         };
         let proxy = Arc::new(Proxy {
             scheduler: Arc::clone(&live.scheduler),
+            limiter: Arc::clone(&live.limiter),
+            accept_proxy: config.accept_proxy.then(|| {
+                AcceptProxy::new(
+                    config.accept_proxy_from.clone(),
+                    config.accept_proxy_timeout,
+                )
+            }),
             stats: Arc::clone(&stats),
             settings: Arc::clone(&live.proxy),
             health: Arc::clone(&live.health),
@@ -247,7 +271,17 @@ impl Balancer {
     /// [`Error::Io`] when the health thread or the admin API cannot be
     /// started; errors after start-up are per connection and logged.
     pub fn run(mut self, shutdown: &Shutdown) -> Result<()> {
-        shutdown.wake_on_trigger(self.local_addr);
+        if self.config.reuse_port {
+            // A connection could wake another process of the port's group:
+            // shut the socket down instead (see listener::wake_by_shutdown).
+            let listener = self
+                .listener
+                .try_clone()
+                .map_err(|e| Error::io("duplicating the listening socket", e))?;
+            shutdown.on_trigger(move || listener::wake_by_shutdown(&listener));
+        } else {
+            shutdown.wake_on_trigger(self.local_addr);
+        }
         // The accept loop may instead be waiting for room in a full queue,
         // where no connection reaches it: closing the queue on trigger makes
         // that push fail, and the loop returns (the client it held is
@@ -281,6 +315,7 @@ impl Balancer {
             shutdown,
             limiter: &self.live.limiter,
             health: &self.live.health,
+            accept_proxy: self.config.accept_proxy,
         };
         acceptor.run(&self.listener);
         if let Some(health) = health {

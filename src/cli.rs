@@ -26,7 +26,8 @@ use crate::backend::BackendSpec;
 use crate::config::{Config, Overrides};
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
-use crate::limiter::{Rate, Reply, RuleKind, MAX_MAX_CLIENTS};
+use crate::limiter::{FailurePolicy, Rate, Reply, RuleKind, MAX_MAX_CLIENTS};
+use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;
 use crate::units::{parse_duration, parse_size};
@@ -262,6 +263,54 @@ pub struct BalancerArgs {
     /// dropped after 3 unanswered (e.g. 60s).
     #[arg(long, value_name = "IDLE", value_parser = parse_duration)]
     pub tcp_keepalive: Option<Duration>,
+    /// Send every backend a PROXY protocol header (v1 or v2) with the
+    /// client's address before its bytes; one backend alone takes
+    /// `-b HOST:PORT,send-proxy` or `,send-proxy-v2`.
+    #[arg(long, value_name = "VERSION", value_parser = parse_proxy_version)]
+    pub send_proxy: Option<Version>,
+    /// Expect a PROXY protocol header (v1 or v2) from every client: for a
+    /// balancer behind another proxy (HAProxy's send-proxy, nginx's
+    /// proxy_protocol on). The header's address is then the client's.
+    #[arg(long)]
+    pub accept_proxy: bool,
+    /// The peers allowed to send that header, as CIDR[,CIDR...]; a client
+    /// connecting from elsewhere is closed.
+    #[arg(long, value_name = "CIDR,...", value_parser = parse_cidrs)]
+    pub accept_proxy_from: Option<CidrList>,
+    /// Longest wait for a complete PROXY protocol header; a client that
+    /// sends none in time is closed.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub accept_proxy_timeout: Option<Duration>,
+    /// Keep the rate limit's counts in Redis (redis://HOST:PORT/DB), shared
+    /// by every balancer pointed at it, instead of in this process.
+    #[arg(long, value_name = "URL")]
+    pub rate_limit_store: Option<String>,
+    /// Longest wait for Redis on one check (connect, read, write).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub rate_limit_store_timeout: Option<Duration>,
+    /// When Redis fails or is slow: `open` serves the client unchecked,
+    /// `closed` refuses it.
+    #[arg(long, value_name = "POLICY", value_parser = parse_failure)]
+    pub rate_limit_store_failure: Option<FailurePolicy>,
+    /// Set SO_REUSEPORT on the listening socket, so several rodizio
+    /// processes listen on the same port (a new version starts before the
+    /// old one drains; see docs/scaling.md). Off by default.
+    #[arg(long)]
+    pub reuse_port: bool,
+}
+
+fn parse_failure(text: &str) -> std::result::Result<FailurePolicy, String> {
+    text.parse()
+}
+
+fn parse_proxy_version(text: &str) -> std::result::Result<Version, String> {
+    text.parse()
+        .map_err(|e: crate::proxy_protocol::ParseError| e.to_string())
+}
+
+fn parse_cidrs(text: &str) -> std::result::Result<CidrList, String> {
+    text.parse()
+        .map_err(|e: crate::proxy_protocol::ParseError| e.to_string())
 }
 
 fn parse_health_bytes(text: &str) -> std::result::Result<Vec<u8>, String> {
@@ -368,6 +417,14 @@ impl BalancerArgs {
             client_first_byte_timeout: self.client_first_byte_timeout,
             fin_timeout: self.fin_timeout,
             tcp_keepalive: self.tcp_keepalive,
+            send_proxy: self.send_proxy,
+            accept_proxy: given(self.accept_proxy),
+            accept_proxy_from: self.accept_proxy_from.clone(),
+            accept_proxy_timeout: self.accept_proxy_timeout,
+            rate_limit_store: self.rate_limit_store.clone(),
+            rate_limit_store_timeout: self.rate_limit_store_timeout,
+            rate_limit_store_failure: self.rate_limit_store_failure,
+            reuse_port: given(self.reuse_port),
         }
     }
 
@@ -915,5 +972,95 @@ mod tests {
         let help = command().render_help().to_string();
         assert!(help.contains("[default: same as idle_timeout]"), "{help}");
         assert!(help.contains("--tcp-keepalive"), "{help}");
+    }
+
+    #[test]
+    fn proxy_protocol_flags_build_the_config() {
+        let c = Cli::try_parse_from(["rodizio"]).unwrap();
+        let c = c.balancer.to_config().unwrap();
+        assert_eq!(c.send_proxy, None);
+        assert!(!c.accept_proxy);
+        assert_eq!(c.accept_proxy_from, CidrList::loopback());
+        assert_eq!(c.accept_proxy_timeout, Duration::from_secs(5));
+        let c = Cli::try_parse_from([
+            "rodizio",
+            "-b",
+            "127.0.0.1:8001,send-proxy",
+            "--send-proxy",
+            "v2",
+            "--accept-proxy",
+            "--accept-proxy-from",
+            "10.0.0.0/8, ::1",
+            "--accept-proxy-timeout",
+            "250ms",
+        ])
+        .unwrap()
+        .balancer
+        .to_config()
+        .unwrap();
+        assert_eq!(c.backends[0].send_proxy, Some(Version::V1));
+        assert_eq!(c.send_proxy, Some(Version::V2));
+        assert!(c.accept_proxy);
+        assert_eq!(c.accept_proxy_from.to_string(), "10.0.0.0/8,::1/128");
+        assert_eq!(c.accept_proxy_timeout, Duration::from_millis(250));
+        for args in [
+            vec!["rodizio", "--send-proxy", "v3"],
+            vec![
+                "rodizio",
+                "--accept-proxy",
+                "--accept-proxy-from",
+                "10.0.0.0/33",
+            ],
+            vec!["rodizio", "--accept-proxy", "--accept-proxy-from", ""],
+            vec!["rodizio", "-b", "127.0.0.1:1,send-proxy-v9"],
+        ] {
+            let err = Cli::try_parse_from(&args).unwrap_err();
+            assert!(one_line(&err).starts_with("error:"), "{args:?}");
+        }
+        // The details mean nothing without --accept-proxy: a usage error.
+        let cli = Cli::try_parse_from(["rodizio", "--accept-proxy-timeout", "1s"]).unwrap();
+        let err = cli.balancer.to_config().unwrap_err();
+        assert!(err.is_usage());
+        assert!(
+            err.to_string()
+                .contains("--accept-proxy-timeout needs --accept-proxy"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn rate_limit_store_flags_build_the_config() {
+        let c = Cli::try_parse_from(["rodizio"]).unwrap();
+        let store = c.balancer.to_config().unwrap().rate_limit_store;
+        assert_eq!(store.url, None);
+        assert_eq!(store.timeout, Duration::from_millis(50));
+        assert_eq!(store.failure, FailurePolicy::Open);
+        let c = Cli::try_parse_from([
+            "rodizio",
+            "--rate-limit",
+            "20/10s",
+            "--rate-limit-store",
+            "redis://127.0.0.1:6379/2",
+            "--rate-limit-store-timeout",
+            "20ms",
+            "--rate-limit-store-failure",
+            "closed",
+        ])
+        .unwrap();
+        let store = c.balancer.to_config().unwrap().rate_limit_store;
+        assert_eq!(store.url.as_deref(), Some("redis://127.0.0.1:6379/2"));
+        assert_eq!(store.timeout, Duration::from_millis(20));
+        assert_eq!(store.failure, FailurePolicy::Closed);
+        assert!(Cli::try_parse_from(["rodizio", "--rate-limit-store-failure", "ajar"]).is_err());
+        let c = Cli::try_parse_from(["rodizio", "--reuse-port"]).unwrap();
+        assert!(c.balancer.to_config().unwrap().reuse_port);
+        assert!(!Config::default().reuse_port);
+        let cli = Cli::try_parse_from(["rodizio", "--rate-limit-store", "redis://h:1/0"]).unwrap();
+        let err = cli.balancer.to_config().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--rate-limit-store needs --rate-limit"),
+            "{err}"
+        );
     }
 }

@@ -43,11 +43,13 @@
 //! - `listener`: the listening socket and the accept loop.
 //! - `limiter/`: per-client-IP rate limiting at accept time (off by
 //!   default): the facade, `rule` (three ways to count), `table` (the
-//!   bounded table).
+//!   bounded table), `store` (the counts kept in Redis, shared by several
+//!   balancers).
 //! - `queue`: the FIFO between the accept loop and the workers.
 //! - `pool`: the worker threads.
 //! - `proxy/`: a connection's life with fail-over; `pump` (duplex copy or
-//!   `splice(2)`); `conduit` (the thread's buffers and pipes).
+//!   `splice(2)`); `conduit` (the thread's buffers and pipes); `header`
+//!   (the PROXY protocol on the worker: `--accept-proxy`, `--send-proxy`).
 //! - `health/`: the checker thread, `probe` (rise/fall), `check` (tcp,
 //!   http), `protocol` (checks that speak the backend's protocol: Redis,
 //!   TLS, SMTP, MySQL, PostgreSQL, send/expect), passive marking.

@@ -44,6 +44,15 @@
 //! [`DEFER_ACCEPT_SECS`] (rounded up to its SYN-ACK retransmissions) before
 //! handing them over anyway.
 //!
+//! With `--accept-proxy`, who the client is comes in its PROXY protocol
+//! header, which this thread never waits for: such a client skips the
+//! limiter and the pick here and is queued as [`Route::AfterHeader`]; the
+//! worker reads the header, then checks and picks (`proxy/header.rs`).
+//!
+//! With `--reuse-port` ([`bind_with`]) several processes share the port,
+//! and the shutdown wakes this loop by shutting the socket down
+//! (`wake_by_shutdown`) rather than by connecting to it.
+//!
 //! # Corresponds to the C article
 //!
 //! `create_balancer_socket()` and the `while (1)` loop of `main()`. The C
@@ -66,7 +75,7 @@ use crate::error::{Error, Result};
 use crate::health::HealthConfig;
 use crate::limiter::{self, Decision, Limiter};
 use crate::pool::Pool;
-use crate::proxy::Job;
+use crate::proxy::{Job, Route};
 use crate::reply;
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
@@ -100,10 +109,26 @@ const DESCRIPTOR_WAIT_PAUSE: Duration = Duration::from_millis(10);
 ///
 /// [`Error::Bind`] with the address and the system's reason.
 pub fn bind(addr: SocketAddr, backlog: i32) -> Result<TcpListener> {
+    bind_with(addr, backlog, false)
+}
+
+/// [`bind`], and with `reuse_port` also `SO_REUSEPORT` (`--reuse-port`):
+/// several processes may then listen on the same port, the kernel
+/// spreading new connections among them, which is what lets a new
+/// version start before the old one leaves (docs/scaling.md).
+///
+/// # Errors
+///
+/// [`Error::Bind`] with the address and the system's reason (a port held
+/// by a process that did not set `SO_REUSEPORT` too is `EADDRINUSE`).
+pub fn bind_with(addr: SocketAddr, backlog: i32, reuse_port: bool) -> Result<TcpListener> {
     let fail = |source| Error::Bind { addr, source };
     let socket =
         Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
     socket.set_reuse_address(true).map_err(fail)?;
+    if reuse_port {
+        socket.set_reuse_port(true).map_err(fail)?;
+    }
     socket.bind(&addr.into()).map_err(fail)?;
     socket.listen(backlog).map_err(fail)?;
     Ok(socket.into())
@@ -136,6 +161,22 @@ pub fn defer_accept(listener: &TcpListener) -> io::Result<()> {
     }
 }
 
+/// Wakes a thread blocked in `accept(2)` on `listener` by shutting the
+/// listening socket down: `accept` then fails (`EINVAL`) at once, and the
+/// socket leaves its `SO_REUSEPORT` group, so the kernel sends new
+/// connections to the other processes on the port.
+///
+/// With `--reuse-port` this replaces the usual wake-up (a connection to
+/// the listening address), which the kernel could hand to another process
+/// of the group, leaving this one asleep. Connections still waiting in
+/// this socket's accept queue move to another listener of the group when
+/// `net.ipv4.tcp_migrate_req` is 1 (Linux 5.14 and later); otherwise the
+/// kernel resets them (docs/scaling.md).
+pub(crate) fn wake_by_shutdown(listener: &TcpListener) {
+    // SAFETY: shutdown(2) on a descriptor owned by a live TcpListener.
+    unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RD) };
+}
+
 /// What the accept loop needs besides the socket.
 pub(crate) struct Acceptor<'a> {
     pub scheduler: &'a Scheduler,
@@ -147,6 +188,8 @@ pub(crate) struct Acceptor<'a> {
     pub limiter: &'a ArcSwapOption<Limiter>,
     /// Health settings, for `http_replies` (the 503).
     pub health: &'a ArcSwap<HealthConfig>,
+    /// `--accept-proxy`: clients are queued unpicked (see below).
+    pub accept_proxy: bool,
 }
 
 impl Acceptor<'_> {
@@ -212,6 +255,9 @@ impl Acceptor<'_> {
     fn dispatch(&self, client: TcpStream, peer: SocketAddr) -> bool {
         Stats::incr(&self.stats.accepted);
         trace::accepted(peer, client.as_raw_fd());
+        if self.accept_proxy {
+            return self.dispatch_after_header(client, peer);
+        }
         let Some(client) = self.admit(client, peer) else {
             return true;
         };
@@ -243,10 +289,29 @@ impl Acceptor<'_> {
         let queued_at = Instant::now();
         self.pool
             .submit(Job {
-                pick,
+                route: Route::Picked(pick),
                 client,
                 peer,
                 queued_at,
+            })
+            .is_ok()
+    }
+
+    /// `--accept-proxy`: who the client is comes in its PROXY protocol
+    /// header, and this thread never waits for a client's bytes. So the
+    /// client is queued at once with no pick ([`Route::AfterHeader`]); the
+    /// worker reads the header, then checks the limiter and picks with the
+    /// address it carries (`proxy/header.rs`).
+    fn dispatch_after_header(&self, client: TcpStream, peer: SocketAddr) -> bool {
+        if let Err(err) = client.set_nodelay(true) {
+            log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
+        }
+        self.pool
+            .submit(Job {
+                route: Route::AfterHeader,
+                client,
+                peer,
+                queued_at: Instant::now(),
             })
             .is_ok()
     }
@@ -319,6 +384,28 @@ mod tests {
         };
         assert_eq!(rc, 0);
         value
+    }
+
+    #[test]
+    fn two_listeners_share_a_port_with_reuse_port_only() {
+        let first = bind_with("127.0.0.1:0".parse().unwrap(), 16, true).unwrap();
+        let addr = first.local_addr().unwrap();
+        let second = bind_with(addr, 16, true).unwrap();
+        assert_eq!(second.local_addr().unwrap(), addr);
+        assert!(matches!(bind(addr, 16), Err(Error::Bind { .. })));
+    }
+
+    #[test]
+    fn a_shutdown_wakes_a_blocked_accept() {
+        let listener = Arc::new(bind_with("127.0.0.1:0".parse().unwrap(), 16, true).unwrap());
+        let blocked = {
+            let listener = Arc::clone(&listener);
+            std::thread::spawn(move || listener.accept().map(drop))
+        };
+        // Whether the thread is already in accept(2) or not, the shutdown
+        // makes it fail at once.
+        wake_by_shutdown(&listener);
+        assert!(blocked.join().unwrap().is_err());
     }
 
     #[test]

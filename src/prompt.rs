@@ -62,6 +62,7 @@ pub fn servers_entry<R: BufRead, W: Write>(
             host,
             port,
             weight: 1,
+            send_proxy: None,
         });
     }
     Ok(servers)
@@ -312,7 +313,7 @@ mod tests {
             let out = String::from_utf8(out).unwrap();
             let expected: Vec<BackendSpec> = servers
                 .iter()
-                .map(|((_, host), port)| BackendSpec { host: host.clone(), port: *port, weight: 1 })
+                .map(|((_, host), port)| BackendSpec { host: host.clone(), port: *port, weight: 1, send_proxy: None })
                 .collect();
             prop_assert_eq!(got.ok(), Some(expected));
             prop_assert!(!out.contains("Invalid input."), "{}", out);

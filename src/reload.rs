@@ -27,7 +27,8 @@
 //!
 //! What needs a restart (`listen`, `backlog`, `thread_stack`,
 //! `queue_capacity`, `workers`, `defer_accept`, `drain_timeout`, `trace`,
-//! `trace_lang`, the `admin_*` keys, `mode`):
+//! `trace_lang`, the `admin_*` keys, the PROXY protocol keys, `reuse_port`,
+//! `rate_limit_store`, `mode`):
 //! one warning names each such key, and the running value stays.
 //!
 //! # Threads
@@ -74,6 +75,12 @@ const RESTART_ONLY: &[&str] = &[
     "admin_listen",
     "admin_allow_remote",
     "admin_token_file",
+    "send_proxy",
+    "accept_proxy",
+    "accept_proxy_from",
+    "accept_proxy_timeout",
+    "reuse_port",
+    "rate_limit_store",
 ];
 
 /// What one reload did.
@@ -236,10 +243,15 @@ impl Reloader {
                     }
                 }
                 None => {
-                    let backend = Backend::from_spec(spec).map_err(|e| match e {
-                        Error::InvalidBackend(msg) if from_file => file.error_at("backends", msg),
-                        other => other,
-                    })?;
+                    let send_proxy = spec.send_proxy.or(running.config.send_proxy);
+                    let backend = Backend::from_spec(spec)
+                        .map_err(|e| match e {
+                            Error::InvalidBackend(msg) if from_file => {
+                                file.error_at("backends", msg)
+                            }
+                            other => other,
+                        })?
+                        .with_send_proxy(send_proxy);
                     plan.add.push(Arc::new(backend));
                 }
             }
@@ -269,7 +281,13 @@ impl Reloader {
             trace_lang,
             admin_listen,
             admin_allow_remote,
-            admin_token_file
+            admin_token_file,
+            send_proxy,
+            accept_proxy,
+            accept_proxy_from,
+            accept_proxy_timeout,
+            reuse_port,
+            rate_limit_store
         );
         debug_assert!(plan.needs_restart.iter().all(|k| RESTART_ONLY.contains(k)));
         if file.mode != running.mode {
@@ -339,11 +357,13 @@ impl Reloader {
             live.health.store(Arc::new(config.health.clone()));
         }
         if before.rate_limit != config.rate_limit {
-            let limiter = config
-                .rate_limit
-                .as_ref()
-                .map(|c| Arc::new(Limiter::new(c)));
-            live.limiter.store(limiter);
+            match config.rate_limit.as_ref().map(|c| {
+                Limiter::with_store(c, &config.rate_limit_store, Arc::clone(&self.inner.stats))
+            }) {
+                None => live.limiter.store(None),
+                Some(Ok(limiter)) => live.limiter.store(Some(Arc::new(limiter))),
+                Some(Err(err)) => log::error!("reload: the rate limit stays as it was: {err}"),
+            }
         }
         let old: Vec<(&str, String)> = before.describe();
         for (key, value) in config.describe() {

@@ -144,6 +144,10 @@ counters! {
     reloads_ok: Counter,
     /// Reloads of the config file refused (a bad file): nothing changed.
     reloads_failed: Counter,
+    /// Clients closed for their PROXY protocol header: an untrusted peer, a malformed or oversized header, or none in time.
+    proxy_header_refused: Counter,
+    /// Rate-limit checks the shared store (Redis) could not answer in time; decided by --rate-limit-store-failure.
+    rate_limit_store_failures: Counter,
 }
 
 impl Stats {

@@ -268,8 +268,9 @@ fn add(state: &State, body: &[u8]) -> Reply {
         Err(e) => return Reply::error(400, e.to_string()),
     };
     // Resolving may wait for DNS: done before taking the lock.
+    let send_proxy = spec.send_proxy.or(state.config.send_proxy);
     let backend = match Backend::from_spec(&spec) {
-        Ok(b) => Arc::new(b),
+        Ok(b) => Arc::new(b.with_send_proxy(send_proxy)),
         Err(e) => return Reply::error(400, e.to_string()),
     };
     let _turn = state.changes.lock();

@@ -39,7 +39,8 @@ use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::health::protocol::parse_bytes;
 use crate::health::CheckKind;
-use crate::limiter::{Rate, RateLimitConfig, Reply, RuleKind};
+use crate::limiter::{FailurePolicy, Rate, RateLimitConfig, Reply, RuleKind};
+use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;
 use crate::units::{parse_duration, parse_size};
@@ -166,6 +167,9 @@ impl ConfigFile {
             file.rate_limit_max_clients = None;
             file.rate_limit_ipv6_prefix = None;
             file.rate_limit_reply = None;
+            file.rate_limit_store = None;
+            file.rate_limit_store_timeout = None;
+            file.rate_limit_store_failure = None;
         }
         let mut config = Config::default();
         if let (Some(rate), None) = (flags.rate_limit, file.rate_limit) {
@@ -281,6 +285,14 @@ struct Raw {
     client_first_byte_timeout: Option<MaybeSecs>,
     fin_timeout: Option<MaybeSecs>,
     tcp_keepalive: Option<MaybeSecs>,
+    send_proxy: Option<MaybeParsed<Version>>,
+    accept_proxy: Option<bool>,
+    accept_proxy_from: Option<Parsed<CidrList>>,
+    accept_proxy_timeout: Option<Secs>,
+    rate_limit_store: Option<Store>,
+    rate_limit_store_timeout: Option<Secs>,
+    rate_limit_store_failure: Option<Parsed<FailurePolicy>>,
+    reuse_port: Option<bool>,
 }
 
 /// Turns a [`Raw`] into a [`ConfigFile`], noting where each key is.
@@ -380,6 +392,12 @@ impl<'a> Converter<'a> {
             trace_lang.0,
             admin_allow_remote,
             queue_timeout.0,
+            accept_proxy,
+            accept_proxy_from.0,
+            accept_proxy_timeout.0,
+            rate_limit_store_timeout.0,
+            rate_limit_store_failure.0,
+            reuse_port,
         );
         // Settings that are off unless given: a word such as "off" in the
         // file is the same as leaving the key out.
@@ -399,6 +417,8 @@ impl<'a> Converter<'a> {
             client_first_byte_timeout,
             fin_timeout,
             tcp_keepalive,
+            send_proxy,
+            rate_limit_store,
         );
         // An empty string is "none", as `Config::describe` prints it.
         if let Some(Text(user)) = raw.health_user {
@@ -653,6 +673,41 @@ impl<'de> Deserialize<'de> for MaybeSecs {
     }
 }
 
+/// A value parsed with `FromStr`, or one of [`NONE_WORDS`] (none).
+#[derive(Debug)]
+struct MaybeParsed<T>(Option<T>);
+
+impl<'de, T> Deserialize<'de> for MaybeParsed<T>
+where
+    T: FromStr,
+    T::Err: fmt::Display,
+{
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if NONE_WORDS.contains(&text.as_str()) {
+            return Ok(MaybeParsed(None));
+        }
+        text.parse()
+            .map(|v| MaybeParsed(Some(v)))
+            .map_err(de::Error::custom)
+    }
+}
+
+/// `rate_limit_store`: a `redis://` URL, or `"in-process"` (the default,
+/// as `check-config` prints it) or one of [`NONE_WORDS`].
+#[derive(Debug)]
+struct Store(Option<String>);
+
+impl<'de> Deserialize<'de> for Store {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "in-process" || NONE_WORDS.contains(&text.as_str()) {
+            return Ok(Store(None));
+        }
+        Ok(Store(Some(text)))
+    }
+}
+
 /// An address (`"127.0.0.1:9090"`), or one of [`NONE_WORDS`] (none).
 #[derive(Debug)]
 struct MaybeAddr(Option<SocketAddr>);
@@ -775,7 +830,7 @@ impl<'de> Deserialize<'de> for Backends {
 struct Entry(BackendSpec);
 
 /// The keys of a backend written as an object.
-const ENTRY_KEYS: &[&str] = &["host", "port", "weight"];
+const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy"];
 
 impl<'de> Deserialize<'de> for Entry {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -796,11 +851,19 @@ impl<'de> Deserialize<'de> for Entry {
                 mut map: A,
             ) -> std::result::Result<Entry, A::Error> {
                 let (mut host, mut port, mut weight) = (None::<String>, None::<u16>, None::<u32>);
+                let mut send_proxy = None;
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "host" => host = Some(map.next_value()?),
                         "port" => port = Some(map.next_value()?),
                         "weight" => weight = Some(map.next_value()?),
+                        "send_proxy" => {
+                            let text: String = map.next_value()?;
+                            send_proxy = match text.as_str() {
+                                "off" | "none" | "" => None,
+                                _ => Some(text.parse().map_err(de::Error::custom)?),
+                            };
+                        }
                         other => return Err(de::Error::unknown_field(other, ENTRY_KEYS)),
                     }
                 }
@@ -822,6 +885,7 @@ impl<'de> Deserialize<'de> for Entry {
                     host: host.trim().to_string(),
                     port,
                     weight,
+                    send_proxy,
                 }))
             }
         }
@@ -954,7 +1018,9 @@ mod tests {
                 | "yield_before_poll"
                 | "http_replies"
                 | "trace"
-                | "admin_allow_remote" => value,
+                | "admin_allow_remote"
+                | "accept_proxy"
+                | "reuse_port" => value,
                 _ => format!("\"{value}\""),
             };
             text.push_str(&format!("\"{key}\": {value}"));

@@ -42,8 +42,9 @@ use std::time::Duration;
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::health::HealthConfig;
-use crate::limiter::RateLimitConfig;
+use crate::limiter::{RateLimitConfig, StoreConfig};
 use crate::proxy::ProxyConfig;
+use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;
 use crate::units::{format_duration, format_size};
@@ -116,6 +117,27 @@ pub struct Config {
     /// A file holding the admin API's bearer token (`admin_token_file`).
     /// Default `None`: no token asked.
     pub admin_token_file: Option<PathBuf>,
+    /// Send every backend a PROXY protocol header of this version before
+    /// the client's bytes (`send_proxy`), unless its own spec says
+    /// `,send-proxy` or `,send-proxy-v2`. Default `None` (off).
+    pub send_proxy: Option<Version>,
+    /// Expect a PROXY protocol header from every client (`accept_proxy`):
+    /// the balancer sits behind another proxy. Default off.
+    pub accept_proxy: bool,
+    /// The peers trusted to send that header (`accept_proxy_from`).
+    /// Default loopback only.
+    pub accept_proxy_from: CidrList,
+    /// Longest wait for a complete header (`accept_proxy_timeout`).
+    /// Default 5 s.
+    pub accept_proxy_timeout: Duration,
+    /// Where the rate limiter keeps its counts: in this process (the
+    /// default) or in Redis, shared by several balancers
+    /// (`rate_limit_store`, `rate_limit_store_timeout`,
+    /// `rate_limit_store_failure`).
+    pub rate_limit_store: StoreConfig,
+    /// Set `SO_REUSEPORT` on the listening socket (`reuse_port`), so that
+    /// several balancers listen on one port. Default off.
+    pub reuse_port: bool,
 }
 
 impl Default for Config {
@@ -138,6 +160,12 @@ impl Default for Config {
             admin_listen: None,
             admin_allow_remote: false,
             admin_token_file: None,
+            send_proxy: None,
+            accept_proxy: false,
+            accept_proxy_from: CidrList::loopback(),
+            accept_proxy_timeout: Duration::from_secs(5),
+            rate_limit_store: StoreConfig::default(),
+            reuse_port: false,
         }
     }
 }
@@ -197,6 +225,13 @@ impl Config {
                 format!("must be at least 1, got {}", self.backlog),
             ));
         }
+        if self.accept_proxy_timeout.is_zero() {
+            return Err(Error::setting(
+                "accept_proxy_timeout",
+                "must be more than 0",
+            ));
+        }
+        self.rate_limit_store.validate()?;
         self.proxy.validate()?;
         if let Some(rate_limit) = &self.rate_limit {
             rate_limit.validate()?;
@@ -340,6 +375,34 @@ impl Config {
             p.tcp_keepalive
                 .map_or_else(|| "off".into(), format_duration),
         ));
+        out.extend([
+            (
+                "send_proxy",
+                self.send_proxy.map_or("off".into(), |v| v.to_string()),
+            ),
+            ("accept_proxy", self.accept_proxy.to_string()),
+            ("accept_proxy_from", self.accept_proxy_from.to_string()),
+            (
+                "accept_proxy_timeout",
+                format_duration(self.accept_proxy_timeout),
+            ),
+            (
+                "rate_limit_store",
+                self.rate_limit_store
+                    .url
+                    .clone()
+                    .unwrap_or_else(|| "in-process".into()),
+            ),
+            (
+                "rate_limit_store_timeout",
+                format_duration(self.rate_limit_store.timeout),
+            ),
+            (
+                "rate_limit_store_failure",
+                self.rate_limit_store.failure.name().to_string(),
+            ),
+            ("reuse_port", self.reuse_port.to_string()),
+        ]);
         out
     }
 }

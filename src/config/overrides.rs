@@ -18,7 +18,8 @@ use super::Config;
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
-use crate::limiter::{Rate, RateLimitConfig, Reply, RuleKind};
+use crate::limiter::{FailurePolicy, Rate, RateLimitConfig, Reply, RuleKind};
+use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;
 
@@ -67,6 +68,14 @@ pub struct Overrides {
     pub client_first_byte_timeout: Option<Duration>,
     pub fin_timeout: Option<Duration>,
     pub tcp_keepalive: Option<Duration>,
+    pub send_proxy: Option<Version>,
+    pub accept_proxy: Option<bool>,
+    pub accept_proxy_from: Option<CidrList>,
+    pub accept_proxy_timeout: Option<Duration>,
+    pub rate_limit_store: Option<String>,
+    pub rate_limit_store_timeout: Option<Duration>,
+    pub rate_limit_store_failure: Option<FailurePolicy>,
+    pub reuse_port: Option<bool>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -138,6 +147,40 @@ impl Overrides {
         if self.health_expect.is_some() {
             h.expect.clone_from(&self.health_expect);
         }
+        if self.send_proxy.is_some() {
+            config.send_proxy = self.send_proxy;
+        }
+        set(&mut config.accept_proxy, &self.accept_proxy);
+        set(&mut config.accept_proxy_from, &self.accept_proxy_from);
+        set(&mut config.accept_proxy_timeout, &self.accept_proxy_timeout);
+        if !config.accept_proxy {
+            // Given at their default values (as a file listing every key
+            // does), they change nothing: only other values need it.
+            let defaults = Config::default();
+            let given = [
+                (
+                    "accept_proxy_from",
+                    self.accept_proxy_from
+                        .as_ref()
+                        .is_some_and(|v| *v != defaults.accept_proxy_from),
+                ),
+                (
+                    "accept_proxy_timeout",
+                    self.accept_proxy_timeout
+                        .is_some_and(|v| v != defaults.accept_proxy_timeout),
+                ),
+            ];
+            if let Some((name, _)) = given.iter().find(|(_, is_given)| *is_given) {
+                return Err(Error::setting(*name, "needs `accept_proxy`"));
+            }
+        }
+        set(&mut config.reuse_port, &self.reuse_port);
+        let store = &mut config.rate_limit_store;
+        if self.rate_limit_store.is_some() {
+            store.url.clone_from(&self.rate_limit_store);
+        }
+        set(&mut store.timeout, &self.rate_limit_store_timeout);
+        set(&mut store.failure, &self.rate_limit_store_failure);
         if let Some(rate) = self.rate_limit {
             match &mut config.rate_limit {
                 Some(r) => r.rate = rate,
@@ -156,6 +199,15 @@ impl Overrides {
                     self.rate_limit_ipv6_prefix.is_some(),
                 ),
                 ("rate_limit_reply", self.rate_limit_reply.is_some()),
+                ("rate_limit_store", self.rate_limit_store.is_some()),
+                (
+                    "rate_limit_store_timeout",
+                    self.rate_limit_store_timeout.is_some(),
+                ),
+                (
+                    "rate_limit_store_failure",
+                    self.rate_limit_store_failure.is_some(),
+                ),
             ];
             return match given.iter().find(|(_, is_given)| *is_given) {
                 Some((name, _)) => Err(Error::setting(*name, "needs `rate_limit` N/WINDOW")),

@@ -5,16 +5,25 @@
 //! Runs on the checker's short-lived probe threads, one per backend per
 //! round; it shares nothing but the backend (read only).
 //!
+//! A backend that takes the PROXY protocol (`,send-proxy`, `--send-proxy`)
+//! refuses a connection that does not begin with a header, and logs it as
+//! broken. So every check to it opens with one that says "this connection
+//! is the balancer's own": version 2's `LOCAL` command, version 1's
+//! `PROXY UNKNOWN` (HAProxy's `check-send-proxy`). The backend then uses
+//! the connection's real addresses and serves or closes it as usual.
+//!
 //! # Corresponds to the C article
 //!
 //! No C counterpart: the C never checks a backend.
 
 use std::io::{self, ErrorKind, Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use super::protocol::{self, ProtocolCheck};
 use super::{CheckKind, HealthConfig};
 use crate::backend::Backend;
+use crate::proxy_protocol::{self, Header};
 
 /// Runs one active check of `backend`.
 ///
@@ -24,10 +33,7 @@ use crate::backend::Backend;
 pub fn check(backend: &Backend, config: &HealthConfig) -> std::result::Result<(), String> {
     match config.check {
         CheckKind::Off => Ok(()),
-        CheckKind::Tcp => backend
-            .connect(config.timeout)
-            .map(drop)
-            .map_err(|e| format!("connect: {e}")),
+        CheckKind::Tcp => dial(backend, config.timeout).map(drop),
         CheckKind::Http => check_http(backend, &config.path, config.timeout),
         kind => check_protocol(backend, kind, config),
     }
@@ -57,10 +63,23 @@ fn check_protocol(
         },
         CheckKind::Tcp | CheckKind::Http | CheckKind::Off => return Ok(()),
     };
-    let mut stream = backend
-        .connect(config.timeout)
-        .map_err(|e| format!("connect: {e}"))?;
+    let mut stream = dial(backend, config.timeout)?;
     protocol::run(&check, &mut stream, deadline)
+}
+
+/// Connects to `backend` within `timeout` and, if it takes the PROXY
+/// protocol, sends the LOCAL header (see the module docs).
+fn dial(backend: &Backend, timeout: Duration) -> std::result::Result<TcpStream, String> {
+    let mut stream = backend
+        .connect(timeout)
+        .map_err(|e| format!("connect: {e}"))?;
+    if let Some(version) = backend.send_proxy() {
+        // The connect's write timeout (SO_SNDTIMEO) bounds this write.
+        stream
+            .write_all(&proxy_protocol::encode(version, &Header::Local))
+            .map_err(|e| format!("sending the PROXY protocol header: {e}"))?;
+    }
+    Ok(stream)
 }
 
 /// `GET path` with `Connection: close`; healthy on a 2xx or 3xx status.
@@ -71,9 +90,7 @@ fn check_http(backend: &Backend, path: &str, timeout: Duration) -> std::result::
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(1))
     };
-    let mut stream = backend
-        .connect(timeout)
-        .map_err(|e| format!("connect: {e}"))?;
+    let mut stream = dial(backend, timeout)?;
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rodizio-health\r\nConnection: close\r\n\r\n",
         backend.name()
@@ -175,6 +192,41 @@ mod tests {
             let result = check(&b, &http_config());
             assert_eq!(result.is_ok(), healthy, "{reply:?}: {result:?}");
             t.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn checks_to_a_proxy_protocol_backend_open_with_a_local_header() {
+        use crate::proxy_protocol::Version;
+        for (version, kind) in [
+            (Version::V2, CheckKind::Tcp),
+            (Version::V1, CheckKind::Http),
+        ] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let t = thread::spawn(move || {
+                let (s, _) = l.accept().unwrap();
+                let header = proxy_protocol::read_header(&s, Duration::from_secs(5)).unwrap();
+                let mut rest = Vec::new();
+                if kind == CheckKind::Http {
+                    let mut buf = [0u8; 512];
+                    let n = (&s).read(&mut buf).unwrap();
+                    rest.extend_from_slice(&buf[..n]);
+                    (&s).write_all(b"HTTP/1.1 200 OK\r\n\r\n").unwrap();
+                }
+                (header, rest)
+            });
+            let b = Backend::new(addr.to_string(), vec![addr], 1).with_send_proxy(Some(version));
+            let c = HealthConfig {
+                check: kind,
+                ..http_config()
+            };
+            check(&b, &c).unwrap();
+            let (header, rest) = t.join().unwrap();
+            assert_eq!(header, Header::Local, "{version}");
+            if kind == CheckKind::Http {
+                assert!(rest.starts_with(b"GET /health HTTP/1.1\r\n"), "{rest:?}");
+            }
         }
     }
 

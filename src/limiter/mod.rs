@@ -121,6 +121,7 @@
 //! other algorithms the article describes.
 
 mod rule;
+mod store;
 mod table;
 
 use std::fmt;
@@ -132,8 +133,11 @@ use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::reply;
+use crate::stats::Stats;
 use crate::units::parse_duration;
 use rule::{Rule, Slot};
+use store::RedisStore;
+pub use store::{FailurePolicy, StoreConfig};
 use table::{KeyHasher, Padded, Shard};
 
 /// Default of `--rate-limit-max-clients`.
@@ -380,6 +384,9 @@ pub struct Limiter {
     evictions: AtomicU64,
     /// Run-out entries removed to make room.
     swept: AtomicU64,
+    /// `--rate-limit-store redis://...`: the counts are kept in Redis,
+    /// shared with other balancers (`store.rs`), and the table is unused.
+    store: Option<RedisStore>,
 }
 
 impl Limiter {
@@ -411,7 +418,45 @@ impl Limiter {
             epoch: Instant::now(),
             evictions: AtomicU64::new(0),
             swept: AtomicU64::new(0),
+            store: None,
         }
+    }
+
+    /// A limiter keeping its counts where `store` says: in this process
+    /// (as [`Limiter::new`]) or in Redis, shared with other balancers.
+    /// Failures of the store are counted in `stats`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidSetting`] for a URL that is not a Redis URL.
+    pub fn with_store(
+        config: &RateLimitConfig,
+        store: &StoreConfig,
+        stats: std::sync::Arc<Stats>,
+    ) -> Result<Limiter> {
+        let redis = match &store.url {
+            None => None,
+            // The table is not used: keep it to its smallest.
+            Some(url) => Some(RedisStore::new(store, url, config, stats)?),
+        };
+        let limiter = if redis.is_some() {
+            Limiter::new(&RateLimitConfig {
+                max_clients: 1,
+                ..config.clone()
+            })
+        } else {
+            Limiter::new(config)
+        };
+        Ok(Limiter {
+            config: config.clone(),
+            store: redis,
+            ..limiter
+        })
+    }
+
+    /// Whether the counts are kept in Redis.
+    pub fn is_shared(&self) -> bool {
+        self.store.is_some()
     }
 
     /// The settings it was built with.
@@ -421,9 +466,13 @@ impl Limiter {
 
     /// Counts a connection from `ip` at `now` and says whether to let it
     /// through. Exact under contention: the client's shard is locked for
-    /// the whole read-modify-write.
+    /// the whole read-modify-write. With a Redis store, Redis decides
+    /// (bounded by the store's timeout; see `store.rs`).
     pub fn check(&self, ip: IpAddr, now: Instant) -> Decision {
         let key = self.key(ip);
+        if let Some(store) = &self.store {
+            return store.check(key, self.config.ipv6_prefix, now);
+        }
         let hash = self.hasher.hash(key);
         let t = self.tick(now);
         let mut guard = self.shards[(hash >> 32) as usize & self.shard_mask]

@@ -33,7 +33,10 @@
 //!
 //! - this file: [`Proxy::handle`], the connection's life and fail-over;
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;
-//! - `conduit`: the thread's buffers and pipes the pump moves bytes through.
+//! - `conduit`: the thread's buffers and pipes the pump moves bytes through;
+//! - [`mod@header`]: the PROXY protocol on the worker: reading a client's
+//!   header (then the limiter and the pick, [`Route::AfterHeader`]) and
+//!   sending one to the backends that take it.
 //!
 //! # Corresponds to the C article
 //!
@@ -49,6 +52,7 @@
 //! `get_final_server_socket()` is [`Backend::connect`].
 
 mod conduit;
+pub mod header;
 pub mod pump;
 
 use std::io;
@@ -58,12 +62,13 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use socket2::{SockRef, TcpKeepalive};
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::health::{self, HealthConfig};
+use crate::limiter::Limiter;
 use crate::reply;
 use crate::scheduler::{Pick, Scheduler};
 use crate::stats::Stats;
@@ -72,17 +77,20 @@ use crate::throttle::{self, LogThrottle};
 use crate::trace::{self, Event};
 use crate::units::format_duration;
 
+pub use header::{AcceptProxy, Route};
 pub use pump::{pump, splice_pump, End, Outcome, PumpOptions, Transfer};
 
 /// One accepted client, with the backend chosen for it at accept time: the
-/// `(server_idx, client_sock)` pair of the C queue.
+/// `(server_idx, client_sock)` pair of the C queue. Behind
+/// `--accept-proxy` the choice waits for the client's PROXY protocol
+/// header ([`Route::AfterHeader`], see [`mod@header`]).
 #[derive(Debug)]
 pub struct Job {
-    /// The backend picked by the scheduler.
-    pub pick: Pick,
+    /// The backend picked by the scheduler, or "pick after the header".
+    pub route: Route,
     /// The client's socket.
     pub client: TcpStream,
-    /// The client's address.
+    /// The client's address, as the socket's peer.
     pub peer: SocketAddr,
     /// When the accept loop queued it: a worker that takes it after more
     /// than [`ProxyConfig::queue_timeout`] closes it unserved.
@@ -247,6 +255,11 @@ pub struct Proxy {
     /// Passive health (`passive_failures`) and the 502 reply
     /// (`http_replies`), read once per connection.
     pub health: Arc<ArcSwap<HealthConfig>>,
+    /// The rate limiter, for clients behind `--accept-proxy` (checked
+    /// here once their header is read; others at accept time).
+    pub limiter: Arc<ArcSwapOption<Limiter>>,
+    /// `--accept-proxy`: who may send a header and how long it may take.
+    pub accept_proxy: Option<AcceptProxy>,
     /// Clients closed for waiting too long in the queue are logged at most
     /// once a second, with the count of the others.
     pub queue_timeout_log: LogThrottle,
@@ -269,7 +282,7 @@ impl Proxy {
     /// connection.
     pub fn handle(&self, job: Job) {
         let Job {
-            pick,
+            route,
             client,
             peer,
             queued_at,
@@ -301,7 +314,28 @@ impl Proxy {
                 return;
             }
         }
-        let (backend_sock, backend) = match self.connect(&pick, &settings, &health) {
+        let (client, pick, origin) = match (route, &self.accept_proxy) {
+            (Route::Picked(pick), _) => {
+                let origin = header::Origin {
+                    source: peer,
+                    destination: None,
+                };
+                (client, pick, origin)
+            }
+            (Route::AfterHeader, Some(accept)) => match self.after_header(accept, client, peer) {
+                Some(taken) => taken,
+                None => return,
+            },
+            (Route::AfterHeader, None) => {
+                log::error!("client {peer} queued for a PROXY header with --accept-proxy off");
+                close(&client);
+                return;
+            }
+        };
+        // From here on the client is who the header said.
+        let peer = origin.source;
+        let (backend_sock, backend) = match self.connect(&pick, &client, origin, &settings, &health)
+        {
             Ok(found) => found,
             Err(err) => {
                 Stats::incr(&self.stats.no_backend);
@@ -443,10 +477,12 @@ impl Proxy {
     fn connect(
         &self,
         pick: &Pick,
+        client: &TcpStream,
+        origin: header::Origin,
         settings: &ProxyConfig,
         health: &HealthConfig,
     ) -> Result<(TcpStream, Arc<Backend>)> {
-        let mut last = match self.try_backend(&pick.backend, settings, health) {
+        let mut last = match self.try_backend(&pick.backend, client, origin, settings, health) {
             Ok(stream) => return Ok((stream, Arc::clone(&pick.backend))),
             Err(err) => err,
         };
@@ -454,7 +490,7 @@ impl Proxy {
             trace::event(Event::FailOver {
                 backend: backend.name(),
             });
-            match self.try_backend(&backend, settings, health) {
+            match self.try_backend(&backend, client, origin, settings, health) {
                 Ok(stream) => return Ok((stream, backend)),
                 Err(err) => last = err,
             }
@@ -463,7 +499,9 @@ impl Proxy {
     }
 
     /// One connect attempt, counted in the stats and in the backend's
-    /// passive health.
+    /// passive health. A backend that takes the PROXY protocol is sent
+    /// its header here, before any client byte; failing to send it counts
+    /// as failing to connect.
     ///
     /// When the socket cannot even be created because this process is out
     /// of file descriptors (`EMFILE`, `ENFILE`), the backend is not to
@@ -475,6 +513,8 @@ impl Proxy {
     fn try_backend(
         &self,
         backend: &Backend,
+        client: &TcpStream,
+        origin: header::Origin,
         settings: &ProxyConfig,
         health: &HealthConfig,
     ) -> Result<TcpStream> {
@@ -482,7 +522,13 @@ impl Proxy {
         let deadline = Instant::now() + settings.connect_timeout;
         let mut pause = OUT_OF_DESCRIPTORS_FIRST_PAUSE;
         loop {
-            match backend.connect(settings.connect_timeout) {
+            let connected = backend
+                .connect(settings.connect_timeout)
+                .and_then(|stream| {
+                    header::send(backend, &stream, || origin.header(client))?;
+                    Ok(stream)
+                });
+            match connected {
                 Err(source) if system::is_out_of_descriptors(&source) => {
                     Stats::incr(&self.stats.out_of_descriptors);
                     let give_up = Instant::now() + pause >= deadline;
@@ -757,6 +803,8 @@ mod tests {
             queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
             out_of_descriptors_log: LogThrottle::new(Duration::from_secs(1)),
             first_byte_timeout_log: LogThrottle::new(Duration::from_secs(1)),
+            limiter: Arc::new(ArcSwapOption::empty()),
+            accept_proxy: None,
         });
         let pool = Pool::new(
             1,
@@ -773,7 +821,7 @@ mod tests {
         let (accepted, peer) = front.accept().unwrap();
         let pick = scheduler.pick(peer.ip()).unwrap();
         pool.submit(Job {
-            pick,
+            route: Route::Picked(pick),
             client: accepted,
             peer,
             queued_at: Instant::now(),

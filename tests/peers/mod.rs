@@ -1,0 +1,226 @@
+//! Real programs as test peers (nginx, HAProxy, redis-server, the rodizio
+//! binary), started as children on loopback and stopped by PID.
+//!
+//! A [`Peer`] is the guard of one child: dropping it sends the child its
+//! stop signal, waits for it (bounded), kills it if it is still there, and
+//! removes its temporary directory. So a test that fails half-way leaves no
+//! process behind. A test process killed outright takes its children with
+//! it too: each is started with `PR_SET_PDEATHSIG`.
+//!
+//! Nothing is installed here: a missing program fails the test, naming its
+//! Debian package (`scripts/install-test-tools.sh` installs them all).
+
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::fs::{self, File};
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long a peer may take to start listening.
+pub const STARTUP: Duration = Duration::from_secs(20);
+
+/// One running child; stopped when dropped (see the module docs).
+pub struct Peer {
+    /// What it is, for messages.
+    pub name: String,
+    /// Its process id.
+    pub pid: i32,
+    /// Its temporary directory (config, logs), removed on drop.
+    pub dir: PathBuf,
+    /// Where its standard output and error go.
+    pub out: PathBuf,
+    signal: i32,
+    child: Child,
+    reaped: bool,
+    status: Option<ExitStatus>,
+}
+
+impl Peer {
+    /// Starts `cmd` with its output into `dir/NAME.out`, stopped by
+    /// `signal` when dropped.
+    pub fn spawn(name: &str, mut cmd: Command, signal: i32, dir: &Path) -> Peer {
+        let out = dir.join(format!("{name}.out"));
+        let file = File::create(&out).expect("create the peer's output file");
+        let err = file.try_clone().expect("clone a file handle");
+        cmd.stdin(Stdio::null()).stdout(file).stderr(err);
+        // SAFETY: prctl is async-signal-safe, as a pre_exec closure must be.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name} ({cmd:?}): {e}"));
+        Peer {
+            name: name.to_string(),
+            pid: child.id() as i32,
+            dir: dir.to_path_buf(),
+            out,
+            signal,
+            child,
+            reaped: false,
+            status: None,
+        }
+    }
+
+    /// Whether it has exited (it is then reaped).
+    pub fn exited(&mut self) -> bool {
+        if self.reaped {
+            return true;
+        }
+        match self.child.try_wait() {
+            Ok(None) => {}
+            Ok(Some(status)) => {
+                self.status = Some(status);
+                self.reaped = true;
+            }
+            Err(_) => self.reaped = true,
+        }
+        self.reaped
+    }
+
+    /// Sends `signal` (SIGTERM, SIGSTOP...) without waiting.
+    pub fn signal(&self, signal: i32) {
+        if !self.reaped {
+            // SAFETY: a plain kill(2) on our own unreaped child.
+            unsafe { libc::kill(self.pid, signal) };
+        }
+    }
+
+    /// Waits at most `timeout` for it to exit; whether it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            if self.exited() {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        self.exited()
+    }
+
+    /// How it exited, once it has.
+    pub fn status(&mut self) -> Option<ExitStatus> {
+        self.exited();
+        self.status
+    }
+
+    /// Stops it now (its signal, then SIGKILL after 10 s); idempotent.
+    pub fn stop(&mut self) {
+        if self.exited() {
+            return;
+        }
+        self.signal(libc::SIGCONT);
+        self.signal(self.signal);
+        if !self.wait_exit(Duration::from_secs(10)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            self.reaped = true;
+        }
+    }
+
+    /// Its output so far.
+    pub fn output(&self) -> String {
+        read(&self.out)
+    }
+
+    /// Waits until `addr` accepts a connection, failing the test with the
+    /// peer's output if it exits or [`STARTUP`] passes first.
+    pub fn wait_listening(&mut self, addr: SocketAddr) {
+        let until = Instant::now() + STARTUP;
+        while Instant::now() < until {
+            if self.exited() {
+                panic!("{} exited at start-up:\n{}", self.name, self.output());
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "{} not listening on {addr} after {STARTUP:?}:\n{}",
+            self.name,
+            self.output()
+        );
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A program's path, or a panic naming the package that provides it.
+pub fn need(program: &str, package: &str) -> PathBuf {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let dirs = path
+        .split(':')
+        .map(PathBuf::from)
+        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from));
+    for dir in dirs {
+        let candidate = dir.join(program);
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!(
+        "`{program}` not found: install the Debian package `{package}` \
+         (scripts/install-test-tools.sh installs every test tool)"
+    );
+}
+
+/// A new empty directory under the system temp dir.
+pub fn temp_dir(name: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "rodizio-{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("create a temp dir");
+    dir
+}
+
+/// A port free now on 127.0.0.1: bound by the kernel's choice, then
+/// released for the peer to take.
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// `127.0.0.1:port`.
+pub fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A file's text, or a note saying why it could not be read.
+pub fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|e| format!("({}: {e})", path.display()))
+}
+
+/// Connects to `to` from the loopback address `from` (any of
+/// 127.0.0.0/8 is this host), with read and write timeouts.
+pub fn connect_from(from: [u8; 4], to: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+    socket.bind(&SocketAddr::from((from, 0)).into())?;
+    socket.connect_timeout(&to.into(), timeout)?;
+    let stream: TcpStream = socket.into();
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    Ok(stream)
+}
