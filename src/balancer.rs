@@ -306,6 +306,7 @@ impl Balancer {
         let health = crate::health::spawn(
             Arc::clone(&self.live.scheduler),
             Arc::clone(&self.live.health),
+            Arc::clone(&self.stats),
             shutdown.clone(),
         )?;
         let acceptor = Acceptor {

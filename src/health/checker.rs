@@ -27,19 +27,23 @@ use super::{check, mark_down, mark_up, CheckKind, HealthConfig, Probe, Transitio
 use crate::backend::{Backend, CheckRecord};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
+use crate::stats::Stats;
 
 /// The health thread's state: one [`Probe`] per backend, by id.
 pub(super) struct Checker {
     config: Arc<ArcSwap<HealthConfig>>,
+    /// Where each check's duration is counted.
+    stats: Arc<Stats>,
     probes: HashMap<u64, Probe>,
     /// With checks off: when each down backend was first seen down.
     down_since: HashMap<u64, Instant>,
 }
 
 impl Checker {
-    pub(super) fn new(config: Arc<ArcSwap<HealthConfig>>) -> Checker {
+    pub(super) fn new(config: Arc<ArcSwap<HealthConfig>>, stats: Arc<Stats>) -> Checker {
         Checker {
             config,
+            stats,
             probes: HashMap::new(),
             down_since: HashMap::new(),
         }
@@ -90,6 +94,7 @@ impl Checker {
         }
         let results = probe_all(&list, config);
         for (backend, (result, took)) in list.iter().zip(results) {
+            self.stats.histograms.health_check.observe(took);
             backend.record_check(CheckRecord {
                 error: result.as_ref().err().cloned(),
                 at: SystemTime::now(),

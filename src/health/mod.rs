@@ -84,6 +84,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
+use crate::stats::Stats;
 
 pub use check::check;
 pub use probe::{Probe, Transition};
@@ -288,6 +289,7 @@ pub fn connect_failed(backend: &Backend, failures: u32, config: &HealthConfig, e
 pub fn spawn(
     scheduler: Arc<Scheduler>,
     config: Arc<ArcSwap<HealthConfig>>,
+    stats: Arc<Stats>,
     shutdown: Shutdown,
 ) -> Result<Option<JoinHandle<()>>> {
     {
@@ -303,7 +305,7 @@ pub fn spawn(
     }
     thread::Builder::new()
         .name("rodizio-health".into())
-        .spawn(move || checker::Checker::new(config).run(&scheduler, &shutdown))
+        .spawn(move || checker::Checker::new(config, stats).run(&scheduler, &shutdown))
         .map(Some)
         .map_err(|e| Error::io("starting the health thread", e))
 }
@@ -383,9 +385,14 @@ mod tests {
             ..HealthConfig::default()
         };
         let shutdown = Shutdown::new();
-        let handle = spawn(Arc::clone(&s), live(config), shutdown.clone())
-            .unwrap()
-            .unwrap();
+        let handle = spawn(
+            Arc::clone(&s),
+            live(config),
+            Arc::default(),
+            shutdown.clone(),
+        )
+        .unwrap()
+        .unwrap();
         drop(l);
         wait_for(Duration::from_secs(5), || !b.is_healthy()).expect("marked down");
         let l = socket2_rebind(addr);
@@ -416,7 +423,9 @@ mod tests {
             ..HealthConfig::default()
         };
         let shutdown = Shutdown::new();
-        let handle = spawn(s, live(config), shutdown.clone()).unwrap().unwrap();
+        let handle = spawn(s, live(config), Arc::default(), shutdown.clone())
+            .unwrap()
+            .unwrap();
         let err = io::Error::from(ErrorKind::ConnectionRefused);
         connect_failed(&b, 2, &HealthConfig::default(), &err);
         assert!(b.is_healthy(), "below the threshold");
@@ -433,6 +442,8 @@ mod tests {
             ..HealthConfig::default()
         };
         let s = Arc::new(Scheduler::new(vec![]));
-        assert!(spawn(s, live(off), Shutdown::new()).unwrap().is_none());
+        assert!(spawn(s, live(off), Arc::default(), Shutdown::new())
+            .unwrap()
+            .is_none());
     }
 }

@@ -294,6 +294,7 @@ impl Proxy {
         let settings = self.settings.load_full();
         let health = self.health.load_full();
         let waited = started.saturating_duration_since(queued_at);
+        self.stats.histograms.queue_wait.observe(waited);
         if waited > settings.queue_timeout {
             self.queue_timed_out(&client, peer, waited, &settings, &health);
             return;
@@ -381,6 +382,10 @@ impl Proxy {
         drop(active);
         drop(backend_active);
         Stats::incr(&self.stats.completed);
+        self.stats
+            .histograms
+            .connection_duration
+            .observe(queued_at.elapsed());
         Stats::incr(ended_counter(&self.stats, outcome.end));
         if !outcome.end.is_clean() {
             Stats::incr(&self.stats.errors);
