@@ -113,6 +113,15 @@ pub enum End {
     BackendReset,
     /// `idle_timeout`: no byte moved either way for `--idle-timeout`.
     IdleTimeout,
+    /// `fin_timeout`: one side had closed, the other stayed silent for
+    /// `--fin-timeout`.
+    FinTimeout,
+    /// `first_byte_timeout`: the client sent nothing within
+    /// `--client-first-byte-timeout`.
+    FirstByteTimeout,
+    /// `proxy_header_refused`: with `--accept-proxy`, no valid PROXY
+    /// protocol header from a trusted peer in time.
+    ProxyHeaderRefused,
     /// `connect_failed`: no backend could be reached (every connect failed).
     ConnectFailed,
     /// `failed_over`: served by a backend after one or more failed connects
@@ -140,6 +149,9 @@ impl End {
             End::ClientReset => "client_reset",
             End::BackendReset => "backend_reset",
             End::IdleTimeout => "idle_timeout",
+            End::FinTimeout => "fin_timeout",
+            End::FirstByteTimeout => "first_byte_timeout",
+            End::ProxyHeaderRefused => "proxy_header_refused",
             End::ConnectFailed => "connect_failed",
             End::FailedOver => "failed_over",
             End::NoBackend => "no_backend",
@@ -339,11 +351,13 @@ impl AccessLog {
     ///
     /// When the channel is full (the writer fell behind) or the log is
     /// closed, the record is dropped and counted in [`dropped`](Self::dropped).
-    pub fn log(&self, record: Record) {
+    /// Returns whether the record was queued (false: dropped and counted).
+    pub fn log(&self, record: Record) -> bool {
         match self.inner.records.try_send(record) {
-            Ok(()) => {}
+            Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.inner.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                false
             }
         }
     }

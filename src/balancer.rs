@@ -51,6 +51,7 @@ use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 
+use crate::access_log::{AccessLog, Target};
 use crate::admin::{self, AdminListener, ReloadHook};
 use crate::backend::Backend;
 use crate::config::Config;
@@ -92,6 +93,8 @@ pub struct Balancer {
     admin: Option<AdminListener>,
     /// What the admin API's `POST /reload` calls.
     reload: Option<ReloadHook>,
+    /// The access log's writer, when `access_log` is set.
+    access_log: Option<AccessLog>,
 }
 
 impl Balancer {
@@ -189,7 +192,23 @@ impl Balancer {
             health: Arc::new(ArcSwap::from_pointee(config.health.clone())),
             limiter: Arc::new(ArcSwapOption::new(limiter)),
         };
+        let access_log = match config.access_log {
+            None => None,
+            Some(format) => {
+                let target = match &config.access_log_file {
+                    Some(path) => Target::File(path.clone()),
+                    None => Target::Stdout,
+                };
+                Some(AccessLog::start(format, target)?)
+            }
+        };
+        let queue_depth: Arc<std::sync::OnceLock<crate::proxy::QueueDepth>> = Arc::default();
         let proxy = Arc::new(Proxy {
+            access_log: access_log.clone(),
+            unreachable_log: LogThrottle::new(Duration::from_secs(1)),
+            busy_log: LogThrottle::new(crate::proxy::BUSY_WARNING_EVERY),
+            max_workers: config.workers,
+            queue_depth: Arc::clone(&queue_depth),
             scheduler: Arc::clone(&live.scheduler),
             limiter: Arc::clone(&live.limiter),
             accept_proxy: config.accept_proxy.then(|| {
@@ -212,6 +231,7 @@ impl Balancer {
             Arc::clone(&stats),
             Arc::new(move |job: Job| proxy.handle(job)),
         );
+        let _ = queue_depth.set(pool.queue_len());
         Ok(Balancer {
             config,
             listener,
@@ -221,7 +241,14 @@ impl Balancer {
             pool,
             admin,
             reload: None,
+            access_log,
         })
+    }
+
+    /// The access log, when `access_log` is set: the binary reopens it on
+    /// SIGUSR1.
+    pub fn access_log(&self) -> Option<AccessLog> {
+        self.access_log.clone()
     }
 
     /// Where the admin API listens (with the real port when port 0 was
@@ -271,6 +298,7 @@ impl Balancer {
     /// [`Error::Io`] when the health thread or the admin API cannot be
     /// started; errors after start-up are per connection and logged.
     pub fn run(mut self, shutdown: &Shutdown) -> Result<()> {
+        let started = std::time::Instant::now();
         if self.config.reuse_port {
             // A connection could wake another process of the port's group:
             // shut the socket down instead (see listener::wake_by_shutdown).
@@ -317,6 +345,8 @@ impl Balancer {
             limiter: &self.live.limiter,
             health: &self.live.health,
             accept_proxy: self.config.accept_proxy,
+            access_log: self.access_log.as_ref(),
+            no_backend_log: LogThrottle::new(Duration::from_secs(1)),
         };
         acceptor.run(&self.listener);
         if let Some(health) = health {
@@ -345,8 +375,34 @@ impl Balancer {
         } else {
             log::info!("all connections finished; stopped");
         }
+        log::info!("{}", summary(&self.stats.snapshot(), started.elapsed()));
+        if let Some(log) = &self.access_log {
+            // Every line written before the process exits.
+            log.close();
+        }
         Ok(())
     }
+}
+
+/// The one line logged at shutdown: what this run did.
+fn summary(s: &crate::stats::StatsSnapshot, uptime: Duration) -> String {
+    let refused = s.rate_limited + s.no_backend + s.queue_timeouts + s.first_byte_timeouts;
+    format!(
+        "summary: up {}, {} connections accepted, {} served, {} refused \
+         ({} rate limited, {} no backend, {} queue timeout, {} first-byte timeout), \
+         {} ended on an error or a timeout, {} bytes to backends, {} bytes to clients",
+        crate::units::format_duration(Duration::from_secs(uptime.as_secs())),
+        s.accepted,
+        s.completed,
+        refused,
+        s.rate_limited,
+        s.no_backend,
+        s.queue_timeouts,
+        s.first_byte_timeouts,
+        s.errors,
+        s.bytes_to_backends,
+        s.bytes_to_clients
+    )
 }
 
 /// Starts (and joins) one thread with the workers' stack size, so that a

@@ -297,6 +297,20 @@ pub struct BalancerArgs {
     /// old one drains; see docs/scaling.md). Off by default.
     #[arg(long)]
     pub reuse_port: bool,
+    /// Write one line per connection when it ends, as text or json (client,
+    /// backend, queue and connect times, duration, bytes, how it ended);
+    /// refused clients get a line too. Off by default.
+    #[arg(long, value_name = "FORMAT", value_parser = parse_access_log)]
+    pub access_log: Option<crate::access_log::Format>,
+    /// Where --access-log writes (default: standard output); reopened on
+    /// SIGUSR1, for logrotate.
+    #[arg(long, value_name = "PATH")]
+    pub access_log_file: Option<PathBuf>,
+}
+
+fn parse_access_log(text: &str) -> std::result::Result<crate::access_log::Format, String> {
+    text.parse()
+        .map_err(|e: Error| e.to_string().replace("invalid configuration: ", ""))
 }
 
 fn parse_failure(text: &str) -> std::result::Result<FailurePolicy, String> {
@@ -425,6 +439,8 @@ impl BalancerArgs {
             rate_limit_store_timeout: self.rate_limit_store_timeout,
             rate_limit_store_failure: self.rate_limit_store_failure,
             reuse_port: given(self.reuse_port),
+            access_log: self.access_log,
+            access_log_file: self.access_log_file.clone(),
         }
     }
 

@@ -71,11 +71,12 @@ use std::time::{Duration, Instant};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::access_log::{AccessLog, End as LogEnd};
 use crate::error::{Error, Result};
 use crate::health::HealthConfig;
 use crate::limiter::{self, Decision, Limiter};
 use crate::pool::Pool;
-use crate::proxy::{Job, Route};
+use crate::proxy::{self, Access, Job, Route};
 use crate::reply;
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
@@ -190,9 +191,26 @@ pub(crate) struct Acceptor<'a> {
     pub health: &'a ArcSwap<HealthConfig>,
     /// `--accept-proxy`: clients are queued unpicked (see below).
     pub accept_proxy: bool,
+    /// `--access-log`: refused clients get a line too.
+    pub access_log: Option<&'a AccessLog>,
+    /// "No backend is available" is logged at most once a second, with the
+    /// count of the others: under load it would flood the log.
+    pub no_backend_log: LogThrottle,
 }
 
 impl Acceptor<'_> {
+    /// The access log line of a client refused here.
+    fn log_refused(&self, peer: SocketAddr, end: LogEnd) {
+        proxy::log_access(
+            self.access_log,
+            self.stats,
+            peer,
+            None,
+            Instant::now(),
+            Access::refused(end),
+        );
+    }
+
     /// Accepts clients until shutdown is triggered.
     pub fn run(&self, listener: &TcpListener) {
         let stop = self.shutdown.receiver();
@@ -267,11 +285,15 @@ impl Acceptor<'_> {
         let Some(pick) = self.scheduler.pick(peer.ip()) else {
             trace::event(Event::NoBackend);
             Stats::incr(&self.stats.no_backend);
-            log::warn!(
-                "closing client {peer}: no backend is available \
-                 (all {} down or draining)",
-                self.scheduler.snapshot().len()
-            );
+            self.log_refused(peer, LogEnd::NoBackend);
+            if let Some(others) = self.no_backend_log.event(Instant::now()) {
+                log::warn!(
+                    "closing client {peer}: no backend is available \
+                     (all {} down or draining){}",
+                    self.scheduler.snapshot().len(),
+                    throttle::more(others)
+                );
+            }
             if self.health.load().http_replies {
                 reply::reply_at_once(&client, reply::REPLY_503);
             }
@@ -333,6 +355,7 @@ impl Acceptor<'_> {
             return Some(client);
         };
         Stats::incr(&self.stats.rate_limited);
+        self.log_refused(peer, LogEnd::RateLimited);
         if first {
             log::info!(
                 "rate limit: refusing {} for {retry_after:.1?} (over {}); \

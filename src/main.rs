@@ -227,6 +227,10 @@ fn balance(
         balancer.local_addr().port()
     ));
     let _ = io::stdout().flush();
+    if let Some(log) = balancer.access_log() {
+        // logrotate renames the file, then sends SIGUSR1.
+        signals.on_reopen(move || log.reopen());
+    }
     if let Some(file) = file {
         // A language taken from LANG stays what it was at start-up.
         if !file.given().contains(&"trace_lang") {

@@ -81,6 +81,8 @@ const RESTART_ONLY: &[&str] = &[
     "accept_proxy_timeout",
     "reuse_port",
     "rate_limit_store",
+    "access_log",
+    "access_log_file",
 ];
 
 /// What one reload did.
@@ -287,7 +289,9 @@ impl Reloader {
             accept_proxy_from,
             accept_proxy_timeout,
             reuse_port,
-            rate_limit_store
+            rate_limit_store,
+            access_log,
+            access_log_file
         );
         debug_assert!(plan.needs_restart.iter().all(|k| RESTART_ONLY.contains(k)));
         if file.mode != running.mode {

@@ -146,6 +146,8 @@ counters! {
     reloads_failed: Counter,
     /// Clients closed for their PROXY protocol header: an untrusted peer, a malformed or oversized header, or none in time.
     proxy_header_refused: Counter,
+    /// Access log lines dropped because the writer fell behind.
+    access_log_dropped: Counter,
     /// Rate-limit checks the shared store (Redis) could not answer in time; decided by --rate-limit-store-failure.
     rate_limit_store_failures: Counter,
 }

@@ -82,4 +82,10 @@ fn hangup_and_user_signals_do_not_stop_it() {
     assert!(log.contains("SIGUSR1 received"), "{log}");
     assert!(log.contains("SIGUSR2 received: ignored"), "{log}");
     assert!(log.contains("SIGTERM received"), "{log}");
+    // One summary line at the end: the four requests served.
+    assert!(log.contains("summary: up"), "{log}");
+    assert!(
+        log.contains("4 connections accepted, 4 served, 0 refused"),
+        "{log}"
+    );
 }

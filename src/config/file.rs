@@ -293,6 +293,8 @@ struct Raw {
     rate_limit_store_timeout: Option<Secs>,
     rate_limit_store_failure: Option<Parsed<FailurePolicy>>,
     reuse_port: Option<bool>,
+    access_log: Option<MaybeParsed<crate::access_log::Format>>,
+    access_log_file: Option<Text>,
 }
 
 /// Turns a [`Raw`] into a [`ConfigFile`], noting where each key is.
@@ -419,7 +421,14 @@ impl<'a> Converter<'a> {
             tcp_keepalive,
             send_proxy,
             rate_limit_store,
+            access_log,
         );
+        if let Some(Text(path)) = raw.access_log_file {
+            if let Some(path) = path.filter(|p| p != "stdout") {
+                o.access_log_file = Some(path.into());
+            }
+            self.note("access_log_file", "access_log_file");
+        }
         // An empty string is "none", as `Config::describe` prints it.
         if let Some(Text(user)) = raw.health_user {
             o.health_user = user;

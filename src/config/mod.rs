@@ -138,6 +138,12 @@ pub struct Config {
     /// Set `SO_REUSEPORT` on the listening socket (`reuse_port`), so that
     /// several balancers listen on one port. Default off.
     pub reuse_port: bool,
+    /// One line per connection when it ends (`access_log`: text or json).
+    /// Default `None` (off).
+    pub access_log: Option<crate::access_log::Format>,
+    /// Where the access log goes (`access_log_file`); reopened on SIGUSR1.
+    /// Default `None`: standard output.
+    pub access_log_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -166,6 +172,8 @@ impl Default for Config {
             accept_proxy_timeout: Duration::from_secs(5),
             rate_limit_store: StoreConfig::default(),
             reuse_port: false,
+            access_log: None,
+            access_log_file: None,
         }
     }
 }
@@ -402,6 +410,16 @@ impl Config {
                 self.rate_limit_store.failure.name().to_string(),
             ),
             ("reuse_port", self.reuse_port.to_string()),
+            (
+                "access_log",
+                self.access_log.map_or("off".into(), |f| f.to_string()),
+            ),
+            (
+                "access_log_file",
+                self.access_log_file
+                    .as_ref()
+                    .map_or("stdout".into(), |p| p.display().to_string()),
+            ),
         ]);
         out
     }

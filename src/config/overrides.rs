@@ -76,6 +76,8 @@ pub struct Overrides {
     pub rate_limit_store_timeout: Option<Duration>,
     pub rate_limit_store_failure: Option<FailurePolicy>,
     pub reuse_port: Option<bool>,
+    pub access_log: Option<crate::access_log::Format>,
+    pub access_log_file: Option<PathBuf>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -175,6 +177,12 @@ impl Overrides {
             }
         }
         set(&mut config.reuse_port, &self.reuse_port);
+        if self.access_log.is_some() {
+            config.access_log = self.access_log;
+        }
+        if self.access_log_file.is_some() {
+            config.access_log_file.clone_from(&self.access_log_file);
+        }
         let store = &mut config.rate_limit_store;
         if self.rate_limit_store.is_some() {
             store.url.clone_from(&self.rate_limit_store);

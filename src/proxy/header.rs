@@ -149,6 +149,12 @@ impl Proxy {
             Ok(origin) => origin,
             Err(why) => {
                 Stats::incr(&self.stats.proxy_header_refused);
+                self.log_access(
+                    peer,
+                    None,
+                    Instant::now(),
+                    super::Access::refused(crate::access_log::End::ProxyHeaderRefused),
+                );
                 if let Some(silenced) = accept.log.note(peer.ip(), Instant::now()) {
                     let silenced = if silenced > 0 {
                         format!(" ({silenced} more since the last line, not logged)")
@@ -168,6 +174,12 @@ impl Proxy {
         let client = self.admit(client, source)?;
         let Some(pick) = self.scheduler.pick(source.ip()) else {
             Stats::incr(&self.stats.no_backend);
+            self.log_access(
+                source,
+                None,
+                Instant::now(),
+                super::Access::refused(crate::access_log::End::NoBackend),
+            );
             log::warn!("closing client {source} (via {peer}): no backend is available");
             if self.health.load().http_replies {
                 reply::reply_at_once(&client, reply::REPLY_503);
@@ -192,6 +204,12 @@ impl Proxy {
             return Some(client);
         };
         Stats::incr(&self.stats.rate_limited);
+        self.log_access(
+            source,
+            None,
+            Instant::now(),
+            super::Access::refused(crate::access_log::End::RateLimited),
+        );
         if first {
             log::info!(
                 "rate limit: refusing {} for {retry_after:.1?} (over {}); \

@@ -65,6 +65,7 @@ use std::time::{Duration, Instant};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use socket2::{SockRef, TcpKeepalive};
 
+use crate::access_log::{AccessLog, End as LogEnd, Record};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::health::{self, HealthConfig};
@@ -239,12 +240,21 @@ const OUT_OF_DESCRIPTORS_FIRST_PAUSE: Duration = Duration::from_millis(5);
 /// accepted than to a new one.
 const OUT_OF_DESCRIPTORS_MAX_PAUSE: Duration = Duration::from_millis(50);
 
+/// A client that waited this long in the queue means every worker is busy
+/// and clients pile up: the operator is told (at most every
+/// [`BUSY_WARNING_EVERY`]).
+pub const BUSY_WARNING_AFTER: Duration = Duration::from_secs(1);
+/// How often the busy warning may repeat while it lasts.
+pub const BUSY_WARNING_EVERY: Duration = Duration::from_secs(10);
+
 /// Longest a worker spends on a 502 reply (writing it, then waiting for the
 /// client to close first so the reply is not destroyed by a reset).
 const REPLY_LINGER: Duration = Duration::from_secs(1);
 
+/// Reads how many clients wait in the queue.
+pub type QueueDepth = Arc<dyn Fn() -> usize + Send + Sync>;
+
 /// Settings and shared state the workers need for every connection.
-#[derive(Debug)]
 pub struct Proxy {
     /// Where fail-over finds the other backends.
     pub scheduler: Arc<Scheduler>,
@@ -260,6 +270,18 @@ pub struct Proxy {
     pub limiter: Arc<ArcSwapOption<Limiter>>,
     /// `--accept-proxy`: who may send a header and how long it may take.
     pub accept_proxy: Option<AcceptProxy>,
+    /// `--access-log`: one line per connection when it ends.
+    pub access_log: Option<AccessLog>,
+    /// "No backend could be reached" at most once a second.
+    pub unreachable_log: LogThrottle,
+    /// "Every worker is busy" at most once every 10 s.
+    pub busy_log: LogThrottle,
+    /// The most workers, for the busy warning.
+    pub max_workers: usize,
+    /// Clients waiting in the queue now, for the busy warning: set once
+    /// the pool (which holds the queue, and is built around this proxy)
+    /// exists.
+    pub queue_depth: Arc<std::sync::OnceLock<QueueDepth>>,
     /// Clients closed for waiting too long in the queue are logged at most
     /// once a second, with the count of the others.
     pub queue_timeout_log: LogThrottle,
@@ -269,6 +291,15 @@ pub struct Proxy {
     /// Clients closed for sending nothing in time are logged at most once
     /// a second.
     pub first_byte_timeout_log: LogThrottle,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("max_workers", &self.max_workers)
+            .field("access_log", &self.access_log.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// With this backend name, [`Proxy::handle`] panics once connected: the
@@ -295,8 +326,28 @@ impl Proxy {
         let health = self.health.load_full();
         let waited = started.saturating_duration_since(queued_at);
         self.stats.histograms.queue_wait.observe(waited);
+        if waited >= BUSY_WARNING_AFTER {
+            if let Some(others) = self.busy_log.event(Instant::now()) {
+                log::warn!(
+                    "every worker is busy: a client waited {waited:.1?} in the queue, \
+                     {} wait now (--workers {}){}",
+                    self.queue_depth(),
+                    self.max_workers,
+                    throttle::more(others)
+                );
+            }
+        }
         if waited > settings.queue_timeout {
             self.queue_timed_out(&client, peer, waited, &settings, &health);
+            self.log_access(
+                peer,
+                None,
+                queued_at,
+                Access {
+                    queue_wait: waited,
+                    ..Access::refused(LogEnd::QueueTimeout)
+                },
+            );
             return;
         }
         if let Some(limit) = settings.client_first_byte_timeout {
@@ -312,6 +363,12 @@ impl Proxy {
                     );
                 }
                 close(&client);
+                self.log_access(
+                    peer,
+                    None,
+                    queued_at,
+                    Access::refused(LogEnd::FirstByteTimeout),
+                );
                 return;
             }
         }
@@ -335,12 +392,31 @@ impl Proxy {
         };
         // From here on the client is who the header said.
         let peer = origin.source;
-        let (backend_sock, backend) = match self.connect(&pick, &client, origin, &settings, &health)
-        {
+        let mut failovers = 0;
+        let connecting = Instant::now();
+        let connected = self.connect(&pick, &client, origin, &settings, &health, &mut failovers);
+        let connect_time = connecting.elapsed();
+        let (backend_sock, backend) = match connected {
             Ok(found) => found,
             Err(err) => {
+                self.log_access(
+                    peer,
+                    Some(pick.backend.name()),
+                    queued_at,
+                    Access {
+                        queue_wait: waited,
+                        connect_time: Some(connect_time),
+                        failovers,
+                        ..Access::refused(LogEnd::ConnectFailed)
+                    },
+                );
                 Stats::incr(&self.stats.no_backend);
-                log::warn!("closing client {peer}: no backend could be reached, last: {err}");
+                if let Some(others) = self.unreachable_log.event(Instant::now()) {
+                    log::warn!(
+                        "closing client {peer}: no backend could be reached, last: {err}{}",
+                        throttle::more(others)
+                    );
+                }
                 if health.http_replies {
                     reply::reply_and_linger(&client, reply::REPLY_502, REPLY_LINGER);
                 }
@@ -414,6 +490,30 @@ impl Proxy {
             );
         }
         trace::waiting();
+        if self.access_log.is_some() {
+            let end = match (outcome.end, &outcome.error) {
+                (End::ClientClosed, _) => LogEnd::ClientClosed,
+                (End::BackendClosed, _) => LogEnd::BackendClosed,
+                (End::ClientReset, _) => LogEnd::ClientReset,
+                (End::BackendReset, _) => LogEnd::BackendReset,
+                (End::IdleTimeout, _) => LogEnd::IdleTimeout,
+                (End::FinTimeout, _) => LogEnd::FinTimeout,
+                (other, Some(err)) => LogEnd::Error(format!("{other}: {err}")),
+                (other, None) => LogEnd::Error(other.to_string()),
+            };
+            self.log_access(
+                peer,
+                Some(backend.name()),
+                queued_at,
+                Access {
+                    queue_wait: waited,
+                    connect_time: Some(connect_time),
+                    failovers,
+                    transfer,
+                    end,
+                },
+            );
+        }
         let elapsed = started.elapsed();
         let why = match &outcome.error {
             Some(err) => format!("{}: {err}", outcome.end),
@@ -448,6 +548,29 @@ impl Proxy {
     /// non-blocking write, as the accept loop's: a worker that lingered
     /// here would make the backlog that caused the wait grow), then the
     /// close. Counted; logged at most once a second.
+    /// One access log line, when `--access-log` is on; a line the writer
+    /// could not take is counted (`access_log_dropped`).
+    fn queue_depth(&self) -> usize {
+        self.queue_depth.get().map_or(0, |f| f())
+    }
+
+    pub(crate) fn log_access(
+        &self,
+        client: SocketAddr,
+        backend: Option<&str>,
+        queued_at: Instant,
+        access: Access,
+    ) {
+        log_access(
+            self.access_log.as_ref(),
+            &self.stats,
+            client,
+            backend,
+            queued_at,
+            access,
+        );
+    }
+
     fn queue_timed_out(
         &self,
         client: &TcpStream,
@@ -486,18 +609,23 @@ impl Proxy {
         origin: header::Origin,
         settings: &ProxyConfig,
         health: &HealthConfig,
+        failed: &mut u32,
     ) -> Result<(TcpStream, Arc<Backend>)> {
         let mut last = match self.try_backend(&pick.backend, client, origin, settings, health) {
             Ok(stream) => return Ok((stream, Arc::clone(&pick.backend))),
             Err(err) => err,
         };
+        *failed += 1;
         for backend in self.scheduler.failover_order(&pick.backend) {
             trace::event(Event::FailOver {
                 backend: backend.name(),
             });
             match self.try_backend(&backend, client, origin, settings, health) {
                 Ok(stream) => return Ok((stream, backend)),
-                Err(err) => last = err,
+                Err(err) => {
+                    *failed += 1;
+                    last = err;
+                }
             }
         }
         Err(last)
@@ -609,6 +737,73 @@ impl Proxy {
                     source,
                 })
             }
+        }
+    }
+}
+
+/// One access log line to `log`, if there is one; a line the writer could
+/// not take is counted (`access_log_dropped`). The accept loop calls it
+/// for the clients it refuses, workers through [`Proxy::log_access`].
+pub(crate) fn log_access(
+    log: Option<&AccessLog>,
+    stats: &Stats,
+    client: SocketAddr,
+    backend: Option<&str>,
+    accepted: Instant,
+    access: Access,
+) {
+    let Some(log) = log else {
+        return;
+    };
+    if !log.log(access.record(client, backend, accepted)) {
+        Stats::incr(&stats.access_log_dropped);
+    }
+}
+
+/// What an access log line says beyond the client, the backend and the
+/// times (see [`Proxy::log_access`]).
+#[derive(Debug)]
+pub(crate) struct Access {
+    /// Time in the queue before a worker took the client.
+    pub queue_wait: Duration,
+    /// Time spent connecting (failed tries included), when it got that far.
+    pub connect_time: Option<Duration>,
+    /// Failed connects before the one that served (or before giving up).
+    pub failovers: u32,
+    /// Bytes each way.
+    pub transfer: Transfer,
+    /// How it ended.
+    pub end: LogEnd,
+}
+
+impl Access {
+    /// A client ended before any backend was tried.
+    pub(crate) fn refused(end: LogEnd) -> Access {
+        Access {
+            queue_wait: Duration::ZERO,
+            connect_time: None,
+            failovers: 0,
+            transfer: Transfer::default(),
+            end,
+        }
+    }
+
+    /// The line's record; `queued_at` is when the client was accepted.
+    fn record(self, client: SocketAddr, backend: Option<&str>, queued_at: Instant) -> Record {
+        let since = queued_at.elapsed();
+        Record {
+            time: std::time::SystemTime::now()
+                .checked_sub(since)
+                .unwrap_or_else(std::time::SystemTime::now),
+            client,
+            backend: backend.map(str::to_string),
+            queue_wait: self.queue_wait,
+            connect_time: self.connect_time,
+            duration: since,
+            failovers: self.failovers,
+            bytes_to_backend: self.transfer.to_backend,
+            bytes_to_client: self.transfer.to_client,
+            end: self.end,
         }
     }
 }
@@ -810,6 +1005,11 @@ mod tests {
             first_byte_timeout_log: LogThrottle::new(Duration::from_secs(1)),
             limiter: Arc::new(ArcSwapOption::empty()),
             accept_proxy: None,
+            access_log: None,
+            unreachable_log: LogThrottle::new(Duration::from_secs(1)),
+            busy_log: LogThrottle::new(BUSY_WARNING_EVERY),
+            max_workers: 1,
+            queue_depth: Arc::default(),
         });
         let pool = Pool::new(
             1,
