@@ -1198,4 +1198,43 @@ mod tests {
         assert_eq!(closest("zzz", &["workers", "backlog"]), None);
         assert_eq!(key_position("{\n  \"a\" : 1}", "a"), Some((2, 3)));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Random text never panics the loader: it is a file or one
+            /// error line.
+            #[test]
+            fn random_text_never_panics(text in ".{0,200}") {
+                if let Err(err) = parse_text(&text) {
+                    prop_assert!(!err.to_string().contains('\n'));
+                }
+            }
+
+            /// JSON-shaped text with known and unknown keys and values of
+            /// every kind never panics either, and settles or errs in one
+            /// line.
+            #[test]
+            fn json_shaped_text_never_panics(
+                key in prop::sample::select(vec![
+                    "workers", "listen", "backends", "backend_servers", "rate_limit",
+                    "health_interval", "connect_timeout", "algorithm", "mode",
+                    "send_proxy", "admin_listen", "nope", "listen_port",
+                ]),
+                value in prop::sample::select(vec![
+                    "0", "1", "-3", "1.5", "\"3s\"", "\"x\"", "null", "true", "[]",
+                    "[\"127.0.0.1:1\"]", "{}", "[{\"host\": \"a\", \"port\": 0}]",
+                    "\"off\"", "99999999999999999999",
+                ]),
+            ) {
+                let text = format!("{{\"{key}\": {value}}}");
+                match parse_text(&text).and_then(|f| f.settle(&Overrides::default())) {
+                    Ok(_) => {}
+                    Err(err) => prop_assert!(!err.to_string().contains('\n'), "{err}"),
+                }
+            }
+        }
+    }
 }
