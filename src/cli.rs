@@ -204,6 +204,12 @@ pub struct BalancerArgs {
     /// Bytes the send-expect check wants in the reply (same notation).
     #[arg(long, value_name = "BYTES", value_parser = parse_health_bytes)]
     pub health_expect: Option<Vec<u8>>,
+    /// Let the kernel move the bytes between client and backend (an eBPF
+    /// sockmap program; needs root or CAP_BPF + CAP_NET_ADMIN); the worker
+    /// only waits for the end. Falls back to the copy pump per connection.
+    /// Off by default (see docs/moving-bytes.md).
+    #[arg(long)]
+    pub kernel_relay: bool,
 }
 
 fn parse_health_bytes(text: &str) -> std::result::Result<Vec<u8>, String> {
@@ -275,6 +281,7 @@ impl BalancerArgs {
             health_user: self.health_user.clone(),
             health_send: self.health_send.clone(),
             health_expect: self.health_expect.clone(),
+            kernel_relay: given(self.kernel_relay),
         }
     }
 

@@ -28,6 +28,7 @@
 //! `get_final_server_socket()` is [`Backend::connect`].
 
 mod conduit;
+pub mod kernel_relay;
 pub mod pump;
 
 use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
@@ -76,6 +77,10 @@ pub struct ProxyConfig {
     /// Yield once before each wait that follows moved bytes
     /// (`yield_before_poll`). Default off.
     pub yield_before_poll: bool,
+    /// Let the kernel move the bytes (an eBPF sockmap program, see
+    /// [`kernel_relay`]) while the worker only waits for the end
+    /// (`kernel_relay`). Default off; falls back to the pump per connection.
+    pub kernel_relay: bool,
 }
 
 impl Default for ProxyConfig {
@@ -86,6 +91,7 @@ impl Default for ProxyConfig {
             idle_timeout: Duration::from_secs(600),
             splice: false,
             yield_before_poll: false,
+            kernel_relay: false,
         }
     }
 }
@@ -177,7 +183,15 @@ impl Proxy {
             panic!("a test asked for a panic inside a connection");
         }
         let mut transfer = Transfer::default();
-        let result = if settings.splice {
+        let result = if settings.kernel_relay {
+            kernel_relay::relay(
+                &client,
+                &backend_sock,
+                &settings,
+                &self.stats,
+                &mut transfer,
+            )
+        } else if settings.splice {
             splice_pump(
                 &client,
                 &backend_sock,
@@ -311,6 +325,7 @@ mod tests {
         let c = ProxyConfig::default();
         assert!(!c.splice);
         assert!(!c.yield_before_poll);
+        assert!(!c.kernel_relay);
         assert_eq!(c.buffer_size, 4096);
     }
 
