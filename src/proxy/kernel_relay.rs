@@ -517,7 +517,7 @@ pub fn relay(
     if let Err(e) = link.insert() {
         log::debug!("kernel relay: not taken ({e}), copying in user space");
         Stats::incr(&stats.kernel_relay_fallbacks);
-        link.unwind(settings.idle_timeout)?;
+        link.unwind(settings.idle_timeout, transfer)?;
         return copy(transfer);
     }
     Stats::incr(&stats.kernel_relayed);
@@ -526,7 +526,7 @@ pub fn relay(
         End::Backlog => {
             log::debug!("kernel relay: backlog bound hit, copying in user space");
             Stats::incr(&stats.kernel_relay_fallbacks);
-            link.unwind(settings.idle_timeout)?;
+            link.unwind(settings.idle_timeout, transfer)?;
             copy(transfer)
         }
     }
@@ -834,7 +834,8 @@ impl<'a> Link<'a> {
     /// until what the program took from each side is in the other's send
     /// path, then drops the sockets' kernel state. The copy pump can go on
     /// from there.
-    fn unwind(&mut self, idle_timeout: Duration) -> io::Result<()> {
+    /// The byte counts in `transfer` then say what was delivered.
+    fn unwind(&mut self, idle_timeout: Duration, transfer: &mut Transfer) -> io::Result<()> {
         for i in 0..2 {
             if self.in_verdicts[i] {
                 map_delete(&self.kernel.verdicts, self.cookies[i])?;
@@ -871,6 +872,13 @@ impl<'a> Link<'a> {
                 way.done || way.sent(&counts[1 - i]) >= taken[i]
             });
             if delivered {
+                // Exactly what the program took has reached the other side.
+                if !self.ways[0].done {
+                    transfer.to_backend = taken[0];
+                }
+                if !self.ways[1].done {
+                    transfer.to_client = taken[1];
+                }
                 break;
             }
             let now_key = counts.map(|c| (c.acked, c.outq));
@@ -1080,7 +1088,9 @@ mod tests {
         }
         assert_eq!((moved(0), moved(1)), (15, 5));
         // Unwound, the sockets are plain again and bytes still flow.
-        link.unwind(Duration::from_secs(5)).unwrap();
+        let mut transfer = Transfer::default();
+        link.unwind(Duration::from_secs(5), &mut transfer).unwrap();
+        assert_eq!((transfer.to_backend, transfer.to_client), (15, 5));
         client.write_all(b"plain").unwrap();
         let mut buf = [0u8; 5];
         let mut from = &client_end;
