@@ -850,9 +850,9 @@ impl<'a> Link<'a> {
             return Err(io::Error::last_os_error());
         }
         let mut taken = [0u64; 2];
-        for i in 0..2 {
+        for (i, taken) in taken.iter_mut().enumerate() {
             if self.in_moved[i] {
-                taken[i] = map_lookup(&self.kernel.moved, self.cookies[i])?;
+                *taken = map_lookup(&self.kernel.moved, self.cookies[i])?;
             }
         }
         let mut last = None;
