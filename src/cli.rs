@@ -395,6 +395,14 @@ mod tests {
     }
 
     #[test]
+    fn kernel_relay_is_a_flag_off_by_default() {
+        let off = Cli::try_parse_from(["rodizio"]).unwrap();
+        assert!(!off.balancer.to_config().unwrap().proxy.kernel_relay);
+        let on = Cli::try_parse_from(["rodizio", "--kernel-relay"]).unwrap();
+        assert!(on.balancer.to_config().unwrap().proxy.kernel_relay);
+    }
+
+    #[test]
     fn health_flags_build_the_health_settings() {
         let c = Cli::try_parse_from([
             "rodizio",

@@ -12,7 +12,10 @@
 //!
 //! - this file: [`Proxy::handle`], the connection's life and fail-over;
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;
-//! - `conduit`: the thread's buffers and pipes the pump moves bytes through.
+//! - `conduit`: the thread's buffers and pipes the pump moves bytes through;
+//! - [`mod@kernel_relay`]: `--kernel-relay`, where an eBPF sockmap program
+//!   moves the bytes and the thread waits for the end (falling back to the
+//!   pump per connection).
 //!
 //! # Corresponds to the C article
 //!
