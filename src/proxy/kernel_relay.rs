@@ -811,6 +811,18 @@ impl<'a> Link<'a> {
             } else {
                 poll(&mut fds, wait)?;
             }
+            // What poll saw counts too, so that a hang-up or an error that
+            // the next sample would not show cannot make the loop spin.
+            for (i, fd) in fds.iter().enumerate() {
+                if fd.revents & libc::POLLERR != 0 {
+                    if let Some(e) = self.sockets[i].take_error()? {
+                        return Err(e);
+                    }
+                }
+                if fd.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0 {
+                    self.ways[i].eof = true;
+                }
+            }
         }
     }
 
