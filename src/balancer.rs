@@ -108,11 +108,6 @@ impl Balancer {
         let local_addr = listener
             .local_addr()
             .map_err(|e| Error::io("reading the listening address", e))?;
-        if config.proxy.kernel_relay {
-            // Loads the program now, so the log says at start which path
-            // connections take.
-            crate::proxy::kernel_relay::prepare();
-        }
         let limiter = config
             .rate_limit
             .as_ref()

@@ -204,12 +204,6 @@ pub struct BalancerArgs {
     /// Bytes the send-expect check wants in the reply (same notation).
     #[arg(long, value_name = "BYTES", value_parser = parse_health_bytes)]
     pub health_expect: Option<Vec<u8>>,
-    /// Let the kernel move the bytes between client and backend (an eBPF
-    /// sockmap program; needs root or CAP_BPF + CAP_NET_ADMIN); the worker
-    /// only waits for the end. Falls back to the copy pump per connection.
-    /// Off by default (see docs/moving-bytes.md).
-    #[arg(long)]
-    pub kernel_relay: bool,
 }
 
 fn parse_health_bytes(text: &str) -> std::result::Result<Vec<u8>, String> {
@@ -281,7 +275,6 @@ impl BalancerArgs {
             health_user: self.health_user.clone(),
             health_send: self.health_send.clone(),
             health_expect: self.health_expect.clone(),
-            kernel_relay: given(self.kernel_relay),
         }
     }
 
@@ -392,14 +385,6 @@ mod tests {
         let on = Cli::try_parse_from(["rodizio", "--splice", "--yield-before-poll"]).unwrap();
         let c = on.balancer.to_config().unwrap();
         assert!(c.proxy.splice && c.proxy.yield_before_poll);
-    }
-
-    #[test]
-    fn kernel_relay_is_a_flag_off_by_default() {
-        let off = Cli::try_parse_from(["rodizio"]).unwrap();
-        assert!(!off.balancer.to_config().unwrap().proxy.kernel_relay);
-        let on = Cli::try_parse_from(["rodizio", "--kernel-relay"]).unwrap();
-        assert!(on.balancer.to_config().unwrap().proxy.kernel_relay);
     }
 
     #[test]

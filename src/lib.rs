@@ -46,8 +46,7 @@
 //! - `queue`: the FIFO between the accept loop and the workers.
 //! - `pool`: the worker threads.
 //! - `proxy/`: a connection's life with fail-over; `pump` (duplex copy or
-//!   `splice(2)`); `conduit` (the thread's buffers and pipes);
-//!   `kernel_relay` (`--kernel-relay`: an eBPF sockmap moves the bytes).
+//!   `splice(2)`); `conduit` (the thread's buffers and pipes).
 //! - `health/`: the checker thread, `probe` (rise/fall), `check` (tcp,
 //!   http), `protocol` (checks that speak the backend's protocol: Redis,
 //!   TLS, SMTP, MySQL, PostgreSQL, send/expect), passive marking.

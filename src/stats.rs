@@ -110,10 +110,6 @@ counters! {
     worker_panics: Counter,
     /// Worker threads that could not be started (resource limits).
     worker_spawn_failures: Counter,
-    /// Connections whose bytes the kernel moved (`--kernel-relay`).
-    kernel_relayed: Counter,
-    /// Connections `--kernel-relay` handed to the copy pump (a socket the kernel path could not take, or the backlog bound).
-    kernel_relay_fallbacks: Counter,
 }
 
 impl Stats {

@@ -193,7 +193,6 @@ impl Config {
                 "health_expect",
                 h.expect.as_deref().map(show_bytes).unwrap_or_default(),
             ),
-            ("kernel_relay", p.kernel_relay.to_string()),
         ];
         match &self.rate_limit {
             None => out.push(("rate_limit", "off".into())),

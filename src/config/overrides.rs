@@ -56,7 +56,6 @@ pub struct Overrides {
     pub health_user: Option<String>,
     pub health_send: Option<Vec<u8>>,
     pub health_expect: Option<Vec<u8>>,
-    pub kernel_relay: Option<bool>,
 }
 
 /// Sets `*slot` to the given value, if one was given.
@@ -90,7 +89,6 @@ impl Overrides {
         set(&mut p.idle_timeout, &self.idle_timeout);
         set(&mut p.splice, &self.splice);
         set(&mut p.yield_before_poll, &self.yield_before_poll);
-        set(&mut p.kernel_relay, &self.kernel_relay);
         let h = &mut config.health;
         set(&mut h.check, &self.health_check);
         set(&mut h.interval, &self.health_interval);

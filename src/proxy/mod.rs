@@ -12,10 +12,7 @@
 //!
 //! - this file: [`Proxy::handle`], the connection's life and fail-over;
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;
-//! - `conduit`: the thread's buffers and pipes the pump moves bytes through;
-//! - [`mod@kernel_relay`]: `--kernel-relay`, where an eBPF sockmap program
-//!   moves the bytes and the thread waits for the end (falling back to the
-//!   pump per connection).
+//! - `conduit`: the thread's buffers and pipes the pump moves bytes through.
 //!
 //! # Corresponds to the C article
 //!
@@ -31,7 +28,6 @@
 //! `get_final_server_socket()` is [`Backend::connect`].
 
 mod conduit;
-pub mod kernel_relay;
 pub mod pump;
 
 use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
@@ -80,10 +76,6 @@ pub struct ProxyConfig {
     /// Yield once before each wait that follows moved bytes
     /// (`yield_before_poll`). Default off.
     pub yield_before_poll: bool,
-    /// Let the kernel move the bytes (an eBPF sockmap program, see
-    /// [`kernel_relay`]) while the worker only waits for the end
-    /// (`kernel_relay`). Default off; falls back to the pump per connection.
-    pub kernel_relay: bool,
 }
 
 impl Default for ProxyConfig {
@@ -94,7 +86,6 @@ impl Default for ProxyConfig {
             idle_timeout: Duration::from_secs(600),
             splice: false,
             yield_before_poll: false,
-            kernel_relay: false,
         }
     }
 }
@@ -186,15 +177,7 @@ impl Proxy {
             panic!("a test asked for a panic inside a connection");
         }
         let mut transfer = Transfer::default();
-        let result = if settings.kernel_relay {
-            kernel_relay::relay(
-                &client,
-                &backend_sock,
-                &settings,
-                &self.stats,
-                &mut transfer,
-            )
-        } else if settings.splice {
+        let result = if settings.splice {
             splice_pump(
                 &client,
                 &backend_sock,
@@ -328,7 +311,6 @@ mod tests {
         let c = ProxyConfig::default();
         assert!(!c.splice);
         assert!(!c.yield_before_poll);
-        assert!(!c.kernel_relay);
         assert_eq!(c.buffer_size, 4096);
     }
 
