@@ -351,21 +351,11 @@ impl Acceptor<'_> {
         if trace::on() {
             trace_decision(limiter, peer.ip(), now, decision);
         }
-        let Decision::Refused { first, retry_after } = decision else {
-            return Some(client);
-        };
-        Stats::incr(&self.stats.rate_limited);
-        self.log_refused(peer, LogEnd::RateLimited);
-        if first {
-            log::info!(
-                "rate limit: refusing {} for {retry_after:.1?} (over {}); \
-                 its further refusals in this window are counted, not logged",
-                peer.ip(),
-                limiter.config().rate
-            );
+        let admitted = limiter::admit(limiter, client, peer.ip(), decision, self.stats);
+        if admitted.is_none() {
+            self.log_refused(peer, LogEnd::RateLimited);
         }
-        limiter::refuse(client, limiter.config().reply, retry_after);
-        None
+        admitted
     }
 }
 

@@ -598,6 +598,34 @@ impl fmt::Debug for Limiter {
     }
 }
 
+/// The gate the accept loop runs on every client (and a worker on a
+/// client behind `--accept-proxy`, once its header named it): gives the
+/// client back if `decision` lets it through; else counts it
+/// (`rate_limited`), logs its first refusal of the window at info (the
+/// others are counted, not logged), ends it without blocking ([`refuse`])
+/// and returns `None`.
+pub fn admit(
+    limiter: &Limiter,
+    client: TcpStream,
+    ip: IpAddr,
+    decision: Decision,
+    stats: &crate::stats::Stats,
+) -> Option<TcpStream> {
+    let Decision::Refused { first, retry_after } = decision else {
+        return Some(client);
+    };
+    crate::stats::Stats::incr(&stats.rate_limited);
+    if first {
+        log::info!(
+            "rate limit: refusing {ip} for {retry_after:.1?} (over {}); \
+             its further refusals in this window are counted, not logged",
+            limiter.config().rate
+        );
+    }
+    refuse(client, limiter.config().reply, retry_after);
+    None
+}
+
 /// Ends a refused client without ever blocking the caller: with
 /// [`Reply::Http`], a short 429 reply with `Retry-After` goes out through
 /// [`reply::reply_at_once`] (one non-blocking write, a FIN, the client's

@@ -38,7 +38,7 @@ use parking_lot::Mutex;
 
 use super::{close, Proxy};
 use crate::backend::Backend;
-use crate::limiter::{self, Decision};
+use crate::limiter;
 use crate::proxy_protocol::{self, CidrList, Header, HeaderError};
 use crate::reply;
 use crate::scheduler::Pick;
@@ -199,27 +199,17 @@ impl Proxy {
         let Some(limiter) = limiter.as_deref() else {
             return Some(client);
         };
-        let Decision::Refused { first, retry_after } = limiter.check(source.ip(), Instant::now())
-        else {
-            return Some(client);
-        };
-        Stats::incr(&self.stats.rate_limited);
-        self.log_access(
-            source,
-            None,
-            Instant::now(),
-            super::Access::refused(crate::access_log::End::RateLimited),
-        );
-        if first {
-            log::info!(
-                "rate limit: refusing {} for {retry_after:.1?} (over {}); \
-                 its further refusals in this window are counted, not logged",
-                source.ip(),
-                limiter.config().rate
+        let decision = limiter.check(source.ip(), Instant::now());
+        let admitted = limiter::admit(limiter, client, source.ip(), decision, &self.stats);
+        if admitted.is_none() {
+            self.log_access(
+                source,
+                None,
+                Instant::now(),
+                super::Access::refused(crate::access_log::End::RateLimited),
             );
         }
-        limiter::refuse(client, limiter.config().reply, retry_after);
-        None
+        admitted
     }
 }
 
