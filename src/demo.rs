@@ -354,24 +354,9 @@ fn respond(
 }
 
 /// Reads and discards what the client still sends, until it closes or
-/// [`LINGER`] has passed ("lingering close"). Closing a socket with unread
-/// bytes makes the kernel send a reset, which can destroy the answer before
-/// the client has read it. A 1 KiB buffer, whatever the client sends.
+/// [`LINGER`] has passed: see [`crate::reply::drain_until`].
 fn linger(stream: &TcpStream) {
-    let deadline = Instant::now() + LINGER;
-    let mut sink = [0u8; 1024];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return;
-        }
-        match (&*stream).read(&mut sink) {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return,
-        }
-    }
+    crate::reply::drain_until(stream, Instant::now() + LINGER);
 }
 
 /// How a bounded line read ended, when the line did not end the input.

@@ -78,6 +78,14 @@ pub fn reply_and_linger(client: &TcpStream, reply: &[u8], timeout: Duration) {
         return;
     }
     let _ = client.shutdown(Direction::Write);
+    drain_until(client, deadline);
+}
+
+/// Reads and discards what `client` still sends, until it closes or
+/// `deadline` passes ("lingering close": closing a socket with unread bytes
+/// makes the kernel send a reset, which can destroy a reply before the
+/// client has read it). A 1 KiB buffer, whatever the client sends.
+pub fn drain_until(client: &TcpStream, deadline: Instant) {
     let mut sink = [0u8; 1024];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
