@@ -12,60 +12,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-fail() {
-  echo "admin-check: FAIL: $*" >&2
-  exit 1
-}
+PROG=admin-check
+. scripts/lib.sh
+need_tools python3 curl timeout
 
-for tool in python3 curl timeout; do
-  command -v "$tool" >/dev/null 2>&1 || fail "'$tool' is missing (scripts/install-test-tools.sh installs it)"
-done
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${pids[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-read -r p1 p2 p3 lb_port admin_port < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(5)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in socks])
-for s in socks:
-    s.close()
-')
-
-if [ -n "${RODIZIO_BIN:-}" ]; then
-  bin=$RODIZIO_BIN
-else
-  echo "== cargo build"
-  timeout 600 cargo build --quiet
-  bin="${CARGO_TARGET_DIR:-target}/debug/rodizio"
-fi
-[ -x "$bin" ] || fail "no binary at $bin"
-
-# Waits (at most 10 s) for a line in a file, while the process lives.
-wait_line() {
-  local file=$1 line=$2 pid=$3
-  for _ in $(seq 1 100); do
-    grep -q "$line" "$file" && return 0
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  cat "$file" >&2
-  fail "no '$line' within 10s"
-}
+read -r p1 p2 p3 lb_port admin_port < <(free_ports 5)
+debug_bin
 
 echo "== demo backends one, two, three on ports $p1 $p2 $p3"
 names=(one two three)
@@ -156,15 +108,7 @@ grep -q 'admin-allow-remote' "$work/refused.err" || fail "$(cat "$work/refused.e
 cat "$work/refused.err"
 
 echo "== POST /reload applies the config file, as SIGHUP does"
-read -r lb2_port admin2_port < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(2)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in socks])
-for s in socks:
-    s.close()
-')
+read -r lb2_port admin2_port < <(free_ports 2)
 printf '{"listen": "127.0.0.1:%s", "admin_listen": "127.0.0.1:%s", "backends": ["127.0.0.1:%s"]}\n' \
   "$lb2_port" "$admin2_port" "$p1" >"$work/rodizio.json"
 RUST_LOG=${RUST_LOG:-warn} "$bin" -c "$work/rodizio.json" >"$work/rodizio2.out" 2>"$work/rodizio2.err" &

@@ -38,27 +38,9 @@ cd "$(dirname "$0")/.."
 c_dir=${1:-${C_DIR:-}}
 checks_py=scripts/compare-c/checks.py
 
-fail() {
-  echo "compare-c: $*" >&2
-  exit 1
-}
-
-command -v python3 >/dev/null 2>&1 || fail "python3 is missing"
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${pids[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+PROG=compare-c
+. scripts/lib.sh
+need_tools python3
 
 # ------------------------------------------------------------- the binaries
 

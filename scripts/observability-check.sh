@@ -14,61 +14,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-fail() {
-  echo "observability-check: FAIL: $*" >&2
-  exit 1
-}
-
-for tool in python3 curl timeout chromium; do
-  command -v "$tool" >/dev/null 2>&1 || fail "'$tool' is missing (scripts/install-test-tools.sh installs it)"
-done
+PROG=observability-check
+. scripts/lib.sh
+need_tools python3 curl timeout chromium
 python3 -c 'import prometheus_client' 2>/dev/null ||
   fail "the Python prometheus_client is missing (scripts/install-test-tools.sh installs it)"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${pids[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-read -r p1 p2 lb_port admin_port < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(4)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in socks])
-for s in socks:
-    s.close()
-')
-
-if [ -n "${RODIZIO_BIN:-}" ]; then
-  bin=$RODIZIO_BIN
-else
-  echo "== cargo build"
-  timeout 600 cargo build --quiet
-  bin="${CARGO_TARGET_DIR:-target}/debug/rodizio"
-fi
-[ -x "$bin" ] || fail "no binary at $bin"
-
-wait_line() {
-  local file=$1 line=$2 pid=$3
-  for _ in $(seq 1 100); do
-    grep -q "$line" "$file" && return 0
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  cat "$file" >&2
-  fail "no '$line' within 10s"
-}
+read -r p1 p2 lb_port admin_port < <(free_ports 4)
+debug_bin
 
 echo "== demo backends on ports $p1 $p2"
 backend_pids=()
