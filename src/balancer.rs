@@ -56,30 +56,16 @@ use crate::admin::{self, AdminListener, ReloadHook};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::health::HealthConfig;
 use crate::limiter::Limiter;
 use crate::listener::{self, Acceptor};
 use crate::pool::Pool;
-use crate::proxy::{AcceptProxy, Job, Proxy, ProxyConfig};
+use crate::proxy::{AcceptProxy, Job, Proxy};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
-use crate::throttle::LogThrottle;
 
-/// The settings a running balancer reads live, and the scheduler: what a
-/// reload changes. Cheap to clone (reference counts).
-#[derive(Debug, Clone)]
-pub struct Live {
-    /// The backend list and the algorithm.
-    pub scheduler: Arc<Scheduler>,
-    /// Chunk size, timeouts, splice: read once per connection.
-    pub proxy: Arc<ArcSwap<ProxyConfig>>,
-    /// Health settings: read by the checker each round and by the workers
-    /// once per connection.
-    pub health: Arc<ArcSwap<HealthConfig>>,
-    /// The rate limiter, or none: read by the accept loop once per client.
-    pub limiter: Arc<ArcSwapOption<Limiter>>,
-}
+pub use crate::live::Live;
+use crate::throttle::LogThrottle;
 
 /// A bound, ready-to-run balancer.
 pub struct Balancer {
@@ -319,11 +305,8 @@ impl Balancer {
             None => None,
             Some(listener) => {
                 let parts = admin::Parts {
-                    scheduler: Arc::clone(&self.live.scheduler),
+                    live: self.live.clone(),
                     config: self.config.clone(),
-                    proxy: Arc::clone(&self.live.proxy),
-                    health: Arc::clone(&self.live.health),
-                    limiter: Arc::clone(&self.live.limiter),
                     reload: self.reload.take(),
                     stats: Arc::clone(&self.stats),
                     queued: self.pool.queue_len(),

@@ -41,6 +41,7 @@
 //! - `balancer`: [`Balancer`] wires the parts together; the live settings;
 //!   the drain.
 //! - `listener`: the listening socket and the accept loop.
+//! - `live`: the settings read live (`ArcSwap`s) and the scheduler.
 //! - `limiter/`: per-client-IP rate limiting at accept time (off by
 //!   default): the facade, `rule` (three ways to count), `table` (the
 //!   bounded table), `store` (the counts kept in Redis, shared by several
@@ -128,6 +129,7 @@ pub mod error;
 pub mod health;
 pub mod limiter;
 pub mod listener;
+pub mod live;
 pub mod pool;
 pub mod prompt;
 pub mod proxy;

@@ -74,7 +74,6 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use arc_swap::{ArcSwap, ArcSwapOption};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use tiny_http::{Header, Request, Response, Server};
@@ -82,10 +81,7 @@ use tiny_http::{Header, Request, Response, Server};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::health::HealthConfig;
-use crate::limiter::Limiter;
-use crate::proxy::ProxyConfig;
-use crate::scheduler::Scheduler;
+use crate::live::Live;
 use crate::shutdown::Shutdown;
 
 pub use routes::{route, Reply};
@@ -161,16 +157,10 @@ impl AdminListener {
 
 /// What the endpoints read and change.
 pub struct State {
-    /// The backend list.
-    pub scheduler: Arc<Scheduler>,
+    /// The backend list and the live settings.
+    pub live: Live,
     /// The settings given at start-up (the fixed ones are still in force).
     pub config: Config,
-    /// The live proxy settings.
-    pub proxy: Arc<ArcSwap<ProxyConfig>>,
-    /// The live health settings.
-    pub health: Arc<ArcSwap<HealthConfig>>,
-    /// The live limiter.
-    pub limiter: Arc<ArcSwapOption<Limiter>>,
     /// `POST /reload`'s hook; `None` when there is no config file.
     pub reload: Option<ReloadHook>,
     /// What `/metrics` and the stats page read.
@@ -186,7 +176,7 @@ pub struct State {
 impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("State")
-            .field("backends", &self.scheduler.snapshot().len())
+            .field("backends", &self.live.scheduler.snapshot().len())
             .field("reload", &self.reload.is_some())
             .finish()
     }
@@ -194,16 +184,10 @@ impl std::fmt::Debug for State {
 
 /// What the admin API is given by the balancer.
 pub struct Parts {
-    /// The backend list.
-    pub scheduler: Arc<Scheduler>,
+    /// The backend list and the live settings.
+    pub live: Live,
     /// The settings given at start-up.
     pub config: Config,
-    /// The live proxy settings.
-    pub proxy: Arc<ArcSwap<ProxyConfig>>,
-    /// The live health settings.
-    pub health: Arc<ArcSwap<HealthConfig>>,
-    /// The live limiter.
-    pub limiter: Arc<ArcSwapOption<Limiter>>,
     /// `POST /reload`'s hook, if there is a config file.
     pub reload: Option<ReloadHook>,
     /// The counters.
@@ -247,8 +231,8 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
     let mut config = parts.config;
     config.admin_listen = Some(addr);
     let sources = {
-        let scheduler = Arc::clone(&parts.scheduler);
-        let limiter = Arc::clone(&parts.limiter);
+        let scheduler = Arc::clone(&parts.live.scheduler);
+        let limiter = Arc::clone(&parts.live.limiter);
         metrics::Sources {
             stats: parts.stats,
             backends: Arc::new(move || scheduler.snapshot()),
@@ -260,17 +244,18 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
     let state = Arc::new(State {
         sources,
         started: std::time::Instant::now(),
-        scheduler: Arc::clone(&parts.scheduler),
+        live: parts.live.clone(),
         config,
-        proxy: parts.proxy,
-        health: parts.health,
-        limiter: parts.limiter,
         reload: parts.reload,
         changes: Mutex::new(()),
         reaper: reaper_tx,
     });
-    let mut threads = vec![reaper::spawn(parts.scheduler, reaper_rx, shutdown.clone())
-        .map_err(|e| Error::io("starting the admin reaper thread", e))?];
+    let mut threads = vec![reaper::spawn(
+        Arc::clone(&parts.live.scheduler),
+        reaper_rx,
+        shutdown.clone(),
+    )
+    .map_err(|e| Error::io("starting the admin reaper thread", e))?];
     let http = Arc::new(Http {
         state,
         token,

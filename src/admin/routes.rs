@@ -153,6 +153,7 @@ fn stats_page(state: &State) -> String {
     use super::page::{self, BackendRow, ListenerRow};
     let stats = state.sources.stats.snapshot();
     let rows: Vec<BackendRow> = state
+        .live
         .scheduler
         .snapshot()
         .iter()
@@ -176,6 +177,7 @@ fn stats_page(state: &State) -> String {
         })
         .collect();
     let rate_limit = state
+        .live
         .limiter
         .load()
         .as_ref()
@@ -188,7 +190,7 @@ fn stats_page(state: &State) -> String {
         busy: stats.workers_busy,
         max_workers: state.config.workers as u64,
         uptime: state.started.elapsed(),
-        algorithm: state.scheduler.algorithm().name().to_string(),
+        algorithm: state.live.scheduler.algorithm().name().to_string(),
         rate_limit,
     };
     page::render(&listener, &rows)
@@ -223,6 +225,7 @@ pub fn backend_json(b: &Backend) -> Value {
 /// `GET /backends`.
 fn list(state: &State) -> Reply {
     let list: Vec<Value> = state
+        .live
         .scheduler
         .snapshot()
         .iter()
@@ -275,19 +278,21 @@ fn add(state: &State, body: &[u8]) -> Reply {
     };
     let _turn = state.changes.lock();
     if state
+        .live
         .scheduler
         .find(|b| b.name() == backend.name())
         .is_some()
     {
         return Reply::error(409, format!("backend {} exists already", backend.name()));
     }
-    state.scheduler.add(Arc::clone(&backend));
+    state.live.scheduler.add(Arc::clone(&backend));
     log::info!("admin: backend {} added (weight {weight})", backend.name());
     Reply::new(201, backend_json(&backend))
 }
 
 fn find(state: &State, address: &str) -> Result<Arc<Backend>, Reply> {
     state
+        .live
         .scheduler
         .find(|b| b.name() == address)
         .ok_or_else(|| Reply::error(404, format!("no backend {address}")))
@@ -313,7 +318,7 @@ fn change(state: &State, address: &str, body: &[u8]) -> Reply {
     if let Some(weight) = weight {
         let _turn = state.changes.lock();
         backend.set_weight(weight);
-        state.scheduler.refresh();
+        state.live.scheduler.refresh();
         log::info!("admin: backend {address} weight is now {weight}");
     }
     if let Some(wanted) = change.state {
@@ -373,11 +378,17 @@ fn reload(state: &State) -> Reply {
 /// algorithm, backend list) read as they are now.
 fn config(state: &State) -> Value {
     let mut config = state.config.clone();
-    config.proxy = (**state.proxy.load()).clone();
-    config.health = (**state.health.load()).clone();
-    config.rate_limit = state.limiter.load().as_ref().map(|l| l.config().clone());
-    config.algorithm = state.scheduler.algorithm();
+    config.proxy = (**state.live.proxy.load()).clone();
+    config.health = (**state.live.health.load()).clone();
+    config.rate_limit = state
+        .live
+        .limiter
+        .load()
+        .as_ref()
+        .map(|l| l.config().clone());
+    config.algorithm = state.live.scheduler.algorithm();
     let backends: Vec<String> = state
+        .live
         .scheduler
         .snapshot()
         .iter()
@@ -440,10 +451,12 @@ mod tests {
                 limiter: Arc::new(|| None),
             },
             started: std::time::Instant::now(),
-            scheduler,
-            proxy: Arc::new(ArcSwap::from_pointee(config.proxy.clone())),
-            health: Arc::new(ArcSwap::from_pointee(config.health.clone())),
-            limiter: Arc::new(ArcSwapOption::empty()),
+            live: crate::live::Live {
+                scheduler,
+                proxy: Arc::new(ArcSwap::from_pointee(config.proxy.clone())),
+                health: Arc::new(ArcSwap::from_pointee(config.health.clone())),
+                limiter: Arc::new(ArcSwapOption::empty()),
+            },
             config,
             reload: None,
             changes: Mutex::new(()),
