@@ -95,23 +95,7 @@ fn start(backend: SocketAddr) -> (Rodizio, SocketAddr) {
         });
     }
     let mut child = command.spawn().expect("start rodizio");
-    let stderr = Arc::new(Mutex::new(String::new()));
-    {
-        let mut pipe = child.stderr.take().unwrap();
-        let stderr = Arc::clone(&stderr);
-        thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                stderr
-                    .lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
-    }
+    let stderr = common::collect(child.stderr.take().unwrap());
     let (tx, rx) = crossbeam_channel::bounded(1);
     {
         let mut pipe = child.stdout.take().unwrap();

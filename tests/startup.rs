@@ -9,7 +9,6 @@ use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::Duration;
 
 use common::{closed_port, connect, wait_for, TestBackend};
@@ -57,20 +56,7 @@ impl Running {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut pipe = child.stderr.take().unwrap();
-        let sink = Arc::clone(&stderr);
-        thread::spawn(move || {
-            let mut buf = [0u8; 1024];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let stderr = common::collect(child.stderr.take().unwrap());
         Running { child, stderr }
     }
 

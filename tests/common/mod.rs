@@ -568,3 +568,22 @@ pub fn is_closed(stream: &mut TcpStream) -> bool {
         ),
     }
 }
+
+/// Collects everything `pipe` gives (a child's standard error, say) on a
+/// thread of its own, into a string the test may read at any time.
+pub fn collect(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+    let text = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&text);
+    thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    text
+}
