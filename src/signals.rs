@@ -12,7 +12,10 @@
 //!   drain); a second one exits at once with 128 + the signal number, as a
 //!   shell reports a killed program. [`exit`], which `main` ends with, gives
 //!   that code too when the second signal came while the drain was
-//!   finishing anyway, so two signals always mean 128 + N.
+//!   finishing anyway (received or still pending when it settles the
+//!   code). A signal that lands after that moment, in the microseconds
+//!   before the process is gone, is too late and leaves the code as it
+//!   was: 0 or 3.
 //! - SIGHUP: runs the reload hook set with [`Signals::on_reload`]; without
 //!   one, logs that reload is not supported and goes on.
 //! - SIGUSR1: runs the reopen hook ([`Signals::on_reopen`]); without one,
@@ -42,9 +45,9 @@ static EXIT_LOCK: Mutex<()> = parking_lot::const_mutex(());
 
 /// Ends the process with `code`, or with 128 + N if a second SIGINT or
 /// SIGTERM (number N) has arrived by now, while `stopping` (a first one
-/// was handled): received by the signal thread, or still pending. So two
-/// signals sent before the process exits always give 128 + N, whether the
-/// drain had finished or not.
+/// was handled): received by the signal thread, or still pending. So a
+/// second signal that arrives before this call gives 128 + N, whether the
+/// drain had finished or not; one that arrives during it is too late.
 pub fn exit(code: u8, stopping: bool) -> ! {
     use std::io::Write;
     let _exiting = EXIT_LOCK.lock();

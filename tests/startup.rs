@@ -237,18 +237,17 @@ fn help_into_a_closed_pipe_does_not_panic() {
     }
 }
 
-/// A second SIGTERM, sent once the first was taken (two sent while the
-/// first is still pending are one to the kernel) and while the process
-/// still runs, exits with 143 every time: here the drain ends at the same
-/// moment (the connection it waits for is closed just before the second
-/// signal), the case where it used to exit 0 or 143 at random. A signal
-/// that comes after the process has exited cannot change its code: those
-/// runs (the process already gone when the signal was sent) are skipped
-/// and counted, at most 2 of 10.
+/// A second SIGTERM that comes as the drain ends on its own (the
+/// connection it waits for is closed just before the signal) ends the
+/// process with 0 or 143 and nothing else: never killed by the signal,
+/// never hung, never a panic. Which of the two depends on whether the
+/// signal beat the moment `main` settles its exit code (a few
+/// microseconds before the process is gone), and no outside observer can
+/// order the two, so both are accepted; a second signal that surely came
+/// during the drain gives 143 every time (`tests/binary.rs`).
 #[test]
-fn two_sigterms_always_exit_143() {
+fn a_second_sigterm_as_the_drain_ends_exits_0_or_143() {
     let backend = TestBackend::echo();
-    let mut gone_first = 0;
     for _ in 0..10 {
         let (mut running, addr) = start_on_free_port(&["-b", &backend.addr().to_string()], &[]);
         let mut held = connect(addr).unwrap();
@@ -258,22 +257,19 @@ fn two_sigterms_always_exit_143() {
         running.signal(libc::SIGTERM);
         assert!(wait_for(WAIT, || running.stderr().contains("draining")));
         drop(held);
-        let pid = running.child.id();
-        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s[s.rfind(')').unwrap() + 1..].trim_start().starts_with('Z'))
-            .unwrap_or(false);
         running.signal(libc::SIGTERM);
         let code = running.wait_exit().code();
-        if alive {
-            assert_eq!(code, Some(143), "{}", running.stderr());
-        } else {
-            gone_first += 1;
-        }
+        assert!(
+            matches!(code, Some(0) | Some(143)),
+            "exit {code:?}: {}",
+            running.stderr()
+        );
+        assert!(
+            !running.stderr().contains("panicked"),
+            "{}",
+            running.stderr()
+        );
     }
-    assert!(
-        gone_first <= 2,
-        "{gone_first} of 10 runs exited before the second signal"
-    );
 }
 
 /// A drain that had to cut a connection at the drain timeout exits 3; a
