@@ -7,9 +7,11 @@
 //! help, kind and value of each, for anything that lists them all). A
 //! counter added to the table shows up everywhere.
 //!
-//! Every value is an atomic updated with `Relaxed` ordering: each is
-//! independent, nobody derives a decision from two of them at once, so no
-//! stronger ordering (and no lock) is needed on the hot path. Gauges that
+//! Every value is an atomic, with no lock on the hot path. Counters are
+//! raised with `Release` and a snapshot reads them with `Acquire`, in table
+//! order, so one that sees a connection `completed` also sees how it ended
+//! and its bytes, which are counted just before (on x86 these are the same
+//! instructions as `Relaxed`). Gauges that
 //! go up and down around a span of work are held by a [`GaugeGuard`], so
 //! whatever ends the span (a panic included) takes it down again.
 //!
@@ -62,7 +64,7 @@ macro_rules! counters {
             /// Reads every value.
             pub fn snapshot(&self) -> StatsSnapshot {
                 StatsSnapshot {
-                    $( $name: self.$name.load(Ordering::Relaxed), )*
+                    $( $name: self.$name.load(Ordering::Acquire), )*
                 }
             }
         }
@@ -153,22 +155,24 @@ counters! {
 }
 
 impl Stats {
-    /// Adds one to a counter.
+    /// Adds one to a counter. `Release`, with the snapshot's `Acquire`
+    /// loads: a snapshot that sees this change also sees what the same
+    /// thread did before it to the counters later in the table.
     pub(crate) fn incr(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+        counter.fetch_add(1, Ordering::Release);
     }
 
     /// Adds `n` to a counter.
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         if n != 0 {
-            counter.fetch_add(n, Ordering::Relaxed);
+            counter.fetch_add(n, Ordering::Release);
         }
     }
 
     /// Raises `gauge` now and lowers it when the guard is dropped, however
     /// the holder ends (a panic unwinds through the drop too).
     pub fn hold<'a>(&self, gauge: &'a AtomicU64) -> GaugeGuard<'a> {
-        gauge.fetch_add(1, Ordering::Relaxed);
+        gauge.fetch_add(1, Ordering::Release);
         GaugeGuard(gauge)
     }
 }
@@ -179,7 +183,7 @@ pub struct GaugeGuard<'a>(&'a AtomicU64);
 
 impl Drop for GaugeGuard<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Release);
     }
 }
 

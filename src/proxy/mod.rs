@@ -453,11 +453,10 @@ impl Proxy {
             pump(&client, &backend_sock, settings.buffer_size, &options)
         };
         let transfer = outcome.transfer;
-        // Counters first, so that whoever sees this connection close also
-        // sees it counted.
-        drop(active);
-        drop(backend_active);
-        Stats::incr(&self.stats.completed);
+        // Counters before the close, so that whoever sees this connection
+        // close also sees it counted; `completed` and then the active
+        // gauges last, so that whoever sees the connection completed (and
+        // no longer active) sees how it ended and its bytes too.
         self.stats
             .histograms
             .connection_duration
@@ -469,6 +468,9 @@ impl Proxy {
         Stats::add(&self.stats.bytes_to_backends, transfer.to_backend);
         Stats::add(&self.stats.bytes_to_clients, transfer.to_client);
         backend.add_bytes(transfer.to_backend, transfer.to_client);
+        Stats::incr(&self.stats.completed);
+        drop(active);
+        drop(backend_active);
         // The article's ending: shutdown(SHUT_RDWR), then close(), on both
         // sockets. After an error or the idle timeout it cuts both
         // directions at once; after a clean finish both FINs have already
