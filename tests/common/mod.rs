@@ -302,6 +302,31 @@ impl TestBalancer {
         }
     }
 
+    /// Waits at most 5 s until `ok` holds for the connections each of
+    /// `backends` (the balancer's whole list, all up) took from the
+    /// balancer's clients: what it accepted less the balancer's active
+    /// health checks, one per backend per round. The first round comes one
+    /// interval (5 s by default) after start, so only a test that takes
+    /// longer sees any. Returns whether `ok` held, and the last counts.
+    pub fn proxied(
+        &self,
+        backends: &[&TestBackend],
+        ok: impl Fn(&[usize]) -> bool,
+    ) -> (bool, Vec<usize>) {
+        let mut seen = Vec::new();
+        let held = wait_for(Duration::from_secs(5), || {
+            let checks = self.stats.histograms.health_check.snapshot().count as usize;
+            let each = checks / backends.len();
+            seen = backends
+                .iter()
+                .map(|b| b.accepted().saturating_sub(each))
+                .collect();
+            // A round half observed is not a count to judge.
+            checks % backends.len() == 0 && ok(&seen)
+        });
+        (held, seen)
+    }
+
     /// A balancer with the test [`config`] in front of `backends`.
     pub fn over(backends: &[SocketAddr]) -> TestBalancer {
         TestBalancer::start(config(backends))
