@@ -150,6 +150,8 @@ counters! {
     proxy_header_refused: Counter,
     /// Access log lines dropped because the writer fell behind.
     access_log_dropped: Counter,
+    /// Admin API requests whose body did not come within the 2 s deadline (answered 408 if it ever does).
+    admin_slow_bodies: Counter,
     /// Rate-limit checks the shared store (Redis) could not answer in time; decided by --rate-limit-store-failure.
     rate_limit_store_failures: Counter,
 }

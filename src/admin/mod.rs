@@ -41,8 +41,8 @@
 //!   so a read timeout cannot be set on it. tiny_http itself reads bodies up
 //!   to 1 KiB before queueing the request; a larger or chunked body is read
 //!   by a helper thread while the handler waits at most [`BODY_DEADLINE`]:
-//!   past it the handler moves on, and the helper answers 408 if the body
-//!   ever arrives. At most [`HANDLERS`] helpers exist at once; past that a
+//!   past it the handler moves on (counted in `admin_slow_bodies`), and
+//!   the helper answers 408 if the body ever arrives. At most [`HANDLERS`] helpers exist at once; past that a
 //!   request with such a body gets 503 at once.
 //! - What no setting here can bound: a client that connects and never sends
 //!   its request line holds one tiny_http connection thread until it
@@ -363,7 +363,12 @@ impl Http {
             );
             return None;
         }
-        let (tx, rx) = crossbeam_channel::bounded(1);
+        // A rendezvous: the helper hands the request over only while this
+        // handler still waits for it. Once the wait is over, its send
+        // fails (at the latest when `rx` is dropped below) and the helper
+        // answers 408 itself: a body that comes just at the deadline is
+        // answered one way or the other, never lost in a buffer.
+        let (tx, rx) = crossbeam_channel::bounded(0);
         let me = Arc::clone(self);
         let spawned = thread::Builder::new()
             .name("rodizio-admin-body".into())
@@ -381,7 +386,12 @@ impl Http {
             // The request went with the closure; dropping it closes it.
             return None;
         }
-        rx.recv_timeout(BODY_DEADLINE).ok()
+        let got = rx.recv_timeout(BODY_DEADLINE).ok();
+        if got.is_none() {
+            drop(rx);
+            crate::stats::Stats::incr(&self.state.sources.stats.admin_slow_bodies);
+        }
+        got
     }
 }
 
