@@ -11,7 +11,6 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -26,7 +25,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// collected by a thread.
 struct Rodizio {
     child: Child,
-    stderr: Arc<Mutex<String>>,
+    stderr: common::Collected,
 }
 
 impl Drop for Rodizio {
@@ -48,7 +47,7 @@ impl Rodizio {
     }
 
     fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
+        self.stderr.text()
     }
 
     fn open_fds(&self) -> usize {

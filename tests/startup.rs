@@ -8,7 +8,6 @@ mod common;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{closed_port, connect, wait_for, TestBackend};
@@ -46,7 +45,7 @@ fn assert_usage_error(out: &Output, wanted: &str) {
 /// is collected by a thread.
 struct Running {
     child: Child,
-    stderr: Arc<Mutex<String>>,
+    stderr: common::Collected,
 }
 
 impl Running {
@@ -61,7 +60,7 @@ impl Running {
     }
 
     fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
+        self.stderr.text()
     }
 
     fn signal(&self, signo: libc::c_int) {
@@ -80,6 +79,12 @@ impl Running {
                 status.is_some()
             }),
             "rodizio did not exit; stderr: {}",
+            self.stderr()
+        );
+        // Everything it wrote, read to the end: the test judges it next.
+        assert!(
+            self.stderr.wait_end(WAIT),
+            "its stderr did not end: {}",
             self.stderr()
         );
         status.unwrap()
@@ -308,7 +313,8 @@ fn the_backend_role_stops_without_claiming_a_drain() {
     let mut running = Running::spawn(command);
     assert!(wait_for(WAIT, || std::net::TcpStream::connect(&addr).is_ok()));
     running.signal(libc::SIGTERM);
-    assert_eq!(running.wait_exit().code(), Some(0));
+    let status = running.wait_exit();
+    assert_eq!(status.code(), Some(0), "{status:?}: {}", running.stderr());
     let err = running.stderr();
     assert!(!err.contains("draining"), "{err}");
     assert!(err.contains("stopping"), "{err}");

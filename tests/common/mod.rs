@@ -594,21 +594,43 @@ pub fn is_closed(stream: &mut TcpStream) -> bool {
     }
 }
 
+/// What [`collect`] has gathered so far, and whether the pipe has ended.
+#[derive(Clone, Default)]
+pub struct Collected {
+    text: Arc<Mutex<String>>,
+    ended: Arc<AtomicBool>,
+}
+
+impl Collected {
+    /// Everything read so far.
+    pub fn text(&self) -> String {
+        self.text.lock().unwrap().clone()
+    }
+
+    /// Waits at most `timeout` for the end of the pipe (the child exited
+    /// and everything it wrote is in); whether it came.
+    pub fn wait_end(&self, timeout: Duration) -> bool {
+        wait_for(timeout, || self.ended.load(Ordering::SeqCst))
+    }
+}
+
 /// Collects everything `pipe` gives (a child's standard error, say) on a
-/// thread of its own, into a string the test may read at any time.
-pub fn collect(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<String>> {
-    let text = Arc::new(Mutex::new(String::new()));
-    let sink = Arc::clone(&text);
+/// thread of its own, for the test to read at any time.
+pub fn collect(mut pipe: impl Read + Send + 'static) -> Collected {
+    let collected = Collected::default();
+    let sink = collected.clone();
     thread::spawn(move || {
         let mut buf = [0u8; 4096];
         while let Ok(n) = pipe.read(&mut buf) {
             if n == 0 {
                 break;
             }
-            sink.lock()
+            sink.text
+                .lock()
                 .unwrap()
                 .push_str(&String::from_utf8_lossy(&buf[..n]));
         }
+        sink.ended.store(true, Ordering::SeqCst);
     });
-    text
+    collected
 }
