@@ -15,41 +15,12 @@ cd "$(dirname "$0")/.."
 REQUESTS=${REQUESTS:-1000}
 CONCURRENCY=${CONCURRENCY:-100}
 
-fail() {
-  echo "ab-article: FAIL: $*" >&2
-  exit 1
-}
+PROG=ab-article
+. scripts/lib.sh
+need_tools ab python3 curl timeout
 
-for tool in ab python3 curl timeout; do
-  command -v "$tool" >/dev/null 2>&1 || fail "'$tool' is missing (scripts/install-test-tools.sh installs it)"
-done
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${pids[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# Four free ports on loopback: all bound at once so they differ, then
-# released for the servers to take.
-read -r p1 p2 p3 lb_port < <(python3 -c '
-import socket
-socks = [socket.socket() for _ in range(4)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in socks])
-for s in socks:
-    s.close()
-')
+# Four free ports on loopback.
+read -r p1 p2 p3 lb_port < <(free_ports 4)
 backend_ports=("$p1" "$p2" "$p3")
 
 mkdir "$work/www"
@@ -79,14 +50,7 @@ for i in 0 1 2; do
   probe_lines+=("$(grep -c '"GET / ' "$work/backend$i.log" || true)")
 done
 
-if [ -n "${RODIZIO_BIN:-}" ]; then
-  bin=$RODIZIO_BIN
-else
-  echo "== cargo build"
-  timeout 600 cargo build --quiet
-  bin="${CARGO_TARGET_DIR:-target}/debug/rodizio"
-fi
-[ -x "$bin" ] || fail "no binary at $bin"
+debug_bin
 
 echo "== rodizio on port $lb_port, backends typed into its prompt"
 {
@@ -97,23 +61,10 @@ echo "== rodizio on port $lb_port, backends typed into its prompt"
   done
 } >"$work/answers"
 RUST_LOG=${RUST_LOG:-warn} "$bin" -l "127.0.0.1:$lb_port" <"$work/answers" \
-  >"$work/rodizio.out" 2>"$work/rodizio.err" &
+  >"$work/rodizio.out" 2>&1 &
 pids+=("$!")
 rodizio_pid=$!
-
-ok=""
-for _ in $(seq 1 100); do
-  if grep -q "Load balancer listening on port $lb_port" "$work/rodizio.out"; then
-    ok=1
-    break
-  fi
-  kill -0 "$rodizio_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if [ -z "$ok" ]; then
-  cat "$work/rodizio.out" "$work/rodizio.err" >&2
-  fail "rodizio did not print 'Load balancer listening on port $lb_port' within 10s"
-fi
+wait_line "$work/rodizio.out" "Load balancer listening on port $lb_port" "$rodizio_pid"
 
 echo "== ab -n $REQUESTS -c $CONCURRENCY http://127.0.0.1:$lb_port/"
 if ! timeout 120 ab -n "$REQUESTS" -c "$CONCURRENCY" "http://127.0.0.1:$lb_port/" >"$work/ab.out" 2>&1; then
