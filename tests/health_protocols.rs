@@ -11,7 +11,10 @@
 //! whose test process is killed outright is killed by the kernel
 //! (`PR_SET_PDEATHSIG`). Nothing is installed here: a missing program fails the tests
 //! that need it, naming the Debian package; `scripts/install-test-tools.sh`
-//! installs them all.
+//! installs them all. Finding programs, temporary directories, free
+//! ports and reading logs are `tests/peers`' helpers.
+
+mod peers;
 
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Write};
@@ -20,11 +23,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Once, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use peers::{find, free_port, loopback, make_temp_dir, read};
 use rodizio::health::protocol::{parse_bytes, run, ProtocolCheck};
 
 /// The longest a server may take to start (MariaDB's first start is the
@@ -166,60 +169,6 @@ fn spawn_with_death_signal(mut cmd: Command) -> io::Result<Child> {
     rx.recv().unwrap()
 }
 
-/// A program's path, or an error naming the package that provides it.
-fn need(program: &str, package: &str) -> Result<PathBuf, String> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    let dirs = path
-        .split(':')
-        .map(PathBuf::from)
-        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
-        .chain(postgres_bin_dirs());
-    for dir in dirs {
-        let candidate = dir.join(program);
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-    }
-    Err(format!(
-        "`{program}` not found: install the Debian package `{package}` \
-         (scripts/install-test-tools.sh installs every test tool)"
-    ))
-}
-
-/// Debian keeps the PostgreSQL server programs out of PATH.
-fn postgres_bin_dirs() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = fs::read_dir("/usr/lib/postgresql")
-        .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
-        .unwrap_or_default();
-    dirs.sort();
-    dirs.reverse(); // the newest version first
-    dirs
-}
-
-/// A new empty directory under the system temp dir.
-fn temp_dir(name: &str) -> Result<PathBuf, String> {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "rodizio-{name}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    Ok(dir)
-}
-
-/// A port free now on 127.0.0.1: bound by the kernel's choice, then
-/// released for the server to take.
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-fn loopback(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
 /// Connects (1 s timeout) and runs `check` with `timeout` for the rest.
 fn check(addr: SocketAddr, check: &ProtocolCheck, timeout: Duration) -> Result<(), String> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))
@@ -258,10 +207,6 @@ fn wait_ready(
         "{name} not ready after {STARTUP:?} ({last}); its log:\n{}",
         read(log)
     ))
-}
-
-fn read(path: &Path) -> String {
-    fs::read_to_string(path).unwrap_or_else(|e| format!("({}: {e})", path.display()))
 }
 
 /// Runs a set-up command to its end; its output goes to `log`.
@@ -317,8 +262,8 @@ fn get(
 fn redis() -> &'static Server {
     static CELL: OnceLock<Result<Server, String>> = OnceLock::new();
     get(&CELL, || {
-        let bin = need("redis-server", "redis-server")?;
-        let dir = temp_dir("redis")?;
+        let bin = find("redis-server", "redis-server")?;
+        let dir = make_temp_dir("redis")?;
         let mut ports = Vec::new();
         for password in [None, Some("secret")] {
             let port = free_port();
@@ -356,9 +301,9 @@ fn redis() -> &'static Server {
 fn nginx() -> &'static Server {
     static CELL: OnceLock<Result<Server, String>> = OnceLock::new();
     get(&CELL, || {
-        let bin = need("nginx", "nginx")?;
-        let openssl = need("openssl", "openssl")?;
-        let dir = temp_dir("nginx")?;
+        let bin = find("nginx", "nginx")?;
+        let openssl = find("openssl", "openssl")?;
+        let dir = make_temp_dir("nginx")?;
         run_to_end(
             Command::new(openssl)
                 .args([
@@ -425,9 +370,9 @@ const MARIADB_USER: &str = "rodizio_check";
 fn mariadb() -> &'static Server {
     static CELL: OnceLock<Result<Server, String>> = OnceLock::new();
     get(&CELL, || {
-        let install = need("mariadb-install-db", "mariadb-server")?;
-        let bin = need("mariadbd", "mariadb-server")?;
-        let dir = temp_dir("mariadb")?;
+        let install = find("mariadb-install-db", "mariadb-server")?;
+        let bin = find("mariadbd", "mariadb-server")?;
+        let dir = make_temp_dir("mariadb")?;
         let data = dir.join("data");
         run_to_end(
             Command::new(install)
@@ -483,10 +428,10 @@ fn mariadb() -> &'static Server {
 fn postgres() -> &'static Server {
     static CELL: OnceLock<Result<Server, String>> = OnceLock::new();
     get(&CELL, || {
-        let initdb = need("initdb", "postgresql")?;
-        let bin = need("postgres", "postgresql")?;
+        let initdb = find("initdb", "postgresql")?;
+        let bin = find("postgres", "postgresql")?;
         let (uid, gid) = user_ids("postgres")?;
-        let dir = temp_dir("postgres")?;
+        let dir = make_temp_dir("postgres")?;
         let data = dir.join("data");
         let sockets = dir.join("sockets");
         fs::create_dir_all(&sockets).map_err(|e| e.to_string())?;
@@ -927,7 +872,7 @@ fn a_silent_server_costs_one_deadline() {
 /// the package to install.
 #[test]
 fn a_missing_program_names_its_package() {
-    let e = need("rodizio-no-such-server", "rodizio-no-such-package").unwrap_err();
+    let e = find("rodizio-no-such-server", "rodizio-no-such-package").unwrap_err();
     assert!(
         e.contains("`rodizio-no-such-server` not found: install the Debian package `rodizio-no-such-package`"),
         "{e}"

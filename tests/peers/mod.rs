@@ -163,27 +163,47 @@ impl Drop for Peer {
     }
 }
 
-/// A program's path, or a panic naming the package that provides it.
-pub fn need(program: &str, package: &str) -> PathBuf {
+/// A program's path, or an error naming the Debian package that provides
+/// it. Looks in PATH, the sbin directories and Debian's PostgreSQL
+/// directories (which keep the server programs out of PATH; the newest
+/// version first).
+pub fn find(program: &str, package: &str) -> Result<PathBuf, String> {
     let path = std::env::var("PATH").unwrap_or_default();
     let dirs = path
         .split(':')
         .map(PathBuf::from)
-        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from));
+        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
+        .chain(postgres_bin_dirs());
     for dir in dirs {
         let candidate = dir.join(program);
         if candidate.is_file() {
-            return candidate;
+            return Ok(candidate);
         }
     }
-    panic!(
+    Err(format!(
         "`{program}` not found: install the Debian package `{package}` \
          (scripts/install-test-tools.sh installs every test tool)"
-    );
+    ))
 }
 
-/// A new empty directory under the system temp dir.
-pub fn temp_dir(name: &str) -> PathBuf {
+/// [`find`], failing the test when the program is missing.
+pub fn need(program: &str, package: &str) -> PathBuf {
+    find(program, package).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `/usr/lib/postgresql/*/bin`, the newest version first.
+fn postgres_bin_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    dirs.reverse();
+    dirs
+}
+
+/// A new empty directory under the system temp dir, or why it could not
+/// be made.
+pub fn make_temp_dir(name: &str) -> Result<PathBuf, String> {
     static N: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "rodizio-{name}-{}-{}",
@@ -191,8 +211,13 @@ pub fn temp_dir(name: &str) -> PathBuf {
         N.fetch_add(1, Ordering::Relaxed)
     ));
     let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).expect("create a temp dir");
-    dir
+    fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// [`make_temp_dir`], failing the test when it cannot.
+pub fn temp_dir(name: &str) -> PathBuf {
+    make_temp_dir(name).unwrap_or_else(|e| panic!("create a temp dir: {e}"))
 }
 
 /// A port free now on 127.0.0.1: bound by the kernel's choice, then
