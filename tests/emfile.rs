@@ -9,7 +9,6 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -79,20 +78,7 @@ fn start(backend: SocketAddr) -> (Rodizio, SocketAddr) {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe; nothing else runs in the
-    // child between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: NOFILE,
-                rlim_max: NOFILE,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    common::limit_in_child(&mut command, libc::RLIMIT_NOFILE, NOFILE);
     let mut child = command.spawn().expect("start rodizio");
     let stderr = common::collect(child.stderr.take().unwrap());
     let (tx, rx) = crossbeam_channel::bounded(1);

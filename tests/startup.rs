@@ -6,7 +6,6 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
@@ -141,20 +140,7 @@ fn a_thread_stack_the_system_refuses_is_a_start_up_error() {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe; nothing else runs between
-    // fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: 600 << 20,
-                rlim_max: 600 << 20,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    common::limit_in_child(&mut command, libc::RLIMIT_AS, 600 << 20);
     let out = command.output().unwrap();
     assert_usage_error(&out, "--thread-stack cannot start a worker thread");
     for big in ["65536m", "18446744073709551615"] {

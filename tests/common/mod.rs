@@ -594,6 +594,30 @@ pub fn is_closed(stream: &mut TcpStream) -> bool {
     }
 }
 
+/// Sets `resource` (a `libc::RLIMIT_*`) to `value`, soft and hard, in the
+/// child `command` starts, between fork and exec.
+pub fn limit_in_child(
+    command: &mut std::process::Command,
+    resource: libc::__rlimit_resource_t,
+    value: libc::rlim_t,
+) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs in the
+    // child between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
+            if libc::setrlimit(resource, &limit) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// What [`collect`] has gathered so far, and whether the pipe has ended.
 #[derive(Clone, Default)]
 pub struct Collected {
