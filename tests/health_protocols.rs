@@ -27,7 +27,7 @@ use std::sync::{mpsc, Arc, Mutex, Once, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use peers::{find, free_port, loopback, make_temp_dir, read};
+use peers::{find, free_port, free_ports, loopback, make_temp_dir, read};
 use rodizio::health::protocol::{parse_bytes, run, ProtocolCheck};
 
 /// The longest a server may take to start (MariaDB's first start is the
@@ -322,7 +322,7 @@ fn nginx() -> &'static Server {
                 .arg(dir.join("cert.pem")),
             &dir.join("openssl.log"),
         )?;
-        let ports = vec![free_port(), free_port(), free_port()];
+        let ports = free_ports(3);
         let d = dir.display();
         let (tls, tls12, http) = (ports[0], ports[1], ports[2]);
         let conf = format!(

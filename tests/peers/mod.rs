@@ -223,8 +223,19 @@ pub fn temp_dir(name: &str) -> PathBuf {
 /// A port free now on 127.0.0.1: bound by the kernel's choice, then
 /// released for the peer to take.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
+    free_ports(1)[0]
+}
+
+/// `n` different ports free now on 127.0.0.1: all bound at once, so that
+/// the kernel cannot hand out the same one twice, then released. (One
+/// [`free_port`] after another may return a port just released.)
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
 }
 
 /// `127.0.0.1:port`.
