@@ -1,0 +1,23 @@
+//! The hostile suite: every listener and every input rodizio has, attacked
+//! the way a careless or malicious peer would: lying and huge lengths, slow
+//! and partial requests, garbage, resets mid-way, many idle connections,
+//! exhaustion of descriptors, threads and memory. Each module attacks one
+//! listener or input; each test says what it shows and fails, not hangs,
+//! when the defence is missing (every socket has a timeout, every loop a
+//! bound in count and time).
+//!
+//! One test binary (`cargo test --test hostile`), so `make test` runs the
+//! whole suite and a new listener gets its attacks beside the others.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../peers/mod.rs"]
+mod peers;
+
+mod admin;
+mod balancer_port;
+mod config_file;
+mod demo_backend;
+mod failure;
+mod prompt;
+mod proxy_header;

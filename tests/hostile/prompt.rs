@@ -1,0 +1,1 @@
+//! The interactive prompt: garbage, huge lines and an input that ends.

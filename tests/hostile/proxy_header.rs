@@ -1,0 +1,1 @@
+//! The PROXY protocol header reader: lying lengths, trickled and garbage headers.
