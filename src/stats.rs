@@ -118,6 +118,8 @@ counters! {
     queue_timeouts: Counter,
     /// Times accept(2) or a backend connect found no file descriptor left (EMFILE, ENFILE).
     out_of_descriptors: Counter,
+    /// Active health checks that failed for a reason of this host (no file descriptor, memory, buffer or local port left): not counted against the backend.
+    health_check_local_failures: Counter,
     /// Workers waiting now for a file descriptor to connect to a backend (the accept loop holds off meanwhile).
     descriptor_waits: Gauge,
     /// Clients closed unserved for sending nothing within client_first_byte_timeout.

@@ -1,5 +1,6 @@
 //! Durations and sizes as people write them (`500ms`, `3s`, `64k`), parsed
-//! and printed the same way for flags, the config file and log lines.
+//! and printed the same way for flags, the config file and log lines; and
+//! counts as log lines print them (`1 connection`, `3 connections`).
 //!
 //! A leaf: every other module may use it, it uses none of them. Pure
 //! functions, called on whatever thread parses settings.
@@ -120,9 +121,26 @@ pub fn format_size(n: usize) -> String {
     }
 }
 
+/// `n` and `noun`, plural (with an `s`) unless `n` is 1: `1 connection`,
+/// `0 connections`, `3 failed checks`. The one way log lines print a count.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_singular_for_one_only() {
+        assert_eq!(count(1, "connection"), "1 connection");
+        assert_eq!(count(0, "connection"), "0 connections");
+        assert_eq!(count(3, "failed check"), "3 failed checks");
+    }
 
     #[test]
     fn durations() {

@@ -12,10 +12,18 @@
 //! `PROXY UNKNOWN` (HAProxy's `check-send-proxy`). The backend then uses
 //! the connection's real addresses and serves or closes it as usual.
 //!
+//! A check can also fail for a reason of this host: at the descriptor
+//! ceiling its socket cannot even be opened (`EMFILE`), and at the end of
+//! the ephemeral ports its connect gets `EADDRNOTAVAIL`. Such a failure is
+//! told apart here, where the I/O happens ([`CheckFailure::local`], from
+//! [`system::is_local_failure`]), and the checker does not count it against
+//! the backend.
+//!
 //! # Corresponds to the C article
 //!
 //! No C counterpart: the C never checks a backend.
 
+use std::fmt;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -24,13 +32,54 @@ use super::protocol::{self, ProtocolCheck};
 use super::{CheckKind, HealthConfig};
 use crate::backend::Backend;
 use crate::proxy_protocol::{self, Header};
+use crate::system;
+
+/// Why a check failed, and whether the backend is to blame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckFailure {
+    /// What went wrong, for the log: `connect: Connection refused (os
+    /// error 111)`, `GET /health answered 500`.
+    pub reason: String,
+    /// True when it went wrong on this host ([`system::is_local_failure`]:
+    /// no file descriptor, memory, buffer or local port left): the check
+    /// says nothing about the backend then.
+    pub local: bool,
+}
+
+impl CheckFailure {
+    /// A failure of `context` with the I/O error `err`, local or not as
+    /// the error says.
+    fn io(context: impl fmt::Display, err: &io::Error) -> CheckFailure {
+        CheckFailure {
+            reason: format!("{context}: {err}"),
+            local: system::is_local_failure(err),
+        }
+    }
+}
+
+/// What the backend did wrong (a refusal, a bad answer, silence).
+impl From<String> for CheckFailure {
+    fn from(reason: String) -> CheckFailure {
+        CheckFailure {
+            reason,
+            local: false,
+        }
+    }
+}
+
+impl fmt::Display for CheckFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
 
 /// Runs one active check of `backend`.
 ///
 /// # Errors
 ///
-/// Why the backend is considered unhealthy, for the log.
-pub fn check(backend: &Backend, config: &HealthConfig) -> std::result::Result<(), String> {
+/// Why the backend is considered unhealthy, for the log, or why the check
+/// could not be made here ([`CheckFailure::local`]).
+pub fn check(backend: &Backend, config: &HealthConfig) -> std::result::Result<(), CheckFailure> {
     match config.check {
         CheckKind::Off => Ok(()),
         CheckKind::Tcp => dial(backend, config.timeout).map(drop),
@@ -45,7 +94,7 @@ fn check_protocol(
     backend: &Backend,
     kind: CheckKind,
     config: &HealthConfig,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), CheckFailure> {
     let deadline = Instant::now() + config.timeout;
     let check = match kind {
         CheckKind::Redis => ProtocolCheck::Redis,
@@ -64,26 +113,32 @@ fn check_protocol(
         CheckKind::Tcp | CheckKind::Http | CheckKind::Off => return Ok(()),
     };
     let mut stream = dial(backend, config.timeout)?;
-    protocol::run(&check, &mut stream, deadline)
+    // Once connected, what goes wrong is the backend's answer (or its
+    // silence): the protocol checks report it as text.
+    protocol::run(&check, &mut stream, deadline).map_err(CheckFailure::from)
 }
 
 /// Connects to `backend` within `timeout` and, if it takes the PROXY
 /// protocol, sends the LOCAL header (see the module docs).
-fn dial(backend: &Backend, timeout: Duration) -> std::result::Result<TcpStream, String> {
+fn dial(backend: &Backend, timeout: Duration) -> std::result::Result<TcpStream, CheckFailure> {
     let mut stream = backend
         .connect(timeout)
-        .map_err(|e| format!("connect: {e}"))?;
+        .map_err(|e| CheckFailure::io("connect", &e))?;
     if let Some(version) = backend.send_proxy() {
         // The connect's write timeout (SO_SNDTIMEO) bounds this write.
         stream
             .write_all(&proxy_protocol::encode(version, &Header::Local))
-            .map_err(|e| format!("sending the PROXY protocol header: {e}"))?;
+            .map_err(|e| CheckFailure::io("sending the PROXY protocol header", &e))?;
     }
     Ok(stream)
 }
 
 /// `GET path` with `Connection: close`; healthy on a 2xx or 3xx status.
-fn check_http(backend: &Backend, path: &str, timeout: Duration) -> std::result::Result<(), String> {
+fn check_http(
+    backend: &Backend,
+    path: &str,
+    timeout: Duration,
+) -> std::result::Result<(), CheckFailure> {
     let deadline = Instant::now() + timeout;
     let left = || {
         deadline
@@ -95,7 +150,7 @@ fn check_http(backend: &Backend, path: &str, timeout: Duration) -> std::result::
         "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rodizio-health\r\nConnection: close\r\n\r\n",
         backend.name()
     );
-    let io_err = |e: io::Error| format!("GET {path}: {e}");
+    let io_err = |e: io::Error| CheckFailure::io(format_args!("GET {path}"), &e);
     stream.set_write_timeout(Some(left())).map_err(io_err)?;
     stream.write_all(request.as_bytes()).map_err(io_err)?;
     // Only the status line matters: read until its end, at most 256 bytes.
@@ -117,7 +172,7 @@ fn check_http(backend: &Backend, path: &str, timeout: Duration) -> std::result::
     if (200..400).contains(&status) {
         Ok(())
     } else {
-        Err(format!("GET {path} answered {status}"))
+        Err(format!("GET {path} answered {status}").into())
     }
 }
 
@@ -243,7 +298,9 @@ mod tests {
                 check: kind,
                 ..HealthConfig::default()
             };
-            assert!(check(&gone, &c).is_err());
+            let failure = check(&gone, &c).unwrap_err();
+            // Refused by the backend's host: the backend's fault.
+            assert!(!failure.local, "{failure}");
         }
         // Silence: accepted (by the kernel) but never answered.
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -263,5 +320,27 @@ mod tests {
         };
         assert!(check(&mute, &tcp).is_ok());
         drop(l);
+    }
+
+    #[test]
+    fn a_failure_of_this_host_is_told_from_the_backends() {
+        let os = io::Error::from_raw_os_error;
+        for code in [
+            libc::EMFILE,
+            libc::ENFILE,
+            libc::ENOBUFS,
+            libc::EADDRNOTAVAIL,
+        ] {
+            let failure = CheckFailure::io("connect", &os(code));
+            assert!(failure.local, "{failure}");
+            assert!(failure.reason.starts_with("connect: "), "{failure}");
+        }
+        for code in [libc::ECONNREFUSED, libc::EHOSTUNREACH, libc::ECONNRESET] {
+            assert!(!CheckFailure::io("connect", &os(code)).local);
+        }
+        // A bad answer is always the backend's.
+        let answered = CheckFailure::from("GET /health answered 500".to_string());
+        assert!(!answered.local);
+        assert_eq!(answered.to_string(), "GET /health answered 500");
     }
 }

@@ -11,6 +11,14 @@
 //! Each check's result and duration is kept on the backend
 //! ([`Backend::record_check`]) for the admin API to show.
 //!
+//! A check that failed for a reason of this host ([`CheckFailure::local`]:
+//! out of file descriptors in a burst, say) is fed to the probe as
+//! [`Verdict::Inconclusive`]: it counts neither toward `fall` nor toward
+//! `rise`. It is counted (`health_check_local_failures`) and said in a
+//! warning at most once a second, with the count of the others. So is a
+//! probe thread that cannot be started (the check then runs on this
+//! thread, and is not lost).
+//!
 //! # Corresponds to the C article
 //!
 //! No C counterpart: the C never checks a backend.
@@ -23,11 +31,18 @@ use std::time::{Duration, Instant, SystemTime};
 use arc_swap::ArcSwap;
 use crossbeam_channel::RecvTimeoutError;
 
-use super::{check, mark_down, mark_up, CheckKind, HealthConfig, Probe, Transition};
+use super::check::CheckFailure;
+use super::{
+    check, in_a_row, mark_down, mark_up, CheckKind, HealthConfig, Probe, Transition, Verdict,
+};
 use crate::backend::{Backend, CheckRecord};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
+use crate::throttle::{self, LogThrottle};
+
+/// Shortest time between two warnings about checks that failed here.
+const LOCAL_FAILURE_LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// The health thread's state: one [`Probe`] per backend, by id.
 pub(super) struct Checker {
@@ -37,6 +52,11 @@ pub(super) struct Checker {
     probes: HashMap<u64, Probe>,
     /// With checks off: when each down backend was first seen down.
     down_since: HashMap<u64, Instant>,
+    /// Checks that failed for a reason of this host: one line a second at
+    /// most.
+    local_log: LogThrottle,
+    /// Probe threads that could not be started: one line a second at most.
+    spawn_log: LogThrottle,
 }
 
 impl Checker {
@@ -46,6 +66,8 @@ impl Checker {
             stats,
             probes: HashMap::new(),
             down_since: HashMap::new(),
+            local_log: LogThrottle::new(LOCAL_FAILURE_LOG_EVERY),
+            spawn_log: LogThrottle::new(LOCAL_FAILURE_LOG_EVERY),
         }
     }
 
@@ -92,14 +114,25 @@ impl Checker {
             self.cooldown(&list, config.cooldown);
             return;
         }
-        let results = probe_all(&list, config);
+        let results = probe_all(&list, config, &self.spawn_log);
         for (backend, (result, took)) in list.iter().zip(results) {
             self.stats.histograms.health_check.observe(took);
             backend.record_check(CheckRecord {
-                error: result.as_ref().err().cloned(),
+                error: result.as_ref().err().map(|failure| match failure.local {
+                    true => format!("{failure} (a fault of this host: not counted)"),
+                    false => failure.reason.clone(),
+                }),
                 at: SystemTime::now(),
                 took,
             });
+            let verdict = match &result {
+                Ok(()) => Verdict::Pass,
+                Err(failure) if failure.local => {
+                    self.local_failure(backend, failure);
+                    Verdict::Inconclusive
+                }
+                Err(_) => Verdict::Fail,
+            };
             let (fall, rise) = (config.fall, config.rise);
             let probe = self
                 .probes
@@ -107,20 +140,36 @@ impl Checker {
                 .or_insert_with(|| Probe::new(fall, rise));
             // Passive checks may have marked it down since the last round.
             probe.sync(backend.is_healthy());
-            match (probe.observe(result.is_ok()), result) {
-                (Some(Transition::Down), Err(reason)) => {
-                    mark_down(
-                        backend,
-                        &format!("{fall} failed checks in a row, last: {reason}"),
-                    );
+            match (probe.observe(verdict), result) {
+                (Some(Transition::Down), Err(failure)) => {
+                    let failed = in_a_row(u64::from(fall), "failed check");
+                    mark_down(backend, &format!("{failed}, last: {failure}"));
                 }
                 (Some(Transition::Up), _) => {
                     // A fresh start for the passive count too.
                     backend.record_connect_success();
-                    mark_up(backend, &format!("{rise} checks passed in a row"));
+                    let passed = match rise {
+                        1 => "1 check passed".to_string(),
+                        n => format!("{n} checks passed in a row"),
+                    };
+                    mark_up(backend, &passed);
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// A check of `backend` failed for a reason of this host: counted, and
+    /// said at most once a second.
+    fn local_failure(&self, backend: &Backend, failure: &CheckFailure) {
+        Stats::incr(&self.stats.health_check_local_failures);
+        if let Some(others) = self.local_log.event(Instant::now()) {
+            log::warn!(
+                "health check of backend {} could not be made: {failure} \
+                 (a limit of this host: not counted against the backend){}",
+                backend.name(),
+                throttle::more(others)
+            );
         }
     }
 
@@ -145,7 +194,7 @@ impl Checker {
 }
 
 /// One check's result and how long it took.
-type Timed = (std::result::Result<(), String>, Duration);
+type Timed = (std::result::Result<(), CheckFailure>, Duration);
 
 /// One check, timed.
 fn timed_check(backend: &Backend, config: &HealthConfig) -> Timed {
@@ -155,9 +204,11 @@ fn timed_check(backend: &Backend, config: &HealthConfig) -> Timed {
 }
 
 /// Probes every backend in parallel, one short-lived thread each; returns
-/// the results in list order. A thread that cannot be started is replaced
-/// by probing inline.
-fn probe_all(list: &[Arc<Backend>], config: &HealthConfig) -> Vec<Timed> {
+/// the results in list order. A thread that cannot be started (a limit of
+/// this host: threads, memory) is replaced by probing inline, and said in
+/// `log` (at most once a second): the check is slower, not lost, and the
+/// backend not blamed.
+fn probe_all(list: &[Arc<Backend>], config: &HealthConfig, log: &LogThrottle) -> Vec<Timed> {
     thread::scope(|scope| {
         let handles: Vec<_> = list
             .iter()
@@ -166,16 +217,26 @@ fn probe_all(list: &[Arc<Backend>], config: &HealthConfig) -> Vec<Timed> {
                     .name("rodizio-probe".into())
                     .stack_size(128 * 1024)
                     .spawn_scoped(scope, move || timed_check(backend, config))
-                    .map_err(|_| backend)
+                    .map_err(|err| (backend, err))
             })
             .collect();
         handles
             .into_iter()
             .map(|h| match h {
-                Ok(handle) => handle
-                    .join()
-                    .unwrap_or_else(|_| (Err("the check panicked".into()), Duration::ZERO)),
-                Err(backend) => timed_check(backend, config),
+                Ok(handle) => handle.join().unwrap_or_else(|_| {
+                    (Err("the check panicked".to_string().into()), Duration::ZERO)
+                }),
+                Err((backend, err)) => {
+                    if let Some(others) = log.event(Instant::now()) {
+                        log::warn!(
+                            "health check of backend {}: cannot start a probe thread ({err}); \
+                             checking it on the health thread{}",
+                            backend.name(),
+                            throttle::more(others)
+                        );
+                    }
+                    timed_check(backend, config)
+                }
             })
             .collect()
     })

@@ -19,6 +19,14 @@
 //! logged once, as `backend 127.0.0.1:8002 is now DOWN (reason)` or
 //! `... is now UP`.
 //!
+//! A check that fails for a reason of this host, not of the backend (no
+//! file descriptor, memory, buffer or local port left: a burst of clients
+//! at the `RLIMIT_NOFILE` ceiling) counts neither way
+//! ([`Verdict::Inconclusive`]); it is counted in
+//! `health_check_local_failures` and said in a warning at most once a
+//! second. Otherwise a burst would take every healthy backend out at once
+//! and turn into a refusal of every client.
+//!
 //! Between rounds the thread sleeps on [`Shutdown::receiver`] until the
 //! next round is due, so a shutdown wakes it at once
 //! (or, mid-round, as soon as the round's probes return: at most one
@@ -30,7 +38,9 @@
 //! ([`Backend::record_connect_failure`]). After `--passive-failures`
 //! (default 3) in a row, [`connect_failed`] marks the backend down at once,
 //! without waiting for the next probe; the active checks then bring it back
-//! (after `--rise` successes). With `--health-check off` nothing would ever
+//! (after `--rise` successes). A connect that failed for a reason of this
+//! host is not counted against the backend here either. With
+//! `--health-check off` nothing would ever
 //! bring it back, so the thread instead retries a down backend after
 //! `--health-cooldown` (default 10 s): it is marked up, and one more connect
 //! failure marks it down again (the failure count is not reset).
@@ -85,9 +95,11 @@ use crate::error::{Error, Result};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
+use crate::system;
+use crate::units;
 
-pub use check::check;
-pub use probe::{Probe, Transition};
+pub use check::{check, CheckFailure};
+pub use probe::{Probe, Transition, Verdict};
 
 /// The kind of active check.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -268,14 +280,29 @@ pub(crate) fn mark_up(backend: &Backend, reason: &str) {
     }
 }
 
+/// `1 failed check`, `3 failed checks in a row`: a streak for a log line.
+pub(crate) fn in_a_row(n: u64, noun: &str) -> String {
+    let counted = units::count(n, noun);
+    if n == 1 {
+        counted
+    } else {
+        format!("{counted} in a row")
+    }
+}
+
 /// Passive health: called by a worker after a failed connect to `backend`,
 /// the `failures`-th in a row. Marks it down once the threshold is reached.
+///
+/// The worker does not call it for a failure of this host
+/// ([`system::is_local_failure`]), which says nothing about the backend;
+/// nor does this function count one, should it be given one.
 pub fn connect_failed(backend: &Backend, failures: u32, config: &HealthConfig, err: &io::Error) {
+    if system::is_local_failure(err) {
+        return;
+    }
     if config.passive_failures > 0 && failures >= config.passive_failures {
-        mark_down(
-            backend,
-            &format!("{failures} connect failures in a row on client traffic: {err}"),
-        );
+        let failed = in_a_row(u64::from(failures), "connect failure");
+        mark_down(backend, &format!("{failed} on client traffic: {err}"));
     }
 }
 

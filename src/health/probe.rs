@@ -1,8 +1,12 @@
 //! The rise/fall state machine that turns check results into up and down,
 //! so one lost check does not flap a backend.
 //!
-//! No clock and no I/O: the checker thread feeds it one result at a time,
-//! and the tests feed it directly. Only the checker thread owns probes.
+//! No clock and no I/O: the checker thread feeds it one [`Verdict`] at a
+//! time, and the tests feed it directly. Only the checker thread owns
+//! probes. Whether a failed check was the backend's fault is decided where
+//! the I/O happened ([`crate::health::check`]); a check that failed because
+//! of this host (no file descriptor left, say) is
+//! [`Verdict::Inconclusive`], and the probe does not move.
 //!
 //! # Corresponds to the C article
 //!
@@ -15,6 +19,20 @@ pub enum Transition {
     Down,
     /// The backend is now up.
     Up,
+}
+
+/// What one check says about a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The backend answered as a healthy one does.
+    Pass,
+    /// The backend refused, did not answer, or answered wrong.
+    Fail,
+    /// The check could not be made for a reason of this host (no file
+    /// descriptor, memory or local port left): it says nothing about the
+    /// backend, so it counts neither toward `fall` nor toward `rise`, and
+    /// does not break a streak either.
+    Inconclusive,
 }
 
 /// The rise/fall state machine of one backend, fed one check result at a
@@ -46,7 +64,12 @@ impl Probe {
     }
 
     /// Feeds one check result; returns the transition it causes, if any.
-    pub fn observe(&mut self, success: bool) -> Option<Transition> {
+    pub fn observe(&mut self, verdict: Verdict) -> Option<Transition> {
+        let success = match verdict {
+            Verdict::Pass => true,
+            Verdict::Fail => false,
+            Verdict::Inconclusive => return None,
+        };
         if success == self.up {
             // The result agrees with the state: any streak is broken.
             self.run = 0;
@@ -79,33 +102,34 @@ impl Probe {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use Verdict::{Fail, Inconclusive, Pass};
 
     #[test]
     fn goes_down_after_fall_failures_in_a_row() {
         let mut p = Probe::new(3, 2);
         assert!(p.is_up());
-        assert_eq!(p.observe(false), None);
-        assert_eq!(p.observe(false), None);
+        assert_eq!(p.observe(Fail), None);
+        assert_eq!(p.observe(Fail), None);
         // One success breaks the streak: no flapping on a lost probe.
-        assert_eq!(p.observe(true), None);
-        assert_eq!(p.observe(false), None);
-        assert_eq!(p.observe(false), None);
-        assert_eq!(p.observe(false), Some(Transition::Down));
+        assert_eq!(p.observe(Pass), None);
+        assert_eq!(p.observe(Fail), None);
+        assert_eq!(p.observe(Fail), None);
+        assert_eq!(p.observe(Fail), Some(Transition::Down));
         assert!(!p.is_up());
         // Logged once: more failures change nothing.
-        assert_eq!(p.observe(false), None);
-        assert_eq!(p.observe(false), None);
+        assert_eq!(p.observe(Fail), None);
+        assert_eq!(p.observe(Fail), None);
     }
 
     #[test]
     fn comes_up_after_rise_successes_in_a_row() {
         let mut p = Probe::new(1, 2);
-        assert_eq!(p.observe(false), Some(Transition::Down));
-        assert_eq!(p.observe(true), None);
-        assert_eq!(p.observe(false), None);
-        assert_eq!(p.observe(true), None);
-        assert_eq!(p.observe(true), Some(Transition::Up));
-        assert_eq!(p.observe(true), None);
+        assert_eq!(p.observe(Fail), Some(Transition::Down));
+        assert_eq!(p.observe(Pass), None);
+        assert_eq!(p.observe(Fail), None);
+        assert_eq!(p.observe(Pass), None);
+        assert_eq!(p.observe(Pass), Some(Transition::Up));
+        assert_eq!(p.observe(Pass), None);
         assert!(p.is_up());
     }
 
@@ -114,9 +138,37 @@ mod tests {
         let mut p = Probe::new(3, 2);
         p.sync(false);
         assert!(!p.is_up());
-        assert_eq!(p.observe(true), None);
-        assert_eq!(p.observe(true), Some(Transition::Up));
+        assert_eq!(p.observe(Pass), None);
+        assert_eq!(p.observe(Pass), Some(Transition::Up));
         p.sync(true);
-        assert_eq!(p.observe(true), None);
+        assert_eq!(p.observe(Pass), None);
+    }
+
+    #[test]
+    fn an_inconclusive_check_neither_counts_nor_breaks_a_streak() {
+        let mut p = Probe::new(3, 2);
+        assert_eq!(p.observe(Fail), None);
+        assert_eq!(p.observe(Fail), None);
+        // However many checks fail here (no descriptor left), the backend
+        // stays up: they are not failures of the backend...
+        for _ in 0..100 {
+            assert_eq!(p.observe(Inconclusive), None);
+        }
+        assert!(p.is_up());
+        // ...and they do not wipe out the two real failures before them.
+        assert_eq!(p.observe(Fail), Some(Transition::Down));
+        // Nor do they count toward rise, or break its streak.
+        assert_eq!(p.observe(Pass), None);
+        for _ in 0..100 {
+            assert_eq!(p.observe(Inconclusive), None);
+        }
+        assert!(!p.is_up());
+        assert_eq!(p.observe(Pass), Some(Transition::Up));
+        // A fresh probe fed only inconclusive checks stays up.
+        let mut fresh = Probe::new(1, 1);
+        for _ in 0..100 {
+            assert_eq!(fresh.observe(Inconclusive), None);
+        }
+        assert!(fresh.is_up());
     }
 }

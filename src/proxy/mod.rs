@@ -633,10 +633,10 @@ impl Proxy {
         Err(last)
     }
 
-    /// One connect attempt, counted in the stats and in the backend's
-    /// passive health. A backend that takes the PROXY protocol is sent
-    /// its header here, before any client byte; failing to send it counts
-    /// as failing to connect.
+    /// One connect attempt, counted in the stats and (unless it failed for a
+    /// reason of this host) in the backend's passive health. A backend that
+    /// takes the PROXY protocol is sent its header here, before any client
+    /// byte; failing to send it counts as failing to connect.
     ///
     /// When the socket cannot even be created because this process is out
     /// of file descriptors (`EMFILE`, `ENFILE`), the backend is not to
@@ -702,6 +702,12 @@ impl Proxy {
     /// Counts the outcome of one connect attempt that reached the backend
     /// (or tried to): success or failure, in the stats and its passive
     /// health.
+    ///
+    /// A failure of this host ([`system::is_local_failure`]: no memory,
+    /// buffer or local port left; descriptors are waited for in
+    /// [`Proxy::try_backend`]) says nothing about the backend: it is not
+    /// added to its failures in a row, so a burst cannot mark every backend
+    /// down.
     fn connected_or_failed(
         &self,
         backend: &Backend,
@@ -723,7 +729,12 @@ impl Proxy {
             }
             Err(source) => {
                 Stats::incr(&self.stats.connect_failures);
-                let failures = backend.record_connect_failure();
+                let local = system::is_local_failure(&source);
+                let failures = if local {
+                    backend.connect_failures_in_a_row()
+                } else {
+                    backend.record_connect_failure()
+                };
                 trace::event(Event::ConnectFailed {
                     backend: backend.name(),
                     reason: &source,
@@ -733,7 +744,9 @@ impl Proxy {
                     "backend {} connect failed ({failures} in a row): {source}",
                     backend.name()
                 );
-                health::connect_failed(backend, failures, health, &source);
+                if !local {
+                    health::connect_failed(backend, failures, health, &source);
+                }
                 Err(Error::BackendConnect {
                     backend: backend.name().to_string(),
                     source,
@@ -997,22 +1010,7 @@ mod tests {
         let backend = Arc::new(Backend::new(PANIC_BACKEND.into(), vec![addr], 1));
         let scheduler = Arc::new(Scheduler::new(vec![Arc::clone(&backend)]));
         let stats = Arc::new(Stats::default());
-        let proxy = Arc::new(Proxy {
-            scheduler: Arc::clone(&scheduler),
-            stats: Arc::clone(&stats),
-            settings: Arc::new(ArcSwap::from_pointee(ProxyConfig::default())),
-            health: Arc::new(ArcSwap::from_pointee(HealthConfig::default())),
-            queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
-            out_of_descriptors_log: LogThrottle::new(Duration::from_secs(1)),
-            first_byte_timeout_log: LogThrottle::new(Duration::from_secs(1)),
-            limiter: Arc::new(ArcSwapOption::empty()),
-            accept_proxy: None,
-            access_log: None,
-            unreachable_log: LogThrottle::new(Duration::from_secs(1)),
-            busy_log: LogThrottle::new(BUSY_WARNING_EVERY),
-            max_workers: 1,
-            queue_depth: Arc::default(),
-        });
+        let proxy = Arc::new(test_proxy(&scheduler, &stats, HealthConfig::default()));
         let pool = Pool::new(
             1,
             256 * 1024,
@@ -1047,5 +1045,64 @@ mod tests {
         assert_eq!(s.active, 0, "{s:?}");
         assert_eq!(backend.active(), 0);
         assert_eq!(backend.total(), 1);
+    }
+
+    /// A proxy over `scheduler` with the default settings but `health`.
+    fn test_proxy(scheduler: &Arc<Scheduler>, stats: &Arc<Stats>, health: HealthConfig) -> Proxy {
+        Proxy {
+            scheduler: Arc::clone(scheduler),
+            stats: Arc::clone(stats),
+            settings: Arc::new(ArcSwap::from_pointee(ProxyConfig::default())),
+            health: Arc::new(ArcSwap::from_pointee(health)),
+            queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
+            out_of_descriptors_log: LogThrottle::new(Duration::from_secs(1)),
+            first_byte_timeout_log: LogThrottle::new(Duration::from_secs(1)),
+            limiter: Arc::new(ArcSwapOption::empty()),
+            accept_proxy: None,
+            access_log: None,
+            unreachable_log: LogThrottle::new(Duration::from_secs(1)),
+            busy_log: LogThrottle::new(BUSY_WARNING_EVERY),
+            max_workers: 1,
+            queue_depth: Arc::default(),
+        }
+    }
+
+    /// Passive health blames a backend for its own failures only: a connect
+    /// that failed for a reason of this host (no buffer, memory, local port
+    /// or descriptor left) leaves its failures in a row and its health
+    /// alone, even with `passive_failures` 1; a refusal counts at once.
+    #[test]
+    fn a_local_connect_failure_does_not_count_against_the_backend() {
+        let b = Arc::new(Backend::new("b".into(), vec![], 1));
+        let scheduler = Arc::new(Scheduler::new(vec![Arc::clone(&b)]));
+        let stats = Arc::new(Stats::default());
+        let health = HealthConfig {
+            passive_failures: 1,
+            ..HealthConfig::default()
+        };
+        let proxy = test_proxy(&scheduler, &stats, health.clone());
+        let fail = |code| {
+            let attempt = Err(io::Error::from_raw_os_error(code));
+            assert!(proxy
+                .connected_or_failed(&b, attempt, &health, None)
+                .is_err());
+        };
+        for code in [
+            libc::ENOBUFS,
+            libc::ENOMEM,
+            libc::EADDRNOTAVAIL,
+            libc::EMFILE,
+            libc::ENFILE,
+        ] {
+            fail(code);
+            assert_eq!(b.connect_failures_in_a_row(), 0, "errno {code}");
+            assert!(b.is_healthy(), "errno {code}");
+        }
+        assert_eq!(b.connect_failures_total(), 0);
+        fail(libc::ECONNREFUSED);
+        assert_eq!(b.connect_failures_in_a_row(), 1);
+        assert!(!b.is_healthy());
+        // Every failed attempt is still a failed connect in the counters.
+        assert_eq!(stats.snapshot().connect_failures, 6);
     }
 }
