@@ -33,6 +33,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::error::{Error, Result};
 use crate::proxy_protocol::Version;
+use crate::throttle::LogThrottle;
 
 /// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`
 /// and `,send-proxy` / `,send-proxy-v2`.
@@ -248,6 +249,10 @@ pub struct Backend {
     /// (and a LOCAL header before each health check), or `None`. Fixed
     /// for the backend's life.
     send_proxy: Option<Version>,
+    /// The workers' "connect failed" warnings about this backend: one line
+    /// a second at most, so a dead backend under load is not one line per
+    /// client.
+    connect_failure_log: LogThrottle,
 }
 
 /// The result of one active health check, kept on the backend.
@@ -316,6 +321,7 @@ impl Backend {
             connect_failures_total: AtomicU64::new(0),
             last_check: Mutex::new(None),
             send_proxy: None,
+            connect_failure_log: LogThrottle::new(Duration::from_secs(1)),
         }
     }
 
@@ -450,6 +456,12 @@ impl Backend {
     /// Connect failures on real traffic in a row, now.
     pub fn connect_failures_in_a_row(&self) -> u32 {
         self.connect_failures.load(Ordering::Relaxed)
+    }
+
+    /// Where the workers' warnings about failed connects to it are
+    /// throttled (one line a second).
+    pub(crate) fn connect_failure_log(&self) -> &LogThrottle {
+        &self.connect_failure_log
     }
 
     /// Connect failures on real traffic since start-up.

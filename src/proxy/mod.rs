@@ -707,7 +707,9 @@ impl Proxy {
     /// buffer or local port left; descriptors are waited for in
     /// [`Proxy::try_backend`]) says nothing about the backend: it is not
     /// added to its failures in a row, so a burst cannot mark every backend
-    /// down.
+    /// down. The warning is one line a second per backend at most (a dead
+    /// backend under load would otherwise log one line per client), and
+    /// names the streak only once there is one.
     fn connected_or_failed(
         &self,
         backend: &Backend,
@@ -740,10 +742,20 @@ impl Proxy {
                     reason: &source,
                     failures,
                 });
-                log::warn!(
-                    "backend {} connect failed ({failures} in a row): {source}",
-                    backend.name()
-                );
+                if let Some(others) = backend.connect_failure_log().event(Instant::now()) {
+                    let streak = match (local, failures) {
+                        (true, _) => {
+                            " (a limit of this host: not counted against the backend)".to_string()
+                        }
+                        (false, 0 | 1) => String::new(),
+                        (false, n) => format!(" ({n} in a row)"),
+                    };
+                    log::warn!(
+                        "backend {} connect failed{streak}: {source}{}",
+                        backend.name(),
+                        throttle::more(others)
+                    );
+                }
                 if !local {
                     health::connect_failed(backend, failures, health, &source);
                 }

@@ -1,17 +1,18 @@
 //! Failure under pressure: dead backends, exhausted descriptors and threads, the pool after a flood.
 
 // ---------------------------------------------------------------------------
-// Health checks at the descriptor ceiling. A check that cannot even open its
-// socket (EMFILE) failed because of this host, not because of the backend:
-// it must not take a healthy backend out of the rotation.
+// Health checks and failure logs under pressure: a check that cannot even
+// open its socket (EMFILE) failed because of this host, not of the backend,
+// and must not take a healthy backend out of the rotation; a dead backend
+// under load must not log one line per client.
 // ---------------------------------------------------------------------------
 
-/// Active health checks while the balancer is out of file descriptors.
-mod checks_at_the_descriptor_ceiling {
+/// Health checks at the descriptor ceiling, and the log of failed connects.
+mod health_and_failure_logs {
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpStream};
     use std::process::Command;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     use crate::common::{self, wait_for, TestBackend};
     use crate::peers::{self, Peer};
@@ -26,17 +27,18 @@ mod checks_at_the_descriptor_ceiling {
     /// Words of the throttled warning about a check that failed here.
     const LOCAL_WARNING: &str = "not counted against the backend";
 
-    /// The binary with `RLIMIT_NOFILE` at [`NOFILE`] (soft and hard, so it
-    /// cannot raise it) and a check every 100 ms that takes a backend out
-    /// at the first failure; returns it with the port it listens on.
-    fn start(backend: SocketAddr) -> (Peer, SocketAddr) {
-        let dir = peers::temp_dir("checks-at-the-ceiling");
+    /// The binary listening on `127.0.0.1:0` with `args`, and
+    /// `RLIMIT_NOFILE` at `nofile` if given (soft and hard, so it cannot
+    /// raise it); returns it with the port it listens on.
+    fn start(args: &[&str], nofile: Option<libc::rlim_t>) -> (Peer, SocketAddr) {
+        let dir = peers::temp_dir("health-and-failure-logs");
         let mut cmd = Command::new(BIN);
-        cmd.args(["-l", "127.0.0.1:0", "-b", &backend.to_string()])
-            .args(["--health-interval", "100ms", "--health-timeout", "1s"])
-            .args(["--fall", "1", "--rise", "1"])
+        cmd.args(["-l", "127.0.0.1:0"])
+            .args(args)
             .env("RUST_LOG", "info");
-        common::limit_in_child(&mut cmd, libc::RLIMIT_NOFILE, NOFILE);
+        if let Some(nofile) = nofile {
+            common::limit_in_child(&mut cmd, libc::RLIMIT_NOFILE, nofile);
+        }
         let rodizio = Peer::spawn("rodizio", cmd, libc::SIGTERM, &dir);
         let mut port = None;
         let found = wait_for(TIMEOUT, || {
@@ -69,7 +71,21 @@ mod checks_at_the_descriptor_ceiling {
     #[test]
     fn checks_failing_for_want_of_descriptors_do_not_mark_a_backend_down() {
         let backend = TestBackend::echo();
-        let (mut rodizio, addr) = start(backend.addr());
+        let (mut rodizio, addr) = start(
+            &[
+                "-b",
+                &backend.addr().to_string(),
+                "--health-interval",
+                "100ms",
+                "--health-timeout",
+                "1s",
+                "--fall",
+                "1",
+                "--rise",
+                "1",
+            ],
+            Some(NOFILE),
+        );
         assert!(served(addr), "not served before the flood");
         let flood: Vec<TcpStream> = (0..FLOOD)
             .map(|i| common::connect(addr).unwrap_or_else(|e| panic!("client {i}: {e}")))
@@ -105,5 +121,54 @@ mod checks_at_the_descriptor_ceiling {
         let log = rodizio.output();
         eprintln!("{log}");
         assert!(!log.contains("panicked"), "{log}");
+    }
+
+    /// Clients sent to one dead backend (passive and active checks off, so
+    /// it stays in the rotation), 200 one after the other, each closed
+    /// unserved: the workers' "connect failed" warning comes at most once a
+    /// second (plus the first), with the count of the others, instead of
+    /// once per client; and a streak is told only once there is one (no
+    /// "1 in a row").
+    #[test]
+    fn a_dead_backend_under_load_is_one_line_a_second() {
+        const CLIENTS: usize = 200;
+        let dead = common::closed_port().to_string();
+        let (mut rodizio, addr) = start(
+            &[
+                "-b",
+                &dead,
+                "--health-check",
+                "off",
+                "--passive-failures",
+                "0",
+            ],
+            None,
+        );
+        let started = Instant::now();
+        for i in 0..CLIENTS {
+            let mut client = common::connect(addr).unwrap_or_else(|e| panic!("client {i}: {e}"));
+            assert!(common::is_closed(&mut client), "client {i} was served");
+            assert!(started.elapsed() < TIMEOUT, "too slow: {i} clients");
+        }
+        let elapsed = started.elapsed();
+        // Each warning is written before its client is closed.
+        let log = rodizio.output();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("connect failed"))
+            .collect();
+        let most = elapsed.as_secs() as usize + 2;
+        assert!(
+            (1..=most).contains(&lines.len()),
+            "{} lines in {elapsed:?} for {CLIENTS} clients:\n{log}",
+            lines.len()
+        );
+        assert!(lines.iter().all(|l| !l.contains("(1 in a row)")), "{log}");
+        rodizio.stop();
+        assert!(
+            !rodizio.output().contains("panicked"),
+            "{}",
+            rodizio.output()
+        );
     }
 }
