@@ -122,8 +122,11 @@ pub enum End {
     /// `proxy_header_refused`: with `--accept-proxy`, no valid PROXY
     /// protocol header from a trusted peer in time.
     ProxyHeaderRefused,
-    /// `connect_failed`: no backend could be reached (every connect failed).
-    ConnectFailed,
+    /// `connect_failed`: no backend could be reached (every connect failed),
+    /// with why the last one failed in a word or two (`refused`,
+    /// `timeout`, `unreachable`, or the system's words: see
+    /// [`crate::system::error_words`]).
+    ConnectFailed(String),
     /// `failed_over`: served by a backend after one or more failed connects
     /// ([`Record::failovers`] says how many), then closed cleanly.
     FailedOver,
@@ -152,7 +155,7 @@ impl End {
             End::FinTimeout => "fin_timeout",
             End::FirstByteTimeout => "first_byte_timeout",
             End::ProxyHeaderRefused => "proxy_header_refused",
-            End::ConnectFailed => "connect_failed",
+            End::ConnectFailed(_) => "connect_failed",
             End::FailedOver => "failed_over",
             End::NoBackend => "no_backend",
             End::RateLimited => "rate_limited",
@@ -162,10 +165,11 @@ impl End {
         }
     }
 
-    /// The reason of [`End::Error`]; `None` for the other ends.
+    /// The reason of [`End::Error`] and [`End::ConnectFailed`]; `None` for
+    /// the other ends.
     pub fn reason(&self) -> Option<&str> {
         match self {
-            End::Error(reason) => Some(reason),
+            End::Error(reason) | End::ConnectFailed(reason) => Some(reason),
             _ => None,
         }
     }
@@ -190,7 +194,8 @@ pub enum Format {
     /// `TIME` is RFC 3339 in UTC with milliseconds. A missing backend or
     /// connect time is `-`. Durations are `12us` below a millisecond,
     /// `1.203ms` below a second, `2.500s` from there on (truncated, not
-    /// rounded). `reason=` comes last and only with `end=error`. A value
+    /// rounded). `reason=` comes last and only with `end=error` and
+    /// `end=connect_failed`. A value
     /// with a space, a quote, a backslash or a control character (a reason
     /// usually) is written in double quotes with JSON's escapes, so a line
     /// is always one line and splits on spaces outside quotes.
@@ -848,7 +853,7 @@ mod tests {
     fn record(end: End) -> Record {
         let (backend, connect, failovers) = match end {
             End::NoBackend | End::RateLimited | End::QueueTimeout => (None, None, 0),
-            End::ConnectFailed => (Some("127.0.0.1:8003"), None, 3),
+            End::ConnectFailed(_) => (Some("127.0.0.1:8003"), None, 3),
             End::FailedOver => (Some("127.0.0.1:8002"), Some(3_085), 1),
             _ => (Some("127.0.0.1:8001"), Some(85), 0),
         };
@@ -874,7 +879,7 @@ mod tests {
             End::ClientReset,
             End::BackendReset,
             End::IdleTimeout,
-            End::ConnectFailed,
+            End::ConnectFailed("refused".into()),
             End::FailedOver,
             End::NoBackend,
             End::RateLimited,
@@ -993,7 +998,7 @@ mod tests {
             format!("{t} {served} end=client_reset"),
             format!("{t} {served} end=backend_reset"),
             format!("{t} {served} end=idle_timeout"),
-            format!("{t} backend=127.0.0.1:8003 queue=12us connect=- duration=1.203ms failovers=3 to_backend=0 to_client=0 end=connect_failed"),
+            format!("{t} backend=127.0.0.1:8003 queue=12us connect=- duration=1.203ms failovers=3 to_backend=0 to_client=0 end=connect_failed reason=refused"),
             format!("{t} backend=127.0.0.1:8002 queue=12us connect=3.085ms duration=1.203ms failovers=1 to_backend=77 to_client=612 end=failed_over"),
             format!("{t} {unserved} end=no_backend"),
             format!("{t} {unserved} end=rate_limited"),
@@ -1026,7 +1031,7 @@ mod tests {
             format!(r#"{t},{served},"end":"backend_reset","reason":null}}"#),
             format!(r#"{t},{served},"end":"idle_timeout","reason":null}}"#),
             format!(
-                r#"{t},"backend":"127.0.0.1:8003","queue_us":12,"connect_us":null,"duration_us":1203,"failovers":3,"to_backend":0,"to_client":0,"end":"connect_failed","reason":null}}"#
+                r#"{t},"backend":"127.0.0.1:8003","queue_us":12,"connect_us":null,"duration_us":1203,"failovers":3,"to_backend":0,"to_client":0,"end":"connect_failed","reason":"refused"}}"#
             ),
             format!(
                 r#"{t},"backend":"127.0.0.1:8002","queue_us":12,"connect_us":3085,"duration_us":1203,"failovers":1,"to_backend":77,"to_client":612,"end":"failed_over","reason":null}}"#

@@ -11,7 +11,8 @@
 //! The other helpers read an OS error for the rest of the balancer, on
 //! whatever thread met it: [`is_local_failure`] tells a fault of this host
 //! (no descriptor, memory, buffer or local port left) from a fault of the
-//! peer, so that health checks blame a backend only for its own.
+//! peer, so that health checks blame a backend only for its own;
+//! [`error_words`] names an error in a word or two for the access log.
 //!
 //! # Corresponds to the C article
 //!
@@ -66,6 +67,47 @@ pub fn is_local_failure(err: &io::Error) -> bool {
         )
 }
 
+/// A connect or transfer error in a word or two, for the access log's
+/// `reason`: `refused`, `timeout`, `unreachable`, `reset`, `out of file
+/// descriptors`, `no local port free`, or else the system's own words
+/// (`protocol error`), without the `(os error N)` tail.
+pub fn error_words(err: &io::Error) -> String {
+    let words = match err.raw_os_error() {
+        Some(libc::ECONNREFUSED) => "refused",
+        Some(libc::ETIMEDOUT | libc::EINPROGRESS) => "timeout",
+        Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN | libc::ENETDOWN) => {
+            "unreachable"
+        }
+        Some(libc::ECONNRESET) => "reset",
+        Some(libc::EPIPE) => "broken pipe",
+        Some(libc::EMFILE | libc::ENFILE) => "out of file descriptors",
+        Some(libc::EADDRNOTAVAIL) => "no local port free",
+        Some(libc::ENOMEM | libc::ENOBUFS) => "out of memory",
+        Some(_) => "",
+        None => match err.kind() {
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => "timeout",
+            io::ErrorKind::ConnectionRefused => "refused",
+            io::ErrorKind::ConnectionReset => "reset",
+            _ => "",
+        },
+    };
+    if !words.is_empty() {
+        return words.to_string();
+    }
+    // The system's message ("Protocol error (os error 71)"), lower case and
+    // without the number, which means nothing to an operator.
+    let text = err.to_string();
+    let text = match text.rfind(" (os error ") {
+        Some(at) if text.ends_with(')') => &text[..at],
+        _ => &text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => "error".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,5 +144,18 @@ mod tests {
         assert!(!is_local_failure(&timed_out));
         assert!(is_out_of_descriptors(&os(libc::EMFILE)));
         assert!(!is_out_of_descriptors(&os(libc::ENOBUFS)));
+    }
+
+    #[test]
+    fn errors_in_an_operators_words() {
+        assert_eq!(error_words(&os(libc::ECONNREFUSED)), "refused");
+        assert_eq!(error_words(&os(libc::EHOSTUNREACH)), "unreachable");
+        assert_eq!(error_words(&os(libc::EMFILE)), "out of file descriptors");
+        let timed_out = io::Error::new(io::ErrorKind::TimedOut, "connect timed out after 3s");
+        assert_eq!(error_words(&timed_out), "timeout");
+        // Anything else: the system's words, without the number.
+        assert_eq!(error_words(&os(libc::EPROTO)), "protocol error");
+        let custom = io::Error::other("Backend has no address");
+        assert_eq!(error_words(&custom), "backend has no address");
     }
 }

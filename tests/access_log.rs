@@ -76,3 +76,28 @@ fn every_connection_and_every_refusal_gets_a_line() {
     lb.stop();
     let _ = std::fs::remove_file(&path);
 }
+
+/// A client whose backend refuses the connect gets a `connect_failed` line
+/// that says why in a word: `"reason":"refused"`, not `null`.
+#[test]
+fn a_failed_connect_says_why() {
+    let dead = closed_port();
+    let path =
+        std::env::temp_dir().join(format!("rodizio-access-refused-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let mut config = config(&[dead]);
+    config.access_log = Some(Format::Json);
+    config.access_log_file = Some(path.clone());
+    let lb = TestBalancer::start(config);
+    let mut client = connect(lb.addr).unwrap();
+    assert!(
+        is_closed(&mut client),
+        "a client of a dead backend is closed"
+    );
+    let got = lines(&path, 1);
+    assert_eq!(got[0]["end"], "connect_failed", "{got:?}");
+    assert_eq!(got[0]["reason"], "refused", "{got:?}");
+    assert_eq!(got[0]["backend"], dead.to_string(), "{got:?}");
+    lb.stop();
+    let _ = std::fs::remove_file(&path);
+}

@@ -399,6 +399,10 @@ impl Proxy {
         let (backend_sock, backend) = match connected {
             Ok(found) => found,
             Err(err) => {
+                let reason = match &err {
+                    Error::BackendConnect { source, .. } => system::error_words(source),
+                    other => other.to_string(),
+                };
                 self.log_access(
                     peer,
                     Some(pick.backend.name()),
@@ -407,7 +411,7 @@ impl Proxy {
                         queue_wait: waited,
                         connect_time: Some(connect_time),
                         failovers,
-                        ..Access::refused(LogEnd::ConnectFailed)
+                        ..Access::refused(LogEnd::ConnectFailed(reason))
                     },
                 );
                 Stats::incr(&self.stats.no_backend);
