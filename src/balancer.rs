@@ -63,6 +63,7 @@ use crate::proxy::{AcceptProxy, Job, Proxy};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
+use crate::units;
 
 pub use crate::live::Live;
 use crate::throttle::LogThrottle;
@@ -345,7 +346,8 @@ impl Balancer {
         let active = self.stats.snapshot().active;
         if active > 0 || self.pool.queued() > 0 {
             log::info!(
-                "draining {active} connection(s) in flight, {} queued (at most {:?})",
+                "draining {} in flight, {} queued (at most {:?})",
+                units::count(active, "connection"),
                 self.pool.queued(),
                 self.config.drain_timeout
             );
@@ -354,7 +356,11 @@ impl Balancer {
         if left > 0 {
             let active = self.stats.snapshot().active;
             Stats::add(&self.stats.drain_cut, active.max(1));
-            log::warn!("drain timeout: {active} connection(s) still open are cut");
+            log::warn!(
+                "drain timeout: {} still open {} cut",
+                units::count(active, "connection"),
+                if active == 1 { "is" } else { "are" }
+            );
         } else {
             log::info!("all connections finished; stopped");
         }
@@ -371,11 +377,11 @@ impl Balancer {
 fn summary(s: &crate::stats::StatsSnapshot, uptime: Duration) -> String {
     let refused = s.rate_limited + s.no_backend + s.queue_timeouts + s.first_byte_timeouts;
     format!(
-        "summary: up {}, {} connections accepted, {} served, {} refused \
+        "summary: up {}, {} accepted, {} served, {} refused \
          ({} rate limited, {} no backend, {} queue timeout, {} first-byte timeout), \
-         {} ended on an error or a timeout, {} bytes to backends, {} bytes to clients",
-        crate::units::format_duration(Duration::from_secs(uptime.as_secs())),
-        s.accepted,
+         {} ended on an error or a timeout, {} to backends, {} to clients",
+        units::format_duration(Duration::from_secs(uptime.as_secs())),
+        units::count(s.accepted, "connection"),
         s.completed,
         refused,
         s.rate_limited,
@@ -383,8 +389,8 @@ fn summary(s: &crate::stats::StatsSnapshot, uptime: Duration) -> String {
         s.queue_timeouts,
         s.first_byte_timeouts,
         s.errors,
-        s.bytes_to_backends,
-        s.bytes_to_clients
+        units::count(s.bytes_to_backends, "byte"),
+        units::count(s.bytes_to_clients, "byte")
     )
 }
 
@@ -417,5 +423,34 @@ fn check_thread_stack(stack: usize) -> Result<()> {
             .map_err(|_| refused("the thread panicked".into())),
         Ok(Err(err)) => Err(refused(err.to_string())),
         Err(_) => Err(refused("the size was refused".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One of a thing is singular in the summary, others plural.
+    #[test]
+    fn the_summary_counts_in_words() {
+        let mut s = crate::stats::StatsSnapshot {
+            accepted: 1,
+            completed: 1,
+            bytes_to_backends: 1,
+            bytes_to_clients: 612,
+            ..Default::default()
+        };
+        let line = summary(&s, Duration::from_secs(61));
+        assert!(
+            line.starts_with("summary: up 61s, 1 connection accepted, 1 served, 0 refused"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("1 byte to backends, 612 bytes to clients"),
+            "{line}"
+        );
+        s.accepted = 4;
+        let line = summary(&s, Duration::ZERO);
+        assert!(line.contains(", 4 connections accepted,"), "{line}");
     }
 }

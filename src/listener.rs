@@ -287,10 +287,13 @@ impl Acceptor<'_> {
             Stats::incr(&self.stats.no_backend);
             self.log_refused(peer, LogEnd::NoBackend);
             if let Some(others) = self.no_backend_log.event(Instant::now()) {
+                let why = match self.scheduler.snapshot().len() {
+                    0 => "the list is empty".to_string(),
+                    1 => "the one backend is down or draining".to_string(),
+                    n => format!("all {n} are down or draining"),
+                };
                 log::warn!(
-                    "closing client {peer}: no backend is available \
-                     (all {} down or draining){}",
-                    self.scheduler.snapshot().len(),
+                    "closing client {peer}: no backend is available ({why}){}",
                     throttle::more(others)
                 );
             }

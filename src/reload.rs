@@ -57,6 +57,7 @@ use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::scheduler::Scheduler;
 use crate::stats::Stats;
+use crate::units;
 
 /// How often the reaper looks at the draining backends.
 pub const REAP_POLL: Duration = Duration::from_millis(50);
@@ -206,10 +207,7 @@ impl Reloader {
         let report = self.apply(&mut running, plan);
         Stats::incr(&inner.stats.reloads_ok);
         if !report.needs_restart.is_empty() {
-            log::warn!(
-                "reload: {} need a restart to change; the running values stay",
-                report.needs_restart.join(", ")
-            );
+            log::warn!("{}", restart_warning(&report.needs_restart));
         }
         log::info!("{}", report.summary);
         Ok(report)
@@ -322,9 +320,8 @@ impl Reloader {
         if !plan.add.is_empty() {
             let names: Vec<&str> = plan.add.iter().map(|b| b.name()).collect();
             parts.push(format!(
-                "+{} backend{} ({})",
-                plan.add.len(),
-                plural(plan.add.len()),
+                "+{} ({})",
+                units::count(plan.add.len() as u64, "backend"),
                 names.join(", ")
             ));
             report.added = plan.add.len();
@@ -391,9 +388,9 @@ impl Reloader {
                 b.set_draining(true);
                 let n = b.active() + b.pending();
                 parts.push(format!(
-                    "draining {} ({n} connection{})",
+                    "draining {} ({})",
                     b.name(),
-                    plural(n)
+                    units::count(n as u64, "connection")
                 ));
                 retiring.list.push((Arc::clone(b), deadline));
             }
@@ -447,9 +444,10 @@ fn reap(inner: &Inner) {
             } else if now >= *deadline {
                 scheduler.remove(b.id());
                 log::warn!(
-                    "reload: {} removed from the list with {left} connection{} still open (they go on)",
+                    "reload: {} removed from the list with {} still open ({} on)",
                     b.name(),
-                    plural(left)
+                    units::count(left as u64, "connection"),
+                    if left == 1 { "it goes" } else { "they go" }
                 );
                 false
             } else {
@@ -463,11 +461,19 @@ fn reap(inner: &Inner) {
     }
 }
 
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
+/// The warning about settings a reload cannot change, in plain English:
+/// `reload: workers needs a restart to change; its running value stays`,
+/// `reload: listen, workers and mode need a restart ...`.
+fn restart_warning(keys: &[&str]) -> String {
+    let list = match keys {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [first @ .., last] => format!("{} and {last}", first.join(", ")),
+    };
+    if keys.len() == 1 {
+        format!("reload: {list} needs a restart to change; its running value stays")
     } else {
-        "s"
+        format!("reload: {list} need a restart to change; their running values stay")
     }
 }
 
@@ -625,6 +631,19 @@ mod tests {
         );
         let r = s.reloader.reload().unwrap();
         assert_eq!(r.needs_restart, ["thread_stack", "workers", "mode"]);
+        assert_eq!(
+            restart_warning(&r.needs_restart),
+            "reload: thread_stack, workers and mode need a restart to change; \
+             their running values stay"
+        );
+        assert_eq!(
+            restart_warning(&["access_log"]),
+            "reload: access_log needs a restart to change; its running value stays"
+        );
+        assert_eq!(
+            restart_warning(&["listen", "backlog"]),
+            "reload: listen and backlog need a restart to change; their running values stay"
+        );
         assert_eq!(r.summary, "reload: rate_limit off → 10/1s");
         assert!(s.balancer.live().limiter.load().is_some());
         // The same file again: still a restart, nothing else.

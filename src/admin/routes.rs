@@ -322,14 +322,15 @@ fn change(state: &State, address: &str, body: &[u8]) -> Reply {
         log::info!("admin: backend {address} weight is now {weight}");
     }
     if let Some(wanted) = change.state {
-        let (draining, maint) = match wanted {
-            Wanted::Drain => (true, false),
-            Wanted::Maint => (false, true),
-            Wanted::Ready => (false, false),
+        // The log says it in the words of the API and the docs.
+        let (draining, maint, words) = match wanted {
+            Wanted::Drain => (true, false, "draining"),
+            Wanted::Maint => (false, true, "maintenance (maint)"),
+            Wanted::Ready => (false, false, "ready"),
         };
         backend.set_draining(draining);
         backend.set_maint(maint);
-        log::info!("admin: backend {address} set to {wanted:?}");
+        log::info!("admin: backend {address} set to {words}");
     }
     Reply::new(200, backend_json(&backend))
 }
@@ -346,9 +347,11 @@ fn delete(state: &State, address: &str) -> Reply {
     if state.reaper.send(Arc::clone(&backend)).is_err() {
         return Reply::error(503, "the balancer is stopping");
     }
+    let left = backend.active() + backend.pending();
     log::info!(
-        "admin: backend {address} draining, removed once its {} connection(s) end",
-        backend.active() + backend.pending()
+        "admin: backend {address} draining, removed once its {} {}",
+        crate::units::count(left as u64, "connection"),
+        if left == 1 { "ends" } else { "end" }
     );
     let mut body = backend_json(&backend);
     body["removing"] = Value::Bool(true);

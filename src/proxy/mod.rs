@@ -330,7 +330,7 @@ impl Proxy {
             if let Some(others) = self.busy_log.event(Instant::now()) {
                 log::warn!(
                     "every worker is busy: a client waited {waited:.1?} in the queue, \
-                     {} wait now (--workers {}){}",
+                     {} waiting now (--workers {}){}",
                     self.queue_depth(),
                     self.max_workers,
                     throttle::more(others)
@@ -588,7 +588,8 @@ impl Proxy {
         Stats::incr(&self.stats.queue_timeouts);
         if let Some(others) = self.queue_timeout_log.event(Instant::now()) {
             log::warn!(
-                "closing client {peer}: it waited {waited:.1?} for a free worker                  (queue timeout {}; all workers busy){}",
+                "closing client {peer}: it waited {waited:.1?} for a free worker \
+                 (queue timeout {}; all workers busy){}",
                 format_duration(settings.queue_timeout),
                 throttle::more(others)
             );
