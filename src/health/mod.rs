@@ -86,7 +86,7 @@ pub mod protocol;
 use std::io;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
@@ -96,6 +96,7 @@ use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 use crate::system;
+use crate::throttle;
 use crate::units;
 
 pub use check::{check, CheckFailure};
@@ -290,20 +291,43 @@ pub(crate) fn in_a_row(n: u64, noun: &str) -> String {
     }
 }
 
-/// Passive health: called by a worker after a failed connect to `backend`,
-/// the `failures`-th in a row. Marks it down once the threshold is reached.
+/// Passive health: a worker's connect to `backend` failed with `err`.
+/// Returns the backend's connect failures in a row now (for the trace).
 ///
-/// The worker does not call it for a failure of this host
-/// ([`system::is_local_failure`]), which says nothing about the backend;
-/// nor does this function count one, should it be given one.
-pub fn connect_failed(backend: &Backend, failures: u32, config: &HealthConfig, err: &io::Error) {
-    if system::is_local_failure(err) {
-        return;
+/// A failure of this host ([`system::is_local_failure`]: no memory,
+/// buffer, local port or descriptor left) says nothing about the backend:
+/// it is not added to its failures in a row, so a burst cannot mark every
+/// backend down. Any other failure is, and the backend is marked down once
+/// `passive_failures` of them are in a row.
+///
+/// Either way the worker's warning comes at most once a second per backend
+/// (a dead backend under load would otherwise log one line per client),
+/// with the count of the others, and names the streak from its second
+/// failure on.
+pub fn connect_failed(backend: &Backend, config: &HealthConfig, err: &io::Error) -> u32 {
+    let local = system::is_local_failure(err);
+    let failures = if local {
+        backend.connect_failures_in_a_row()
+    } else {
+        backend.record_connect_failure()
+    };
+    if let Some(others) = backend.connect_failure_log().event(Instant::now()) {
+        let streak = match (local, failures) {
+            (true, _) => " (a limit of this host: not counted against the backend)".to_string(),
+            (false, 0 | 1) => String::new(),
+            (false, n) => format!(" ({n} in a row)"),
+        };
+        log::warn!(
+            "backend {} connect failed{streak}: {err}{}",
+            backend.name(),
+            throttle::more(others)
+        );
     }
-    if config.passive_failures > 0 && failures >= config.passive_failures {
+    if !local && config.passive_failures > 0 && failures >= config.passive_failures {
         let failed = in_a_row(u64::from(failures), "connect failure");
         mark_down(backend, &format!("{failed} on client traffic: {err}"));
     }
+    failures
 }
 
 /// Starts the health thread if the configuration needs one (active checks,
@@ -454,9 +478,10 @@ mod tests {
             .unwrap()
             .unwrap();
         let err = io::Error::from(ErrorKind::ConnectionRefused);
-        connect_failed(&b, 2, &HealthConfig::default(), &err);
+        assert_eq!(connect_failed(&b, &HealthConfig::default(), &err), 1);
+        assert_eq!(connect_failed(&b, &HealthConfig::default(), &err), 2);
         assert!(b.is_healthy(), "below the threshold");
-        connect_failed(&b, 3, &HealthConfig::default(), &err);
+        assert_eq!(connect_failed(&b, &HealthConfig::default(), &err), 3);
         assert!(!b.is_healthy());
         let took = wait_for(Duration::from_secs(5), || b.is_healthy()).expect("retried");
         assert!(took >= Duration::from_millis(80), "{took:?}");

@@ -706,15 +706,8 @@ impl Proxy {
 
     /// Counts the outcome of one connect attempt that reached the backend
     /// (or tried to): success or failure, in the stats and its passive
-    /// health.
-    ///
-    /// A failure of this host ([`system::is_local_failure`]: no memory,
-    /// buffer or local port left; descriptors are waited for in
-    /// [`Proxy::try_backend`]) says nothing about the backend: it is not
-    /// added to its failures in a row, so a burst cannot mark every backend
-    /// down. The warning is one line a second per backend at most (a dead
-    /// backend under load would otherwise log one line per client), and
-    /// names the streak only once there is one.
+    /// health ([`health::connect_failed`], which leaves out a failure of
+    /// this host and logs at most a line a second per backend).
     fn connected_or_failed(
         &self,
         backend: &Backend,
@@ -736,34 +729,12 @@ impl Proxy {
             }
             Err(source) => {
                 Stats::incr(&self.stats.connect_failures);
-                let local = system::is_local_failure(&source);
-                let failures = if local {
-                    backend.connect_failures_in_a_row()
-                } else {
-                    backend.record_connect_failure()
-                };
+                let failures = health::connect_failed(backend, health, &source);
                 trace::event(Event::ConnectFailed {
                     backend: backend.name(),
                     reason: &source,
                     failures,
                 });
-                if let Some(others) = backend.connect_failure_log().event(Instant::now()) {
-                    let streak = match (local, failures) {
-                        (true, _) => {
-                            " (a limit of this host: not counted against the backend)".to_string()
-                        }
-                        (false, 0 | 1) => String::new(),
-                        (false, n) => format!(" ({n} in a row)"),
-                    };
-                    log::warn!(
-                        "backend {} connect failed{streak}: {source}{}",
-                        backend.name(),
-                        throttle::more(others)
-                    );
-                }
-                if !local {
-                    health::connect_failed(backend, failures, health, &source);
-                }
                 Err(Error::BackendConnect {
                     backend: backend.name().to_string(),
                     source,
