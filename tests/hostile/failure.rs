@@ -171,4 +171,72 @@ mod health_and_failure_logs {
             rodizio.output()
         );
     }
+
+    /// `PUT /backends/{address}` with `body` on the admin API; the reply's
+    /// status line.
+    fn put(admin: SocketAddr, address: &str, body: &str) -> String {
+        let mut s = common::connect(admin).unwrap_or_else(|e| panic!("admin: {e}"));
+        let request = format!(
+            "PUT /backends/{address} HTTP/1.1\r\nHost: rodizio\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(request.as_bytes()).unwrap();
+        let mut reply = Vec::new();
+        let _ = s.take(64 * 1024).read_to_end(&mut reply);
+        let reply = String::from_utf8_lossy(&reply);
+        reply.lines().next().unwrap_or_default().to_string()
+    }
+
+    /// The log speaks the operator's words: a state set through the admin
+    /// API is `draining`, `maintenance` or `ready` (the API's and the
+    /// docs' words, not `Drain`), and the shutdown summary of one client
+    /// says `1 connection accepted`, not `1 connections`.
+    #[test]
+    fn the_log_says_states_and_counts_in_words() {
+        let backend = TestBackend::echo();
+        let name = backend.addr().to_string();
+        let (mut rodizio, addr) = start(
+            &[
+                "-b",
+                &name,
+                "--health-check",
+                "off",
+                "--admin",
+                "127.0.0.1:0",
+            ],
+            None,
+        );
+        let mut admin = None;
+        let found = wait_for(TIMEOUT, || {
+            admin = rodizio.output().lines().find_map(|l| {
+                let (_, at) = l.split_once("admin API listening on ")?;
+                at.trim().parse::<SocketAddr>().ok()
+            });
+            admin.is_some()
+        });
+        assert!(found, "no admin line:\n{}", rodizio.output());
+        let admin = admin.unwrap_or(addr);
+        assert!(served(addr), "not served");
+        for (state, words) in [
+            ("drain", "draining"),
+            ("maint", "maintenance"),
+            ("ready", "ready"),
+        ] {
+            let status = put(admin, &name, &format!(r#"{{"state": "{state}"}}"#));
+            assert!(status.starts_with("HTTP/1.1 200"), "{state}: {status}");
+            let line = format!("backend {name} set to {words}");
+            assert!(
+                wait_for(TIMEOUT, || rodizio.output().contains(&line)),
+                "no {line:?}:\n{}",
+                rodizio.output()
+            );
+        }
+        rodizio.stop();
+        let log = rodizio.output();
+        assert!(log.contains(", 1 connection accepted, 1 served,"), "{log}");
+        for enum_name in ["Drain", "Maint", "Ready"] {
+            assert!(!log.contains(enum_name), "{enum_name} in the log:\n{log}");
+        }
+    }
 }
