@@ -4,7 +4,7 @@
 //! No clock and no I/O: the checker thread feeds it one [`Verdict`] at a
 //! time, and the tests feed it directly. Only the checker thread owns
 //! probes. Whether a failed check was the backend's fault is decided where
-//! the I/O happened ([`crate::health::check`]); a check that failed because
+//! the I/O happened ([`crate::health::check()`]); a check that failed because
 //! of this host (no file descriptor left, say) is
 //! [`Verdict::Inconclusive`], and the probe does not move.
 //!
