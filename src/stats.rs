@@ -150,8 +150,10 @@ counters! {
     proxy_header_refused: Counter,
     /// Access log lines dropped because the writer fell behind.
     access_log_dropped: Counter,
-    /// Admin API requests whose body did not come within the 2 s deadline (answered 408 if it ever does).
+    /// Admin API requests whose body did not come within the 2 s deadline (answered 408).
     admin_slow_bodies: Counter,
+    /// Admin API connections refused because the most it serves at once were open (answered 503).
+    admin_connections_refused: Counter,
     /// Rate-limit checks the shared store (Redis) could not answer in time; decided by --rate-limit-store-failure.
     rate_limit_store_failures: Counter,
 }
