@@ -68,7 +68,7 @@ use crate::throttle::LogThrottle;
 /// Threads answering requests at once (the runtime's blocking pool).
 pub const HANDLERS: usize = 4;
 /// Connections served at once; one more is answered 503 and closed.
-pub const MAX_CONNECTIONS: usize = 64;
+pub const MAX_CONNECTIONS: usize = 256;
 /// Largest request body read.
 pub const MAX_BODY: usize = 64 * 1024;
 /// Largest request head (request line and headers); hyper's smallest
