@@ -367,7 +367,7 @@ fn delete_drains_then_removes() {
     lb.stop();
 }
 
-/// `POST /reload`: 409 without a config file, 200 with the summary, 500
+/// `POST /reload`: 409 without a config file, 200 with the summary, 422
 /// with the error (and the hook's failure changes nothing else).
 #[test]
 fn reload_calls_the_hook() {
@@ -398,7 +398,7 @@ fn reload_calls_the_hook() {
     assert_eq!(answer.json["summary"], "2 backends, 1 added");
     fail.store(true, Ordering::SeqCst);
     let answer = call(admin(&lb), "POST", "/reload", "");
-    assert_eq!(answer.status, 500, "{answer:?}");
+    assert_eq!(answer.status, 422, "{answer:?}");
     assert_eq!(
         answer.json["error"],
         "rodizio.json: line 3: expected a number"

@@ -385,7 +385,8 @@ fn reload(state: &State) -> Reply {
         }
         Err(error) => {
             log::warn!("admin: reload failed, the settings stay: {error}");
-            Reply::error(500, error)
+            // The request was fine; the file it points at was refused.
+            Reply::error(422, error)
         }
     }
 }
