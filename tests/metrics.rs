@@ -120,6 +120,24 @@ fn sample(line: &str) -> Result<(String, BTreeMap<String, String>, f64), String>
     Ok((name.to_string(), labels, value))
 }
 
+/// What [`histograms`] checks of one series once read.
+fn consistent(h: &Histogram) -> Result<(), &'static str> {
+    if h.buckets.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err("le bounds do not rise");
+    }
+    if h.buckets.windows(2).any(|w| w[0].1 > w[1].1) {
+        return Err("a bucket holds less than the one below");
+    }
+    match h.buckets.last() {
+        Some(&(le, n)) if le == f64::INFINITY && n == h.count => {}
+        _ => return Err("le=\"+Inf\" is not _count"),
+    }
+    if !h.sum.is_finite() || h.sum < 0.0 || (h.count == 0 && h.sum != 0.0) {
+        return Err("bad _sum");
+    }
+    Ok(())
+}
+
 /// Every histogram series of a `/metrics` text, by its family name (and its
 /// labels other than `le`, if any), checked for what Prometheus assumes:
 /// every `_bucket` belongs to a family declared `histogram` and every such
@@ -189,21 +207,7 @@ fn histograms(text: &str) -> Result<BTreeMap<String, Histogram>, String> {
         let (count, sum) = parts.remove(key).unwrap_or_default();
         h.count = count.ok_or_else(|| format!("{key}: no _count"))?;
         h.sum = sum.ok_or_else(|| format!("{key}: no _sum"))?;
-        if h.buckets.windows(2).any(|w| w[0].0 >= w[1].0) {
-            return Err(format!("{key}: le bounds do not rise: {h:?}"));
-        }
-        if h.buckets.windows(2).any(|w| w[0].1 > w[1].1) {
-            return Err(format!(
-                "{key}: a bucket holds less than the one below: {h:?}"
-            ));
-        }
-        match h.buckets.last() {
-            Some(&(le, n)) if le == f64::INFINITY && n == h.count => {}
-            _ => return Err(format!("{key}: le=\"+Inf\" is not _count: {h:?}")),
-        }
-        if !h.sum.is_finite() || h.sum < 0.0 || (h.count == 0 && h.sum != 0.0) {
-            return Err(format!("{key}: bad _sum: {h:?}"));
-        }
+        consistent(h).map_err(|err| format!("{key}: {err}: {h:?}"))?;
     }
     if let Some(key) = parts.keys().next() {
         return Err(format!("{key}: _count or _sum with no buckets"));
@@ -382,6 +386,10 @@ fn the_histogram_checker_refuses_inconsistent_text() {
         }
         t
     };
+    let refused = |text: &str, why: &str| match histograms(text) {
+        Err(err) => assert!(err.contains(why), "{err}, not {why}"),
+        Ok(h) => panic!("accepted: {h:?}\n{text}"),
+    };
     let good = text(
         &[("0.001", 12), ("0.0025", 20), ("60", 20), ("+Inf", 20)],
         20,
@@ -392,13 +400,13 @@ fn the_histogram_checker_refuses_inconsistent_text() {
         &[("0.001", 12), ("0.0025", 32), ("60", 224), ("+Inf", 20)],
         20,
     );
-    assert!(histograms(&twice).is_err());
+    refused(&twice, "less than the one below");
     let no_inf = text(&[("0.001", 12), ("0.0025", 20), ("60", 20)], 20);
-    assert!(histograms(&no_inf).is_err());
+    refused(&no_inf, "+Inf");
     let down = text(&[("0.001", 12), ("0.0025", 10), ("+Inf", 20)], 20);
-    assert!(histograms(&down).is_err());
+    refused(&down, "less than the one below");
     let stray = format!("{good}other_bucket{{le=\"1\"}} 3\n");
-    assert!(histograms(&stray).is_err());
+    refused(&stray, "no declared histogram");
     let unlabelled = format!("{good}# TYPE g_seconds histogram\ng_seconds_count 0\n");
-    assert!(histograms(&unlabelled).is_err());
+    refused(&unlabelled, "has no buckets");
 }
