@@ -121,7 +121,7 @@ admin="http://127.0.0.1:$admin2_port"
 api POST /reload 200
 has "127.0.0.1:$p2"
 printf '{"backends": ' >"$work/rodizio.json"
-api POST /reload 500
+api POST /reload 422
 has 'line 1'
 api GET /backends 200
 has "\"address\":\"127.0.0.1:$p2\""

@@ -24,6 +24,7 @@ has openssl || need+=(openssl)
 { has mariadbd && has mariadb-install-db; } || need+=(mariadb-server)
 { has postgres && has initdb; } || need+=(postgresql)
 has chromium || need+=(chromium)
+has prometheus || need+=(prometheus) # the server that scrapes rodizio in scripts/observability-check.sh
 has pip3 || python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # /metrics and the stats page through the real binary, read by real
 # clients: the whole metrics text parsed by the Prometheus project's own
-# Python parser (prometheus_client), and the stats page loaded in headless
-# Chromium, its rendered DOM checked: a row per backend with the right
-# state, and a stopped backend shown DOWN within two check intervals.
+# Python parser (prometheus_client), every histogram's buckets checked for
+# consistency; a real Prometheus server scraping rodizio every second,
+# asked through its HTTP API, after real traffic, for the p99 of the
+# connection duration, the queue wait and the health checks (under a
+# second: the requests take milliseconds); and the stats page loaded in
+# headless Chromium, its rendered DOM checked: a row per backend with the
+# right state, and a stopped backend shown DOWN within two check intervals.
 #
 #   scripts/observability-check.sh              check; screenshot in target/
 #   SCREENSHOT=docs/stats-page.png scripts/observability-check.sh
@@ -16,11 +20,58 @@ cd "$(dirname "$0")/.."
 
 PROG=observability-check
 . scripts/lib.sh
-need_tools python3 curl timeout chromium
+need_tools python3 curl timeout chromium prometheus
 python3 -c 'import prometheus_client' 2>/dev/null ||
   fail "the Python prometheus_client is missing (scripts/install-test-tools.sh installs it)"
 
-read -r p1 p2 lb_port admin_port < <(free_ports 4)
+read -r p1 p2 lb_port admin_port prom_port < <(free_ports 5)
+
+# promql QUERY: the value of the query's first sample (or "none" when it
+# has none), from the Prometheus server started below; never fails.
+promql() {
+  { curl -s --max-time 2 "http://127.0.0.1:$prom_port/api/v1/query" \
+    --data-urlencode "query=$1" || true; } | python3 -c '
+import json, sys
+try:
+    result = json.load(sys.stdin)["data"]["result"]
+except Exception:
+    result = []
+print(result[0]["value"][1] if result else "none")
+'
+}
+# wait_query WHAT QUERY VALUE SECONDS: waits (at most SECONDS) until QUERY
+# gives VALUE.
+wait_query() {
+  local got=none deadline=$((SECONDS + $4))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    got=$(promql "$2")
+    [ "$got" = "$3" ] && return 0
+    kill -0 "$prom_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  tail -5 "$work/prometheus.err" >&2
+  fail "Prometheus: $1: '$2' gave $got, not $3, within $4 s"
+}
+
+# Started first: this Prometheus applies its scrape targets only 5 s after
+# it starts (a fixed tick of its scrape manager), so the build and the
+# start-up below take their time from that wait instead of adding to it.
+echo "== Prometheus on 127.0.0.1:$prom_port, scraping the admin listener every second"
+mkdir -p "$work/prometheus"
+cat >"$work/prometheus/prometheus.yml" <<YML
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: rodizio
+    static_configs:
+      - targets: ["127.0.0.1:$admin_port"]
+YML
+(cd "$work/prometheus" && exec prometheus --config.file=prometheus.yml \
+  --storage.tsdb.path="$work/prometheus/data" --web.listen-address="127.0.0.1:$prom_port") \
+  >/dev/null 2>"$work/prometheus.err" &
+prom_pid=$!
+pids+=("$prom_pid")
 debug_bin
 
 echo "== demo backends on ports $p1 $p2"
@@ -40,6 +91,10 @@ RUST_LOG=${RUST_LOG:-warn} "$bin" -l "127.0.0.1:$lb_port" -b "127.0.0.1:$p1" -b 
 rodizio_pid=$!
 pids+=("$rodizio_pid")
 wait_line "$work/rodizio.out" "Load balancer listening on port $lb_port" "$rodizio_pid"
+
+wait_line "$work/prometheus.err" "Server is ready to receive web requests" "$prom_pid"
+# A scrape before the traffic, so that rate() has a point to start from.
+wait_query "rodizio scraped" 'up{job="rodizio"}' 1 15
 
 echo "== traffic: 40 requests"
 for _ in $(seq 1 40); do
@@ -68,7 +123,42 @@ assert total == 40, total
 assert value("rodizio_active") == 0
 assert families["rodizio_queue_wait_seconds"].type == "histogram"
 assert value("rodizio_build_info") == 1
+# Every histogram: buckets cumulated once (never going down as le rises),
+# le="+Inf" equal to _count. The parser checks the syntax, not this.
+histograms = [f for f in families.values() if f.type == "histogram"]
+assert len(histograms) >= 3, [f.name for f in histograms]
+for f in histograms:
+    buckets = [(float(s.labels["le"]), s.value) for s in f.samples if s.name.endswith("_bucket")]
+    count = next(s.value for s in f.samples if s.name.endswith("_count"))
+    bounds, values = [b for b, _ in buckets], [v for _, v in buckets]
+    assert bounds == sorted(bounds) and values == sorted(values), (f.name, buckets)
+    assert buckets[-1] == (float("inf"), count), (f.name, buckets, count)
 print(f"parsed {len(families)} metric families, {sum(len(f.samples) for f in families.values())} samples")
+PY
+
+echo "== Prometheus: the scrapes and the p99s it computes from them"
+wait_query "the traffic scraped" 'rodizio_completed_total{job="rodizio"}' 40 10
+python3 - "$prom_port" <<'PY' || fail "Prometheus saw wrong histograms or an unhealthy scrape"
+import json, sys, urllib.parse, urllib.request
+api = f"http://127.0.0.1:{sys.argv[1]}/api/v1/"
+def get(path):
+    return json.load(urllib.request.urlopen(api + path, timeout=2))["data"]
+def query(q):
+    result = get("query?" + urllib.parse.urlencode({"query": q}))["result"]
+    assert len(result) == 1, (q, result)
+    return float(result[0]["value"][1])
+for h in ["connection_duration", "queue_wait", "health_check_duration"]:
+    name, sel = f"rodizio_{h}_seconds", '{job="rodizio"}'
+    # One query, so both sides come from the same scrape.
+    over = query(f"max({name}_bucket{sel}) - sum({name}_count{sel})")
+    assert over == 0, f"{name}: the largest bucket minus the count is {over}, not 0"
+    p99 = query(f"histogram_quantile(0.99, sum by (le) (rate({name}_bucket{sel}[30s])))")
+    assert 0 < p99 < 1, f"{name}: p99 over the last 30 s is {p99} s, not under 1 s"
+    print(f"{name}: p99 {p99 * 1000:.2f} ms ({query(f'sum({name}_count{sel})'):.0f} observed)")
+targets = get("targets")["activeTargets"]
+assert len(targets) == 1, targets
+t = targets[0]
+assert t["health"] == "up" and t["lastError"] == "", t
 PY
 
 # dom: the stats page as Chromium renders it.

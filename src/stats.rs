@@ -152,8 +152,10 @@ counters! {
     proxy_header_refused: Counter,
     /// Access log lines dropped because the writer fell behind.
     access_log_dropped: Counter,
-    /// Admin API requests whose body did not come within the 2 s deadline (answered 408 if it ever does).
+    /// Admin API requests whose body did not come within the 2 s deadline (answered 408).
     admin_slow_bodies: Counter,
+    /// Admin API connections refused because the most it serves at once were open (answered 503).
+    admin_connections_refused: Counter,
     /// Rate-limit checks the shared store (Redis) could not answer in time; decided by --rate-limit-store-failure.
     rate_limit_store_failures: Counter,
 }
@@ -208,13 +210,22 @@ pub struct Histogram {
     sum_nanos: AtomicU64,
 }
 
-/// A copy of a [`Histogram`], as Prometheus wants it.
+/// A copy of a [`Histogram`]: how many observations fell in each bucket,
+/// each bucket on its own.
+///
+/// Not cumulative, on purpose: Prometheus's `le` buckets are cumulative
+/// (each counts everything at or below its bound), and the one place that
+/// adds them up is the encoder of `/metrics` (`prometheus-client`'s
+/// `encode_histogram` takes counts per bucket and cumulates them itself).
+/// Cumulating here as well once made `le="60"` read 224 after 20
+/// connections. A reader that wants "at or below" adds them up itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistogramSnapshot {
-    /// `(upper bound in seconds, observations at or below it)`, cumulative,
-    /// without the "+Inf" bucket (that is `count`).
-    pub buckets: Vec<(f64, u64)>,
-    /// Number of observations.
+    /// `(upper bound in seconds, observations in this bucket alone)`: an
+    /// observation is in the first bucket whose bound is at or above it.
+    /// The last bound is `f64::INFINITY` (Prometheus's "+Inf").
+    pub per_bucket: Vec<(f64, u64)>,
+    /// Number of observations: the sum of `per_bucket`.
     pub count: u64,
     /// Sum of the observations, in seconds.
     pub sum: f64,
@@ -233,19 +244,19 @@ impl Histogram {
         self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
-    /// Reads the buckets (each is read once; a concurrent observation may
-    /// be in some and not yet in others, which Prometheus tolerates).
+    /// Reads the buckets. Each is read once and `count` is their sum, so
+    /// the copy is consistent with itself even while workers observe (a
+    /// concurrent observation may be in the count and not yet in the sum,
+    /// which Prometheus tolerates).
     pub fn snapshot(&self) -> HistogramSnapshot {
-        let mut total = 0;
-        let mut buckets = Vec::with_capacity(DURATION_BUCKETS.len());
-        for (i, bound) in DURATION_BUCKETS.iter().enumerate() {
-            total += self.counts[i].load(Ordering::Relaxed);
-            buckets.push((*bound, total));
-        }
-        total += self.counts[DURATION_BUCKETS.len()].load(Ordering::Relaxed);
+        let bounds = DURATION_BUCKETS.iter().chain([&f64::INFINITY]);
+        let per_bucket: Vec<(f64, u64)> = bounds
+            .zip(&self.counts)
+            .map(|(bound, n)| (*bound, n.load(Ordering::Relaxed)))
+            .collect();
         HistogramSnapshot {
-            buckets,
-            count: total,
+            count: per_bucket.iter().map(|(_, n)| n).sum(),
+            per_bucket,
             sum: self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
         }
     }
@@ -315,7 +326,7 @@ mod tests {
     }
 
     #[test]
-    fn histogram_buckets_are_cumulative_and_exact() {
+    fn histogram_buckets_count_each_observation_in_one_bucket() {
         use std::time::Duration;
         let h = Histogram::default();
         h.observe(Duration::from_micros(50)); // first bucket
@@ -324,13 +335,16 @@ mod tests {
         h.observe(Duration::from_secs(120)); // +Inf
         let s = h.snapshot();
         assert_eq!(s.count, 4);
-        assert_eq!(s.buckets[0], (0.0001, 2));
-        let at = |bound: f64| s.buckets.iter().find(|(b, _)| *b == bound).unwrap().1;
-        assert_eq!(at(0.0025), 2);
-        assert_eq!(at(0.005), 3);
-        assert_eq!(at(60.0), 3);
+        assert_eq!(s.per_bucket.len(), DURATION_BUCKETS.len() + 1);
+        let at = |bound: f64| s.per_bucket.iter().find(|(b, _)| *b == bound).unwrap().1;
+        assert_eq!(at(0.0001), 2);
+        assert_eq!(at(0.0025), 0);
+        assert_eq!(at(0.005), 1);
+        assert_eq!(at(60.0), 0);
+        assert_eq!(at(f64::INFINITY), 1);
+        assert_eq!(s.per_bucket.iter().map(|(_, n)| n).sum::<u64>(), s.count);
         assert!((s.sum - 120.00315).abs() < 1e-6, "{}", s.sum);
-        assert!(s.buckets.windows(2).all(|w| w[0].1 <= w[1].1));
+        assert!(s.per_bucket.windows(2).all(|w| w[0].0 < w[1].0));
     }
 
     #[test]

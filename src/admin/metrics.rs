@@ -10,7 +10,11 @@
 //! and takes no lock the workers take.
 //!
 //! Names are `rodizio_` followed by the table's name; counters get the
-//! `_total` suffix Prometheus expects. Per-backend values carry a
+//! `_total` suffix Prometheus expects. Histogram buckets are cumulative in
+//! the text, as Prometheus wants (`le="0.005"` counts every observation of
+//! 5 ms or less, `le="+Inf"` equals `_count`); the encoder cumulates the
+//! per-bucket counts of [`crate::stats::HistogramSnapshot`], nothing else
+//! does. Per-backend values carry a
 //! `backend` label with the backend's address as given.
 //!
 //! # Corresponds to the C article
@@ -188,7 +192,10 @@ impl Collector for View {
         for (name, help, h) in s.stats.histograms.entries() {
             let snap = h.snapshot();
             let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-            m.encode_histogram::<NoLabelSet>(snap.sum, snap.count, &snap.buckets, None)?;
+            // The encoder takes counts per bucket and writes them cumulated
+            // (the `le` lines): the snapshot's are per bucket, so they are
+            // added up here once, by the encoder alone.
+            m.encode_histogram::<NoLabelSet>(snap.sum, snap.count, &snap.per_bucket, None)?;
         }
         let mut m = encoder.encode_descriptor(
             "build_info",
@@ -295,6 +302,10 @@ mod tests {
             text.contains("rodizio_queue_wait_seconds_count 1"),
             "{text}"
         );
+        assert!(
+            text.contains("rodizio_queue_wait_seconds_bucket{le=\"+Inf\"} 1\n"),
+            "{text}"
+        );
         assert!(text.contains("rodizio_rate_limit_capacity 65536"), "{text}");
         assert!(
             text.contains(&format!(
@@ -308,6 +319,39 @@ mod tests {
                 text.contains(&format!("rodizio_{}", entry.name)),
                 "{} missing",
                 entry.name
+            );
+        }
+    }
+
+    /// Buckets are cumulated once: each `le` line counts the observations
+    /// at or below its bound, and `+Inf` is `_count`, for every histogram.
+    #[test]
+    fn histogram_buckets_are_cumulated_once() {
+        let stats = Arc::new(Stats::default());
+        for (_, _, h) in stats.histograms.entries() {
+            for d in [50, 3000, 3000, 120_000_000] {
+                h.observe(Duration::from_micros(d));
+            }
+        }
+        let text = render(&sources(Arc::clone(&stats), vec![]));
+        for (name, _, _) in stats.histograms.entries() {
+            for (le, n) in [
+                ("0.0001", 1),
+                ("0.0025", 1),
+                ("0.005", 3),
+                ("1", 3),
+                ("60", 3),
+                ("+Inf", 4),
+            ] {
+                let line = format!("rodizio_{name}_bucket{{le=\"{le}\"}} {n}\n");
+                assert!(text.contains(&line), "{line}{text}");
+            }
+            let count = format!("rodizio_{name}_count 4\n");
+            assert!(text.contains(&count), "{count}{text}");
+            assert_eq!(
+                text.matches(&format!("rodizio_{name}_bucket{{le=\"+Inf\"}}"))
+                    .count(),
+                1
             );
         }
     }

@@ -1,6 +1,6 @@
 //! The admin API's endpoints: a request's method, path and body in, a
-//! status and a JSON value out. No HTTP here (that is `mod.rs`'s, through
-//! tiny_http), so every answer can be tested by calling [`route`].
+//! status and a JSON value out. No HTTP here (that is `server.rs`'s), so
+//! every answer can be tested by calling [`route`].
 //!
 //! Run by the admin handler threads, several at once: the changes to the
 //! backend list (add, remove, reload) take turns on the state's `changes`
@@ -105,24 +105,40 @@ enum Wanted {
     Ready,
 }
 
-/// Answers one request. `path` may carry a query string (ignored).
+impl Wanted {
+    /// The word the API and the logs use.
+    fn word(self) -> &'static str {
+        match self {
+            Wanted::Drain => "draining",
+            Wanted::Maint => "in maintenance",
+            Wanted::Ready => "ready",
+        }
+    }
+}
+
+/// Answers one request. `path` may carry a query string (ignored). `HEAD`
+/// is answered as `GET` (the HTTP layer sends no body).
 pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
     let path = path.split('?').next().unwrap_or_default();
+    let method = if method == "HEAD" { "GET" } else { method };
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
         ["backends"] => match method {
             "GET" => list(state),
             "POST" => add(state, body),
-            _ => Reply::method_not_allowed(method, "GET, POST"),
+            _ => Reply::method_not_allowed(method, "GET, HEAD, POST"),
         },
         ["backends", address] => {
             let Some(address) = percent_decode(address) else {
                 return Reply::error(400, "the address in the path is not valid UTF-8");
             };
             match method {
+                "GET" => {
+                    find(state, &address).map_or_else(|r| r, |b| Reply::new(200, backend_json(&b)))
+                }
                 "PUT" => change(state, &address, body),
                 "DELETE" => delete(state, &address),
-                _ => Reply::method_not_allowed(method, "PUT, DELETE"),
+                _ => Reply::method_not_allowed(method, "GET, HEAD, PUT, DELETE"),
             }
         }
         ["reload"] => match method {
@@ -131,18 +147,18 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
         },
         ["config"] => match method {
             "GET" => Reply::new(200, config(state)),
-            _ => Reply::method_not_allowed(method, "GET"),
+            _ => Reply::method_not_allowed(method, "GET, HEAD"),
         },
         ["metrics"] => match method {
             "GET" => Reply::text(
                 "text/plain; version=0.0.4; charset=utf-8",
                 super::metrics::render(&state.sources),
             ),
-            _ => Reply::method_not_allowed(method, "GET"),
+            _ => Reply::method_not_allowed(method, "GET, HEAD"),
         },
         [""] => match method {
             "GET" => Reply::text("text/html; charset=utf-8", stats_page(state)),
-            _ => Reply::method_not_allowed(method, "GET"),
+            _ => Reply::method_not_allowed(method, "GET, HEAD"),
         },
         _ => Reply::error(404, format!("no such endpoint: {path}")),
     }
@@ -204,7 +220,8 @@ pub fn backend_json(b: &Backend) -> Value {
             "result": if c.error.is_none() { "ok" } else { "failed" },
             "error": c.error,
             "at_unix_ms": c.at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
-            "took_ms": c.took.as_secs_f64() * 1000.0,
+            // Whole microseconds, so the number prints short.
+            "took_ms": c.took.as_micros() as f64 / 1000.0,
         })
     });
     json!({
@@ -322,15 +339,14 @@ fn change(state: &State, address: &str, body: &[u8]) -> Reply {
         log::info!("admin: backend {address} weight is now {weight}");
     }
     if let Some(wanted) = change.state {
-        // The log says it in the words of the API and the docs.
-        let (draining, maint, words) = match wanted {
-            Wanted::Drain => (true, false, "draining"),
-            Wanted::Maint => (false, true, "maintenance (maint)"),
-            Wanted::Ready => (false, false, "ready"),
+        let (draining, maint) = match wanted {
+            Wanted::Drain => (true, false),
+            Wanted::Maint => (false, true),
+            Wanted::Ready => (false, false),
         };
         backend.set_draining(draining);
         backend.set_maint(maint);
-        log::info!("admin: backend {address} set to {words}");
+        log::info!("admin: backend {address} is now {}", wanted.word());
     }
     Reply::new(200, backend_json(&backend))
 }
@@ -371,7 +387,8 @@ fn reload(state: &State) -> Reply {
         }
         Err(error) => {
             log::warn!("admin: reload failed, the settings stay: {error}");
-            Reply::error(500, error)
+            // The request was fine; the file it points at was refused.
+            Reply::error(422, error)
         }
     }
 }
@@ -390,26 +407,38 @@ fn config(state: &State) -> Value {
         .as_ref()
         .map(|l| l.config().clone());
     config.algorithm = state.live.scheduler.algorithm();
-    let backends: Vec<String> = state
+    let backends: Vec<Value> = state
         .live
         .scheduler
         .snapshot()
         .iter()
-        .map(|b| match b.weight() {
-            1 => b.name().to_string(),
-            w => format!("{},weight={w}", b.name()),
-        })
+        .map(|b| json!({ "address": b.name(), "weight": b.weight() }))
         .collect();
     let mut out = Map::new();
     for (name, value) in config.describe() {
         let value = if name == "backends" {
-            backends.join(" ")
+            Value::Array(backends.clone())
         } else {
-            value
+            typed(&value)
         };
-        out.insert(name.to_string(), Value::String(value));
+        out.insert(name.to_string(), value);
     }
     Value::Object(out)
+}
+
+/// A setting's text as JSON: whole numbers and `true`/`false` typed,
+/// `off` and empty as `null`; the rest (durations, sizes, addresses, names) as the
+/// text the config file takes.
+fn typed(text: &str) -> Value {
+    match text {
+        "true" => Value::Bool(true),
+        "false" => Value::Bool(false),
+        "off" | "none" | "" => Value::Null,
+        _ => match text.parse::<u64>() {
+            Ok(n) => Value::from(n),
+            Err(_) => Value::String(text.to_string()),
+        },
+    }
 }
 
 /// `%XX` sequences decoded (an IPv6 backend is `%5B::1%5D:8001` in a URL);
@@ -510,7 +539,12 @@ mod tests {
         assert_eq!(r.status, 200, "{r:?}");
         assert_eq!(r.body["state"], "maint");
         let r = route(&s, "HEAD", "/config", b"");
-        assert_eq!((r.status, r.allow), (405, Some("GET")));
+        assert_eq!(r.status, 200, "HEAD is answered as GET");
+        let r = route(&s, "POST", "/config", b"");
+        assert_eq!((r.status, r.allow), (405, Some("GET, HEAD")));
+        let r = route(&s, "GET", "/backends/%5B::1%5D:8001", b"");
+        assert_eq!((r.status, &r.body["address"]), (200, &json!("[::1]:8001")));
+        assert_eq!(route(&s, "GET", "/backends/127.0.0.1:1", b"").status, 404);
         assert_eq!(route(&s, "GET", "/backendsx", b"").status, 404);
         assert_eq!(route(&s, "PUT", "/backends/%FF", b"{}").status, 400);
     }

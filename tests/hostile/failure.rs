@@ -189,7 +189,7 @@ mod health_and_failure_logs {
     }
 
     /// The log speaks the operator's words: a state set through the admin
-    /// API is `draining`, `maintenance` or `ready` (the API's and the
+    /// API is `draining`, `in maintenance` or `ready` (the API's and the
     /// docs' words, not `Drain`), and the shutdown summary of one client
     /// says `1 connection accepted`, not `1 connections`.
     #[test]
@@ -220,12 +220,12 @@ mod health_and_failure_logs {
         assert!(served(addr), "not served");
         for (state, words) in [
             ("drain", "draining"),
-            ("maint", "maintenance"),
+            ("maint", "in maintenance"),
             ("ready", "ready"),
         ] {
             let status = put(admin, &name, &format!(r#"{{"state": "{state}"}}"#));
             assert!(status.starts_with("HTTP/1.1 200"), "{state}: {status}");
-            let line = format!("backend {name} set to {words}");
+            let line = format!("backend {name} is now {words}");
             assert!(
                 wait_for(TIMEOUT, || rodizio.output().contains(&line)),
                 "no {line:?}:\n{}",

@@ -1,0 +1,153 @@
+//! Who may use the admin API: with `--admin-token-file FILE`, a request
+//! must carry the file's token, as `Authorization: Bearer TOKEN` (scripts,
+//! Prometheus's `authorization`) or as the password of HTTP Basic
+//! authentication, with any user name (a browser opening the stats page
+//! asks for it; Prometheus's `basic_auth`). Scheme names are compared
+//! without regard to case (RFC 7235). Without a token file every request
+//! is allowed (the API listens on loopback unless told otherwise).
+//!
+//! Run by the admin runtime's thread, once per request; no state but the
+//! token.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart: the C has no admin API.
+
+/// The token a request must carry, if any.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Auth {
+    token: Option<String>,
+}
+
+impl Auth {
+    /// Every request must carry `token` (`None`: no check).
+    pub(crate) fn new(token: Option<String>) -> Auth {
+        Auth { token }
+    }
+
+    /// Whether a request with this `Authorization` header value may pass.
+    pub(crate) fn allows(&self, header: Option<&[u8]>) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        let given = header.and_then(credential).unwrap_or_default();
+        same_bytes(&given, token.as_bytes())
+    }
+
+    /// The `WWW-Authenticate` challenges of a 401: Bearer for scripts,
+    /// Basic so that a browser asks for the token.
+    pub(crate) const CHALLENGES: [&'static str; 2] = ["Bearer", "Basic realm=\"rodizio admin\""];
+}
+
+/// The secret in an `Authorization` value: a bearer token, or a Basic
+/// password. `None` for another scheme or a malformed value.
+fn credential(value: &[u8]) -> Option<Vec<u8>> {
+    let value = std::str::from_utf8(value).ok()?.trim();
+    let (scheme, rest) = value.split_once([' ', '\t'])?;
+    let rest = rest.trim();
+    if scheme.eq_ignore_ascii_case("bearer") {
+        return Some(rest.as_bytes().to_vec());
+    }
+    if scheme.eq_ignore_ascii_case("basic") {
+        let pair = base64_decode(rest)?;
+        let colon = pair.iter().position(|&b| b == b':')?;
+        return Some(pair[colon + 1..].to_vec());
+    }
+    None
+}
+
+/// Standard base64 (RFC 4648, padding optional); `None` when malformed.
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim_end_matches('=');
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    // Six bits left over can come from no valid encoding.
+    (bits < 6).then_some(out)
+}
+
+/// Equal bytes, compared in a time that depends on the lengths only.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut diff = 0u8;
+    for (x, y) in a.iter().zip(b) {
+        diff |= x ^ y;
+    }
+    diff == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same_bytes(b"secret", b"secret"));
+        assert!(!same_bytes(b"secret", b"secreT"));
+        assert!(!same_bytes(b"secret", b"secret2"));
+        assert!(!same_bytes(b"", b"x"));
+    }
+
+    #[test]
+    fn bearer_in_any_case_and_basic_with_any_user() {
+        let auth = Auth::new(Some("s3cret".into()));
+        for ok in [
+            "Bearer s3cret",
+            "bearer s3cret",
+            "BEARER   s3cret ",
+            // "admin:s3cret" and ":s3cret"
+            "Basic YWRtaW46czNjcmV0",
+            "basic OnMzY3JldA==",
+            "Basic OnMzY3JldA",
+        ] {
+            assert!(auth.allows(Some(ok.as_bytes())), "{ok}");
+        }
+        for no in [
+            "",
+            "s3cret",
+            "Bearer",
+            "Bearer s3cre",
+            "Bearer s3cret2",
+            "Token s3cret",
+            // "admin:wrong", "s3cret" (no colon), garbage
+            "Basic YWRtaW46d3Jvbmc=",
+            "Basic czNjcmV0",
+            "Basic !!!!",
+            "Basic Y",
+        ] {
+            assert!(!auth.allows(Some(no.as_bytes())), "{no}");
+        }
+        assert!(!auth.allows(None));
+        assert!(!auth.allows(Some(&[0xff, 0xfe, b' ', b'x'])));
+        assert!(Auth::new(None).allows(None));
+    }
+
+    #[test]
+    fn base64_round_trips() {
+        assert_eq!(base64_decode("").unwrap(), b"");
+        assert_eq!(base64_decode("Zg==").unwrap(), b"f");
+        assert_eq!(base64_decode("Zm8=").unwrap(), b"fo");
+        assert_eq!(base64_decode("Zm9v").unwrap(), b"foo");
+        assert_eq!(base64_decode("Zm9vYmFy").unwrap(), b"foobar");
+        assert!(base64_decode("Z").is_none());
+        assert!(base64_decode("Zm9v YmFy").is_none());
+    }
+}
