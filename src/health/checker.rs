@@ -118,9 +118,12 @@ impl Checker {
         for (backend, (result, took)) in list.iter().zip(results) {
             self.stats.histograms.health_check.observe(took);
             backend.record_check(CheckRecord {
-                error: result.as_ref().err().map(|failure| match failure.local {
-                    true => format!("{failure} (a fault of this host: not counted)"),
-                    false => failure.reason.clone(),
+                error: result.as_ref().err().map(|failure| {
+                    if failure.local {
+                        format!("{failure} (a fault of this host: not counted)")
+                    } else {
+                        failure.reason.clone()
+                    }
                 }),
                 at: SystemTime::now(),
                 took,

@@ -40,10 +40,10 @@
 //! without waiting for the next probe; the active checks then bring it back
 //! (after `--rise` successes). A connect that failed for a reason of this
 //! host is not counted against the backend here either. With
-//! `--health-check off` nothing would ever
-//! bring it back, so the thread instead retries a down backend after
-//! `--health-cooldown` (default 10 s): it is marked up, and one more connect
-//! failure marks it down again (the failure count is not reset).
+//! `--health-check off` nothing would ever bring it back, so the thread
+//! instead retries a down backend after `--health-cooldown` (default
+//! 10 s): it is marked up, and one more connect failure marks it down
+//! again (the failure count is not reset).
 //!
 //! # Health is not draining
 //!
