@@ -515,14 +515,20 @@ where
     let mut cmd = command();
     let matches = cmd.try_get_matches_from_mut(args)?;
     if matches.subcommand_name() == Some("backend") {
-        let flags: Vec<clap::Id> = cmd.get_arguments().map(|a| a.get_id().clone()).collect();
+        // Named as typed: `-b` is `--backend`, whose id is `backends`.
+        let flags: Vec<(clap::Id, String)> = cmd
+            .get_arguments()
+            .map(|a| {
+                let long = a.get_long().unwrap_or(a.get_id().as_str());
+                (a.get_id().clone(), format!("--{long}"))
+            })
+            .collect();
         let given: Vec<String> = matches
             .ids()
-            .filter(|id| flags.contains(id))
             .filter(|id| {
                 matches.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine)
             })
-            .map(|id| format!("--{}", id.as_str().replace('_', "-")))
+            .filter_map(|id| flags.iter().find(|(f, _)| f == id).map(|(_, n)| n.clone()))
             .collect();
         if !given.is_empty() {
             return Err(cmd.error(
@@ -948,6 +954,18 @@ mod tests {
         // With demo the balancer flags are valid and stay.
         let cli = parse_from(["rodizio", "-l", "127.0.0.1:18101", "demo"]).unwrap();
         assert_eq!(cli.balancer.listen.unwrap().port(), 18101);
+    }
+
+    /// The refusal names the flags as typed: `-b` is `--backend` and the
+    /// admin address `--admin`, not their settings' names.
+    #[test]
+    fn flags_before_backend_are_named_as_typed() {
+        let err = parse_from(["rodizio", "-b", "127.0.0.1:1", "backend"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(line.contains("--backend given before 'backend'"), "{line}");
+        let err = parse_from(["rodizio", "--admin", "127.0.0.1:9", "backend"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(line.contains("--admin given before 'backend'"), "{line}");
     }
 
     #[test]

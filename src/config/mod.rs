@@ -490,7 +490,7 @@ mod tests {
         c.admin_listen = Some("0.0.0.0:9000".parse().unwrap());
         let flag = c.validate().unwrap_err().worded_as_flag().to_string();
         assert!(
-            flag.contains("--admin-listen 0.0.0.0:9000 is not a loopback"),
+            flag.contains("--admin 0.0.0.0:9000 is not a loopback"),
             "{flag}"
         );
         assert!(flag.contains("--admin-allow-remote is given"), "{flag}");
