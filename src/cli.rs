@@ -23,7 +23,7 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::backend::BackendSpec;
-use crate::config::{Config, Overrides};
+use crate::config::{parse_listen, Config, Overrides};
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
 use crate::limiter::{FailurePolicy, Rate, Reply, RuleKind, MAX_MAX_CLIENTS};
@@ -235,7 +235,7 @@ pub struct BalancerArgs {
     /// Serve the admin API (JSON over HTTP: list, add, drain, remove
     /// backends; reload; settings) on this address; loopback only unless
     /// --admin-allow-remote. Off by default.
-    #[arg(long = "admin", visible_alias = "admin-listen", value_name = "ADDR")]
+    #[arg(long = "admin", visible_alias = "admin-listen", value_name = "ADDR", value_parser = parse_listen)]
     pub admin_listen: Option<SocketAddr>,
     /// Let --admin listen on an address that is not loopback.
     #[arg(long)]
@@ -336,28 +336,6 @@ fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
         Error::InvalidBackend(msg) => msg,
         other => other.to_string(),
     })
-}
-
-/// A listening address, `IP:PORT`, with an example of the right form in
-/// the error: `8080` or `::1:8080` alone are common slips.
-fn parse_listen(text: &str) -> std::result::Result<SocketAddr, String> {
-    let text = text.trim();
-    if let Ok(addr) = text.parse() {
-        return Ok(addr);
-    }
-    let hint = if text.parse::<u16>().is_ok() {
-        format!("an address and a port are needed, e.g. 0.0.0.0:{text} or 127.0.0.1:{text}")
-    } else if text.matches(':').count() > 1 && !text.starts_with('[') {
-        match text.rsplit_once(':') {
-            Some((ip, port)) => {
-                format!("an IPv6 address goes in brackets before the port, e.g. [{ip}]:{port}")
-            }
-            None => "e.g. [::1]:8080".to_string(),
-        }
-    } else {
-        "expected IP:PORT, e.g. 127.0.0.1:8080 or [::]:8080 (a numeric IP, not a name)".to_string()
-    };
-    Err(format!("'{text}' is not a listening address: {hint}"))
 }
 
 fn parse_algorithm(text: &str) -> std::result::Result<Algorithm, String> {
@@ -513,7 +491,10 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let mut cmd = command();
-    let matches = cmd.try_get_matches_from_mut(args)?;
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let matches = cmd
+        .try_get_matches_from_mut(args.clone())
+        .map_err(|err| flags_after_demo(&mut cmd, &args).unwrap_or(err))?;
     if matches.subcommand_name() == Some("backend") {
         // Named as typed: `-b` is `--backend`, whose id is `backends`.
         let flags: Vec<(clap::Id, String)> = cmd
@@ -542,6 +523,49 @@ where
         }
     }
     Cli::from_arg_matches(&matches)
+}
+
+/// For `rodizio demo -l ADDR`: an error saying that balancer flags go
+/// before `demo`, with the command line put right; `None` when no balancer
+/// flag follows `demo`.
+fn flags_after_demo(cmd: &mut clap::Command, args: &[std::ffi::OsString]) -> Option<clap::Error> {
+    let words: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let demo = words.iter().position(|w| w == "demo")?;
+    // A balancer flag as typed (`-l`, `--listen`, `--listen=ADDR`), and
+    // how many words it takes.
+    let flag_at = |w: &str| {
+        let name = w.split('=').next().unwrap_or(w);
+        cmd.get_arguments().find_map(|a| {
+            let long = a.get_long().map(|l| format!("--{l}"));
+            let short = a.get_short().map(|c| format!("-{c}"));
+            let hit = long.as_deref() == Some(name) || short.as_deref() == Some(name);
+            let takes = a.get_action().takes_values() && !w.contains('=');
+            hit.then_some(if takes { 2 } else { 1 })
+        })
+    };
+    let (at, len) = words
+        .iter()
+        .enumerate()
+        .skip(demo + 1)
+        .find_map(|(i, w)| flag_at(w).map(|len| (i, len)))?;
+    let end = (at + len).min(words.len());
+    let mut fixed: Vec<&str> = vec!["rodizio"];
+    fixed.extend(words[1..demo].iter().map(String::as_str));
+    fixed.extend(words[at..end].iter().map(String::as_str));
+    fixed.push("demo");
+    fixed.extend(words[demo + 1..at].iter().map(String::as_str));
+    fixed.extend(words[end..].iter().map(String::as_str));
+    Some(cmd.error(
+        clap::error::ErrorKind::UnknownArgument,
+        format!(
+            "'{}' after 'demo': balancer flags go before 'demo' ({})",
+            words[at],
+            fixed.join(" ")
+        ),
+    ))
 }
 
 /// The first line of a clap error, for the one-line message on bad flags

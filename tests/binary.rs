@@ -75,8 +75,17 @@ impl Running {
                 .nth(1)
                 .is_some_and(|rest| rest.contains('\n'))
         });
-        let port = out.split(LINE).nth(1).unwrap().lines().next().unwrap();
-        (port.parse().expect("a port number"), out)
+        // `N (ADDR)`: the article's words, then the address.
+        let rest = out.split(LINE).nth(1).unwrap().lines().next().unwrap();
+        let (port, addr) = rest.split_once(' ').expect("the port, then the address");
+        let port: u16 = port.parse().expect("a port number");
+        let addr: std::net::SocketAddr = addr
+            .trim_start_matches('(')
+            .trim_end_matches(')')
+            .parse()
+            .expect("the address in brackets");
+        assert_eq!(addr.port(), port, "{rest}");
+        (port, out)
     }
 
     /// Waits until `done` holds for standard output; returns all of it.
