@@ -187,7 +187,7 @@ pub fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
         return Err(Error::ConfigFile {
             path: path.to_path_buf(),
             position: Some((line, column)),
-            message: format!("expected an object of settings, found '{first}'"),
+            message: format!("expected an object of settings, found {}", shown(first)),
         });
     }
     let mut de = serde_json::Deserializer::from_str(text);
@@ -580,6 +580,16 @@ impl<'a> Converter<'a> {
     }
 }
 
+/// A character as a message shows it: `'x'`, or `U+FEFF` for one that
+/// cannot be seen (a control character, a byte order mark, a space).
+fn shown(c: char) -> String {
+    if c.is_control() || c.is_whitespace() || c == '\u{feff}' || c == '\u{200b}' {
+        format!("U+{:04X}", u32::from(c))
+    } else {
+        format!("'{c}'")
+    }
+}
+
 /// Turns serde's error into one line with the line, column and key.
 fn json_error(path: &Path, text: &str, at: &str, inner: serde_json::Error) -> Error {
     let (line, column) = (inner.line(), inner.column());
@@ -587,12 +597,19 @@ fn json_error(path: &Path, text: &str, at: &str, inner: serde_json::Error) -> Er
     let suffix = format!(" at line {line} column {column}");
     let bare = full.strip_suffix(&suffix).unwrap_or(&full).to_string();
     let message = match inner.classify() {
+        serde_json::error::Category::Syntax if bare == "recursion limit exceeded" => {
+            "JSON nested too deeply (at most 128 levels of [ and {)".to_string()
+        }
         serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
             format!("JSON syntax error: {bare}")
         }
         serde_json::error::Category::Io => format!("cannot be read: {bare}"),
         serde_json::error::Category::Data => match bare.strip_prefix("unknown field ") {
             Some(rest) => unknown_key(at, rest),
+            None if bare.starts_with("duplicate field ") => {
+                let key = bare.split('`').nth(1).unwrap_or_default();
+                format!("`{key}` is written twice: keep one")
+            }
             None if at == "." || at.is_empty() => bare,
             None => format!("`{at}`: {bare}"),
         },
@@ -683,7 +700,13 @@ fn unknown_key(at: &str, rest: &str) -> String {
 /// The known key nearest to `key`, if it is near enough to be a typo: at
 /// most two edits, or a quarter of the key's length for long keys.
 fn closest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
-    let limit = 2.max(key.chars().count() / 4);
+    let length = key.chars().count();
+    if length > 64 {
+        // No known key is that long, and the distance costs its length
+        // times theirs: a key of a megabyte would take seconds.
+        return None;
+    }
+    let limit = 2.max(length / 4);
     known
         .iter()
         .map(|k| (edit_distance(key, k), *k))
