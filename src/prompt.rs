@@ -5,7 +5,7 @@
 //! `Vec<u8>` and check every byte that was printed.
 //!
 //! The questions and the `Invalid input.` answer are the C's, word for word.
-//! Each answer is one line, read as bytes, at most [`MAX_ANSWER`] of them.
+//! Each answer is one line, read as bytes, at most 1 KiB of them.
 //! Anything invalid (a line that is not UTF-8 or too long, not a number, out
 //! of range, an address that does not resolve, a port outside 1..65535)
 //! prints `Invalid input.` followed by the reason on the same line, and asks

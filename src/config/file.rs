@@ -34,7 +34,7 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::{Config, Overrides};
+use super::{words, Config, Overrides};
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::health::protocol::parse_bytes;
@@ -110,52 +110,16 @@ struct Key {
 ///
 /// # Errors
 ///
-/// [`Error::ConfigFile`] when it cannot be read (naming the OS error) or
-/// is not valid (see [`parse`]).
+/// [`Error::ConfigFile`] when it cannot be read (naming the OS error),
+/// is not a regular file, is over 1 MiB or is not UTF-8, or is not valid
+/// (see [`parse`]).
 pub fn load(path: &Path) -> Result<ConfigFile> {
-    let text = read_capped(path).map_err(|message| Error::ConfigFile {
+    let text = super::read::read_capped(path).map_err(|message| Error::ConfigFile {
         path: path.to_path_buf(),
         position: None,
         message,
     })?;
     parse(path, &text)
-}
-
-/// Largest config file read: 1 MiB. A real one is a few kilobytes; the
-/// cap keeps `/dev/zero`, a log given by mistake or a huge file from
-/// growing the process without bound.
-pub const MAX_FILE_SIZE: u64 = 1 << 20;
-
-/// The file's text, read up to [`MAX_FILE_SIZE`], or why not. Only
-/// regular files are read: a FIFO that nobody writes to would block the
-/// start-up (or a reload) forever, and a device such as `/dev/urandom`
-/// never ends.
-fn read_capped(path: &Path) -> std::result::Result<String, String> {
-    use std::io::Read;
-    let cannot = |e: std::io::Error| format!("cannot be read: {e}");
-    let meta = std::fs::metadata(path).map_err(cannot)?;
-    if meta.is_dir() {
-        return Err("cannot be read: Is a directory, not a file".into());
-    }
-    if !meta.is_file() {
-        // Checked before opening: opening a FIFO for reading blocks
-        // until a writer comes.
-        return Err("cannot be read: not a regular file (a pipe or a device?)".into());
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_FILE_SIZE + 1).read_to_end(&mut bytes))
-        .map_err(cannot)?;
-    if bytes.len() as u64 > MAX_FILE_SIZE {
-        return Err(format!(
-            "is larger than {} KiB, the most a config file may be",
-            MAX_FILE_SIZE / 1024
-        ));
-    }
-    String::from_utf8(bytes).map_err(|e| {
-        let at = e.utf8_error().valid_up_to();
-        format!("is not UTF-8 text (byte {} is not valid UTF-8)", at + 1)
-    })
 }
 
 /// Parses the text of a config file; `path` is for messages.
@@ -187,7 +151,10 @@ pub fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
         return Err(Error::ConfigFile {
             path: path.to_path_buf(),
             position: Some((line, column)),
-            message: format!("expected an object of settings, found {}", shown(first)),
+            message: format!(
+                "expected an object of settings, found {}",
+                words::shown(first)
+            ),
         });
     }
     let mut de = serde_json::Deserializer::from_str(text);
@@ -580,16 +547,6 @@ impl<'a> Converter<'a> {
     }
 }
 
-/// A character as a message shows it: `'x'`, or `U+FEFF` for one that
-/// cannot be seen (a control character, a byte order mark, a space).
-fn shown(c: char) -> String {
-    if c.is_control() || c.is_whitespace() || c == '\u{feff}' || c == '\u{200b}' {
-        format!("U+{:04X}", u32::from(c))
-    } else {
-        format!("'{c}'")
-    }
-}
-
 /// Turns serde's error into one line with the line, column and key.
 fn json_error(path: &Path, text: &str, at: &str, inner: serde_json::Error) -> Error {
     let (line, column) = (inner.line(), inner.column());
@@ -623,57 +580,8 @@ fn json_error(path: &Path, text: &str, at: &str, inner: serde_json::Error) -> Er
     Error::ConfigFile {
         path: path.to_path_buf(),
         position,
-        message: clip(&in_words(&message)),
+        message: words::clip(&words::in_words(&message)),
     }
-}
-
-/// Longest message kept whole: a value or a key can be megabytes long,
-/// and serde echoes it.
-const MAX_MESSAGE: usize = 200;
-
-/// `message`, cut after [`MAX_MESSAGE`] characters with a note of how
-/// much was left out.
-fn clip(message: &str) -> String {
-    let count = message.chars().count();
-    if count <= MAX_MESSAGE {
-        return message.to_string();
-    }
-    let kept: String = message.chars().take(MAX_MESSAGE - 40).collect();
-    format!("{kept}... ({} more characters)", count - (MAX_MESSAGE - 40))
-}
-
-/// serde's words for numbers made the operator's: `expected u32` becomes
-/// `expected a whole number from 0 to 4294967295`, and "integer `-1`" and
-/// "floating point `1e300`" the number alone. For the config file and the
-/// admin API's JSON bodies alike.
-pub fn in_words(message: &str) -> String {
-    let mut text = message.to_string();
-    for kind in ["integer", "floating point"] {
-        text = text.replace(&format!("{kind} `"), "`");
-    }
-    const TYPES: [(&str, &str); 8] = [
-        ("u8", " from 0 to 255"),
-        ("u16", " from 0 to 65535"),
-        ("u32", " from 0 to 4294967295"),
-        ("u64", " from 0 to 18446744073709551615"),
-        ("usize", " from 0 to 18446744073709551615"),
-        ("i8", ""),
-        ("i32", ""),
-        ("i64", ""),
-    ];
-    for (ty, range) in TYPES {
-        for end in [" ", ",", ")", ""] {
-            let rust = format!("expected {ty}{end}");
-            if end.is_empty() && !text.ends_with(&rust) {
-                continue;
-            }
-            text = text.replace(&rust, &format!("expected a whole number{range}{end}"));
-        }
-    }
-    for ty in ["f32", "f64"] {
-        text = text.replace(&format!("expected {ty}"), "expected a number");
-    }
-    text
 }
 
 /// `unknown key `x` (did you mean `y`?)` from serde's "`x`, expected one
@@ -1431,7 +1339,7 @@ mod tests {
             r#"{"weight": "x"}"#,
         ] {
             let err = serde_json::from_str::<Body>(body).unwrap_err().to_string();
-            let words = in_words(&err);
+            let words = words::in_words(&err);
             assert!(!words.contains("u32"), "{words}");
             assert!(!words.contains("integer `"), "{words}");
             assert!(!words.contains("floating point"), "{words}");

@@ -34,6 +34,8 @@
 
 pub mod file;
 mod overrides;
+mod read;
+pub mod words;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
