@@ -538,3 +538,34 @@ fn send_expect_without_expect_names_the_file() {
     assert!(line.starts_with("line 2, column 2: "), "{line}");
     assert!(line.contains("health_expect"), "{line}");
 }
+
+/// `-c FILE -b X` running: the line saying that the flags' backends win
+/// is said at start-up, and again on each reload that reads the file's.
+#[test]
+fn which_backends_win_is_said_at_start_up_and_on_reload() {
+    let file = TempFile::new(
+        "{\"listen\": \"127.0.0.1:0\", \"health_check\": \"off\", \"backends\": [\"127.0.0.1:29001\"]}",
+    );
+    let mut child = Command::new(BIN)
+        .args(["-c", file.path(), "-b", "127.0.0.1:29002"])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = common::collect(child.stderr.take().unwrap());
+    let said = || stderr.text().matches("win over the file's").count();
+    let started = wait_for(WAIT, || said() == 1);
+    let reloads = || stderr.text().matches("reload: no change").count();
+    let reloaded = started && {
+        // SAFETY: a plain kill(2) on the child this test started.
+        unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+        wait_for(WAIT, || reloads() == 1)
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(started, "{}", stderr.text());
+    assert!(reloaded, "{}", stderr.text());
+    assert_eq!(said(), 2, "{}", stderr.text());
+}
