@@ -105,9 +105,9 @@ fn say_listening(addr: SocketAddr) {
 /// An admin address that cannot be bound, worded as the admin API's (the
 /// balancer's own port is bound first, so the same words would point at
 /// the wrong address); other errors unchanged.
-fn admin_words(err: Error, config: &Config, flags: &Overrides) -> Error {
+fn admin_words(err: Error, admin: Option<SocketAddr>, flags: &Overrides) -> Error {
     match err {
-        Error::Bind { addr, source } if Some(addr) == config.admin_listen => {
+        Error::Bind { addr, source } if Some(addr) == admin => {
             let given = if flags.admin_listen.is_some() {
                 "--admin"
             } else {
@@ -272,9 +272,9 @@ fn balance(
         flags.backends = Some(config.backends.clone());
     }
     let signals = prepare_process(shutdown)?;
-    let admin = config.clone();
+    let admin = config.admin_listen;
     let mut balancer = Balancer::with_listener(config, listener)
-        .map_err(|e| blame(admin_words(e, &admin, &flags), file.as_ref(), &flags))?;
+        .map_err(|e| blame(admin_words(e, admin, &flags), file.as_ref(), &flags))?;
     say_listening(balancer.local_addr());
     if let Some(log) = balancer.access_log() {
         // logrotate renames the file, then sends SIGUSR1.
@@ -379,9 +379,9 @@ fn demo(
         config.backends.push(BackendSpec::parse(&addr.to_string())?);
         say(format_args!("Demo backend {} listening on {addr}", i + 1));
     }
-    let admin = config.clone();
+    let admin = config.admin_listen;
     let balancer =
-        Balancer::bind(config).map_err(|e| admin_words(e, &admin, flags).worded_as_flag())?;
+        Balancer::bind(config).map_err(|e| admin_words(e, admin, flags).worded_as_flag())?;
     let port = balancer.local_addr().port();
     say_listening(balancer.local_addr());
     say("");
