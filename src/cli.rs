@@ -494,7 +494,12 @@ where
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
     let matches = cmd
         .try_get_matches_from_mut(args.clone())
-        .map_err(|err| flags_after_demo(&mut cmd, &args).unwrap_or(err))?;
+        .map_err(|err| match err.kind() {
+            clap::error::ErrorKind::UnknownArgument => {
+                flags_after_demo(&mut cmd, &args).unwrap_or(err)
+            }
+            _ => err,
+        })?;
     if matches.subcommand_name() == Some("backend") {
         // Named as typed: `-b` is `--backend`, whose id is `backends`.
         let flags: Vec<(clap::Id, String)> = cmd
@@ -978,6 +983,26 @@ mod tests {
         // With demo the balancer flags are valid and stay.
         let cli = parse_from(["rodizio", "-l", "127.0.0.1:18101", "demo"]).unwrap();
         assert_eq!(cli.balancer.listen.unwrap().port(), 18101);
+    }
+
+    /// Balancer flags after `demo` get a hint with the command put right;
+    /// `demo --help` and demo's own flags are left alone.
+    #[test]
+    fn balancer_flags_after_demo_are_moved_in_the_hint() {
+        let err =
+            parse_from(["rodizio", "demo", "--backends", "2", "-l", "127.0.0.1:0"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(
+            line.contains(
+                "balancer flags go before 'demo' (rodizio -l 127.0.0.1:0 demo --backends 2)"
+            ),
+            "{line}"
+        );
+        for help in ["--help", "-h"] {
+            let err = parse_from(["rodizio", "demo", help]).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp);
+        }
+        assert!(parse_from(["rodizio", "demo", "--backends", "2"]).is_ok());
     }
 
     /// The refusal names the flags as typed: `-b` is `--backend` and the
