@@ -23,7 +23,7 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::backend::BackendSpec;
-use crate::config::{parse_listen, Config, Overrides};
+use crate::config::{parse_listen, Config, Overrides, MAX_WORKERS};
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
 use crate::limiter::{FailurePolicy, Rate, Reply, RuleKind, MAX_MAX_CLIENTS};
@@ -106,13 +106,13 @@ pub struct BalancerArgs {
     #[arg(long, value_name = "ALGORITHM", value_parser = parse_algorithm)]
     pub algorithm: Option<Algorithm>,
     /// Most worker threads, hence most connections served at once.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize, 1, { MAX_WORKERS as u64 }>)]
     pub workers: Option<usize>,
     /// Stack size of each worker thread (e.g. 65536, 64k).
     #[arg(long, value_parser = parse_size)]
     pub thread_stack: Option<usize>,
     /// Most accepted connections waiting for a free worker.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize, 1, { usize::MAX as u64 }>)]
     pub queue_capacity: Option<usize>,
     /// The listen(2) backlog.
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
@@ -162,14 +162,14 @@ pub struct BalancerArgs {
     #[arg(long)]
     pub health_path: Option<String>,
     /// Failed checks in a row that mark a backend down.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u32, 1, { u32::MAX as u64 }>)]
     pub fall: Option<u32>,
     /// Successful checks in a row that mark a down backend up.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u32, 1, { u32::MAX as u64 }>)]
     pub rise: Option<u32>,
     /// Failed connects in a row on real traffic that mark a backend down at
     /// once (0: never).
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u32, 0, { u32::MAX as u64 }>)]
     pub passive_failures: Option<u32>,
     /// With --health-check off, how long a backend marked down by real
     /// traffic rests before it is tried again.
@@ -336,6 +336,24 @@ fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
         Error::InvalidBackend(msg) => msg,
         other => other.to_string(),
     })
+}
+
+/// A whole number up to `HI`, refused in words ("expected a whole number
+/// from 1 to 65536") as the config file refuses it. `LO` is for the words:
+/// a value under it is refused by the validation, which names the setting.
+fn whole<T: TryFrom<u64>, const LO: u64, const HI: u64>(
+    text: &str,
+) -> std::result::Result<T, String> {
+    text.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| *n <= HI)
+        .and_then(|n| T::try_from(n).ok())
+        .ok_or_else(|| {
+            let shown: String = text.chars().take(40).collect();
+            let cut = if shown.len() < text.len() { "..." } else { "" };
+            format!("expected a whole number from {LO} to {HI}, got '{shown}{cut}'")
+        })
 }
 
 fn parse_algorithm(text: &str) -> std::result::Result<Algorithm, String> {
@@ -1003,6 +1021,33 @@ mod tests {
             assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp);
         }
         assert!(parse_from(["rodizio", "demo", "--backends", "2"]).is_ok());
+    }
+
+    /// Whole-number flags say the range in words, not the parser's
+    /// ("invalid digit found in string", "too large to fit in target type").
+    #[test]
+    fn whole_number_flags_are_refused_in_words() {
+        for (flag, value, range) in [
+            ("--workers", "-1", "from 1 to 65536"),
+            ("--workers", "99999999999999999999999", "from 1 to 65536"),
+            ("--fall", "1.5", "from 1 to 4294967295"),
+            ("--rise", "x", "from 1 to 4294967295"),
+            ("--passive-failures", "-2", "from 0 to 4294967295"),
+            ("--queue-capacity", "-3", "a whole number from 1"),
+        ] {
+            let err = parse_from(["rodizio", flag, value]).unwrap_err();
+            let line = one_line(&err);
+            assert!(line.contains(range), "{line}");
+            assert!(
+                !line.contains("digit") && !line.contains("target type"),
+                "{line}"
+            );
+        }
+        let cli = parse_from(["rodizio", "--workers", "8", "--fall", "3"]).unwrap();
+        assert_eq!(
+            (cli.balancer.workers, cli.balancer.fall),
+            (Some(8), Some(3))
+        );
     }
 
     /// The refusal names the flags as typed: `-b` is `--backend` and the
