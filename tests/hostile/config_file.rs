@@ -395,6 +395,20 @@ fn a_reload_with_each_bad_file_keeps_the_old_settings() {
     let path = dir.file("rodizio.json", good.as_bytes());
     let balancer = Balancer::start(&path);
     echo_through(balancer.addr);
+    // Clients all along, bounded in count and time.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let traffic = {
+        let (stop, addr) = (stop.clone(), balancer.addr);
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut served = 0;
+            while !stop.load(Ordering::SeqCst) && served < 100_000 && Instant::now() < deadline {
+                echo_through(addr);
+                served += 1;
+            }
+            served
+        })
+    };
     let duplicate = format!(
         "{{\"listen\": \"127.0.0.1:0\", \"backends\": [\"{0}\", \"localhost:{1}\"]}}",
         backend.addr(),
@@ -459,4 +473,7 @@ fn a_reload_with_each_bad_file_keeps_the_old_settings() {
         balancer.stderr.text()
     );
     echo_through(balancer.addr);
+    stop.store(true, Ordering::SeqCst);
+    let served = traffic.join().expect("every client served");
+    assert!(served > 0);
 }
