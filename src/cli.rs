@@ -23,7 +23,7 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::backend::BackendSpec;
-use crate::config::{Config, Overrides};
+use crate::config::{parse_listen, Config, Overrides, MAX_WORKERS};
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
 use crate::limiter::{FailurePolicy, Rate, Reply, RuleKind, MAX_MAX_CLIENTS};
@@ -106,13 +106,13 @@ pub struct BalancerArgs {
     #[arg(long, value_name = "ALGORITHM", value_parser = parse_algorithm)]
     pub algorithm: Option<Algorithm>,
     /// Most worker threads, hence most connections served at once.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize, 1, { MAX_WORKERS as u64 }>)]
     pub workers: Option<usize>,
     /// Stack size of each worker thread (e.g. 65536, 64k).
     #[arg(long, value_parser = parse_size)]
     pub thread_stack: Option<usize>,
     /// Most accepted connections waiting for a free worker.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<usize, 1, { usize::MAX as u64 }>)]
     pub queue_capacity: Option<usize>,
     /// The listen(2) backlog.
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
@@ -162,14 +162,14 @@ pub struct BalancerArgs {
     #[arg(long)]
     pub health_path: Option<String>,
     /// Failed checks in a row that mark a backend down.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u32, 1, { u32::MAX as u64 }>)]
     pub fall: Option<u32>,
     /// Successful checks in a row that mark a down backend up.
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u32, 1, { u32::MAX as u64 }>)]
     pub rise: Option<u32>,
     /// Failed connects in a row on real traffic that mark a backend down at
     /// once (0: never).
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u32, 0, { u32::MAX as u64 }>)]
     pub passive_failures: Option<u32>,
     /// With --health-check off, how long a backend marked down by real
     /// traffic rests before it is tried again.
@@ -235,7 +235,7 @@ pub struct BalancerArgs {
     /// Serve the admin API (JSON over HTTP: list, add, drain, remove
     /// backends; reload; settings) on this address; loopback only unless
     /// --admin-allow-remote. Off by default.
-    #[arg(long = "admin", visible_alias = "admin-listen", value_name = "ADDR")]
+    #[arg(long = "admin", visible_alias = "admin-listen", value_name = "ADDR", value_parser = parse_listen)]
     pub admin_listen: Option<SocketAddr>,
     /// Let --admin listen on an address that is not loopback.
     #[arg(long)]
@@ -338,26 +338,22 @@ fn parse_backend(text: &str) -> std::result::Result<BackendSpec, String> {
     })
 }
 
-/// A listening address, `IP:PORT`, with an example of the right form in
-/// the error: `8080` or `::1:8080` alone are common slips.
-fn parse_listen(text: &str) -> std::result::Result<SocketAddr, String> {
-    let text = text.trim();
-    if let Ok(addr) = text.parse() {
-        return Ok(addr);
-    }
-    let hint = if text.parse::<u16>().is_ok() {
-        format!("an address and a port are needed, e.g. 0.0.0.0:{text} or 127.0.0.1:{text}")
-    } else if text.matches(':').count() > 1 && !text.starts_with('[') {
-        match text.rsplit_once(':') {
-            Some((ip, port)) => {
-                format!("an IPv6 address goes in brackets before the port, e.g. [{ip}]:{port}")
-            }
-            None => "e.g. [::1]:8080".to_string(),
-        }
-    } else {
-        "expected IP:PORT, e.g. 127.0.0.1:8080 or [::]:8080 (a numeric IP, not a name)".to_string()
-    };
-    Err(format!("'{text}' is not a listening address: {hint}"))
+/// A whole number up to `HI`, refused in words ("expected a whole number
+/// from 1 to 65536") as the config file refuses it. `LO` is for the words:
+/// a value under it is refused by the validation, which names the setting.
+fn whole<T: TryFrom<u64>, const LO: u64, const HI: u64>(
+    text: &str,
+) -> std::result::Result<T, String> {
+    text.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| *n <= HI)
+        .and_then(|n| T::try_from(n).ok())
+        .ok_or_else(|| {
+            let shown: String = text.chars().take(40).collect();
+            let cut = if shown.len() < text.len() { "..." } else { "" };
+            format!("expected a whole number from {LO} to {HI}, got '{shown}{cut}'")
+        })
 }
 
 fn parse_algorithm(text: &str) -> std::result::Result<Algorithm, String> {
@@ -513,16 +509,30 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let mut cmd = command();
-    let matches = cmd.try_get_matches_from_mut(args)?;
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let matches = cmd
+        .try_get_matches_from_mut(args.clone())
+        .map_err(|err| match err.kind() {
+            clap::error::ErrorKind::UnknownArgument => {
+                flags_after_demo(&mut cmd, &args).unwrap_or(err)
+            }
+            _ => err,
+        })?;
     if matches.subcommand_name() == Some("backend") {
-        let flags: Vec<clap::Id> = cmd.get_arguments().map(|a| a.get_id().clone()).collect();
+        // Named as typed: `-b` is `--backend`, whose id is `backends`.
+        let flags: Vec<(clap::Id, String)> = cmd
+            .get_arguments()
+            .map(|a| {
+                let long = a.get_long().unwrap_or(a.get_id().as_str());
+                (a.get_id().clone(), format!("--{long}"))
+            })
+            .collect();
         let given: Vec<String> = matches
             .ids()
-            .filter(|id| flags.contains(id))
             .filter(|id| {
                 matches.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine)
             })
-            .map(|id| format!("--{}", id.as_str().replace('_', "-")))
+            .filter_map(|id| flags.iter().find(|(f, _)| f == id).map(|(_, n)| n.clone()))
             .collect();
         if !given.is_empty() {
             return Err(cmd.error(
@@ -536,6 +546,49 @@ where
         }
     }
     Cli::from_arg_matches(&matches)
+}
+
+/// For `rodizio demo -l ADDR`: an error saying that balancer flags go
+/// before `demo`, with the command line put right; `None` when no balancer
+/// flag follows `demo`.
+fn flags_after_demo(cmd: &mut clap::Command, args: &[std::ffi::OsString]) -> Option<clap::Error> {
+    let words: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let demo = words.iter().position(|w| w == "demo")?;
+    // A balancer flag as typed (`-l`, `--listen`, `--listen=ADDR`), and
+    // how many words it takes.
+    let flag_at = |w: &str| {
+        let name = w.split('=').next().unwrap_or(w);
+        cmd.get_arguments().find_map(|a| {
+            let long = a.get_long().map(|l| format!("--{l}"));
+            let short = a.get_short().map(|c| format!("-{c}"));
+            let hit = long.as_deref() == Some(name) || short.as_deref() == Some(name);
+            let takes = a.get_action().takes_values() && !w.contains('=');
+            hit.then_some(if takes { 2 } else { 1 })
+        })
+    };
+    let (at, len) = words
+        .iter()
+        .enumerate()
+        .skip(demo + 1)
+        .find_map(|(i, w)| flag_at(w).map(|len| (i, len)))?;
+    let end = (at + len).min(words.len());
+    let mut fixed: Vec<&str> = vec!["rodizio"];
+    fixed.extend(words[1..demo].iter().map(String::as_str));
+    fixed.extend(words[at..end].iter().map(String::as_str));
+    fixed.push("demo");
+    fixed.extend(words[demo + 1..at].iter().map(String::as_str));
+    fixed.extend(words[end..].iter().map(String::as_str));
+    Some(cmd.error(
+        clap::error::ErrorKind::UnknownArgument,
+        format!(
+            "'{}' after 'demo': balancer flags go before 'demo' ({})",
+            words[at],
+            fixed.join(" ")
+        ),
+    ))
 }
 
 /// The first line of a clap error, for the one-line message on bad flags
@@ -948,6 +1001,65 @@ mod tests {
         // With demo the balancer flags are valid and stay.
         let cli = parse_from(["rodizio", "-l", "127.0.0.1:18101", "demo"]).unwrap();
         assert_eq!(cli.balancer.listen.unwrap().port(), 18101);
+    }
+
+    /// Balancer flags after `demo` get a hint with the command put right;
+    /// `demo --help` and demo's own flags are left alone.
+    #[test]
+    fn balancer_flags_after_demo_are_moved_in_the_hint() {
+        let err =
+            parse_from(["rodizio", "demo", "--backends", "2", "-l", "127.0.0.1:0"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(
+            line.contains(
+                "balancer flags go before 'demo' (rodizio -l 127.0.0.1:0 demo --backends 2)"
+            ),
+            "{line}"
+        );
+        for help in ["--help", "-h"] {
+            let err = parse_from(["rodizio", "demo", help]).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp);
+        }
+        assert!(parse_from(["rodizio", "demo", "--backends", "2"]).is_ok());
+    }
+
+    /// Whole-number flags say the range in words, not the parser's
+    /// ("invalid digit found in string", "too large to fit in target type").
+    #[test]
+    fn whole_number_flags_are_refused_in_words() {
+        for (flag, value, range) in [
+            ("--workers", "-1", "from 1 to 65536"),
+            ("--workers", "99999999999999999999999", "from 1 to 65536"),
+            ("--fall", "1.5", "from 1 to 4294967295"),
+            ("--rise", "x", "from 1 to 4294967295"),
+            ("--passive-failures", "-2", "from 0 to 4294967295"),
+            ("--queue-capacity", "-3", "a whole number from 1"),
+        ] {
+            let err = parse_from(["rodizio", flag, value]).unwrap_err();
+            let line = one_line(&err);
+            assert!(line.contains(range), "{line}");
+            assert!(
+                !line.contains("digit") && !line.contains("target type"),
+                "{line}"
+            );
+        }
+        let cli = parse_from(["rodizio", "--workers", "8", "--fall", "3"]).unwrap();
+        assert_eq!(
+            (cli.balancer.workers, cli.balancer.fall),
+            (Some(8), Some(3))
+        );
+    }
+
+    /// The refusal names the flags as typed: `-b` is `--backend` and the
+    /// admin address `--admin`, not their settings' names.
+    #[test]
+    fn flags_before_backend_are_named_as_typed() {
+        let err = parse_from(["rodizio", "-b", "127.0.0.1:1", "backend"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(line.contains("--backend given before 'backend'"), "{line}");
+        let err = parse_from(["rodizio", "--admin", "127.0.0.1:9", "backend"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(line.contains("--admin given before 'backend'"), "{line}");
     }
 
     #[test]

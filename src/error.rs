@@ -99,7 +99,7 @@ impl Error {
     /// settings its message names between backquotes; other errors
     /// unchanged.
     pub fn worded_as_flag(self) -> Self {
-        let flag = |name: &str| format!("--{}", name.replace('_', "-"));
+        let flag = flag_name;
         match self {
             Error::InvalidSetting { setting, message } => {
                 let mut parts = message.split('`');
@@ -127,6 +127,18 @@ impl Error {
                 | Error::PromptEof
                 | Error::ConfigFile { .. }
         )
+    }
+}
+
+/// The command-line flag of a setting, as the operator types it: the
+/// setting's name in kebab case, except where the flag is spelled
+/// otherwise (`backends` is given with `--backend`, once per backend;
+/// `admin_listen` with `--admin`).
+pub fn flag_name(setting: &str) -> String {
+    match setting {
+        "backends" => "--backend".to_string(),
+        "admin_listen" => "--admin".to_string(),
+        _ => format!("--{}", setting.replace('_', "-")),
     }
 }
 

@@ -21,6 +21,7 @@ use std::fmt::Display;
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rodizio::backend::BackendSpec;
 use rodizio::cli::{self, one_line, Cli, Command, DemoArgs};
@@ -66,9 +67,59 @@ fn main() {
     signals::exit(code, shutdown.is_triggered());
 }
 
-/// One line to standard output; a closed output is not an error here.
+/// Set when the access log goes to standard output: every other line
+/// (the listening line, the prompt, the demo's) then goes to standard
+/// error, so that standard output is the access log alone.
+static STDOUT_IS_ACCESS_LOG: AtomicBool = AtomicBool::new(false);
+
+/// Where the lines for the operator go: standard output, or standard
+/// error when standard output is the access log.
+fn console() -> Box<dyn Write> {
+    if STDOUT_IS_ACCESS_LOG.load(Ordering::Relaxed) {
+        Box::new(io::stderr())
+    } else {
+        Box::new(io::stdout())
+    }
+}
+
+/// Notes whether `config` writes its access log to standard output.
+fn note_access_log(config: &Config) {
+    let on_stdout = config.access_log.is_some() && config.access_log_file.is_none();
+    STDOUT_IS_ACCESS_LOG.store(on_stdout, Ordering::Relaxed);
+}
+
+/// One line to the [`console`]; a closed output is not an error here.
 fn say(line: impl Display) {
-    let _ = writeln!(io::stdout().lock(), "{line}");
+    let _ = writeln!(console(), "{line}");
+}
+
+/// The article's line, with the address the port is on.
+fn say_listening(addr: SocketAddr) {
+    say(format_args!(
+        "Load balancer listening on port {} ({addr})",
+        addr.port()
+    ));
+    let _ = console().flush();
+}
+
+/// An admin address that cannot be bound, worded as the admin API's (the
+/// balancer's own port is bound first, so the same words would point at
+/// the wrong address); other errors unchanged.
+fn admin_words(err: Error, admin: Option<SocketAddr>, flags: &Overrides) -> Error {
+    match err {
+        Error::Bind { addr, source } if Some(addr) == admin => {
+            let given = if flags.admin_listen.is_some() {
+                "--admin"
+            } else {
+                "`admin_listen`"
+            };
+            Error::io(
+                format!("the admin API cannot listen on {addr} ({given})"),
+                source,
+            )
+        }
+        other => other,
+    }
 }
 
 /// `rodizio: <what went wrong>` on standard error, never panicking.
@@ -132,7 +183,7 @@ fn start(cli: Cli, shutdown: &Shutdown) -> Result<u8, Error> {
                 // The demo backends are on loopback only; so is the demo.
                 config.listen = SocketAddr::from(([127, 0, 0, 1], rodizio::config::DEFAULT_PORT));
             }
-            demo(config, args, shutdown)
+            demo(config, args, &flags, shutdown)
         }
         None => balance(file, flags, shutdown),
     }
@@ -212,21 +263,19 @@ fn balance(
         }
         file.require_backends(&config)?;
     }
+    note_access_log(&config);
     let listener = Balancer::listen(&config)?;
     if config.backends.is_empty() {
         let stdin = io::stdin();
-        config.backends = prompt::servers_entry(&mut stdin.lock(), &mut io::stdout())?;
+        config.backends = prompt::servers_entry(&mut stdin.lock(), &mut console())?;
         // Typed once: a reload keeps them, as it keeps the flags.
         flags.backends = Some(config.backends.clone());
     }
     let signals = prepare_process(shutdown)?;
-    let mut balancer =
-        Balancer::with_listener(config, listener).map_err(|e| blame(e, file.as_ref(), &flags))?;
-    say(format_args!(
-        "Load balancer listening on port {}",
-        balancer.local_addr().port()
-    ));
-    let _ = io::stdout().flush();
+    let admin = config.admin_listen;
+    let mut balancer = Balancer::with_listener(config, listener)
+        .map_err(|e| blame(admin_words(e, admin, &flags), file.as_ref(), &flags))?;
+    say_listening(balancer.local_addr());
     if let Some(log) = balancer.access_log() {
         // logrotate renames the file, then sends SIGUSR1.
         signals.on_reopen(move || log.reopen());
@@ -296,7 +345,13 @@ fn backend_role(
 }
 
 /// `rodizio demo`: demo backends on loopback, the balancer in front.
-fn demo(mut config: Config, args: DemoArgs, shutdown: &Shutdown) -> Result<u8, Error> {
+fn demo(
+    mut config: Config,
+    args: DemoArgs,
+    flags: &Overrides,
+    shutdown: &Shutdown,
+) -> Result<u8, Error> {
+    note_access_log(&config);
     // Checked before any backend starts.
     if args.first_port != 0 && u32::from(args.first_port) + u32::from(args.backends) - 1 > 65535 {
         return Err(Error::setting(
@@ -324,15 +379,17 @@ fn demo(mut config: Config, args: DemoArgs, shutdown: &Shutdown) -> Result<u8, E
         config.backends.push(BackendSpec::parse(&addr.to_string())?);
         say(format_args!("Demo backend {} listening on {addr}", i + 1));
     }
-    let balancer = Balancer::bind(config).map_err(Error::worded_as_flag)?;
+    let admin = config.admin_listen;
+    let balancer =
+        Balancer::bind(config).map_err(|e| admin_words(e, admin, flags).worded_as_flag())?;
     let port = balancer.local_addr().port();
-    say(format_args!("Load balancer listening on port {port}"));
+    say_listening(balancer.local_addr());
     say("");
     say("Try it (each reply names the backend that served it):");
     say(format_args!("  curl http://localhost:{port}/"));
     say(format_args!("  ab -n 1000 -c 100 http://localhost:{port}/"));
     say("Stop with Ctrl-C.");
-    let _ = io::stdout().flush();
+    let _ = console().flush();
     run(balancer, shutdown)
 }
 

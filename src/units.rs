@@ -89,6 +89,16 @@ pub fn parse_size(text: &str) -> std::result::Result<usize, String> {
         .ok_or_else(|| format!("'{text}' is not a size (examples: 4096, 64k, 1m)"))
 }
 
+/// A number as short as it can be echoed in a message: `1.5`, `300`, but
+/// `1e300` rather than its 301 digits.
+pub fn short_number(v: f64) -> String {
+    if v.is_finite() && v.abs() < 1e15 {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
 /// Writes a duration the way [`parse_duration`] reads it, in the largest
 /// unit that keeps it whole (`500ms`, `3s`, `10m`, `1h`; `1500ms`).
 pub fn format_duration(d: Duration) -> String {
@@ -153,6 +163,14 @@ mod tests {
         for bad in ["", "s", "3x", "-1s", "abc"] {
             assert!(parse_duration(bad).is_err(), "accepted {bad:?}");
         }
+    }
+
+    #[test]
+    fn short_numbers() {
+        assert_eq!(short_number(1.5), "1.5");
+        assert_eq!(short_number(300.0), "300");
+        assert_eq!(short_number(1e300), "1e300");
+        assert_eq!(short_number(-2e20), "-2e20");
     }
 
     #[test]

@@ -367,3 +367,205 @@ fn backend_mode_runs_the_demo_backend() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(wait_exit(&mut child).success());
 }
+
+/// `rodizio check-config FILE` on `text` with `flags` before it.
+fn check(text: &str, flags: &[&str]) -> (Output, TempFile) {
+    let file = TempFile::new(text);
+    let mut args = flags.to_vec();
+    args.extend(["check-config", file.path()]);
+    let out = run(&args, b"");
+    (out, file)
+}
+
+/// One backend written twice, under the same or another spelling that
+/// reaches the same address, is refused naming both spellings and the
+/// weight that gives a larger share.
+#[test]
+fn a_backend_listed_twice_is_refused() {
+    for second in ["127.0.0.1:29001", "localhost:29001", " 127.0.0.1:29001"] {
+        let line = refused(&format!(
+            "{{\"listen\": \"127.0.0.1:0\", \"backends\": [\"127.0.0.1:29001\", \"{second}\"]}}"
+        ));
+        assert!(line.contains("`backends`"), "{line}");
+        assert!(line.contains("'127.0.0.1:29001'"), "{line}");
+        assert!(line.contains(&format!("'{}'", second.trim())), "{line}");
+        assert!(line.contains("weight"), "{line}");
+    }
+    // Two ports of one host are two backends.
+    let (out, _f) = check(
+        "{\"backends\": [\"127.0.0.1:29001\", \"127.0.0.1:29002\"]}",
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+}
+
+/// `access_log_file` without `access_log` would be ignored: refused.
+#[test]
+fn an_access_log_file_without_an_access_log_is_refused() {
+    let line = refused(
+        "{\"listen\": \"127.0.0.1:0\", \"backends\": [\"127.0.0.1:1\"],\n \"access_log_file\": \"/tmp/rodizio-x.log\"}",
+    );
+    assert!(
+        line.contains("line 2, column 2: `access_log_file` needs `access_log`"),
+        "{line}"
+    );
+}
+
+/// `-b` beside a file that lists backends: one line says the flags win.
+#[test]
+fn flags_backends_over_the_files_say_which_wins() {
+    let (out, file) = check(
+        "{\"backends\": [\"127.0.0.1:29001\"]}",
+        &["-b", "127.0.0.1:29002"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("backends = 127.0.0.1:29002\n"),
+        "{}",
+        out.stdout
+    );
+    let said: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("win over"))
+        .collect();
+    assert_eq!(said.len(), 1, "{}", out.stderr);
+    assert!(said[0].contains(file.path()), "{}", said[0]);
+    assert!(said[0].contains("--backend"), "{}", said[0]);
+    // Without `-b`, nothing is said.
+    let (out, _f) = check("{\"backends\": [\"127.0.0.1:29001\"]}", &[]);
+    assert!(!out.stderr.contains("win over"), "{}", out.stderr);
+}
+
+/// A bracketed IPv6 host in a backend object is the address inside.
+#[test]
+fn a_bracketed_ipv6_host_is_accepted() {
+    let (out, _f) = check(
+        "{\"backends\": [{\"host\": \"[::1]\", \"port\": 29003}]}",
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("backends = [::1]:29003\n"),
+        "{}",
+        out.stdout
+    );
+    let line = refused("{\"backends\": [{\"host\": \"[::1\", \"port\": 29003}]}");
+    assert!(line.contains("`backends[0]`"), "{line}");
+    assert!(!line.contains("failed to lookup"), "{line}");
+}
+
+/// A UTF-8 byte order mark before the object is skipped.
+#[test]
+fn a_leading_byte_order_mark_is_skipped() {
+    let (out, _f) = check("\u{feff}{\"backends\": [\"127.0.0.1:1\"]}", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+}
+
+/// An empty file (or white space only) is called empty.
+#[test]
+fn an_empty_file_is_called_empty() {
+    for text in ["", "  \n\t\n"] {
+        let line = refused(text);
+        assert!(line.contains("the file is empty"), "{line}");
+        assert!(!line.contains("EOF"), "{line}");
+    }
+}
+
+/// `listen` takes what `--listen` takes, and refuses it in the same words.
+#[test]
+fn listen_in_the_file_is_parsed_as_the_flag() {
+    let line = refused("{\"backends\": [\"127.0.0.1:1\"], \"listen\": \"localhost:8080\"}");
+    let flag = run(&["-b", "127.0.0.1:1", "-l", "localhost:8080"], b"");
+    let reason = "'localhost:8080' is not a listening address: expected IP:PORT";
+    assert!(line.contains(&format!("`listen`: {reason}")), "{line}");
+    assert!(flag.stderr.contains(reason), "{}", flag.stderr);
+    let line = refused("{\"backends\": [\"127.0.0.1:1\"], \"listen\": \"8080\"}");
+    assert!(line.contains("e.g. 0.0.0.0:8080"), "{line}");
+}
+
+/// Numbers are described in words, never as Rust types, and a huge one
+/// is not echoed digit by digit.
+#[test]
+fn numbers_are_refused_in_words() {
+    for (key, value) in [
+        ("workers", "-1"),
+        ("workers", "1e300"),
+        ("workers", "99999999999999999999999"),
+        ("fall", "-1"),
+        ("rise", "1.5"),
+        ("passive_failures", "5000000000"),
+        ("queue_capacity", "-3"),
+        ("backlog", "-1"),
+        ("backlog", "3000000000"),
+        ("rate_limit_ipv6_prefix", "300"),
+        ("listen_port", "70000"),
+        ("connect_timeout", "1e300"),
+        ("buffer_size", "-1"),
+        ("buffer_size", "1e300"),
+    ] {
+        let line = refused(&format!(
+            "{{\"backends\": [\"127.0.0.1:1\"], \"{key}\": {value}}}"
+        ));
+        assert!(line.contains(&format!("`{key}`")), "{line}");
+        for rust in [
+            "usize",
+            "u64",
+            "u32",
+            "u16",
+            "u8",
+            "i32",
+            "i64",
+            "f64",
+            "integer `",
+            "floating point",
+        ] {
+            assert!(!line.contains(rust), "{key}={value}: {line}");
+        }
+        assert!(line.len() < 200, "{key}={value}: {line}");
+    }
+    let line = refused("{\"backends\": [\"127.0.0.1:1\"], \"workers\": -1}");
+    assert!(line.contains("a whole number from 1 to 65536"), "{line}");
+    let line = refused("{\"backends\": [{\"host\": \"127.0.0.1\", \"port\": 1, \"weight\": -2}]}");
+    assert!(line.contains("`backends[0].weight`"), "{line}");
+    assert!(line.contains("a whole number from 1 to 1000"), "{line}");
+}
+
+/// A send-expect check without `health_expect` names the file and key.
+#[test]
+fn send_expect_without_expect_names_the_file() {
+    let line = refused("{\"backends\": [\"127.0.0.1:1\"],\n \"health_check\": \"send-expect\"}");
+    assert!(line.starts_with("line 2, column 2: "), "{line}");
+    assert!(line.contains("health_expect"), "{line}");
+}
+
+/// `-c FILE -b X` running: the line saying that the flags' backends win
+/// is said at start-up, and again on each reload that reads the file's.
+#[test]
+fn which_backends_win_is_said_at_start_up_and_on_reload() {
+    let file = TempFile::new(
+        "{\"listen\": \"127.0.0.1:0\", \"health_check\": \"off\", \"backends\": [\"127.0.0.1:29001\"]}",
+    );
+    let mut child = Command::new(BIN)
+        .args(["-c", file.path(), "-b", "127.0.0.1:29002"])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = common::collect(child.stderr.take().unwrap());
+    let said = || stderr.text().matches("win over the file's").count();
+    let started = wait_for(WAIT, || said() == 1);
+    let reloads = || stderr.text().matches("reload: no change").count();
+    let reloaded = started && {
+        // SAFETY: a plain kill(2) on the child this test started.
+        unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+        wait_for(WAIT, || reloads() == 1)
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(started, "{}", stderr.text());
+    assert!(reloaded, "{}", stderr.text());
+    assert_eq!(said(), 2, "{}", stderr.text());
+}

@@ -53,6 +53,7 @@ impl Balancer {
         let first = stdout.recv_timeout(WAIT).expect("the listening line");
         let port = first
             .strip_prefix("Load balancer listening on port ")
+            .and_then(|rest| rest.split(' ').next())
             .unwrap_or_else(|| panic!("{first}"))
             .parse()
             .unwrap();

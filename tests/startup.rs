@@ -305,3 +305,105 @@ fn the_backend_role_stops_without_claiming_a_drain() {
     assert!(!err.contains("draining"), "{err}");
     assert!(err.contains("stopping"), "{err}");
 }
+
+/// `-b A -b A` (or `localhost` beside `127.0.0.1`) is refused in one line
+/// naming both spellings and saying that `weight` gives a larger share.
+#[test]
+fn a_backend_given_twice_is_refused() {
+    for second in ["127.0.0.1:29001", "localhost:29001"] {
+        let out = run(&["-l", "127.0.0.1:0", "-b", "127.0.0.1:29001", "-b", second]);
+        assert_usage_error(&out, "--backend");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("'127.0.0.1:29001'"), "{err}");
+        assert!(err.contains(&format!("'{second}'")), "{err}");
+        assert!(err.contains("weight="), "{err}");
+    }
+}
+
+/// `--access-log-file` alone would be ignored: refused, as
+/// `--rate-limit-reply` without `--rate-limit` is.
+#[test]
+fn an_access_log_file_without_an_access_log_exits_2() {
+    let out = run(&[
+        "-l",
+        "127.0.0.1:0",
+        "-b",
+        "127.0.0.1:1",
+        "--access-log-file",
+        "/tmp/rodizio-never.log",
+    ]);
+    assert_usage_error(&out, "--access-log-file needs --access-log");
+}
+
+/// The admin address that cannot be bound is called the admin address.
+#[test]
+fn an_admin_bind_failure_names_the_admin_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin = taken.local_addr().unwrap().to_string();
+    let out = run(&["-l", "127.0.0.1:0", "-b", "127.0.0.1:1", "--admin", &admin]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("the admin API cannot listen on {admin} (--admin)")),
+        "{err}"
+    );
+}
+
+/// `rodizio demo -l ADDR` says the balancer flags go before `demo`.
+#[test]
+fn balancer_flags_after_demo_get_a_hint() {
+    let out = run(&["demo", "-l", "127.0.0.1:0"]);
+    assert_usage_error(&out, "before 'demo'");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rodizio -l 127.0.0.1:0 demo"), "{err}");
+}
+
+/// With the access log on standard output, standard output is the access
+/// log alone: the listening line (with its address) goes to stderr.
+#[test]
+fn an_access_log_on_stdout_keeps_stdout_pure() {
+    let backend = TestBackend::echo();
+    let addr = closed_port();
+    let mut command = Command::new(BIN);
+    command
+        .args(["-l", &addr.to_string(), "-b", &backend.addr().to_string()])
+        .args(["--access-log", "json"])
+        .stdout(Stdio::piped());
+    let mut running = Running::spawn(command);
+    let stdout = common::collect(running.child.stdout.take().unwrap());
+    assert!(
+        wait_for(WAIT, || running
+            .stderr()
+            .contains("Load balancer listening on port")),
+        "{}",
+        running.stderr()
+    );
+    assert!(
+        running.stderr().contains(&format!(
+            "Load balancer listening on port {} ({addr})",
+            addr.port()
+        )),
+        "{}",
+        running.stderr()
+    );
+    let mut client = connect(addr).unwrap();
+    client.write_all(b"ping").unwrap();
+    let mut got = [0u8; 4];
+    client.read_exact(&mut got).unwrap();
+    drop(client);
+    assert!(
+        wait_for(WAIT, || stdout.text().contains('\n')),
+        "no access log line"
+    );
+    running.signal(libc::SIGTERM);
+    running.wait_exit();
+    assert!(stdout.wait_end(WAIT));
+    let text = stdout.text();
+    for line in text.lines() {
+        assert!(
+            line.starts_with('{') && line.ends_with('}'),
+            "not JSON: {line:?} in {text:?}"
+        );
+    }
+}

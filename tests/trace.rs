@@ -235,7 +235,8 @@ impl Run {
                 .out
                 .recv_timeout(common::IO_TIMEOUT)
                 .expect("the listening line in time");
-            if let Some(port) = line.strip_prefix("Load balancer listening on port ") {
+            if let Some(rest) = line.strip_prefix("Load balancer listening on port ") {
+                let port = rest.split(' ').next().unwrap_or_default();
                 return format!("127.0.0.1:{port}").parse().unwrap();
             }
         }

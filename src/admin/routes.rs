@@ -253,7 +253,10 @@ fn list(state: &State) -> Reply {
 
 /// Parses a JSON body, or says in one line what is wrong with it.
 fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Reply> {
-    serde_json::from_slice(body).map_err(|e| Reply::error(400, format!("bad JSON body: {e}")))
+    serde_json::from_slice(body).map_err(|e| {
+        let words = crate::config::words::in_words(&e.to_string());
+        Reply::error(400, format!("bad JSON body: {words}"))
+    })
 }
 
 fn check_weight(weight: u32) -> Result<u32, Reply> {

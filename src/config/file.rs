@@ -34,16 +34,16 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::{Config, Overrides};
+use super::{words, Config, Overrides};
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::health::protocol::parse_bytes;
 use crate::health::CheckKind;
-use crate::limiter::{FailurePolicy, Rate, RateLimitConfig, Reply, RuleKind};
+use crate::limiter::{FailurePolicy, Rate, RateLimitConfig, Reply, RuleKind, MAX_MAX_CLIENTS};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;
-use crate::units::{parse_duration, parse_size};
+use crate::units::{parse_duration, parse_size, short_number};
 
 /// What the process runs, the file's `mode`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -110,13 +110,14 @@ struct Key {
 ///
 /// # Errors
 ///
-/// [`Error::ConfigFile`] when it cannot be read (naming the OS error) or
-/// is not valid (see [`parse`]).
+/// [`Error::ConfigFile`] when it cannot be read (naming the OS error),
+/// is not a regular file, is over 1 MiB or is not UTF-8, or is not valid
+/// (see [`parse`]).
 pub fn load(path: &Path) -> Result<ConfigFile> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::ConfigFile {
+    let text = super::read::read_capped(path).map_err(|message| Error::ConfigFile {
         path: path.to_path_buf(),
         position: None,
-        message: format!("cannot be read: {e}"),
+        message,
     })?;
     parse(path, &text)
 }
@@ -129,6 +130,18 @@ pub fn load(path: &Path) -> Result<ConfigFile> {
 /// JSON syntax, an unknown key, a value of the wrong type or that does not
 /// parse, a key given twice under two names.
 pub fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
+    // A byte order mark, as some editors write, is skipped as most
+    // tools skip it.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    if text.trim().is_empty() {
+        return Err(Error::ConfigFile {
+            path: path.to_path_buf(),
+            position: None,
+            message: "the file is empty: write an object of settings, \
+                      e.g. {\"backends\": [\"127.0.0.1:8001\"]}"
+                .into(),
+        });
+    }
     // serde would also read a struct from a list of its values, in field
     // order: a file is an object, nothing else.
     if let Some(first) = text.trim_start().chars().next().filter(|c| *c != '{') {
@@ -138,7 +151,10 @@ pub fn parse(path: &Path, text: &str) -> Result<ConfigFile> {
         return Err(Error::ConfigFile {
             path: path.to_path_buf(),
             position: Some((line, column)),
-            message: format!("expected an object of settings, found '{first}'"),
+            message: format!(
+                "expected an object of settings, found {}",
+                words::shown(first)
+            ),
         });
     }
     let mut de = serde_json::Deserializer::from_str(text);
@@ -176,6 +192,16 @@ impl ConfigFile {
             // A rate limit turned on by a flag makes the file's details
             // meaningful: lay it first, so the file's `rate_limit_*` apply.
             config.rate_limit = Some(RateLimitConfig::new(rate));
+        }
+        if flags.backends.is_some() && file.backends.is_some() {
+            let key = self.keys.iter().find(|k| k.setting == "backends");
+            let (written, line) = key.map_or(("backends", None), |k| (k.written, k.position));
+            let place = line.map_or(String::new(), |(l, _)| format!(" (line {l})"));
+            log::warn!(
+                "{}: `{written}`{place} is not used: the backends given at start-up \
+                 (--backend, or typed at the prompt) win over the file's, also on reload",
+                self.path.display()
+            );
         }
         let blame = |e| self.attribute(e, flags);
         file.apply(&mut config).map_err(blame)?;
@@ -225,13 +251,31 @@ impl ConfigFile {
         if flags.given().contains(&setting.as_str()) {
             return Error::setting(setting, message).worded_as_flag();
         }
-        match self.keys.iter().find(|k| k.setting == setting) {
-            Some(key) => Error::ConfigFile {
+        if let Some(key) = self.keys.iter().find(|k| k.setting == setting) {
+            return Error::ConfigFile {
                 path: self.path.clone(),
                 position: key.position,
                 message: format!("`{}` {message}", key.written),
-            },
-            None => Error::setting(setting, message),
+            };
+        }
+        // Missing here, but asked for by another setting the message names
+        // (`health_expect` ... with `health_check` send-expect): that one's
+        // place, in this file or on the command line.
+        let named: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
+        if let Some(key) = self.keys.iter().find(|k| named.contains(&k.setting)) {
+            return Error::ConfigFile {
+                path: self.path.clone(),
+                position: key.position,
+                message: format!("`{setting}` {message}"),
+            };
+        }
+        if named.iter().any(|n| flags.given().contains(n)) {
+            return Error::setting(setting, message).worded_as_flag();
+        }
+        Error::ConfigFile {
+            path: self.path.clone(),
+            position: None,
+            message: format!("`{setting}` {message}"),
         }
     }
 }
@@ -241,16 +285,16 @@ impl ConfigFile {
 #[serde(deny_unknown_fields, expecting = "an object of settings")]
 struct Raw {
     mode: Option<Parsed<Mode>>,
-    listen: Option<Parsed<SocketAddr>>,
-    listen_port: Option<u16>,
+    listen: Option<Listen>,
+    listen_port: Option<Whole<u16, 0, 65535>>,
     backends: Option<Backends>,
     backend_servers: Option<Backends>,
     algorithm: Option<Parsed<Algorithm>>,
     scheduling_algorithm: Option<Parsed<Algorithm>>,
-    workers: Option<usize>,
+    workers: Option<Whole<usize, 1, { super::MAX_WORKERS as u64 }>>,
     thread_stack: Option<Size>,
-    queue_capacity: Option<usize>,
-    backlog: Option<i32>,
+    queue_capacity: Option<Whole<usize, 1, { usize::MAX as u64 }>>,
+    backlog: Option<Whole<i32, 1, { i32::MAX as u64 }>>,
     buffer_size: Option<Size>,
     connect_timeout: Option<Secs>,
     idle_timeout: Option<Secs>,
@@ -263,15 +307,15 @@ struct Raw {
     health_check_interval_seconds: Option<Secs>,
     health_timeout: Option<Secs>,
     health_path: Option<String>,
-    fall: Option<u32>,
-    rise: Option<u32>,
-    passive_failures: Option<u32>,
+    fall: Option<Whole<u32, 1, { u32::MAX as u64 }>>,
+    rise: Option<Whole<u32, 1, { u32::MAX as u64 }>>,
+    passive_failures: Option<Whole<u32, 0, { u32::MAX as u64 }>>,
     health_cooldown: Option<Secs>,
     http_replies: Option<bool>,
     rate_limit: Option<RateSetting>,
     rate_limit_algorithm: Option<Parsed<RuleKind>>,
-    rate_limit_max_clients: Option<usize>,
-    rate_limit_ipv6_prefix: Option<u8>,
+    rate_limit_max_clients: Option<Whole<usize, 1, { MAX_MAX_CLIENTS as u64 }>>,
+    rate_limit_ipv6_prefix: Option<Whole<u8, 1, 128>>,
     rate_limit_reply: Option<Parsed<Reply>>,
     health_user: Option<Text>,
     health_send: Option<Bytes>,
@@ -367,10 +411,10 @@ impl<'a> Converter<'a> {
             )*};
         }
         take!(
-            workers,
+            workers.0,
             thread_stack.0,
-            queue_capacity,
-            backlog,
+            queue_capacity.0,
+            backlog.0,
             buffer_size.0,
             connect_timeout.0,
             idle_timeout.0,
@@ -381,14 +425,14 @@ impl<'a> Converter<'a> {
             health_check.0,
             health_timeout.0,
             health_path,
-            fall,
-            rise,
-            passive_failures,
+            fall.0,
+            rise.0,
+            passive_failures.0,
             health_cooldown.0,
             http_replies,
             rate_limit_algorithm.0,
-            rate_limit_max_clients,
-            rate_limit_ipv6_prefix,
+            rate_limit_max_clients.0,
+            rate_limit_ipv6_prefix.0,
             rate_limit_reply.0,
             trace,
             trace_lang.0,
@@ -442,11 +486,11 @@ impl<'a> Converter<'a> {
             o.health_expect = expect;
             self.note("health_expect", "health_expect");
         }
-        if let Some(Parsed(listen)) = raw.listen {
+        if let Some(Listen(listen)) = raw.listen {
             o.listen = Some(listen);
             self.note("listen", "listen");
         }
-        if let Some(port) = raw.listen_port {
+        if let Some(Whole(port)) = raw.listen_port {
             let ip = o.listen.unwrap_or(Config::default().listen).ip();
             o.listen = Some(SocketAddr::new(ip, port));
             if raw.listen.is_none() {
@@ -510,12 +554,19 @@ fn json_error(path: &Path, text: &str, at: &str, inner: serde_json::Error) -> Er
     let suffix = format!(" at line {line} column {column}");
     let bare = full.strip_suffix(&suffix).unwrap_or(&full).to_string();
     let message = match inner.classify() {
+        serde_json::error::Category::Syntax if bare == "recursion limit exceeded" => {
+            "JSON nested too deeply (at most 128 levels of [ and {)".to_string()
+        }
         serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
             format!("JSON syntax error: {bare}")
         }
         serde_json::error::Category::Io => format!("cannot be read: {bare}"),
         serde_json::error::Category::Data => match bare.strip_prefix("unknown field ") {
             Some(rest) => unknown_key(at, rest),
+            None if bare.starts_with("duplicate field ") => {
+                let key = bare.split('`').nth(1).unwrap_or_default();
+                format!("`{key}` is written twice: keep one")
+            }
             None if at == "." || at.is_empty() => bare,
             None => format!("`{at}`: {bare}"),
         },
@@ -529,7 +580,7 @@ fn json_error(path: &Path, text: &str, at: &str, inner: serde_json::Error) -> Er
     Error::ConfigFile {
         path: path.to_path_buf(),
         position,
-        message,
+        message: words::clip(&words::in_words(&message)),
     }
 }
 
@@ -557,7 +608,13 @@ fn unknown_key(at: &str, rest: &str) -> String {
 /// The known key nearest to `key`, if it is near enough to be a typo: at
 /// most two edits, or a quarter of the key's length for long keys.
 fn closest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
-    let limit = 2.max(key.chars().count() / 4);
+    let length = key.chars().count();
+    if length > 64 {
+        // No known key is that long, and the distance costs its length
+        // times theirs: a key of a megabyte would take seconds.
+        return None;
+    }
+    let limit = 2.max(length / 4);
     known
         .iter()
         .map(|k| (edit_distance(key, k), *k))
@@ -653,7 +710,10 @@ impl<'de> Deserialize<'de> for Secs {
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Secs, E> {
                 if !(0.0..=1e9).contains(&v) {
-                    return Err(E::custom(format!("{v} is not a duration in seconds")));
+                    return Err(E::custom(format!(
+                        "{} is not a duration in seconds (0 to 1000000000)",
+                        short_number(v)
+                    )));
                 }
                 Ok(Secs(Duration::from_secs_f64(v)))
             }
@@ -727,9 +787,64 @@ impl<'de> Deserialize<'de> for MaybeAddr {
         if NONE_WORDS.contains(&text.as_str()) {
             return Ok(MaybeAddr(None));
         }
-        text.parse().map(|a| MaybeAddr(Some(a))).map_err(|_| {
-            de::Error::custom(format!("'{text}' is not an address such as 127.0.0.1:9090"))
-        })
+        super::parse_listen(&text)
+            .map(|a| MaybeAddr(Some(a)))
+            .map_err(de::Error::custom)
+    }
+}
+
+/// `listen`: parsed and refused in the words of `--listen`.
+#[derive(Debug)]
+struct Listen(SocketAddr);
+
+impl<'de> Deserialize<'de> for Listen {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        super::parse_listen(&text)
+            .map(Listen)
+            .map_err(de::Error::custom)
+    }
+}
+
+/// A whole number up to `HI` (which fits `T`), refused in words ("a
+/// whole number from 1 to 65536") rather than as serde names the Rust
+/// type it is read into. `LO` is for the words only: a value under it
+/// is the validation's to refuse, at the key, as for the flags.
+#[derive(Debug)]
+struct Whole<T, const LO: u64, const HI: u64>(T);
+
+impl<'de, T: TryFrom<u64>, const LO: u64, const HI: u64> Deserialize<'de> for Whole<T, LO, HI> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V<T, const LO: u64, const HI: u64>(std::marker::PhantomData<T>);
+        impl<T: TryFrom<u64>, const LO: u64, const HI: u64> Visitor<'_> for V<T, LO, HI> {
+            type Value = Whole<T, LO, HI>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "a whole number from {LO} to {HI}")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Self::Value, E> {
+                match T::try_from(v) {
+                    Ok(n) if v <= HI => Ok(Whole(n)),
+                    _ => Err(E::custom(format!(
+                        "expected a whole number from {LO} to {HI}, got {v}"
+                    ))),
+                }
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Self::Value, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::custom(format!(
+                        "expected a whole number from {LO} to {HI}, got {v}"
+                    ))),
+                }
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Self::Value, E> {
+                Err(E::custom(format!(
+                    "expected a whole number from {LO} to {HI}, got {}",
+                    short_number(v)
+                )))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
     }
 }
 
@@ -758,6 +873,12 @@ impl<'de> Deserialize<'de> for Size {
                     Ok(v) => self.visit_u64(v),
                     Err(_) => Err(E::custom(format!("{v}: a size cannot be negative"))),
                 }
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Size, E> {
+                Err(E::custom(format!(
+                    "{} is not a size: write a whole number of bytes, or \"64k\"",
+                    short_number(v)
+                )))
             }
         }
         d.deserialize_any(V)
@@ -859,7 +980,9 @@ impl<'de> Deserialize<'de> for Entry {
                 self,
                 mut map: A,
             ) -> std::result::Result<Entry, A::Error> {
-                let (mut host, mut port, mut weight) = (None::<String>, None::<u16>, None::<u32>);
+                let mut host = None::<String>;
+                let mut port = None::<Whole<u16, 1, 65535>>;
+                let mut weight = None::<Whole<u32, 1, 1000>>;
                 let mut send_proxy = None;
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
@@ -877,21 +1000,18 @@ impl<'de> Deserialize<'de> for Entry {
                     }
                 }
                 let host = host.ok_or_else(|| de::Error::missing_field("host"))?;
-                let port = port.ok_or_else(|| de::Error::missing_field("port"))?;
-                if host.trim().is_empty() {
-                    return Err(de::Error::custom("the host is empty"));
-                }
+                let port = port.ok_or_else(|| de::Error::missing_field("port"))?.0;
+                let host = entry_host(&host).map_err(de::Error::custom)?;
+                let weight = weight.map_or(1, |w| w.0);
+                // `Whole` leaves the lower bound to the caller.
                 if port == 0 {
-                    return Err(de::Error::custom("port must be 1..65535"));
+                    return Err(de::Error::custom("port must be 1..65535, got 0"));
                 }
-                let weight = weight.unwrap_or(1);
-                if !(1..=1000).contains(&weight) {
-                    return Err(de::Error::custom(format!(
-                        "weight must be 1..1000, got {weight}"
-                    )));
+                if weight == 0 {
+                    return Err(de::Error::custom("weight must be 1..1000, got 0"));
                 }
                 Ok(Entry(BackendSpec {
-                    host: host.trim().to_string(),
+                    host,
                     port,
                     weight,
                     send_proxy,
@@ -900,6 +1020,27 @@ impl<'de> Deserialize<'de> for Entry {
         }
         d.deserialize_any(V)
     }
+}
+
+/// The `host` of a backend object: a name or an IP address; an IPv6
+/// address may come in brackets, as in `"[::1]:8001"`.
+fn entry_host(text: &str) -> std::result::Result<String, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("the host is empty".into());
+    }
+    let inner = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    let is_ipv6 = inner.parse::<std::net::Ipv6Addr>().is_ok();
+    if !is_ipv6 && inner.contains([':', '[', ']']) {
+        return Err(format!(
+            "host '{text}' is neither a name nor an IP address \
+             (an IPv6 address is written \"::1\" or \"[::1]\"; the port goes in \"port\")"
+        ));
+    }
+    Ok(inner.to_string())
 }
 
 #[cfg(test)]
@@ -1170,7 +1311,7 @@ mod tests {
             "{line}"
         );
         let line = error_of("");
-        assert!(line.contains("JSON syntax error: EOF"), "{line}");
+        assert!(line.contains("the file is empty"), "{line}");
     }
 
     #[test]
@@ -1181,6 +1322,32 @@ mod tests {
             "/nonexistent/rodizio.json: cannot be read: No such file or directory (os error 2)"
         );
         assert!(err.is_usage());
+    }
+
+    /// serde's words for Rust types become the operator's, as the admin
+    /// API's bodies show them too.
+    #[test]
+    fn rust_type_names_are_put_in_words() {
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Body {
+            weight: u32,
+        }
+        for body in [
+            r#"{"weight": -1}"#,
+            r#"{"weight": 1e300}"#,
+            r#"{"weight": "x"}"#,
+        ] {
+            let err = serde_json::from_str::<Body>(body).unwrap_err().to_string();
+            let words = words::in_words(&err);
+            assert!(!words.contains("u32"), "{words}");
+            assert!(!words.contains("integer `"), "{words}");
+            assert!(!words.contains("floating point"), "{words}");
+            assert!(
+                words.contains("a whole number from 0 to 4294967295"),
+                "{words}"
+            );
+        }
     }
 
     #[test]

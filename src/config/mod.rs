@@ -34,6 +34,8 @@
 
 pub mod file;
 mod overrides;
+mod read;
+pub mod words;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -245,7 +247,49 @@ impl Config {
             rate_limit.validate()?;
         }
         self.health.validate()?;
+        if self.access_log_file.is_some() && self.access_log.is_none() {
+            // It would be silently ignored.
+            return Err(Error::setting("access_log_file", "needs `access_log`"));
+        }
+        self.check_duplicate_backends()?;
         self.validate_admin()
+    }
+
+    /// Refuses two backends that reach the same address: `-b A -b A`, or
+    /// `localhost:8001` beside `127.0.0.1:8001`, would give that server a
+    /// double share without a word, the admin API would act on the first
+    /// copy only, and `/metrics` would repeat its series (Prometheus
+    /// refuses duplicate samples). The weight is how to give more share.
+    /// A backend that does not resolve is left for the caller that
+    /// resolves it to report.
+    fn check_duplicate_backends(&self) -> Result<()> {
+        let mut seen: Vec<(&BackendSpec, Vec<SocketAddr>)> = Vec::new();
+        for spec in &self.backends {
+            let Ok(addrs) = spec.resolve() else {
+                continue;
+            };
+            let twin = seen
+                .iter()
+                .find_map(|(s, a)| addrs.iter().find(|x| a.contains(x)).map(|x| (s, x)));
+            if let Some((first, shared)) = twin {
+                let (a, b) = (first.name(), spec.name());
+                let spelled = if a == b {
+                    format!("'{a}' is listed twice")
+                } else {
+                    format!("'{a}' and '{b}' both reach {shared}")
+                };
+                return Err(Error::setting(
+                    "backends",
+                    format!(
+                        "names one server twice: {spelled}; list it once, and give it a \
+                         larger share with a weight (e.g. {a},weight=2, with `algorithm` \
+                         weighted-round-robin)"
+                    ),
+                ));
+            }
+            seen.push((spec, addrs));
+        }
+        Ok(())
     }
 
     /// The admin API's settings: loopback only unless allowed, and no
@@ -425,6 +469,29 @@ impl Config {
     }
 }
 
+/// A listening address, `IP:PORT`, for `--listen`, `--admin` and the
+/// file's `listen` and `admin_listen`, with an example of the right form in
+/// the error: `8080` or `::1:8080` alone are common slips.
+pub fn parse_listen(text: &str) -> std::result::Result<SocketAddr, String> {
+    let text = text.trim();
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let hint = if text.parse::<u16>().is_ok() {
+        format!("an address and a port are needed, e.g. 0.0.0.0:{text} or 127.0.0.1:{text}")
+    } else if text.matches(':').count() > 1 && !text.starts_with('[') {
+        match text.rsplit_once(':') {
+            Some((ip, port)) => {
+                format!("an IPv6 address goes in brackets before the port, e.g. [{ip}]:{port}")
+            }
+            None => "e.g. [::1]:8080".to_string(),
+        }
+    } else {
+        "expected IP:PORT, e.g. 127.0.0.1:8080 or [::]:8080 (a numeric IP, not a name)".to_string()
+    };
+    Err(format!("'{text}' is not a listening address: {hint}"))
+}
+
 /// Bytes as `health_send` takes them: printable ASCII as it is, the rest
 /// escaped (`\r`, `\n`, `\xHH`).
 fn show_bytes(bytes: &[u8]) -> String {
@@ -490,7 +557,7 @@ mod tests {
         c.admin_listen = Some("0.0.0.0:9000".parse().unwrap());
         let flag = c.validate().unwrap_err().worded_as_flag().to_string();
         assert!(
-            flag.contains("--admin-listen 0.0.0.0:9000 is not a loopback"),
+            flag.contains("--admin 0.0.0.0:9000 is not a loopback"),
             "{flag}"
         );
         assert!(flag.contains("--admin-allow-remote is given"), "{flag}");

@@ -1,1 +1,479 @@
 //! The config file: hostile and malformed files, at start-up and on reload.
+//!
+//! Each file is given to `rodizio check-config` (or `-c`) as a child
+//! process with a deadline and a cap on its address space, so a reader
+//! that hangs or grows fails the test instead of the machine; each child is
+//! killed by its PID if it outlives the deadline. The reload tests run a
+//! balancer with a good file, replace it with each bad one, send SIGHUP,
+//! and check that the old settings stay while traffic flows.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::common::{self, collect, connect, limit_in_child, wait_for, TestBackend};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
+/// Longest a refusal may take: reading and refusing a file is quick.
+const WAIT: Duration = Duration::from_secs(10);
+/// The child's address space: far above what rodizio needs to read a
+/// config file, far below what an unbounded read of a device would take.
+const ADDRESS_SPACE: u64 = 512 << 20;
+
+/// A directory of its own for one test's files, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "rodizio-hostile-config-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    /// Writes `bytes` to `name` in the directory; its path.
+    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// A FIFO called `name` that nobody writes to; its path.
+    fn fifo(&self, name: &str) -> PathBuf {
+        let path = self.0.join(name);
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// How a child ended and what it wrote to standard error.
+struct Ended {
+    status: ExitStatus,
+    stderr: String,
+}
+
+/// Runs `rodizio ARGS` to its end with the address space capped; kills it
+/// by its PID and fails if it is still running after [`WAIT`].
+fn run(args: &[&str]) -> Ended {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    limit_in_child(&mut command, libc::RLIMIT_AS, ADDRESS_SPACE);
+    let mut child = command.spawn().expect("start rodizio");
+    let stderr = collect(child.stderr.take().unwrap());
+    let mut status = None;
+    let ended = wait_for(WAIT, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    if !ended {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "rodizio {args:?} still running after {WAIT:?}: {}",
+            stderr.text()
+        );
+    }
+    assert!(stderr.wait_end(WAIT));
+    Ended {
+        status: status.unwrap(),
+        stderr: stderr.text(),
+    }
+}
+
+/// `rodizio check-config PATH`: it must exit 2 with one line naming the
+/// file; that line.
+fn refused(path: &Path) -> String {
+    let path = path.to_str().unwrap();
+    let out = run(&["check-config", path]);
+    assert_eq!(out.status.code(), Some(2), "{path}: {}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{path}: {}", out.stderr);
+    assert!(
+        out.stderr.starts_with(&format!("rodizio: {path}: ")),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains('\0'), "{:?}", out.stderr);
+    out.stderr
+}
+
+/// A file far over the size cap is refused at once, in bounded memory.
+#[test]
+fn a_huge_file_is_refused_without_reading_it_all() {
+    let dir = Scratch::new();
+    let mut spaces = vec![b' '; 50 << 20];
+    spaces[0] = b'{';
+    let path = dir.file("huge.json", &spaces);
+    let started = Instant::now();
+    let line = refused(&path);
+    assert!(line.contains("is larger than 1024 KiB"), "{line}");
+    assert!(started.elapsed() < WAIT, "{:?}", started.elapsed());
+}
+
+/// A string or a key of most of a megabyte is refused with a short line.
+#[test]
+fn a_huge_string_is_echoed_short() {
+    let dir = Scratch::new();
+    let long = "a".repeat(900 << 10);
+    for text in [
+        format!("{{\"{long}\": 1}}"),
+        format!("{{\"workers\": \"{long}\"}}"),
+        format!("{{\"backends\": [\"{long}\"]}}"),
+        format!("{{\"listen\": \"{long}\"}}"),
+    ] {
+        let line = refused(&dir.file("long.json", text.as_bytes()));
+        assert!(line.len() < 400, "{} bytes: {}", line.len(), &line[..400]);
+    }
+}
+
+/// Nesting 100,000 deep is a clear error, not a stack overflow.
+#[test]
+fn deep_nesting_is_an_error_not_a_crash() {
+    let dir = Scratch::new();
+    let deep = 100_000;
+    for text in [
+        "[".repeat(deep),
+        format!("{{\"backends\": {}", "[".repeat(deep)),
+        format!("{{\"workers\": {}", "{\"a\":".repeat(deep)),
+    ] {
+        refused(&dir.file("deep.json", text.as_bytes()));
+    }
+    // A value read whole before it is judged meets serde_json's depth
+    // limit: named as such.
+    let text = format!("{{\"fin_timeout\": {}", "[".repeat(deep));
+    let line = refused(&dir.file("deep.json", text.as_bytes()));
+    assert!(line.contains("nested too deeply"), "{line}");
+}
+
+/// NUL bytes and invalid UTF-8, anywhere, are one line each.
+#[test]
+fn nul_bytes_and_invalid_utf8_are_refused() {
+    let dir = Scratch::new();
+    let cases: [&[u8]; 5] = [
+        b"{\"backends\": [\"127.0.0.1:1\"]}\0",
+        b"\0{\"backends\": [\"127.0.0.1:1\"]}",
+        b"{\"health_path\": \"/\0\", \"backends\": [\"127.0.0.1:1\"]}",
+        b"{\"backends\": [\"127.0.0.1:1\xff\"]}",
+        b"\xfe\xff{}",
+    ];
+    for bytes in cases {
+        let line = refused(&dir.file("bad.json", bytes));
+        assert!(line.len() < 300, "{line}");
+    }
+    let line = refused(&dir.file("bad.json", b"{\"backends\": [\"\xc3(\"]}"));
+    assert!(line.contains("not UTF-8"), "{line}");
+}
+
+/// A byte order mark is skipped; a second one, invisible, is named.
+#[test]
+fn byte_order_marks() {
+    let dir = Scratch::new();
+    let good = "\u{feff}{\"backends\": [\"127.0.0.1:1\"]}";
+    let out = run(&[
+        "check-config",
+        dir.file("bom.json", good.as_bytes()).to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let twice = format!("\u{feff}{good}");
+    let line = refused(&dir.file("bom2.json", twice.as_bytes()));
+    assert!(line.contains("U+FEFF"), "{line}");
+}
+
+/// A key written twice, and unknown keys, are named.
+#[test]
+fn duplicate_and_unknown_keys_are_named() {
+    let dir = Scratch::new();
+    let line = refused(&dir.file(
+        "dup.json",
+        b"{\"backends\": [\"127.0.0.1:1\"], \"workers\": 4, \"workers\": 8}",
+    ));
+    assert!(line.contains("`workers` is written twice"), "{line}");
+    let line = refused(&dir.file(
+        "unknown.json",
+        b"{\"backends\": [\"127.0.0.1:1\"], \"\": 1}",
+    ));
+    assert!(line.contains("unknown key"), "{line}");
+}
+
+/// Every numeric key, given numbers far too big, negative, fractional or
+/// huge in exponent notation: one short line naming the key, no Rust type.
+#[test]
+fn huge_and_negative_numbers_for_every_numeric_key() {
+    let dir = Scratch::new();
+    let keys = [
+        "workers",
+        "queue_capacity",
+        "backlog",
+        "fall",
+        "rise",
+        "passive_failures",
+        "rate_limit_max_clients",
+        "rate_limit_ipv6_prefix",
+        "listen_port",
+        "thread_stack",
+        "buffer_size",
+        "connect_timeout",
+        "idle_timeout",
+        "drain_timeout",
+        "health_interval",
+        "health_timeout",
+        "queue_timeout",
+        "fin_timeout",
+    ];
+    let values = [
+        "-1",
+        "-1e300",
+        "1e300",
+        "1.5e10",
+        "18446744073709551616",
+        "99999999999999999999999999999999",
+        "-9223372036854775809",
+    ];
+    for key in keys {
+        for value in values {
+            let text = format!(
+                "{{\"backends\": [\"127.0.0.1:1\"], \"rate_limit\": \"10/1s\", \"{key}\": {value}}}"
+            );
+            let line = refused(&dir.file("n.json", text.as_bytes()));
+            assert!(line.contains(&format!("`{key}`")), "{line}");
+            assert!(line.len() < 250, "{key}={value}: {line}");
+            for rust in ["usize", "u64", "u32", "u16", "u8", "i32", "i64", "f64"] {
+                assert!(!line.contains(rust), "{key}={value}: {line}");
+            }
+        }
+    }
+    for (key, value) in [
+        ("port", "-1"),
+        ("port", "70000"),
+        ("weight", "1e300"),
+        ("weight", "-5"),
+    ] {
+        let text = format!(
+            "{{\"backends\": [{{\"host\": \"127.0.0.1\", \"port\": 1, \"{key}\": {value}}}]}}"
+        )
+        .replace("\"port\": 1, \"port\"", "\"port\"");
+        let line = refused(&dir.file("n.json", text.as_bytes()));
+        assert!(line.contains(&format!("backends[0].{key}")), "{line}");
+        assert!(!line.contains("u16") && !line.contains("u32"), "{line}");
+    }
+}
+
+/// Paths that are not a readable regular file: a directory, a FIFO that
+/// nobody writes to, devices that never end, a missing file. Each is
+/// refused at once; none hangs or grows.
+#[test]
+fn paths_that_are_not_a_regular_file_are_refused_at_once() {
+    let dir = Scratch::new();
+    let fifo = dir.fifo("fifo.json");
+    let missing = dir.0.join("missing.json");
+    for (path, why) in [
+        (dir.0.clone(), "Is a directory"),
+        (fifo, "not a regular file"),
+        (PathBuf::from("/dev/zero"), "not a regular file"),
+        (PathBuf::from("/dev/urandom"), "not a regular file"),
+        (missing, "No such file or directory"),
+    ] {
+        let line = refused(&path);
+        assert!(line.contains(why), "{line}");
+    }
+    // Through -c as well, before anything listens.
+    let out = run(&["-c", "/dev/zero", "-l", "127.0.0.1:0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+}
+
+/// A balancer started with a good file, its output read by threads.
+struct Balancer {
+    child: Child,
+    addr: SocketAddr,
+    stderr: common::Collected,
+}
+
+impl Balancer {
+    fn start(config: &Path) -> Balancer {
+        let mut child = Command::new(BIN)
+            .args(["-c", config.to_str().unwrap()])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rodizio");
+        let stdout = collect(child.stdout.take().unwrap());
+        let stderr = collect(child.stderr.take().unwrap());
+        const LINE: &str = "Load balancer listening on port ";
+        let listening = wait_for(WAIT, || stdout.text().contains(")\n"));
+        let text = stdout.text();
+        let mut balancer = Balancer {
+            child,
+            addr: "127.0.0.1:1".parse().unwrap(),
+            stderr,
+        };
+        assert!(
+            listening,
+            "no listening line: {text} {}",
+            balancer.stderr.text()
+        );
+        let port = text
+            .split(LINE)
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .expect("the port");
+        balancer.addr = format!("127.0.0.1:{port}").parse().unwrap();
+        balancer
+    }
+
+    /// SIGHUP, then waits for the reload's `n`th refusal; that line.
+    fn reload_refused(&self, n: usize) -> String {
+        // SAFETY: a signal to our own child, not yet waited for.
+        assert_eq!(
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGHUP) },
+            0
+        );
+        let refusals = || {
+            self.stderr
+                .text()
+                .lines()
+                .filter(|l| l.contains("reload refused"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            wait_for(WAIT, || refusals().len() >= n),
+            "no refusal {n} in time: {}",
+            self.stderr.text()
+        );
+        refusals()[n - 1].clone()
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends a few bytes through the balancer and reads them back.
+fn echo_through(addr: SocketAddr) {
+    let mut client = connect(addr).expect("connect to the balancer");
+    client.write_all(b"still here").unwrap();
+    let mut got = [0u8; 10];
+    client.read_exact(&mut got).expect("the echo");
+    assert_eq!(&got, b"still here");
+}
+
+/// Each bad file on SIGHUP: refused in one log line, the old settings
+/// kept, traffic served throughout; the FIFO and the devices do not block
+/// the reload, so the next one still runs.
+#[test]
+fn a_reload_with_each_bad_file_keeps_the_old_settings() {
+    let dir = Scratch::new();
+    let backend = TestBackend::echo();
+    let good = format!(
+        "{{\"listen\": \"127.0.0.1:0\", \"backends\": [\"{}\"]}}",
+        backend.addr()
+    );
+    let path = dir.file("rodizio.json", good.as_bytes());
+    let balancer = Balancer::start(&path);
+    echo_through(balancer.addr);
+    // Clients all along, bounded in count and time.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let traffic = {
+        let (stop, addr) = (stop.clone(), balancer.addr);
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut served = 0;
+            while !stop.load(Ordering::SeqCst) && served < 100_000 && Instant::now() < deadline {
+                echo_through(addr);
+                served += 1;
+            }
+            served
+        })
+    };
+    let duplicate = format!(
+        "{{\"listen\": \"127.0.0.1:0\", \"backends\": [\"{0}\", \"localhost:{1}\"]}}",
+        backend.addr(),
+        backend.addr().port()
+    );
+    let mut huge = vec![b' '; 5 << 20];
+    huge[0] = b'{';
+    let bad: Vec<(&str, Vec<u8>)> = vec![
+        ("", Vec::new()),
+        ("syntax", b"{\"backends\": [".to_vec()),
+        ("deep", "[".repeat(100_000).into_bytes()),
+        ("nul", b"{\"workers\": 4}\0".to_vec()),
+        ("utf8", b"{\"health_path\": \"\xff\"}".to_vec()),
+        (
+            "numbers",
+            b"{\"backends\": [\"127.0.0.1:1\"], \"workers\": -1}".to_vec(),
+        ),
+        ("duplicate", duplicate.into_bytes()),
+        ("huge", huge),
+    ];
+    let mut n = 0;
+    for (what, bytes) in bad {
+        std::fs::write(&path, &bytes).unwrap();
+        n += 1;
+        let line = balancer.reload_refused(n);
+        assert!(line.len() < 400, "{what}: {line}");
+        if what == "duplicate" {
+            assert!(line.contains("names one server twice"), "{line}");
+        }
+        echo_through(balancer.addr);
+    }
+    // Paths that are not a regular file: swapped in under the same name.
+    std::fs::remove_file(&path).unwrap();
+    let fifo = dir.fifo("rodizio.json");
+    n += 1;
+    assert!(balancer.reload_refused(n).contains("not a regular file"));
+    echo_through(balancer.addr);
+    std::fs::remove_file(&fifo).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+    n += 1;
+    assert!(balancer.reload_refused(n).contains("not a regular file"));
+    echo_through(balancer.addr);
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    n += 1;
+    assert!(balancer.reload_refused(n).contains("Is a directory"));
+    echo_through(balancer.addr);
+    // The good file back: the reload is taken, with nothing to change.
+    std::fs::remove_dir(&path).unwrap();
+    std::fs::write(&path, good.as_bytes()).unwrap();
+    // SAFETY: a signal to our own child, not yet waited for.
+    assert_eq!(
+        unsafe { libc::kill(balancer.child.id() as libc::pid_t, libc::SIGHUP) },
+        0
+    );
+    assert!(
+        wait_for(WAIT, || balancer
+            .stderr
+            .text()
+            .contains("reload: no change")),
+        "{}",
+        balancer.stderr.text()
+    );
+    echo_through(balancer.addr);
+    stop.store(true, Ordering::SeqCst);
+    let served = traffic.join().expect("every client served");
+    assert!(served > 0);
+}
