@@ -297,13 +297,25 @@ fn add(state: &State, body: &[u8]) -> Reply {
         Err(e) => return Reply::error(400, e.to_string()),
     };
     let _turn = state.changes.lock();
-    if state
-        .live
-        .scheduler
-        .find(|b| b.name() == backend.name())
-        .is_some()
-    {
-        return Reply::error(409, format!("backend {} exists already", backend.name()));
+    // The same name, or another spelling of an address already served
+    // (`localhost:8001` beside `127.0.0.1:8001`): the weight is how to
+    // give a backend more share.
+    let same = |b: &Backend| {
+        b.name() == backend.name() || b.addrs().iter().any(|a| backend.addrs().contains(a))
+    };
+    if let Some(existing) = state.live.scheduler.find(same) {
+        return Reply::error(
+            409,
+            format!(
+                "backend {} exists already{}; change its weight to give it more share",
+                backend.name(),
+                if existing.name() == backend.name() {
+                    String::new()
+                } else {
+                    format!(" as {}", existing.name())
+                }
+            ),
+        );
     }
     state.live.scheduler.add(Arc::clone(&backend));
     log::info!("admin: backend {} added (weight {weight})", backend.name());
@@ -550,6 +562,26 @@ mod tests {
         assert_eq!(route(&s, "GET", "/backends/127.0.0.1:1", b"").status, 404);
         assert_eq!(route(&s, "GET", "/backendsx", b"").status, 404);
         assert_eq!(route(&s, "PUT", "/backends/%FF", b"{}").status, 400);
+    }
+
+    #[test]
+    fn another_spelling_of_a_backend_is_refused() {
+        let addr: std::net::SocketAddr = "127.0.0.1:8001".parse().unwrap();
+        let s = state(vec![Arc::new(Backend::new(
+            "127.0.0.1:8001".into(),
+            vec![addr],
+            1,
+        ))]);
+        let r = route(&s, "POST", "/backends", br#"{"address": "localhost:8001"}"#);
+        assert_eq!(r.status, 409, "{r:?}");
+        assert!(
+            r.body["error"]
+                .as_str()
+                .unwrap()
+                .contains("as 127.0.0.1:8001"),
+            "{r:?}"
+        );
+        assert_eq!(s.live.scheduler.snapshot().len(), 1);
     }
 
     #[test]
