@@ -24,6 +24,7 @@ use super::protocol::{self, ProtocolCheck};
 use super::{CheckKind, HealthConfig};
 use crate::backend::Backend;
 use crate::proxy_protocol::{self, Header};
+use crate::system;
 
 /// Runs one active check of `backend`.
 ///
@@ -31,22 +32,48 @@ use crate::proxy_protocol::{self, Header};
 ///
 /// Why the backend is considered unhealthy, for the log.
 pub fn check(backend: &Backend, config: &HealthConfig) -> std::result::Result<(), String> {
-    match config.check {
-        CheckKind::Off => Ok(()),
-        CheckKind::Tcp => dial(backend, config.timeout).map(drop),
-        CheckKind::Http => check_http(backend, &config.path, config.timeout),
-        kind => check_protocol(backend, kind, config),
-    }
+    run(backend, config).map_err(|failure| failure.reason)
 }
 
-/// Connects, then runs the [`protocol`] check of `kind`, all within the
-/// check's timeout.
+/// A failed check: why, and whether the fault is this process's own.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    /// Why, for the log and the admin API.
+    pub reason: String,
+    /// The check could not even open its socket: this process (or the
+    /// system) had no file descriptor left. That says nothing about the
+    /// backend, so the checker does not count it against it: a shortage on
+    /// our side must not mark every backend down and keep refusing clients
+    /// for `rise` rounds after it has passed.
+    pub ours: bool,
+}
+
+/// [`check`], telling a backend's failure from this process's own.
+pub(crate) fn run(backend: &Backend, config: &HealthConfig) -> std::result::Result<(), Failure> {
+    if config.check == CheckKind::Off {
+        return Ok(());
+    }
+    let deadline = Instant::now() + config.timeout;
+    let stream = dial(backend, config.timeout)?;
+    let result = match config.check {
+        CheckKind::Tcp | CheckKind::Off => Ok(()),
+        CheckKind::Http => check_http(stream, backend, &config.path, config.timeout),
+        kind => check_protocol(stream, kind, config, deadline),
+    };
+    result.map_err(|reason| Failure {
+        reason,
+        ours: false,
+    })
+}
+
+/// Runs the [`protocol`] check of `kind` on the connected `stream`, by
+/// `deadline` (the check's timeout, the connect included).
 fn check_protocol(
-    backend: &Backend,
+    mut stream: TcpStream,
     kind: CheckKind,
     config: &HealthConfig,
+    deadline: Instant,
 ) -> std::result::Result<(), String> {
-    let deadline = Instant::now() + config.timeout;
     let check = match kind {
         CheckKind::Redis => ProtocolCheck::Redis,
         CheckKind::Tls => ProtocolCheck::Tls,
@@ -63,34 +90,41 @@ fn check_protocol(
         },
         CheckKind::Tcp | CheckKind::Http | CheckKind::Off => return Ok(()),
     };
-    let mut stream = dial(backend, config.timeout)?;
     protocol::run(&check, &mut stream, deadline)
 }
 
 /// Connects to `backend` within `timeout` and, if it takes the PROXY
 /// protocol, sends the LOCAL header (see the module docs).
-fn dial(backend: &Backend, timeout: Duration) -> std::result::Result<TcpStream, String> {
-    let mut stream = backend
-        .connect(timeout)
-        .map_err(|e| format!("connect: {e}"))?;
+fn dial(backend: &Backend, timeout: Duration) -> std::result::Result<TcpStream, Failure> {
+    let mut stream = backend.connect(timeout).map_err(|e| Failure {
+        reason: format!("connect: {e}"),
+        ours: system::is_out_of_descriptors(&e),
+    })?;
     if let Some(version) = backend.send_proxy() {
         // The connect's write timeout (SO_SNDTIMEO) bounds this write.
         stream
             .write_all(&proxy_protocol::encode(version, &Header::Local))
-            .map_err(|e| format!("sending the PROXY protocol header: {e}"))?;
+            .map_err(|e| Failure {
+                reason: format!("sending the PROXY protocol header: {e}"),
+                ours: false,
+            })?;
     }
     Ok(stream)
 }
 
 /// `GET path` with `Connection: close`; healthy on a 2xx or 3xx status.
-fn check_http(backend: &Backend, path: &str, timeout: Duration) -> std::result::Result<(), String> {
+fn check_http(
+    mut stream: TcpStream,
+    backend: &Backend,
+    path: &str,
+    timeout: Duration,
+) -> std::result::Result<(), String> {
     let deadline = Instant::now() + timeout;
     let left = || {
         deadline
             .saturating_duration_since(Instant::now())
             .max(Duration::from_millis(1))
     };
-    let mut stream = dial(backend, timeout)?;
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rodizio-health\r\nConnection: close\r\n\r\n",
         backend.name()

@@ -9,7 +9,10 @@
 //! A backend in maintenance ([`Backend::is_maint`], set by an operator) is
 //! skipped: no probe is sent to it and its probe state is left as it was.
 //! Each check's result and duration is kept on the backend
-//! ([`Backend::record_check`]) for the admin API to show.
+//! ([`Backend::record_check`]) for the admin API to show. A check that
+//! could not open its socket because this process was out of descriptors
+//! is kept there too, but not fed to the probe: it says nothing about the
+//! backend.
 //!
 //! # Corresponds to the C article
 //!
@@ -23,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime};
 use arc_swap::ArcSwap;
 use crossbeam_channel::RecvTimeoutError;
 
+use super::check::Failure;
 use super::{check, mark_down, mark_up, CheckKind, HealthConfig, Probe, Transition};
 use crate::backend::{Backend, CheckRecord};
 use crate::scheduler::Scheduler;
@@ -96,7 +100,7 @@ impl Checker {
         for (backend, (result, took)) in list.iter().zip(results) {
             self.stats.histograms.health_check.observe(took);
             backend.record_check(CheckRecord {
-                error: result.as_ref().err().cloned(),
+                error: result.as_ref().err().map(|f| f.reason.clone()),
                 at: SystemTime::now(),
                 took,
             });
@@ -105,10 +109,16 @@ impl Checker {
                 .probes
                 .entry(backend.id())
                 .or_insert_with(|| Probe::new(fall, rise));
+            if let Err(Failure { ours: true, reason }) = &result {
+                // Out of descriptors here: no verdict on the backend.
+                log::debug!("check of {} not counted: {reason}", backend.name());
+                continue;
+            }
             // Passive checks may have marked it down since the last round.
             probe.sync(backend.is_healthy());
             match (probe.observe(result.is_ok()), result) {
-                (Some(Transition::Down), Err(reason)) => {
+                (Some(Transition::Down), Err(failure)) => {
+                    let reason = failure.reason;
                     mark_down(
                         backend,
                         &format!("{fall} failed checks in a row, last: {reason}"),
@@ -145,12 +155,12 @@ impl Checker {
 }
 
 /// One check's result and how long it took.
-type Timed = (std::result::Result<(), String>, Duration);
+type Timed = (std::result::Result<(), Failure>, Duration);
 
 /// One check, timed.
 fn timed_check(backend: &Backend, config: &HealthConfig) -> Timed {
     let started = Instant::now();
-    let result = check(backend, config);
+    let result = check::run(backend, config);
     (result, started.elapsed())
 }
 
@@ -172,9 +182,13 @@ fn probe_all(list: &[Arc<Backend>], config: &HealthConfig) -> Vec<Timed> {
         handles
             .into_iter()
             .map(|h| match h {
-                Ok(handle) => handle
-                    .join()
-                    .unwrap_or_else(|_| (Err("the check panicked".into()), Duration::ZERO)),
+                Ok(handle) => handle.join().unwrap_or_else(|_| {
+                    let panicked = Failure {
+                        reason: "the check panicked".into(),
+                        ours: false,
+                    };
+                    (Err(panicked), Duration::ZERO)
+                }),
                 Err(backend) => timed_check(backend, config),
             })
             .collect()
