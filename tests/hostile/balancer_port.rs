@@ -124,9 +124,26 @@ pub(crate) fn open_fds_of(proc: &str) -> usize {
     std::fs::read_dir(format!("{proc}/fd")).unwrap().count()
 }
 
-/// Threads of the process whose `/proc` directory is `proc`.
-pub(crate) fn threads_of(proc: &str) -> usize {
-    std::fs::read_dir(format!("{proc}/task")).unwrap().count()
+/// Open TCP sockets on IPv4 (listening ones aside, and those in
+/// `TIME_WAIT`, which hold no descriptor) with one end on one of `ports`.
+/// Other tests run in the same process at the same time, so counting this
+/// process's descriptors would count theirs too; a test's ports are its
+/// own.
+pub(crate) fn sockets_on(ports: &[u16]) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port = |end: &str| u16::from_str_radix(end.rsplit(':').next().unwrap(), 16).unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (local, remote, state, inode) = (f[1], f[2], f[3], f[9]);
+            // 0A: LISTEN. Inode 0: no descriptor (TIME_WAIT and the like).
+            state != "0A"
+                && inode != "0"
+                && (ports.contains(&port(local)) || ports.contains(&port(remote)))
+        })
+        .count()
 }
 
 /// Resets `stream`: SO_LINGER 0, then close.
@@ -277,26 +294,19 @@ fn a_backend_reset_mid_transfer_ends_that_connection_only() {
 
 /// 2,000 clients connect and send nothing, against 500 workers and a 1 s
 /// first-byte timeout: each is closed by the settings (first-byte or
-/// queue timeout, every one counted), a real client is served at once
-/// afterwards, and once they are gone no descriptor is left and no thread
-/// beyond the pool's own.
+/// queue timeout, every one counted), the pool never passes 500 workers, a
+/// real client is served at once afterwards, and once they are gone no
+/// socket of theirs is left open on either side.
 #[test]
 fn two_thousand_idle_clients_are_bounded_and_leave_nothing_behind() {
     const IDLE: usize = 2000;
     let backend = TestBackend::echo();
-    let proc = "/proc/self";
     let lb = TestBalancer::with(&[backend.addr()], |c| {
         c.workers = 500;
         c.proxy.client_first_byte_timeout = Some(Duration::from_secs(1));
         c.proxy.queue_timeout = Duration::from_secs(1);
         c.health.interval = Duration::from_secs(3600);
     });
-    assert!(serves(lb.addr));
-    until("the first client's end", || {
-        lb.stats.snapshot().completed == 1
-    });
-    let (fds, threads) = (open_fds_of(proc), threads_of(proc));
-    let workers_before = lb.stats.snapshot().workers as usize;
     let started = Instant::now();
     let mut idle: Vec<TcpStream> = Vec::with_capacity(IDLE);
     for _ in 0..IDLE {
@@ -322,14 +332,13 @@ fn two_thousand_idle_clients_are_bounded_and_leave_nothing_behind() {
         assert!(common::is_closed(&mut c), "an idle client was left open");
     }
     assert!(serves(lb.addr));
-    let workers = lb.stats.snapshot().workers as usize;
+    let ports = [lb.addr.port(), backend.addr().port()];
     assert!(
-        wait_for(Duration::from_secs(10), || open_fds_of(proc) <= fds
-            && threads_of(proc) <= threads + workers - workers_before),
-        "descriptors {} (were {fds}), threads {} (were {threads}, pool {workers_before} -> {workers})",
-        open_fds_of(proc),
-        threads_of(proc)
+        wait_for(Duration::from_secs(10), || sockets_on(&ports) == 0),
+        "{} sockets still open",
+        sockets_on(&ports)
     );
+    assert_eq!(lb.stats.snapshot().workers_busy, 0);
     lb.stop();
 }
 
@@ -403,14 +412,13 @@ fn slowloris_clients_are_closed_by_the_first_byte_timeout() {
 
 /// 3,000 clients connect and close at once (half of them with a reset),
 /// bounded in count and time: the balancer accepts them, ends each, keeps
-/// no descriptor, and serves the next client.
+/// no socket open, and serves the next client.
 #[test]
 fn connect_and_close_floods_leave_it_serving() {
     let backend = TestBackend::echo();
     let lb = TestBalancer::over(&[backend.addr()]);
     assert!(serves(lb.addr));
     until("the first client's end", || lb.stats.snapshot().active == 0);
-    let fds = open_fds_of("/proc/self");
     let started = Instant::now();
     for i in 0..3000 {
         let s = connect(lb.addr).unwrap();
@@ -427,10 +435,11 @@ fn connect_and_close_floods_leave_it_serving() {
         s.accepted == 3001 && s.active == 0 && lb.stats.snapshot().workers_busy == 0
     });
     assert!(serves(lb.addr));
+    let ports = [lb.addr.port(), backend.addr().port()];
     assert!(
-        wait_for(Duration::from_secs(10), || open_fds_of("/proc/self") <= fds),
-        "{} descriptors, were {fds}",
-        open_fds_of("/proc/self")
+        wait_for(Duration::from_secs(10), || sockets_on(&ports) == 0),
+        "{} sockets still open",
+        sockets_on(&ports)
     );
     lb.stop();
 }
