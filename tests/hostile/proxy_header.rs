@@ -169,7 +169,7 @@ fn a_trickled_header_is_taken_within_the_timeout_and_refused_beyond() {
     assert!(common::is_closed(&mut slow));
     let took = started.elapsed();
     assert!(
-        took >= Duration::from_millis(1900) && took < Duration::from_secs(4),
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(5),
         "{took:?}"
     );
     writer.join().unwrap();
@@ -197,10 +197,10 @@ const V2_ADDRS: [u8; 12] = [192, 0, 2, 1, 198, 51, 100, 7, 0xc8, 0x12, 0, 80];
 /// bound are refused at once, without waiting for the bytes; a TLV whose
 /// length runs past the header, or an address block shorter than its
 /// family needs, is refused at once; a length larger than what is sent
-/// waits only until the header timeout. None reaches the backend.
+/// waits only until the header timeout (2 s). None reaches the backend.
 #[test]
 fn v2_headers_with_lying_lengths_are_refused() {
-    let (backend, lb) = behind_proxy(Duration::from_millis(800), 64);
+    let (backend, lb) = behind_proxy(Duration::from_secs(2), 64);
     let mut tlv_overrun = V2_ADDRS.to_vec();
     tlv_overrun.extend([0x04, 0xff, 0xff, 0x00]);
     let mut tlv_half = V2_ADDRS.to_vec();
@@ -215,12 +215,12 @@ fn v2_headers_with_lying_lengths_are_refused() {
     ];
     for h in &at_once {
         let took = closed_after(lb.addr, h);
-        assert!(took < Duration::from_millis(500), "{h:?} took {took:?}");
+        assert!(took < Duration::from_secs(1), "{h:?} took {took:?}");
     }
     // Says 100 bytes follow, sends 12, then waits: the timeout ends it.
     let took = closed_after(lb.addr, &v2(0x21, 0x11, 100, &V2_ADDRS));
     assert!(
-        took >= Duration::from_millis(700) && took < Duration::from_secs(3),
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(5),
         "{took:?}"
     );
     assert_refused(&lb, &backend, at_once.len() as u64 + 1);
