@@ -84,6 +84,13 @@ impl Child {
         open_fds_of(&format!("/proc/{}", self.pid()))
     }
 
+    /// Its threads now.
+    pub(crate) fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid()))
+            .unwrap()
+            .count()
+    }
+
     /// Where its admin API listens, as its log said (with `--admin`).
     pub(crate) fn admin(&self) -> SocketAddr {
         let find = || {
@@ -292,54 +299,61 @@ fn a_backend_reset_mid_transfer_ends_that_connection_only() {
     lb.stop();
 }
 
-/// 2,000 clients connect and send nothing, against 500 workers and a 1 s
-/// first-byte timeout: each is closed by the settings (first-byte or
-/// queue timeout, every one counted), the pool never passes 500 workers, a
-/// real client is served at once afterwards, and once they are gone no
-/// socket of theirs is left open on either side.
+/// 2,000 clients connect and send nothing to the binary, with 500 workers
+/// and a 1 s first-byte timeout: each is closed by the settings (first-byte
+/// or queue timeout, every one counted), a real client is served at once
+/// afterwards, and once they are gone the process has no descriptor more
+/// than before and no thread beyond the pool's 500 workers.
 #[test]
 fn two_thousand_idle_clients_are_bounded_and_leave_nothing_behind() {
-    const IDLE: usize = 2000;
+    const IDLE: u64 = 2000;
     let backend = TestBackend::echo();
-    let lb = TestBalancer::with(&[backend.addr()], |c| {
-        c.workers = 500;
-        c.proxy.client_first_byte_timeout = Some(Duration::from_secs(1));
-        c.proxy.queue_timeout = Duration::from_secs(1);
-        c.health.interval = Duration::from_secs(3600);
-    });
+    let b = backend.addr().to_string();
+    let child = Child::start(
+        &[
+            "-b",
+            &b,
+            "--workers",
+            "500",
+            "--client-first-byte-timeout",
+            "1s",
+            "--queue-timeout",
+            "1s",
+            "--health-check",
+            "off",
+            "--admin",
+            "127.0.0.1:0",
+        ],
+        |_| {},
+    );
+    child.admin();
+    assert!(serves(child.addr));
+    let (fds, threads) = (child.open_fds(), child.threads());
     let started = Instant::now();
-    let mut idle: Vec<TcpStream> = Vec::with_capacity(IDLE);
+    let mut idle: Vec<TcpStream> = Vec::new();
     for _ in 0..IDLE {
-        idle.push(connect(lb.addr).unwrap());
+        idle.push(connect(child.addr).unwrap());
         assert!(
             started.elapsed() < Duration::from_secs(20),
             "connecting took too long"
         );
     }
-    let closed_by_settings = || {
-        let s = lb.stats.snapshot();
-        (s.first_byte_timeouts + s.queue_timeouts) as usize
-    };
-    assert!(
-        wait_for(Duration::from_secs(20), || closed_by_settings() == IDLE),
-        "{} of {IDLE} closed: {:?}",
-        closed_by_settings(),
-        lb.stats.snapshot()
-    );
-    let s = lb.stats.snapshot();
-    assert!(s.workers <= 500, "{s:?}");
-    for mut c in idle.drain(..) {
-        assert!(common::is_closed(&mut c), "an idle client was left open");
+    for c in &mut idle {
+        assert!(common::is_closed(c), "an idle client was left open");
     }
-    assert!(serves(lb.addr));
-    let ports = [lb.addr.port(), backend.addr().port()];
+    let closed = child.metric("first_byte_timeouts_total") + child.metric("queue_timeouts_total");
+    assert_eq!(closed, IDLE);
+    drop(idle);
+    assert!(serves(child.addr));
+    let workers = child.metric("workers") as usize;
+    assert!(workers <= 500, "{workers} workers");
     assert!(
-        wait_for(Duration::from_secs(10), || sockets_on(&ports) == 0),
-        "{} sockets still open",
-        sockets_on(&ports)
+        wait_for(Duration::from_secs(10), || child.open_fds() <= fds
+            && child.threads() <= threads + 500),
+        "descriptors {} (were {fds}), threads {} (were {threads}, with 1 worker)",
+        child.open_fds(),
+        child.threads()
     );
-    assert_eq!(lb.stats.snapshot().workers_busy, 0);
-    lb.stop();
 }
 
 /// A client that never reads while its backend sends without end: the
