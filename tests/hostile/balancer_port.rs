@@ -232,37 +232,60 @@ fn firehose(written: Arc<AtomicU64>) -> TestBackend {
     }))
 }
 
+/// Half of a bystander's transfer: connects, has its first 64 KiB of
+/// `data` echoed, and returns the connection mid-transfer.
+fn bystander_half(addr: SocketAddr, data: &[u8]) -> TcpStream {
+    let mut s = connect(addr).unwrap();
+    s.write_all(&data[..64 * 1024]).unwrap();
+    let mut back = vec![0; 64 * 1024];
+    s.read_exact(&mut back).unwrap();
+    assert!(back == data[..64 * 1024]);
+    s
+}
+
+/// The bystander's other half: the rest of `data` comes back byte for
+/// byte.
+fn bystander_rest(s: TcpStream, data: &[u8]) -> bool {
+    let rest = Arc::new(data[64 * 1024..].to_vec());
+    echo_through(s, rest.clone()).is_ok_and(|back| back == *rest)
+}
+
 /// A client resets (SO_LINGER 0) while a backend streams to it: only that
-/// connection ends, counted as a client reset (an error), and the next
-/// client is served.
+/// connection ends, counted as a client reset (an error); a transfer in
+/// flight beside it finishes byte for byte, and the next client is served.
 #[test]
 fn a_client_reset_mid_transfer_ends_that_connection_only() {
     let written = Arc::new(AtomicU64::new(0));
     let hose = firehose(written.clone());
     let echo = TestBackend::echo();
-    let lb = TestBalancer::over(&[hose.addr(), echo.addr()]);
+    // Round robin: the first client to the hose, the others to echo.
+    let lb = TestBalancer::over(&[hose.addr(), echo.addr(), echo.addr()]);
     let mut c = connect(lb.addr).unwrap();
     c.write_all(b"go").unwrap();
     let mut some = vec![0; 256 * 1024];
     c.read_exact(&mut some).unwrap();
+    let data = test_data(2 * 1024 * 1024, 11);
+    let bystander = bystander_half(lb.addr, &data);
     reset(c);
     until("the reset connection ended", || {
-        lb.stats.snapshot().completed == 1
+        lb.stats.snapshot().ended_client_reset == 1
     });
+    assert!(bystander_rest(bystander, &data), "the bystander lost bytes");
+    until("both ended", || lb.stats.snapshot().completed == 2);
     let s = lb.stats.snapshot();
     assert_eq!(
         (s.ended_client_reset, s.errors, s.active),
         (1, 1, 0),
         "{s:?}"
     );
-    // Round robin: the next client goes to the echo backend.
     assert!(serves(lb.addr));
     lb.stop();
 }
 
 /// A backend resets mid-way while the client is still sending: only that
 /// connection ends, counted as a backend reset; the client sees its
-/// connection end (not hang) and the next client is served.
+/// connection end (not hang), a transfer in flight beside it finishes byte
+/// for byte, and the next client is served.
 #[test]
 fn a_backend_reset_mid_transfer_ends_that_connection_only() {
     let resetter = TestBackend::start(Arc::new(|mut s: TcpStream| {
@@ -273,8 +296,11 @@ fn a_backend_reset_mid_transfer_ends_that_connection_only() {
         Ok(())
     }));
     let echo = TestBackend::echo();
-    let lb = TestBalancer::over(&[resetter.addr(), echo.addr()]);
+    // Round robin: the first client to the resetter, the others to echo.
+    let lb = TestBalancer::over(&[resetter.addr(), echo.addr(), echo.addr()]);
     let mut c = connect(lb.addr).unwrap();
+    let by_data = test_data(2 * 1024 * 1024, 12);
+    let bystander = bystander_half(lb.addr, &by_data);
     let data = test_data(4 * 1024 * 1024, 3);
     // The sender stops at the first error: the reset reaches it.
     let sender = {
@@ -286,9 +312,14 @@ fn a_backend_reset_mid_transfer_ends_that_connection_only() {
     assert!(got.len() <= b"half an answer".len(), "{got:?}");
     // What the sender saw depends on how much the buffers took in time.
     let _ = sender.join().unwrap();
-    until("the connection ended", || {
-        lb.stats.snapshot().completed == 1
+    until("the reset connection ended", || {
+        lb.stats.snapshot().ended_backend_reset == 1
     });
+    assert!(
+        bystander_rest(bystander, &by_data),
+        "the bystander lost bytes"
+    );
+    until("both ended", || lb.stats.snapshot().completed == 2);
     let s = lb.stats.snapshot();
     assert_eq!(
         (s.ended_backend_reset, s.errors, s.active),
@@ -409,6 +440,8 @@ fn slowloris_clients_are_closed_by_the_first_byte_timeout() {
             "4",
             "--client-first-byte-timeout",
             "300ms",
+            "--health-check",
+            "off",
         ],
         |_| {},
     );
@@ -419,9 +452,11 @@ fn slowloris_clients_are_closed_by_the_first_byte_timeout() {
     for s in &mut silent {
         assert!(common::is_closed(s));
     }
-    // The health checks aside, only the real client reached the backend.
-    assert!(backend.accepted() <= 2, "{}", backend.accepted());
-    assert!(child.stderr().contains("first byte"), "{}", child.stderr());
+    // No health checks: the real client alone reached the backend.
+    assert_eq!(backend.accepted(), 1);
+    until("the first-byte timeout logged", || {
+        child.stderr().contains("first byte")
+    });
 }
 
 /// 3,000 clients connect and close at once (half of them with a reset),
