@@ -24,7 +24,8 @@
 //! balancer, and at most [`DEFAULT_MAX_CONNECTIONS`] of them at once: a
 //! client over that bound is answered `503` and closed by the accept
 //! thread, with one non-blocking write, so idle clients cannot make it
-//! start threads without end. An `accept(2)` error (out of descriptors)
+//! start threads without end; a request, head and body, must arrive within
+//! 60 s. An `accept(2)` error (out of descriptors)
 //! is logged at most once a second and retried after a pause, not in a
 //! busy loop.
 //!
@@ -53,7 +54,10 @@ const MAX_LINE: usize = 8 * 1024;
 /// Longest head (request line and header lines), and longest trailer
 /// section of a chunked body, in bytes.
 const MAX_HEAD: usize = 16 * 1024;
-/// A demo connection idle this long is closed.
+/// A demo connection idle this long is closed, and a request, head and
+/// body, must have arrived this long after the backend began waiting for
+/// it (see [`DemoBackend::request_timeout`]): a client trickling a byte now
+/// and then cannot keep a connection, and its thread, for ever.
 const IDLE: Duration = Duration::from_secs(60);
 /// After refusing a request, how long what the client still sends is read
 /// and discarded before the socket is closed (see [`linger`]).
@@ -80,6 +84,7 @@ pub struct DemoBackend {
     listener: TcpListener,
     name: Arc<str>,
     max_connections: usize,
+    request_timeout: Duration,
 }
 
 /// One connection's place among the [`DemoBackend::max_connections`]:
@@ -119,7 +124,16 @@ impl DemoBackend {
             listener,
             name: name.unwrap_or_else(|| local.to_string()).into(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            request_timeout: IDLE,
         })
+    }
+
+    /// Closes a connection whose next request has not wholly arrived (head
+    /// and body) `timeout` after the backend began waiting for it, instead
+    /// of 60 s.
+    pub fn request_timeout(mut self, timeout: Duration) -> DemoBackend {
+        self.request_timeout = timeout;
+        self
     }
 
     /// Serves at most `n` connections at once (at least 1) instead of
@@ -185,12 +199,13 @@ impl DemoBackend {
                 continue;
             };
             let name = Arc::clone(&self.name);
+            let timeout = self.request_timeout;
             let spawned = thread::Builder::new()
                 .name("rodizio-demo".into())
                 .stack_size(64 * 1024)
                 .spawn(move || {
                     let _slot = slot;
-                    if let Err(err) = serve_connection(stream, &name) {
+                    if let Err(err) = serve_connection(stream, &name, timeout) {
                         log::debug!("demo backend {name}: {err}");
                     }
                 });
@@ -368,18 +383,45 @@ impl From<Reject> for Stop {
     }
 }
 
+/// The connection as the request reader sees it: no read waits past the
+/// deadline of the request being read.
+struct Deadline {
+    stream: TcpStream,
+    until: Instant,
+}
+
+impl Read for Deadline {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the request did not arrive in time",
+            ));
+        }
+        // A per-read timeout alone would let a byte every 59 s go on for
+        // ever; the deadline is the request's, however its bytes come.
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
+}
+
 /// Answers requests on one connection until the client closes, asks to
-/// close, or sends something it refuses.
-fn serve_connection(stream: TcpStream, name: &str) -> io::Result<()> {
-    stream.set_read_timeout(Some(IDLE))?;
+/// close, sends something it refuses, or does not send a whole request
+/// within `timeout`.
+fn serve_connection(stream: TcpStream, name: &str, timeout: Duration) -> io::Result<()> {
     stream.set_write_timeout(Some(IDLE))?;
     stream.set_nodelay(true)?;
     let mut writer = stream.try_clone()?;
-    let mut reader = BufReader::new(stream);
+    let mut reader = BufReader::new(Deadline {
+        stream,
+        until: Instant::now(),
+    });
     // One line buffer for the whole connection; it never grows past
     // MAX_LINE bytes of content.
     let mut line = Vec::new();
     loop {
+        reader.get_mut().until = Instant::now() + timeout;
         match serve_request(&mut reader, &mut writer, &mut line, name) {
             Ok(true) => {}
             Ok(false) | Err(Stop::Closed) => return Ok(()),

@@ -372,3 +372,61 @@ fn out_of_descriptors_it_backs_off_and_recovers() {
     assert_eq!(request(demo.addr).unwrap(), "child");
     assert!(demo.alive());
 }
+
+/// Sends `bytes` then one `fill` byte every 100 ms on `s` (a clone), on a
+/// thread, for at most 10 s or until a write fails.
+fn trickle_forever(s: &TcpStream, bytes: &'static [u8]) -> thread::JoinHandle<()> {
+    let mut w = s.try_clone().unwrap();
+    thread::spawn(move || {
+        let started = Instant::now();
+        if w.write_all(bytes).is_err() {
+            return;
+        }
+        while started.elapsed() < Duration::from_secs(10) && w.write_all(b"a").is_ok() {
+            // Pacing is what this client is about, not ordering events.
+            thread::sleep(Duration::from_millis(100));
+        }
+    })
+}
+
+/// With a request timeout of 1 s (60 s by default), a client that trickles
+/// a byte every 100 ms, into a header that never ends or a body that never
+/// completes, is cut at 1 s, not kept for as long as it goes on; a
+/// keep-alive client pausing between its requests is not cut, each
+/// request having its own time.
+#[test]
+fn a_trickled_request_is_cut_at_the_request_timeout() {
+    let shutdown = rodizio::Shutdown::new();
+    let demo = rodizio::demo::DemoBackend::bind("127.0.0.1:0".parse().unwrap(), Some("T".into()))
+        .unwrap()
+        .request_timeout(Duration::from_secs(1));
+    let addr = demo.local_addr().unwrap();
+    let accept = demo.spawn(shutdown.clone()).unwrap();
+    for start in [
+        &b"GET / HTTP/1.1\r\nX-Slow: "[..],
+        b"POST / HTTP/1.1\r\nContent-Length: 100000\r\n\r\n",
+    ] {
+        let mut s = connect(addr).unwrap();
+        let started = Instant::now();
+        let writer = trickle_forever(&s, start);
+        assert!(common::is_closed(&mut s));
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+        writer.join().unwrap();
+    }
+    let s = connect(addr).unwrap();
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    for _ in 0..3 {
+        // A pause between requests, shorter than the timeout: pacing, as
+        // above, not ordering.
+        thread::sleep(Duration::from_millis(400));
+        (&s).write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        let response = common::read_response(&mut reader).unwrap();
+        assert_eq!(response.body, "Handled by server T\n");
+    }
+    shutdown.trigger();
+    accept.join().unwrap();
+}
