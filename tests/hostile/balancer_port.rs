@@ -401,7 +401,8 @@ fn a_client_that_never_reads_stalls_the_backend_and_times_out() {
     let mut c = connect(lb.addr).unwrap();
     SockRef::from(&c).set_recv_buffer_size(64 * 1024).unwrap();
     c.write_all(b"go").unwrap();
-    // Written bytes stop growing: the backend is blocked.
+    // Written bytes stop growing: the backend is blocked. Sampled 200 ms
+    // apart: a count that did not move in that time has stalled.
     let mut last = u64::MAX;
     let stalled = wait_for(Duration::from_secs(10), || {
         thread::sleep(Duration::from_millis(200));
@@ -411,11 +412,9 @@ fn a_client_that_never_reads_stalls_the_backend_and_times_out() {
         same
     });
     let w = written.load(Ordering::SeqCst);
-    assert!(stalled && w < 64 * 1024 * 1024, "backend wrote {w} bytes");
-    let buffered = w - lb.stats.snapshot().bytes_to_clients;
-    // What the balancer holds beyond what it passed on: its one chunk and
-    // the kernel's buffers, never the stream.
-    assert!(buffered < 16 * 1024 * 1024, "{buffered} bytes held");
+    // What the sockets' kernel buffers on the way hold (about 7 MiB here):
+    // the worker itself holds one 4 KiB chunk, never the stream.
+    assert!(stalled && w < 16 * 1024 * 1024, "backend wrote {w} bytes");
     until("the idle timeout", || {
         lb.stats.snapshot().ended_idle_timeout == 1
     });
