@@ -4,7 +4,7 @@
 # that tests/health_protocols.rs checks (redis-server, nginx and openssl,
 # MariaDB, PostgreSQL); HAProxy, in front of rodizio in tests/proxy_protocol.rs;
 # headless Chromium and the Python prometheus_client for
-# scripts/observability-check.sh.
+# scripts/observability-check.sh; systemd-analyze for scripts/unit-check.sh.
 set -euo pipefail
 
 # A program's path, also where Debian keeps it out of PATH.
@@ -25,6 +25,7 @@ has openssl || need+=(openssl)
 { has postgres && has initdb; } || need+=(postgresql)
 has chromium || need+=(chromium)
 has prometheus || need+=(prometheus) # the server that scrapes rodizio in scripts/observability-check.sh
+has systemd-analyze || need+=(systemd) # scripts/unit-check.sh verifies contrib/rodizio.service
 has pip3 || python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -20,6 +20,9 @@ cargo test --doc --quiet
 echo "== docs agree"
 scripts/check-c-names.sh
 
+echo "== the systemd unit"
+scripts/unit-check.sh
+
 echo "== the article's check: ab -n 1000 -c 100 through three python backends"
 scripts/ab-article.sh
 scripts/admin-check.sh

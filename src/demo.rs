@@ -21,7 +21,13 @@
 //! parsed, `414` for a request line too long, `431` for a header line or a
 //! head too long, `501` for a transfer coding other than `chunked`, `505` for
 //! a version other than HTTP/1.x. One thread per connection, as in the
-//! balancer.
+//! balancer, and at most [`DEFAULT_MAX_CONNECTIONS`] of them at once: a
+//! client over that bound is answered `503` and closed by the accept
+//! thread, with one non-blocking write, so idle clients cannot make it
+//! start threads without end; a request, head and body, must arrive within
+//! 60 s. An `accept(2)` error (out of descriptors)
+//! is logged at most once a second and retried after a pause, not in a
+//! busy loop.
 //!
 //! # Corresponds to the C article
 //!
@@ -31,12 +37,15 @@
 use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::reply;
 use crate::shutdown::Shutdown;
+use crate::throttle::{self, LogThrottle};
 
 /// Longest line read while looking for its newline, the newline included:
 /// the request line, one header line, one chunk-size line. A client cannot
@@ -45,17 +54,59 @@ const MAX_LINE: usize = 8 * 1024;
 /// Longest head (request line and header lines), and longest trailer
 /// section of a chunked body, in bytes.
 const MAX_HEAD: usize = 16 * 1024;
-/// A demo connection idle this long is closed.
+/// A demo connection idle this long is closed, and a request, head and
+/// body, must have arrived this long after the backend began waiting for
+/// it (see [`DemoBackend::request_timeout`]): a client trickling a byte now
+/// and then cannot keep a connection, and its thread, for ever.
 const IDLE: Duration = Duration::from_secs(60);
 /// After refusing a request, how long what the client still sends is read
 /// and discarded before the socket is closed (see [`linger`]).
 const LINGER: Duration = Duration::from_secs(2);
+
+/// Most connections one demo backend serves at once, one thread each
+/// (see [`DemoBackend::max_connections`]). 1024 is the usual soft limit of
+/// open files (`ulimit -n`), which the process would reach about there
+/// anyway, and far more than `ab -c` or `wrk -c` use in the article.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// Pause after an `accept(2)` error that is not the client's doing
+/// (`EMFILE`): retrying at once would spin on it.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The answer to a client over [`DEFAULT_MAX_CONNECTIONS`].
+const REPLY_BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+Content-Type: text/plain\r\nContent-Length: 29\r\nConnection: close\r\n\r\n\
+too many connections, retry\r\n";
 
 /// A bound demo backend, ready to [`serve`](DemoBackend::serve).
 #[derive(Debug)]
 pub struct DemoBackend {
     listener: TcpListener,
     name: Arc<str>,
+    max_connections: usize,
+    request_timeout: Duration,
+}
+
+/// One connection's place among the [`DemoBackend::max_connections`]:
+/// given back when dropped, however its thread ends (or if it never
+/// starts).
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// Takes a place if fewer than `max` are taken.
+    fn take(open: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| Slot(Arc::clone(open)))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl DemoBackend {
@@ -72,7 +123,24 @@ impl DemoBackend {
         Ok(DemoBackend {
             listener,
             name: name.unwrap_or_else(|| local.to_string()).into(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            request_timeout: IDLE,
         })
+    }
+
+    /// Closes a connection whose next request has not wholly arrived (head
+    /// and body) `timeout` after the backend began waiting for it, instead
+    /// of 60 s.
+    pub fn request_timeout(mut self, timeout: Duration) -> DemoBackend {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Serves at most `n` connections at once (at least 1) instead of
+    /// [`DEFAULT_MAX_CONNECTIONS`].
+    pub fn max_connections(mut self, n: usize) -> DemoBackend {
+        self.max_connections = n.max(1);
+        self
     }
 
     /// The address it listens on.
@@ -91,17 +159,53 @@ impl DemoBackend {
         if let Ok(addr) = self.listener.local_addr() {
             shutdown.wake_on_trigger(addr);
         }
+        let open = Arc::new(AtomicUsize::new(0));
+        let errors_log = LogThrottle::new(Duration::from_secs(1));
+        let busy_log = LogThrottle::new(Duration::from_secs(1));
         for conn in self.listener.incoming() {
             if shutdown.is_triggered() {
                 break;
             }
-            let Ok(stream) = conn else { continue };
+            let stream = match conn {
+                Ok(stream) => stream,
+                Err(err) => {
+                    if !matches!(
+                        err.kind(),
+                        io::ErrorKind::ConnectionAborted | io::ErrorKind::Interrupted
+                    ) {
+                        if let Some(others) = errors_log.event(Instant::now()) {
+                            log::error!(
+                                "demo backend: accept failed: {err}; retrying every \
+                                 {ACCEPT_BACKOFF:?}{}",
+                                throttle::more(others)
+                            );
+                        }
+                        thread::sleep(ACCEPT_BACKOFF);
+                    }
+                    continue;
+                }
+            };
+            let Some(slot) = Slot::take(&open, self.max_connections) else {
+                if let Some(others) = busy_log.event(Instant::now()) {
+                    log::warn!(
+                        "demo backend {}: {} connections at once, the most it serves; \
+                         answering 503{}",
+                        self.name,
+                        self.max_connections,
+                        throttle::more(others)
+                    );
+                }
+                reply::reply_at_once(&stream, REPLY_BUSY);
+                continue;
+            };
             let name = Arc::clone(&self.name);
+            let timeout = self.request_timeout;
             let spawned = thread::Builder::new()
                 .name("rodizio-demo".into())
                 .stack_size(64 * 1024)
                 .spawn(move || {
-                    if let Err(err) = serve_connection(stream, &name) {
+                    let _slot = slot;
+                    if let Err(err) = serve_connection(stream, &name, timeout) {
                         log::debug!("demo backend {name}: {err}");
                     }
                 });
@@ -279,18 +383,45 @@ impl From<Reject> for Stop {
     }
 }
 
+/// The connection as the request reader sees it: no read waits past the
+/// deadline of the request being read.
+struct Deadline {
+    stream: TcpStream,
+    until: Instant,
+}
+
+impl Read for Deadline {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the request did not arrive in time",
+            ));
+        }
+        // A per-read timeout alone would let a byte every 59 s go on for
+        // ever; the deadline is the request's, however its bytes come.
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
+}
+
 /// Answers requests on one connection until the client closes, asks to
-/// close, or sends something it refuses.
-fn serve_connection(stream: TcpStream, name: &str) -> io::Result<()> {
-    stream.set_read_timeout(Some(IDLE))?;
+/// close, sends something it refuses, or does not send a whole request
+/// within `timeout`.
+fn serve_connection(stream: TcpStream, name: &str, timeout: Duration) -> io::Result<()> {
     stream.set_write_timeout(Some(IDLE))?;
     stream.set_nodelay(true)?;
     let mut writer = stream.try_clone()?;
-    let mut reader = BufReader::new(stream);
+    let mut reader = BufReader::new(Deadline {
+        stream,
+        until: Instant::now(),
+    });
     // One line buffer for the whole connection; it never grows past
     // MAX_LINE bytes of content.
     let mut line = Vec::new();
     loop {
+        reader.get_mut().until = Instant::now() + timeout;
         match serve_request(&mut reader, &mut writer, &mut line, name) {
             Ok(true) => {}
             Ok(false) | Err(Stop::Closed) => return Ok(()),
@@ -686,6 +817,44 @@ mod tests {
         let rest = read_to_close(&mut reader);
         assert!(rest.starts_with("HTTP/1.1 200 OK\r\n"), "{rest}");
         assert!(rest.ends_with("\r\n\r\nOK\n"), "{rest}");
+    }
+
+    /// Past `max_connections`, a client gets the whole `503` (its
+    /// `Content-Length` right) and a close; a place freed is taken again.
+    #[test]
+    fn a_client_over_max_connections_gets_503() {
+        let shutdown = Shutdown::new();
+        let demo = DemoBackend::bind("127.0.0.1:0".parse().unwrap(), Some("A".into()))
+            .unwrap()
+            .max_connections(1);
+        let addr = demo.local_addr().unwrap();
+        let accept = demo.spawn(shutdown.clone()).unwrap();
+        let server = Server {
+            addr,
+            shutdown,
+            accept: Some(accept),
+        };
+        let (mut first, mut first_reader) = server.connect();
+        first.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(
+            read_response(&mut first_reader, false).status,
+            "HTTP/1.1 200 OK"
+        );
+        let (_, mut reader) = server.connect();
+        let busy = read_response(&mut reader, false);
+        assert_eq!(busy.status, "HTTP/1.1 503 Service Unavailable");
+        assert_eq!(busy.body, "too many connections, retry\r\n");
+        assert!(read_to_close(&mut reader).is_empty());
+        drop((first, first_reader));
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let (mut s, mut reader) = server.connect();
+            s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+            if read_response(&mut reader, false).status == "HTTP/1.1 200 OK" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the freed place was not taken");
+        }
     }
 
     /// `HEAD` gets the headers of `GET`, with the same `Content-Length`, and

@@ -71,6 +71,9 @@ struct Shared {
     /// Workers started so far: the next one gets this plus one as its
     /// number (see [`worker_number`]).
     spawned: AtomicUsize,
+    /// Spawns that failed since the last one that worked: the next spawn
+    /// that works starts this many more (see `Pool::grow`).
+    failed_spawns: AtomicUsize,
 }
 
 thread_local! {
@@ -122,8 +125,25 @@ impl<T: Send + 'static> Pool<T> {
         Ok(())
     }
 
-    /// Spawns one worker unless the limit is reached.
+    /// Spawns one worker unless the limit is reached; after spawns that
+    /// failed, more.
     fn grow(&self) {
+        if !self.grow_one() {
+            return;
+        }
+        // Each failed spawn left an entry queued with no worker coming for
+        // it, and nothing else would start one until more clients arrive.
+        // Threads start again, so make those up now.
+        let owed = self.shared.failed_spawns.swap(0, Ordering::AcqRel);
+        for _ in 0..owed {
+            if !self.grow_one() {
+                break;
+            }
+        }
+    }
+
+    /// Spawns one worker unless the limit is reached; whether it did.
+    fn grow_one(&self) -> bool {
         let claimed = self
             .shared
             .live
@@ -132,14 +152,18 @@ impl<T: Send + 'static> Pool<T> {
             })
             .is_ok();
         if !claimed {
-            return;
+            return false;
         }
         if let Err(err) = self.spawn_worker() {
             self.shared.live.fetch_sub(1, Ordering::AcqRel);
+            self.shared.failed_spawns.fetch_add(1, Ordering::AcqRel);
             Stats::incr(&self.stats.worker_spawn_failures);
-            // The entry stays queued; a running worker will take it.
+            // The entry stays queued; a running worker, or one started
+            // once threads can be started again, will take it.
             log::warn!("could not start a worker thread: {err}");
+            return false;
         }
+        true
     }
 
     fn spawn_worker(&self) -> io::Result<()> {

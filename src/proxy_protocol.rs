@@ -393,8 +393,19 @@ fn parse_v1(buf: &[u8]) -> Result<Parsed, HeaderError> {
         // Refuse an unknown protocol as soon as its word is complete, so
         // that a client sending something else is not waited for.
         if let Some(rest) = buf.get(V1_PREFIX.len()..) {
-            if let Some(word_end) = rest.iter().position(|&b| b == b' ' || b == b'\r') {
-                check_v1_protocol(&rest[..word_end])?;
+            if let Some(word_end) = rest.iter().position(|&b| matches!(b, b' ' | b'\r' | b'\n')) {
+                let word = &rest[..word_end];
+                check_v1_protocol(word)?;
+                // No `\r\n` yet, so a `\n` here has no `\r` before it: no
+                // TCP4 or TCP6 line holds one. Refuse it now rather than
+                // wait the whole timeout for a `\r\n` that a client ending
+                // its lines with `\n` alone never sends. (An UNKNOWN line is
+                // to be ignored up to its `\r\n`, so that one is waited for.)
+                if word != b"UNKNOWN" && window.contains(&b'\n') {
+                    return Err(HeaderError::V1Syntax(
+                        "a line ending in \\n without \\r (it must end in \\r\\n)".to_string(),
+                    ));
+                }
             }
         }
         return Ok(Parsed::Incomplete);
@@ -1118,6 +1129,20 @@ mod tests {
         assert_eq!(parse(&V2_TCP4[..5]).unwrap(), Parsed::Incomplete);
         assert_eq!(parse(&V2_TCP4[..16]).unwrap(), Parsed::Incomplete);
         assert_eq!(parse(&V2_TCP4[..27]).unwrap(), Parsed::Incomplete);
+    }
+
+    /// A `\n` with no `\r` before it is refused as soon as it comes,
+    /// except in an UNKNOWN line, whose content is ignored up to `\r\n`.
+    #[test]
+    fn a_bare_line_feed_is_refused_at_once() {
+        for line in [
+            &b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\n"[..],
+            b"PROXY TCP6\n",
+            b"PROXY TC\n",
+        ] {
+            assert!(matches!(error(line), HeaderError::V1Syntax(_)), "{line:?}");
+        }
+        assert_eq!(parse(b"PROXY UNKNOWN x\ny").unwrap(), Parsed::Incomplete);
     }
 
     #[test]
