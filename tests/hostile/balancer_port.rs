@@ -49,7 +49,7 @@ impl Child {
                 .text()
                 .lines()
                 .find_map(|l| l.strip_prefix("Load balancer listening on port "))
-                .and_then(|p| p.trim().parse::<u16>().ok());
+                .and_then(|p| p.split_whitespace().next()?.parse::<u16>().ok());
             port.is_some() || stdout.wait_end(Duration::ZERO)
         });
         let mut child = Child {
@@ -257,9 +257,9 @@ fn bystander_rest(s: TcpStream, data: &[u8]) -> bool {
 fn a_client_reset_mid_transfer_ends_that_connection_only() {
     let written = Arc::new(AtomicU64::new(0));
     let hose = firehose(written.clone());
-    let echo = TestBackend::echo();
+    let (echo, echo2) = (TestBackend::echo(), TestBackend::echo());
     // Round robin: the first client to the hose, the others to echo.
-    let lb = TestBalancer::over(&[hose.addr(), echo.addr(), echo.addr()]);
+    let lb = TestBalancer::over(&[hose.addr(), echo.addr(), echo2.addr()]);
     let mut c = connect(lb.addr).unwrap();
     c.write_all(b"go").unwrap();
     let mut some = vec![0; 256 * 1024];
@@ -295,9 +295,9 @@ fn a_backend_reset_mid_transfer_ends_that_connection_only() {
         reset(s);
         Ok(())
     }));
-    let echo = TestBackend::echo();
+    let (echo, echo2) = (TestBackend::echo(), TestBackend::echo());
     // Round robin: the first client to the resetter, the others to echo.
-    let lb = TestBalancer::over(&[resetter.addr(), echo.addr(), echo.addr()]);
+    let lb = TestBalancer::over(&[resetter.addr(), echo.addr(), echo2.addr()]);
     let mut c = connect(lb.addr).unwrap();
     let by_data = test_data(2 * 1024 * 1024, 12);
     let bystander = bystander_half(lb.addr, &by_data);

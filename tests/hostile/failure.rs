@@ -46,7 +46,7 @@ mod health_and_failure_logs {
                 .output()
                 .lines()
                 .find_map(|l| l.strip_prefix("Load balancer listening on port "))
-                .and_then(|p| p.trim().parse::<u16>().ok());
+                .and_then(|p| p.split_whitespace().next()?.parse::<u16>().ok());
             port.is_some()
         });
         assert!(found, "no listening line:\n{}", rodizio.output());
