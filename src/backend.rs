@@ -5,9 +5,10 @@
 //! connect to it and count their connections on it) and, where enabled, the
 //! health checker (which marks it up or down). Everything that changes after
 //! start-up is an atomic, so no lock is ever held while a connection is being
-//! proxied. The one lock, on the last check's record, is taken by the health
+//! proxied. The lock on the last check's record is taken by the health
 //! thread once per check and by the admin API when it lists the backends;
-//! no worker touches it.
+//! no worker touches it. A flip of its state also tells the schedulers
+//! holding it, on the flipping thread (see `scheduler/availability.rs`).
 //!
 //! # Corresponds to the C article
 //!
@@ -25,7 +26,7 @@ use std::io::{self, ErrorKind};
 use std::net::TcpStream;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
@@ -33,6 +34,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::error::{Error, Result};
 use crate::proxy_protocol::Version;
+use crate::scheduler::{AvailabilityWatcher, Watchers};
 
 /// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`
 /// and `,send-proxy` / `,send-proxy-v2`.
@@ -248,6 +250,8 @@ pub struct Backend {
     /// (and a LOCAL header before each health check), or `None`. Fixed
     /// for the backend's life.
     send_proxy: Option<Version>,
+    /// The schedulers to tell when it is taken out of rotation or put back.
+    watchers: Watchers,
 }
 
 /// The result of one active health check, kept on the backend.
@@ -316,6 +320,7 @@ impl Backend {
             connect_failures_total: AtomicU64::new(0),
             last_check: Mutex::new(None),
             send_proxy: None,
+            watchers: Watchers::default(),
         }
     }
 
@@ -431,8 +436,15 @@ impl Backend {
         Duration::from_millis(now_ms().saturating_sub(self.changed_ms.load(Ordering::Relaxed)))
     }
 
+    /// Records a flip of its state and tells the schedulers holding it.
     fn changed(&self) {
         self.changed_ms.store(now_ms(), Ordering::Relaxed);
+        self.watchers.tell(self);
+    }
+
+    /// Tells `watcher` of every later flip of its availability.
+    pub(crate) fn watch(&self, watcher: Weak<dyn AvailabilityWatcher>) {
+        self.watchers.add(watcher);
     }
 
     /// Whether a scheduler may pick it: healthy, not draining, not in
