@@ -70,6 +70,22 @@ mod tests {
     }
 
     #[test]
+    fn more_equals_than_remembered_take_turns_too() {
+        // 40 idle backends, 3 out: 37 equals, more than the 16 the first
+        // pass remembers, so the later turns take the second pass.
+        let list = backends(40);
+        let s = Scheduler::with_algorithm(list.clone(), Algorithm::LeastConnections);
+        for i in [0, 17, 39] {
+            list[i].set_draining(true);
+        }
+        let counts = tally(&s, 37 * 3);
+        for (i, c) in counts.iter().enumerate() {
+            let out = [0, 17, 39].contains(&i);
+            assert_eq!(*c, if out { 0 } else { 3 }, "{counts:?}");
+        }
+    }
+
+    #[test]
     fn weights_share_the_load_among_the_backends_left() {
         for (how, set_out) in OUT {
             let list = weighted(&[1, 3, 2, 5]);

@@ -499,13 +499,21 @@ impl AvailabilityWatcher for Shared {
     }
 }
 
-/// The first available backend at or after `start`, in list order.
+/// The first available backend at or after `start` (which must be a
+/// position in `list`), in list order.
 pub(crate) fn first_available(list: &[Arc<Backend>], start: usize) -> Option<usize> {
+    // Nearly always `start` itself: no division on that path.
+    if list[start].is_available() {
+        return Some(start);
+    }
     let n = list.len();
     (0..n)
         .map(|i| (start + i) % n)
         .find(|&i| list[i].is_available())
 }
+
+/// How many tied backends [`least_loaded`] remembers in its first pass.
+const TIED: usize = 16;
 
 /// The available backend with the fewest connections per unit of weight.
 /// Among equals, the one whose turn `turn` is, in list order: equal
@@ -515,8 +523,10 @@ pub(crate) fn first_available(list: &[Arc<Backend>], start: usize) -> Option<usi
 pub(crate) fn least_loaded(list: &[Arc<Backend>], turn: usize) -> Option<usize> {
     // Picked but not yet connected counts too: see `Backend::reserve`.
     let load = |b: &Backend| ((b.active() + b.pending()) as u64, u64::from(b.weight()));
-    // First pass: the least load per unit of weight, and how many share it.
-    let mut best: Option<(usize, u64, u64)> = None; // (first index, load, weight)
+    // One pass: the least load per unit of weight, how many share it, and
+    // where the first `TIED` of them are (on the stack: no allocation).
+    let mut best: Option<(u64, u64)> = None; // (load, weight)
+    let mut tied = [0usize; TIED];
     let mut ties = 0;
     for (idx, b) in list.iter().enumerate() {
         if !b.is_available() {
@@ -525,23 +535,28 @@ pub(crate) fn least_loaded(list: &[Arc<Backend>], turn: usize) -> Option<usize> 
         let (l, w) = load(b);
         // l/w against best_l/best_w, without division.
         match best {
-            Some((_, bl, bw)) if l * bw > bl * w => {}
-            Some((_, bl, bw)) if l * bw == bl * w => ties += 1,
+            Some((bl, bw)) if l * bw > bl * w => continue,
+            Some((bl, bw)) if l * bw == bl * w => {}
             _ => {
-                best = Some((idx, l, w));
-                ties = 1;
+                best = Some((l, w));
+                ties = 0;
             }
         }
+        if ties < TIED {
+            tied[ties] = idx;
+        }
+        ties += 1;
     }
-    let (first, bl, bw) = best?;
-    if ties == 1 {
-        return Some(first);
+    let (bl, bw) = best?;
+    let k = turn % ties;
+    if k < TIED {
+        return Some(tied[k]);
     }
-    // Second pass: the (turn mod ties)-th of the equals. Loads move
-    // meanwhile (other picks, connections ending): if it is not found, the
-    // first equal will do.
-    let mut k = turn % ties;
-    for (idx, b) in list.iter().enumerate().skip(first) {
+    // More equals than remembered: count them again. Loads move meanwhile
+    // (other picks, connections ending): if it is not found, the first
+    // equal will do.
+    let mut k = k;
+    for (idx, b) in list.iter().enumerate() {
         if !b.is_available() {
             continue;
         }
@@ -553,7 +568,7 @@ pub(crate) fn least_loaded(list: &[Arc<Backend>], turn: usize) -> Option<usize> 
             k -= 1;
         }
     }
-    Some(first)
+    Some(tied[0])
 }
 
 /// A 64-bit finalizer (splitmix64): every input bit affects every output
