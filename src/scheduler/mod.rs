@@ -178,7 +178,7 @@ algorithms! {
     /// weighted round robin): weights 5,1,1 give a a b a c a a.
     WeightedRoundRobin => weighted::SmoothWeighted,
     /// The backend with the fewest active connections (per unit of weight);
-    /// ties in rotation.
+    /// ties take turns.
     LeastConnections => least_connections::LeastConnections,
     /// The same client IP to the same backend (rendezvous hashing: removing
     /// a backend moves only its own clients).
