@@ -5,9 +5,10 @@
 //! connect to it and count their connections on it) and, where enabled, the
 //! health checker (which marks it up or down). Everything that changes after
 //! start-up is an atomic, so no lock is ever held while a connection is being
-//! proxied. The one lock, on the last check's record, is taken by the health
+//! proxied. The lock on the last check's record is taken by the health
 //! thread once per check and by the admin API when it lists the backends;
-//! no worker touches it.
+//! no worker touches it. A flip of its state also tells the schedulers
+//! holding it, on the flipping thread (see `scheduler/availability.rs`).
 //!
 //! # Corresponds to the C article
 //!
@@ -25,7 +26,7 @@ use std::io::{self, ErrorKind};
 use std::net::TcpStream;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
@@ -34,6 +35,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::error::{Error, Result};
 use crate::proxy_protocol::Version;
 use crate::throttle::LogThrottle;
+use crate::scheduler::{AvailabilityWatcher, Watchers};
 
 /// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`
 /// and `,send-proxy` / `,send-proxy-v2`.
@@ -253,6 +255,8 @@ pub struct Backend {
     /// a second at most, so a dead backend under load is not one line per
     /// client.
     connect_failure_log: LogThrottle,
+    /// The schedulers to tell when it is taken out of rotation or put back.
+    watchers: Watchers,
 }
 
 /// The result of one active health check, kept on the backend.
@@ -322,6 +326,7 @@ impl Backend {
             last_check: Mutex::new(None),
             send_proxy: None,
             connect_failure_log: LogThrottle::new(Duration::from_secs(1)),
+            watchers: Watchers::default(),
         }
     }
 
@@ -437,8 +442,15 @@ impl Backend {
         Duration::from_millis(now_ms().saturating_sub(self.changed_ms.load(Ordering::Relaxed)))
     }
 
+    /// Records a flip of its state and tells the schedulers holding it.
     fn changed(&self) {
         self.changed_ms.store(now_ms(), Ordering::Relaxed);
+        self.watchers.tell(self);
+    }
+
+    /// Tells `watcher` of every later flip of its availability.
+    pub(crate) fn watch(&self, watcher: Weak<dyn AvailabilityWatcher>) {
+        self.watchers.add(watcher);
     }
 
     /// Whether a scheduler may pick it: healthy, not draining, not in

@@ -101,3 +101,48 @@ pub(crate) fn hash_ip(ip: IpAddr) -> u64 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::scheduler::tests::{backends, ip, OUT};
+    use crate::scheduler::{Algorithm, Scheduler};
+
+    #[test]
+    fn an_out_backend_moves_only_its_clients_spread_over_the_rest() {
+        let clients = 12_000u32;
+        for (how, set_out) in OUT {
+            let list = backends(4);
+            let s = Scheduler::with_algorithm(list.clone(), Algorithm::IpHash);
+            let at = |i: u32| s.pick(ip(i)).unwrap().server_idx;
+            let before: Vec<usize> = (0..clients).map(at).collect();
+            set_out(&list[2], true);
+            // Where c's clients went, per backend.
+            let mut moved_to = [0usize; 4];
+            for i in 0..clients {
+                let (was, now) = (before[i as usize], at(i));
+                if was == 2 {
+                    moved_to[now] += 1;
+                } else {
+                    assert_eq!(
+                        now, was,
+                        "client {i} moved off a backend that stayed ({how})"
+                    );
+                }
+            }
+            // About a quarter of the clients were on c; each of the other
+            // three takes about a third of them, d no more than a or b.
+            let moved: usize = moved_to.iter().sum();
+            assert!((2700..=3300).contains(&moved), "{moved} moved ({how})");
+            assert_eq!(moved_to[2], 0);
+            for to in [0, 1, 3] {
+                assert!(
+                    moved_to[to] * 100 >= moved * 30 && moved_to[to] * 100 <= moved * 37,
+                    "{moved_to:?} ({how})"
+                );
+            }
+            // Back: every client where it was.
+            set_out(&list[2], false);
+            assert!((0..clients).all(|i| at(i) == before[i as usize]), "{how}");
+        }
+    }
+}

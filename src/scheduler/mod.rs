@@ -11,21 +11,23 @@
 //!
 //! Each algorithm is one file, a `Strategy` listed once in the
 //! `algorithms!` table below: adding one is a new file and one line there.
+//! (`availability.rs` is not an algorithm: see "Availability" below.)
 //!
 //! - [`Algorithm::RoundRobin`] (the default, the article's): one
 //!   `AtomicUsize` incremented with `fetch_add`. Every caller gets its own
 //!   turn, so under any number of threads no turn is taken twice or skipped:
-//!   with `k × n` picks over `n` backends each gets exactly `k`.
+//!   with `k × n` picks over `n` available backends each gets exactly `k`.
 //! - [`Algorithm::WeightedRoundRobin`]: nginx's *smooth* weighted round
 //!   robin. Weights 5, 1, 1 give `a a b a c a a`, not `a a a a a b c`, so a
 //!   heavy backend never takes a burst of consecutive clients. nginx runs the
 //!   algorithm under a lock at every pick; here it runs once, when the list
-//!   changes, to build the whole cycle (one entry per unit of weight), and a
+//!   or a backend's availability changes, to build the whole cycle over the
+//!   available backends (one entry per unit of weight), and a
 //!   pick is the same atomic turn as round robin, indexing that cycle. That
 //!   keeps picking lock-free and the counts exact under concurrency.
 //! - [`Algorithm::LeastConnections`]: the available backend with the fewest
-//!   connections (divided by its weight). Ties are broken in rotation,
-//!   starting from a round-robin turn, so equal backends still alternate. A
+//!   connections (divided by its weight). Among equals, a round-robin turn
+//!   chooses, so equal backends take exactly one turn each in turn. A
 //!   backend's count is [`Backend::active`], which a worker raises when it
 //!   has connected and lowers when the connection ends, whatever ends it
 //!   (see [`Backend::start_connection`]), plus [`Backend::pending`]: the
@@ -47,8 +49,29 @@
 //!   count at each pick, and without sending a whole burst to the one
 //!   backend that looks idlest.
 //!
-//! Backends that are down (health checks) or draining (operator) are passed
-//! over by every algorithm; when none is available, `pick` returns `None`.
+//! # Availability
+//!
+//! A backend out of rotation (down by the health checks, draining or in
+//! maintenance by an operator) is never picked, and its share is spread
+//! over all the backends left, by weight where weights apply, as HAProxy
+//! and nginx do: not handed to the next one in the list, which would
+//! double that one's load. Each snapshot holds the positions of the
+//! backends available when it was built (`up`) and the weighted cycle over
+//! them: round robin and weighted round robin take turns over those, p2c
+//! draws from them, least connections gives its ties by turn, and
+//! ip-hash's highest score among the available ones moves only the lost
+//! backend's clients, spread over the rest. When none is available, `pick`
+//! returns `None`.
+//!
+//! A flip of a backend's state rebuilds the snapshot at once, on the
+//! thread that flipped it: the backend tells the schedulers holding it
+//! (`AvailabilityWatcher`), and the rebuild swaps the snapshot under the
+//! write lock like [`Scheduler::remove`]. So once `set_healthy(false)`,
+//! `set_draining(true)` or `set_maint(true)` has returned, no pick returns
+//! that backend. A pick racing the flip may still read the snapshot from
+//! before it, so each algorithm checks its choice again and, should it have
+//! just gone out, takes the next available one in list order: a pick never
+//! returns a backend it sees out, and only ever indexes its own snapshot.
 //!
 //! # The backend list at run time
 //!
@@ -57,8 +80,9 @@
 //! writer builds a new snapshot (with the weighted cycle and hash keys
 //! precomputed) without holding that lock, then takes the write lock only to
 //! swap it in. Writers take turns on a separate `Mutex`, so two changes at
-//! once cannot lose one another; picks never touch it.
-//! ([`Scheduler::drain`] changes no list: it sets a flag on the backend.) A pick holds the read lock for its whole
+//! once cannot lose one another; picks never touch it. (A flip of
+//! availability, such as [`Scheduler::drain`], keeps the list and rebuilds
+//! the snapshot the same way.) A pick holds the read lock for its whole
 //! decision, a few dozen nanoseconds and no I/O, and takes nothing else. So:
 //!
 //! - Picks never wait for I/O or for each other, and a change waits at most
@@ -84,6 +108,7 @@
 //! exact when many threads pick. The other algorithms and the changing list
 //! have no C counterpart.
 
+mod availability;
 mod ip_hash;
 mod least_connections;
 mod power_of_two;
@@ -92,9 +117,11 @@ mod weighted;
 
 use std::net::IpAddr;
 use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::{Mutex, RwLock};
+
+pub(crate) use availability::{AvailabilityWatcher, Watchers};
 
 use crate::backend::{Backend, Reservation};
 
@@ -151,7 +178,7 @@ algorithms! {
     /// weighted round robin): weights 5,1,1 give a a b a c a a.
     WeightedRoundRobin => weighted::SmoothWeighted,
     /// The backend with the fewest active connections (per unit of weight);
-    /// ties in rotation.
+    /// ties take turns.
     LeastConnections => least_connections::LeastConnections,
     /// The same client IP to the same backend (rendezvous hashing: removing
     /// a backend moves only its own clients).
@@ -210,13 +237,17 @@ pub struct Pick {
 }
 
 /// One immutable version of the backend list, with what the algorithms
-/// precompute from it.
+/// precompute from it and from which backends were available.
 #[derive(Debug)]
 pub(crate) struct Snapshot {
     /// The backends, in the order given.
     pub(crate) list: Arc<[Arc<Backend>]>,
-    /// The smooth weighted round-robin cycle: positions in `list`, one per
-    /// unit of weight (after dividing the weights by their gcd).
+    /// The positions in `list` of the backends available when this
+    /// snapshot was built, in list order.
+    pub(crate) up: Box<[usize]>,
+    /// The smooth weighted round-robin cycle over the backends in `up`:
+    /// positions in `list`, one per unit of weight (after dividing their
+    /// weights by their gcd). Empty when none is available.
     pub(crate) cycle: Box<[u32]>,
     /// Per backend, the hash of its name (rendezvous hashing).
     pub(crate) keys: Box<[u64]>,
@@ -227,24 +258,57 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
-    fn new(list: Vec<Arc<Backend>>, algorithm: Algorithm) -> Snapshot {
+    /// Reads each backend's state now: build it only once the backends
+    /// tell this scheduler of their flips (see [`Scheduler::change_with`]).
+    fn new(list: Arc<[Arc<Backend>]>, algorithm: Algorithm) -> Snapshot {
         let weights: Vec<u32> = list.iter().map(|b| b.weight()).collect();
-        let cycle = weighted::smooth_cycle(&weights).into_boxed_slice();
+        let up: Box<[usize]> = (0..list.len())
+            .filter(|&i| list[i].is_available())
+            .collect();
+        let up_weights: Vec<u32> = up.iter().map(|&i| weights[i]).collect();
+        let cycle = weighted::smooth_cycle(&up_weights)
+            .into_iter()
+            .map(|k| up[k as usize] as u32)
+            .collect();
         let keys = list.iter().map(|b| ip_hash::hash_name(b.name())).collect();
         let uniform = weights.windows(2).all(|w| w[0] == w[1]);
         Snapshot {
-            list: list.into(),
+            list,
+            up,
             cycle,
             keys,
             uniform,
             algorithm,
         }
     }
+
+    /// The available backend whose turn `turn` is, in rotation over the
+    /// available ones: with `m` available, each gets exactly one turn in
+    /// every `m` in a row, whichever others are out.
+    pub(crate) fn in_turn(&self, turn: usize) -> Option<usize> {
+        let start = match self.up.len() {
+            // None was available when this was built; one may have come
+            // back since (its rebuild is on its way): look at them all.
+            0 => turn % self.list.len(),
+            m => self.up[turn % m],
+        };
+        // Checked again: see "Availability" in the module docs.
+        first_available(&self.list, start)
+    }
 }
 
 /// The backend list and the algorithm's shared state.
 #[derive(Debug)]
 pub struct Scheduler {
+    /// Shared with the backends in the list (weakly), which tell it when
+    /// their availability flips.
+    shared: Arc<Shared>,
+}
+
+/// The scheduler's state, in an `Arc` so that its backends can hold a
+/// `Weak` to it (see [`AvailabilityWatcher`]).
+#[derive(Debug)]
+struct Shared {
     /// The current list; replaced whole, never edited in place.
     current: RwLock<Snapshot>,
     /// Serializes writers, so two concurrent changes cannot lose one another
@@ -262,16 +326,22 @@ impl Scheduler {
 
     /// A scheduler over these backends with the given algorithm.
     pub fn with_algorithm(backends: Vec<Arc<Backend>>, algorithm: Algorithm) -> Scheduler {
-        Scheduler {
-            current: RwLock::new(Snapshot::new(backends, algorithm)),
-            writer: Mutex::new(()),
-            next: AtomicUsize::new(0),
-        }
+        let scheduler = Scheduler {
+            shared: Arc::new(Shared {
+                current: RwLock::new(Snapshot::new(Arc::new([]), algorithm)),
+                writer: Mutex::new(()),
+                next: AtomicUsize::new(0),
+            }),
+        };
+        // Through `change_with`, which asks the backends to tell of their
+        // flips before it reads their states.
+        scheduler.change_with(algorithm, |list| *list = backends);
+        scheduler
     }
 
     /// The algorithm in use.
     pub fn algorithm(&self) -> Algorithm {
-        self.current.read().algorithm
+        self.shared.current.read().algorithm
     }
 
     /// Changes the algorithm; picks from now on use it. Clients already
@@ -282,7 +352,7 @@ impl Scheduler {
 
     /// The current backend list (a cheap copy: one reference count).
     pub fn snapshot(&self) -> Arc<[Arc<Backend>]> {
-        Arc::clone(&self.current.read().list)
+        Arc::clone(&self.shared.current.read().list)
     }
 
     /// Picks the backend for a new connection from `peer`, or `None` when no
@@ -290,14 +360,14 @@ impl Scheduler {
     pub fn pick(&self, peer: IpAddr) -> Option<Pick> {
         // The read guard lives until the end of the decision: that is what
         // makes `remove` final once it returns (see the module docs).
-        let snap = self.current.read();
+        let snap = self.shared.current.read();
         let list = &snap.list;
         let n = list.len();
         if n == 0 {
             return None;
         }
         let strategy = snap.algorithm.strategy();
-        let server_idx = strategy.choose(&snap, peer, &self.next)?;
+        let server_idx = strategy.choose(&snap, peer, &self.shared.next)?;
         let backend = Arc::clone(&list[server_idx]);
         let reservation = strategy.reserves().then(|| backend.reserve());
         Some(Pick {
@@ -340,8 +410,9 @@ impl Scheduler {
     }
 
     /// Stops (`true`) or resumes (`false`) new connections to the backend
-    /// with this id; connections in flight finish normally. Returns the
-    /// backend, or `None` if it is not in the list.
+    /// with this id; connections in flight finish normally, and its share
+    /// of new ones goes to the others (once this returns, no pick returns
+    /// it). Returns the backend, or `None` if it is not in the list.
     pub fn drain(&self, id: u64, draining: bool) -> Option<Arc<Backend>> {
         let backend = self.find(|b| b.id() == id)?;
         backend.set_draining(draining);
@@ -374,7 +445,13 @@ impl Scheduler {
     /// The first backend in the list for which `pred` is true (for example
     /// `|b| b.name() == "127.0.0.1:8001"`).
     pub fn find(&self, pred: impl Fn(&Backend) -> bool) -> Option<Arc<Backend>> {
-        self.current.read().list.iter().find(|b| pred(b)).cloned()
+        self.shared
+            .current
+            .read()
+            .list
+            .iter()
+            .find(|b| pred(b))
+            .cloned()
     }
 
     /// Applies `edit` to a copy of the list and swaps the result in.
@@ -384,49 +461,114 @@ impl Scheduler {
     }
 
     /// [`Scheduler::change`], with the new snapshot using `algorithm`.
+    /// `edit` must not flip a backend's availability (the flip would wait
+    /// for the writer lock held here).
     fn change_with(&self, algorithm: Algorithm, edit: impl FnOnce(&mut Vec<Arc<Backend>>)) {
-        let _writer = self.writer.lock();
+        let _writer = self.shared.writer.lock();
         let mut list: Vec<Arc<Backend>> = self.snapshot().to_vec();
         edit(&mut list);
+        // Asked before the snapshot reads their states: a flip after that
+        // read is told to this scheduler, which then builds another one.
+        let me: Weak<dyn AvailabilityWatcher> = Arc::downgrade(&self.shared) as _;
+        for backend in &list {
+            backend.watch(Weak::clone(&me));
+        }
         // Built outside the `current` lock: picks go on meanwhile.
-        let snap = Snapshot::new(list, algorithm);
-        *self.current.write() = snap;
+        let snap = Snapshot::new(list.into(), algorithm);
+        *self.shared.current.write() = snap;
         // The old snapshot is dropped here, after the lock is released.
     }
 }
 
-/// The first available backend at or after `start`, in list order.
+impl AvailabilityWatcher for Shared {
+    /// Rebuilds the snapshot from the same list, so that the available set
+    /// and the weighted cycle follow the flip; runs on the thread that
+    /// flipped it (the health thread, a worker, the admin API, a reload).
+    fn availability_changed(&self, backend: &Backend) {
+        let _writer = self.writer.lock();
+        let (list, algorithm) = {
+            let snap = self.current.read();
+            if !snap.list.iter().any(|b| b.id() == backend.id()) {
+                // Removed from this list since it was taken in.
+                return;
+            }
+            (Arc::clone(&snap.list), snap.algorithm)
+        };
+        let snap = Snapshot::new(list, algorithm);
+        *self.current.write() = snap;
+    }
+}
+
+/// The first available backend at or after `start` (which must be a
+/// position in `list`), in list order.
 pub(crate) fn first_available(list: &[Arc<Backend>], start: usize) -> Option<usize> {
+    // Nearly always `start` itself: no division on that path.
+    if list[start].is_available() {
+        return Some(start);
+    }
     let n = list.len();
     (0..n)
         .map(|i| (start + i) % n)
         .find(|&i| list[i].is_available())
 }
 
-/// The available backend with the fewest active connections per unit of
-/// weight; on a tie, the first at or after `start`.
-pub(crate) fn least_loaded(list: &[Arc<Backend>], start: usize) -> Option<usize> {
-    let n = list.len();
-    let mut best: Option<(usize, u64, u64)> = None; // (index, active, weight)
-    for i in 0..n {
-        let idx = (start + i) % n;
-        let b = &list[idx];
+/// How many tied backends [`least_loaded`] remembers in its first pass.
+const TIED: usize = 16;
+
+/// The available backend with the fewest connections per unit of weight.
+/// Among equals, the one whose turn `turn` is, in list order: equal
+/// backends take exactly one turn each in turn, wherever the busier and
+/// unavailable ones sit (starting the search at a turn instead would give
+/// the turns of a busy backend to the one after it).
+pub(crate) fn least_loaded(list: &[Arc<Backend>], turn: usize) -> Option<usize> {
+    // Picked but not yet connected counts too: see `Backend::reserve`.
+    let load = |b: &Backend| ((b.active() + b.pending()) as u64, u64::from(b.weight()));
+    // One pass: the least load per unit of weight, how many share it, and
+    // where the first `TIED` of them are (on the stack: no allocation).
+    let mut best: Option<(u64, u64)> = None; // (load, weight)
+    let mut tied = [0usize; TIED];
+    let mut ties = 0;
+    for (idx, b) in list.iter().enumerate() {
         if !b.is_available() {
             continue;
         }
-        // Picked but not yet connected counts too: see `Backend::reserve`.
-        let active = (b.active() + b.pending()) as u64;
-        let weight = u64::from(b.weight());
-        // active/weight < best_active/best_weight, without division.
-        let better = match best {
-            None => true,
-            Some((_, ba, bw)) => active * bw < ba * weight,
-        };
-        if better {
-            best = Some((idx, active, weight));
+        let (l, w) = load(b);
+        // l/w against best_l/best_w, without division.
+        match best {
+            Some((bl, bw)) if l * bw > bl * w => continue,
+            Some((bl, bw)) if l * bw == bl * w => {}
+            _ => {
+                best = Some((l, w));
+                ties = 0;
+            }
+        }
+        if ties < TIED {
+            tied[ties] = idx;
+        }
+        ties += 1;
+    }
+    let (bl, bw) = best?;
+    let k = turn % ties;
+    if k < TIED {
+        return Some(tied[k]);
+    }
+    // More equals than remembered: count them again. Loads move meanwhile
+    // (other picks, connections ending): if it is not found, the first
+    // equal will do.
+    let mut k = k;
+    for (idx, b) in list.iter().enumerate() {
+        if !b.is_available() {
+            continue;
+        }
+        let (l, w) = load(b);
+        if l * bw == bl * w {
+            if k == 0 {
+                return Some(idx);
+            }
+            k -= 1;
         }
     }
-    best.map(|(idx, _, _)| idx)
+    Some(tied[0])
 }
 
 /// A 64-bit finalizer (splitmix64): every input bit affects every output
@@ -448,13 +590,13 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::sync::Barrier;
 
-    fn backends(n: usize) -> Vec<Arc<Backend>> {
+    pub(super) fn backends(n: usize) -> Vec<Arc<Backend>> {
         (0..n)
             .map(|i| Arc::new(Backend::new(format!("b{i}"), vec![], 1)))
             .collect()
     }
 
-    fn weighted(weights: &[u32]) -> Vec<Arc<Backend>> {
+    pub(super) fn weighted(weights: &[u32]) -> Vec<Arc<Backend>> {
         weights
             .iter()
             .enumerate()
@@ -462,9 +604,33 @@ mod tests {
             .collect()
     }
 
-    const PEER: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    pub(super) const PEER: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-    fn names(s: &Scheduler, picks: usize) -> String {
+    /// Takes a backend out of rotation (`true`) or puts it back (`false`).
+    pub(super) type SetOut = fn(&Backend, bool);
+
+    /// The three ways a backend is out of rotation, each with its name:
+    /// down (health checks), draining and in maintenance (an operator).
+    /// The function takes it out (`true`) or puts it back (`false`).
+    pub(super) const OUT: [(&str, SetOut); 3] = [
+        ("down", |b, out| {
+            b.set_healthy(!out);
+        }),
+        ("draining", |b, out| b.set_draining(out)),
+        ("maint", |b, out| b.set_maint(out)),
+    ];
+
+    /// Picks `picks` times (each pick dropped at once) and counts the
+    /// picks per position in the list.
+    pub(super) fn tally(s: &Scheduler, picks: usize) -> Vec<usize> {
+        let mut counts = vec![0; s.snapshot().len()];
+        for _ in 0..picks {
+            counts[s.pick(PEER).unwrap().server_idx] += 1;
+        }
+        counts
+    }
+
+    pub(super) fn names(s: &Scheduler, picks: usize) -> String {
         (0..picks)
             .map(|_| {
                 let b = s.pick(PEER).unwrap().backend;
@@ -554,7 +720,8 @@ mod tests {
         list[1].set_healthy(false);
         let s = Scheduler::new(list.clone());
         let seq: Vec<usize> = (0..4).map(|_| s.pick(PEER).unwrap().server_idx).collect();
-        assert_eq!(seq, [0, 2, 2, 0]);
+        // b's turn is not given to c: the two left take turns.
+        assert_eq!(seq, [0, 2, 0, 2]);
         for b in &list {
             b.set_healthy(false);
         }
@@ -594,17 +761,6 @@ mod tests {
         // Equal weights are plain round robin.
         let s = Scheduler::with_algorithm(weighted(&[4, 4, 4]), Algorithm::WeightedRoundRobin);
         assert_eq!(names(&s, 6), "abcabc");
-    }
-
-    #[test]
-    fn weighted_skips_a_down_backend() {
-        let list = weighted(&[5, 1, 1]);
-        list[0].set_healthy(false);
-        let s = Scheduler::with_algorithm(list, Algorithm::WeightedRoundRobin);
-        let seq = names(&s, 7);
-        assert!(!seq.contains('a'), "{seq}");
-        // a's turns go to the next one in list order, b.
-        assert_eq!(seq, "bbbbcbb");
     }
 
     #[test]
@@ -674,7 +830,7 @@ mod tests {
         assert_eq!(list[1].active(), 2);
     }
 
-    fn ip(i: u32) -> IpAddr {
+    pub(super) fn ip(i: u32) -> IpAddr {
         IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i))
     }
 
@@ -804,7 +960,7 @@ mod tests {
 
     /// Runs `threads` threads each picking `per_thread` times (all released
     /// at once by a barrier) and returns the count per backend name.
-    fn count_concurrent(
+    pub(super) fn count_concurrent(
         s: &Arc<Scheduler>,
         threads: usize,
         per_thread: usize,
@@ -845,6 +1001,96 @@ mod tests {
         assert_eq!(counts.len(), 50);
         for (name, c) in &counts {
             assert_eq!(*c, 2000 * 25 / 50, "{name}");
+        }
+    }
+
+    #[test]
+    fn exact_counts_2000_threads_round_robin_with_backends_out() {
+        // Ten of fifty out (down, draining, in maintenance): the forty left
+        // are each picked exactly 1000 times in 40,000 picks.
+        let list = backends(50);
+        for (i, b) in list.iter().enumerate().filter(|(i, _)| i % 5 == 2) {
+            OUT[i % 3].1(b, true);
+        }
+        let s = Arc::new(Scheduler::new(list));
+        let counts = count_concurrent(&s, 2000, 20);
+        assert_eq!(counts.len(), 40);
+        for (name, c) in &counts {
+            assert_eq!(*c, 1000, "{name}");
+        }
+    }
+
+    /// Per backend position, how many times the flipper has taken it out
+    /// or put it back: odd while it is out. Taking out sets the state first,
+    /// then the epoch; putting back sets the epoch first, then the state.
+    type Epochs = Arc<Vec<AtomicUsize>>;
+
+    /// Picks until `stop` (at most 300,000 times), failing if a pick
+    /// returns a backend that was out for the whole pick: out before it
+    /// started (odd epoch), and its epoch unchanged after it.
+    fn pick_against_flips(s: &Scheduler, epochs: &Epochs, stop: &AtomicBool, t: u32) -> u32 {
+        let mut picks = 0u32;
+        while !stop.load(Ordering::SeqCst) && picks < 300_000 {
+            let before: Vec<usize> = epochs.iter().map(|e| e.load(Ordering::SeqCst)).collect();
+            if let Some(p) = s.pick(ip(t * 1_000_000 + picks)) {
+                // Pairs with the flipper's fence: if the pick saw a state
+                // put back, this load sees the epoch that came before it.
+                std::sync::atomic::fence(Ordering::SeqCst);
+                let was = before[p.server_idx];
+                assert!(
+                    was % 2 == 0 || epochs[p.server_idx].load(Ordering::SeqCst) != was,
+                    "{:?} picked {}, out for the whole pick",
+                    s.algorithm(),
+                    p.backend.name()
+                );
+            }
+            picks += 1;
+        }
+        picks
+    }
+
+    #[test]
+    fn flips_while_picking_never_return_a_backend_known_out() {
+        for &algorithm in Algorithm::ALL {
+            let list = weighted(&(0..40).map(|i| i % 4 + 1).collect::<Vec<u32>>());
+            let s = Arc::new(Scheduler::with_algorithm(list.clone(), algorithm));
+            let epochs: Epochs = Arc::new((0..list.len()).map(|_| AtomicUsize::new(0)).collect());
+            let stop = Arc::new(AtomicBool::new(false));
+            let pickers: Vec<_> = (0..6)
+                .map(|t| {
+                    let (s, epochs, stop) =
+                        (Arc::clone(&s), Arc::clone(&epochs), Arc::clone(&stop));
+                    std::thread::spawn(move || pick_against_flips(&s, &epochs, &stop, t))
+                })
+                .collect();
+            // 3000 flips, down, draining or maintenance at random.
+            let mut rng = 99u64;
+            for round in 0..3000 {
+                rng = mix64(rng);
+                let i = (rng % list.len() as u64) as usize;
+                if epochs[i].load(Ordering::SeqCst) % 2 == 1 {
+                    epochs[i].fetch_add(1, Ordering::SeqCst);
+                    std::sync::atomic::fence(Ordering::SeqCst);
+                    for (_, set_out) in OUT {
+                        set_out(&list[i], false);
+                    }
+                } else if round % 7 != 0 {
+                    OUT[(rng >> 32) as usize % 3].1(&list[i], true);
+                    epochs[i].fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            stop.store(true, Ordering::SeqCst);
+            let total: u32 = pickers.into_iter().map(|h| h.join().unwrap()).sum();
+            assert!(total >= 10_000, "{algorithm:?}: {total} picks");
+            // Once the flips are over, the split is exact again.
+            if algorithm == Algorithm::RoundRobin {
+                let out = |i: usize| epochs[i].load(Ordering::SeqCst) % 2 == 1;
+                let left = (0..list.len()).filter(|&i| !out(i)).count();
+                let counts = tally(&s, left * 3);
+                for (i, c) in counts.iter().enumerate() {
+                    assert_eq!(*c, if out(i) { 0 } else { 3 }, "{counts:?}");
+                }
+            }
         }
     }
 

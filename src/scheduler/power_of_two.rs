@@ -10,7 +10,10 @@
 //! `log n / log log n` with one random choice to `log log n` with two).
 //!
 //! The draw is derived from the scheduler's shared turn counter, mixed: no
-//! random-number state to share or lock.
+//! random-number state to share or lock. Both candidates are drawn from the
+//! backends available (the snapshot's `up`), so a backend out of rotation
+//! neither hands its draws to its neighbour nor makes the other candidate
+//! win whatever its load.
 //!
 //! # Corresponds to the C article
 //!
@@ -31,22 +34,25 @@ impl Strategy for PowerOfTwo {
     }
 
     fn choose(&self, snap: &Snapshot, _peer: IpAddr, turn: &AtomicUsize) -> Option<usize> {
-        let list = &snap.list;
-        let n = list.len();
+        let (list, up) = (&snap.list, &snap.up);
         let turn = turn.fetch_add(1, Ordering::Relaxed);
-        if n == 1 {
-            return list[0].is_available().then_some(0);
+        let m = up.len();
+        if m < 2 {
+            // One or none to draw from: no choice to make.
+            return snap.in_turn(turn);
         }
         let draw = mix64(turn as u64);
-        let a = (draw % n as u64) as usize;
-        // A second index, different from the first.
-        let b = (a + 1 + ((draw >> 32) % (n as u64 - 1)) as usize) % n;
+        let i = (draw % m as u64) as usize;
+        // A second one, different from the first.
+        let j = (i + 1 + ((draw >> 32) % (m as u64 - 1)) as usize) % m;
+        let (a, b) = (up[i], up[j]);
+        // Checked again: see "Availability" in the module docs.
         match (list[a].is_available(), list[b].is_available()) {
             (true, true) => Some(if load_below(&list[b], &list[a]) { b } else { a }),
             (true, false) => Some(a),
             (false, true) => Some(b),
-            // Both drawn are out: look at all of them, as least connections.
-            (false, false) => least_loaded(list, a),
+            // Both went out since the snapshot was built: look at them all.
+            (false, false) => least_loaded(list, turn),
         }
     }
 
@@ -64,6 +70,7 @@ fn load_below(x: &Backend, y: &Backend) -> bool {
 #[cfg(test)]
 mod tests {
     use crate::backend::Backend;
+    use crate::scheduler::tests::{tally, OUT};
     use crate::scheduler::{Algorithm, Scheduler};
     use std::collections::HashMap;
     use std::net::{IpAddr, Ipv4Addr};
@@ -126,5 +133,35 @@ mod tests {
         assert!(s.pick(PEER).is_none());
         let one = Scheduler::with_algorithm(backends(1), Algorithm::PowerOfTwo);
         assert_eq!(one.pick(PEER).unwrap().server_idx, 0);
+    }
+
+    #[test]
+    fn draws_do_not_favour_the_backend_after_out_ones() {
+        for (how, set_out) in OUT {
+            let list = backends(5);
+            let s = Scheduler::with_algorithm(list.clone(), Algorithm::PowerOfTwo);
+            // b and c out side by side: a draw of both must not fall back
+            // on d, the next one in the list.
+            set_out(&list[1], true);
+            set_out(&list[2], true);
+            let counts = tally(&s, 3000);
+            assert_eq!(counts[1] + counts[2], 0, "{counts:?} ({how})");
+            for i in [0, 3, 4] {
+                assert!((900..=1100).contains(&counts[i]), "{counts:?} ({how})");
+            }
+        }
+    }
+
+    #[test]
+    fn weights_share_held_picks_among_the_backends_left() {
+        let list = crate::scheduler::tests::weighted(&[1, 3, 2, 5]);
+        let s = Scheduler::with_algorithm(list.clone(), Algorithm::PowerOfTwo);
+        list[2].set_draining(true);
+        list[3].set_maint(true);
+        let held: Vec<_> = (0..100).map(|_| s.pick(PEER).unwrap()).collect();
+        let pending: Vec<usize> = list.iter().map(|b| b.pending()).collect();
+        assert!((24..=26).contains(&pending[0]), "{pending:?}");
+        assert_eq!(pending[0] + pending[1], 100, "{pending:?}");
+        drop(held);
     }
 }
