@@ -105,9 +105,8 @@ fn start(backend: SocketAddr) -> (Rodizio, SocketAddr) {
         .recv_timeout(TIMEOUT)
         .unwrap_or_else(|_| panic!("no listening line; stderr: {}", child.stderr()));
     let port: u16 = line
-        .trim()
-        .rsplit(' ')
-        .next()
+        .split_whitespace()
+        .nth(5)
         .unwrap()
         .parse()
         .unwrap_or_else(|_| panic!("{line:?}"));

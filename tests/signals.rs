@@ -27,9 +27,8 @@ fn start(backend: std::net::SocketAddr) -> (Child, u16) {
         .read_line(&mut line)
         .expect("read the first line");
     let port = line
-        .trim()
-        .rsplit(' ')
-        .next()
+        .split_whitespace()
+        .nth(5)
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no port in {line:?}"));
     (child, port)
