@@ -34,8 +34,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::error::{Error, Result};
 use crate::proxy_protocol::Version;
-use crate::throttle::LogThrottle;
 use crate::scheduler::{AvailabilityWatcher, Watchers};
+use crate::throttle::LogThrottle;
 
 /// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`
 /// and `,send-proxy` / `,send-proxy-v2`.
