@@ -32,9 +32,9 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::availability::{AvailabilityWatcher, Watchers};
 use crate::error::{Error, Result};
 use crate::proxy_protocol::Version;
-use crate::scheduler::{AvailabilityWatcher, Watchers};
 use crate::throttle::LogThrottle;
 
 /// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`
@@ -445,7 +445,7 @@ impl Backend {
     /// Records a flip of its state and tells the schedulers holding it.
     fn changed(&self) {
         self.changed_ms.store(now_ms(), Ordering::Relaxed);
-        self.watchers.tell(self);
+        self.watchers.tell(self.id);
     }
 
     /// Tells `watcher` of every later flip of its availability.
@@ -752,5 +752,38 @@ mod tests {
                 prop_assert_eq!(BackendSpec::parse(&spec.to_string()).ok(), Some(spec));
             }
         }
+    }
+
+    use crate::availability::AvailabilityWatcher;
+    use std::sync::Weak;
+
+    #[derive(Default)]
+    struct Counter(AtomicUsize);
+
+    impl AvailabilityWatcher for Counter {
+        fn availability_changed(&self, _: u64) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn each_flip_is_told_once_to_each_live_watcher() {
+        let b = Backend::new("b".into(), vec![], 1);
+        let (one, two) = (Arc::new(Counter::default()), Arc::new(Counter::default()));
+        for _ in 0..3 {
+            b.watch(Arc::downgrade(&one) as Weak<dyn AvailabilityWatcher>);
+        }
+        b.watch(Arc::downgrade(&two) as Weak<dyn AvailabilityWatcher>);
+        b.set_draining(true);
+        b.set_draining(true); // no flip
+        b.set_maint(true);
+        b.set_healthy(false);
+        assert_eq!(one.0.load(Ordering::Relaxed), 3);
+        drop(two);
+        b.set_healthy(true);
+        assert_eq!(one.0.load(Ordering::Relaxed), 4);
+        // The dropped one is forgotten at the next `add`.
+        b.watch(Arc::downgrade(&one) as Weak<dyn AvailabilityWatcher>);
+        assert_eq!(format!("{:?}", b).matches("(Weak)").count(), 1);
     }
 }

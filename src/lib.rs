@@ -57,6 +57,8 @@
 //! - `scheduler/`: which backend gets the next client; the backend list,
 //!   changeable at run time; one file per algorithm.
 //! - `backend`: one backend, its live state, and [`backend::Backend::connect`].
+//! - `availability`: how a backend tells the schedulers holding it that it
+//!   left the rotation or came back (a leaf: no import of its own).
 //! - `reply`: the 429/502/503 replies, written without blocking.
 //! - `stats`: one table of counters and gauges.
 //! - `units`: durations and sizes as people write them.
@@ -72,7 +74,9 @@
 //!   default).
 //! - `admin/`: the admin API (`--admin`): JSON over HTTP to list, add,
 //!   drain and remove backends, reload, and show the settings; `routes`
-//!   (the endpoints), `reaper` (removes drained backends).
+//!   (the endpoints), `server` (hyper on its own thread, every bound),
+//!   `auth` (the token), `metrics`, `page`, `reaper` (removes drained
+//!   backends).
 //! - `throttle`: a log line at most once a second for events that repeat.
 //!
 //! Every module is public, on purpose: this crate is also read as a
@@ -120,6 +124,7 @@
 
 pub mod access_log;
 pub mod admin;
+pub(crate) mod availability;
 pub mod backend;
 pub mod balancer;
 pub mod cli;

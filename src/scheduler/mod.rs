@@ -11,7 +11,7 @@
 //!
 //! Each algorithm is one file, a `Strategy` listed once in the
 //! `algorithms!` table below: adding one is a new file and one line there.
-//! (`availability.rs` is not an algorithm: see "Availability" below.)
+//! (`crate::availability` tells it when a backend's availability flips: see "Availability" below.)
 //!
 //! - [`Algorithm::RoundRobin`] (the default, the article's): one
 //!   `AtomicUsize` incremented with `fetch_add`. Every caller gets its own
@@ -108,7 +108,6 @@
 //! exact when many threads pick. The other algorithms and the changing list
 //! have no C counterpart.
 
-mod availability;
 mod ip_hash;
 mod least_connections;
 mod power_of_two;
@@ -121,7 +120,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::{Mutex, RwLock};
 
-pub(crate) use availability::{AvailabilityWatcher, Watchers};
+use crate::availability::AvailabilityWatcher;
 
 use crate::backend::{Backend, Reservation};
 
@@ -484,11 +483,11 @@ impl AvailabilityWatcher for Shared {
     /// Rebuilds the snapshot from the same list, so that the available set
     /// and the weighted cycle follow the flip; runs on the thread that
     /// flipped it (the health thread, a worker, the admin API, a reload).
-    fn availability_changed(&self, backend: &Backend) {
+    fn availability_changed(&self, backend_id: u64) {
         let _writer = self.writer.lock();
         let (list, algorithm) = {
             let snap = self.current.read();
-            if !snap.list.iter().any(|b| b.id() == backend.id()) {
+            if !snap.list.iter().any(|b| b.id() == backend_id) {
                 // Removed from this list since it was taken in.
                 return;
             }

