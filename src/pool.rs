@@ -5,9 +5,17 @@
 //! if no idle worker is waiting for it and fewer than `max_workers` threads
 //! exist, it spawns one more. A worker runs `pop → handle → pop → ...` until
 //! the queue is closed and empty, then exits. So the pool grows to the
-//! largest number of connections that were open at once (never more than the
-//! limit) and then stays that size, its idle threads asleep on the queue's
-//! condition variable.
+//! largest number of connections open at once (never more than the limit),
+//! its idle threads asleep on the queue's condition variable.
+//!
+//! With an idle timeout ([`Pool::shrink_when_idle`], the balancer's
+//! `worker_idle_timeout`), it shrinks back: a worker that waited that long
+//! for work exits, unless only the floor's workers are left
+//! ([`WORKER_FLOOR`]). A flood of idle connections then costs its threads
+//! (stacks, process IDs) only while it lasts. The decision to exit is taken
+//! under the queue's lock, with the count of live workers lowered there
+//! too, so a client pushed at that moment finds either the worker still
+//! idle or a pool that may spawn (see [`Queue::pop_or_retire`]).
 //!
 //! Who touches it: the accept loop calls [`Pool::submit`]; the workers pop;
 //! the shutdown trigger (through `Pool::closer`) and `run` close it, and `run`
@@ -44,11 +52,18 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::queue::Queue;
+use crate::queue::{Popped, Queue};
 use crate::stats::Stats;
 
 /// What a worker does with each entry.
 pub type Handler<T> = dyn Fn(T) + Send + Sync + 'static;
+
+/// Workers a shrinking pool keeps however long they idle: the next few
+/// clients after a quiet spell are served without starting a thread, and
+/// four threads cost next to nothing (a 64 KiB stack of which a few pages
+/// are touched). The pool starts with none and grows to this as clients
+/// come, as before; only what is above it exits when idle.
+pub const WORKER_FLOOR: usize = 4;
 
 /// The pool: a queue and the threads that serve it.
 pub struct Pool<T: Send + 'static> {
@@ -58,12 +73,18 @@ pub struct Pool<T: Send + 'static> {
     handler: Arc<Handler<T>>,
     max_workers: usize,
     stack_size: usize,
+    /// How long a worker above the floor may wait for work before it
+    /// exits; `None`: never (the pool only grows).
+    idle_timeout: Option<Duration>,
+    /// Workers kept whatever the idle timeout ([`WORKER_FLOOR`]).
+    floor: usize,
 }
 
 /// State the workers share with the pool.
 #[derive(Debug, Default)]
 struct Shared {
-    /// Worker threads alive now (spawned and not yet exited).
+    /// Worker threads alive now: claimed before a spawn, given back when
+    /// a worker exits, or, when it retires, under the queue's lock.
     live: AtomicUsize,
     /// Guards nothing but lets `wait_exit` sleep until `live` reaches 0.
     exit_lock: Mutex<()>,
@@ -74,11 +95,110 @@ struct Shared {
     /// Spawns that failed since the last one that worked: the next spawn
     /// that works starts this many more (see `Pool::grow`).
     failed_spawns: AtomicUsize,
+    /// Tests only: a worker that retired says so on the first channel and
+    /// waits on the second before it goes on, held where a push must no
+    /// longer count on it.
+    #[cfg(test)]
+    retire_pause: Mutex<
+        Option<(
+            crossbeam_channel::Sender<()>,
+            crossbeam_channel::Receiver<()>,
+        )>,
+    >,
 }
 
 thread_local! {
     /// This thread's worker number; 0 on a thread that is not a worker.
     static WORKER_NUMBER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// What one worker thread owns: its share of the pool and its settings.
+struct Worker<T: Send + 'static> {
+    queue: Arc<Queue<T>>,
+    shared: Arc<Shared>,
+    handler: Arc<Handler<T>>,
+    stats: Arc<Stats>,
+    /// Its [`worker_number`].
+    number: usize,
+    /// The pool's, read once at the start.
+    idle_timeout: Option<Duration>,
+    floor: usize,
+}
+
+impl<T: Send + 'static> Worker<T> {
+    /// The thread's body: take and handle entries until the queue closes
+    /// or, with an idle timeout, until it retires.
+    fn run(self) {
+        WORKER_NUMBER.with(|n| n.set(self.number));
+        let stats = &self.stats;
+        let shared = &self.shared;
+        let mut alive = Some(stats.hold(&stats.workers));
+        loop {
+            let next = match self.idle_timeout {
+                None => self.queue.pop().map_or(Popped::Closed, Popped::Entry),
+                Some(idle) => self.queue.pop_or_retire(idle, || {
+                    let retired = self.leave_count();
+                    if retired {
+                        // With the count, so the gauge never shows more
+                        // workers than `live` allows.
+                        alive = None;
+                    }
+                    retired
+                }),
+            };
+            match next {
+                Popped::Entry(job) => {
+                    let busy = stats.hold(&stats.workers_busy);
+                    if catch_unwind(AssertUnwindSafe(|| (self.handler)(job))).is_err() {
+                        Stats::incr(&stats.worker_panics);
+                        log::error!("a connection handler panicked; the worker goes on");
+                    }
+                    drop(busy);
+                }
+                Popped::Closed => {
+                    drop(alive);
+                    let _guard = shared.exit_lock.lock();
+                    shared.live.fetch_sub(1, Ordering::AcqRel);
+                    shared.exited.notify_all();
+                    return;
+                }
+                Popped::Retired => {
+                    self.retire();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The retirement decision, taken under the queue's lock (see
+    /// [`Queue::pop_or_retire`]): above the floor, leave the count of live
+    /// workers now, not once the thread is gone, so that a push that
+    /// follows is free to spawn, even at `max_workers`.
+    fn leave_count(&self) -> bool {
+        self.shared
+            .live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n > self.floor).then(|| n - 1)
+            })
+            .is_ok()
+    }
+
+    /// The end of a retired worker, out of the queue's lock.
+    fn retire(&self) {
+        let shared = &self.shared;
+        #[cfg(test)]
+        {
+            let pause = shared.retire_pause.lock().clone();
+            if let Some((retired, resume)) = pause {
+                let _ = retired.send(());
+                let _ = resume.recv_timeout(Duration::from_secs(10));
+            }
+        }
+        // `live` went down in the queue's lock; `wait_exit` reads it
+        // under `exit_lock`, so wake it under that.
+        drop(shared.exit_lock.lock());
+        shared.exited.notify_all();
+    }
 }
 
 /// The number of the worker thread calling it (1 for the first worker a
@@ -108,7 +228,20 @@ impl<T: Send + 'static> Pool<T> {
             handler,
             max_workers: max_workers.max(1),
             stack_size,
+            idle_timeout: None,
+            floor: WORKER_FLOOR,
         }
+    }
+
+    /// Makes idle workers exit: one that waited `idle_timeout` for work
+    /// exits unless only `floor` workers are alive. `None` (the default of
+    /// [`Pool::new`]) never shrinks the pool. Call before the first
+    /// [`Pool::submit`]: a worker reads it when it starts.
+    #[must_use]
+    pub fn shrink_when_idle(mut self, idle_timeout: Option<Duration>, floor: usize) -> Pool<T> {
+        self.idle_timeout = idle_timeout;
+        self.floor = floor;
+        self
     }
 
     /// Queues an entry for a worker, spawning a thread if none is idle and
@@ -167,30 +300,19 @@ impl<T: Send + 'static> Pool<T> {
     }
 
     fn spawn_worker(&self) -> io::Result<()> {
-        let queue = Arc::clone(&self.queue);
-        let shared = Arc::clone(&self.shared);
-        let handler = Arc::clone(&self.handler);
-        let stats = Arc::clone(&self.stats);
-        let number = self.shared.spawned.fetch_add(1, Ordering::Relaxed) + 1;
+        let worker = Worker {
+            queue: Arc::clone(&self.queue),
+            shared: Arc::clone(&self.shared),
+            handler: Arc::clone(&self.handler),
+            stats: Arc::clone(&self.stats),
+            number: self.shared.spawned.fetch_add(1, Ordering::Relaxed) + 1,
+            idle_timeout: self.idle_timeout,
+            floor: self.floor,
+        };
         thread::Builder::new()
             .name("rodizio-worker".into())
             .stack_size(self.stack_size)
-            .spawn(move || {
-                WORKER_NUMBER.with(|n| n.set(number));
-                let alive = stats.hold(&stats.workers);
-                while let Some(job) = queue.pop() {
-                    let busy = stats.hold(&stats.workers_busy);
-                    if catch_unwind(AssertUnwindSafe(|| handler(job))).is_err() {
-                        Stats::incr(&stats.worker_panics);
-                        log::error!("a connection handler panicked; the worker goes on");
-                    }
-                    drop(busy);
-                }
-                drop(alive);
-                let _guard = shared.exit_lock.lock();
-                shared.live.fetch_sub(1, Ordering::AcqRel);
-                shared.exited.notify_all();
-            })
+            .spawn(move || worker.run())
             .map(drop)
     }
 
@@ -335,6 +457,194 @@ mod tests {
         assert_eq!(done_rx.recv_timeout(Duration::from_secs(5)), Ok(0));
         pool.close();
         assert_eq!(pool.wait_exit(Duration::from_secs(5)), 0);
+    }
+
+    /// A pool whose entries block until released: each handler says it
+    /// started, then waits (at most 10 s) for `release` to be dropped.
+    fn blocking_pool(
+        max: usize,
+        idle: Duration,
+        floor: usize,
+    ) -> (
+        Pool<u32>,
+        crossbeam_channel::Receiver<u32>,
+        crossbeam_channel::Sender<()>,
+    ) {
+        let (started_tx, started_rx) = unbounded();
+        let (release_tx, release_rx) = bounded::<()>(0);
+        let pool = Pool::new(
+            max,
+            64 * 1024,
+            100,
+            Arc::new(Stats::default()),
+            Arc::new(move |n: u32| {
+                started_tx.send(n).unwrap();
+                let _ = release_rx.recv_timeout(Duration::from_secs(10));
+            }),
+        )
+        .shrink_when_idle(Some(idle), floor);
+        (pool, started_rx, release_tx)
+    }
+
+    /// Polls `cond` every millisecond for at most `limit`: whether it held.
+    fn within(limit: Duration, cond: impl Fn() -> bool) -> bool {
+        let deadline = Instant::now() + limit;
+        while !cond() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    #[test]
+    fn idle_workers_exit_down_to_the_floor() {
+        let idle = Duration::from_millis(100);
+        let (pool, started, release) = blocking_pool(16, idle, 2);
+        for i in 0..16 {
+            pool.submit(i).unwrap();
+        }
+        for _ in 0..16 {
+            started.recv_timeout(Duration::from_secs(5)).unwrap();
+        }
+        assert_eq!(pool.workers(), 16, "one worker per blocked entry");
+        let freed = Instant::now();
+        drop(release);
+        let gauge = || pool.stats.snapshot().workers;
+        assert!(
+            within(Duration::from_secs(10), || pool.workers() == 2
+                && gauge() == 2),
+            "still {} workers ({} in the gauge)",
+            pool.workers(),
+            gauge()
+        );
+        assert!(freed.elapsed() >= idle, "exited before their idle time");
+        // The floor stays, however long it idles.
+        assert!(!within(idle * 3, || pool.workers() < 2));
+        assert_eq!(gauge(), 2);
+        pool.close();
+        assert_eq!(pool.wait_exit(Duration::from_secs(5)), 0);
+        let s = pool.stats.snapshot();
+        assert_eq!((s.workers, s.workers_busy), (0, 0));
+    }
+
+    #[test]
+    fn a_shrunk_pool_grows_again() {
+        let (started_tx, started_rx) = unbounded();
+        let (release_tx, release_rx) = bounded::<()>(0);
+        let pool = Pool::new(
+            8,
+            64 * 1024,
+            100,
+            Arc::new(Stats::default()),
+            Arc::new(move |n: u32| {
+                started_tx.send(n).unwrap();
+                if n < 100 {
+                    let _ = release_rx.recv_timeout(Duration::from_secs(10));
+                }
+            }),
+        )
+        .shrink_when_idle(Some(Duration::from_millis(20)), 1);
+        for round in 0..3 {
+            for i in 0..8 {
+                pool.submit(i).unwrap();
+            }
+            for _ in 0..8 {
+                started_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            }
+            assert_eq!(pool.workers(), 8, "round {round}");
+            // Release the 8 (a zero-capacity channel: one send per taker).
+            for _ in 0..8 {
+                release_tx.send_timeout((), Duration::from_secs(5)).unwrap();
+            }
+            assert!(
+                within(Duration::from_secs(10), || pool.workers() == 1),
+                "round {round}: {} workers",
+                pool.workers()
+            );
+        }
+        pool.submit(100).unwrap();
+        assert_eq!(started_rx.recv_timeout(Duration::from_secs(5)), Ok(100));
+        pool.close();
+        assert_eq!(pool.wait_exit(Duration::from_secs(5)), 0);
+    }
+
+    #[test]
+    fn a_push_just_after_a_retirement_starts_a_worker() {
+        // One worker at most, no floor, and the retiring worker held just
+        // after its decision: the push that comes then must start a new
+        // worker, which only works if the retiree no longer counts.
+        let (tx, rx) = unbounded();
+        let pool = Pool::new(
+            1,
+            64 * 1024,
+            10,
+            Arc::new(Stats::default()),
+            Arc::new(move |n: u32| tx.send(n).unwrap()),
+        )
+        .shrink_when_idle(Some(Duration::from_millis(10)), 0);
+        let (retired_tx, retired_rx) = bounded(1);
+        let (resume_tx, resume_rx) = bounded::<()>(0);
+        *pool.shared.retire_pause.lock() = Some((retired_tx, resume_rx));
+        pool.submit(1).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(1));
+        retired_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(pool.workers(), 0, "the retiree left the count");
+        pool.submit(2).unwrap();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)),
+            Ok(2),
+            "the push relied on the retiring worker"
+        );
+        *pool.shared.retire_pause.lock() = None;
+        drop(resume_tx);
+        pool.close();
+        assert_eq!(pool.wait_exit(Duration::from_secs(5)), 0);
+        assert_eq!(pool.stats.snapshot().workers, 0);
+    }
+
+    #[test]
+    fn a_push_racing_a_retirement_is_served() {
+        // One worker at most and no floor: every retirement leaves the pool
+        // empty, and only the submit that follows can start a worker. If a
+        // retiring worker still counted as alive (or as idle) when a push
+        // came, the push would spawn nothing and its entry would wait for
+        // ever. The pause between rounds swings around the idle time, so
+        // pushes land before, during and after retirements.
+        const ROUNDS: u32 = 3000;
+        let idle = Duration::from_millis(1);
+        let (tx, rx) = unbounded();
+        let pool = Pool::new(
+            1,
+            64 * 1024,
+            10,
+            Arc::new(Stats::default()),
+            Arc::new(move |n: u32| tx.send(n).unwrap()),
+        )
+        .shrink_when_idle(Some(idle), 0);
+        let started = Instant::now();
+        for i in 0..ROUNDS {
+            pool.submit(i).unwrap();
+            assert_eq!(
+                rx.recv_timeout(Duration::from_secs(5)),
+                Ok(i),
+                "entry {i} was never served"
+            );
+            let pause = idle * (i % 9) / 4;
+            let from = Instant::now();
+            while from.elapsed() < pause {
+                thread::yield_now();
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "too slow");
+        }
+        // The race was run: workers retired and were started again.
+        let spawned = pool.shared.spawned.load(Ordering::Relaxed);
+        assert!(spawned > ROUNDS as usize / 10, "only {spawned} workers");
+        assert!(pool.workers() <= 1);
+        pool.close();
+        assert_eq!(pool.wait_exit(Duration::from_secs(5)), 0);
+        assert_eq!(pool.stats.snapshot().workers, 0);
     }
 
     #[test]
