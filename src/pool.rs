@@ -65,6 +65,9 @@ pub type Handler<T> = dyn Fn(T) + Send + Sync + 'static;
 /// come, as before; only what is above it exits when idle.
 pub const WORKER_FLOOR: usize = 4;
 
+/// The name of every worker thread (`ps -L`, `/proc/PID/task/*/comm`).
+const WORKER_THREAD: &str = "rodizio-worker";
+
 /// The pool: a queue and the threads that serve it.
 pub struct Pool<T: Send + 'static> {
     queue: Arc<Queue<T>>,
@@ -95,6 +98,11 @@ struct Shared {
     /// Spawns that failed since the last one that worked: the next spawn
     /// that works starts this many more (see `Pool::grow`).
     failed_spawns: AtomicUsize,
+    /// Retired workers whose threads have not ended yet.
+    leaving: AtomicUsize,
+    /// When a retiree last gave memory back ([`give_memory_back`]): at
+    /// most once a second.
+    gave_back: Mutex<Option<Instant>>,
     /// Tests only: a worker that retired says so on the first channel and
     /// waits on the second before it goes on, held where a push must no
     /// longer count on it.
@@ -175,12 +183,17 @@ impl<T: Send + 'static> Worker<T> {
     /// workers now, not once the thread is gone, so that a push that
     /// follows is free to spawn, even at `max_workers`.
     fn leave_count(&self) -> bool {
-        self.shared
+        let shared = &self.shared;
+        let retired = shared
             .live
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n > self.floor).then(|| n - 1)
             })
-            .is_ok()
+            .is_ok();
+        if retired {
+            shared.leaving.fetch_add(1, Ordering::AcqRel);
+        }
+        retired
     }
 
     /// The end of a retired worker, out of the queue's lock.
@@ -198,8 +211,98 @@ impl<T: Send + 'static> Worker<T> {
         // under `exit_lock`, so wake it under that.
         drop(shared.exit_lock.lock());
         shared.exited.notify_all();
+        // The last of a wave of retirees out, with the pool at its floor:
+        // the flood is over.
+        let last_out = shared.leaving.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last_out && shared.live.load(Ordering::Acquire) <= self.floor {
+            self.after_a_flood();
+        }
+    }
+
+    /// Once the pool is back at its floor: hands the memory of the exited
+    /// workers back to the system, at most once a second (see
+    /// [`give_memory_back`]).
+    fn after_a_flood(&self) {
+        {
+            let mut last = self.shared.gave_back.lock();
+            let now = Instant::now();
+            if last.is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
+                return;
+            }
+            *last = Some(now);
+        }
+        wait_for_retirees(&self.shared.live);
+        give_memory_back();
+        log::debug!(
+            "idle workers exited: the pool is back to its floor of {} workers",
+            self.floor
+        );
     }
 }
+
+/// Waits (at most two seconds) until no worker thread is left beyond the
+/// pool's count and the caller: retirees that left the count just before
+/// it may still be on their way out, and their stacks would reach glibc's
+/// cache after [`give_memory_back`] emptied it. A thread leaves
+/// `/proc/self/task` once the kernel has reaped it, after glibc is done
+/// with its stack. (Polling, in a thread that is leaving anyway and holds
+/// no lock.)
+fn wait_for_retirees(live: &AtomicUsize) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while worker_threads() > live.load(Ordering::Acquire) + 1 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Threads of this process named [`WORKER_THREAD`].
+fn worker_threads() -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|comm| comm.trim_end() == WORKER_THREAD)
+        })
+        .count()
+}
+
+/// Gives back to the system what glibc keeps of exited threads.
+///
+/// glibc keeps the stacks of exited threads for reuse, up to 40 MiB of
+/// them (its default `glibc.pthread.stack_cache_size`), and each keeps
+/// about 20 KiB of touched pages: after a flood of 64 KiB workers, some
+/// 600 stacks and 12 MB resident for good. A thread whose stack alone is
+/// that size makes glibc unmap the others when it exits (glibc evicts the
+/// oldest stacks until the cache fits), and costs only address space: it
+/// touches a few pages. `malloc_trim` then returns the free pages of every
+/// malloc arena (the connections' buffers), which glibc otherwise keeps
+/// when they are not at the top of their arena.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn give_memory_back() {
+    const GLIBC_STACK_CACHE: usize = 40 << 20;
+    let evict = thread::Builder::new()
+        .name("rodizio-trim".into())
+        .stack_size(GLIBC_STACK_CACHE)
+        .spawn(|| {});
+    match evict {
+        Ok(handle) => {
+            let _ = handle.join();
+        }
+        // Only memory that stays cached: nothing to report above debug.
+        Err(err) => log::debug!("could not start the thread that trims glibc's stack cache: {err}"),
+    }
+    // SAFETY: malloc_trim takes no pointer; it walks glibc's own arenas
+    // under their locks and may be called from any thread.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Other C libraries: nothing known to give back.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn give_memory_back() {}
 
 /// The number of the worker thread calling it (1 for the first worker a
 /// pool started, 2 for the next, ...), or 0 on any other thread. The
@@ -310,7 +413,7 @@ impl<T: Send + 'static> Pool<T> {
             floor: self.floor,
         };
         thread::Builder::new()
-            .name("rodizio-worker".into())
+            .name(WORKER_THREAD.into())
             .stack_size(self.stack_size)
             .spawn(move || worker.run())
             .map(drop)
