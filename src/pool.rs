@@ -15,7 +15,10 @@
 //! (stacks, process IDs) only while it lasts. The decision to exit is taken
 //! under the queue's lock, with the count of live workers lowered there
 //! too, so a client pushed at that moment finds either the worker still
-//! idle or a pool that may spawn (see [`Queue::pop_or_retire`]).
+//! idle or a pool that may spawn (see [`Queue::pop_or_retire`]). Once the
+//! pool is back at its floor, the last worker to leave hands back to the
+//! system what glibc keeps of exited threads (their cached stacks, free
+//! malloc pages), through one short-lived thread of its own.
 //!
 //! Who touches it: the accept loop calls [`Pool::submit`]; the workers pop;
 //! the shutdown trigger (through `Pool::closer`) and `run` close it, and `run`
