@@ -58,7 +58,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::listener::{self, Acceptor};
-use crate::pool::Pool;
+use crate::pool::{Pool, WORKER_FLOOR};
 use crate::proxy::{AcceptProxy, Job, Proxy};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
@@ -217,7 +217,8 @@ impl Balancer {
             config.queue_capacity,
             Arc::clone(&stats),
             Arc::new(move |job: Job| proxy.handle(job)),
-        );
+        )
+        .shrink_when_idle(config.worker_idle_timeout, WORKER_FLOOR);
         let _ = queue_depth.set(pool.queue_len());
         Ok(Balancer {
             config,

@@ -114,6 +114,10 @@ pub struct BalancerArgs {
     /// Most accepted connections waiting for a free worker.
     #[arg(long, value_parser = whole::<usize, 1, { usize::MAX as u64 }>)]
     pub queue_capacity: Option<usize>,
+    /// A worker thread that waited this long for a client exits, down to a
+    /// floor of a few (e.g. 30s, 10m); `off` keeps every worker started.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_or_off)]
+    pub worker_idle_timeout: Option<DurationOrOff>,
     /// The listen(2) backlog.
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
     pub backlog: Option<i32>,
@@ -308,6 +312,19 @@ pub struct BalancerArgs {
     pub access_log_file: Option<PathBuf>,
 }
 
+/// A duration, or `off`: the value of a flag that is on by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationOrOff(pub Option<Duration>);
+
+fn parse_duration_or_off(text: &str) -> std::result::Result<DurationOrOff, String> {
+    if text.trim() == "off" {
+        return Ok(DurationOrOff(None));
+    }
+    parse_duration(text)
+        .map(|d| DurationOrOff(Some(d)))
+        .map_err(|e| format!("{e}; or off, to keep every worker"))
+}
+
 fn parse_access_log(text: &str) -> std::result::Result<crate::access_log::Format, String> {
     text.parse()
         .map_err(|e: Error| e.to_string().replace("invalid configuration: ", ""))
@@ -393,6 +410,7 @@ impl BalancerArgs {
             workers: self.workers,
             thread_stack: self.thread_stack,
             queue_capacity: self.queue_capacity,
+            worker_idle_timeout: self.worker_idle_timeout.map(|d| d.0),
             backlog: self.backlog,
             buffer_size: self.buffer_size,
             connect_timeout: self.connect_timeout,
@@ -1186,5 +1204,43 @@ mod tests {
                 .contains("--rate-limit-store needs --rate-limit"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn worker_idle_timeout_flag_takes_a_duration_or_off() {
+        let config = |args: &[&str]| {
+            let mut all = vec!["rodizio"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all)
+                .unwrap()
+                .balancer
+                .to_config()
+                .unwrap()
+        };
+        assert_eq!(
+            config(&[]).worker_idle_timeout,
+            Some(Duration::from_secs(60))
+        );
+        let c = config(&["--worker-idle-timeout", "5s"]);
+        assert_eq!(c.worker_idle_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(
+            config(&["--worker-idle-timeout", "off"]).worker_idle_timeout,
+            None
+        );
+        let err = parse_from(["rodizio", "--worker-idle-timeout", "soon"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(line.contains("or off, to keep every worker"), "{line}");
+        let zero = config(&["--worker-idle-timeout", "0"]);
+        let err = zero.validate_settings().unwrap_err().worded_as_flag();
+        assert!(
+            err.to_string().contains(
+                "--worker-idle-timeout must be at least 1ms, got 0ns (off keeps every worker)"
+            ),
+            "{err}"
+        );
+        assert!(command()
+            .render_help()
+            .to_string()
+            .contains("keeps every worker started [default: 1m]"));
     }
 }

@@ -27,6 +27,12 @@
 //! when it drains): pushes fail at once, pops return what is left
 //! and then `None`, which tells each worker to exit.
 //!
+//! [`Queue::pop_or_retire`] is the pop of a pool that shrinks: a consumer
+//! that found no entry for a given time asks, under the queue's lock,
+//! whether it may leave. Deciding under the lock is what keeps the idle
+//! count true: a push sees either a consumer still waiting (which will
+//! take the entry) or one already gone (so the pool starts another).
+//!
 //! The lock is only held to move an entry in or out (a few instructions);
 //! never while a socket is read or written.
 //!
@@ -41,6 +47,7 @@
 //! comes.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -69,6 +76,19 @@ pub struct Pushed {
     /// Entries in the queue that no idle consumer is already waiting for.
     /// When above zero, another consumer is needed to serve them promptly.
     pub unserved: usize,
+}
+
+/// What [`Queue::pop_or_retire`] hands back.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Popped<T> {
+    /// The oldest entry.
+    Entry(T),
+    /// The queue is closed and empty: the consumer ends.
+    Closed,
+    /// The consumer waited the whole idle time for nothing and was allowed
+    /// to leave: it is no longer counted idle, so a later push knows to
+    /// ask for another.
+    Retired,
 }
 
 impl<T> Queue<T> {
@@ -117,18 +137,57 @@ impl<T> Queue<T> {
     /// Takes the oldest entry, sleeping while the queue is empty. Returns
     /// `None` once the queue is closed and empty.
     pub fn pop(&self) -> Option<T> {
+        match self.take(None, || false) {
+            Popped::Entry(item) => Some(item),
+            Popped::Closed | Popped::Retired => None,
+        }
+    }
+
+    /// Takes the oldest entry as [`Queue::pop`] does, but once it has
+    /// waited `idle` with nothing to take it calls `may_retire`, under the
+    /// queue's lock: `true` returns [`Popped::Retired`]. The caller does
+    /// whatever makes its leaving count in there (the pool lowers its
+    /// count of live workers), so a push never relies on a consumer that
+    /// has decided to go.
+    ///
+    /// `false` (the pool is at its floor) makes it wait for the next entry
+    /// with no time limit: a consumer kept for good should not wake every
+    /// `idle` for nothing, and a short `idle` would make that a busy loop.
+    pub fn pop_or_retire(&self, idle: Duration, may_retire: impl FnMut() -> bool) -> Popped<T> {
+        self.take(Some(idle), may_retire)
+    }
+
+    /// The one consumer loop behind [`Queue::pop`] and
+    /// [`Queue::pop_or_retire`]; `idle: None` never retires.
+    fn take(&self, idle: Option<Duration>, mut may_retire: impl FnMut() -> bool) -> Popped<T> {
+        // Counted from the call: a wake-up that finds the entry taken by
+        // another consumer does not restart the idle time. (A time too far
+        // to represent is no limit.)
+        let mut deadline = idle.and_then(|d| Instant::now().checked_add(d));
         let mut state = self.state.lock();
         loop {
             if let Some(item) = state.items.pop_front() {
                 drop(state);
                 self.not_full.notify_one();
-                return Some(item);
+                return Popped::Entry(item);
             }
             if state.closed {
-                return None;
+                return Popped::Closed;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                if may_retire() {
+                    return Popped::Retired;
+                }
+                deadline = None;
             }
             state.idle += 1;
-            self.not_empty.wait(&mut state);
+            match deadline {
+                Some(d) => {
+                    // Timed out or not, the loop looks at the queue again.
+                    let _ = self.not_empty.wait_until(&mut state, d);
+                }
+                None => self.not_empty.wait(&mut state),
+            }
             state.idle -= 1;
         }
     }
@@ -156,7 +215,6 @@ impl<T> Queue<T> {
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use std::time::Duration;
 
     #[test]
     fn fifo_order() {
@@ -205,6 +263,69 @@ mod tests {
         assert_eq!(rx.recv_timeout(Duration::from_secs(5)), Ok(true));
         assert_eq!(q.pop(), Some(2));
         t.join().unwrap();
+    }
+
+    #[test]
+    fn an_idle_consumer_retires_after_its_idle_time() {
+        let q = Queue::<u8>::new(4);
+        let from = Instant::now();
+        assert_eq!(
+            q.pop_or_retire(Duration::from_millis(50), || true),
+            Popped::Retired
+        );
+        assert!(from.elapsed() >= Duration::from_millis(50));
+        // Gone: a push is not counted as taken by it.
+        assert_eq!(q.push(1).unwrap().unserved, 1);
+        // An entry there is taken, whatever the idle time.
+        assert_eq!(q.pop_or_retire(Duration::ZERO, || true), Popped::Entry(1));
+        q.close();
+        assert_eq!(q.pop_or_retire(Duration::ZERO, || true), Popped::Closed);
+    }
+
+    #[test]
+    fn a_consumer_kept_waits_for_work_without_waking() {
+        let q = Arc::new(Queue::new(4));
+        let (asked_tx, asked_rx) = crossbeam_channel::unbounded();
+        let q2 = Arc::clone(&q);
+        let t = std::thread::spawn(move || {
+            q2.pop_or_retire(Duration::from_millis(5), || {
+                asked_tx.send(()).unwrap();
+                false
+            })
+        });
+        asked_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        // Refused once, it waits for work: asked again, it would be a
+        // wake-up every 5 ms for nothing.
+        assert!(asked_rx.recv_timeout(Duration::from_millis(100)).is_err());
+        q.push(7).unwrap();
+        assert_eq!(t.join().unwrap(), Popped::Entry(7));
+    }
+
+    #[test]
+    fn a_push_during_the_decision_waits_and_finds_the_consumer_gone() {
+        let q = Arc::new(Queue::new(4));
+        let (deciding_tx, deciding_rx) = crossbeam_channel::bounded(1);
+        let (decide_tx, decide_rx) = crossbeam_channel::bounded::<bool>(1);
+        let q2 = Arc::clone(&q);
+        let consumer = std::thread::spawn(move || {
+            q2.pop_or_retire(Duration::from_millis(1), || {
+                deciding_tx.send(()).unwrap();
+                decide_rx.recv_timeout(Duration::from_secs(5)).unwrap()
+            })
+        });
+        deciding_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let (pushed_tx, pushed_rx) = crossbeam_channel::bounded(1);
+        let q3 = Arc::clone(&q);
+        let producer = std::thread::spawn(move || pushed_tx.send(q3.push(9)).unwrap());
+        // The decision holds the lock: the push cannot count the consumer
+        // as idle while it is deciding to leave.
+        assert!(pushed_rx.recv_timeout(Duration::from_millis(100)).is_err());
+        decide_tx.send(true).unwrap();
+        assert_eq!(consumer.join().unwrap(), Popped::Retired);
+        let pushed = pushed_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(pushed, Ok(Pushed { unserved: 1 }), "asks for a consumer");
+        producer.join().unwrap();
+        assert_eq!(q.pop(), Some(9));
     }
 
     #[test]

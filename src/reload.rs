@@ -26,7 +26,7 @@
 //!   over, which errs on the side of letting clients in).
 //!
 //! What needs a restart (`listen`, `backlog`, `thread_stack`,
-//! `queue_capacity`, `workers`, `defer_accept`, `drain_timeout`, `trace`,
+//! `queue_capacity`, `worker_idle_timeout`, `workers`, `defer_accept`, `drain_timeout`, `trace`,
 //! `trace_lang`, the `admin_*` keys, the PROXY protocol keys, `reuse_port`,
 //! `rate_limit_store`, `mode`):
 //! one warning names each such key, and the running value stays.
@@ -68,6 +68,7 @@ const RESTART_ONLY: &[&str] = &[
     "backlog",
     "thread_stack",
     "queue_capacity",
+    "worker_idle_timeout",
     "workers",
     "defer_accept",
     "drain_timeout",
@@ -274,6 +275,7 @@ impl Reloader {
             backlog,
             thread_stack,
             queue_capacity,
+            worker_idle_timeout,
             workers,
             defer_accept,
             drain_timeout,
@@ -675,5 +677,20 @@ mod tests {
         assert!(!second.is_draining());
         drop(held);
         assert_eq!(s.names(), ["127.0.0.1:1", "127.0.0.1:2"]);
+    }
+
+    #[test]
+    fn worker_idle_timeout_needs_a_restart() {
+        let s = Setup::new(
+            "worker-idle",
+            r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"]}"#,
+        );
+        s.write(
+            r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"],
+                "worker_idle_timeout": "off"}"#,
+        );
+        let r = s.reloader.reload().unwrap();
+        assert_eq!(r.needs_restart, ["worker_idle_timeout"]);
+        assert_eq!(r.summary, "reload: no change");
     }
 }

@@ -294,6 +294,7 @@ struct Raw {
     workers: Option<Whole<usize, 1, { super::MAX_WORKERS as u64 }>>,
     thread_stack: Option<Size>,
     queue_capacity: Option<Whole<usize, 1, { usize::MAX as u64 }>>,
+    worker_idle_timeout: Option<MaybeSecs>,
     backlog: Option<Whole<i32, 1, { i32::MAX as u64 }>>,
     buffer_size: Option<Size>,
     connect_timeout: Option<Secs>,
@@ -467,6 +468,11 @@ impl<'a> Converter<'a> {
             rate_limit_store,
             access_log,
         );
+        // On by default: "off" is a value here, not the key left out.
+        if let Some(MaybeSecs(idle)) = raw.worker_idle_timeout {
+            o.worker_idle_timeout = Some(idle);
+            self.note("worker_idle_timeout", "worker_idle_timeout");
+        }
         if let Some(Text(path)) = raw.access_log_file {
             if let Some(path) = path.filter(|p| p != "stdout") {
                 o.access_log_file = Some(path.into());
@@ -1403,5 +1409,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn worker_idle_timeout_is_a_duration_or_off_and_a_flag_wins() {
+        let settle = |text: &str, flags: &Overrides| parse_text(text).unwrap().settle(flags);
+        let none = Overrides::default();
+        let c = settle(r#"{"worker_idle_timeout": "2m"}"#, &none).unwrap();
+        assert_eq!(c.worker_idle_timeout, Some(Duration::from_secs(120)));
+        let c = settle(r#"{"worker_idle_timeout": "off"}"#, &none).unwrap();
+        assert_eq!(
+            c.worker_idle_timeout, None,
+            "off is a value, not the default"
+        );
+        let flags = Overrides {
+            worker_idle_timeout: Some(None),
+            ..Overrides::default()
+        };
+        let c = settle(r#"{"worker_idle_timeout": 30}"#, &flags).unwrap();
+        assert_eq!(c.worker_idle_timeout, None);
+        let err = settle("{\n \"worker_idle_timeout\": 0}", &none).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "test.json: line 2, column 2: `worker_idle_timeout` must be at least 1ms, \
+             got 0ns (off keeps every worker)"
+        );
     }
 }

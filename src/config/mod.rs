@@ -71,6 +71,12 @@ pub const MAX_THREAD_STACK: usize = 1 << 30;
 /// milliseconds anyway.
 pub const MIN_DURATION: Duration = Duration::from_millis(1);
 
+/// Default of `worker_idle_timeout`: a minute. Traffic that comes back
+/// within a minute finds its threads still there; a flood's threads are
+/// gone a minute after it ends. (Apache's worker MPM looks once a second
+/// and stops spare threads above `MaxSpareThreads`, with no idle time.)
+pub const DEFAULT_WORKER_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Everything the balancer needs to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -89,6 +95,11 @@ pub struct Config {
     /// Most accepted connections waiting for a worker (`queue_capacity`).
     /// Default 4096.
     pub queue_capacity: usize,
+    /// A worker that waited this long for a client exits, down to
+    /// [`crate::pool::WORKER_FLOOR`] workers (`worker_idle_timeout`), so
+    /// the threads of a past flood do not stay for ever. `None` (`off`):
+    /// the pool never shrinks. Default 60 s.
+    pub worker_idle_timeout: Option<Duration>,
     /// The `listen(2)` backlog (`backlog`). Default 4096.
     pub backlog: i32,
     /// Longest wait for connections in flight after a shutdown
@@ -157,6 +168,7 @@ impl Default for Config {
             workers: 4096,
             thread_stack: 65536,
             queue_capacity: 4096,
+            worker_idle_timeout: Some(DEFAULT_WORKER_IDLE_TIMEOUT),
             backlog: 4096,
             drain_timeout: Duration::from_secs(30),
             defer_accept: false,
@@ -333,6 +345,15 @@ impl Config {
         if let Some(d) = p.client_first_byte_timeout {
             durations.push(("client_first_byte_timeout", d));
         }
+        if let Some(d) = self.worker_idle_timeout {
+            if d < MIN_DURATION {
+                // 0 is a common way to write "never" elsewhere: say the word.
+                return Err(Error::setting(
+                    "worker_idle_timeout",
+                    format!("must be at least 1ms, got {d:?} (off keeps every worker)"),
+                ));
+            }
+        }
         for (name, d) in durations {
             if d < MIN_DURATION {
                 return Err(Error::setting(
@@ -358,6 +379,11 @@ impl Config {
             ("workers", self.workers.to_string()),
             ("thread_stack", format_size(self.thread_stack)),
             ("queue_capacity", self.queue_capacity.to_string()),
+            (
+                "worker_idle_timeout",
+                self.worker_idle_timeout
+                    .map_or_else(|| "off".to_string(), format_duration),
+            ),
             ("backlog", self.backlog.to_string()),
             ("buffer_size", format_size(p.buffer_size)),
             ("connect_timeout", format_duration(p.connect_timeout)),

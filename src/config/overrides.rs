@@ -34,6 +34,8 @@ pub struct Overrides {
     pub workers: Option<usize>,
     pub thread_stack: Option<usize>,
     pub queue_capacity: Option<usize>,
+    /// `Some(None)`: given as `off`.
+    pub worker_idle_timeout: Option<Option<Duration>>,
     pub backlog: Option<i32>,
     pub buffer_size: Option<usize>,
     pub connect_timeout: Option<Duration>,
@@ -102,6 +104,7 @@ impl Overrides {
         set(&mut config.workers, &self.workers);
         set(&mut config.thread_stack, &self.thread_stack);
         set(&mut config.queue_capacity, &self.queue_capacity);
+        set(&mut config.worker_idle_timeout, &self.worker_idle_timeout);
         set(&mut config.backlog, &self.backlog);
         set(&mut config.drain_timeout, &self.drain_timeout);
         set(&mut config.defer_accept, &self.defer_accept);
@@ -242,6 +245,7 @@ impl Overrides {
             ("workers", o.workers.is_some()),
             ("thread_stack", o.thread_stack.is_some()),
             ("queue_capacity", o.queue_capacity.is_some()),
+            ("worker_idle_timeout", o.worker_idle_timeout.is_some()),
             ("backlog", o.backlog.is_some()),
             ("buffer_size", o.buffer_size.is_some()),
             ("connect_timeout", o.connect_timeout.is_some()),

@@ -320,3 +320,209 @@ mod spread_over_the_rest {
         lb.stop();
     }
 }
+
+// ---- The pool after a flood: idle workers exit (`worker_idle_timeout`) ----
+
+mod pool_after_a_flood {
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    use std::process::Command;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::thread::{self, JoinHandle};
+    use std::time::{Duration, Instant};
+
+    use socket2::{Domain, Socket, Type};
+
+    use crate::common::{connect, wait_for, IO_TIMEOUT};
+    use crate::peers::{read, temp_dir, Peer};
+    use rodizio::pool::WORKER_FLOOR;
+
+    const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
+    /// Idle connections held at once.
+    const CLIENTS: usize = 2000;
+    /// Longest wait for the flood to be up, and for the pool to shrink.
+    const LIMIT: Duration = Duration::from_secs(60);
+
+    /// A backend that accepts every connection on one thread and holds it,
+    /// silent, until dropped: thousands of connections, one thread.
+    struct Holder {
+        addr: SocketAddr,
+        held: Arc<Mutex<Vec<TcpStream>>>,
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    impl Holder {
+        fn start(most: usize) -> Holder {
+            // A backlog as deep as the system allows: thousands of connects
+            // arrive at once, and one dropped would be retried a second
+            // later, or fail.
+            let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            socket
+                .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+                .unwrap();
+            socket.listen(4096).unwrap();
+            let listener: TcpListener = socket.into();
+            let addr = listener.local_addr().unwrap();
+            let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+            let stop = Arc::new(AtomicBool::new(false));
+            let thread = {
+                let (held, stop) = (Arc::clone(&held), Arc::clone(&stop));
+                thread::spawn(move || {
+                    for stream in listener.incoming() {
+                        if stop.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        let mut held = held.lock().unwrap();
+                        if let Ok(stream) = stream {
+                            if held.len() < most {
+                                held.push(stream);
+                            }
+                        }
+                    }
+                })
+            };
+            Holder {
+                addr,
+                held,
+                stop,
+                thread: Some(thread),
+            }
+        }
+
+        fn count(&self) -> usize {
+            self.held.lock().unwrap().len()
+        }
+
+        /// Closes every connection held.
+        fn close_all(&self) {
+            self.held.lock().unwrap().clear();
+        }
+    }
+
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+            let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// Threads, worker threads and resident memory (KiB) of process `pid`.
+    fn threads_workers_rss(pid: i32) -> (usize, usize, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let field = |name: &str| -> u64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+        };
+        let workers = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim() == "rodizio-worker")
+            })
+            .count();
+        (field("Threads:") as usize, workers, field("VmRSS:"))
+    }
+
+    /// What glibc's malloc may keep for good after a flood, in KiB: up to
+    /// 8 arenas per CPU, each keeping its top chunk (up to the 128 KiB trim
+    /// threshold plus its header and pad).
+    fn arena_allowance() -> u64 {
+        // SAFETY: sysconf reads a system value; no pointer involved.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64;
+        8 * cpus * 256
+    }
+
+    /// The binary with a one-second worker idle timeout in front of
+    /// `backend`, and the address it listens on.
+    fn start(backend: SocketAddr) -> (Peer, SocketAddr) {
+        let dir = temp_dir("pool-after-a-flood");
+        let mut cmd = Command::new(BIN);
+        cmd.args(["-l", "127.0.0.1:0", "--health-check", "off"])
+            .args(["-b", &backend.to_string()])
+            .args(["--worker-idle-timeout", "1s", "--connect-timeout", "10s"])
+            .env("RUST_LOG", "warn");
+        let peer = Peer::spawn("rodizio", cmd, libc::SIGTERM, &dir);
+        let mut port = None;
+        let up = wait_for(IO_TIMEOUT, || {
+            port = read(&peer.out)
+                .lines()
+                .find_map(|l| l.strip_prefix("Load balancer listening on port "))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|p| p.parse::<u16>().ok());
+            port.is_some()
+        });
+        assert!(up, "not listening: {}", peer.output());
+        (peer, SocketAddr::from(([127, 0, 0, 1], port.unwrap())))
+    }
+
+    /// 2,000 idle connections held through the binary raise its thread
+    /// count by one worker each; once they are closed, a worker idle for
+    /// `--worker-idle-timeout 1s` exits, so the workers come back down to
+    /// the pool's floor, and resident memory comes back near where it
+    /// started: within 6 MiB plus what malloc's arenas may keep (2,000
+    /// workers hold some 45 MiB; glibc's cache of thread stacks alone would
+    /// keep 12 MiB if it were not emptied).
+    #[test]
+    fn the_pool_shrinks_back_after_a_flood_of_idle_connections() {
+        let backend = Holder::start(CLIENTS);
+        let (mut rodizio, addr) = start(backend.addr);
+        let pid = rodizio.pid;
+        let (threads_before, workers_before, rss_before) = threads_workers_rss(pid);
+        let started = Instant::now();
+        let mut clients = Vec::with_capacity(CLIENTS);
+        for i in 0..CLIENTS {
+            clients.push(connect(addr).unwrap_or_else(|e| panic!("client {i}: {e}")));
+            assert!(started.elapsed() < LIMIT, "{i} clients after {LIMIT:?}");
+        }
+        let all_up = wait_for(LIMIT, || {
+            backend.count() == CLIENTS && threads_workers_rss(pid).1 >= workers_before + CLIENTS
+        });
+        let (threads_peak, workers_peak, rss_peak) = threads_workers_rss(pid);
+        assert!(
+            all_up,
+            "{} of {CLIENTS} connections reached the backend; workers {workers_before} → {workers_peak}",
+            backend.count()
+        );
+        assert!(
+            threads_peak >= threads_before + CLIENTS,
+            "{threads_peak} threads"
+        );
+        drop(clients);
+        backend.close_all();
+        let rss_bound = rss_before + 6 * 1024 + arena_allowance();
+        let back = wait_for(LIMIT, || {
+            let (_, workers, rss) = threads_workers_rss(pid);
+            workers <= WORKER_FLOOR && rss <= rss_bound
+        });
+        let (threads_after, workers_after, rss_after) = threads_workers_rss(pid);
+        eprintln!(
+            "threads {threads_before} → {threads_peak} → {threads_after}, \
+             workers {workers_before} → {workers_peak} → {workers_after}, \
+             VmRSS {rss_before} → {rss_peak} → {rss_after} KiB"
+        );
+        assert!(
+            back,
+            "workers {workers_before} → {workers_peak} → {workers_after} (want at most \
+             {WORKER_FLOOR}); VmRSS {rss_before} → {rss_peak} → {rss_after} KiB (want at \
+             most {rss_bound})"
+        );
+        // No other thread was left behind: only workers came and went.
+        assert!(
+            threads_after - workers_after <= threads_peak - workers_peak,
+            "threads {threads_peak} → {threads_after}"
+        );
+        assert!(!rodizio.exited(), "rodizio exited: {}", rodizio.output());
+        rodizio.stop();
+    }
+}
+
+// ---- end of: the pool after a flood ----
