@@ -4,123 +4,27 @@
 //! [`Limiter::check`] about every client right after `accept(2)`, before the
 //! scheduler picks a backend and before anything is queued. A refused client
 //! is counted, optionally sent a short `429` reply ([`refuse`]), and closed;
-//! it never reaches a backend. Off by default, so the article's `ab` test
-//! (every request from 127.0.0.1) behaves as it always did.
+//! it never reaches a backend. Off by default. Time is a monotonic
+//! [`Instant`] passed in as `now`. Parts: this file the facade ([`Limiter`],
+//! [`admit`], [`refuse`]); `settings` the rate, algorithm and reply; `rule`
+//! the three ways to count; `table` the bounded, sharded table; `store` the
+//! table shared through Redis. `docs/rate-limiting.md` explains the
+//! algorithms, the table's shape and what happens when it is full.
 //!
-//! # The algorithms
+//! # Threads
 //!
-//! [`RuleKind`] picks one of three ways to count (`rule.rs`); all three allow exactly
-//! `N` connections from a fresh client in a burst, and a refused attempt is
-//! never counted (a client that keeps knocking is not punished beyond the
-//! limit; it simply stays refused until the algorithm lets one through).
-//!
-//! - **Fixed window** (the default, the design this project started from):
-//!   a client's window opens at its first connection and lasts `WINDOW`; it
-//!   may open `N` connections in it; the next connection after the window
-//!   ends opens a new one. Cheap and easy to explain, with one known flaw,
-//!   the *edge burst*: `N` connections at the very end of one window and `N`
-//!   more at the start of the next pass, so up to `2N` get through in a span
-//!   barely longer than the boundary (`docs/rate-limiting.md` shows it
-//!   measured).
-//! - **Sliding window**, the two-counter estimate HAProxy uses for
-//!   `conn_rate`: windows follow each other back to back; the rate is
-//!   estimated as `previous × (time left in the current window / WINDOW) +
-//!   current`, and a connection is allowed when the estimate plus this one
-//!   stays at most `N`. It smooths the edge burst away with two counters and
-//!   no log of timestamps.
-//! - **Token bucket**: a bucket of `N` tokens refilled at `N` per `WINDOW`
-//!   (one every `WINDOW / N`); a connection takes a token. Written in its
-//!   "virtual scheduling" form (GCRA): one timestamp, the *theoretical
-//!   arrival time*, stands for the tokens, so refilling is arithmetic, not
-//!   a timer.
-//!
-//! Time is a monotonic [`Instant`] passed in as `now`: the wall clock can
-//! jump (NTP, an operator), a monotonic clock cannot, and passing it in lets
-//! the tests walk through windows without sleeping.
-//!
-//! # The table: why this shape
-//!
-//! The state is 40 bytes per tracked client: a 32-byte `Slot` (the key,
-//! which is the IPv4 address or the IPv6 address masked to
-//! `--rate-limit-ipv6-prefix` bits, `/64` by default since one host usually
-//! owns a whole `/64`; a timestamp; two counters whose meaning depends on
-//! the algorithm) and, in an array of its own, the 8-byte tick of the
-//! client's last attempt.
-//!
-//! Slots live in *shards* of about 256 clients each; the key's hash picks
-//! the shard, and each shard is a small open-addressing table (linear
-//! probing, backward-shift deletion, so no tombstones) behind its own
-//! `parking_lot::Mutex`. The reasons:
-//!
-//! - **Memory is small and fixed.** Every shard allocates all of its slots
-//!   at start-up, with a third more slots than clients (at most 75% full),
-//!   so a tracked client costs `40 × 4/3 ≈ 53` bytes plus a share of the
-//!   shard headers, under nginx's 64 bytes, and the whole table is paid for
-//!   up front: no allocation on the accept path, no growth under attack.
-//!   A `HashMap` would spend more (its buckets come in powers of two, so
-//!   it is between 44% and 87% full, each bucket with the same 40 bytes
-//!   and a control byte), and it grows by doubling.
-//! - **Exact under contention.** A check holds its shard's lock for a few
-//!   dozen instructions, so counts are exact: 8 threads racing on one IP
-//!   let exactly `N` through. The accept loop is a single thread, so in the
-//!   balancer the locks are never contended; the shards are there for
-//!   callers with several threads and to keep each shard small.
-//! - **Bounded worst case.** When a shard is full, inserting a new client
-//!   reads the last-seen ticks of that one shard (about 340 of them, 2.7
-//!   KiB, hence the separate array), never the whole table; the sweep of
-//!   run-out entries is skipped while a per-shard watermark says none can
-//!   have run out. The hash is keyed with a random seed per process, so a
-//!   client cannot choose addresses that pile into one shard; even if it
-//!   could, a probe never walks more than one shard.
-//!
-//! # When the table is full
-//!
-//! The table never holds more than `--rate-limit-max-clients` clients (each
-//! shard has its share of the cap). Inserting a new client into a full
-//! shard first *sweeps* it: every entry whose state has run out (its window
-//! is over, its bucket refilled) is removed. Forgetting such an entry
-//! changes no decision, since a new entry would start in the same state.
-//! Only when nothing has run out is an entry *evicted*, and eviction
-//! forgets live state: that client's count starts again. Entries over
-//! their limit (their next attempt would be refused) carry the only
-//! information that matters, so the victim is the least recently seen
-//! entry *within* its limit; an entry over its limit is evicted only when
-//! every entry of the shard is over it, and then the one whose refusal
-//! ends soonest. A client over its limit therefore stays refused however
-//! many new addresses churn the table and however rarely it comes back.
-//!
-//! The table is never cleared wholesale, which would be simpler: it would
-//! let an attacker reset its own counter by making (or spoofing the source
-//! of) enough new connections to fill the table.
-//!
-//! Because the cap is per shard, evictions can begin in one shard a little
-//! before the table as a whole is full (docs/rate-limiting.md gives the
-//! measured fill).
-//!
-//! # Parts
-//!
-//! - this file: [`Limiter`] (the facade the accept loop calls), the
-//!   settings, [`refuse`];
-//! - `rule`: the three ways to count, one function each;
-//! - `table`: the bounded, sharded table of clients.
-//!
-//! # Logging
-//!
-//! [`Decision::Refused`] says whether this is the client's first refusal in
-//! its current window; the accept loop logs only that one at `info`, so a
-//! flood of refused connections is counted (`Stats::rate_limited`) but
-//! cannot flood the log.
+//! The accept loop (and a worker behind `--accept-proxy`) calls
+//! [`Limiter::check`]; each shard of the table has its own lock, held for
+//! a few dozen instructions, never across I/O.
 //!
 //! # Corresponds to the C article
 //!
-//! No C counterpart in the balancer article. The rate-limiting article that
-//! came with it sketches the fixed window (`allow_request()`, with a
-//! `RateLimiter` of a counter and a window start) and per-client state in a
-//! hash table; this module is that design with the races removed (the C
-//! resets the window without a lock), a bound on the table, and the two
-//! other algorithms the article describes.
+//! No C counterpart in the balancer article; the rate-limiting article's
+//! `allow_request()` fixed window, with the races removed and a bounded
+//! table.
 
 mod rule;
+mod settings;
 mod store;
 mod table;
 
@@ -131,218 +35,22 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::reply;
 use crate::stats::Stats;
-use crate::units::parse_duration;
 use rule::{Rule, Slot};
+pub use settings::{
+    Rate, RateLimitAlgorithm, RateLimitConfig, RateLimitReply, DEFAULT_IPV6_PREFIX,
+    DEFAULT_MAX_CLIENTS, MAX_LIMIT, MAX_MAX_CLIENTS, MIN_WINDOW,
+};
 use store::RedisStore;
 pub use store::{FailurePolicy, StoreConfig};
 use table::{KeyHasher, Padded, Shard};
-
-/// Default of `--rate-limit-max-clients`.
-pub const DEFAULT_MAX_CLIENTS: usize = 65536;
-/// Largest `--rate-limit-max-clients`: 16 Mi clients, about 900 MB of table.
-pub const MAX_MAX_CLIENTS: usize = 1 << 24;
-/// Default of `--rate-limit-ipv6-prefix`: one host usually owns a `/64`.
-pub const DEFAULT_IPV6_PREFIX: u8 = 64;
-/// Largest `N` of `--rate-limit N/WINDOW` (the counters are 31 bits).
-pub const MAX_LIMIT: u32 = 1_000_000_000;
-/// Shortest `WINDOW` of `--rate-limit N/WINDOW`.
-pub const MIN_WINDOW: Duration = Duration::from_millis(1);
 
 /// Clients per shard the table aims at: small enough that a scan of a full
 /// shard is well under a microsecond, large enough that the per-shard cap
 /// lets the table fill to about 80% before the first eviction.
 const SHARD_TARGET: usize = 256;
-
-/// How connections are counted. See the module docs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RuleKind {
-    /// `N` per window; a window opens at a client's first connection.
-    #[default]
-    FixedWindow,
-    /// HAProxy's two-counter estimate of the rate over the last window.
-    SlidingWindow,
-    /// A bucket of `N` tokens refilled at `N` per window.
-    TokenBucket,
-}
-
-impl RuleKind {
-    /// Every kind, in the order the help lists them.
-    pub const ALL: [RuleKind; 3] = [
-        RuleKind::FixedWindow,
-        RuleKind::SlidingWindow,
-        RuleKind::TokenBucket,
-    ];
-}
-
-impl std::str::FromStr for RuleKind {
-    type Err = String;
-
-    fn from_str(text: &str) -> std::result::Result<Self, String> {
-        let wanted = text.replace('_', "-");
-        RuleKind::ALL
-            .into_iter()
-            .find(|k| k.to_string() == wanted)
-            .ok_or_else(|| {
-                format!("'{text}' is not a rate-limit algorithm (use fixed-window, sliding-window or token-bucket)")
-            })
-    }
-}
-
-impl fmt::Display for RuleKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(match self {
-            RuleKind::FixedWindow => "fixed-window",
-            RuleKind::SlidingWindow => "sliding-window",
-            RuleKind::TokenBucket => "token-bucket",
-        })
-    }
-}
-
-/// What a refused client gets before it is closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Reply {
-    /// Nothing: the connection is closed at once.
-    #[default]
-    Close,
-    /// `HTTP/1.1 429 Too Many Requests` with `Retry-After` and
-    /// `Connection: close`, written once without blocking, then closed.
-    Http,
-}
-
-/// `N` connections per `WINDOW`, as in `--rate-limit 100/1s`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rate {
-    /// Connections allowed per window, 1 to [`MAX_LIMIT`].
-    pub limit: u32,
-    /// The window, at least [`MIN_WINDOW`].
-    pub window: Duration,
-}
-
-impl Rate {
-    /// Parses `N/WINDOW`: `100/1s`, `20/10s`, `5/500ms`; a bare unit means
-    /// one of it (`100/s`, `10/m`).
-    ///
-    /// # Errors
-    ///
-    /// A one-line message saying what is wrong, for clap to print.
-    pub fn parse(text: &str) -> std::result::Result<Rate, String> {
-        let usage = || format!("'{text}' is not a rate (examples: 100/1s, 20/10s, 5/500ms)");
-        let (n, w) = text.trim().split_once('/').ok_or_else(usage)?;
-        let limit: u32 = n.trim().parse().map_err(|_| usage())?;
-        let w = w.trim();
-        let window = if w.starts_with(|c: char| c.is_ascii_alphabetic()) {
-            parse_duration(&format!("1{w}")).map_err(|_| usage())?
-        } else {
-            parse_duration(w)?
-        };
-        let rate = Rate { limit, window };
-        rate.check().map_err(|e| format!("'{text}': {e}"))?;
-        Ok(rate)
-    }
-
-    /// Whether the numbers are in range.
-    ///
-    /// # Errors
-    ///
-    /// What is out of range.
-    pub fn check(&self) -> std::result::Result<(), String> {
-        if self.limit == 0 || self.limit > MAX_LIMIT {
-            return Err(format!(
-                "the number of connections must be 1..{MAX_LIMIT}, got {}",
-                self.limit
-            ));
-        }
-        if self.window < MIN_WINDOW {
-            return Err(format!("the window must be at least {MIN_WINDOW:?}"));
-        }
-        Ok(())
-    }
-}
-
-impl Reply {
-    /// The name used in flags and the config file (`close`, `http`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Reply::Close => "close",
-            Reply::Http => "http",
-        }
-    }
-}
-
-impl std::str::FromStr for Reply {
-    type Err = String;
-
-    fn from_str(text: &str) -> std::result::Result<Self, String> {
-        match text {
-            "close" => Ok(Reply::Close),
-            "http" => Ok(Reply::Http),
-            _ => Err(format!("'{text}' is not a reply (use close or http)")),
-        }
-    }
-}
-
-impl fmt::Display for Rate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{:?}", self.limit, self.window)
-    }
-}
-
-/// Everything the limiter needs; `Config::rate_limit` holds one when rate
-/// limiting is on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RateLimitConfig {
-    /// `N` per `WINDOW`.
-    pub rate: Rate,
-    /// How to count. Default: fixed window.
-    pub algorithm: RuleKind,
-    /// Most clients tracked at once. Default [`DEFAULT_MAX_CLIENTS`].
-    pub max_clients: usize,
-    /// IPv6 clients are keyed by this many leading bits (1 to 128).
-    /// Default [`DEFAULT_IPV6_PREFIX`].
-    pub ipv6_prefix: u8,
-    /// What a refused client gets. Default: closed at once.
-    pub reply: Reply,
-}
-
-impl RateLimitConfig {
-    /// `rate` with every other setting at its default.
-    pub fn new(rate: Rate) -> RateLimitConfig {
-        RateLimitConfig {
-            rate,
-            algorithm: RuleKind::default(),
-            max_clients: DEFAULT_MAX_CLIENTS,
-            ipv6_prefix: DEFAULT_IPV6_PREFIX,
-            reply: Reply::default(),
-        }
-    }
-
-    /// Checks that every value is usable.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidSetting`] naming the first bad setting.
-    pub fn validate(&self) -> Result<()> {
-        if let Err(msg) = self.rate.check() {
-            return Err(Error::setting("rate_limit", msg));
-        }
-        if self.max_clients == 0 || self.max_clients > MAX_MAX_CLIENTS {
-            return Err(Error::setting(
-                "rate_limit_max_clients",
-                format!("must be 1..{MAX_MAX_CLIENTS}, got {}", self.max_clients),
-            ));
-        }
-        if self.ipv6_prefix == 0 || self.ipv6_prefix > 128 {
-            return Err(Error::setting(
-                "rate_limit_ipv6_prefix",
-                format!("must be 1..128, got {}", self.ipv6_prefix),
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// The answer of [`Limiter::check`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -627,12 +335,12 @@ pub fn admit(
 }
 
 /// Ends a refused client without ever blocking the caller: with
-/// [`Reply::Http`], a short 429 reply with `Retry-After` goes out through
+/// [`RateLimitReply::Http`], a short 429 reply with `Retry-After` goes out through
 /// [`reply::reply_at_once`] (one non-blocking write, a FIN, the client's
 /// pending bytes read so that the close sends no reset). Then the socket is
 /// closed.
-pub fn refuse(client: TcpStream, reply: Reply, retry_after: Duration) {
-    if reply == Reply::Http {
+pub fn refuse(client: TcpStream, reply: RateLimitReply, retry_after: Duration) {
+    if reply == RateLimitReply::Http {
         let response = reply::too_many_requests(retry_after);
         reply::reply_at_once(&client, response.as_bytes());
     }
@@ -648,7 +356,7 @@ mod tests {
 
     const S: Duration = Duration::from_secs(1);
 
-    fn limiter(algorithm: RuleKind, limit: u32, window: Duration) -> Limiter {
+    fn limiter(algorithm: RateLimitAlgorithm, limit: u32, window: Duration) -> Limiter {
         Limiter::new(&RateLimitConfig {
             algorithm,
             ..RateLimitConfig::new(Rate { limit, window })
@@ -667,9 +375,9 @@ mod tests {
     #[test]
     fn every_algorithm_allows_exactly_n_then_refuses() {
         for algorithm in [
-            RuleKind::FixedWindow,
-            RuleKind::SlidingWindow,
-            RuleKind::TokenBucket,
+            RateLimitAlgorithm::FixedWindow,
+            RateLimitAlgorithm::SlidingWindow,
+            RateLimitAlgorithm::TokenBucket,
         ] {
             let l = limiter(algorithm, 5, 10 * S);
             let t0 = Instant::now();
@@ -703,7 +411,7 @@ mod tests {
 
     #[test]
     fn fixed_window_opens_again_after_the_window() {
-        let l = limiter(RuleKind::FixedWindow, 3, 10 * S);
+        let l = limiter(RateLimitAlgorithm::FixedWindow, 3, 10 * S);
         let t0 = Instant::now();
         assert_eq!(allowed(&l, ip(1), t0, 4), 3);
         assert_eq!(
@@ -725,7 +433,7 @@ mod tests {
     #[test]
     fn fixed_window_edge_burst_lets_2n_through_across_a_boundary() {
         let n = 10;
-        let l = limiter(RuleKind::FixedWindow, n, 10 * S);
+        let l = limiter(RateLimitAlgorithm::FixedWindow, n, 10 * S);
         let t0 = Instant::now();
         // One connection opens the window at t0; the other n-1 come at its
         // very end, n more right after it: 2n-1 within 2 ms, 2n within one
@@ -736,7 +444,7 @@ mod tests {
         let after = allowed(&l, ip(1), edge + Duration::from_millis(1), n + 1);
         assert_eq!(1 + before + after, 2 * n);
         // The sliding window refuses most of that second burst.
-        let s = limiter(RuleKind::SlidingWindow, n, 10 * S);
+        let s = limiter(RateLimitAlgorithm::SlidingWindow, n, 10 * S);
         assert!(s.check(ip(1), t0).is_allowed());
         let before = allowed(&s, ip(1), edge - Duration::from_millis(1), n);
         let after = allowed(&s, ip(1), edge + Duration::from_millis(1), n + 1);
@@ -746,7 +454,7 @@ mod tests {
 
     #[test]
     fn sliding_window_weighs_the_previous_window() {
-        let l = limiter(RuleKind::SlidingWindow, 10, 10 * S);
+        let l = limiter(RateLimitAlgorithm::SlidingWindow, 10, 10 * S);
         let t0 = Instant::now();
         assert_eq!(allowed(&l, ip(1), t0, 10), 10);
         // Halfway through the next window the previous 10 weigh 5: five more.
@@ -763,7 +471,7 @@ mod tests {
     #[test]
     fn token_bucket_refills_one_token_per_interval() {
         // 10 per 10 s: one token per second, bucket of 10.
-        let l = limiter(RuleKind::TokenBucket, 10, 10 * S);
+        let l = limiter(RateLimitAlgorithm::TokenBucket, 10, 10 * S);
         let t0 = Instant::now();
         assert_eq!(allowed(&l, ip(1), t0, 11), 10);
         assert_eq!(allowed(&l, ip(1), t0 + S / 2, 1), 0);
@@ -779,7 +487,7 @@ mod tests {
 
     #[test]
     fn token_bucket_reports_once_per_window() {
-        let l = limiter(RuleKind::TokenBucket, 2, 10 * S);
+        let l = limiter(RateLimitAlgorithm::TokenBucket, 2, 10 * S);
         let t0 = Instant::now();
         assert_eq!(allowed(&l, ip(1), t0, 2), 2);
         let firsts = (0..100)
@@ -796,9 +504,9 @@ mod tests {
     #[test]
     fn contention_allows_exactly_n() {
         for algorithm in [
-            RuleKind::FixedWindow,
-            RuleKind::SlidingWindow,
-            RuleKind::TokenBucket,
+            RateLimitAlgorithm::FixedWindow,
+            RateLimitAlgorithm::SlidingWindow,
+            RateLimitAlgorithm::TokenBucket,
         ] {
             let l = Arc::new(limiter(algorithm, 1000, 60 * S));
             let t0 = Instant::now();
@@ -830,7 +538,7 @@ mod tests {
         let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
         let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
         let t0 = Instant::now();
-        let l = limiter(RuleKind::FixedWindow, 2, 10 * S);
+        let l = limiter(RateLimitAlgorithm::FixedWindow, 2, 10 * S);
         assert_eq!(allowed(&l, a, t0, 1) + allowed(&l, b, t0, 2), 2);
         assert_eq!(allowed(&l, c, t0, 2), 2);
         let per_address = Limiter::new(&RateLimitConfig {
@@ -846,7 +554,7 @@ mod tests {
 
     #[test]
     fn ipv4_mapped_ipv6_is_the_ipv4_client() {
-        let l = limiter(RuleKind::FixedWindow, 2, 10 * S);
+        let l = limiter(RateLimitAlgorithm::FixedWindow, 2, 10 * S);
         let t0 = Instant::now();
         let v4 = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
         let mapped = IpAddr::V6(Ipv4Addr::new(192, 0, 2, 1).to_ipv6_mapped());
@@ -1016,9 +724,9 @@ mod tests {
         // A small, crowded table with mixed expiry, so removals shift long
         // probe chains, including ones that wrap around the end.
         for algorithm in [
-            RuleKind::FixedWindow,
-            RuleKind::SlidingWindow,
-            RuleKind::TokenBucket,
+            RateLimitAlgorithm::FixedWindow,
+            RateLimitAlgorithm::SlidingWindow,
+            RateLimitAlgorithm::TokenBucket,
         ] {
             let l = Limiter::new(&RateLimitConfig {
                 max_clients: 50,
@@ -1030,11 +738,13 @@ mod tests {
                     // one about to run out before any sweep can).
                     limit: 2,
                     // A sliding window's state lasts two windows.
-                    window: Duration::from_millis(if algorithm == RuleKind::SlidingWindow {
-                        17
-                    } else {
-                        50
-                    }),
+                    window: Duration::from_millis(
+                        if algorithm == RateLimitAlgorithm::SlidingWindow {
+                            17
+                        } else {
+                            50
+                        },
+                    ),
                 })
             });
             let t0 = Instant::now();
@@ -1061,7 +771,7 @@ mod tests {
 
     #[test]
     fn memory_per_client_is_under_64_bytes() {
-        let l = limiter(RuleKind::FixedWindow, 1, S);
+        let l = limiter(RateLimitAlgorithm::FixedWindow, 1, S);
         let per_client = l.memory_bytes() as f64 / l.capacity() as f64;
         assert!(per_client <= 64.0, "{per_client}");
         assert_eq!(l.capacity(), DEFAULT_MAX_CLIENTS);
@@ -1097,7 +807,11 @@ mod tests {
         let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         client.set_read_timeout(Some(5 * S)).unwrap();
         let (server_side, _) = listener.accept().unwrap();
-        refuse(server_side, Reply::Http, Duration::from_millis(2500));
+        refuse(
+            server_side,
+            RateLimitReply::Http,
+            Duration::from_millis(2500),
+        );
         let mut reply = String::new();
         client.read_to_string(&mut reply).unwrap();
         assert!(
@@ -1113,9 +827,9 @@ mod tests {
     fn used_counts_what_check_counted_and_changes_nothing() {
         let t0 = Instant::now();
         for algorithm in [
-            RuleKind::FixedWindow,
-            RuleKind::SlidingWindow,
-            RuleKind::TokenBucket,
+            RateLimitAlgorithm::FixedWindow,
+            RateLimitAlgorithm::SlidingWindow,
+            RateLimitAlgorithm::TokenBucket,
         ] {
             let l = limiter(algorithm, 3, S);
             assert_eq!(l.used(ip(1), t0), 0, "{algorithm}: unknown client");
@@ -1129,7 +843,7 @@ mod tests {
             assert_eq!(l.used(ip(2), t0), 0, "{algorithm}: another client");
         }
         // A fixed window that ended counts nothing any more.
-        let l = limiter(RuleKind::FixedWindow, 3, S);
+        let l = limiter(RateLimitAlgorithm::FixedWindow, 3, S);
         let t1 = Instant::now();
         l.check(ip(1), t1);
         assert_eq!(l.used(ip(1), t1), 1);

@@ -60,7 +60,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::{Client, Connection, Script};
 
-use super::{Decision, RateLimitConfig, RuleKind};
+use super::{Decision, RateLimitAlgorithm, RateLimitConfig};
 use crate::error::{Error, Result};
 use crate::stats::Stats;
 
@@ -269,9 +269,9 @@ impl RedisStore {
         let client = Client::open(url)
             .map_err(|e| Error::setting("rate_limit_store", format!("'{url}': {e}")))?;
         let (code, short) = match rules.algorithm {
-            RuleKind::FixedWindow => (FIXED, "fw"),
-            RuleKind::SlidingWindow => (SLIDING, "sw"),
-            RuleKind::TokenBucket => (TOKEN, "tb"),
+            RateLimitAlgorithm::FixedWindow => (FIXED, "fw"),
+            RateLimitAlgorithm::SlidingWindow => (SLIDING, "sw"),
+            RateLimitAlgorithm::TokenBucket => (TOKEN, "tb"),
         };
         let window_ms = u64::try_from(rules.rate.window.as_millis())
             .unwrap_or(u64::MAX)
