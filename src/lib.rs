@@ -43,17 +43,22 @@
 //! - `listener`: the listening socket and the accept loop.
 //! - `live`: the settings read live (`ArcSwap`s) and the scheduler.
 //! - `limiter/`: per-client-IP rate limiting at accept time (off by
-//!   default): the facade, `rule` (three ways to count), `table` (the
-//!   bounded table), `store` (the counts kept in Redis, shared by several
-//!   balancers).
+//!   default): the facade, `settings` (rate, algorithm, reply), `rule`
+//!   (three ways to count), `table` (the bounded table), `store` (the
+//!   counts kept in Redis, shared by several balancers).
 //! - `queue`: the FIFO between the accept loop and the workers.
 //! - `pool`: the worker threads.
 //! - `proxy/`: a connection's life with fail-over; `pump` (duplex copy or
 //!   `splice(2)`); `conduit` (the thread's buffers and pipes); `header`
-//!   (the PROXY protocol on the worker: `--accept-proxy`, `--send-proxy`).
+//!   (a client behind `--accept-proxy`: its header, then the limiter and
+//!   the pick).
+//! - `proxy_protocol/`: the PROXY protocol, `codec` (types, encode),
+//!   `parse`, `read` (off a socket), `cidr` (trusted peers), `accept` and
+//!   `send` (the worker's side of `--accept-proxy` and `--send-proxy`).
 //! - `health/`: the checker thread, `probe` (rise/fall), `check` (tcp,
-//!   http), `protocol` (checks that speak the backend's protocol: Redis,
-//!   TLS, SMTP, MySQL, PostgreSQL, send/expect), passive marking.
+//!   http), `protocol/` (checks that speak the backend's protocol, one
+//!   file each: Redis, TLS, SMTP, MySQL, PostgreSQL, send/expect), passive
+//!   marking.
 //! - `scheduler/`: which backend gets the next client; the backend list,
 //!   changeable at run time; one file per algorithm.
 //! - `backend`: one backend, its live state, and [`backend::Backend::connect`].
@@ -66,7 +71,8 @@
 //! - `shutdown`: the stop trigger.
 //! - `reload`: [`reload::Reloader`], the config file applied again to a
 //!   running balancer (SIGHUP).
-//! - `demo`: the built-in demo HTTP backend.
+//! - `demo/`: the built-in demo HTTP backend; `request` reads a request
+//!   within bounds.
 //! - `system`: process settings taken from the OS at start-up (the open
 //!   files limit).
 //! - `error`: [`Error`].

@@ -136,7 +136,7 @@ impl Limiter {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidSetting`] for a URL that is not a Redis URL.
+    /// [`Error::InvalidSetting`](crate::error::Error::InvalidSetting) for a URL that is not a Redis URL.
     pub fn with_store(
         config: &RateLimitConfig,
         store: &StoreConfig,
