@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{read_header, CidrList, Header, HeaderError};
+use crate::throttle::LogThrottle;
 
 /// How often one source's refused headers are logged, at most: once per
 /// window, with the count of those refused silently since.
@@ -138,19 +139,12 @@ pub(crate) fn receive(
     }
 }
 
-/// Remembers, per source address, when its last refusal was logged, so a
-/// source is logged at most once per window.
+/// Remembers, per source address, a [`LogThrottle`] of one line per
+/// window, so a source is logged at most once per window.
 #[derive(Debug)]
 struct RefusalLog {
     window: Duration,
-    sources: Mutex<HashMap<IpAddr, Logged>>,
-}
-
-/// One source's entry in the [`RefusalLog`].
-#[derive(Debug, Clone, Copy)]
-struct Logged {
-    at: Instant,
-    silenced: u64,
+    sources: Mutex<HashMap<IpAddr, LogThrottle>>,
 }
 
 impl RefusalLog {
@@ -166,33 +160,21 @@ impl RefusalLog {
     /// it is only counted.
     fn note(&self, ip: IpAddr, now: Instant) -> Option<u64> {
         let mut sources = self.sources.lock();
-        if let Some(logged) = sources.get_mut(&ip) {
-            if now.saturating_duration_since(logged.at) < self.window {
-                logged.silenced += 1;
-                return None;
-            }
-            let silenced = logged.silenced;
-            *logged = Logged {
-                at: now,
-                silenced: 0,
-            };
-            return Some(silenced);
+        if let Some(throttle) = sources.get(&ip) {
+            return throttle.event(now);
         }
         if sources.len() >= MAX_LOGGED_SOURCES {
-            let window = self.window;
-            sources.retain(|_, l| now.saturating_duration_since(l.at) < window);
+            // A source whose window has passed would be logged again at
+            // once: forgetting it loses only its silenced count.
+            sources.retain(|_, throttle| !throttle.is_due(now));
             if sources.len() >= MAX_LOGGED_SOURCES {
                 return None;
             }
         }
-        sources.insert(
-            ip,
-            Logged {
-                at: now,
-                silenced: 0,
-            },
-        );
-        Some(0)
+        let throttle = LogThrottle::since(self.window, now);
+        let logged = throttle.event(now);
+        sources.insert(ip, throttle);
+        logged
     }
 }
 
