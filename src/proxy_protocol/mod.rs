@@ -2,28 +2,23 @@
 //!
 //! A layer-4 proxy opens its own connection to the backend, so the backend
 //! sees the balancer's address as the peer. The PROXY protocol (HAProxy's
-//! `proxy-protocol.txt`) fixes that with one header sent before the client's
-//! first byte: a line of text in version 1, a binary block behind a 12-byte
-//! signature in version 2. The room, one file per part:
-//!
-//! - `codec`: the header's types and errors, and [`encode`];
-//! - `parse`: [`parse`], bounded ([`V1_MAX_LEN`], [`V2_MAX_LEN`]);
-//! - `read`: [`read_header`], which takes a header off a socket and not one
-//!   byte more;
-//! - `cidr`: [`CidrList`], the peers trusted to send one;
-//! - `accept` and `send`: the worker's side, `--accept-proxy` (`receive`)
-//!   and `--send-proxy` (`send`).
+//! `proxy-protocol.txt`) sends one header before the client's first byte:
+//! a text line in version 1, a binary block in version 2. One file per
+//! part: `codec` (types, errors, [`encode`]), `parse` ([`parse`], bounded
+//! by [`V1_MAX_LEN`] and [`V2_MAX_LEN`]), `read` ([`read_header`], which
+//! takes a header off a socket and not one byte more), `cidr` ([`CidrList`],
+//! the peers trusted to send one), `accept` and `send` (the worker's side
+//! of `--accept-proxy` and `--send-proxy`).
 //!
 //! # Threads
 //!
-//! All of it runs on the worker that serves the connection (the accept loop
-//! never waits on a client's bytes); the only shared state is the refusal
-//! log of [`AcceptProxy`], behind a lock held for a lookup.
+//! All of it runs on the worker that serves the connection (the accept
+//! loop never waits on a client's bytes); the only shared state is the
+//! refusal log of [`AcceptProxy`], behind a lock held for a lookup.
 //!
 //! # Corresponds to the C article
 //!
-//! No C counterpart: the C's backends see the balancer's address, never the
-//! client's.
+//! No C counterpart: the C's backends see the balancer's address.
 
 mod accept;
 mod cidr;
