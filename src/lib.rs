@@ -135,6 +135,7 @@ pub mod health;
 pub mod limiter;
 pub mod listener;
 pub mod live;
+pub mod poll;
 pub mod pool;
 pub mod prompt;
 pub mod proxy;

@@ -28,8 +28,9 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use super::conduit::{Buffers, Conduits, Pipe, BUFFERS, PIPES, RELEASE_AFTER};
+use crate::poll::{millis, poll};
 use half::{step_both, uncork_both, Half, Story};
-use wait::{interest, learn, poll, wait, watch, WaitFor};
+use wait::{interest, learn, wait, watch, WaitFor};
 
 mod half;
 #[cfg(test)]
@@ -234,11 +235,6 @@ pub fn splice_pump(client: &TcpStream, backend: &TcpStream, options: &PumpOption
             error,
         }
     })
-}
-
-/// A duration as `poll(2)`'s milliseconds.
-fn millis(d: Duration) -> i32 {
-    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
 
 /// The pump's loop. Returns the end, its error, and whether a buffer or

@@ -9,11 +9,12 @@
 //!
 //! No C counterpart: the C blocks in `read()` on one socket at a time.
 
-use std::io::{self, ErrorKind};
+use std::io;
 use std::net::TcpStream;
 use std::os::unix::io::AsRawFd;
 
 use super::half::Half;
+use crate::poll::poll;
 use crate::proxy::conduit::Conduits;
 
 /// How [`wait`] waits.
@@ -32,7 +33,7 @@ pub(super) fn wait(
     fds: &mut [libc::pollfd; 2],
     conduits: &mut Conduits,
     how: WaitFor,
-) -> io::Result<i32> {
+) -> io::Result<usize> {
     // --yield-before-poll: bytes just went out, so the other side is
     // probably about to answer (a backend's reply to the request just
     // forwarded, a client's next request after a reply). Let it run first,
@@ -59,22 +60,6 @@ pub(super) fn wait(
         }
     } else {
         poll(fds, how.timeout_ms)
-    }
-}
-
-/// `poll(2)` on `fds` for at most `timeout_ms`; returns how many are ready
-/// (0 at the timeout). A signal restarts the wait with the whole timeout.
-pub(super) fn poll(fds: &mut [libc::pollfd; 2], timeout_ms: i32) -> io::Result<i32> {
-    loop {
-        // SAFETY: `fds` is a valid array of two pollfd for the whole call.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
-        if ready >= 0 {
-            return Ok(ready);
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != ErrorKind::Interrupted {
-            return Err(err);
-        }
     }
 }
 
