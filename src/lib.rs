@@ -141,6 +141,7 @@ pub mod prompt;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod queue;
+pub mod reaper;
 pub mod reload;
 pub mod reply;
 pub mod scheduler;

@@ -26,9 +26,9 @@
 //! HTTP is hyper's, on a one-thread runtime of its own (`server.rs`, which
 //! lists the bounds: connections, head and body sizes and deadlines, idle
 //! connections, descriptors kept in reserve); the endpoints (`routes.rs`)
-//! run on at most [`server::HANDLERS`] threads. One more thread, the
-//! reaper (`reaper.rs`), removes deleted backends once drained. Who may
-//! call it: `auth.rs`.
+//! run on at most [`server::HANDLERS`] threads. The crate's reaper
+//! (`reaper.rs`) removes deleted backends once drained. Who may call it:
+//! `auth.rs`.
 //!
 //! # Corresponds to the C article
 //!
@@ -38,7 +38,6 @@
 mod auth;
 pub mod metrics;
 pub mod page;
-mod reaper;
 pub mod routes;
 mod server;
 
@@ -46,13 +45,12 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::live::Live;
+use crate::reaper::{Owner, Reaper};
 use crate::shutdown::Shutdown;
 
 pub use routes::{route, Reply};
@@ -135,7 +133,7 @@ pub struct State {
     /// Changes to the list take turns on this (see `routes.rs`).
     pub(crate) changes: Mutex<()>,
     /// Where `DELETE` hands a backend to the reaper.
-    pub(crate) reaper: Sender<Arc<Backend>>,
+    pub(crate) reaper: Reaper,
 }
 
 impl std::fmt::Debug for State {
@@ -188,7 +186,6 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
         addr,
         token,
     } = listener;
-    let (reaper_tx, reaper_rx) = crossbeam_channel::unbounded();
     // `GET /config` shows the address bound, with its real port.
     let mut config = parts.config;
     config.admin_listen = Some(addr);
@@ -210,18 +207,16 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
         config,
         reload: parts.reload,
         changes: Mutex::new(()),
-        reaper: reaper_tx,
+        reaper: Reaper::new(
+            Arc::clone(&parts.live.scheduler),
+            Owner::Admin,
+            Some(shutdown.clone()),
+        ),
     });
-    let reaper = reaper::spawn(
-        Arc::clone(&parts.live.scheduler),
-        reaper_rx,
-        shutdown.clone(),
-    )
-    .map_err(|e| Error::io("starting the admin reaper thread", e))?;
     let http = server::Http::new(state, auth::Auth::new(token));
     let server = server::start(listener, http, shutdown)?;
     log::info!("admin API listening on {addr}");
     Ok(Admin {
-        threads: vec![reaper, server],
+        threads: vec![server],
     })
 }
