@@ -10,7 +10,7 @@
 //! The body of the copy loop of `proxy_function()`; see the pump's doc.
 
 use std::io::{self, ErrorKind};
-use std::net::{Shutdown as Direction, TcpStream};
+use std::net::{self, TcpStream};
 
 use super::{End, Transfer, TURN_BYTES};
 use crate::proxy::conduit::{Conduit, Conduits};
@@ -190,7 +190,7 @@ impl Half {
                 self.done = true;
                 // Half-close: tell the destination nothing more will come.
                 // ENOTCONN only means the peer is gone already.
-                if let Err(e) = dst.shutdown(Direction::Write) {
+                if let Err(e) = dst.shutdown(net::Shutdown::Write) {
                     if e.kind() != ErrorKind::NotConnected {
                         return Err(Fault::Write(e));
                     }

@@ -1,6 +1,6 @@
 use super::*;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown as Direction, TcpListener};
+use std::net::{self, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -42,12 +42,12 @@ fn pump_moves_both_ways_and_passes_half_close() {
     client
         .write_all(b"hello\0world, more than seven bytes")
         .unwrap();
-    client.shutdown(Direction::Write).unwrap();
+    client.shutdown(net::Shutdown::Write).unwrap();
     let mut got = Vec::new();
     backend.read_to_end(&mut got).unwrap();
     assert_eq!(got, b"hello\0world, more than seven bytes");
     backend.write_all(b"reply").unwrap();
-    backend.shutdown(Direction::Write).unwrap();
+    backend.shutdown(net::Shutdown::Write).unwrap();
     let mut reply = Vec::new();
     client.read_to_end(&mut reply).unwrap();
     assert_eq!(reply, b"reply");
@@ -99,11 +99,11 @@ fn through_pump_with(
     let (up, down) = (up.to_vec(), down.to_vec());
     let up_writer = std::thread::spawn(move || {
         client_w.write_all(&up).unwrap();
-        client_w.shutdown(Direction::Write).unwrap();
+        client_w.shutdown(net::Shutdown::Write).unwrap();
     });
     let down_writer = std::thread::spawn(move || {
         backend_w.write_all(&down).unwrap();
-        backend_w.shutdown(Direction::Write).unwrap();
+        backend_w.shutdown(net::Shutdown::Write).unwrap();
     });
     let at_backend = std::thread::spawn(move || {
         let mut got = Vec::new();
@@ -157,12 +157,12 @@ fn splice_pipes_serve_one_connection_after_another() {
         let (backend_end, mut backend) = pair();
         tx.send((client_end, backend_end)).unwrap();
         client.write_all(&[b'q', i, 0]).unwrap();
-        client.shutdown(Direction::Write).unwrap();
+        client.shutdown(net::Shutdown::Write).unwrap();
         let mut got = Vec::new();
         backend.read_to_end(&mut got).unwrap();
         assert_eq!(got, [b'q', i, 0]);
         backend.write_all(&[b'r', i]).unwrap();
-        backend.shutdown(Direction::Write).unwrap();
+        backend.shutdown(net::Shutdown::Write).unwrap();
         let mut reply = Vec::new();
         client.read_to_end(&mut reply).unwrap();
         assert_eq!(reply, [b'r', i]);
@@ -303,7 +303,7 @@ fn the_fin_timeout_closes_a_half_closed_connection() {
         yield_before_poll: false,
     };
     client.write_all(b"bye").unwrap();
-    client.shutdown(Direction::Write).unwrap();
+    client.shutdown(net::Shutdown::Write).unwrap();
     let started = std::time::Instant::now();
     let outcome = pump(&client_end, &backend_end, 4096, &options);
     let took = started.elapsed();
@@ -348,7 +348,7 @@ fn stream_both_ways(
                 Err(e) => panic!("write: {e}"),
             }
         } else if !shut {
-            socket.shutdown(Direction::Write).unwrap();
+            socket.shutdown(net::Shutdown::Write).unwrap();
             shut = true;
         }
         if !eof {
