@@ -18,8 +18,9 @@
 //!   last connection ends (or after `drain_timeout`; its connections still
 //!   go on then, only the list forgets it). A backend whose weight changed
 //!   keeps its connections, health and counters: its weight is an atomic,
-//!   set in place ([`Scheduler::set_weight`]). A backend drained by a
-//!   reload and written in the file again before it is gone comes back.
+//!   set in place ([`Scheduler::set_weight`](crate::scheduler::Scheduler::set_weight)).
+//!   A backend drained by a reload and written in the file again before it
+//!   is gone comes back.
 //! - The algorithm, the proxy's settings, the health settings.
 //! - The rate limit: a new [`Limiter`] is built when any of its settings
 //!   changes (its table of clients starts empty; counts are not carried
