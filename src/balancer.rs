@@ -1,49 +1,26 @@
 //! The balancer assembled: listener, scheduler, pool, proxy, the health
-//! checker and the rate limiter wired together.
+//! checker, the rate limiter and the admin API wired together.
 //!
-//! [`Balancer::bind`] does everything that can fail at start-up (validate the
-//! config, start one thread with the workers' stack size to see that the
-//! system gives it, resolve the backends, bind the port) so errors surface before any
-//! client is accepted, and so a test can learn the port it got from
-//! `127.0.0.1:0` before traffic starts. [`Balancer::run`] then accepts until
-//! the [`Shutdown`] is triggered and drains.
+//! [`Balancer::bind`] does everything that can fail at start-up (validate,
+//! try the workers' stack size, resolve the backends, bind the port), so
+//! errors come before any client and a test learns its port first;
+//! [`Balancer::run`] accepts until the [`Shutdown`] is triggered, then
+//! drains. What may change while it runs is shared as [`Live`] values
+//! (`ArcSwap`, one atomic load to read). The live settings and the drain in
+//! detail: docs/internals.md, "The balancer".
 //!
 //! # Threads
 //!
-//! `run` turns the calling thread into the accept loop. Besides the workers
-//! (spawned by the pool as clients come), it starts the health thread (when
-//! checks are on, see [`crate::health`]), and registers two wake-ups with
-//! the [`Shutdown`]: a connection to the listening address (for a blocking
-//! `accept`) and the queue's close (for a push waiting in a full queue),
-//! both run by whichever thread pulls the trigger. With `--admin` it also
-//! starts the admin API's threads ([`crate::admin`]), stopped by a third
-//! wake-up. They share the
-//! scheduler, the stats and the pool through `Arc`s and references; the
-//! `Balancer` itself holds no lock.
-//!
-//! # Live settings
-//!
-//! What may change while the balancer runs is shared as live values
-//! (`arc_swap::ArcSwap`, one atomic load to read): the proxy's settings
-//! ([`crate::proxy::ProxyConfig`]) read once per connection, the health
-//! settings read by the checker at each round and by the workers once per
-//! connection, the limiter read by the accept loop once per client, and the
-//! algorithm and backend list held by the [`Scheduler`]. [`Balancer::live`]
-//! hands them out, so a reload can change them without restarting a
-//! thread; a connection keeps the settings it started with.
-//!
-//! # Draining
-//!
-//! On shutdown the queue is closed at once (what it holds is still served,
-//! then each worker exits), the accept loop returns, the health thread is
-//! joined and the listening socket is closed (new clients are refused by the
-//! kernel). `run` waits for the workers at most `drain_timeout`; connections
-//! still open then are cut when the process exits.
+//! `run` turns the calling thread into the accept loop and starts the health
+//! thread and the admin API's; the pool spawns the workers as clients come.
+//! The [`Shutdown`] wakes a blocked `accept` (a connection to itself, or with
+//! `reuse_port` a shutdown of the socket) and a push waiting in a full queue.
+//! The parts are shared through `Arc`s; the `Balancer` itself holds no lock.
 //!
 //! # Corresponds to the C article
 //!
-//! `main()`: `queue_init()`, `servers_entry()` (done by the caller here),
-//! `create_balancer_socket()`, the thread attributes, and the accept loop.
+//! `main()`: `queue_init()`, `create_balancer_socket()`, the thread
+//! attributes, and the accept loop (`servers_entry()` is the caller's).
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;

@@ -1,39 +1,24 @@
 //! The admin API: JSON over HTTP for operators, the Prometheus metrics and
-//! the stats page, on its own address
-//! (`--admin ADDR`, off by default).
+//! the stats page, on its own address (`--admin ADDR`, off by default).
 //!
-//! | request                          | does                                        |
-//! |----------------------------------|---------------------------------------------|
-//! | `GET /backends`                  | every backend: state, counters, last check |
-//! | `POST /backends` `{"address", "weight"}` | adds one (201; 409 if it exists)    |
-//! | `PUT /backends/{address}` `{"weight"}` or `{"state": "drain"\|"maint"\|"ready"}` | changes one |
-//! | `DELETE /backends/{address}`     | drains it, removes it once empty (202)      |
-//! | `POST /reload`                   | reloads the config file (409 without one)   |
-//! | `GET /config`                    | the settings in force                       |
-//! | `GET /metrics`                   | Prometheus metrics, text format (`metrics.rs`) |
-//! | `GET /`                          | the stats page, HTML (`page.rs`)            |
-//!
-//! Every error is `{"error": "..."}` with a 4xx or 5xx status; nothing an
-//! admin request does can disturb the proxying (a panic in a handler is
-//! caught and answered with a 500). `HEAD` is answered wherever `GET` is.
-//!
-//! Changes made here last until the next reload from the config file, which
-//! sets the backend list the file says (HAProxy's runtime API documents the
-//! same rule).
+//! The endpoints (`routes.rs`, listed in docs/operations.md, "Admin API") list,
+//! add, reweigh, drain and remove backends, reload the config file, show the
+//! settings, `/metrics` (`metrics.rs`) and the stats page (`page.rs`). Every
+//! error is `{"error": "..."}` with a 4xx or 5xx status, and `HEAD` is
+//! answered wherever `GET` is. Nothing an admin request does can disturb the
+//! proxying (a panic in a handler is answered 500). Changes last until the
+//! next reload from the config file, as with HAProxy's runtime API. Who may
+//! call it: `auth.rs`.
 //!
 //! # Threads
 //!
-//! HTTP is hyper's, on a one-thread runtime of its own (`server.rs`, which
-//! lists the bounds: connections, head and body sizes and deadlines, idle
-//! connections, descriptors kept in reserve); the endpoints (`routes.rs`)
-//! run on at most [`server::HANDLERS`] threads. The crate's reaper
-//! (`reaper.rs`) removes deleted backends once drained. Who may call it:
-//! `auth.rs`.
+//! HTTP is hyper's, on a one-thread runtime of its own (`server.rs`, with its
+//! bounds); the endpoints run on at most [`server::HANDLERS`] threads. The
+//! crate's reaper removes deleted backends once drained.
 //!
 //! # Corresponds to the C article
 //!
-//! No C counterpart: the C's list is typed in at start-up and never
-//! changes.
+//! No C counterpart.
 
 mod auth;
 pub mod metrics;
