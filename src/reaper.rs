@@ -227,11 +227,12 @@ mod tests {
         let reaper = Reaper::new(Arc::clone(&s), Owner::Admin, None);
         let held = b[1].start_connection();
         b[1].set_draining(true);
-        reaper.watch(Arc::clone(&b[1]), None).unwrap();
-        reaper.watch(Arc::clone(&b[1]), None).unwrap();
-        assert_eq!(reaper.watched(), [b[1].id()]);
-        thread::sleep(POLL * 3);
+        // The decision itself: kept while a connection is open.
+        assert!(keep(&reaper.shared, &b[1], false));
         assert_eq!(names(&s), ["127.0.0.1:1", "127.0.0.1:2"], "still in use");
+        reaper.watch(Arc::clone(&b[1]), None).unwrap();
+        reaper.watch(Arc::clone(&b[1]), None).unwrap();
+        assert_eq!(reaper.watched(), [b[1].id()], "watched once");
         drop(held);
         until(|| names(&s) == ["127.0.0.1:1"]);
         until(|| !reaper.shared.list.lock().running);
