@@ -160,17 +160,18 @@ impl Reloader {
         stats: Arc<Stats>,
         running: Config,
     ) -> Reloader {
+        let reaper = Reaper::new(Arc::clone(&live.scheduler), Owner::Reload, None);
         Reloader {
             inner: Arc::new(Inner {
                 path: path.into(),
                 flags,
+                live,
                 stats,
                 running: Mutex::new(Running {
                     config: running,
                     mode: Mode::LoadBalancer,
                 }),
-                reaper: Reaper::new(Arc::clone(&live.scheduler), Owner::Reload, None),
-                live,
+                reaper,
             }),
         }
     }
