@@ -104,35 +104,16 @@ fn recv(fd: libc::c_int, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize
 }
 
 /// Waits until `fd` is readable (or hung up, or in error: the next `recv`
-/// then says which) or `deadline` passes.
+/// then says which) or `deadline` passes (`crate::poll::readable_by`).
 fn wait_readable(
     fd: libc::c_int,
     deadline: Instant,
     received: usize,
     timeout: Duration,
 ) -> Result<(), HeaderError> {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(HeaderError::Timeout { received, timeout });
-        }
-        // Round up, so a wait of 0.3 ms does not become poll(0) and spin.
-        let millis = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-        let mut pollfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, and the count says one.
-        match unsafe { libc::poll(&mut pollfd, 1, millis) } {
-            0 => continue, // the deadline check above ends it
-            n if n > 0 => return Ok(()),
-            _ => {
-                let err = io::Error::last_os_error();
-                if err.kind() != io::ErrorKind::Interrupted {
-                    return Err(HeaderError::Io(err));
-                }
-            }
-        }
+    match crate::poll::readable_by(fd, deadline) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(HeaderError::Timeout { received, timeout }),
+        Err(e) => Err(HeaderError::Io(e)),
     }
 }
