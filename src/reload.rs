@@ -25,11 +25,10 @@
 //!   changes (its table of clients starts empty; counts are not carried
 //!   over, which errs on the side of letting clients in).
 //!
-//! What needs a restart (`listen`, `backlog`, `thread_stack`,
-//! `queue_capacity`, `worker_idle_timeout`, `workers`, `defer_accept`, `drain_timeout`, `trace`,
-//! `trace_lang`, the `admin_*` keys, the PROXY protocol keys, `reuse_port`,
-//! `rate_limit_store`, `mode`):
-//! one warning names each such key, and the running value stays.
+//! What needs a restart: the settings marked `restart` in the settings
+//! table (`config/settings.rs`: the listener, the pool, the admin API, the
+//! PROXY protocol, the access log, the rate limit's store), and the file's
+//! `mode`: one warning names each such key, and the running value stays.
 //!
 //! # Threads
 //!
@@ -52,7 +51,7 @@ use parking_lot::Mutex;
 use crate::backend::Backend;
 use crate::balancer::{Balancer, Live};
 use crate::config::file::{self, Mode};
-use crate::config::{Config, Overrides};
+use crate::config::{settings, Config, Overrides};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::scheduler::Scheduler;
@@ -61,31 +60,6 @@ use crate::units;
 
 /// How often the reaper looks at the draining backends.
 pub const REAP_POLL: Duration = Duration::from_millis(50);
-
-/// The settings kept at their running value until a restart.
-const RESTART_ONLY: &[&str] = &[
-    "listen",
-    "backlog",
-    "thread_stack",
-    "queue_capacity",
-    "worker_idle_timeout",
-    "workers",
-    "defer_accept",
-    "drain_timeout",
-    "trace",
-    "trace_lang",
-    "admin_listen",
-    "admin_allow_remote",
-    "admin_token_file",
-    "send_proxy",
-    "accept_proxy",
-    "accept_proxy_from",
-    "accept_proxy_timeout",
-    "reuse_port",
-    "rate_limit_store",
-    "access_log",
-    "access_log_file",
-];
 
 /// What one reload did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -261,39 +235,7 @@ impl Reloader {
             .into_iter()
             .filter(|b| !retiring.contains(&b.id()))
             .collect();
-        let old = &running.config;
-        macro_rules! keep {
-            ($($field:ident),*) => {$(
-                if config.$field != old.$field {
-                    plan.needs_restart.push(stringify!($field));
-                    config.$field = old.$field.clone();
-                }
-            )*};
-        }
-        keep!(
-            listen,
-            backlog,
-            thread_stack,
-            queue_capacity,
-            worker_idle_timeout,
-            workers,
-            defer_accept,
-            drain_timeout,
-            trace,
-            trace_lang,
-            admin_listen,
-            admin_allow_remote,
-            admin_token_file,
-            send_proxy,
-            accept_proxy,
-            accept_proxy_from,
-            accept_proxy_timeout,
-            reuse_port,
-            rate_limit_store,
-            access_log,
-            access_log_file
-        );
-        debug_assert!(plan.needs_restart.iter().all(|k| RESTART_ONLY.contains(k)));
+        plan.needs_restart = settings::keep_restart_only(&mut config, &running.config);
         if file.mode != running.mode {
             plan.needs_restart.push("mode");
         }

@@ -1296,6 +1296,22 @@ mod tests {
         assert!(line.contains("--workers must be 1..65536"), "{line}");
     }
 
+    /// Every setting a flag gives is worded as that flag, also the ones
+    /// listed late in the table (`queue_timeout`, `accept_proxy_timeout`).
+    #[test]
+    fn every_flag_that_gives_the_bad_value_is_worded_as_the_flag() {
+        let f = parse_text(r#"{"workers": 8}"#).unwrap();
+        let flags = Overrides {
+            queue_timeout: Some(Duration::ZERO),
+            ..Overrides::default()
+        };
+        let line = f.settle(&flags).unwrap_err().to_string();
+        assert!(
+            line.contains("--queue-timeout must be at least 1ms"),
+            "{line}"
+        );
+    }
+
     #[test]
     fn missing_backends_is_an_error_of_the_file() {
         let line = error_of("\n  {\"workers\": 4}");

@@ -1,0 +1,418 @@
+//! The settings table: every setting declared once, in the spirit of
+//! `counters!` (`stats.rs`) and `algorithms!` (`scheduler/mod.rs`).
+//!
+//! Each line gives the key (the config file's and [`Config::describe`]'s
+//! name, the field of [`Overrides`]), the flag, the type, whether it is
+//! process-wide or per service ([`Scope`]), where it is laid in a
+//! [`Config`], what a reload does with it ([`Reload`]) and how
+//! `check-config` prints it. From it come [`Overrides`], its `given` list
+//! and the plain part of its layering, [`Config::describe`] and reload's
+//! restart-only list. Its order is `check-config`'s order.
+//!
+//! Pure data and functions, read by whatever thread asks.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart: the C's settings are `#define`s.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{show_bytes, Config};
+use crate::backend::BackendSpec;
+use crate::health::CheckKind;
+use crate::limiter::{FailurePolicy, Rate, Reply, RuleKind};
+use crate::proxy_protocol::{CidrList, Version};
+use crate::scheduler::Algorithm;
+use crate::trace::Lang;
+use crate::units::{format_duration, format_size};
+
+/// Where a setting applies once the balancer serves several services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// One value for the whole process (the pool, the admin API, logs).
+    Process,
+    /// A value of each service (its listener, backends and data path).
+    Service,
+}
+
+/// What a reload does with a changed setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reload {
+    /// Applied to new connections at once.
+    Live,
+    /// Kept at its running value until a restart, with a warning.
+    Restart,
+}
+
+/// One line of the table.
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    /// The key, as the config file and `check-config` write it.
+    pub key: &'static str,
+    /// The long flag, without its `--`.
+    pub flag: &'static str,
+    /// Process-wide or per service.
+    pub scope: Scope,
+    /// Live or restart-only.
+    pub reload: Reload,
+    /// The value as `check-config` prints it; `None` when not listed (a
+    /// rate limit's details while it is off).
+    pub show: fn(&Config) -> Option<String>,
+    /// For a restart-only setting: puts `old`'s value back in `new`, and
+    /// says whether they differed.
+    keep: fn(&mut Config, &Config) -> bool,
+}
+
+/// How a given value is laid into its place in a [`Config`].
+macro_rules! lay {
+    (set, $slot:expr, $given:expr) => {
+        if let Some(v) = $given {
+            $slot = v.clone();
+        }
+    };
+    // The setting is off unless given: a given value turns it on.
+    (some, $slot:expr, $given:expr) => {
+        if let Some(v) = $given {
+            $slot = Some(v.clone());
+        }
+    };
+    // Laid by `Overrides::apply` itself (the rate limit and its details).
+    (by_hand, $slot:expr, $given:expr) => {};
+}
+
+/// The `keep` function of a line: `restart FIELD` compares and restores
+/// that field; `restart` alone is kept with another line's field.
+macro_rules! keep {
+    (restart $($field:ident).+) => {
+        |new, old| {
+            let differs = new.$($field).+ != old.$($field).+;
+            if differs {
+                new.$($field).+ = old.$($field).+.clone();
+            }
+            differs
+        }
+    };
+    (restart) => {
+        |_, _| false
+    };
+    (live) => {
+        |_, _| false
+    };
+}
+
+macro_rules! reload_of {
+    (restart) => {
+        Reload::Restart
+    };
+    (live) => {
+        Reload::Live
+    };
+}
+
+/// `always |c| ...` prints a `String`; `when |c| ...` an `Option`.
+macro_rules! show {
+    (always, $show:expr) => {
+        |c| Some(($show)(c))
+    };
+    (when, $show:expr) => {
+        |c| ($show)(c)
+    };
+}
+
+macro_rules! settings {
+    ($(
+        $key:ident: $ty:ty, $flag:literal, $scope:ident,
+        $how:ident($($place:ident).+), $reload:ident $([$($kept:ident).+])?,
+        $shows:ident $show:expr;
+    )*) => {
+        /// The settings one source gave (the flags, a config file, the
+        /// prompt): `None` means "not given here", so the layer underneath
+        /// stays. Field names are the settings' keys.
+        #[allow(missing_docs)]
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct Overrides {
+            $(pub $key: Option<$ty>,)*
+        }
+
+        impl Overrides {
+            /// The keys of the settings given here: to tell which layer
+            /// gave a bad value.
+            pub fn given(&self) -> Vec<&'static str> {
+                let mut keys = Vec::new();
+                $(if self.$key.is_some() {
+                    keys.push(stringify!($key));
+                })*
+                keys
+            }
+
+            /// Lays every setting given here that has a plain place in
+            /// `config`; `apply` does the rest.
+            pub(super) fn lay(&self, config: &mut Config) {
+                $(lay!($how, config.$($place).+, &self.$key);)*
+            }
+        }
+
+        /// The table, in `check-config`'s order.
+        pub static SETTINGS: &[Setting] = &[$(Setting {
+            key: stringify!($key),
+            flag: $flag,
+            scope: Scope::$scope,
+            reload: reload_of!($reload),
+            show: show!($shows, $show),
+            keep: keep!($reload $($($kept).+)?),
+        },)*];
+    };
+}
+
+/// `off` for a setting that is not set.
+fn or_off<T>(value: Option<T>, show: impl FnOnce(T) -> String) -> String {
+    value.map_or_else(|| "off".to_string(), show)
+}
+
+settings! {
+    listen: SocketAddr, "listen", Service, set(listen), restart[listen],
+        always |c: &Config| c.listen.to_string();
+    backends: Vec<BackendSpec>, "backend", Service, set(backends), live,
+        always |c: &Config| {
+            let names: Vec<String> = c.backends.iter().map(|b| b.to_string()).collect();
+            names.join(" ")
+        };
+    algorithm: Algorithm, "algorithm", Service, set(algorithm), live,
+        always |c: &Config| c.algorithm.name().to_string();
+    thread_stack: usize, "thread-stack", Process, set(thread_stack), restart[thread_stack],
+        always |c: &Config| format_size(c.thread_stack);
+    workers: usize, "workers", Process, set(workers), restart[workers],
+        always |c: &Config| c.workers.to_string();
+    queue_capacity: usize, "queue-capacity", Process, set(queue_capacity),
+        restart[queue_capacity],
+        always |c: &Config| c.queue_capacity.to_string();
+    worker_idle_timeout: Option<Duration>, "worker-idle-timeout", Process,
+        set(worker_idle_timeout), restart[worker_idle_timeout],
+        always |c: &Config| or_off(c.worker_idle_timeout, format_duration);
+    backlog: i32, "backlog", Process, set(backlog), restart[backlog],
+        always |c: &Config| c.backlog.to_string();
+    buffer_size: usize, "buffer-size", Service, set(proxy.buffer_size), live,
+        always |c: &Config| format_size(c.proxy.buffer_size);
+    connect_timeout: Duration, "connect-timeout", Service, set(proxy.connect_timeout), live,
+        always |c: &Config| format_duration(c.proxy.connect_timeout);
+    idle_timeout: Duration, "idle-timeout", Service, set(proxy.idle_timeout), live,
+        always |c: &Config| format_duration(c.proxy.idle_timeout);
+    drain_timeout: Duration, "drain-timeout", Process, set(drain_timeout),
+        restart[drain_timeout],
+        always |c: &Config| format_duration(c.drain_timeout);
+    splice: bool, "splice", Service, set(proxy.splice), live,
+        always |c: &Config| c.proxy.splice.to_string();
+    defer_accept: bool, "defer-accept", Service, set(defer_accept), restart[defer_accept],
+        always |c: &Config| c.defer_accept.to_string();
+    yield_before_poll: bool, "yield-before-poll", Service, set(proxy.yield_before_poll), live,
+        always |c: &Config| c.proxy.yield_before_poll.to_string();
+    health_check: CheckKind, "health-check", Service, set(health.check), live,
+        always |c: &Config| c.health.check.name().to_string();
+    health_interval: Duration, "health-interval", Service, set(health.interval), live,
+        always |c: &Config| format_duration(c.health.interval);
+    health_timeout: Duration, "health-timeout", Service, set(health.timeout), live,
+        always |c: &Config| format_duration(c.health.timeout);
+    health_path: String, "health-path", Service, set(health.path), live,
+        always |c: &Config| c.health.path.clone();
+    fall: u32, "fall", Service, set(health.fall), live,
+        always |c: &Config| c.health.fall.to_string();
+    rise: u32, "rise", Service, set(health.rise), live,
+        always |c: &Config| c.health.rise.to_string();
+    passive_failures: u32, "passive-failures", Service, set(health.passive_failures), live,
+        always |c: &Config| c.health.passive_failures.to_string();
+    health_cooldown: Duration, "health-cooldown", Service, set(health.cooldown), live,
+        always |c: &Config| format_duration(c.health.cooldown);
+    http_replies: bool, "http-replies", Service, set(health.http_replies), live,
+        always |c: &Config| c.health.http_replies.to_string();
+    health_user: String, "health-user", Service, some(health.user), live,
+        always |c: &Config| c.health.user.clone().unwrap_or_default();
+    health_send: Vec<u8>, "health-send", Service, some(health.send), live,
+        always |c: &Config| c.health.send.as_deref().map(show_bytes).unwrap_or_default();
+    health_expect: Vec<u8>, "health-expect", Service, some(health.expect), live,
+        always |c: &Config| c.health.expect.as_deref().map(show_bytes).unwrap_or_default();
+    rate_limit: Rate, "rate-limit", Service, by_hand(rate_limit), live,
+        always |c: &Config| or_off(c.rate_limit.as_ref(), |r| r.rate.to_string());
+    rate_limit_algorithm: RuleKind, "rate-limit-algorithm", Service, by_hand(rate_limit), live,
+        when |c: &Config| c.rate_limit.as_ref().map(|r| r.algorithm.to_string());
+    rate_limit_max_clients: usize, "rate-limit-max-clients", Service, by_hand(rate_limit),
+        live,
+        when |c: &Config| c.rate_limit.as_ref().map(|r| r.max_clients.to_string());
+    rate_limit_ipv6_prefix: u8, "rate-limit-ipv6-prefix", Service, by_hand(rate_limit),
+        live,
+        when |c: &Config| c.rate_limit.as_ref().map(|r| r.ipv6_prefix.to_string());
+    rate_limit_reply: Reply, "rate-limit-reply", Service, by_hand(rate_limit), live,
+        when |c: &Config| c.rate_limit.as_ref().map(|r| r.reply.name().to_string());
+    trace: bool, "trace", Process, set(trace), restart[trace],
+        always |c: &Config| c.trace.to_string();
+    trace_lang: Lang, "trace-lang", Process, set(trace_lang), restart[trace_lang],
+        always |c: &Config| c.trace_lang.to_string();
+    admin_listen: SocketAddr, "admin", Process, some(admin_listen), restart[admin_listen],
+        always |c: &Config| or_off(c.admin_listen, |a| a.to_string());
+    admin_allow_remote: bool, "admin-allow-remote", Process, set(admin_allow_remote),
+        restart[admin_allow_remote],
+        always |c: &Config| c.admin_allow_remote.to_string();
+    admin_token_file: PathBuf, "admin-token-file", Process, some(admin_token_file),
+        restart[admin_token_file],
+        always |c: &Config| c
+            .admin_token_file
+            .as_ref()
+            .map_or_else(|| "none".to_string(), |p| p.display().to_string());
+    queue_timeout: Duration, "queue-timeout", Service, set(proxy.queue_timeout), live,
+        always |c: &Config| format_duration(c.proxy.queue_timeout);
+    client_first_byte_timeout: Duration, "client-first-byte-timeout", Service,
+        some(proxy.client_first_byte_timeout), live,
+        always |c: &Config| or_off(c.proxy.client_first_byte_timeout, format_duration);
+    fin_timeout: Duration, "fin-timeout", Service, some(proxy.fin_timeout), live,
+        always |c: &Config| c
+            .proxy
+            .fin_timeout
+            .map_or_else(|| "same as idle_timeout".into(), format_duration);
+    tcp_keepalive: Duration, "tcp-keepalive", Service, some(proxy.tcp_keepalive), live,
+        always |c: &Config| or_off(c.proxy.tcp_keepalive, format_duration);
+    send_proxy: Version, "send-proxy", Service, some(send_proxy), restart[send_proxy],
+        always |c: &Config| or_off(c.send_proxy, |v| v.to_string());
+    accept_proxy: bool, "accept-proxy", Service, set(accept_proxy), restart[accept_proxy],
+        always |c: &Config| c.accept_proxy.to_string();
+    accept_proxy_from: CidrList, "accept-proxy-from", Service, set(accept_proxy_from),
+        restart[accept_proxy_from],
+        always |c: &Config| c.accept_proxy_from.to_string();
+    accept_proxy_timeout: Duration, "accept-proxy-timeout", Service,
+        set(accept_proxy_timeout), restart[accept_proxy_timeout],
+        always |c: &Config| format_duration(c.accept_proxy_timeout);
+    rate_limit_store: String, "rate-limit-store", Process, some(rate_limit_store.url),
+        restart[rate_limit_store],
+        always |c: &Config| c
+            .rate_limit_store
+            .url
+            .clone()
+            .unwrap_or_else(|| "in-process".into());
+    // Kept, with the URL, as one `rate_limit_store`.
+    rate_limit_store_timeout: Duration, "rate-limit-store-timeout", Process,
+        set(rate_limit_store.timeout), restart,
+        always |c: &Config| format_duration(c.rate_limit_store.timeout);
+    rate_limit_store_failure: FailurePolicy, "rate-limit-store-failure", Process,
+        set(rate_limit_store.failure), restart,
+        always |c: &Config| c.rate_limit_store.failure.name().to_string();
+    reuse_port: bool, "reuse-port", Service, set(reuse_port), restart[reuse_port],
+        always |c: &Config| c.reuse_port.to_string();
+    access_log: crate::access_log::Format, "access-log", Process, some(access_log),
+        restart[access_log],
+        always |c: &Config| or_off(c.access_log, |f| f.to_string());
+    access_log_file: PathBuf, "access-log-file", Process, some(access_log_file),
+        restart[access_log_file],
+        always |c: &Config| c
+            .access_log_file
+            .as_ref()
+            .map_or("stdout".into(), |p| p.display().to_string());
+}
+
+/// The keys a reload keeps at their running value until a restart.
+pub fn restart_only() -> impl Iterator<Item = &'static str> {
+    SETTINGS
+        .iter()
+        .filter(|s| s.reload == Reload::Restart)
+        .map(|s| s.key)
+}
+
+/// Puts back in `new` the running value (`old`'s) of every restart-only
+/// setting, and names those that differed, in the table's order.
+pub fn keep_restart_only(new: &mut Config, old: &Config) -> Vec<&'static str> {
+    SETTINGS
+        .iter()
+        .filter(|s| (s.keep)(new, old))
+        .map(|s| s.key)
+        .collect()
+}
+
+impl Config {
+    /// Every setting with its value, as `(key, value)` in the config
+    /// file's keys and the flags' notation (`3s`, `64k`): what `--help`
+    /// shows as defaults and what `check-config` prints.
+    pub fn describe(&self) -> Vec<(&'static str, String)> {
+        SETTINGS
+            .iter()
+            .filter_map(|s| (s.show)(self).map(|v| (s.key, v)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The key table of `docs/operations.md`, row by row: key, flag,
+    /// default, reload.
+    fn documented() -> Vec<Vec<String>> {
+        let doc = include_str!("../../docs/operations.md");
+        let table = doc
+            .split("| key | flag | default | reload |")
+            .nth(1)
+            .expect("docs/operations.md has the key table");
+        table
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| {
+                l.split(" | ")
+                    .map(|c| c.trim_matches(['|', ' ']).to_string())
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The first code span of a cell, without its JSON quotes.
+    fn code(cell: &str) -> String {
+        let inner = cell.split('`').nth(1).unwrap_or_default();
+        inner.trim_matches('"').to_string()
+    }
+
+    /// The documented keys are the table's, in its order, with its flag,
+    /// its default and what a reload does: the doc cannot drift.
+    #[test]
+    fn the_operations_doc_lists_the_table() {
+        let rows: Vec<Vec<String>> = documented()
+            .into_iter()
+            .filter(|r| r[0] != "`mode`")
+            .collect();
+        let keys: Vec<String> = rows.iter().map(|r| code(&r[0])).collect();
+        let table: Vec<&str> = SETTINGS.iter().map(|s| s.key).collect();
+        assert_eq!(keys, table, "docs/operations.md's key table");
+        let defaults = Config::default().describe();
+        for (row, setting) in rows.iter().zip(SETTINGS) {
+            let key = setting.key;
+            let flag = format!("`--{}`", setting.flag);
+            assert!(row[1].contains(&flag), "{key}: flag {flag} in {:?}", row[1]);
+            let restart = setting.reload == Reload::Restart;
+            assert_eq!(
+                row[3].starts_with("restart"),
+                restart,
+                "{key}: {:?}",
+                row[3]
+            );
+            if key == "backends" {
+                continue;
+            }
+            // A rate limit's details are not listed while it is off.
+            if let Some((_, default)) = defaults.iter().find(|(k, _)| *k == key) {
+                assert_eq!(code(&row[2]), *default, "{key}: the default");
+            }
+        }
+    }
+
+    #[test]
+    fn keys_and_flags_are_written_once() {
+        for (i, s) in SETTINGS.iter().enumerate() {
+            assert!(
+                SETTINGS[i + 1..]
+                    .iter()
+                    .all(|t| t.key != s.key && t.flag != s.flag),
+                "{}",
+                s.key
+            );
+        }
+        assert!(restart_only().any(|k| k == "thread_stack"));
+        assert!(!restart_only().any(|k| k == "connect_timeout"));
+    }
+}
