@@ -36,6 +36,7 @@ pub mod file;
 mod overrides;
 mod read;
 pub mod settings;
+mod values;
 pub mod words;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

@@ -19,10 +19,16 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::Deserialize;
+
+use super::values::{
+    Backends, Bytes, FileValue, Listen, MaybeAddr, MaybeParsed, MaybeSecs, Mode, Parsed,
+    RateSetting, Secs, Size, Stdout, Store, Text, Whole,
+};
 use super::{show_bytes, Config};
 use crate::backend::BackendSpec;
 use crate::health::CheckKind;
-use crate::limiter::{FailurePolicy, Rate, Reply, RuleKind};
+use crate::limiter::{FailurePolicy, Rate, Reply, RuleKind, MAX_MAX_CLIENTS};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;
@@ -121,12 +127,27 @@ macro_rules! show {
     };
 }
 
+/// How a key of the file is read: `take` as its [`FileValue`]; `hand`
+/// by the file's converter (aliases, the rate limit's `off`).
+macro_rules! read {
+    (take, $raw:expr, $slot:expr, $ty:ty, $note:ident, $key:expr) => {
+        if let Some(v) = $raw.take() {
+            $slot = FileValue::<$ty>::given(v);
+            $note($key);
+        }
+    };
+    (hand, $raw:expr, $slot:expr, $ty:ty, $note:ident, $key:expr) => {};
+}
+
 macro_rules! settings {
     ($(
         $key:ident: $ty:ty, $flag:literal, $scope:ident,
         $how:ident($($place:ident).+), $reload:ident $([$($kept:ident).+])?,
+        file $file:ty => $read:ident,
         $shows:ident $show:expr;
-    )*) => {
+    )*
+    @file_only { $($alias:ident: $alias_ty:ty,)* }
+    ) => {
         /// The settings one source gave (the flags, a config file, the
         /// prompt): `None` means "not given here", so the layer underneath
         /// stays. Field names are the settings' keys.
@@ -154,6 +175,27 @@ macro_rules! settings {
             }
         }
 
+        /// The config file as serde reads it: one field per key, the
+        /// file-only keys (aliases, `mode`) included.
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(deny_unknown_fields, expecting = "an object of settings")]
+        pub(super) struct Raw {
+            $(pub(super) $key: Option<$file>,)*
+            $(pub(super) $alias: Option<$alias_ty>,)*
+        }
+
+        impl Raw {
+            /// Moves every key read as it is (`take`) into `o`, telling
+            /// `note` each one; the keys read by hand stay.
+            pub(super) fn lay_plain(
+                &mut self,
+                o: &mut Overrides,
+                mut note: impl FnMut(&'static str),
+            ) {
+                $(read!($read, self.$key, o.$key, $ty, note, stringify!($key));)*
+            }
+        }
+
         /// The table, in `check-config`'s order.
         pub static SETTINGS: &[Setting] = &[$(Setting {
             key: stringify!($key),
@@ -173,116 +215,162 @@ fn or_off<T>(value: Option<T>, show: impl FnOnce(T) -> String) -> String {
 
 settings! {
     listen: SocketAddr, "listen", Service, set(listen), restart[listen],
+        file Listen => take,
         always |c: &Config| c.listen.to_string();
     backends: Vec<BackendSpec>, "backend", Service, set(backends), live,
+        file Backends => hand,
         always |c: &Config| {
             let names: Vec<String> = c.backends.iter().map(|b| b.to_string()).collect();
             names.join(" ")
         };
     algorithm: Algorithm, "algorithm", Service, set(algorithm), live,
+        file Parsed<Algorithm> => hand,
         always |c: &Config| c.algorithm.name().to_string();
     thread_stack: usize, "thread-stack", Process, set(thread_stack), restart[thread_stack],
+        file Size => take,
         always |c: &Config| format_size(c.thread_stack);
     workers: usize, "workers", Process, set(workers), restart[workers],
+        file Whole<usize, 1, { super::MAX_WORKERS as u64 }> => take,
         always |c: &Config| c.workers.to_string();
     queue_capacity: usize, "queue-capacity", Process, set(queue_capacity),
         restart[queue_capacity],
+        file Whole<usize, 1, { usize::MAX as u64 }> => take,
         always |c: &Config| c.queue_capacity.to_string();
     worker_idle_timeout: Option<Duration>, "worker-idle-timeout", Process,
         set(worker_idle_timeout), restart[worker_idle_timeout],
+        file MaybeSecs => take,
         always |c: &Config| or_off(c.worker_idle_timeout, format_duration);
     backlog: i32, "backlog", Process, set(backlog), restart[backlog],
+        file Whole<i32, 1, { i32::MAX as u64 }> => take,
         always |c: &Config| c.backlog.to_string();
     buffer_size: usize, "buffer-size", Service, set(proxy.buffer_size), live,
+        file Size => take,
         always |c: &Config| format_size(c.proxy.buffer_size);
     connect_timeout: Duration, "connect-timeout", Service, set(proxy.connect_timeout), live,
+        file Secs => take,
         always |c: &Config| format_duration(c.proxy.connect_timeout);
     idle_timeout: Duration, "idle-timeout", Service, set(proxy.idle_timeout), live,
+        file Secs => take,
         always |c: &Config| format_duration(c.proxy.idle_timeout);
     drain_timeout: Duration, "drain-timeout", Process, set(drain_timeout),
         restart[drain_timeout],
+        file Secs => take,
         always |c: &Config| format_duration(c.drain_timeout);
     splice: bool, "splice", Service, set(proxy.splice), live,
+        file bool => take,
         always |c: &Config| c.proxy.splice.to_string();
     defer_accept: bool, "defer-accept", Service, set(defer_accept), restart[defer_accept],
+        file bool => take,
         always |c: &Config| c.defer_accept.to_string();
     yield_before_poll: bool, "yield-before-poll", Service, set(proxy.yield_before_poll), live,
+        file bool => take,
         always |c: &Config| c.proxy.yield_before_poll.to_string();
     health_check: CheckKind, "health-check", Service, set(health.check), live,
+        file Parsed<CheckKind> => take,
         always |c: &Config| c.health.check.name().to_string();
     health_interval: Duration, "health-interval", Service, set(health.interval), live,
+        file Secs => hand,
         always |c: &Config| format_duration(c.health.interval);
     health_timeout: Duration, "health-timeout", Service, set(health.timeout), live,
+        file Secs => take,
         always |c: &Config| format_duration(c.health.timeout);
     health_path: String, "health-path", Service, set(health.path), live,
+        file String => take,
         always |c: &Config| c.health.path.clone();
     fall: u32, "fall", Service, set(health.fall), live,
+        file Whole<u32, 1, { u32::MAX as u64 }> => take,
         always |c: &Config| c.health.fall.to_string();
     rise: u32, "rise", Service, set(health.rise), live,
+        file Whole<u32, 1, { u32::MAX as u64 }> => take,
         always |c: &Config| c.health.rise.to_string();
     passive_failures: u32, "passive-failures", Service, set(health.passive_failures), live,
+        file Whole<u32, 0, { u32::MAX as u64 }> => take,
         always |c: &Config| c.health.passive_failures.to_string();
     health_cooldown: Duration, "health-cooldown", Service, set(health.cooldown), live,
+        file Secs => take,
         always |c: &Config| format_duration(c.health.cooldown);
     http_replies: bool, "http-replies", Service, set(health.http_replies), live,
+        file bool => take,
         always |c: &Config| c.health.http_replies.to_string();
     health_user: String, "health-user", Service, some(health.user), live,
+        file Text => take,
         always |c: &Config| c.health.user.clone().unwrap_or_default();
     health_send: Vec<u8>, "health-send", Service, some(health.send), live,
+        file Bytes => take,
         always |c: &Config| c.health.send.as_deref().map(show_bytes).unwrap_or_default();
     health_expect: Vec<u8>, "health-expect", Service, some(health.expect), live,
+        file Bytes => take,
         always |c: &Config| c.health.expect.as_deref().map(show_bytes).unwrap_or_default();
     rate_limit: Rate, "rate-limit", Service, by_hand(rate_limit), live,
+        file RateSetting => hand,
         always |c: &Config| or_off(c.rate_limit.as_ref(), |r| r.rate.to_string());
     rate_limit_algorithm: RuleKind, "rate-limit-algorithm", Service, by_hand(rate_limit), live,
+        file Parsed<RuleKind> => take,
         when |c: &Config| c.rate_limit.as_ref().map(|r| r.algorithm.to_string());
     rate_limit_max_clients: usize, "rate-limit-max-clients", Service, by_hand(rate_limit),
         live,
+        file Whole<usize, 1, { MAX_MAX_CLIENTS as u64 }> => take,
         when |c: &Config| c.rate_limit.as_ref().map(|r| r.max_clients.to_string());
     rate_limit_ipv6_prefix: u8, "rate-limit-ipv6-prefix", Service, by_hand(rate_limit),
         live,
+        file Whole<u8, 1, 128> => take,
         when |c: &Config| c.rate_limit.as_ref().map(|r| r.ipv6_prefix.to_string());
     rate_limit_reply: Reply, "rate-limit-reply", Service, by_hand(rate_limit), live,
+        file Parsed<Reply> => take,
         when |c: &Config| c.rate_limit.as_ref().map(|r| r.reply.name().to_string());
     trace: bool, "trace", Process, set(trace), restart[trace],
+        file bool => take,
         always |c: &Config| c.trace.to_string();
     trace_lang: Lang, "trace-lang", Process, set(trace_lang), restart[trace_lang],
+        file Parsed<Lang> => take,
         always |c: &Config| c.trace_lang.to_string();
     admin_listen: SocketAddr, "admin", Process, some(admin_listen), restart[admin_listen],
+        file MaybeAddr => take,
         always |c: &Config| or_off(c.admin_listen, |a| a.to_string());
     admin_allow_remote: bool, "admin-allow-remote", Process, set(admin_allow_remote),
         restart[admin_allow_remote],
+        file bool => take,
         always |c: &Config| c.admin_allow_remote.to_string();
     admin_token_file: PathBuf, "admin-token-file", Process, some(admin_token_file),
         restart[admin_token_file],
+        file Text => take,
         always |c: &Config| c
             .admin_token_file
             .as_ref()
             .map_or_else(|| "none".to_string(), |p| p.display().to_string());
     queue_timeout: Duration, "queue-timeout", Service, set(proxy.queue_timeout), live,
+        file Secs => take,
         always |c: &Config| format_duration(c.proxy.queue_timeout);
     client_first_byte_timeout: Duration, "client-first-byte-timeout", Service,
         some(proxy.client_first_byte_timeout), live,
+        file MaybeSecs => take,
         always |c: &Config| or_off(c.proxy.client_first_byte_timeout, format_duration);
     fin_timeout: Duration, "fin-timeout", Service, some(proxy.fin_timeout), live,
+        file MaybeSecs => take,
         always |c: &Config| c
             .proxy
             .fin_timeout
             .map_or_else(|| "same as idle_timeout".into(), format_duration);
     tcp_keepalive: Duration, "tcp-keepalive", Service, some(proxy.tcp_keepalive), live,
+        file MaybeSecs => take,
         always |c: &Config| or_off(c.proxy.tcp_keepalive, format_duration);
     send_proxy: Version, "send-proxy", Service, some(send_proxy), restart[send_proxy],
+        file MaybeParsed<Version> => take,
         always |c: &Config| or_off(c.send_proxy, |v| v.to_string());
     accept_proxy: bool, "accept-proxy", Service, set(accept_proxy), restart[accept_proxy],
+        file bool => take,
         always |c: &Config| c.accept_proxy.to_string();
     accept_proxy_from: CidrList, "accept-proxy-from", Service, set(accept_proxy_from),
         restart[accept_proxy_from],
+        file Parsed<CidrList> => take,
         always |c: &Config| c.accept_proxy_from.to_string();
     accept_proxy_timeout: Duration, "accept-proxy-timeout", Service,
         set(accept_proxy_timeout), restart[accept_proxy_timeout],
+        file Secs => take,
         always |c: &Config| format_duration(c.accept_proxy_timeout);
     rate_limit_store: String, "rate-limit-store", Process, some(rate_limit_store.url),
         restart[rate_limit_store],
+        file Store => take,
         always |c: &Config| c
             .rate_limit_store
             .url
@@ -291,21 +379,33 @@ settings! {
     // Kept, with the URL, as one `rate_limit_store`.
     rate_limit_store_timeout: Duration, "rate-limit-store-timeout", Process,
         set(rate_limit_store.timeout), restart,
+        file Secs => take,
         always |c: &Config| format_duration(c.rate_limit_store.timeout);
     rate_limit_store_failure: FailurePolicy, "rate-limit-store-failure", Process,
         set(rate_limit_store.failure), restart,
+        file Parsed<FailurePolicy> => take,
         always |c: &Config| c.rate_limit_store.failure.name().to_string();
     reuse_port: bool, "reuse-port", Service, set(reuse_port), restart[reuse_port],
+        file bool => take,
         always |c: &Config| c.reuse_port.to_string();
     access_log: crate::access_log::Format, "access-log", Process, some(access_log),
         restart[access_log],
+        file MaybeParsed<crate::access_log::Format> => take,
         always |c: &Config| or_off(c.access_log, |f| f.to_string());
     access_log_file: PathBuf, "access-log-file", Process, some(access_log_file),
         restart[access_log_file],
+        file Stdout => take,
         always |c: &Config| c
             .access_log_file
             .as_ref()
             .map_or("stdout".into(), |p| p.display().to_string());
+    @file_only {
+        mode: Parsed<Mode>,
+        listen_port: Whole<u16, 0, 65535>,
+        backend_servers: Backends,
+        scheduling_algorithm: Parsed<Algorithm>,
+        health_check_interval_seconds: Secs,
+    }
 }
 
 /// The keys a reload keeps at their running value until a restart.
