@@ -73,6 +73,10 @@ pub const MAX_THREAD_STACK: usize = 1 << 30;
 /// milliseconds anyway.
 pub const MIN_DURATION: Duration = Duration::from_millis(1);
 
+/// Longest `tcp_user_timeout`: `TCP_USER_TIMEOUT` is an unsigned 32-bit
+/// count of milliseconds.
+pub const MAX_TCP_USER_TIMEOUT: Duration = Duration::from_millis(u32::MAX as u64);
+
 /// Default of `worker_idle_timeout`: a minute. Traffic that comes back
 /// within a minute finds its threads still there; a flood's threads are
 /// gone a minute after it ends. (Apache's worker MPM looks once a second
@@ -346,6 +350,16 @@ impl Config {
         ];
         if let Some(d) = p.client_first_byte_timeout {
             durations.push(("client_first_byte_timeout", d));
+        }
+        if let Some(d) = p.tcp_user_timeout {
+            // The kernel takes it as a 32-bit count of milliseconds.
+            if d > MAX_TCP_USER_TIMEOUT {
+                return Err(Error::setting(
+                    "tcp_user_timeout",
+                    format!("must be at most 4294967295ms (about 49 days), got {d:?}"),
+                ));
+            }
+            durations.push(("tcp_user_timeout", d));
         }
         if let Some(d) = self.worker_idle_timeout {
             if d < MIN_DURATION {

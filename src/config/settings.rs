@@ -485,6 +485,15 @@ macro_rules! settings_table {
             file MaybeSecs => take,
             flag Option<Duration> [value_name = "IDLE", value_parser = parse_duration],
             always |c: &Config| or_off(c.proxy.tcp_keepalive, format_duration);
+        /// Give up on a connection whose sent data stays unacknowledged
+        /// this long (TCP_USER_TIMEOUT on both sockets of each
+        /// connection), so a peer that vanished is noticed even while
+        /// bytes wait to be sent (e.g. 30s). Off by default.
+        tcp_user_timeout: Duration, "tcp-user-timeout", Service,
+            some(proxy.tcp_user_timeout), live,
+            file MaybeSecs => take,
+            flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
+            always |c: &Config| or_off(c.proxy.tcp_user_timeout, format_duration);
         /// Send every backend a PROXY protocol header (v1 or v2) with the
         /// client's address before its bytes; one backend alone takes
         /// `-b HOST:PORT,send-proxy` or `,send-proxy-v2`.
@@ -683,5 +692,39 @@ mod tests {
         }
         assert!(restart_only().any(|k| k == "thread_stack"));
         assert!(!restart_only().any(|k| k == "connect_timeout"));
+    }
+
+    /// `tcp_user_timeout`: one line of the table gives its flag, its key,
+    /// its listing and its reload; off by default, refused over 2^32 ms.
+    #[test]
+    fn tcp_user_timeout_comes_from_its_line() {
+        use crate::cli::parse_from;
+        let c = parse_from(["rodizio", "--tcp-user-timeout", "30s"]).unwrap();
+        let config = c.balancer.to_config().unwrap();
+        assert_eq!(config.proxy.tcp_user_timeout, Some(Duration::from_secs(30)));
+        let get = |c: &Config, key: &str| {
+            let d = c.describe();
+            d.into_iter().find(|(k, _)| *k == key).unwrap().1
+        };
+        assert_eq!(get(&config, "tcp_user_timeout"), "30s");
+        assert_eq!(get(&Config::default(), "tcp_user_timeout"), "off");
+        let path = std::path::Path::new("t.json");
+        let file = super::super::file::parse(path, r#"{"tcp_user_timeout": "1500ms"}"#).unwrap();
+        let from_file = file.settle(&Overrides::default()).unwrap();
+        assert_eq!(
+            from_file.proxy.tcp_user_timeout,
+            Some(Duration::from_millis(1500))
+        );
+        let off = super::super::file::parse(path, r#"{"tcp_user_timeout": "off"}"#).unwrap();
+        let off = off.settle(&Overrides::default()).unwrap();
+        assert_eq!(off.proxy.tcp_user_timeout, None);
+        assert!(!restart_only().any(|k| k == "tcp_user_timeout"));
+        let c = parse_from(["rodizio", "--tcp-user-timeout", "1200h"]).unwrap();
+        let err = c.balancer.to_config().and_then(|c| {
+            c.validate_settings()?;
+            Ok(c)
+        });
+        let err = err.unwrap_err().worded_as_flag().to_string();
+        assert!(err.contains("--tcp-user-timeout must be at most"), "{err}");
     }
 }
