@@ -26,7 +26,7 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::backend::BackendSpec;
-use crate::config::settings::settings_table;
+use crate::config::table::settings_table;
 use crate::config::{parse_listen, Config, Overrides, MAX_WORKERS};
 use crate::error::{Error, Result};
 use crate::health::CheckKind;

@@ -36,6 +36,7 @@ pub mod file;
 mod overrides;
 mod read;
 pub mod settings;
+pub(crate) mod table;
 mod values;
 pub mod words;
 
