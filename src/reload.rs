@@ -259,34 +259,92 @@ impl Reloader {
             needs_restart: plan.needs_restart,
             ..ReloadReport::default()
         };
+        self.apply_backends(
+            plan.add,
+            &plan.restore,
+            &plan.reweight,
+            &mut parts,
+            &mut report,
+        );
+        self.apply_settings(&before, &config, &mut parts, &mut report);
+        if !plan.drain.is_empty() {
+            let deadline = Instant::now() + config.drain_timeout;
+            let mut retiring = self.inner.retiring.lock();
+            for b in &plan.drain {
+                b.set_draining(true);
+                let n = b.active() + b.pending();
+                parts.push(format!(
+                    "draining {} ({})",
+                    b.name(),
+                    units::count(n as u64, "connection")
+                ));
+                retiring.list.push((Arc::clone(b), deadline));
+            }
+            report.draining = plan.drain.len();
+            if !retiring.reaper {
+                retiring.reaper = self.start_reaper();
+            }
+        }
+        report.summary = if parts.is_empty() {
+            "reload: no change".to_string()
+        } else {
+            format!("reload: {}", parts.join(", "))
+        };
+        running.config = config;
+        report
+    }
+
+    /// Adds the new backends, serves again the restored ones and sets the
+    /// new weights, saying each in `parts`.
+    fn apply_backends(
+        &self,
+        add: Vec<Arc<Backend>>,
+        restore: &[Arc<Backend>],
+        reweight: &[(Arc<Backend>, u32)],
+        parts: &mut Vec<String>,
+        report: &mut ReloadReport,
+    ) {
+        let live = &self.inner.live;
         // New backends first, drains last: never a moment with fewer
         // backends than both lists share.
-        if !plan.add.is_empty() {
-            let names: Vec<&str> = plan.add.iter().map(|b| b.name()).collect();
+        if !add.is_empty() {
+            let names: Vec<&str> = add.iter().map(|b| b.name()).collect();
             parts.push(format!(
                 "+{} ({})",
-                units::count(plan.add.len() as u64, "backend"),
+                units::count(add.len() as u64, "backend"),
                 names.join(", ")
             ));
-            report.added = plan.add.len();
-            for b in plan.add {
+            report.added = add.len();
+            for b in add {
                 live.scheduler.add(b);
             }
         }
-        if !plan.restore.is_empty() {
+        if !restore.is_empty() {
             let mut retiring = self.inner.retiring.lock();
-            for b in &plan.restore {
+            for b in restore {
                 retiring.list.retain(|(r, _)| r.id() != b.id());
                 b.set_draining(false);
                 parts.push(format!("serving {} again", b.name()));
             }
-            report.restored = plan.restore.len();
+            report.restored = restore.len();
         }
-        for (b, weight) in &plan.reweight {
+        for (b, weight) in reweight {
             parts.push(format!("weight {} {} → {weight}", b.name(), b.weight()));
             live.scheduler.set_weight(b.id(), *weight);
         }
-        report.reweighted = plan.reweight.len();
+        report.reweighted = reweight.len();
+    }
+
+    /// Sets the algorithm, the proxy's, health's and the rate limit's
+    /// settings that changed from `before`, saying each in `parts`.
+    fn apply_settings(
+        &self,
+        before: &Config,
+        config: &Config,
+        parts: &mut Vec<String>,
+        report: &mut ReloadReport,
+    ) {
+        let live = &self.inner.live;
         if before.algorithm != config.algorithm {
             parts.push(format!(
                 "algorithm {} → {}",
@@ -325,31 +383,6 @@ impl Reloader {
                 report.settings_changed += 1;
             }
         }
-        if !plan.drain.is_empty() {
-            let deadline = Instant::now() + config.drain_timeout;
-            let mut retiring = self.inner.retiring.lock();
-            for b in &plan.drain {
-                b.set_draining(true);
-                let n = b.active() + b.pending();
-                parts.push(format!(
-                    "draining {} ({})",
-                    b.name(),
-                    units::count(n as u64, "connection")
-                ));
-                retiring.list.push((Arc::clone(b), deadline));
-            }
-            report.draining = plan.drain.len();
-            if !retiring.reaper {
-                retiring.reaper = self.start_reaper();
-            }
-        }
-        report.summary = if parts.is_empty() {
-            "reload: no change".to_string()
-        } else {
-            format!("reload: {}", parts.join(", "))
-        };
-        running.config = config;
-        report
     }
 
     /// Starts the thread that removes drained backends from the list;
