@@ -1,34 +1,17 @@
 //! Reloading the config file while the balancer runs: on SIGHUP (and
 //! whatever else calls [`Reloader::reload`], such as an admin request).
 //!
-//! A reload reads the file again and lays it between the defaults and the
-//! flags given at start-up, exactly as at start-up. It parses, validates
-//! and resolves everything before it changes anything: a bad file is one
-//! error line (with its line and column), the `reloads_failed` counter goes
-//! up, and the running settings stay. A good one is applied to the
-//! balancer's [`Live`] values, counted in `reloads_ok` and logged as one
-//! info line saying what changed. The listener is never closed and no
-//! connection is cut.
-//!
-//! What changes live:
-//!
-//! - The backends, matched by name (`HOST:PORT` as written). A new one is
-//!   added to the scheduler; one no longer in the file is drained (no new
-//!   clients, those in flight finish) and taken out of the list once its
-//!   last connection ends (or after `drain_timeout`; its connections still
-//!   go on then, only the list forgets it). A backend whose weight changed
-//!   keeps its connections, health and counters: its weight is an atomic,
-//!   set in place ([`Scheduler::set_weight`]). A backend drained by a
-//!   reload and written in the file again before it is gone comes back.
-//! - The algorithm, the proxy's settings, the health settings.
-//! - The rate limit: a new [`Limiter`] is built when any of its settings
-//!   changes (its table of clients starts empty; counts are not carried
-//!   over, which errs on the side of letting clients in).
-//!
-//! What needs a restart: the settings marked `restart` in the settings
-//! table (`config/settings.rs`: the listener, the pool, the admin API, the
-//! PROXY protocol, the access log, the rate limit's store), and the file's
-//! `mode`: one warning names each such key, and the running value stays.
+//! A reload lays the file between the defaults and the start-up flags, as
+//! at start-up, and checks everything before it changes anything: a bad
+//! file is one error line, counted in `reloads_failed`, and the running
+//! settings stay. A good one is applied to the [`Live`] values (backends
+//! added, drained or reweighted in place with [`Scheduler::set_weight`];
+//! the algorithm, the proxy's, health's and the rate limit's settings, a
+//! new [`Limiter`] when these change), counted in `reloads_ok` and logged
+//! in one line. The settings marked `restart` in the settings table
+//! (`config/table.rs`), and the file's `mode`, keep their running value
+//! with one warning. No connection is cut; `docs/operations.md`
+//! (Reloading: SIGHUP) tells the whole story.
 //!
 //! # Threads
 //!

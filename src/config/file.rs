@@ -1,21 +1,12 @@
 //! The config file: JSON read into [`Overrides`], the layer between the
 //! defaults and the flags.
 //!
-//! Its keys are the settings' names as [`Config::describe`] writes them
-//! (`listen`, `backends`, `workers`, `connect_timeout`, ...), plus a few
-//! aliases in the style of other balancers' files (`listen_port`,
-//! `scheduling_algorithm`, `health_check_interval_seconds`,
-//! `backend_servers`) and `mode` (`load_balancer` or `backend`). Durations
-//! are strings such as `"3s"` or numbers of seconds; sizes are strings such
-//! as `"64k"` or numbers of bytes; a backend is `"HOST:PORT[,weight=N]"` or
-//! `{"host": ..., "port": ..., "weight": ...}`. `docs/operations.md` lists
-//! every key.
-//!
-//! Every error is one line naming the file, the line and column, and the
-//! key as the file writes it: an unknown key (with the closest known one
-//! when it is near), a value of the wrong type or that does not parse, a
-//! value out of range (found once the layers are merged, see
-//! [`ConfigFile::settle`]), missing backends, and JSON syntax errors.
+//! Its keys come from the settings table (`config/table.rs`), read by
+//! `values.rs`; a few aliases in the style of other
+//! balancers' files (`listen_port`, `backend_servers`, ...) and `mode` are
+//! read here. Every error is one line naming the file, the line and
+//! column, and the key as written (see [`ConfigFile::settle`]);
+//! `docs/operations.md` lists every key and every kind of bad file.
 //!
 //! Read on the main thread at start-up, and on the thread that asks for a
 //! reload (the signal thread, an admin request); nothing here is shared.

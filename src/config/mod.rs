@@ -5,19 +5,12 @@
 //! cares about; each part's defaults are written once, in that part's
 //! settings type ([`ProxyConfig`], [`HealthConfig`], [`RateLimitConfig`]).
 //!
-//! The binary starts from the defaults and lays [`Overrides`] over them:
-//! the command-line flags (`cli.rs`), and, when no backend was given, the
-//! interactive prompt (`prompt.rs`). An [`Overrides`] holds only what was
-//! given, so "not given" is never mistaken for "the default", and a later
-//! layer (a config file under the flags) slots in between. Validation names
-//! the setting as the config file writes it (`workers`); the command line
-//! words it as the flag (`--workers`).
-//!
-//! A `Config` is built and validated on the main thread before anything
-//! starts. [`crate::Balancer::bind`] then shares the parts that may change
-//! while running (the proxy's, health's and the limiter's settings, the
-//! algorithm, the backends) as live values that the threads read, and keeps
-//! the rest (listen address, workers, stack, queue) fixed.
+//! The binary lays [`Overrides`] over the defaults: a config file
+//! (`file.rs`), the flags (`cli.rs`) and the prompt's backends; each
+//! setting is one line of the settings table (`table.rs`, read by
+//! `settings.rs`). Built and validated on the main thread before anything
+//! starts; [`crate::Balancer::bind`] then shares the parts that may change
+//! as live values.
 //!
 //! # Corresponds to the C article
 //!

@@ -321,7 +321,7 @@ mod tests {
                 s.key
             );
         }
-        assert!(restart_only().any(|k| k == "thread_stack"));
+        assert!(restart_only().any(|k| k == "listen"));
         assert!(!restart_only().any(|k| k == "connect_timeout"));
     }
 

@@ -394,7 +394,7 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
-/// A string where empty means none (`health_user`).
+/// A string where empty (or `none`) means none: a user name, a path.
 #[derive(Debug)]
 pub(super) struct Text(pub(super) Option<String>);
 
