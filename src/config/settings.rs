@@ -358,4 +358,22 @@ mod tests {
         let err = err.unwrap_err().worded_as_flag().to_string();
         assert!(err.contains("--tcp-user-timeout must be at most"), "{err}");
     }
+
+    /// The README's flag table has a row for every flag of the table.
+    #[test]
+    fn the_readme_lists_every_flag() {
+        let readme = include_str!("../../README.md");
+        let rows: Vec<&str> = readme.lines().filter(|l| l.starts_with("| `-")).collect();
+        for s in SETTINGS {
+            let flag = format!("--{}", s.flag);
+            let listed = rows.iter().any(|row| {
+                let cell = row.split(" | ").next().unwrap_or_default();
+                cell.match_indices(&flag).any(|(at, _)| {
+                    let next = cell[at + flag.len()..].chars().next();
+                    !next.is_some_and(|c| c.is_ascii_lowercase() || c == '-')
+                })
+            });
+            assert!(listed, "README.md's flag table has no row for {flag}");
+        }
+    }
 }
