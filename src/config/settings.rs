@@ -376,4 +376,35 @@ mod tests {
             assert!(listed, "README.md's flag table has no row for {flag}");
         }
     }
+
+    /// The pool, the admin API, the logs and the shared store are the
+    /// process's; a service's listener, backends and data path are its own.
+    #[test]
+    fn scopes_split_the_process_from_a_service() {
+        let scope = |key: &str| SETTINGS.iter().find(|s| s.key == key).unwrap().scope;
+        for key in [
+            "workers",
+            "queue_capacity",
+            "backlog",
+            "admin_listen",
+            "admin_token_file",
+            "access_log_file",
+            "rate_limit_store",
+            "drain_timeout",
+        ] {
+            assert_eq!(scope(key), Scope::Process, "{key}");
+        }
+        for key in [
+            "listen",
+            "backends",
+            "algorithm",
+            "connect_timeout",
+            "tcp_user_timeout",
+            "health_check",
+            "rate_limit",
+            "accept_proxy",
+        ] {
+            assert_eq!(scope(key), Scope::Service, "{key}");
+        }
+    }
 }
