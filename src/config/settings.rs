@@ -384,7 +384,7 @@ mod tests {
         let scope = |key: &str| SETTINGS.iter().find(|s| s.key == key).unwrap().scope;
         for key in [
             "workers",
-            "queue_capacity",
+            "worker_idle_timeout",
             "backlog",
             "admin_listen",
             "admin_token_file",
