@@ -7,6 +7,9 @@
 //! backend alone (the "backend role": the same program as the balancer or as a
 //! server behind it).
 //!
+//! The balancer's flags come from the settings table (`config/settings.rs`):
+//! each line there gives a flag's help, type and clap attributes.
+//!
 //! No default is written here: each flag is optional, and `--help` shows
 //! the default from [`Config::default`]. Parsing runs once, on the main thread, before any
 //! other thread exists: nothing here is shared.
@@ -23,12 +26,11 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::backend::BackendSpec;
+use crate::config::table::settings_table;
 use crate::config::{parse_listen, Config, Overrides, MAX_WORKERS};
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
-use crate::limiter::{
-    FailurePolicy, Rate, RateLimitAlgorithm as RuleKind, RateLimitReply as Reply, MAX_MAX_CLIENTS,
-};
+use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;
@@ -91,227 +93,88 @@ pub struct BackendArgs {
     pub name: Option<String>,
 }
 
-/// Flags of the balancer itself. Each is optional: what is not given keeps
-/// the value underneath (the default; later, a config file). The defaults
-/// shown by `--help` come from [`Config::default`] (see [`command`]).
-#[derive(Debug, Args)]
-pub struct BalancerArgs {
-    /// Address to accept clients on (IPv4 or IPv6, e.g. `[::]:8080`).
-    #[arg(short, long, value_parser = parse_listen)]
-    pub listen: Option<SocketAddr>,
-    /// A backend as HOST:PORT[,weight=N]; repeat for more. Without any,
-    /// rodizio asks for them as the article's program does.
-    #[arg(short, long = "backend", value_name = "HOST:PORT", value_parser = parse_backend)]
-    pub backends: Vec<BackendSpec>,
-    /// How to choose the backend for each new client: round-robin,
-    /// weighted-round-robin, least-connections, ip-hash, p2c.
-    #[arg(long, value_name = "ALGORITHM", value_parser = parse_algorithm)]
-    pub algorithm: Option<Algorithm>,
-    /// Most worker threads, hence most connections served at once.
-    #[arg(long, value_parser = whole::<usize, 1, { MAX_WORKERS as u64 }>)]
-    pub workers: Option<usize>,
-    /// Stack size of each worker thread (e.g. 65536, 64k).
-    #[arg(long, value_parser = parse_size)]
-    pub thread_stack: Option<usize>,
-    /// Most accepted connections waiting for a free worker.
-    #[arg(long, value_parser = whole::<usize, 1, { usize::MAX as u64 }>)]
-    pub queue_capacity: Option<usize>,
-    /// A worker thread that waited this long for a client exits, down to a
-    /// floor of a few (e.g. 30s, 10m); `off` keeps every worker started.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration_or_off)]
-    pub worker_idle_timeout: Option<DurationOrOff>,
-    /// The listen(2) backlog.
-    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
-    pub backlog: Option<i32>,
-    /// Bytes per read in each direction (e.g. 4096, 16k).
-    #[arg(long, value_parser = parse_size)]
-    pub buffer_size: Option<usize>,
-    /// Longest wait for a backend to accept a connection (e.g. 500ms, 3s).
-    #[arg(long, value_parser = parse_duration)]
-    pub connect_timeout: Option<Duration>,
-    /// Close a connection after this long with no byte moving.
-    #[arg(long, value_parser = parse_duration)]
-    pub idle_timeout: Option<Duration>,
-    /// On SIGINT/SIGTERM, wait this long for connections in flight.
-    #[arg(long, value_parser = parse_duration)]
-    pub drain_timeout: Option<Duration>,
-    /// Move bytes with splice(2) through a pipe per direction (Linux, zero
-    /// copy, up to 64 KiB per call) instead of 4096-byte reads and writes;
-    /// --buffer-size is then unused. Off by default: the article's pump
-    /// copies through a buffer.
-    #[arg(long)]
-    pub splice: bool,
-    /// After moving bytes, give the CPU away once (sched_yield) and check
-    /// again without waiting before sleeping in poll(2): the peer often
-    /// answers meanwhile, and the worker is spared a sleep and a wake-up.
-    /// Off by default: it trades a little CPU for it when the answer is slow.
-    #[arg(long)]
-    pub yield_before_poll: bool,
-    /// Hand a client to a worker only once its first bytes have arrived
-    /// (TCP_DEFER_ACCEPT): fewer wake-ups per short connection. Off by
-    /// default: clients of protocols where the server speaks first (SMTP,
-    /// FTP, MySQL) would wait about a second before being served.
-    #[arg(long)]
-    pub defer_accept: bool,
-    /// Active health check: tcp (connect), http (GET --health-path), off, or
-    /// one that speaks the backend's protocol so it logs nothing: redis,
-    /// tls, smtp, mysql, pgsql, send-expect (see docs/health-checks.md).
-    #[arg(long, value_name = "KIND", value_parser = parse_check)]
-    pub health_check: Option<CheckKind>,
-    /// Time between two rounds of active checks.
-    #[arg(long, value_parser = parse_duration)]
-    pub health_interval: Option<Duration>,
-    /// Longest wait for one check.
-    #[arg(long, value_parser = parse_duration)]
-    pub health_timeout: Option<Duration>,
-    /// Path requested by the http check.
-    #[arg(long)]
-    pub health_path: Option<String>,
-    /// Failed checks in a row that mark a backend down.
-    #[arg(long, value_parser = whole::<u32, 1, { u32::MAX as u64 }>)]
-    pub fall: Option<u32>,
-    /// Successful checks in a row that mark a down backend up.
-    #[arg(long, value_parser = whole::<u32, 1, { u32::MAX as u64 }>)]
-    pub rise: Option<u32>,
-    /// Failed connects in a row on real traffic that mark a backend down at
-    /// once (0: never).
-    #[arg(long, value_parser = whole::<u32, 0, { u32::MAX as u64 }>)]
-    pub passive_failures: Option<u32>,
-    /// With --health-check off, how long a backend marked down by real
-    /// traffic rests before it is tried again.
-    #[arg(long, value_parser = parse_duration)]
-    pub health_cooldown: Option<Duration>,
-    /// Answer clients that no backend can serve with HTTP 503 (none
-    /// available) or 502 (none reachable) instead of just closing.
-    #[arg(long)]
-    pub http_replies: bool,
-    /// Limit each client IP to N new connections per WINDOW (e.g. 100/1s,
-    /// 20/10s). Off by default.
-    #[arg(long, value_name = "N/WINDOW", value_parser = Rate::parse)]
-    pub rate_limit: Option<Rate>,
-    /// How connections are counted: fixed-window, sliding-window,
-    /// token-bucket.
-    #[arg(long, value_name = "ALGORITHM", value_parser = parse_rule)]
-    pub rate_limit_algorithm: Option<RuleKind>,
-    /// Most client IPs tracked at once; the table is allocated at start-up,
-    /// about 54 bytes per client.
-    #[arg(
-        long,
-        value_name = "N",
-        value_parser = clap::value_parser!(u32).range(1..=MAX_MAX_CLIENTS as i64)
-    )]
-    pub rate_limit_max_clients: Option<u32>,
-    /// IPv6 clients are limited per prefix of this many bits; 128 limits
-    /// each address.
-    #[arg(
-        long,
-        value_name = "BITS",
-        value_parser = clap::value_parser!(u8).range(1..=128)
-    )]
-    pub rate_limit_ipv6_prefix: Option<u8>,
-    /// What a refused client gets: `close` (closed at once) or `http` (a
-    /// minimal 429 reply, then closed).
-    #[arg(long, value_name = "REPLY", value_parser = parse_reply)]
-    pub rate_limit_reply: Option<Reply>,
-    /// Read settings from this JSON file (flags win over it); SIGHUP
-    /// reads it again. See docs/operations.md.
-    #[arg(short = 'c', long = "config", value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// User of the mysql check (it then logs in and quits, so the server
-    /// logs nothing) and of the pgsql check (default rodizio).
-    #[arg(long, value_name = "USER")]
-    pub health_user: Option<String>,
-    /// Bytes the send-expect check sends: text with \r \n \xHH escapes,
-    /// or hex:0d0a.
-    #[arg(long, value_name = "BYTES", value_parser = parse_health_bytes)]
-    pub health_send: Option<Vec<u8>>,
-    /// Bytes the send-expect check wants in the reply (same notation).
-    #[arg(long, value_name = "BYTES", value_parser = parse_health_bytes)]
-    pub health_expect: Option<Vec<u8>>,
-    /// Narrate each step of every connection (accepted, the choice of
-    /// backend, the queue, the worker, connect, bytes each way, the
-    /// half-closes and the close), as info lines with the log target
-    /// rodizio::trace.
-    #[arg(long)]
-    pub trace: bool,
-    /// The language of --trace: en or pt (Brazilian Portuguese). When not
-    /// given: pt if LANG starts with pt.
-    #[arg(long, value_name = "LANG", value_parser = parse_lang)]
-    pub trace_lang: Option<Lang>,
-    /// Serve the admin API (JSON over HTTP: list, add, drain, remove
-    /// backends; reload; settings) on this address; loopback only unless
-    /// --admin-allow-remote. Off by default.
-    #[arg(long = "admin", visible_alias = "admin-listen", value_name = "ADDR", value_parser = parse_listen)]
-    pub admin_listen: Option<SocketAddr>,
-    /// Let --admin listen on an address that is not loopback.
-    #[arg(long)]
-    pub admin_allow_remote: bool,
-    /// Ask admin API requests for `Authorization: Bearer TOKEN`, TOKEN
-    /// being this file's content (trimmed).
-    #[arg(long, value_name = "FILE")]
-    pub admin_token_file: Option<PathBuf>,
-    /// Close a client that waited longer than this for a free worker (503
-    /// with --http-replies) instead of serving it late (HAProxy's `timeout
-    /// queue`).
-    #[arg(long, value_parser = parse_duration)]
-    pub queue_timeout: Option<Duration>,
-    /// Close a client that sends nothing within this time of being accepted
-    /// (silent clients holding workers). Off by default: in protocols where
-    /// the server speaks first the client is silent until greeted.
-    #[arg(long, value_parser = parse_duration)]
-    pub client_first_byte_timeout: Option<Duration>,
-    /// Once one side of a connection has closed its write side, close the
-    /// connection when the other stays silent this long.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-    pub fin_timeout: Option<Duration>,
-    /// Turn on TCP keep-alive on both sockets of each connection: first
-    /// probe after IDLE without traffic, then every IDLE/3 (at least 1s),
-    /// dropped after 3 unanswered (e.g. 60s).
-    #[arg(long, value_name = "IDLE", value_parser = parse_duration)]
-    pub tcp_keepalive: Option<Duration>,
-    /// Send every backend a PROXY protocol header (v1 or v2) with the
-    /// client's address before its bytes; one backend alone takes
-    /// `-b HOST:PORT,send-proxy` or `,send-proxy-v2`.
-    #[arg(long, value_name = "VERSION", value_parser = parse_proxy_version)]
-    pub send_proxy: Option<Version>,
-    /// Expect a PROXY protocol header (v1 or v2) from every client: for a
-    /// balancer behind another proxy (HAProxy's send-proxy, nginx's
-    /// proxy_protocol on). The header's address is then the client's.
-    #[arg(long)]
-    pub accept_proxy: bool,
-    /// The peers allowed to send that header, as CIDR[,CIDR...]; a client
-    /// connecting from elsewhere is closed.
-    #[arg(long, value_name = "CIDR,...", value_parser = parse_cidrs)]
-    pub accept_proxy_from: Option<CidrList>,
-    /// Longest wait for a complete PROXY protocol header; a client that
-    /// sends none in time is closed.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub accept_proxy_timeout: Option<Duration>,
-    /// Keep the rate limit's counts in Redis (redis://HOST:PORT/DB), shared
-    /// by every balancer pointed at it, instead of in this process.
-    #[arg(long, value_name = "URL")]
-    pub rate_limit_store: Option<String>,
-    /// Longest wait for Redis on one check (connect, read, write).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub rate_limit_store_timeout: Option<Duration>,
-    /// When Redis fails or is slow: `open` serves the client unchecked,
-    /// `closed` refuses it.
-    #[arg(long, value_name = "POLICY", value_parser = parse_failure)]
-    pub rate_limit_store_failure: Option<FailurePolicy>,
-    /// Set SO_REUSEPORT on the listening socket, so several rodizio
-    /// processes listen on the same port (a new version starts before the
-    /// old one drains; see docs/scaling.md). Off by default.
-    #[arg(long)]
-    pub reuse_port: bool,
-    /// Write one line per connection when it ends, as text or json (client,
-    /// backend, queue and connect times, duration, bytes, how it ended);
-    /// refused clients get a line too. Off by default.
-    #[arg(long, value_name = "FORMAT", value_parser = parse_access_log)]
-    pub access_log: Option<crate::access_log::Format>,
-    /// Where --access-log writes (default: standard output); reopened on
-    /// SIGUSR1, for logrotate.
-    #[arg(long, value_name = "PATH")]
-    pub access_log_file: Option<PathBuf>,
+/// Reads the settings table (`config/settings.rs`) for the flags: each
+/// setting's help, long flag, type and clap attributes. What a flag gives
+/// becomes its [`Overrides`] field through [`FlagValue`].
+macro_rules! balancer_args {
+    ($(
+        $(#[doc = $doc:literal])*
+        $key:ident: $ty:ty, $flag:literal, $scope:ident,
+        $how:ident($($place:ident).+), $reload:ident $([$($kept:ident).+])?,
+        file $file:ty => $read:ident,
+        flag $cli:ty $([$($arg:tt)*])?,
+        $shows:ident $show:expr;
+    )*
+    @file_only { $($alias:ident: $alias_ty:ty,)* }
+    ) => {
+        /// Flags of the balancer itself. Each is optional: what is not
+        /// given keeps the value underneath (the default, or a config
+        /// file). The defaults shown by `--help` come from
+        /// [`Config::default`] (see [`command`]).
+        #[derive(Debug, Args)]
+        pub struct BalancerArgs {
+            $(
+                $(#[doc = $doc])*
+                #[arg(long = $flag $(, $($arg)*)?)]
+                pub $key: $cli,
+            )*
+            /// Read settings from this JSON file (flags win over it); SIGHUP
+            /// reads it again. See docs/operations.md.
+            #[arg(short = 'c', long = "config", value_name = "FILE")]
+            pub config: Option<PathBuf>,
+        }
+
+        impl BalancerArgs {
+            /// The settings these flags give, to lay over the defaults and
+            /// a config file.
+            pub fn overrides(&self) -> Overrides {
+                Overrides {
+                    $($key: FlagValue::<$ty>::given(&self.$key),)*
+                }
+            }
+        }
+    };
+}
+
+settings_table!(balancer_args);
+
+/// A flag's value as the value of its setting of type `T`; `None` when
+/// the flag was not given.
+trait FlagValue<T> {
+    fn given(&self) -> Option<T>;
+}
+
+impl<T: Clone> FlagValue<T> for Option<T> {
+    fn given(&self) -> Option<T> {
+        self.clone()
+    }
+}
+
+/// A switch given is `true`; not given is `None`, not `false` (a flag
+/// cannot say "off": that is the default, or a config file's word).
+impl FlagValue<bool> for bool {
+    fn given(&self) -> Option<bool> {
+        self.then_some(true)
+    }
+}
+
+/// `-b` repeated: the list, if any was given.
+impl FlagValue<Vec<BackendSpec>> for Vec<BackendSpec> {
+    fn given(&self) -> Option<Vec<BackendSpec>> {
+        (!self.is_empty()).then(|| self.clone())
+    }
+}
+
+impl FlagValue<Option<Duration>> for Option<DurationOrOff> {
+    fn given(&self) -> Option<Option<Duration>> {
+        self.map(|d| d.0)
+    }
+}
+
+impl FlagValue<usize> for Option<u32> {
+    fn given(&self) -> Option<usize> {
+        self.map(|n| n as usize)
+    }
 }
 
 /// A duration, or `off`: the value of a flag that is on by default.
@@ -383,7 +246,7 @@ fn parse_check(text: &str) -> std::result::Result<CheckKind, String> {
     text.parse()
 }
 
-fn parse_rule(text: &str) -> std::result::Result<RuleKind, String> {
+fn parse_rule(text: &str) -> std::result::Result<RateLimitAlgorithm, String> {
     text.parse()
 }
 
@@ -391,75 +254,11 @@ fn parse_lang(text: &str) -> std::result::Result<Lang, String> {
     text.parse()
 }
 
-fn parse_reply(text: &str) -> std::result::Result<Reply, String> {
+fn parse_reply(text: &str) -> std::result::Result<RateLimitReply, String> {
     text.parse()
 }
 
-/// `Some(true)` for a flag that was given, `None` for one that was not (a
-/// flag cannot say "off": that is the default, or a config file's word).
-fn given(flag: bool) -> Option<bool> {
-    flag.then_some(true)
-}
-
 impl BalancerArgs {
-    /// The settings these flags give, to lay over the defaults (and, later,
-    /// a config file).
-    pub fn overrides(&self) -> Overrides {
-        Overrides {
-            listen: self.listen,
-            backends: (!self.backends.is_empty()).then(|| self.backends.clone()),
-            algorithm: self.algorithm,
-            workers: self.workers,
-            thread_stack: self.thread_stack,
-            queue_capacity: self.queue_capacity,
-            worker_idle_timeout: self.worker_idle_timeout.map(|d| d.0),
-            backlog: self.backlog,
-            buffer_size: self.buffer_size,
-            connect_timeout: self.connect_timeout,
-            idle_timeout: self.idle_timeout,
-            drain_timeout: self.drain_timeout,
-            splice: given(self.splice),
-            yield_before_poll: given(self.yield_before_poll),
-            defer_accept: given(self.defer_accept),
-            health_check: self.health_check,
-            health_interval: self.health_interval,
-            health_timeout: self.health_timeout,
-            health_path: self.health_path.clone(),
-            fall: self.fall,
-            rise: self.rise,
-            passive_failures: self.passive_failures,
-            health_cooldown: self.health_cooldown,
-            http_replies: given(self.http_replies),
-            rate_limit: self.rate_limit,
-            rate_limit_algorithm: self.rate_limit_algorithm,
-            rate_limit_max_clients: self.rate_limit_max_clients.map(|n| n as usize),
-            rate_limit_ipv6_prefix: self.rate_limit_ipv6_prefix,
-            rate_limit_reply: self.rate_limit_reply,
-            health_user: self.health_user.clone(),
-            health_send: self.health_send.clone(),
-            health_expect: self.health_expect.clone(),
-            trace: given(self.trace),
-            trace_lang: self.trace_lang,
-            admin_listen: self.admin_listen,
-            admin_allow_remote: given(self.admin_allow_remote),
-            admin_token_file: self.admin_token_file.clone(),
-            queue_timeout: self.queue_timeout,
-            client_first_byte_timeout: self.client_first_byte_timeout,
-            fin_timeout: self.fin_timeout,
-            tcp_keepalive: self.tcp_keepalive,
-            send_proxy: self.send_proxy,
-            accept_proxy: given(self.accept_proxy),
-            accept_proxy_from: self.accept_proxy_from.clone(),
-            accept_proxy_timeout: self.accept_proxy_timeout,
-            rate_limit_store: self.rate_limit_store.clone(),
-            rate_limit_store_timeout: self.rate_limit_store_timeout,
-            rate_limit_store_failure: self.rate_limit_store_failure,
-            reuse_port: given(self.reuse_port),
-            access_log: self.access_log,
-            access_log_file: self.access_log_file.clone(),
-        }
-    }
-
     /// The configuration these flags describe over the defaults (backends
     /// may still be empty: the prompt fills them). Errors name the flags.
     ///
@@ -871,10 +670,10 @@ mod tests {
                     limit: 20,
                     window: 10 * S
                 },
-                algorithm: RuleKind::TokenBucket,
+                algorithm: RateLimitAlgorithm::TokenBucket,
                 max_clients: 1000,
                 ipv6_prefix: 128,
-                reply: Reply::Http,
+                reply: RateLimitReply::Http,
             }
         );
         assert!(rl.validate().is_ok());

@@ -39,9 +39,11 @@
 //!
 //! - `cli`: command-line flags (clap, and only here) into [`config::Overrides`].
 //! - `config/`: [`Config`], the settings and their defaults (the C
-//!   `#define`s); `overrides` (the [`config::Overrides`] laid over them),
-//!   `file` (the JSON config file), `read` (reading it, bounded), `words`
-//!   (the settings' values as words).
+//!   `#define`s); `table` (every setting declared once: key, flag, scope,
+//!   reload), `settings` (what the table generates), `overrides` (the
+//!   [`config::Overrides`] laid over the defaults), `file` (the JSON config
+//!   file), `values` (the file's value types), `read` (reading it,
+//!   bounded), `words` (errors and values in the operator's words).
 //! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
 //! - `balancer`: [`Balancer`] wires the parts together; the drain.
 //! - `live`: the settings read live (`ArcSwap`s) and the scheduler.

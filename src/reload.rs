@@ -1,36 +1,17 @@
 //! Reloading the config file while the balancer runs: on SIGHUP (and
 //! whatever else calls [`Reloader::reload`], such as an admin request).
 //!
-//! A reload reads the file again and lays it between the defaults and the
-//! flags given at start-up, exactly as at start-up. It parses, validates
-//! and resolves everything before it changes anything: a bad file is one
-//! error line (with its line and column), the `reloads_failed` counter goes
-//! up, and the running settings stay. A good one is applied to the
-//! balancer's [`Live`] values, counted in `reloads_ok` and logged as one
-//! info line saying what changed. The listener is never closed and no
-//! connection is cut.
-//!
-//! What changes live:
-//!
-//! - The backends, matched by name (`HOST:PORT` as written). A new one is
-//!   added to the scheduler; one no longer in the file is drained (no new
-//!   clients, those in flight finish) and taken out of the list once its
-//!   last connection ends (or after `drain_timeout`; its connections still
-//!   go on then, only the list forgets it). A backend whose weight changed
-//!   keeps its connections, health and counters: its weight is an atomic,
-//!   set in place ([`Scheduler::set_weight`](crate::scheduler::Scheduler::set_weight)).
-//!   A backend drained by a reload and written in the file again before it
-//!   is gone comes back.
-//! - The algorithm, the proxy's settings, the health settings.
-//! - The rate limit: a new [`Limiter`] is built when any of its settings
-//!   changes (its table of clients starts empty; counts are not carried
-//!   over, which errs on the side of letting clients in).
-//!
-//! What needs a restart (`listen`, `backlog`, `thread_stack`,
-//! `queue_capacity`, `worker_idle_timeout`, `workers`, `defer_accept`, `drain_timeout`, `trace`,
-//! `trace_lang`, the `admin_*` keys, the PROXY protocol keys, `reuse_port`,
-//! `rate_limit_store`, `mode`):
-//! one warning names each such key, and the running value stays.
+//! A reload lays the file between the defaults and the start-up flags, as
+//! at start-up, and checks everything before it changes anything: a bad
+//! file is one error line, counted in `reloads_failed`, and the running
+//! settings stay. A good one is applied to the [`Live`] values (backends
+//! added, drained or reweighted in place with [`Scheduler::set_weight`];
+//! the algorithm, the proxy's, health's and the rate limit's settings, a
+//! new [`Limiter`] when these change), counted in `reloads_ok` and logged
+//! in one line. The settings marked `restart` in the settings table
+//! (`config/table.rs`), and the file's `mode`, keep their running value
+//! with one warning. No connection is cut; `docs/operations.md`
+//! (Reloading: SIGHUP) tells the whole story.
 //!
 //! # Threads
 //!
@@ -53,7 +34,7 @@ use parking_lot::Mutex;
 use crate::backend::Backend;
 use crate::balancer::{Balancer, Live};
 use crate::config::file::{self, Mode};
-use crate::config::{Config, Overrides};
+use crate::config::{settings, Config, Overrides};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::reaper::{self, Owner, Reaper};
@@ -62,31 +43,6 @@ use crate::units;
 
 /// How often the reaper looks at the draining backends.
 pub const REAP_POLL: Duration = reaper::POLL;
-
-/// The settings kept at their running value until a restart.
-const RESTART_ONLY: &[&str] = &[
-    "listen",
-    "backlog",
-    "thread_stack",
-    "queue_capacity",
-    "worker_idle_timeout",
-    "workers",
-    "defer_accept",
-    "drain_timeout",
-    "trace",
-    "trace_lang",
-    "admin_listen",
-    "admin_allow_remote",
-    "admin_token_file",
-    "send_proxy",
-    "accept_proxy",
-    "accept_proxy_from",
-    "accept_proxy_timeout",
-    "reuse_port",
-    "rate_limit_store",
-    "access_log",
-    "access_log_file",
-];
 
 /// What one reload did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -250,39 +206,7 @@ impl Reloader {
             .into_iter()
             .filter(|b| !retiring.contains(&b.id()))
             .collect();
-        let old = &running.config;
-        macro_rules! keep {
-            ($($field:ident),*) => {$(
-                if config.$field != old.$field {
-                    plan.needs_restart.push(stringify!($field));
-                    config.$field = old.$field.clone();
-                }
-            )*};
-        }
-        keep!(
-            listen,
-            backlog,
-            thread_stack,
-            queue_capacity,
-            worker_idle_timeout,
-            workers,
-            defer_accept,
-            drain_timeout,
-            trace,
-            trace_lang,
-            admin_listen,
-            admin_allow_remote,
-            admin_token_file,
-            send_proxy,
-            accept_proxy,
-            accept_proxy_from,
-            accept_proxy_timeout,
-            reuse_port,
-            rate_limit_store,
-            access_log,
-            access_log_file
-        );
-        debug_assert!(plan.needs_restart.iter().all(|k| RESTART_ONLY.contains(k)));
+        plan.needs_restart = settings::keep_restart_only(&mut config, &running.config);
         if file.mode != running.mode {
             plan.needs_restart.push("mode");
         }
@@ -306,33 +230,90 @@ impl Reloader {
             needs_restart: plan.needs_restart,
             ..ReloadReport::default()
         };
+        self.apply_backends(
+            plan.add,
+            &plan.restore,
+            &plan.reweight,
+            &mut parts,
+            &mut report,
+        );
+        self.apply_settings(&before, &config, &mut parts, &mut report);
+        if !plan.drain.is_empty() {
+            let deadline = Instant::now() + config.drain_timeout;
+            for b in &plan.drain {
+                b.set_draining(true);
+                let n = b.active() + b.pending();
+                parts.push(format!(
+                    "draining {} ({})",
+                    b.name(),
+                    units::count(n as u64, "connection")
+                ));
+                if let Err(err) = self.inner.reaper.watch(Arc::clone(b), Some(deadline)) {
+                    // The backend stays in the list, draining: harmless.
+                    log::warn!("reload: could not start the reaper thread: {err}");
+                }
+            }
+            report.draining = plan.drain.len();
+        }
+        report.summary = if parts.is_empty() {
+            "reload: no change".to_string()
+        } else {
+            format!("reload: {}", parts.join(", "))
+        };
+        running.config = config;
+        report
+    }
+
+    /// Adds the new backends, serves again the restored ones and sets the
+    /// new weights, saying each in `parts`.
+    fn apply_backends(
+        &self,
+        add: Vec<Arc<Backend>>,
+        restore: &[Arc<Backend>],
+        reweight: &[(Arc<Backend>, u32)],
+        parts: &mut Vec<String>,
+        report: &mut ReloadReport,
+    ) {
+        let live = &self.inner.live;
         // New backends first, drains last: never a moment with fewer
         // backends than both lists share.
-        if !plan.add.is_empty() {
-            let names: Vec<&str> = plan.add.iter().map(|b| b.name()).collect();
+        if !add.is_empty() {
+            let names: Vec<&str> = add.iter().map(|b| b.name()).collect();
             parts.push(format!(
                 "+{} ({})",
-                units::count(plan.add.len() as u64, "backend"),
+                units::count(add.len() as u64, "backend"),
                 names.join(", ")
             ));
-            report.added = plan.add.len();
-            for b in plan.add {
+            report.added = add.len();
+            for b in add {
                 live.scheduler.add(b);
             }
         }
-        if !plan.restore.is_empty() {
-            for b in &plan.restore {
+        if !restore.is_empty() {
+            for b in restore {
                 self.inner.reaper.forget(b.id());
                 b.set_draining(false);
                 parts.push(format!("serving {} again", b.name()));
             }
-            report.restored = plan.restore.len();
+            report.restored = restore.len();
         }
-        for (b, weight) in &plan.reweight {
+        for (b, weight) in reweight {
             parts.push(format!("weight {} {} → {weight}", b.name(), b.weight()));
             live.scheduler.set_weight(b.id(), *weight);
         }
-        report.reweighted = plan.reweight.len();
+        report.reweighted = reweight.len();
+    }
+
+    /// Sets the algorithm, the proxy's, health's and the rate limit's
+    /// settings that changed from `before`, saying each in `parts`.
+    fn apply_settings(
+        &self,
+        before: &Config,
+        config: &Config,
+        parts: &mut Vec<String>,
+        report: &mut ReloadReport,
+    ) {
+        let live = &self.inner.live;
         if before.algorithm != config.algorithm {
             parts.push(format!(
                 "algorithm {} → {}",
@@ -371,30 +352,6 @@ impl Reloader {
                 report.settings_changed += 1;
             }
         }
-        if !plan.drain.is_empty() {
-            let deadline = Instant::now() + config.drain_timeout;
-            for b in &plan.drain {
-                b.set_draining(true);
-                let n = b.active() + b.pending();
-                parts.push(format!(
-                    "draining {} ({})",
-                    b.name(),
-                    units::count(n as u64, "connection")
-                ));
-                if let Err(err) = self.inner.reaper.watch(Arc::clone(b), Some(deadline)) {
-                    // The backend stays in the list, draining: harmless.
-                    log::warn!("reload: could not start the reaper thread: {err}");
-                }
-            }
-            report.draining = plan.drain.len();
-        }
-        report.summary = if parts.is_empty() {
-            "reload: no change".to_string()
-        } else {
-            format!("reload: {}", parts.join(", "))
-        };
-        running.config = config;
-        report
     }
 }
 

@@ -1,21 +1,12 @@
 //! The config file: JSON read into [`Overrides`], the layer between the
 //! defaults and the flags.
 //!
-//! Its keys are the settings' names as [`Config::describe`] writes them
-//! (`listen`, `backends`, `workers`, `connect_timeout`, ...), plus a few
-//! aliases in the style of other balancers' files (`listen_port`,
-//! `scheduling_algorithm`, `health_check_interval_seconds`,
-//! `backend_servers`) and `mode` (`load_balancer` or `backend`). Durations
-//! are strings such as `"3s"` or numbers of seconds; sizes are strings such
-//! as `"64k"` or numbers of bytes; a backend is `"HOST:PORT[,weight=N]"` or
-//! `{"host": ..., "port": ..., "weight": ...}`. `docs/operations.md` lists
-//! every key.
-//!
-//! Every error is one line naming the file, the line and column, and the
-//! key as the file writes it: an unknown key (with the closest known one
-//! when it is near), a value of the wrong type or that does not parse, a
-//! value out of range (found once the layers are merged, see
-//! [`ConfigFile::settle`]), missing backends, and JSON syntax errors.
+//! Its keys come from the settings table (`config/table.rs`), read by
+//! `values.rs`; a few aliases in the style of other
+//! balancers' files (`listen_port`, `backend_servers`, ...) and `mode` are
+//! read here. Every error is one line naming the file, the line and
+//! column, and the key as written (see [`ConfigFile::settle`]);
+//! `docs/operations.md` lists every key and every kind of bad file.
 //!
 //! Read on the main thread at start-up, and on the thread that asks for a
 //! reload (the signal thread, an admin request); nothing here is shared.
@@ -28,59 +19,14 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
-use std::time::Duration;
 
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::Deserialize;
-
-use super::{words, Config, Overrides};
-use crate::backend::BackendSpec;
+use super::settings::Raw;
+pub use super::values::Mode;
+use super::values::{Backends, RateSetting, Whole};
+use super::words::{self, json_error, key_position, object_start};
+use super::{Config, Overrides};
 use crate::error::{Error, Result};
-use crate::health::protocol::parse_bytes;
-use crate::health::CheckKind;
-use crate::limiter::{
-    FailurePolicy, Rate, RateLimitAlgorithm as RuleKind, RateLimitConfig, RateLimitReply as Reply,
-    MAX_MAX_CLIENTS,
-};
-use crate::proxy_protocol::{CidrList, Version};
-use crate::scheduler::Algorithm;
-use crate::trace::Lang;
-use crate::units::{parse_duration, parse_size, short_number};
-
-/// What the process runs, the file's `mode`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Mode {
-    /// The balancer (the default).
-    #[default]
-    LoadBalancer,
-    /// The demo backend alone on `listen`, as `rodizio backend` runs it.
-    Backend,
-}
-
-impl Mode {
-    /// The name the file uses (`load_balancer`, `backend`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::LoadBalancer => "load_balancer",
-            Mode::Backend => "backend",
-        }
-    }
-}
-
-impl FromStr for Mode {
-    type Err = String;
-
-    fn from_str(text: &str) -> std::result::Result<Mode, String> {
-        match text.trim().replace('-', "_").as_str() {
-            "load_balancer" => Ok(Mode::LoadBalancer),
-            "backend" => Ok(Mode::Backend),
-            _ => Err(format!(
-                "'{text}' is not a mode (use load_balancer or backend)"
-            )),
-        }
-    }
-}
+use crate::limiter::RateLimitConfig;
 
 /// A config file, read and checked key by key.
 #[derive(Debug, Clone)]
@@ -283,68 +229,6 @@ impl ConfigFile {
     }
 }
 
-/// The file as serde reads it: one field per key, aliases included.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "an object of settings")]
-struct Raw {
-    mode: Option<Parsed<Mode>>,
-    listen: Option<Listen>,
-    listen_port: Option<Whole<u16, 0, 65535>>,
-    backends: Option<Backends>,
-    backend_servers: Option<Backends>,
-    algorithm: Option<Parsed<Algorithm>>,
-    scheduling_algorithm: Option<Parsed<Algorithm>>,
-    workers: Option<Whole<usize, 1, { super::MAX_WORKERS as u64 }>>,
-    thread_stack: Option<Size>,
-    queue_capacity: Option<Whole<usize, 1, { usize::MAX as u64 }>>,
-    worker_idle_timeout: Option<MaybeSecs>,
-    backlog: Option<Whole<i32, 1, { i32::MAX as u64 }>>,
-    buffer_size: Option<Size>,
-    connect_timeout: Option<Secs>,
-    idle_timeout: Option<Secs>,
-    drain_timeout: Option<Secs>,
-    splice: Option<bool>,
-    defer_accept: Option<bool>,
-    yield_before_poll: Option<bool>,
-    health_check: Option<Parsed<CheckKind>>,
-    health_interval: Option<Secs>,
-    health_check_interval_seconds: Option<Secs>,
-    health_timeout: Option<Secs>,
-    health_path: Option<String>,
-    fall: Option<Whole<u32, 1, { u32::MAX as u64 }>>,
-    rise: Option<Whole<u32, 1, { u32::MAX as u64 }>>,
-    passive_failures: Option<Whole<u32, 0, { u32::MAX as u64 }>>,
-    health_cooldown: Option<Secs>,
-    http_replies: Option<bool>,
-    rate_limit: Option<RateSetting>,
-    rate_limit_algorithm: Option<Parsed<RuleKind>>,
-    rate_limit_max_clients: Option<Whole<usize, 1, { MAX_MAX_CLIENTS as u64 }>>,
-    rate_limit_ipv6_prefix: Option<Whole<u8, 1, 128>>,
-    rate_limit_reply: Option<Parsed<Reply>>,
-    health_user: Option<Text>,
-    health_send: Option<Bytes>,
-    health_expect: Option<Bytes>,
-    trace: Option<bool>,
-    trace_lang: Option<Parsed<Lang>>,
-    admin_listen: Option<MaybeAddr>,
-    admin_allow_remote: Option<bool>,
-    admin_token_file: Option<Text>,
-    queue_timeout: Option<Secs>,
-    client_first_byte_timeout: Option<MaybeSecs>,
-    fin_timeout: Option<MaybeSecs>,
-    tcp_keepalive: Option<MaybeSecs>,
-    send_proxy: Option<MaybeParsed<Version>>,
-    accept_proxy: Option<bool>,
-    accept_proxy_from: Option<Parsed<CidrList>>,
-    accept_proxy_timeout: Option<Secs>,
-    rate_limit_store: Option<Store>,
-    rate_limit_store_timeout: Option<Secs>,
-    rate_limit_store_failure: Option<Parsed<FailurePolicy>>,
-    reuse_port: Option<bool>,
-    access_log: Option<MaybeParsed<crate::access_log::Format>>,
-    access_log_file: Option<Text>,
-}
-
 /// Turns a [`Raw`] into a [`ConfigFile`], noting where each key is.
 struct Converter<'a> {
     path: &'a Path,
@@ -404,105 +288,18 @@ impl<'a> Converter<'a> {
         }
     }
 
-    fn convert(mut self, raw: Raw) -> Result<ConfigFile> {
+    fn convert(mut self, mut raw: Raw) -> Result<ConfigFile> {
         let mut o = Overrides::default();
-        macro_rules! take {
-            ($($field:ident $(. $inner:tt)?),* $(,)?) => {$(
-                if let Some(v) = raw.$field {
-                    o.$field = Some(v $(. $inner)?);
-                    self.note(stringify!($field), stringify!($field));
-                }
-            )*};
-        }
-        take!(
-            workers.0,
-            thread_stack.0,
-            queue_capacity.0,
-            backlog.0,
-            buffer_size.0,
-            connect_timeout.0,
-            idle_timeout.0,
-            drain_timeout.0,
-            splice,
-            yield_before_poll,
-            defer_accept,
-            health_check.0,
-            health_timeout.0,
-            health_path,
-            fall.0,
-            rise.0,
-            passive_failures.0,
-            health_cooldown.0,
-            http_replies,
-            rate_limit_algorithm.0,
-            rate_limit_max_clients.0,
-            rate_limit_ipv6_prefix.0,
-            rate_limit_reply.0,
-            trace,
-            trace_lang.0,
-            admin_allow_remote,
-            queue_timeout.0,
-            accept_proxy,
-            accept_proxy_from.0,
-            accept_proxy_timeout.0,
-            rate_limit_store_timeout.0,
-            rate_limit_store_failure.0,
-            reuse_port,
-        );
-        // Settings that are off unless given: a word such as "off" in the
-        // file is the same as leaving the key out.
-        macro_rules! maybe {
-            ($($field:ident),* $(,)?) => {$(
-                if let Some(v) = raw.$field {
-                    if let Some(v) = v.0 {
-                        o.$field = Some(v.into());
-                    }
-                    self.note(stringify!($field), stringify!($field));
-                }
-            )*};
-        }
-        maybe!(
-            admin_listen,
-            admin_token_file,
-            client_first_byte_timeout,
-            fin_timeout,
-            tcp_keepalive,
-            send_proxy,
-            rate_limit_store,
-            access_log,
-        );
-        // On by default: "off" is a value here, not the key left out.
-        if let Some(MaybeSecs(idle)) = raw.worker_idle_timeout {
-            o.worker_idle_timeout = Some(idle);
-            self.note("worker_idle_timeout", "worker_idle_timeout");
-        }
-        if let Some(Text(path)) = raw.access_log_file {
-            if let Some(path) = path.filter(|p| p != "stdout") {
-                o.access_log_file = Some(path.into());
-            }
-            self.note("access_log_file", "access_log_file");
-        }
-        // An empty string is "none", as `Config::describe` prints it.
-        if let Some(Text(user)) = raw.health_user {
-            o.health_user = user;
-            self.note("health_user", "health_user");
-        }
-        if let Some(Bytes(send)) = raw.health_send {
-            o.health_send = send;
-            self.note("health_send", "health_send");
-        }
-        if let Some(Bytes(expect)) = raw.health_expect {
-            o.health_expect = expect;
-            self.note("health_expect", "health_expect");
-        }
-        if let Some(Listen(listen)) = raw.listen {
-            o.listen = Some(listen);
-            self.note("listen", "listen");
+        let mut noted = Vec::new();
+        raw.lay_plain(&mut o, |key| noted.push(key));
+        for key in noted {
+            self.note(key, key);
         }
         if let Some(Whole(port)) = raw.listen_port {
+            let listen_written = o.listen.is_some();
             let ip = o.listen.unwrap_or(Config::default().listen).ip();
             o.listen = Some(SocketAddr::new(ip, port));
-            if raw.listen.is_none() {
+            if !listen_written {
                 self.note("listen", "listen_port");
             }
         }
@@ -556,505 +353,17 @@ impl<'a> Converter<'a> {
     }
 }
 
-/// Turns serde's error into one line with the line, column and key.
-fn json_error(path: &Path, text: &str, at: &str, inner: serde_json::Error) -> Error {
-    let (line, column) = (inner.line(), inner.column());
-    let full = inner.to_string();
-    let suffix = format!(" at line {line} column {column}");
-    let bare = full.strip_suffix(&suffix).unwrap_or(&full).to_string();
-    let message = match inner.classify() {
-        serde_json::error::Category::Syntax if bare == "recursion limit exceeded" => {
-            "JSON nested too deeply (at most 128 levels of [ and {)".to_string()
-        }
-        serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
-            format!("JSON syntax error: {bare}")
-        }
-        serde_json::error::Category::Io => format!("cannot be read: {bare}"),
-        serde_json::error::Category::Data => match bare.strip_prefix("unknown field ") {
-            Some(rest) => unknown_key(at, rest),
-            None if bare.starts_with("duplicate field ") => {
-                let key = bare.split('`').nth(1).unwrap_or_default();
-                format!("`{key}` is written twice: keep one")
-            }
-            None if at == "." || at.is_empty() => bare,
-            None => format!("`{at}`: {bare}"),
-        },
-    };
-    let position = if line == 0 {
-        // Errors raised outside the parser (none today) carry no place.
-        key_position(text, at)
-    } else {
-        Some((line, column))
-    };
-    Error::ConfigFile {
-        path: path.to_path_buf(),
-        position,
-        message: words::clip(&words::in_words(&message)),
-    }
-}
-
-/// `unknown key `x` (did you mean `y`?)` from serde's "`x`, expected one
-/// of `a`, `b`" (`rest`), where `at` is the path serde was at.
-fn unknown_key(at: &str, rest: &str) -> String {
-    // Between backquotes: the unknown key first, then the known ones.
-    let quoted: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
-    let Some((key, known)) = quoted.split_first() else {
-        return format!("unknown key {rest}");
-    };
-    let full = if at == "." || at.is_empty() || at == *key {
-        key.to_string()
-    } else if at.ends_with(&format!(".{key}")) {
-        at.to_string()
-    } else {
-        format!("{at}.{key}")
-    };
-    match closest(key, known) {
-        Some(near) => format!("unknown key `{full}` (did you mean `{near}`?)"),
-        None => format!("unknown key `{full}`"),
-    }
-}
-
-/// The known key nearest to `key`, if it is near enough to be a typo: at
-/// most two edits, or a quarter of the key's length for long keys.
-fn closest<'a>(key: &str, known: &[&'a str]) -> Option<&'a str> {
-    let length = key.chars().count();
-    if length > 64 {
-        // No known key is that long, and the distance costs its length
-        // times theirs: a key of a megabyte would take seconds.
-        return None;
-    }
-    let limit = 2.max(length / 4);
-    known
-        .iter()
-        .map(|k| (edit_distance(key, k), *k))
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
-}
-
-/// Levenshtein distance: insertions, deletions and substitutions.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
-}
-
-/// Where `"key":` is written in `text`, as (line, column) from 1.
-fn key_position(text: &str, key: &str) -> Option<(usize, usize)> {
-    let quoted = format!("\"{key}\"");
-    for (n, line) in text.lines().enumerate() {
-        let mut from = 0;
-        while let Some(found) = line[from..].find(&quoted) {
-            let at = from + found;
-            let after = line[at + quoted.len()..].trim_start();
-            if after.starts_with(':') {
-                return Some((n + 1, line[..at].chars().count() + 1));
-            }
-            from = at + quoted.len();
-        }
-    }
-    None
-}
-
-/// Where the first `{` is, as (line, column) from 1; (1, 1) if none.
-fn object_start(text: &str) -> (usize, usize) {
-    text.lines()
-        .enumerate()
-        .find_map(|(n, line)| line.find('{').map(|at| (n + 1, at + 1)))
-        .unwrap_or((1, 1))
-}
-
-/// A value written as a string and parsed with `FromStr`.
-#[derive(Debug)]
-struct Parsed<T>(T);
-
-impl<'de, T> Deserialize<'de> for Parsed<T>
-where
-    T: FromStr,
-    T::Err: fmt::Display,
-{
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map(Parsed).map_err(de::Error::custom)
-    }
-}
-
-/// A duration: `"500ms"`, `"3s"`, or a number of seconds.
-#[derive(Debug)]
-struct Secs(Duration);
-
-impl<'de> Deserialize<'de> for Secs {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Secs;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a duration such as \"3s\" or \"500ms\", or a number of seconds")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Secs, E> {
-                parse_duration(v).map(Secs).map_err(E::custom)
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Secs, E> {
-                if v > 1_000_000_000 {
-                    return Err(E::custom(format!("{v} seconds is too long")));
-                }
-                Ok(Secs(Duration::from_secs(v)))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Secs, E> {
-                match u64::try_from(v) {
-                    Ok(v) => self.visit_u64(v),
-                    Err(_) => Err(E::custom(format!("{v}: a duration cannot be negative"))),
-                }
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Secs, E> {
-                if !(0.0..=1e9).contains(&v) {
-                    return Err(E::custom(format!(
-                        "{} is not a duration in seconds (0 to 1000000000)",
-                        short_number(v)
-                    )));
-                }
-                Ok(Secs(Duration::from_secs_f64(v)))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// Words that mean "not set" for a setting that is off unless given, as
-/// `Config::describe` prints them.
-const NONE_WORDS: [&str; 4] = ["off", "none", "same as idle_timeout", ""];
-
-/// A duration, or one of [`NONE_WORDS`] (none).
-#[derive(Debug)]
-struct MaybeSecs(Option<Duration>);
-
-impl<'de> Deserialize<'de> for MaybeSecs {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let value = serde_json::Value::deserialize(d)?;
-        if value.as_str().is_some_and(|t| NONE_WORDS.contains(&t)) {
-            return Ok(MaybeSecs(None));
-        }
-        Secs::deserialize(value)
-            .map(|s| MaybeSecs(Some(s.0)))
-            .map_err(de::Error::custom)
-    }
-}
-
-/// A value parsed with `FromStr`, or one of [`NONE_WORDS`] (none).
-#[derive(Debug)]
-struct MaybeParsed<T>(Option<T>);
-
-impl<'de, T> Deserialize<'de> for MaybeParsed<T>
-where
-    T: FromStr,
-    T::Err: fmt::Display,
-{
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        if NONE_WORDS.contains(&text.as_str()) {
-            return Ok(MaybeParsed(None));
-        }
-        text.parse()
-            .map(|v| MaybeParsed(Some(v)))
-            .map_err(de::Error::custom)
-    }
-}
-
-/// `rate_limit_store`: a `redis://` URL, or `"in-process"` (the default,
-/// as `check-config` prints it) or one of [`NONE_WORDS`].
-#[derive(Debug)]
-struct Store(Option<String>);
-
-impl<'de> Deserialize<'de> for Store {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        if text == "in-process" || NONE_WORDS.contains(&text.as_str()) {
-            return Ok(Store(None));
-        }
-        Ok(Store(Some(text)))
-    }
-}
-
-/// An address (`"127.0.0.1:9090"`), or one of [`NONE_WORDS`] (none).
-#[derive(Debug)]
-struct MaybeAddr(Option<SocketAddr>);
-
-impl<'de> Deserialize<'de> for MaybeAddr {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        if NONE_WORDS.contains(&text.as_str()) {
-            return Ok(MaybeAddr(None));
-        }
-        super::parse_listen(&text)
-            .map(|a| MaybeAddr(Some(a)))
-            .map_err(de::Error::custom)
-    }
-}
-
-/// `listen`: parsed and refused in the words of `--listen`.
-#[derive(Debug)]
-struct Listen(SocketAddr);
-
-impl<'de> Deserialize<'de> for Listen {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        super::parse_listen(&text)
-            .map(Listen)
-            .map_err(de::Error::custom)
-    }
-}
-
-/// A whole number up to `HI` (which fits `T`), refused in words ("a
-/// whole number from 1 to 65536") rather than as serde names the Rust
-/// type it is read into. `LO` is for the words only: a value under it
-/// is the validation's to refuse, at the key, as for the flags.
-#[derive(Debug)]
-struct Whole<T, const LO: u64, const HI: u64>(T);
-
-impl<'de, T: TryFrom<u64>, const LO: u64, const HI: u64> Deserialize<'de> for Whole<T, LO, HI> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V<T, const LO: u64, const HI: u64>(std::marker::PhantomData<T>);
-        impl<T: TryFrom<u64>, const LO: u64, const HI: u64> Visitor<'_> for V<T, LO, HI> {
-            type Value = Whole<T, LO, HI>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                write!(f, "a whole number from {LO} to {HI}")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Self::Value, E> {
-                match T::try_from(v) {
-                    Ok(n) if v <= HI => Ok(Whole(n)),
-                    _ => Err(E::custom(format!(
-                        "expected a whole number from {LO} to {HI}, got {v}"
-                    ))),
-                }
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Self::Value, E> {
-                match u64::try_from(v) {
-                    Ok(v) => self.visit_u64(v),
-                    Err(_) => Err(E::custom(format!(
-                        "expected a whole number from {LO} to {HI}, got {v}"
-                    ))),
-                }
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Self::Value, E> {
-                Err(E::custom(format!(
-                    "expected a whole number from {LO} to {HI}, got {}",
-                    short_number(v)
-                )))
-            }
-        }
-        d.deserialize_any(V(std::marker::PhantomData))
-    }
-}
-
-/// A size in bytes: `"64k"`, `"1m"`, or a number.
-#[derive(Debug)]
-struct Size(usize);
-
-impl<'de> Deserialize<'de> for Size {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Size;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a size such as \"64k\", or a number of bytes")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Size, E> {
-                parse_size(v).map(Size).map_err(E::custom)
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Size, E> {
-                usize::try_from(v)
-                    .map(Size)
-                    .map_err(|_| E::custom(format!("{v} is too large")))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Size, E> {
-                match u64::try_from(v) {
-                    Ok(v) => self.visit_u64(v),
-                    Err(_) => Err(E::custom(format!("{v}: a size cannot be negative"))),
-                }
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<Size, E> {
-                Err(E::custom(format!(
-                    "{} is not a size: write a whole number of bytes, or \"64k\"",
-                    short_number(v)
-                )))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// A string where empty means none (`health_user`).
-#[derive(Debug)]
-struct Text(Option<String>);
-
-impl<'de> Deserialize<'de> for Text {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        Ok(Text((!text.is_empty() && text != "none").then_some(text)))
-    }
-}
-
-/// Bytes in the notation of `--health-send` (`"PING\r\n"`, `"hex:0d0a"`);
-/// empty means none.
-#[derive(Debug)]
-struct Bytes(Option<Vec<u8>>);
-
-impl<'de> Deserialize<'de> for Bytes {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        if text.is_empty() {
-            return Ok(Bytes(None));
-        }
-        parse_bytes(&text)
-            .map(|b| Bytes(Some(b)))
-            .map_err(de::Error::custom)
-    }
-}
-
-/// `rate_limit`: `"N/WINDOW"`, or `"off"` (`None`).
-#[derive(Debug)]
-struct RateSetting(Option<Rate>);
-
-impl<'de> Deserialize<'de> for RateSetting {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        if text.trim() == "off" {
-            return Ok(RateSetting(None));
-        }
-        Rate::parse(&text)
-            .map(|r| RateSetting(Some(r)))
-            .map_err(de::Error::custom)
-    }
-}
-
-/// The backend list: strings or objects.
-#[derive(Debug)]
-struct Backends(Vec<BackendSpec>);
-
-impl<'de> Deserialize<'de> for Backends {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Backends;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list of backends")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> std::result::Result<Backends, A::Error> {
-                let mut list = Vec::new();
-                while let Some(Entry(spec)) = seq.next_element()? {
-                    list.push(spec);
-                }
-                Ok(Backends(list))
-            }
-        }
-        d.deserialize_seq(V)
-    }
-}
-
-/// One backend: `"HOST:PORT[,weight=N]"` or `{"host", "port", "weight"}`.
-struct Entry(BackendSpec);
-
-/// The keys of a backend written as an object.
-const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy"];
-
-impl<'de> Deserialize<'de> for Entry {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Entry;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a backend: \"HOST:PORT[,weight=N]\" or {\"host\": ..., \"port\": ...}")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Entry, E> {
-                BackendSpec::parse(v).map(Entry).map_err(|e| match e {
-                    Error::InvalidBackend(msg) => E::custom(msg),
-                    other => E::custom(other),
-                })
-            }
-            fn visit_map<A: MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> std::result::Result<Entry, A::Error> {
-                let mut host = None::<String>;
-                let mut port = None::<Whole<u16, 1, 65535>>;
-                let mut weight = None::<Whole<u32, 1, 1000>>;
-                let mut send_proxy = None;
-                while let Some(key) = map.next_key::<String>()? {
-                    match key.as_str() {
-                        "host" => host = Some(map.next_value()?),
-                        "port" => port = Some(map.next_value()?),
-                        "weight" => weight = Some(map.next_value()?),
-                        "send_proxy" => {
-                            let text: String = map.next_value()?;
-                            send_proxy = match text.as_str() {
-                                "off" | "none" | "" => None,
-                                _ => Some(text.parse().map_err(de::Error::custom)?),
-                            };
-                        }
-                        other => return Err(de::Error::unknown_field(other, ENTRY_KEYS)),
-                    }
-                }
-                let host = host.ok_or_else(|| de::Error::missing_field("host"))?;
-                let port = port.ok_or_else(|| de::Error::missing_field("port"))?.0;
-                let host = entry_host(&host).map_err(de::Error::custom)?;
-                let weight = weight.map_or(1, |w| w.0);
-                // `Whole` leaves the lower bound to the caller.
-                if port == 0 {
-                    return Err(de::Error::custom("port must be 1..65535, got 0"));
-                }
-                if weight == 0 {
-                    return Err(de::Error::custom("weight must be 1..1000, got 0"));
-                }
-                Ok(Entry(BackendSpec {
-                    host,
-                    port,
-                    weight,
-                    send_proxy,
-                }))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// The `host` of a backend object: a name or an IP address; an IPv6
-/// address may come in brackets, as in `"[::1]:8001"`.
-fn entry_host(text: &str) -> std::result::Result<String, String> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Err("the host is empty".into());
-    }
-    let inner = text
-        .strip_prefix('[')
-        .and_then(|t| t.strip_suffix(']'))
-        .unwrap_or(text);
-    let is_ipv6 = inner.parse::<std::net::Ipv6Addr>().is_ok();
-    if !is_ipv6 && inner.contains([':', '[', ']']) {
-        return Err(format!(
-            "host '{text}' is neither a name nor an IP address \
-             (an IPv6 address is written \"::1\" or \"[::1]\"; the port goes in \"port\")"
-        ));
-    }
-    Ok(inner.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BackendSpec;
+    use crate::config::words::{closest, edit_distance};
+    use crate::health::CheckKind;
+    use crate::limiter::{Rate, RateLimitAlgorithm, RateLimitReply};
+    use crate::scheduler::Algorithm;
+    use crate::trace::Lang;
+    use serde::Deserialize;
+    use std::time::Duration;
 
     fn parse_text(text: &str) -> Result<ConfigFile> {
         parse(Path::new("test.json"), text)
@@ -1140,9 +449,9 @@ mod tests {
         assert!(h.http_replies);
         let r = c.rate_limit.unwrap();
         assert_eq!(r.rate, Rate::parse("20/10s").unwrap());
-        assert_eq!(r.algorithm, RuleKind::TokenBucket);
+        assert_eq!(r.algorithm, RateLimitAlgorithm::TokenBucket);
         assert_eq!((r.max_clients, r.ipv6_prefix), (1000, 48));
-        assert_eq!(r.reply, Reply::Http);
+        assert_eq!(r.reply, RateLimitReply::Http);
         assert_eq!(h.user.as_deref(), Some("monitor"));
         assert_eq!(h.send.as_deref(), Some(&b"PING\r\n"[..]));
         assert_eq!(h.expect.as_deref(), Some(&b"+PONG"[..]));
@@ -1217,7 +526,7 @@ mod tests {
             ..Overrides::default()
         };
         let r = f.settle(&flags).unwrap().rate_limit.unwrap();
-        assert_eq!(r.reply, Reply::Http);
+        assert_eq!(r.reply, RateLimitReply::Http);
         // A detail without any rate limit is still refused, at its key.
         let line = error_of("{\n\"rate_limit_reply\": \"http\"}");
         assert!(
@@ -1297,6 +606,22 @@ mod tests {
         };
         let line = f.settle(&flags).unwrap_err().to_string();
         assert!(line.contains("--workers must be 1..65536"), "{line}");
+    }
+
+    /// Every setting a flag gives is worded as that flag, also the ones
+    /// listed late in the table (`queue_timeout`, `accept_proxy_timeout`).
+    #[test]
+    fn every_flag_that_gives_the_bad_value_is_worded_as_the_flag() {
+        let f = parse_text(r#"{"workers": 8}"#).unwrap();
+        let flags = Overrides {
+            queue_timeout: Some(Duration::ZERO),
+            ..Overrides::default()
+        };
+        let line = f.settle(&flags).unwrap_err().to_string();
+        assert!(
+            line.contains("--queue-timeout must be at least 1ms"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -5,19 +5,12 @@
 //! cares about; each part's defaults are written once, in that part's
 //! settings type ([`ProxyConfig`], [`HealthConfig`], [`RateLimitConfig`]).
 //!
-//! The binary starts from the defaults and lays [`Overrides`] over them:
-//! the command-line flags (`cli.rs`), and, when no backend was given, the
-//! interactive prompt (`prompt.rs`). An [`Overrides`] holds only what was
-//! given, so "not given" is never mistaken for "the default", and a later
-//! layer (a config file under the flags) slots in between. Validation names
-//! the setting as the config file writes it (`workers`); the command line
-//! words it as the flag (`--workers`).
-//!
-//! A `Config` is built and validated on the main thread before anything
-//! starts. [`crate::Balancer::bind`] then shares the parts that may change
-//! while running (the proxy's, health's and the limiter's settings, the
-//! algorithm, the backends) as live values that the threads read, and keeps
-//! the rest (listen address, workers, stack, queue) fixed.
+//! The binary lays [`Overrides`] over the defaults: a config file
+//! (`file.rs`), the flags (`cli.rs`) and the prompt's backends; each
+//! setting is one line of the settings table (`table.rs`, read by
+//! `settings.rs`). Built and validated on the main thread before anything
+//! starts; [`crate::Balancer::bind`] then shares the parts that may change
+//! as live values.
 //!
 //! # Corresponds to the C article
 //!
@@ -35,6 +28,9 @@
 pub mod file;
 mod overrides;
 mod read;
+pub mod settings;
+pub(crate) mod table;
+mod values;
 pub mod words;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -49,9 +45,9 @@ use crate::proxy::ProxyConfig;
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;
-use crate::units::{format_duration, format_size};
+use crate::units::format_size;
 
-pub use overrides::Overrides;
+pub use settings::Overrides;
 
 /// The article's `_PORT`.
 pub const DEFAULT_PORT: u16 = 8080;
@@ -70,6 +66,10 @@ pub const MAX_THREAD_STACK: usize = 1 << 30;
 /// timeout cuts every connection at once, and `poll(2)` counts in
 /// milliseconds anyway.
 pub const MIN_DURATION: Duration = Duration::from_millis(1);
+
+/// Longest `tcp_user_timeout`: `TCP_USER_TIMEOUT` is an unsigned 32-bit
+/// count of milliseconds.
+pub const MAX_TCP_USER_TIMEOUT: Duration = Duration::from_millis(u32::MAX as u64);
 
 /// Default of `worker_idle_timeout`: a minute. Traffic that comes back
 /// within a minute finds its threads still there; a flood's threads are
@@ -345,6 +345,16 @@ impl Config {
         if let Some(d) = p.client_first_byte_timeout {
             durations.push(("client_first_byte_timeout", d));
         }
+        if let Some(d) = p.tcp_user_timeout {
+            // The kernel takes it as a 32-bit count of milliseconds.
+            if d > MAX_TCP_USER_TIMEOUT {
+                return Err(Error::setting(
+                    "tcp_user_timeout",
+                    format!("must be at most 4294967295ms (about 49 days), got {d:?}"),
+                ));
+            }
+            durations.push(("tcp_user_timeout", d));
+        }
         if let Some(d) = self.worker_idle_timeout {
             if d < MIN_DURATION {
                 // 0 is a common way to write "never" elsewhere: say the word.
@@ -363,135 +373,6 @@ impl Config {
             }
         }
         Ok(())
-    }
-
-    /// Every setting with its value, as `(name, value)` in the config
-    /// file's names and the flags' notation (`3s`, `64k`): what
-    /// `--help` shows as defaults and what a check of the settings prints.
-    pub fn describe(&self) -> Vec<(&'static str, String)> {
-        let backends: Vec<String> = self.backends.iter().map(|b| b.to_string()).collect();
-        let p = &self.proxy;
-        let h = &self.health;
-        let mut out = vec![
-            ("listen", self.listen.to_string()),
-            ("backends", backends.join(" ")),
-            ("algorithm", self.algorithm.name().to_string()),
-            ("workers", self.workers.to_string()),
-            ("thread_stack", format_size(self.thread_stack)),
-            ("queue_capacity", self.queue_capacity.to_string()),
-            (
-                "worker_idle_timeout",
-                self.worker_idle_timeout
-                    .map_or_else(|| "off".to_string(), format_duration),
-            ),
-            ("backlog", self.backlog.to_string()),
-            ("buffer_size", format_size(p.buffer_size)),
-            ("connect_timeout", format_duration(p.connect_timeout)),
-            ("idle_timeout", format_duration(p.idle_timeout)),
-            ("drain_timeout", format_duration(self.drain_timeout)),
-            ("splice", p.splice.to_string()),
-            ("defer_accept", self.defer_accept.to_string()),
-            ("yield_before_poll", p.yield_before_poll.to_string()),
-            ("health_check", h.check.name().to_string()),
-            ("health_interval", format_duration(h.interval)),
-            ("health_timeout", format_duration(h.timeout)),
-            ("health_path", h.path.clone()),
-            ("fall", h.fall.to_string()),
-            ("rise", h.rise.to_string()),
-            ("passive_failures", h.passive_failures.to_string()),
-            ("health_cooldown", format_duration(h.cooldown)),
-            ("http_replies", h.http_replies.to_string()),
-            ("health_user", h.user.clone().unwrap_or_default()),
-            (
-                "health_send",
-                h.send.as_deref().map(show_bytes).unwrap_or_default(),
-            ),
-            (
-                "health_expect",
-                h.expect.as_deref().map(show_bytes).unwrap_or_default(),
-            ),
-        ];
-        match &self.rate_limit {
-            None => out.push(("rate_limit", "off".into())),
-            Some(r) => out.extend([
-                ("rate_limit", r.rate.to_string()),
-                ("rate_limit_algorithm", r.algorithm.to_string()),
-                ("rate_limit_max_clients", r.max_clients.to_string()),
-                ("rate_limit_ipv6_prefix", r.ipv6_prefix.to_string()),
-                ("rate_limit_reply", r.reply.name().to_string()),
-            ]),
-        }
-        out.push(("trace", self.trace.to_string()));
-        out.push(("trace_lang", self.trace_lang.to_string()));
-        out.extend([
-            (
-                "admin_listen",
-                self.admin_listen
-                    .map_or_else(|| "off".to_string(), |a| a.to_string()),
-            ),
-            ("admin_allow_remote", self.admin_allow_remote.to_string()),
-            (
-                "admin_token_file",
-                self.admin_token_file
-                    .as_ref()
-                    .map_or_else(|| "none".to_string(), |p| p.display().to_string()),
-            ),
-        ]);
-        out.push(("queue_timeout", format_duration(p.queue_timeout)));
-        out.push((
-            "client_first_byte_timeout",
-            p.client_first_byte_timeout
-                .map_or_else(|| "off".to_string(), format_duration),
-        ));
-        out.push((
-            "fin_timeout",
-            p.fin_timeout
-                .map_or_else(|| "same as idle_timeout".into(), format_duration),
-        ));
-        out.push((
-            "tcp_keepalive",
-            p.tcp_keepalive
-                .map_or_else(|| "off".into(), format_duration),
-        ));
-        out.extend([
-            (
-                "send_proxy",
-                self.send_proxy.map_or("off".into(), |v| v.to_string()),
-            ),
-            ("accept_proxy", self.accept_proxy.to_string()),
-            ("accept_proxy_from", self.accept_proxy_from.to_string()),
-            (
-                "accept_proxy_timeout",
-                format_duration(self.accept_proxy_timeout),
-            ),
-            (
-                "rate_limit_store",
-                self.rate_limit_store
-                    .url
-                    .clone()
-                    .unwrap_or_else(|| "in-process".into()),
-            ),
-            (
-                "rate_limit_store_timeout",
-                format_duration(self.rate_limit_store.timeout),
-            ),
-            (
-                "rate_limit_store_failure",
-                self.rate_limit_store.failure.name().to_string(),
-            ),
-            ("reuse_port", self.reuse_port.to_string()),
-            (
-                "access_log",
-                self.access_log.map_or("off".into(), |f| f.to_string()),
-            ),
-            (
-                "access_log_file",
-                self.access_log_file
-                    .as_ref()
-                    .map_or("stdout".into(), |p| p.display().to_string()),
-            ),
-        ]);
-        out
     }
 }
 

@@ -138,6 +138,10 @@ pub struct ProxyConfig {
     /// connection is dropped after 3 unanswered (`TCP_KEEPCNT`). Default
     /// `None` (off).
     pub tcp_keepalive: Option<Duration>,
+    /// `TCP_USER_TIMEOUT` on both sockets of each connection
+    /// (`tcp_user_timeout`): how long sent data may stay unacknowledged
+    /// before the kernel drops the connection. Default `None` (off).
+    pub tcp_user_timeout: Option<Duration>,
 }
 
 /// Default of `queue_timeout`: 30 s, the low end of HAProxy's example
@@ -160,6 +164,7 @@ impl Default for ProxyConfig {
             client_first_byte_timeout: None,
             fin_timeout: None,
             tcp_keepalive: None,
+            tcp_user_timeout: None,
         }
     }
 }
@@ -447,6 +452,13 @@ impl Proxy {
                     log::debug!(
                         "client {peer}: TCP keep-alive not set on the {side} socket: {err}"
                     );
+                }
+            }
+        }
+        if let Some(limit) = settings.tcp_user_timeout {
+            for socket in [&client, &backend_sock] {
+                if let Err(err) = SockRef::from(socket).set_tcp_user_timeout(Some(limit)) {
+                    log::debug!("client {peer}: TCP_USER_TIMEOUT not set: {err}");
                 }
             }
         }

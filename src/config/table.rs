@@ -1,0 +1,381 @@
+//! The settings table: every setting of the balancer on one line, read
+//! by `config/settings.rs` (the layers, the file's keys, `check-config`,
+//! reload) and by `cli.rs` (the flags). A new setting is a line here and
+//! the code that uses it.
+//!
+//! Only a macro: nothing runs here.
+//!
+//! # Corresponds to the C article
+//!
+//! The `#define`s at the top of the C file, with the flags and keys that
+//! change them.
+
+/// The table itself, handed to `$callback`: `settings!` here, and the
+/// command line's `balancer_args!` in `cli.rs`, each taking the columns it
+/// needs. A line: the flag's help (`///`), `key: type` (the value a layer
+/// gives), the long flag, the scope, how it is laid in a [`Config`]
+/// (`set`, `some` for a setting off unless given, `by_hand`), `live` or
+/// `restart[field kept]`, `file TYPE => take|hand` (how the file reads
+/// it), `flag TYPE [clap's arg attributes]`, and how `check-config` prints
+/// it (`always`, or `when` it is listed only sometimes).
+macro_rules! settings_table {
+    ($callback:ident) => {
+        $callback! {
+        /// Address to accept clients on (IPv4 or IPv6, e.g. `[::]:8080`).
+        listen: SocketAddr, "listen", Service, set(listen), restart[listen],
+            file Listen => take,
+            flag Option<SocketAddr> [short, value_parser = parse_listen],
+            always |c: &Config| c.listen.to_string();
+        /// A backend as HOST:PORT[,weight=N]; repeat for more. Without any,
+        /// rodizio asks for them as the article's program does.
+        backends: Vec<BackendSpec>, "backend", Service, set(backends), live,
+            file Backends => hand,
+            flag Vec<BackendSpec> [short, value_name = "HOST:PORT", value_parser = parse_backend],
+            always |c: &Config| {
+                let names: Vec<String> = c.backends.iter().map(|b| b.to_string()).collect();
+                names.join(" ")
+            };
+        /// How to choose the backend for each new client: round-robin,
+        /// weighted-round-robin, least-connections, ip-hash, p2c.
+        algorithm: Algorithm, "algorithm", Service, set(algorithm), live,
+            file Parsed<Algorithm> => hand,
+            flag Option<Algorithm> [value_name = "ALGORITHM", value_parser = parse_algorithm],
+            always |c: &Config| c.algorithm.name().to_string();
+        /// Stack size of each worker thread (e.g. 65536, 64k).
+        thread_stack: usize, "thread-stack", Process, set(thread_stack), restart[thread_stack],
+            file Size => take,
+            flag Option<usize> [value_parser = parse_size],
+            always |c: &Config| format_size(c.thread_stack);
+        /// Most worker threads, hence most connections served at once.
+        workers: usize, "workers", Process, set(workers), restart[workers],
+            file Whole<usize, 1, { super::MAX_WORKERS as u64 }> => take,
+            flag Option<usize> [value_parser = whole::<usize, 1, { MAX_WORKERS as u64 }>],
+            always |c: &Config| c.workers.to_string();
+        /// Most accepted connections waiting for a free worker.
+        queue_capacity: usize, "queue-capacity", Process, set(queue_capacity),
+            restart[queue_capacity],
+            file Whole<usize, 1, { usize::MAX as u64 }> => take,
+            flag Option<usize> [value_parser = whole::<usize, 1, { usize::MAX as u64 }>],
+            always |c: &Config| c.queue_capacity.to_string();
+        /// A worker thread that waited this long for a client exits, down to a
+        /// floor of a few (e.g. 30s, 10m); `off` keeps every worker started.
+        worker_idle_timeout: Option<Duration>, "worker-idle-timeout", Process,
+            set(worker_idle_timeout), restart[worker_idle_timeout],
+            file MaybeSecs => take,
+            flag Option<DurationOrOff> [value_name = "DUR", value_parser = parse_duration_or_off],
+            always |c: &Config| or_off(c.worker_idle_timeout, format_duration);
+        /// The listen(2) backlog.
+        backlog: i32, "backlog", Process, set(backlog), restart[backlog],
+            file Whole<i32, 1, { i32::MAX as u64 }> => take,
+            flag Option<i32> [value_parser = clap::value_parser!(i32).range(1..)],
+            always |c: &Config| c.backlog.to_string();
+        /// Bytes per read in each direction (e.g. 4096, 16k).
+        buffer_size: usize, "buffer-size", Service, set(proxy.buffer_size), live,
+            file Size => take,
+            flag Option<usize> [value_parser = parse_size],
+            always |c: &Config| format_size(c.proxy.buffer_size);
+        /// Longest wait for a backend to accept a connection (e.g. 500ms, 3s).
+        connect_timeout: Duration, "connect-timeout", Service, set(proxy.connect_timeout), live,
+            file Secs => take,
+            flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| format_duration(c.proxy.connect_timeout);
+        /// Close a connection after this long with no byte moving.
+        idle_timeout: Duration, "idle-timeout", Service, set(proxy.idle_timeout), live,
+            file Secs => take,
+            flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| format_duration(c.proxy.idle_timeout);
+        /// On SIGINT/SIGTERM, wait this long for connections in flight.
+        drain_timeout: Duration, "drain-timeout", Process, set(drain_timeout),
+            restart[drain_timeout],
+            file Secs => take,
+            flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| format_duration(c.drain_timeout);
+        /// Move bytes with splice(2) through a pipe per direction (Linux, zero
+        /// copy, up to 64 KiB per call) instead of 4096-byte reads and writes;
+        /// --buffer-size is then unused. Off by default: the article's pump
+        /// copies through a buffer.
+        splice: bool, "splice", Service, set(proxy.splice), live,
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.proxy.splice.to_string();
+        /// Hand a client to a worker only once its first bytes have arrived
+        /// (TCP_DEFER_ACCEPT): fewer wake-ups per short connection. Off by
+        /// default: clients of protocols where the server speaks first (SMTP,
+        /// FTP, MySQL) would wait about a second before being served.
+        defer_accept: bool, "defer-accept", Service, set(defer_accept), restart[defer_accept],
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.defer_accept.to_string();
+        /// After moving bytes, give the CPU away once (sched_yield) and check
+        /// again without waiting before sleeping in poll(2): the peer often
+        /// answers meanwhile, and the worker is spared a sleep and a wake-up.
+        /// Off by default: it trades a little CPU for it when the answer is slow.
+        yield_before_poll: bool, "yield-before-poll", Service, set(proxy.yield_before_poll), live,
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.proxy.yield_before_poll.to_string();
+        /// Active health check: tcp (connect), http (GET --health-path), off, or
+        /// one that speaks the backend's protocol so it logs nothing: redis,
+        /// tls, smtp, mysql, pgsql, send-expect (see docs/health-checks.md).
+        health_check: CheckKind, "health-check", Service, set(health.check), live,
+            file Parsed<CheckKind> => take,
+            flag Option<CheckKind> [value_name = "KIND", value_parser = parse_check],
+            always |c: &Config| c.health.check.name().to_string();
+        /// Time between two rounds of active checks.
+        health_interval: Duration, "health-interval", Service, set(health.interval), live,
+            file Secs => hand,
+            flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| format_duration(c.health.interval);
+        /// Longest wait for one check.
+        health_timeout: Duration, "health-timeout", Service, set(health.timeout), live,
+            file Secs => take,
+            flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| format_duration(c.health.timeout);
+        /// Path requested by the http check.
+        health_path: String, "health-path", Service, set(health.path), live,
+            file String => take,
+            flag Option<String>,
+            always |c: &Config| c.health.path.clone();
+        /// Failed checks in a row that mark a backend down.
+        fall: u32, "fall", Service, set(health.fall), live,
+            file Whole<u32, 1, { u32::MAX as u64 }> => take,
+            flag Option<u32> [value_parser = whole::<u32, 1, { u32::MAX as u64 }>],
+            always |c: &Config| c.health.fall.to_string();
+        /// Successful checks in a row that mark a down backend up.
+        rise: u32, "rise", Service, set(health.rise), live,
+            file Whole<u32, 1, { u32::MAX as u64 }> => take,
+            flag Option<u32> [value_parser = whole::<u32, 1, { u32::MAX as u64 }>],
+            always |c: &Config| c.health.rise.to_string();
+        /// Failed connects in a row on real traffic that mark a backend down at
+        /// once (0: never).
+        passive_failures: u32, "passive-failures", Service, set(health.passive_failures), live,
+            file Whole<u32, 0, { u32::MAX as u64 }> => take,
+            flag Option<u32> [value_parser = whole::<u32, 0, { u32::MAX as u64 }>],
+            always |c: &Config| c.health.passive_failures.to_string();
+        /// With --health-check off, how long a backend marked down by real
+        /// traffic rests before it is tried again.
+        health_cooldown: Duration, "health-cooldown", Service, set(health.cooldown), live,
+            file Secs => take,
+            flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| format_duration(c.health.cooldown);
+        /// Answer clients that no backend can serve with HTTP 503 (none
+        /// available) or 502 (none reachable) instead of just closing.
+        http_replies: bool, "http-replies", Service, set(health.http_replies), live,
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.health.http_replies.to_string();
+        /// User of the mysql check (it then logs in and quits, so the server
+        /// logs nothing) and of the pgsql check (default rodizio).
+        health_user: String, "health-user", Service, some(health.user), live,
+            file Text => take,
+            flag Option<String> [value_name = "USER"],
+            always |c: &Config| c.health.user.clone().unwrap_or_default();
+        /// Bytes the send-expect check sends: text with \r \n \xHH escapes,
+        /// or hex:0d0a.
+        health_send: Vec<u8>, "health-send", Service, some(health.send), live,
+            file Bytes => take,
+            flag Option<Vec<u8>> [value_name = "BYTES", value_parser = parse_health_bytes],
+            always |c: &Config| c.health.send.as_deref().map(show_bytes).unwrap_or_default();
+        /// Bytes the send-expect check wants in the reply (same notation).
+        health_expect: Vec<u8>, "health-expect", Service, some(health.expect), live,
+            file Bytes => take,
+            flag Option<Vec<u8>> [value_name = "BYTES", value_parser = parse_health_bytes],
+            always |c: &Config| c.health.expect.as_deref().map(show_bytes).unwrap_or_default();
+        /// Limit each client IP to N new connections per WINDOW (e.g. 100/1s,
+        /// 20/10s). Off by default.
+        rate_limit: Rate, "rate-limit", Service, by_hand(rate_limit), live,
+            file RateSetting => hand,
+            flag Option<Rate> [value_name = "N/WINDOW", value_parser = Rate::parse],
+            always |c: &Config| or_off(c.rate_limit.as_ref(), |r| r.rate.to_string());
+        /// How connections are counted: fixed-window, sliding-window,
+        /// token-bucket.
+        rate_limit_algorithm: RateLimitAlgorithm, "rate-limit-algorithm", Service, by_hand(rate_limit), live,
+            file Parsed<RateLimitAlgorithm> => take,
+            flag Option<RateLimitAlgorithm> [value_name = "ALGORITHM", value_parser = parse_rule],
+            when |c: &Config| c.rate_limit.as_ref().map(|r| r.algorithm.to_string());
+        /// Most client IPs tracked at once; the table is allocated at start-up,
+        /// about 54 bytes per client.
+        rate_limit_max_clients: usize, "rate-limit-max-clients", Service, by_hand(rate_limit),
+            live,
+            file Whole<usize, 1, { MAX_MAX_CLIENTS as u64 }> => take,
+            flag Option<u32> [value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_MAX_CLIENTS as i64)],
+            when |c: &Config| c.rate_limit.as_ref().map(|r| r.max_clients.to_string());
+        /// IPv6 clients are limited per prefix of this many bits; 128 limits
+        /// each address.
+        rate_limit_ipv6_prefix: u8, "rate-limit-ipv6-prefix", Service, by_hand(rate_limit),
+            live,
+            file Whole<u8, 1, 128> => take,
+            flag Option<u8> [value_name = "BITS", value_parser = clap::value_parser!(u8).range(1..=128)],
+            when |c: &Config| c.rate_limit.as_ref().map(|r| r.ipv6_prefix.to_string());
+        /// What a refused client gets: `close` (closed at once) or `http` (a
+        /// minimal 429 reply, then closed).
+        rate_limit_reply: RateLimitReply, "rate-limit-reply", Service, by_hand(rate_limit), live,
+            file Parsed<RateLimitReply> => take,
+            flag Option<RateLimitReply> [value_name = "REPLY", value_parser = parse_reply],
+            when |c: &Config| c.rate_limit.as_ref().map(|r| r.reply.name().to_string());
+        /// Narrate each step of every connection (accepted, the choice of
+        /// backend, the queue, the worker, connect, bytes each way, the
+        /// half-closes and the close), as info lines with the log target
+        /// rodizio::trace.
+        trace: bool, "trace", Process, set(trace), restart[trace],
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.trace.to_string();
+        /// The language of --trace: en or pt (Brazilian Portuguese). When not
+        /// given: pt if LANG starts with pt.
+        trace_lang: Lang, "trace-lang", Process, set(trace_lang), restart[trace_lang],
+            file Parsed<Lang> => take,
+            flag Option<Lang> [value_name = "LANG", value_parser = parse_lang],
+            always |c: &Config| c.trace_lang.to_string();
+        /// Serve the admin API (JSON over HTTP: list, add, drain, remove
+        /// backends; reload; settings) on this address; loopback only unless
+        /// --admin-allow-remote. Off by default.
+        admin_listen: SocketAddr, "admin", Process, some(admin_listen), restart[admin_listen],
+            file MaybeAddr => take,
+            flag Option<SocketAddr> [visible_alias = "admin-listen", value_name = "ADDR", value_parser = parse_listen],
+            always |c: &Config| or_off(c.admin_listen, |a| a.to_string());
+        /// Let --admin listen on an address that is not loopback.
+        admin_allow_remote: bool, "admin-allow-remote", Process, set(admin_allow_remote),
+            restart[admin_allow_remote],
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.admin_allow_remote.to_string();
+        /// Ask admin API requests for `Authorization: Bearer TOKEN`, TOKEN
+        /// being this file's content (trimmed).
+        admin_token_file: PathBuf, "admin-token-file", Process, some(admin_token_file),
+            restart[admin_token_file],
+            file Text => take,
+            flag Option<PathBuf> [value_name = "FILE"],
+            always |c: &Config| c
+                .admin_token_file
+                .as_ref()
+                .map_or_else(|| "none".to_string(), |p| p.display().to_string());
+        /// Close a client that waited longer than this for a free worker (503
+        /// with --http-replies) instead of serving it late (HAProxy's `timeout
+        /// queue`).
+        queue_timeout: Duration, "queue-timeout", Service, set(proxy.queue_timeout), live,
+            file Secs => take,
+            flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| format_duration(c.proxy.queue_timeout);
+        /// Close a client that sends nothing within this time of being accepted
+        /// (silent clients holding workers). Off by default: in protocols where
+        /// the server speaks first the client is silent until greeted.
+        client_first_byte_timeout: Duration, "client-first-byte-timeout", Service,
+            some(proxy.client_first_byte_timeout), live,
+            file MaybeSecs => take,
+            flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| or_off(c.proxy.client_first_byte_timeout, format_duration);
+        /// Once one side of a connection has closed its write side, close the
+        /// connection when the other stays silent this long.
+        fin_timeout: Duration, "fin-timeout", Service, some(proxy.fin_timeout), live,
+            file MaybeSecs => take,
+            flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
+            always |c: &Config| c
+                .proxy
+                .fin_timeout
+                .map_or_else(|| "same as idle_timeout".into(), format_duration);
+        /// Turn on TCP keep-alive on both sockets of each connection: first
+        /// probe after IDLE without traffic, then every IDLE/3 (at least 1s),
+        /// dropped after 3 unanswered (e.g. 60s).
+        tcp_keepalive: Duration, "tcp-keepalive", Service, some(proxy.tcp_keepalive), live,
+            file MaybeSecs => take,
+            flag Option<Duration> [value_name = "IDLE", value_parser = parse_duration],
+            always |c: &Config| or_off(c.proxy.tcp_keepalive, format_duration);
+        /// Give up on a connection whose sent data stays unacknowledged
+        /// this long (TCP_USER_TIMEOUT on both sockets of each
+        /// connection), so a peer that vanished is noticed even while
+        /// bytes wait to be sent (e.g. 30s). Off by default.
+        tcp_user_timeout: Duration, "tcp-user-timeout", Service,
+            some(proxy.tcp_user_timeout), live,
+            file MaybeSecs => take,
+            flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
+            always |c: &Config| or_off(c.proxy.tcp_user_timeout, format_duration);
+        /// Send every backend a PROXY protocol header (v1 or v2) with the
+        /// client's address before its bytes; one backend alone takes
+        /// `-b HOST:PORT,send-proxy` or `,send-proxy-v2`.
+        send_proxy: Version, "send-proxy", Service, some(send_proxy), restart[send_proxy],
+            file MaybeParsed<Version> => take,
+            flag Option<Version> [value_name = "VERSION", value_parser = parse_proxy_version],
+            always |c: &Config| or_off(c.send_proxy, |v| v.to_string());
+        /// Expect a PROXY protocol header (v1 or v2) from every client: for a
+        /// balancer behind another proxy (HAProxy's send-proxy, nginx's
+        /// proxy_protocol on). The header's address is then the client's.
+        accept_proxy: bool, "accept-proxy", Service, set(accept_proxy), restart[accept_proxy],
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.accept_proxy.to_string();
+        /// The peers allowed to send that header, as CIDR[,CIDR...]; a client
+        /// connecting from elsewhere is closed.
+        accept_proxy_from: CidrList, "accept-proxy-from", Service, set(accept_proxy_from),
+            restart[accept_proxy_from],
+            file Parsed<CidrList> => take,
+            flag Option<CidrList> [value_name = "CIDR,...", value_parser = parse_cidrs],
+            always |c: &Config| c.accept_proxy_from.to_string();
+        /// Longest wait for a complete PROXY protocol header; a client that
+        /// sends none in time is closed.
+        accept_proxy_timeout: Duration, "accept-proxy-timeout", Service,
+            set(accept_proxy_timeout), restart[accept_proxy_timeout],
+            file Secs => take,
+            flag Option<Duration> [value_name = "DURATION", value_parser = parse_duration],
+            always |c: &Config| format_duration(c.accept_proxy_timeout);
+        /// Keep the rate limit's counts in Redis (redis://HOST:PORT/DB), shared
+        /// by every balancer pointed at it, instead of in this process.
+        rate_limit_store: String, "rate-limit-store", Process, some(rate_limit_store.url),
+            restart[rate_limit_store],
+            file Store => take,
+            flag Option<String> [value_name = "URL"],
+            always |c: &Config| c
+                .rate_limit_store
+                .url
+                .clone()
+                .unwrap_or_else(|| "in-process".into());
+        // Kept, with the URL, as one `rate_limit_store`.
+        /// Longest wait for Redis on one check (connect, read, write).
+        rate_limit_store_timeout: Duration, "rate-limit-store-timeout", Process,
+            set(rate_limit_store.timeout), restart,
+            file Secs => take,
+            flag Option<Duration> [value_name = "DURATION", value_parser = parse_duration],
+            always |c: &Config| format_duration(c.rate_limit_store.timeout);
+        /// When Redis fails or is slow: `open` serves the client unchecked,
+        /// `closed` refuses it.
+        rate_limit_store_failure: FailurePolicy, "rate-limit-store-failure", Process,
+            set(rate_limit_store.failure), restart,
+            file Parsed<FailurePolicy> => take,
+            flag Option<FailurePolicy> [value_name = "POLICY", value_parser = parse_failure],
+            always |c: &Config| c.rate_limit_store.failure.name().to_string();
+        /// Set SO_REUSEPORT on the listening socket, so several rodizio
+        /// processes listen on the same port (a new version starts before the
+        /// old one drains; see docs/scaling.md). Off by default.
+        reuse_port: bool, "reuse-port", Service, set(reuse_port), restart[reuse_port],
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.reuse_port.to_string();
+        /// Write one line per connection when it ends, as text or json (client,
+        /// backend, queue and connect times, duration, bytes, how it ended);
+        /// refused clients get a line too. Off by default.
+        access_log: crate::access_log::Format, "access-log", Process, some(access_log),
+            restart[access_log],
+            file MaybeParsed<crate::access_log::Format> => take,
+            flag Option<crate::access_log::Format> [value_name = "FORMAT", value_parser = parse_access_log],
+            always |c: &Config| or_off(c.access_log, |f| f.to_string());
+        /// Where --access-log writes (default: standard output); reopened on
+        /// SIGUSR1, for logrotate.
+        access_log_file: PathBuf, "access-log-file", Process, some(access_log_file),
+            restart[access_log_file],
+            file Stdout => take,
+            flag Option<PathBuf> [value_name = "PATH"],
+            always |c: &Config| c
+                .access_log_file
+                .as_ref()
+                .map_or("stdout".into(), |p| p.display().to_string());
+        @file_only {
+            mode: Parsed<Mode>,
+            listen_port: Whole<u16, 0, 65535>,
+            backend_servers: Backends,
+            scheduling_algorithm: Parsed<Algorithm>,
+            health_check_interval_seconds: Secs,
+        }
+        }
+    };
+}
+pub(crate) use settings_table;
