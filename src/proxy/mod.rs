@@ -549,17 +549,13 @@ impl Proxy {
         );
     }
 
-    /// Ends a client that waited longer than `queue_timeout` for a worker,
-    /// before any backend is connected: a 503 with `http_replies` (one
-    /// non-blocking write, as the accept loop's: a worker that lingered
-    /// here would make the backlog that caused the wait grow), then the
-    /// close. Counted; logged at most once a second.
-    /// One access log line, when `--access-log` is on; a line the writer
-    /// could not take is counted (`access_log_dropped`).
+    /// Clients waiting in the queue now (0 before the pool exists).
     fn queue_depth(&self) -> usize {
         self.queue_depth.get().map_or(0, |f| f())
     }
 
+    /// One access log line, when `--access-log` is on; a line the writer
+    /// could not take is counted (`access_log_dropped`).
     pub(crate) fn log_access(
         &self,
         client: SocketAddr,
@@ -577,6 +573,11 @@ impl Proxy {
         );
     }
 
+    /// Ends a client that waited longer than `queue_timeout` for a worker,
+    /// before any backend is connected: a 503 with `http_replies` (one
+    /// non-blocking write, as the accept loop's: a worker that lingered
+    /// here would make the backlog that caused the wait grow), then the
+    /// close. Counted; logged at most once a second.
     fn queue_timed_out(
         &self,
         client: &TcpStream,
