@@ -65,6 +65,14 @@ impl LogThrottle {
         self.suppressed.fetch_add(1, Ordering::AcqRel);
         None
     }
+
+    /// Time from `now` until [`event`](Self::event) would say log: what a
+    /// thread with nothing else to do may sleep before its next line.
+    pub fn wait(&self, now: Instant) -> Duration {
+        let t =
+            u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(self.next_at.load(Ordering::Relaxed).saturating_sub(t))
+    }
 }
 
 /// `" (N more since the last such line)"` when `n` events went unlogged,

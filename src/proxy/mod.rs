@@ -497,16 +497,7 @@ impl Proxy {
         }
         trace::waiting();
         if self.access_log.is_some() {
-            let end = match (outcome.end, &outcome.error) {
-                (End::ClientClosed, _) => LogEnd::ClientClosed,
-                (End::BackendClosed, _) => LogEnd::BackendClosed,
-                (End::ClientReset, _) => LogEnd::ClientReset,
-                (End::BackendReset, _) => LogEnd::BackendReset,
-                (End::IdleTimeout, _) => LogEnd::IdleTimeout,
-                (End::FinTimeout, _) => LogEnd::FinTimeout,
-                (other, Some(err)) => LogEnd::Error(format!("{other}: {err}")),
-                (other, None) => LogEnd::Error(other.to_string()),
-            };
+            let end = LogEnd::pumped(outcome.end, outcome.error.as_ref());
             self.log_access(
                 peer,
                 Some(backend.name()),
