@@ -190,27 +190,24 @@ impl Balancer {
             }
         };
         let queue_depth: Arc<std::sync::OnceLock<crate::proxy::QueueDepth>> = Arc::default();
-        let proxy = Arc::new(Proxy {
-            access_log: access_log.clone(),
-            unreachable_log: LogThrottle::new(Duration::from_secs(1)),
-            busy_log: LogThrottle::new(crate::proxy::BUSY_WARNING_EVERY),
-            max_workers: config.workers,
-            queue_depth: Arc::clone(&queue_depth),
-            scheduler: Arc::clone(&live.scheduler),
-            limiter: Arc::clone(&live.limiter),
-            accept_proxy: config.accept_proxy.then(|| {
-                AcceptProxy::new(
-                    config.accept_proxy_from.clone(),
-                    config.accept_proxy_timeout,
-                )
-            }),
-            stats: Arc::clone(&stats),
-            settings: Arc::clone(&live.proxy),
-            health: Arc::clone(&live.health),
-            queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
-            out_of_descriptors_log: LogThrottle::new(Duration::from_secs(1)),
-            first_byte_timeout_log: LogThrottle::new(Duration::from_secs(1)),
+        let accept_proxy = config.accept_proxy.then(|| {
+            AcceptProxy::new(
+                config.accept_proxy_from.clone(),
+                config.accept_proxy_timeout,
+            )
         });
+        let proxy = Arc::new(
+            Proxy::new(
+                Arc::clone(&live.scheduler),
+                Arc::clone(&live.proxy),
+                Arc::clone(&live.health),
+                Arc::clone(&live.limiter),
+                Arc::clone(&stats),
+                access_log.clone(),
+                accept_proxy,
+            )
+            .busy_warning(config.workers, Arc::clone(&queue_depth)),
+        );
         let pool = Pool::new(
             config.workers,
             config.thread_stack,
