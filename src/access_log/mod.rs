@@ -5,11 +5,11 @@
 //! reporter of a worker (`proxy/report.rs`) or the accept loop, for a client
 //! it refuses. `log` never blocks: it tries a bounded channel and counts the
 //! record as dropped when the writer has fallen behind. One writer thread
-//! ([`mod@writer`]) formats ([`Format`]) and writes the lines.
+//! (`writer`) formats ([`Format`]) and writes the lines.
 //!
-//! - [`mod@record`]: what a line says, and [`End`], how a connection ended;
-//! - [`mod@format`]: the text and JSON lines (JSON through `serde_json`);
-//! - [`mod@writer`]: the thread, its file, reopening after logrotate.
+//! - `record`: what a line says, and [`End`], how a connection ended;
+//! - `format`: the text and JSON lines (JSON through `serde_json`);
+//! - `writer`: the thread, its file, reopening after logrotate.
 //!
 //! # Threads
 //!

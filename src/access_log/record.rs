@@ -57,7 +57,7 @@ pub struct Record {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum End {
     /// A served connection that ended as the pump saw it end, named by
-    /// [`pumped_name`]: `client_closed`, `backend_closed`, `client_reset`,
+    /// `pumped_name`: `client_closed`, `backend_closed`, `client_reset`,
     /// `backend_reset`, `idle_timeout`, `fin_timeout`. A failed write or
     /// another error of the pump is [`End::Error`], built by
     /// [`End::pumped`].

@@ -7,7 +7,7 @@
 //! - this file: [`Job`], the settings ([`ProxyConfig`]) and [`Proxy`];
 //! - `serve`: the chain wait → route → connect → pump → close;
 //! - `connect`: the backend connect with fail-over, and keep-alive;
-//! - `report`: the connection's [`Outcome`](report::Outcome) and the one
+//! - `report`: the connection's `Outcome` and the one
 //!   place it becomes counters, access log, trace and log lines;
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;
 //! - `conduit`: the thread's buffers and pipes the pump moves bytes through;
