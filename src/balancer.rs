@@ -59,14 +59,13 @@ use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::listener::{self, Acceptor};
 use crate::pool::{Pool, WORKER_FLOOR};
-use crate::proxy::{AcceptProxy, Job, Proxy};
+use crate::proxy::{AcceptProxy, Job, Proxy, Report};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 use crate::units;
 
 pub use crate::live::Live;
-use crate::throttle::LogThrottle;
 
 /// A bound, ready-to-run balancer.
 pub struct Balancer {
@@ -327,8 +326,7 @@ impl Balancer {
             limiter: &self.live.limiter,
             health: &self.live.health,
             accept_proxy: self.config.accept_proxy,
-            access_log: self.access_log.as_ref(),
-            no_backend_log: LogThrottle::new(Duration::from_secs(1)),
+            report: Report::new(Arc::clone(&self.stats), self.access_log.clone()),
         };
         acceptor.run(&self.listener);
         if let Some(health) = health {

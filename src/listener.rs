@@ -71,12 +71,11 @@ use std::time::{Duration, Instant};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::access_log::{AccessLog, End as LogEnd};
 use crate::error::{Error, Result};
 use crate::health::HealthConfig;
 use crate::limiter::{self, Decision, Limiter};
 use crate::pool::Pool;
-use crate::proxy::{self, Access, Job, Route};
+use crate::proxy::{Fate, Job, Outcome, Refusal, Report, Route};
 use crate::reply;
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
@@ -180,7 +179,7 @@ pub(crate) fn wake_by_shutdown(listener: &TcpListener) {
 
 /// What the accept loop needs besides the socket.
 pub(crate) struct Acceptor<'a> {
-    pub scheduler: &'a Scheduler,
+    pub scheduler: &'a Arc<Scheduler>,
     pub pool: &'a Pool<Job>,
     pub stats: &'a Arc<Stats>,
     pub shutdown: &'a Shutdown,
@@ -191,24 +190,23 @@ pub(crate) struct Acceptor<'a> {
     pub health: &'a ArcSwap<HealthConfig>,
     /// `--accept-proxy`: clients are queued unpicked (see below).
     pub accept_proxy: bool,
-    /// `--access-log`: refused clients get a line too.
-    pub access_log: Option<&'a AccessLog>,
-    /// "No backend is available" is logged at most once a second, with the
-    /// count of the others: under load it would flood the log.
-    pub no_backend_log: LogThrottle,
+    /// Where the clients refused here are counted and logged (the access
+    /// log, the throttled warnings).
+    pub report: Report,
 }
 
 impl Acceptor<'_> {
-    /// The access log line of a client refused here.
-    fn log_refused(&self, peer: SocketAddr, end: LogEnd) {
-        proxy::log_access(
-            self.access_log,
-            self.stats,
+    /// Counts and tells `refusal` of the client from `peer`, refused here
+    /// (the caller closes it).
+    fn refused(&self, peer: SocketAddr, refusal: Refusal) -> Outcome {
+        let outcome = Outcome {
             peer,
-            None,
-            Instant::now(),
-            Access::refused(end),
-        );
+            queued_at: Instant::now(),
+            queue_wait: Duration::ZERO,
+            fate: Fate::Refused(refusal),
+        };
+        self.report.count(&outcome);
+        outcome
     }
 
     /// Accepts clients until shutdown is triggered.
@@ -283,23 +281,13 @@ impl Acceptor<'_> {
             log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
         }
         let Some(pick) = self.scheduler.pick(peer.ip()) else {
-            trace::event(Event::NoBackend);
-            Stats::incr(&self.stats.no_backend);
-            self.log_refused(peer, LogEnd::NoBackend);
-            if let Some(others) = self.no_backend_log.event(Instant::now()) {
-                let why = match self.scheduler.snapshot().len() {
-                    0 => "the list is empty".to_string(),
-                    1 => "the one backend is down or draining".to_string(),
-                    n => format!("all {n} are down or draining"),
-                };
-                log::warn!(
-                    "closing client {peer}: no backend is available ({why}){}",
-                    throttle::more(others)
-                );
-            }
+            let scheduler = Arc::clone(self.scheduler);
+            let outcome = self.refused(peer, Refusal::NoBackend { scheduler });
             if self.health.load().http_replies {
                 reply::reply_at_once(&client, reply::REPLY_503);
             }
+            drop(client);
+            self.report.tell(&outcome);
             return true;
         };
         if trace::on() {
@@ -356,7 +344,8 @@ impl Acceptor<'_> {
         }
         let admitted = limiter::admit(limiter, client, peer.ip(), decision, self.stats);
         if admitted.is_none() {
-            self.log_refused(peer, LogEnd::RateLimited);
+            let outcome = self.refused(peer, Refusal::RateLimited);
+            self.report.tell(&outcome);
         }
         admitted
     }

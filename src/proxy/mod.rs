@@ -47,8 +47,7 @@ use crate::stats::Stats;
 
 pub use header::{AcceptProxy, Route};
 pub use pump::{pump, splice_pump, End, PumpOptions, Transfer};
-use report::Report;
-pub(crate) use report::{log_access, Access};
+pub(crate) use report::{Access, Fate, Outcome, Refusal, Report};
 
 /// One accepted client, with the backend chosen for it at accept time: the
 /// `(server_idx, client_sock)` pair of the C queue. Behind

@@ -12,8 +12,8 @@
 //!
 //! # Threads
 //!
-//! Workers report their connections; the accept loop reports the clients
-//! it refuses through [`log_access`]. Counters are atomics, the throttles
+//! Workers report their connections, the accept loop the clients it
+//! refuses (each thread with a `Report` of its own). Counters are atomics, the throttles
 //! lock-free, the access log a non-blocking channel: nothing here locks.
 //!
 //! # Corresponds to the C article
@@ -31,6 +31,7 @@ use super::BUSY_WARNING_EVERY;
 use crate::access_log::{self, AccessLog, Record};
 use crate::backend::Backend;
 use crate::error::Error;
+use crate::scheduler::Scheduler;
 use crate::stats::Stats;
 use crate::system;
 use crate::throttle::{self, LogThrottle};
@@ -75,6 +76,15 @@ pub(crate) enum Refusal {
         /// The timeout.
         limit: Duration,
     },
+    /// The accept loop found no backend available (all down or
+    /// draining, or none listed).
+    NoBackend {
+        /// The backends, read only when the line is logged.
+        scheduler: Arc<Scheduler>,
+    },
+    /// The rate limiter refused it at accept time; the limiter counts,
+    /// logs and answers it itself (`limiter::admit`).
+    RateLimited,
     /// Every backend connect failed.
     ConnectFailed {
         /// The backend tried first.
@@ -124,6 +134,9 @@ pub(crate) struct Report {
     access_log: Option<AccessLog>,
     /// "No backend could be reached" at most once a second.
     unreachable_log: LogThrottle,
+    /// "No backend is available" (the accept loop) at most once a second,
+    /// with the count of the others: under load it would flood the log.
+    no_backend_log: LogThrottle,
     /// "Every worker is busy" at most once every 10 s.
     busy_log: LogThrottle,
     /// Queue timeouts, at most once a second, with the count of the others.
@@ -142,6 +155,7 @@ impl Report {
             stats,
             access_log,
             unreachable_log: second(),
+            no_backend_log: second(),
             busy_log: LogThrottle::new(BUSY_WARNING_EVERY),
             queue_timeout_log: second(),
             out_of_descriptors_log: second(),
@@ -165,7 +179,11 @@ impl Report {
             Fate::Refused(Refusal::FirstByteTimeout { .. }) => {
                 Stats::incr(&stats.first_byte_timeouts)
             }
-            Fate::Refused(Refusal::ConnectFailed { .. }) => Stats::incr(&stats.no_backend),
+            Fate::Refused(Refusal::ConnectFailed { .. } | Refusal::NoBackend { .. }) => {
+                Stats::incr(&stats.no_backend)
+            }
+            // The limiter counted it (`rate_limited`).
+            Fate::Refused(Refusal::RateLimited) => {}
             Fate::Served(served) => {
                 let (end, transfer) = (served.pumped.end, served.pumped.transfer);
                 stats
@@ -229,6 +247,22 @@ impl Report {
                 }
                 (None, Access::refused(access_log::End::FirstByteTimeout))
             }
+            Refusal::NoBackend { scheduler } => {
+                trace::event(Event::NoBackend);
+                if let Some(others) = self.no_backend_log.event(now) {
+                    let why = match scheduler.snapshot().len() {
+                        0 => "the list is empty".to_string(),
+                        1 => "the one backend is down or draining".to_string(),
+                        n => format!("all {n} are down or draining"),
+                    };
+                    log::warn!(
+                        "closing client {peer}: no backend is available ({why}){}",
+                        throttle::more(others)
+                    );
+                }
+                (None, Access::refused(access_log::End::NoBackend))
+            }
+            Refusal::RateLimited => (None, Access::refused(access_log::End::RateLimited)),
             Refusal::ConnectFailed {
                 backend,
                 error,
@@ -365,9 +399,8 @@ impl Report {
 }
 
 /// One access log line to `log`, if there is one; a line the writer could
-/// not take is counted (`access_log_dropped`). The accept loop calls it
-/// for the clients it refuses, workers through [`Report::log_access`].
-pub(crate) fn log_access(
+/// not take is counted (`access_log_dropped`).
+fn log_access(
     log: Option<&AccessLog>,
     stats: &Stats,
     client: SocketAddr,
