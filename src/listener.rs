@@ -1,57 +1,22 @@
 //! The listening socket and the accept loop.
 //!
-//! One thread (the one that calls [`crate::Balancer::run`]) sits in a
-//! blocking `accept(2)`. For each client it picks the backend, wraps the pair
-//! in a [`Job`] and hands it to the pool. It never waits for a client or for
-//! a worker, so a slow connection cannot slow the accepting of others. It
-//! waits only when the queue is full, which is back-pressure by design: new
-//! clients then wait in the kernel's backlog. It shares the scheduler, the
-//! pool and the stats with the workers; each of those does its own
-//! synchronization, so this module holds no lock of its own.
+//! For each client the loop checks the rate limiter, picks the backend,
+//! wraps the pair in a [`Job`] and hands it to the pool; with
+//! `--accept-proxy` it queues the client unpicked ([`Route::AfterHeader`])
+//! and the worker does both after the header. A client refused here (rate
+//! limited, no backend available) is an `Outcome`, counted and told by
+//! this loop's own `Report`, and closed without blocking: the 429 and the
+//! 503 are one non-blocking write each ([`reply::reply_at_once`]). An
+//! `accept(2)` error is never fatal: retried at once or after a back-off,
+//! logged at most once a second (docs/operations.md, "Out of file
+//! descriptors"). `--defer-accept` and `--reuse-port` are set here too.
 //!
-//! When no backend is available (all down or draining) the client is closed
-//! at once, or with `--http-replies` answered `503` first, by one
-//! non-blocking write (see [`reply::reply_at_once`]).
+//! # Threads
 //!
-//! With `--rate-limit`, each client is first checked against the per-IP
-//! limiter (`Acceptor::admit`): a refused client is counted, logged once per
-//! window, closed here and never queued. Closing it never blocks: with the
-//! `http` reply it gets one non-blocking write and a few non-blocking reads
-//! (see [`limiter::refuse`]); the 429 and the 503 are the only bytes this
-//! thread ever moves.
-//!
-//! An `accept(2)` error is never fatal. `ECONNABORTED` (the client left
-//! before we took it) and `EINTR` are retried at once; anything else
-//! (`EMFILE`: out of file descriptors, `ENOBUFS`, `ENOMEM`) is retried
-//! after a short back-off, since retrying at once would spin on the same
-//! error while the connections in flight free what it needs, and logged at
-//! most once a second with the count of the others (a [`LogThrottle`]).
-//! While a worker waits for a descriptor to reach its backend (the
-//! `descriptor_waits` gauge), the loop does not accept at all, so a freed
-//! descriptor goes to a client already taken in. A panic
-//! while handling one new client (a bug in the gate or the scheduler) is
-//! caught and logged like a worker's, and accepting goes on.
-//!
-//! `--defer-accept` (off by default) sets `TCP_DEFER_ACCEPT` on the
-//! listening socket: the kernel then completes the handshake but keeps the
-//! connection out of `accept(2)` until the client's first bytes arrive. The
-//! worker that takes it finds the request already there and never sleeps in
-//! `poll(2)` waiting for it, and the accept thread is woken once per client
-//! with data rather than once per handshake (docs/benchmarks.md has the
-//! measured effect on short connections). It stays a flag because it breaks
-//! protocols where the server speaks first (SMTP, FTP, MySQL, an SSH banner): their clients send
-//! nothing until greeted, so the kernel holds them back for about
-//! [`DEFER_ACCEPT_SECS`] (rounded up to its SYN-ACK retransmissions) before
-//! handing them over anyway.
-//!
-//! With `--accept-proxy`, who the client is comes in its PROXY protocol
-//! header, which this thread never waits for: such a client skips the
-//! limiter and the pick here and is queued as [`Route::AfterHeader`]; the
-//! worker reads the header, then checks and picks (`proxy/header.rs`).
-//!
-//! With `--reuse-port` ([`bind_with`]) several processes share the port,
-//! and the shutdown wakes this loop by shutting the socket down
-//! (`wake_by_shutdown`) rather than by connecting to it.
+//! One thread, the one that calls [`crate::Balancer::run`]. It never waits
+//! for a client or a worker, only for room in the queue (back-pressure: new
+//! clients then wait in the kernel's backlog). The scheduler, the pool and
+//! the stats synchronize themselves; this module holds no lock.
 //!
 //! # Corresponds to the C article
 //!
