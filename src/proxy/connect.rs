@@ -1,7 +1,6 @@
 //! Reaching a backend for one client: the picked one first, then each
 //! other available one once (fail-over), each attempt counted in the stats
-//! and in the backend's passive health; TCP keep-alive on both sockets when
-//! `tcp_keepalive` asks for it.
+//! and in the backend's passive health.
 //!
 //! # Threads
 //!
@@ -13,13 +12,10 @@
 //! `get_final_server_socket()`, which is [`Backend::connect`]; the C has no
 //! fail-over and `exit()`s when a connect fails.
 
-use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use socket2::{SockRef, TcpKeepalive};
 
 use super::{header, Proxy, ProxyConfig};
 use crate::backend::Backend;
@@ -37,9 +33,6 @@ const OUT_OF_DESCRIPTORS_FIRST_PAUSE: Duration = Duration::from_millis(5);
 /// accepted than to a new one.
 const OUT_OF_DESCRIPTORS_MAX_PAUSE: Duration = Duration::from_millis(50);
 
-/// Unanswered keep-alive probes before the kernel drops a connection.
-pub(super) const KEEPALIVE_PROBES: u32 = 3;
-
 impl Proxy {
     /// Connects to the picked backend or, failing that, to each other
     /// available backend once, in list order.
@@ -49,7 +42,8 @@ impl Proxy {
     /// and the next backend still gets a full chance. (One total budget
     /// would let a single black hole use it all up and fail the client even
     /// though a live backend was next.) Passive health takes the black hole
-    /// out after `passive_failures` such clients, so later ones pay nothing.
+    /// out after a few such clients (its failures in a row), so later ones pay
+    /// nothing.
     pub(super) fn connect(
         &self,
         pick: &Pick,
@@ -171,16 +165,4 @@ impl Proxy {
             }
         }
     }
-}
-
-/// Turns on TCP keep-alive on `socket`: first probe after `idle` without
-/// traffic, then every `idle / 3` (at least 1 s), dropped after
-/// [`KEEPALIVE_PROBES`] unanswered. Four `setsockopt` calls.
-pub(super) fn keep_alive(socket: &TcpStream, idle: Duration) -> io::Result<()> {
-    let interval = (idle / 3).max(Duration::from_secs(1));
-    let params = TcpKeepalive::new()
-        .with_time(idle)
-        .with_interval(interval)
-        .with_retries(KEEPALIVE_PROBES);
-    SockRef::from(socket).set_tcp_keepalive(&params)
 }

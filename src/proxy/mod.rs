@@ -32,11 +32,13 @@ pub mod pump;
 mod report;
 mod serve;
 
+use std::io;
 use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
+use socket2::{SockRef, TcpKeepalive};
 
 use crate::access_log::AccessLog;
 use crate::error::{Error, Result};
@@ -135,6 +137,9 @@ impl Default for ProxyConfig {
 /// The largest `buffer_size` accepted.
 pub const MAX_BUFFER_SIZE: usize = 16 * 1024 * 1024;
 
+/// Unanswered keep-alive probes before the kernel drops a connection.
+const KEEPALIVE_PROBES: u32 = 3;
+
 /// The largest `tcp_keepalive` accepted: Linux's limit for `TCP_KEEPIDLE`.
 pub const MAX_TCP_KEEPALIVE: Duration = Duration::from_secs(32767);
 
@@ -188,6 +193,20 @@ impl ProxyConfig {
         Ok(())
     }
 
+    /// Turns on TCP keep-alive on both sockets of a connection of `peer`
+    /// when these settings ask for it; a socket that refuses is logged
+    /// (debug) and served anyway.
+    fn keep_alive(&self, client: &TcpStream, backend: &TcpStream, peer: SocketAddr) {
+        let Some(idle) = self.tcp_keepalive else {
+            return;
+        };
+        for (side, socket) in [("client", client), ("backend", backend)] {
+            if let Err(err) = keep_alive(socket, idle) {
+                log::debug!("client {peer}: TCP keep-alive not set on the {side} socket: {err}");
+            }
+        }
+    }
+
     /// What the pump needs of these settings.
     pub fn pump_options(&self) -> PumpOptions {
         PumpOptions {
@@ -220,7 +239,7 @@ pub struct Proxy {
     pub(crate) stats: Arc<Stats>,
     /// Timeouts, chunk size and the pump's flags, read once per connection.
     pub(crate) settings: Arc<ArcSwap<ProxyConfig>>,
-    /// Passive health (`passive_failures`) and the 502 reply
+    /// Passive health and the 502 reply
     /// (`http_replies`), read once per connection.
     pub(crate) health: Arc<ArcSwap<HealthConfig>>,
     /// The rate limiter, for clients behind `--accept-proxy` (checked
@@ -318,6 +337,18 @@ impl Proxy {
     }
 }
 
+/// Turns on TCP keep-alive on `socket`: first probe after `idle` without
+/// traffic, then every `idle / 3` (at least 1 s), dropped after
+/// [`KEEPALIVE_PROBES`] unanswered. Four `setsockopt` calls.
+fn keep_alive(socket: &TcpStream, idle: Duration) -> io::Result<()> {
+    let interval = (idle / 3).max(Duration::from_secs(1));
+    let params = TcpKeepalive::new()
+        .with_time(idle)
+        .with_interval(interval)
+        .with_retries(KEEPALIVE_PROBES);
+    SockRef::from(socket).set_tcp_keepalive(&params)
+}
+
 /// `shutdown(SHUT_RDWR)` then close, as the C does; errors are irrelevant
 /// here (the peer may be gone already), so they are ignored.
 fn close(stream: &TcpStream) {
@@ -327,13 +358,10 @@ fn close(stream: &TcpStream) {
 
 #[cfg(test)]
 mod tests {
-    use super::connect::{keep_alive, KEEPALIVE_PROBES};
     use super::report::ended_counter;
     use super::*;
     use crate::backend::Backend;
     use crate::pool::Pool;
-    use socket2::SockRef;
-    use std::io;
     use std::io::{Read, Write};
     use std::net::TcpListener;
 

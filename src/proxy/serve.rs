@@ -23,7 +23,6 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::connect::keep_alive;
 use super::report::{Fate, Outcome, Refusal, Served};
 use super::{close, header, pump, splice_pump, Job, Proxy, ProxyConfig, Route, REPLY_LINGER};
 use crate::health::HealthConfig;
@@ -210,13 +209,7 @@ fn pump_both(
     settings: &ProxyConfig,
     peer: SocketAddr,
 ) -> pump::Outcome {
-    if let Some(idle) = settings.tcp_keepalive {
-        for (side, socket) in [("client", client), ("backend", backend)] {
-            if let Err(err) = keep_alive(socket, idle) {
-                log::debug!("client {peer}: TCP keep-alive not set on the {side} socket: {err}");
-            }
-        }
-    }
+    settings.keep_alive(client, backend, peer);
     let options = settings.pump_options();
     if settings.splice {
         splice_pump(client, backend, &options)
