@@ -1,12 +1,12 @@
 //! What a worker does with one connection, the article's
 //! `proxy_function()`: [`Proxy::handle`] is
-//! `let outcome = serve(job); report(outcome)`.
+//! `let outcome = self.serve(job); self.report.tell(&outcome)`.
 //!
 //! # Parts
 //!
 //! - this file: [`Job`], the settings ([`ProxyConfig`]) and [`Proxy`];
 //! - `serve`: the chain wait → route → connect → pump → close;
-//! - `connect`: the backend connect with fail-over, and keep-alive;
+//! - `connect`: the backend connect, with fail-over;
 //! - `report`: the connection's `Outcome` and the one
 //!   place it becomes counters, access log, trace and log lines;
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;

@@ -128,6 +128,17 @@ pub(super) fn ended_counter(stats: &Stats, end: End) -> &AtomicU64 {
     }
 }
 
+/// The counter each refusal raises (`None`: counted where it is decided).
+fn refused_counter<'s>(stats: &'s Stats, refusal: &Refusal) -> Option<&'s AtomicU64> {
+    match refusal {
+        Refusal::QueueTimeout { .. } => Some(&stats.queue_timeouts),
+        Refusal::FirstByteTimeout { .. } => Some(&stats.first_byte_timeouts),
+        Refusal::NoBackend { .. } | Refusal::ConnectFailed { .. } => Some(&stats.no_backend),
+        // The limiter counted it (`rate_limited`), with its own reply.
+        Refusal::RateLimited => None,
+    }
+}
+
 /// The counters, the access log and the throttled log lines of the workers.
 pub(crate) struct Report {
     stats: Arc<Stats>,
@@ -175,15 +186,11 @@ impl Report {
     pub(crate) fn count(&self, outcome: &Outcome) {
         let stats = &*self.stats;
         match &outcome.fate {
-            Fate::Refused(Refusal::QueueTimeout { .. }) => Stats::incr(&stats.queue_timeouts),
-            Fate::Refused(Refusal::FirstByteTimeout { .. }) => {
-                Stats::incr(&stats.first_byte_timeouts)
+            Fate::Refused(refusal) => {
+                if let Some(counter) = refused_counter(stats, refusal) {
+                    Stats::incr(counter);
+                }
             }
-            Fate::Refused(Refusal::ConnectFailed { .. } | Refusal::NoBackend { .. }) => {
-                Stats::incr(&stats.no_backend)
-            }
-            // The limiter counted it (`rate_limited`).
-            Fate::Refused(Refusal::RateLimited) => {}
             Fate::Served(served) => {
                 let (end, transfer) = (served.pumped.end, served.pumped.transfer);
                 stats
@@ -461,5 +468,53 @@ impl Access {
             bytes_to_client: self.transfer.to_client,
             end: self.end,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::Scheduler;
+
+    fn refused(refusal: Refusal) -> Outcome {
+        Outcome {
+            peer: "127.0.0.1:5000".parse().unwrap(),
+            queued_at: Instant::now(),
+            queue_wait: Duration::ZERO,
+            fate: Fate::Refused(refusal),
+        }
+    }
+
+    /// Each refusal raises its own counter once, and none is `completed`.
+    #[test]
+    fn every_refusal_is_counted_once() {
+        let stats = Arc::new(Stats::default());
+        let report = Report::new(Arc::clone(&stats), None);
+        let backend = Arc::new(Backend::new("b".into(), vec![], 1));
+        let scheduler = Arc::new(Scheduler::new(vec![Arc::clone(&backend)]));
+        let limit = Duration::from_secs(1);
+        for refusal in [
+            Refusal::QueueTimeout { limit },
+            Refusal::FirstByteTimeout { limit },
+            Refusal::NoBackend { scheduler },
+            Refusal::RateLimited,
+            Refusal::ConnectFailed {
+                backend,
+                error: Error::InvalidConfig("x".into()),
+                failovers: 1,
+                connect_time: limit,
+            },
+        ] {
+            let outcome = refused(refusal);
+            report.count(&outcome);
+            report.tell(&outcome);
+        }
+        let s = stats.snapshot();
+        assert_eq!(
+            (s.queue_timeouts, s.first_byte_timeouts, s.no_backend),
+            (1, 1, 2),
+            "{s:?}"
+        );
+        assert_eq!((s.completed, s.errors, s.rate_limited), (0, 0, 0), "{s:?}");
     }
 }
