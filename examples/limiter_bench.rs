@@ -17,7 +17,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rodizio::limiter::{Limiter, Rate, RateLimitConfig, RuleKind as Algorithm};
+use rodizio::limiter::{Limiter, Rate, RateLimitAlgorithm as Algorithm, RateLimitConfig};
 
 const HIT_CHECKS: u32 = 10_000_000;
 const INSERTS: u32 = 1_000_000;

@@ -8,18 +8,13 @@
 //! proxied. The lock on the last check's record is taken by the health
 //! thread once per check and by the admin API when it lists the backends;
 //! no worker touches it. A flip of its state also tells the schedulers
-//! holding it, on the flipping thread (see `scheduler/availability.rs`).
+//! holding it, on the flipping thread (see `availability.rs`).
 //!
 //! # Corresponds to the C article
 //!
-//! `struct server_info { char* address; int port; } servers[_MAX_SERVERS]`.
-//! The C stores the address as typed and converts it at every connect; here
-//! the name is resolved once, at start-up, so a typo is reported before the
-//! first client arrives and a worker never calls the resolver (which would also
-//! need more stack than a 64 KiB worker has to spare).
-//!
-//! [`Backend::connect`] is `get_final_server_socket()`: the workers and the
-//! health checks both dial a backend through it.
+//! `struct server_info servers[_MAX_SERVERS]`, resolved here once at
+//! start-up (a typo fails before the first client; a worker never calls
+//! the resolver); [`Backend::connect`] is `get_final_server_socket()`.
 
 use std::fmt;
 use std::io::{self, ErrorKind};

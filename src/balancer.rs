@@ -1,49 +1,26 @@
 //! The balancer assembled: listener, scheduler, pool, proxy, the health
-//! checker and the rate limiter wired together.
+//! checker, the rate limiter and the admin API wired together.
 //!
-//! [`Balancer::bind`] does everything that can fail at start-up (validate the
-//! config, start one thread with the workers' stack size to see that the
-//! system gives it, resolve the backends, bind the port) so errors surface before any
-//! client is accepted, and so a test can learn the port it got from
-//! `127.0.0.1:0` before traffic starts. [`Balancer::run`] then accepts until
-//! the [`Shutdown`] is triggered and drains.
+//! [`Balancer::bind`] does everything that can fail at start-up (validate,
+//! try the workers' stack size, resolve the backends, bind the port), so
+//! errors come before any client and a test learns its port first;
+//! [`Balancer::run`] accepts until the [`Shutdown`] is triggered, then
+//! drains. What may change while it runs is shared as [`Live`] values
+//! (`ArcSwap`, one atomic load to read). The live settings and the drain in
+//! detail: docs/internals.md, "The balancer".
 //!
 //! # Threads
 //!
-//! `run` turns the calling thread into the accept loop. Besides the workers
-//! (spawned by the pool as clients come), it starts the health thread (when
-//! checks are on, see [`crate::health`]), and registers two wake-ups with
-//! the [`Shutdown`]: a connection to the listening address (for a blocking
-//! `accept`) and the queue's close (for a push waiting in a full queue),
-//! both run by whichever thread pulls the trigger. With `--admin` it also
-//! starts the admin API's threads ([`crate::admin`]), stopped by a third
-//! wake-up. They share the
-//! scheduler, the stats and the pool through `Arc`s and references; the
-//! `Balancer` itself holds no lock.
-//!
-//! # Live settings
-//!
-//! What may change while the balancer runs is shared as live values
-//! (`arc_swap::ArcSwap`, one atomic load to read): the proxy's settings
-//! ([`crate::proxy::ProxyConfig`]) read once per connection, the health
-//! settings read by the checker at each round and by the workers once per
-//! connection, the limiter read by the accept loop once per client, and the
-//! algorithm and backend list held by the [`Scheduler`]. [`Balancer::live`]
-//! hands them out, so a reload can change them without restarting a
-//! thread; a connection keeps the settings it started with.
-//!
-//! # Draining
-//!
-//! On shutdown the queue is closed at once (what it holds is still served,
-//! then each worker exits), the accept loop returns, the health thread is
-//! joined and the listening socket is closed (new clients are refused by the
-//! kernel). `run` waits for the workers at most `drain_timeout`; connections
-//! still open then are cut when the process exits.
+//! `run` turns the calling thread into the accept loop and starts the health
+//! thread and the admin API's; the pool spawns the workers as clients come.
+//! The [`Shutdown`] wakes a blocked `accept` (a connection to itself, or with
+//! `reuse_port` a shutdown of the socket) and a push waiting in a full queue.
+//! The parts are shared through `Arc`s; the `Balancer` itself holds no lock.
 //!
 //! # Corresponds to the C article
 //!
-//! `main()`: `queue_init()`, `servers_entry()` (done by the caller here),
-//! `create_balancer_socket()`, the thread attributes, and the accept loop.
+//! `main()`: `queue_init()`, `create_balancer_socket()`, the thread
+//! attributes, and the accept loop (`servers_entry()` is the caller's).
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -126,49 +103,14 @@ impl Balancer {
     pub fn with_listener(config: Config, listener: TcpListener) -> Result<Balancer> {
         config.validate()?;
         check_thread_stack(config.thread_stack)?;
-        let backends = config
-            .backends
-            .iter()
-            .map(|spec| {
-                let send_proxy = spec.send_proxy.or(config.send_proxy);
-                Backend::from_spec(spec).map(|b| Arc::new(b.with_send_proxy(send_proxy)))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let backends = resolve_backends(&config)?;
         let scheduler = Arc::new(Scheduler::with_algorithm(backends, config.algorithm));
         let stats = Arc::new(Stats::default());
         let local_addr = listener
             .local_addr()
             .map_err(|e| Error::io("reading the listening address", e))?;
         let admin = AdminListener::bind(&config)?;
-        let limiter = config
-            .rate_limit
-            .as_ref()
-            .map(|c| Limiter::with_store(c, &config.rate_limit_store, Arc::clone(&stats)))
-            .transpose()?
-            .map(Arc::new);
-        if let (Some(l), Some(url)) = (&limiter, &config.rate_limit_store.url) {
-            let c = l.config();
-            let store = &config.rate_limit_store;
-            log::info!(
-                "rate limit: {} per client IP ({}, IPv6 per /{}), shared in {url} \
-                 (timeout {:?}, on failure {})",
-                c.rate,
-                c.algorithm,
-                c.ipv6_prefix,
-                store.timeout,
-                store.failure.name()
-            );
-        } else if let Some(l) = &limiter {
-            let c = l.config();
-            log::info!(
-                "rate limit: {} per client IP ({}, IPv6 per /{}), up to {} clients ({} KiB)",
-                c.rate,
-                c.algorithm,
-                c.ipv6_prefix,
-                l.capacity(),
-                l.memory_bytes() / 1024
-            );
-        }
+        let limiter = start_limiter(&config, &stats)?;
         if config.trace {
             crate::trace::enable(config.trace_lang);
         }
@@ -178,16 +120,7 @@ impl Balancer {
             health: Arc::new(ArcSwap::from_pointee(config.health.clone())),
             limiter: Arc::new(ArcSwapOption::new(limiter)),
         };
-        let access_log = match config.access_log {
-            None => None,
-            Some(format) => {
-                let target = match &config.access_log_file {
-                    Some(path) => Target::File(path.clone()),
-                    None => Target::Stdout,
-                };
-                Some(AccessLog::start(format, target)?)
-            }
-        };
+        let access_log = start_access_log(&config)?;
         let queue_depth: Arc<std::sync::OnceLock<crate::proxy::QueueDepth>> = Arc::default();
         let accept_proxy = config.accept_proxy.then(|| {
             AcceptProxy::new(
@@ -283,22 +216,7 @@ impl Balancer {
     /// started; errors after start-up are per connection and logged.
     pub fn run(mut self, shutdown: &Shutdown) -> Result<()> {
         let started = std::time::Instant::now();
-        if self.config.reuse_port {
-            // A connection could wake another process of the port's group:
-            // shut the socket down instead (see listener::wake_by_shutdown).
-            let listener = self
-                .listener
-                .try_clone()
-                .map_err(|e| Error::io("duplicating the listening socket", e))?;
-            shutdown.on_trigger(move || listener::wake_by_shutdown(&listener));
-        } else {
-            shutdown.wake_on_trigger(self.local_addr);
-        }
-        // The accept loop may instead be waiting for room in a full queue,
-        // where no connection reaches it: closing the queue on trigger makes
-        // that push fail, and the loop returns (the client it held is
-        // closed, unserved; those already queued are still served).
-        shutdown.on_trigger(self.pool.closer());
+        self.wake_on(shutdown)?;
         let admin = match self.admin.take() {
             None => None,
             Some(listener) => {
@@ -337,6 +255,41 @@ impl Balancer {
             // Each handler ends after the request it has.
             admin.join();
         }
+        self.drain(started);
+        Ok(())
+    }
+
+    /// Makes the shutdown's trigger wake the accept loop wherever it waits:
+    /// in `accept` (a connection to the listening address, or with
+    /// `reuse_port` a shutdown of the socket) or for room in a full queue.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when the listening socket cannot be duplicated.
+    fn wake_on(&self, shutdown: &Shutdown) -> Result<()> {
+        if self.config.reuse_port {
+            // A connection could wake another process of the port's group:
+            // shut the socket down instead (see listener::wake_by_shutdown).
+            let listener = self
+                .listener
+                .try_clone()
+                .map_err(|e| Error::io("duplicating the listening socket", e))?;
+            shutdown.on_trigger(move || listener::wake_by_shutdown(&listener));
+        } else {
+            shutdown.wake_on_trigger(self.local_addr);
+        }
+        // The accept loop may instead be waiting for room in a full queue,
+        // where no connection reaches it: closing the queue on trigger makes
+        // that push fail, and the loop returns (the client it held is
+        // closed, unserved; those already queued are still served).
+        shutdown.on_trigger(self.pool.closer());
+        Ok(())
+    }
+
+    /// After the accept loop: closes the listening socket, lets the
+    /// workers finish for at most `drain_timeout`, then logs the run's
+    /// summary and flushes the access log.
+    fn drain(self, started: std::time::Instant) {
         drop(self.listener);
         self.pool.close();
         let active = self.stats.snapshot().active;
@@ -365,8 +318,80 @@ impl Balancer {
             // Every line written before the process exits.
             log.close();
         }
-        Ok(())
     }
+}
+
+/// The backends of `config`, resolved, each with its PROXY protocol
+/// setting.
+///
+/// # Errors
+///
+/// [`Error::InvalidBackend`] for one that cannot be resolved.
+fn resolve_backends(config: &Config) -> Result<Vec<Arc<Backend>>> {
+    config
+        .backends
+        .iter()
+        .map(|spec| {
+            let send_proxy = spec.send_proxy.or(config.send_proxy);
+            Backend::from_spec(spec).map(|b| Arc::new(b.with_send_proxy(send_proxy)))
+        })
+        .collect()
+}
+
+/// The rate limiter `config` asks for, if any, logged as one line.
+///
+/// # Errors
+///
+/// The limiter's (its shared store cannot be set up).
+fn start_limiter(config: &Config, stats: &Arc<Stats>) -> Result<Option<Arc<Limiter>>> {
+    let limiter = config
+        .rate_limit
+        .as_ref()
+        .map(|c| Limiter::with_store(c, &config.rate_limit_store, Arc::clone(stats)))
+        .transpose()?
+        .map(Arc::new);
+    if let (Some(l), Some(url)) = (&limiter, &config.rate_limit_store.url) {
+        let c = l.config();
+        let store = &config.rate_limit_store;
+        log::info!(
+            "rate limit: {} per client IP ({}, IPv6 per /{}), shared in {url} \
+             (timeout {:?}, on failure {})",
+            c.rate,
+            c.algorithm,
+            c.ipv6_prefix,
+            store.timeout,
+            store.failure.name()
+        );
+    } else if let Some(l) = &limiter {
+        let c = l.config();
+        log::info!(
+            "rate limit: {} per client IP ({}, IPv6 per /{}), up to {} clients ({} KiB)",
+            c.rate,
+            c.algorithm,
+            c.ipv6_prefix,
+            l.capacity(),
+            l.memory_bytes() / 1024
+        );
+    }
+    Ok(limiter)
+}
+
+/// The access log's writer, when `access_log` is set.
+///
+/// # Errors
+///
+/// [`Error::Io`] when its file cannot be opened.
+fn start_access_log(config: &Config) -> Result<Option<AccessLog>> {
+    Ok(match config.access_log {
+        None => None,
+        Some(format) => {
+            let target = match &config.access_log_file {
+                Some(path) => Target::File(path.clone()),
+                None => Target::Stdout,
+            };
+            Some(AccessLog::start(format, target)?)
+        }
+    })
 }
 
 /// The one line logged at shutdown: what this run did.

@@ -26,7 +26,9 @@ use crate::backend::BackendSpec;
 use crate::config::{parse_listen, Config, Overrides, MAX_WORKERS};
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
-use crate::limiter::{FailurePolicy, Rate, Reply, RuleKind, MAX_MAX_CLIENTS};
+use crate::limiter::{
+    FailurePolicy, Rate, RateLimitAlgorithm as RuleKind, RateLimitReply as Reply, MAX_MAX_CLIENTS,
+};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;

@@ -17,9 +17,8 @@
 //!
 //! # Corresponds to the C article
 //!
-//! The C calls `perror(...)` and then `exit(EXIT_FAILURE)` wherever anything
-//! fails, even on the worker path, so one bad client kills the balancer. Here
-//! the same messages become values that the caller decides about.
+//! The C's `perror(...)` then `exit(EXIT_FAILURE)` wherever anything fails,
+//! even on the worker path; here the messages become values.
 
 use std::fmt;
 use std::io;

@@ -15,13 +15,17 @@
 //!                   │ limiter.check(peer ip, now)?  no ──▶ close (or 429)  (limiter/, opt-in)
 //!                   │ scheduler.pick(peer) → Pick (the backend)   (scheduler/: round robin, ...)
 //!                   │   none available ──▶ close (or 503)         (reply.rs)
+//!                   │   (--accept-proxy: no pick yet, Route::AfterHeader)
 //!                   ▼
-//!                 pool.submit(Job { pick, client }) → queue       (queue.rs: Mutex<VecDeque> + Condvar)
+//!                 pool.submit(Job { route: Picked(pick), client, peer, queued_at })
+//!                   │ → queue                                     (queue.rs: Mutex<VecDeque> + Condvar)
 //!                   ▼
 //!                 worker thread, 64 KiB stack, reused             (pool.rs)
+//!                   │ queued too long? PROXY header? first byte?  (proxy/, proxy/header.rs)
 //!                   │ backend.connect(), fail over to the next    (proxy/, backend.rs)
-//!                   │ pump both ways in 4096-byte chunks, poll(2) (proxy/pump.rs)
+//!                   │ pump both ways in 4096-byte chunks, poll(2) (proxy/pump/, poll.rs)
 //!                   │ shutdown(Both) then close, both sockets
+//!                   │ → Outcome, counted and told once            (proxy/report.rs)
 //!                   ▼
 //!                 backend
 //! ```
@@ -31,53 +35,67 @@
 //! Dependencies point one way, from the top of this list to the bottom:
 //! `main` → `cli`/`config` → `balancer` → `listener` → `pool`/`queue` →
 //! `proxy` → `health`, `scheduler`, `backend` → the leaves (`reply`,
-//! `units`, `stats`, `error`), which any module may use.
+//! `units`, `stats`, `error`), which any module may use. Every module file
+//! of `src/` is named here (a test checks it).
 //!
 //! - `cli`: command-line flags (clap, and only here) into [`config::Overrides`].
-//! - `config`: [`Config`], the settings and their defaults (the C
-//!   `#define`s), and the [`config::Overrides`] laid over them;
-//!   `config/file.rs`, the JSON config file.
+//! - `config/`: [`Config`], the settings and their defaults (the C
+//!   `#define`s); `overrides` (the [`config::Overrides`] laid over them),
+//!   `file` (the JSON config file), `read` (reading it, bounded), `words`
+//!   (the settings' values as words).
 //! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
-//! - `balancer`: [`Balancer`] wires the parts together; the live settings;
-//!   the drain.
-//! - `listener`: the listening socket and the accept loop.
+//! - `balancer`: [`Balancer`] wires the parts together; the drain.
 //! - `live`: the settings read live (`ArcSwap`s) and the scheduler.
+//! - `listener`: the listening socket and the accept loop.
 //! - `limiter/`: per-client-IP rate limiting at accept time (off by
-//!   default): the facade, `rule` (three ways to count), `table` (the
-//!   bounded table), `store` (the counts kept in Redis, shared by several
-//!   balancers).
+//!   default): the facade, `settings` (rate, algorithm, reply), `rule`
+//!   (three ways to count), `table` (the bounded table), `store` (the
+//!   counts kept in Redis, shared by several balancers).
 //! - `queue`: the FIFO between the accept loop and the workers.
 //! - `pool`: the worker threads.
-//! - `proxy/`: a connection's life with fail-over; `pump` (duplex copy or
-//!   `splice(2)`); `conduit` (the thread's buffers and pipes); `header`
-//!   (the PROXY protocol on the worker: `--accept-proxy`, `--send-proxy`).
-//! - `health/`: the checker thread, `probe` (rise/fall), `check` (tcp,
-//!   http), `protocol` (checks that speak the backend's protocol: Redis,
-//!   TLS, SMTP, MySQL, PostgreSQL, send/expect), passive marking.
+//! - `proxy/`: a connection's life: `serve` (wait, route, connect, pump,
+//!   close, into one `Outcome`), `connect` (fail-over), `report` (the one
+//!   place an outcome becomes counters, access log, trace and log lines);
+//!   `pump` (the duplex copy, with `half`, one direction, and `wait`, its
+//!   `poll(2)` side); `conduit` (the thread's buffers and pipes); `header`
+//!   (a client behind `--accept-proxy`: its header, then the limiter and
+//!   the pick).
+//! - `proxy_protocol/`: the PROXY protocol, `codec` (types, encode),
+//!   `parse`, `read` (off a socket), `cidr` (trusted peers), `accept` and
+//!   `send` (the worker's side of `--accept-proxy` and `--send-proxy`).
+//! - `poll`: `poll(2)` waits, written once.
+//! - `access_log/`: one line per connection: `record` (what it says, how
+//!   it ended), `format` (text or JSON), `writer` (the thread that writes).
+//! - `trace/`: `--trace`, the narrated trace of every connection (off by
+//!   default); `text`, its sentences in both languages, one table.
+//! - `health/`: the checks; `checker` (the thread), `probe` (rise/fall),
+//!   `check` (tcp, http), `protocol/` (checks that speak the backend's
+//!   protocol, one file each: `redis`, `tls`, `smtp`, `mysql`, `pgsql`,
+//!   `send_expect`, and `conn`, the conversation they share).
 //! - `scheduler/`: which backend gets the next client; the backend list,
-//!   changeable at run time; one file per algorithm.
+//!   changeable at run time; one file per algorithm: `round_robin`,
+//!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`.
 //! - `backend`: one backend, its live state, and [`backend::Backend::connect`].
 //! - `availability`: how a backend tells the schedulers holding it that it
 //!   left the rotation or came back (a leaf: no import of its own).
-//! - `reply`: the 429/502/503 replies, written without blocking.
-//! - `stats`: one table of counters and gauges.
-//! - `units`: durations and sizes as people write them.
-//! - `signals`: the signal thread (SIGINT/SIGTERM drain, SIGHUP, SIGUSR1).
-//! - `shutdown`: the stop trigger.
+//! - `reaper`: removes drained backends once their last connection ends.
 //! - `reload`: [`reload::Reloader`], the config file applied again to a
 //!   running balancer (SIGHUP).
-//! - `demo`: the built-in demo HTTP backend.
-//! - `system`: process settings taken from the OS at start-up (the open
-//!   files limit).
-//! - `error`: [`Error`].
-//! - `trace`: `--trace`, the narrated trace of every connection (off by
-//!   default).
 //! - `admin/`: the admin API (`--admin`): JSON over HTTP to list, add,
 //!   drain and remove backends, reload, and show the settings; `routes`
 //!   (the endpoints), `server` (hyper on its own thread, every bound),
-//!   `auth` (the token), `metrics`, `page`, `reaper` (removes drained
-//!   backends).
+//!   `auth` (the token), `metrics` (Prometheus), `page` (the stats page).
+//! - `reply`: the 429/502/503 replies, written without blocking.
+//! - `stats`: one table of counters and gauges.
 //! - `throttle`: a log line at most once a second for events that repeat.
+//! - `units`: durations and sizes as people write them.
+//! - `signals`: the signal thread (SIGINT/SIGTERM drain, SIGHUP, SIGUSR1).
+//! - `shutdown`: the stop trigger.
+//! - `demo/`: the built-in demo HTTP backend; `request` reads a request
+//!   within bounds.
+//! - `system`: process settings taken from the OS at start-up (the open
+//!   files limit) and OS errors in words.
+//! - `error`: [`Error`].
 //!
 //! Every module is public, on purpose: this crate is also read as a
 //! companion to the article, and its tests and readers reach every part
@@ -135,11 +153,13 @@ pub mod health;
 pub mod limiter;
 pub mod listener;
 pub mod live;
+pub mod poll;
 pub mod pool;
 pub mod prompt;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod queue;
+pub mod reaper;
 pub mod reload;
 pub mod reply;
 pub mod scheduler;
@@ -155,3 +175,54 @@ pub use balancer::Balancer;
 pub use config::Config;
 pub use error::{Error, Result};
 pub use shutdown::Shutdown;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    /// The names of the module files under `dir`: `name.rs` and `name/`
+    /// (with its `mod.rs`), not `lib.rs`, `main.rs` nor `tests.rs`.
+    fn module_names(dir: &Path, names: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                names.insert(name);
+                module_names(&path, names);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && !["lib", "main", "mod", "tests"].contains(&name.as_str())
+            {
+                names.insert(name);
+            }
+        }
+    }
+
+    /// The crate map (`# Layout` in this file's doc) names every module
+    /// file of `src/`, as `` `name` `` or `` `name/` ``: a module added or
+    /// renamed without its line in the map fails here.
+    #[test]
+    fn the_crate_map_names_every_module() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+        let map: String = lib
+            .lines()
+            .filter_map(|l| l.strip_prefix("//!"))
+            .skip_while(|l| l.trim() != "# Layout")
+            .skip(1)
+            .take_while(|l| !l.trim_start().starts_with("# "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(map.contains("- `cli`"), "no # Layout section found");
+        let mut names = BTreeSet::new();
+        module_names(&src, &mut names);
+        let missing: Vec<&String> = names
+            .iter()
+            .filter(|n| !map.contains(&format!("`{n}`")) && !map.contains(&format!("`{n}/`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not in the crate map of src/lib.rs: {missing:?}"
+        );
+    }
+}

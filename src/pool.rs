@@ -1,49 +1,26 @@
-//! The bounded pool of worker threads.
+//! The bounded pool of worker threads: OS threads with a small fixed stack
+//! (64 KiB by default), spawned on demand up to `max_workers` and reused. A
+//! worker runs `pop → handle → pop → ...` until the queue is closed and
+//! empty; with [`Pool::shrink_when_idle`] one idle that long exits, down to
+//! [`WORKER_FLOOR`]. A panic while handling one entry is caught, counted and
+//! logged, and the worker goes on: one client's bug cannot shrink the pool.
+//! How the count, the retirement and the memory handed back work:
+//! docs/internals.md, "The pool".
 //!
-//! Workers are OS threads with a small fixed stack (64 KiB by default), spawned
-//! on demand and reused. [`Pool::submit`] pushes an entry into the [`Queue`];
-//! if no idle worker is waiting for it and fewer than `max_workers` threads
-//! exist, it spawns one more. A worker runs `pop → handle → pop → ...` until
-//! the queue is closed and empty, then exits. So the pool grows to the
-//! largest number of connections open at once (never more than the limit),
-//! its idle threads asleep on the queue's condition variable.
+//! # Threads
 //!
-//! With an idle timeout ([`Pool::shrink_when_idle`], the balancer's
-//! `worker_idle_timeout`), it shrinks back: a worker that waited that long
-//! for work exits, unless only the floor's workers are left
-//! ([`WORKER_FLOOR`]). A flood of idle connections then costs its threads
-//! (stacks, process IDs) only while it lasts. The decision to exit is taken
-//! under the queue's lock, with the count of live workers lowered there
-//! too, so a client pushed at that moment finds either the worker still
-//! idle or a pool that may spawn (see [`Queue::pop_or_retire`]). Once the
-//! pool is back at its floor, the last worker to leave hands back to the
-//! system what glibc keeps of exited threads (their cached stacks, free
-//! malloc pages), through one short-lived thread of its own.
-//!
-//! Who touches it: the accept loop calls [`Pool::submit`]; the workers pop;
-//! the shutdown trigger (through `Pool::closer`) and `run` close it, and `run`
-//! waits in [`Pool::wait_exit`]. The count of live workers is an atomic,
-//! claimed with a compare-and-swap before a spawn so the limit holds without
-//! a lock; a `Mutex<()>` and `Condvar` let `wait_exit` sleep until the last
-//! worker leaves instead of polling. What the pool counts (workers alive and
-//! busy, panics, failed spawns) goes to the shared [`Stats`] table.
-//!
-//! A panic while handling one entry is caught with `catch_unwind`, counted and
-//! logged; the worker then goes on with the next entry, so a bug that one
-//! client can trigger cannot shrink the pool. (The entry's sockets are
-//! dropped, hence closed, as the panic unwinds.)
+//! The accept loop calls [`Pool::submit`]; the workers pop; the shutdown
+//! trigger (through `Pool::closer`) and `run` close it, and `run` waits in
+//! [`Pool::wait_exit`]. The count of live workers is an atomic claimed with a
+//! compare-and-swap, so the limit holds without a lock; what the pool counts
+//! goes to the shared [`Stats`] table.
 //!
 //! # Corresponds to the C article
 //!
-//! `pthread_t threads[_MAX_THREAD_NUM]`, `get_next_thread()`, `pthread_create`
-//! with `pthread_attr_setstacksize(&attrs, _THREAD_STACK_SIZE)`. The C creates
-//! a thread per connection and, from the 4096th connection on, joins the
-//! thread of slot `i % 4096` before reusing the slot. That join blocks the
-//! accept loop behind whatever connection that slot serves (head-of-line
-//! blocking), and on the 4096th connection it joins a slot that never held a
-//! thread, fails, and calls `exit()`. Here nothing ever waits on a particular
-//! thread: idle workers wait for work, and the accept loop never waits for a
-//! worker.
+//! `threads[_MAX_THREAD_NUM]`, `get_next_thread()`, `pthread_create` with
+//! `pthread_attr_setstacksize`. The C joins slot `i % 4096` before reusing
+//! it, blocking the accept loop, and `exit()`s on the 4096th connection; here
+//! nothing ever waits on a particular thread.
 
 use std::cell::Cell;
 use std::io;

@@ -15,12 +15,10 @@
 //!
 //! # Corresponds to the C article
 //!
-//! `servers_entry()`. The C reads with `scanf("%d")` and `scanf("%s")`,
-//! checks only the number of servers, and loops forever on a non-number
-//! (`scanf` leaves it unread, so the same token fails again and again) or
-//! at end of input. It stores the address in a 20-byte buffer with no length
-//! limit (`scanf("%s")` overflows it with a long name) and never checks the
-//! port. Here each answer is read as a line of bytes and validated.
+//! `servers_entry()`. The C's `scanf` loops forever on a non-number or at
+//! end of input, overflows its 20-byte address buffer on a long name and
+//! never checks the port (docs/c-to-rust.md); here each answer is read as
+//! a line of bytes and validated.
 
 use std::io::{BufRead, Write};
 use std::net::ToSocketAddrs;

@@ -1,50 +1,24 @@
-//! The FIFO queue between the accept loop and the workers.
+//! The FIFO queue between the accept loop and the workers: a
+//! `parking_lot::Mutex` around a bounded `VecDeque`, plus two condition
+//! variables. `not_empty` wakes one idle worker per push; `not_full` makes a
+//! push wait while the queue is full, so new clients wait in the kernel's
+//! listen backlog and memory stays bounded. It counts its idle consumers, so
+//! the pool knows when to spawn ([`Queue::push`]); [`Queue::close`] ends it;
+//! [`Queue::pop_or_retire`] lets an idle consumer leave, decided under the
+//! lock. Why two condition variables, and why a push notifies before it
+//! unlocks: docs/internals.md, "The queue".
 //!
-//! One producer (the accept loop, through [`crate::pool::Pool::submit`])
-//! pushes entries; many consumers (the workers) pop them. The queue is
-//! generic; the balancer's entries are [`crate::proxy::Job`]s, a client with
-//! the [`crate::scheduler::Pick`] made for it (the C's `(server_idx,
-//! client_sock)` pair, carrying the backend itself instead of an index). It
-//! is a `parking_lot::Mutex` around a `VecDeque` plus two condition
-//! variables:
+//! # Threads
 //!
-//! - `not_empty` wakes exactly one idle worker per push. An idle worker
-//!   sleeps in the kernel on it instead of spinning on `is_empty()`, so an
-//!   idle balancer uses no CPU.
-//!   The push notifies it before releasing the lock: parking_lot then
-//!   moves the sleeper straight onto the mutex, and the unlock wakes it
-//!   (one wake-up, never a wake into a held lock).
-//! - `not_full` makes a push wait while the queue holds `capacity` entries.
-//!   The accept loop then stops accepting, and new clients wait in the
-//!   kernel's listen backlog, which is exactly where they should wait: memory
-//!   stays bounded however fast clients arrive.
-//!
-//! The queue also counts its idle consumers, so the pool can tell whether a
-//! push will be taken by a sleeping worker or needs a new one
-//! ([`Queue::push`]'s return value).
-//!
-//! [`Queue::close`] ends it (called by the shutdown trigger and by `run`
-//! when it drains): pushes fail at once, pops return what is left
-//! and then `None`, which tells each worker to exit.
-//!
-//! [`Queue::pop_or_retire`] is the pop of a pool that shrinks: a consumer
-//! that found no entry for a given time asks, under the queue's lock,
-//! whether it may leave. Deciding under the lock is what keeps the idle
-//! count true: a push sees either a consumer still waiting (which will
-//! take the entry) or one already gone (so the pool starts another).
-//!
-//! The lock is only held to move an entry in or out (a few instructions);
-//! never while a socket is read or written.
+//! One producer (the accept loop, through [`crate::pool::Pool::submit`]),
+//! many consumers (the workers). The lock is held only to move an entry in or
+//! out (a few instructions), never while a socket is read or written.
 //!
 //! # Corresponds to the C article
 //!
-//! `queue.c` / `queue.h` (`queue_init`, `queue_insert`, `queue_remove`,
-//! `queue_is_empty`) plus the global `pthread_mutex_t queue_mutex`. The C
-//! list allocates one node per connection and has no bound; `VecDeque`
-//! reuses its ring buffer, and the bound keeps a flood from growing memory.
-//! The C needs no condition variable because it creates one thread per
-//! entry; our workers are reused, so they need a way to sleep until work
-//! comes.
+//! `queue.c` / `queue.h` plus the global `queue_mutex`. The C list allocates
+//! a node per connection and has no bound, and needs no condition variable
+//! because it creates one thread per entry; our workers are reused.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

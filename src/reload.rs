@@ -18,8 +18,9 @@
 //!   last connection ends (or after `drain_timeout`; its connections still
 //!   go on then, only the list forgets it). A backend whose weight changed
 //!   keeps its connections, health and counters: its weight is an atomic,
-//!   set in place ([`Scheduler::set_weight`]). A backend drained by a
-//!   reload and written in the file again before it is gone comes back.
+//!   set in place ([`Scheduler::set_weight`](crate::scheduler::Scheduler::set_weight)).
+//!   A backend drained by a reload and written in the file again before it
+//!   is gone comes back.
 //! - The algorithm, the proxy's settings, the health settings.
 //! - The rate limit: a new [`Limiter`] is built when any of its settings
 //!   changes (its table of clients starts empty; counts are not carried
@@ -35,7 +36,7 @@
 //!
 //! `reload` runs on the calling thread (the signal thread for SIGHUP); a
 //! mutex makes two reloads take turns. Draining backends are watched by a
-//! small reaper thread, started when the first one drains and ending when
+//! [`Reaper`] thread, started when the first one drains and ending when
 //! none is left; it polls each one's `active() + pending()` every
 //! [`REAP_POLL`].
 //!
@@ -55,12 +56,12 @@ use crate::config::file::{self, Mode};
 use crate::config::{Config, Overrides};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
-use crate::scheduler::Scheduler;
+use crate::reaper::{self, Owner, Reaper};
 use crate::stats::Stats;
 use crate::units;
 
 /// How often the reaper looks at the draining backends.
-pub const REAP_POLL: Duration = Duration::from_millis(50);
+pub const REAP_POLL: Duration = reaper::POLL;
 
 /// The settings kept at their running value until a restart.
 const RESTART_ONLY: &[&str] = &[
@@ -126,22 +127,15 @@ struct Inner {
     stats: Arc<Stats>,
     /// The settings running now; the lock serializes reloads.
     running: Mutex<Running>,
-    /// Backends drained by a reload, waiting for their last connection.
-    retiring: Mutex<Retiring>,
+    /// Removes the backends drained by a reload once their last
+    /// connection ends (or at `drain_timeout`).
+    reaper: Reaper,
 }
 
 #[derive(Debug)]
 struct Running {
     config: Config,
     mode: Mode,
-}
-
-#[derive(Debug, Default)]
-struct Retiring {
-    /// Each backend with the time after which it leaves the list anyway.
-    list: Vec<(Arc<Backend>, Instant)>,
-    /// Whether the reaper thread is running.
-    reaper: bool,
 }
 
 impl Reloader {
@@ -166,6 +160,7 @@ impl Reloader {
         stats: Arc<Stats>,
         running: Config,
     ) -> Reloader {
+        let reaper = Reaper::new(Arc::clone(&live.scheduler), Owner::Reload, None);
         Reloader {
             inner: Arc::new(Inner {
                 path: path.into(),
@@ -176,7 +171,7 @@ impl Reloader {
                     config: running,
                     mode: Mode::LoadBalancer,
                 }),
-                retiring: Mutex::default(),
+                reaper,
             }),
         }
     }
@@ -222,13 +217,7 @@ impl Reloader {
         file.require_backends(&config)?;
         let from_file = !inner.flags.given().contains(&"backends");
         let list = inner.live.scheduler.snapshot();
-        let retiring: Vec<u64> = inner
-            .retiring
-            .lock()
-            .list
-            .iter()
-            .map(|(b, _)| b.id())
-            .collect();
+        let retiring: Vec<u64> = inner.reaper.watched();
         let mut unmatched: Vec<Arc<Backend>> = list.to_vec();
         let mut plan = Plan::default();
         for spec in &config.backends {
@@ -332,9 +321,8 @@ impl Reloader {
             }
         }
         if !plan.restore.is_empty() {
-            let mut retiring = self.inner.retiring.lock();
             for b in &plan.restore {
-                retiring.list.retain(|(r, _)| r.id() != b.id());
+                self.inner.reaper.forget(b.id());
                 b.set_draining(false);
                 parts.push(format!("serving {} again", b.name()));
             }
@@ -385,7 +373,6 @@ impl Reloader {
         }
         if !plan.drain.is_empty() {
             let deadline = Instant::now() + config.drain_timeout;
-            let mut retiring = self.inner.retiring.lock();
             for b in &plan.drain {
                 b.set_draining(true);
                 let n = b.active() + b.pending();
@@ -394,12 +381,12 @@ impl Reloader {
                     b.name(),
                     units::count(n as u64, "connection")
                 ));
-                retiring.list.push((Arc::clone(b), deadline));
+                if let Err(err) = self.inner.reaper.watch(Arc::clone(b), Some(deadline)) {
+                    // The backend stays in the list, draining: harmless.
+                    log::warn!("reload: could not start the reaper thread: {err}");
+                }
             }
             report.draining = plan.drain.len();
-            if !retiring.reaper {
-                retiring.reaper = self.start_reaper();
-            }
         }
         report.summary = if parts.is_empty() {
             "reload: no change".to_string()
@@ -408,58 +395,6 @@ impl Reloader {
         };
         running.config = config;
         report
-    }
-
-    /// Starts the thread that removes drained backends from the list;
-    /// returns whether it runs.
-    fn start_reaper(&self) -> bool {
-        let inner = Arc::clone(&self.inner);
-        let spawned = std::thread::Builder::new()
-            .name("rodizio-reaper".into())
-            .spawn(move || reap(&inner));
-        match spawned {
-            Ok(_) => true,
-            Err(err) => {
-                // The backends stay in the list, draining: harmless.
-                log::warn!("reload: could not start the reaper thread: {err}");
-                false
-            }
-        }
-    }
-}
-
-/// The reaper's body: until no backend is retiring, every [`REAP_POLL`],
-/// take out of the list each one whose last connection ended or whose
-/// time is up.
-fn reap(inner: &Inner) {
-    let scheduler: &Scheduler = &inner.live.scheduler;
-    loop {
-        std::thread::sleep(REAP_POLL);
-        let mut retiring = inner.retiring.lock();
-        let now = Instant::now();
-        retiring.list.retain(|(b, deadline)| {
-            let left = b.active() + b.pending();
-            if left == 0 {
-                scheduler.remove(b.id());
-                log::info!("reload: {} drained and removed", b.name());
-                false
-            } else if now >= *deadline {
-                scheduler.remove(b.id());
-                log::warn!(
-                    "reload: {} removed from the list with {} still open ({} on)",
-                    b.name(),
-                    units::count(left as u64, "connection"),
-                    if left == 1 { "it goes" } else { "they go" }
-                );
-                false
-            } else {
-                true
-            }
-        });
-        if retiring.list.is_empty() {
-            retiring.reaper = false;
-            return;
-        }
     }
 }
 

@@ -18,7 +18,7 @@
 //! No C counterpart: the C closes (or `exit()`s) without a word.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown as Direction, TcpStream};
+use std::net::{self, TcpStream};
 use std::time::{Duration, Instant};
 
 /// `HTTP/1.1 503 Service Unavailable`, for clients no backend is available
@@ -55,7 +55,7 @@ pub fn reply_at_once(client: &TcpStream, reply: &[u8]) {
     if let Err(err) = (&*client).write(reply) {
         log::debug!("reply not sent: {err}");
     }
-    let _ = client.shutdown(Direction::Write);
+    let _ = client.shutdown(net::Shutdown::Write);
     let mut sink = [0u8; 2048];
     for _ in 0..4 {
         match (&*client).read(&mut sink) {
@@ -77,7 +77,7 @@ pub fn reply_and_linger(client: &TcpStream, reply: &[u8], timeout: Duration) {
     if (&*client).write_all(reply).is_err() {
         return;
     }
-    let _ = client.shutdown(Direction::Write);
+    let _ = client.shutdown(net::Shutdown::Write);
     drain_until(client, deadline);
 }
 

@@ -15,8 +15,7 @@
 //!
 //! # Corresponds to the C article
 //!
-//! No C counterpart: the C loops in `while (1)` until it is killed, cutting
-//! every connection in flight.
+//! No C counterpart: the C loops until killed, cutting every connection.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -4,27 +4,16 @@
 //!
 //! [`spawn`] blocks these signals in the calling thread, and so in every
 //! thread it starts afterwards, then starts one thread that waits for them
-//! with `sigwait(2)`. Waiting in a thread of its own, rather than in a
-//! handler, lets the reaction be ordinary code: log, take a lock, call a
-//! hook. So `main` calls it before any other thread exists.
-//!
-//! - SIGINT, SIGTERM: the first one triggers the [`Shutdown`] (a graceful
-//!   drain); a second one exits at once with 128 + the signal number, as a
-//!   shell reports a killed program. [`exit`], which `main` ends with, gives
-//!   that code too when the second signal came while the drain was
-//!   finishing anyway (received or still pending when it settles the
-//!   code). A signal that lands after that moment, in the microseconds
-//!   before the process is gone, is too late and leaves the code as it
-//!   was: 0 or 3.
-//! - SIGHUP: runs the reload hook set with [`Signals::on_reload`]; without
-//!   one, logs that reload is not supported and goes on.
-//! - SIGUSR1: runs the reopen hook ([`Signals::on_reopen`]); without one,
-//!   logs that it is ignored. SIGUSR2: logged and ignored.
+//! with `sigwait(2)`: the reaction is then ordinary code (log, take a lock,
+//! call a hook), so `main` calls it before any other thread exists. The first
+//! SIGINT or SIGTERM triggers the [`Shutdown`], a second exits at once with
+//! 128 + its number ([`exit`]); SIGHUP runs [`Signals::on_reload`]'s hook,
+//! SIGUSR1 [`Signals::on_reopen`]'s; SIGUSR2 is logged and ignored. The exit
+//! codes in detail: docs/internals.md, "Signals".
 //!
 //! # Corresponds to the C article
 //!
-//! No C counterpart: the C handles no signal, so SIGINT, SIGTERM and SIGHUP
-//! all kill it mid-transfer.
+//! No C counterpart: the C handles no signal, so all of them kill it.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;

@@ -16,8 +16,7 @@
 //!
 //! # Corresponds to the C article
 //!
-//! No C counterpart; the C runs out of descriptors at the soft limit and
-//! `exit()`s on the failed `accept`.
+//! No C counterpart; the C `exit()`s on the first `accept` past the limit.
 
 use std::io;
 

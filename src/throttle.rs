@@ -73,6 +73,30 @@ impl LogThrottle {
             u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
         Duration::from_nanos(self.next_at.load(Ordering::Relaxed).saturating_sub(t))
     }
+
+    /// A throttle like [`LogThrottle::new`] whose clock starts at `epoch`
+    /// instead of now, for a caller that passes its own `now` to
+    /// [`event`](LogThrottle::event): an event at `epoch` is logged, and the
+    /// next line may go exactly `interval` after it. An event before `epoch`
+    /// counts as at `epoch`.
+    pub fn since(interval: Duration, epoch: Instant) -> LogThrottle {
+        LogThrottle {
+            interval: u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX),
+            epoch,
+            next_at: AtomicU64::new(0),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether an event at `now` would be logged: the interval since the
+    /// last line has passed (or none was logged yet). A throttle that is
+    /// due holds nothing but its count, so a keyed set of throttles may
+    /// forget it.
+    pub fn is_due(&self, now: Instant) -> bool {
+        let t =
+            u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+        t >= self.next_at.load(Ordering::Relaxed)
+    }
 }
 
 /// `" (N more since the last such line)"` when `n` events went unlogged,
@@ -104,6 +128,23 @@ mod tests {
         assert_eq!(throttle.event(ms(5000)), Some(1));
         assert_eq!(more(0), "");
         assert_eq!(more(3), " (3 more since the last such line)");
+    }
+
+    #[test]
+    fn since_starts_the_clock_at_its_epoch_and_is_due_says_when_a_line_may_go() {
+        let t0 = Instant::now();
+        let throttle = LogThrottle::since(Duration::from_secs(10), t0);
+        let s = |n| t0 + Duration::from_secs(n);
+        assert!(throttle.is_due(t0));
+        assert_eq!(throttle.event(t0), Some(0));
+        assert!(!throttle.is_due(s(9)));
+        assert_eq!(throttle.event(s(9)), None);
+        assert!(
+            throttle.is_due(s(10)),
+            "exactly one interval after the line"
+        );
+        assert_eq!(throttle.event(s(10)), Some(1));
+        assert!(!throttle.is_due(s(19)));
     }
 
     #[test]

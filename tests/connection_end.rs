@@ -5,7 +5,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
+use std::net::{self, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,7 +43,7 @@ fn a_client_that_closes_first_is_counted_as_such() {
     let lb = TestBalancer::over(&[backend.addr()]);
     let mut s = connect(lb.addr).unwrap();
     s.write_all(b"question").unwrap();
-    s.shutdown(Direction::Write).unwrap();
+    s.shutdown(net::Shutdown::Write).unwrap();
     let mut reply = Vec::new();
     s.read_to_end(&mut reply).unwrap();
     assert_eq!(reply.len(), 8 + 8);
@@ -190,7 +190,7 @@ fn a_half_closed_connection_ends_at_the_fin_timeout() {
     });
     let mut s = connect(lb.addr).unwrap();
     s.write_all(b"done").unwrap();
-    s.shutdown(Direction::Write).unwrap();
+    s.shutdown(net::Shutdown::Write).unwrap();
     let started = Instant::now();
     let mut buf = [0u8; 1];
     assert_eq!(s.read(&mut buf).unwrap(), 0);

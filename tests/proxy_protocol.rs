@@ -18,7 +18,7 @@ use common::{connect, until, wait_for, TestBackend, TestBalancer, IO_TIMEOUT};
 use peers::{connect_from, free_port, loopback, need, read, temp_dir, Peer};
 use rodizio::backend::BackendSpec;
 use rodizio::health::CheckKind;
-use rodizio::limiter::{Rate, RateLimitConfig, Reply};
+use rodizio::limiter::{Rate, RateLimitConfig, RateLimitReply};
 use rodizio::proxy_protocol::{self, Header, Version};
 
 /// nginx serving `200 ok` on a `proxy_protocol` listener, logging
@@ -135,7 +135,7 @@ fn haproxy_in_front_lets_the_limiter_count_the_real_clients() {
     let balancer = TestBalancer::with(&[web.addr()], |c| {
         c.accept_proxy = true;
         c.rate_limit = Some(RateLimitConfig {
-            reply: Reply::Http,
+            reply: RateLimitReply::Http,
             ..RateLimitConfig::new(Rate::parse("3/30s").unwrap())
         });
     });

@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 use common::{specs, until, TestBackend, TestBalancer};
-use rodizio::limiter::{Rate, RateLimitConfig, Reply};
+use rodizio::limiter::{Rate, RateLimitConfig, RateLimitReply};
 use rodizio::Config;
 use socket2::{Domain, Socket, Type};
 
@@ -30,7 +30,7 @@ fn start(backend: SocketAddr, rate_limit: Option<RateLimitConfig>) -> TestBalanc
     })
 }
 
-fn limit(n: u32, reply: Reply) -> Option<RateLimitConfig> {
+fn limit(n: u32, reply: RateLimitReply) -> Option<RateLimitConfig> {
     Some(RateLimitConfig {
         reply,
         ..RateLimitConfig::new(Rate {
@@ -89,7 +89,7 @@ fn expect_closed(last: u8, to: SocketAddr) {
 #[test]
 fn over_the_limit_is_closed_and_other_addresses_are_unaffected() {
     let backend = TestBackend::echo();
-    let lb = start(backend.addr(), limit(3, Reply::Close));
+    let lb = start(backend.addr(), limit(3, RateLimitReply::Close));
     for _ in 0..3 {
         round_trip(2, lb.addr);
     }
@@ -118,7 +118,7 @@ fn over_the_limit_is_closed_and_other_addresses_are_unaffected() {
 #[test]
 fn http_reply_sends_429_then_closes() {
     let backend = TestBackend::echo();
-    let lb = start(backend.addr(), limit(2, Reply::Http));
+    let lb = start(backend.addr(), limit(2, RateLimitReply::Http));
     round_trip(4, lb.addr);
     round_trip(4, lb.addr);
     let mut stream = connect_from(4, lb.addr);
@@ -194,7 +194,7 @@ fn bad_flags_exit_2_with_one_line() {
 #[test]
 fn an_abuser_stays_refused_while_many_new_addresses_arrive() {
     let backend = TestBackend::echo();
-    let mut config = limit(3, Reply::Close);
+    let mut config = limit(3, RateLimitReply::Close);
     if let Some(c) = config.as_mut() {
         c.max_clients = 256;
     }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::{TestBackend, TestBalancer};
 use peers::{connect_from, free_port, loopback, need, temp_dir, Peer};
 use rodizio::limiter::{
-    FailurePolicy, Limiter, Rate, RateLimitConfig, Reply, RuleKind, StoreConfig,
+    FailurePolicy, Limiter, Rate, RateLimitAlgorithm, RateLimitConfig, RateLimitReply, StoreConfig,
 };
 use rodizio::stats::Stats;
 
@@ -55,7 +55,7 @@ fn store(port: u16, failure: FailurePolicy) -> StoreConfig {
 fn shared(backend: SocketAddr, rate: &str, port: u16, failure: FailurePolicy) -> TestBalancer {
     TestBalancer::with(&[backend], |c| {
         c.rate_limit = Some(RateLimitConfig {
-            reply: Reply::Http,
+            reply: RateLimitReply::Http,
             ..RateLimitConfig::new(Rate::parse(rate).unwrap())
         });
         c.rate_limit_store = store(port, failure);
@@ -185,7 +185,7 @@ fn two_balancers_share_one_limit_and_survive_redis_going_away() {
 fn every_algorithm_counts_in_redis() {
     let port = free_port();
     let _server = redis(port);
-    for algorithm in RuleKind::ALL {
+    for algorithm in RateLimitAlgorithm::ALL {
         let rules = RateLimitConfig {
             algorithm,
             ..RateLimitConfig::new(Rate::parse("5/10s").unwrap())
@@ -269,7 +269,7 @@ fn measure_accepts_per_second() {
     ] {
         let local = TestBalancer::with(&[web.addr()], |c| {
             c.rate_limit = Some(RateLimitConfig {
-                reply: Reply::Http,
+                reply: RateLimitReply::Http,
                 ..RateLimitConfig::new(Rate::parse(rate).unwrap())
             });
         });

@@ -89,106 +89,48 @@ impl Collector for View {
                         m.metric_type(),
                     )?)?;
                 }
-                Kind::Gauge => {
-                    let m = ConstGauge::new(entry.value as i64);
-                    m.encode(encoder.encode_descriptor(
-                        entry.name,
-                        entry.help,
-                        None,
-                        m.metric_type(),
-                    )?)?;
-                }
+                Kind::Gauge => gauge(&mut encoder, entry.name, entry.help, entry.value as i64)?,
             }
         }
-        gauge(
-            &mut encoder,
-            "queue_depth",
-            "Clients waiting in the queue for a worker now.",
-            (s.queued)() as i64,
-        )?;
-        gauge(
-            &mut encoder,
-            "workers_max",
-            "The most worker threads (workers).",
-            s.max_workers as i64,
-        )?;
-        gauge(
-            &mut encoder,
-            "workers_idle",
-            "Worker threads alive and waiting for a client now.",
-            snapshot.workers.saturating_sub(snapshot.workers_busy) as i64,
-        )?;
-        if let Some((tracked, capacity)) = (s.limiter)() {
-            gauge(
-                &mut encoder,
+        let limiter = (s.limiter)();
+        let overall = [
+            (
+                "queue_depth",
+                "Clients waiting in the queue for a worker now.",
+                Some((s.queued)()),
+            ),
+            (
+                "workers_max",
+                "The most worker threads (workers).",
+                Some(s.max_workers),
+            ),
+            (
+                "workers_idle",
+                "Worker threads alive and waiting for a client now.",
+                Some(snapshot.workers.saturating_sub(snapshot.workers_busy) as usize),
+            ),
+            // The limiter's two only when it is on.
+            (
                 "rate_limit_clients",
                 "Client IPs the rate limiter tracks now.",
-                tracked as i64,
-            )?;
-            gauge(
-                &mut encoder,
+                limiter.map(|(tracked, _)| tracked),
+            ),
+            (
                 "rate_limit_capacity",
                 "Most client IPs the rate limiter can track.",
-                capacity as i64,
-            )?;
-        }
-        let backends = (s.backends)();
-        per_backend(
-            &mut encoder,
-            "backend_connections_active",
-            "Connections being proxied to the backend now.",
-            MetricType::Gauge,
-            &backends,
-            |b| b.active() as u64,
-        )?;
-        per_backend(
-            &mut encoder,
-            "backend_connections",
-            "Connections ever handed to the backend.",
-            MetricType::Counter,
-            &backends,
-            Backend::total,
-        )?;
-        per_backend(
-            &mut encoder,
-            "backend_bytes_to_backend",
-            "Bytes from clients delivered to the backend.",
-            MetricType::Counter,
-            &backends,
-            Backend::bytes_to_backend,
-        )?;
-        per_backend(
-            &mut encoder,
-            "backend_bytes_to_client",
-            "Bytes from the backend delivered to clients.",
-            MetricType::Counter,
-            &backends,
-            Backend::bytes_to_client,
-        )?;
-        per_backend(
-            &mut encoder,
-            "backend_connect_failures",
-            "Connect attempts to the backend that failed.",
-            MetricType::Counter,
-            &backends,
-            Backend::connect_failures_total,
-        )?;
-        {
-            let mut m = encoder.encode_descriptor(
-                "backend_up",
-                "1 for the backend's current state (up, down, draining, maint), 0 for the others.",
-                None,
-                MetricType::Gauge,
-            )?;
-            for b in backends.iter() {
-                let now = b.state_name();
-                for st in ["up", "down", "draining", "maint"] {
-                    let labels = [("backend", b.name().to_string()), ("state", st.to_string())];
-                    let value = i64::from(st == now);
-                    ConstGauge::new(value).encode(m.encode_family(&labels)?)?;
-                }
+                limiter.map(|(_, capacity)| capacity),
+            ),
+        ];
+        for (name, help, value) in overall {
+            if let Some(value) = value {
+                gauge(&mut encoder, name, help, value as i64)?;
             }
         }
+        let backends = (s.backends)();
+        for &(name, help, kind, value) in PER_BACKEND {
+            per_backend(&mut encoder, name, help, kind, &backends, value)?;
+        }
+        backend_up(&mut encoder, &backends)?;
         for (name, help, h) in s.stats.histograms.entries() {
             let snap = h.snapshot();
             let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
@@ -207,6 +149,66 @@ impl Collector for View {
         ConstGauge::new(1i64).encode(m.encode_family(&labels)?)?;
         Ok(())
     }
+}
+
+/// A series with one value per backend: its name, help, type, and how it
+/// is read from the backend.
+type PerBackend = (&'static str, &'static str, MetricType, fn(&Backend) -> u64);
+
+/// The per-backend series, in the order they are written.
+const PER_BACKEND: &[PerBackend] = &[
+    (
+        "backend_connections_active",
+        "Connections being proxied to the backend now.",
+        MetricType::Gauge,
+        |b| b.active() as u64,
+    ),
+    (
+        "backend_connections",
+        "Connections ever handed to the backend.",
+        MetricType::Counter,
+        Backend::total,
+    ),
+    (
+        "backend_bytes_to_backend",
+        "Bytes from clients delivered to the backend.",
+        MetricType::Counter,
+        Backend::bytes_to_backend,
+    ),
+    (
+        "backend_bytes_to_client",
+        "Bytes from the backend delivered to clients.",
+        MetricType::Counter,
+        Backend::bytes_to_client,
+    ),
+    (
+        "backend_connect_failures",
+        "Connect attempts to the backend that failed.",
+        MetricType::Counter,
+        Backend::connect_failures_total,
+    ),
+];
+
+/// `backend_up`: per backend, 1 for its current state and 0 for the others.
+fn backend_up(
+    encoder: &mut DescriptorEncoder,
+    backends: &[Arc<Backend>],
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(
+        "backend_up",
+        "1 for the backend's current state (up, down, draining, maint), 0 for the others.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for b in backends {
+        let now = b.state_name();
+        for st in ["up", "down", "draining", "maint"] {
+            let labels = [("backend", b.name().to_string()), ("state", st.to_string())];
+            let value = i64::from(st == now);
+            ConstGauge::new(value).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
 }
 
 /// One gauge without labels.

@@ -1,44 +1,28 @@
 //! The admin API: JSON over HTTP for operators, the Prometheus metrics and
-//! the stats page, on its own address
-//! (`--admin ADDR`, off by default).
+//! the stats page, on its own address (`--admin ADDR`, off by default).
 //!
-//! | request                          | does                                        |
-//! |----------------------------------|---------------------------------------------|
-//! | `GET /backends`                  | every backend: state, counters, last check |
-//! | `POST /backends` `{"address", "weight"}` | adds one (201; 409 if it exists)    |
-//! | `PUT /backends/{address}` `{"weight"}` or `{"state": "drain"\|"maint"\|"ready"}` | changes one |
-//! | `DELETE /backends/{address}`     | drains it, removes it once empty (202)      |
-//! | `POST /reload`                   | reloads the config file (409 without one)   |
-//! | `GET /config`                    | the settings in force                       |
-//! | `GET /metrics`                   | Prometheus metrics, text format (`metrics.rs`) |
-//! | `GET /`                          | the stats page, HTML (`page.rs`)            |
-//!
-//! Every error is `{"error": "..."}` with a 4xx or 5xx status; nothing an
-//! admin request does can disturb the proxying (a panic in a handler is
-//! caught and answered with a 500). `HEAD` is answered wherever `GET` is.
-//!
-//! Changes made here last until the next reload from the config file, which
-//! sets the backend list the file says (HAProxy's runtime API documents the
-//! same rule).
+//! The endpoints (`routes.rs`, listed in docs/operations.md, "Admin API") list,
+//! add, reweigh, drain and remove backends, reload the config file, show the
+//! settings, `/metrics` (`metrics.rs`) and the stats page (`page.rs`). Every
+//! error is `{"error": "..."}` with a 4xx or 5xx status, and `HEAD` is
+//! answered wherever `GET` is. Nothing an admin request does can disturb the
+//! proxying (a panic in a handler is answered 500). Changes last until the
+//! next reload from the config file, as with HAProxy's runtime API. Who may
+//! call it: `auth.rs`.
 //!
 //! # Threads
 //!
-//! HTTP is hyper's, on a one-thread runtime of its own (`server.rs`, which
-//! lists the bounds: connections, head and body sizes and deadlines, idle
-//! connections, descriptors kept in reserve); the endpoints (`routes.rs`)
-//! run on at most [`server::HANDLERS`] threads. One more thread, the
-//! reaper (`reaper.rs`), removes deleted backends once drained. Who may
-//! call it: `auth.rs`.
+//! HTTP is hyper's, on a one-thread runtime of its own (`server.rs`, with its
+//! bounds); the endpoints run on at most [`server::HANDLERS`] threads. The
+//! crate's reaper removes deleted backends once drained.
 //!
 //! # Corresponds to the C article
 //!
-//! No C counterpart: the C's list is typed in at start-up and never
-//! changes.
+//! No C counterpart.
 
 mod auth;
 pub mod metrics;
 pub mod page;
-mod reaper;
 pub mod routes;
 mod server;
 
@@ -46,13 +30,12 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::live::Live;
+use crate::reaper::{Owner, Reaper};
 use crate::shutdown::Shutdown;
 
 pub use routes::{route, Reply};
@@ -135,7 +118,7 @@ pub struct State {
     /// Changes to the list take turns on this (see `routes.rs`).
     pub(crate) changes: Mutex<()>,
     /// Where `DELETE` hands a backend to the reaper.
-    pub(crate) reaper: Sender<Arc<Backend>>,
+    pub(crate) reaper: Reaper,
 }
 
 impl std::fmt::Debug for State {
@@ -188,7 +171,6 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
         addr,
         token,
     } = listener;
-    let (reaper_tx, reaper_rx) = crossbeam_channel::unbounded();
     // `GET /config` shows the address bound, with its real port.
     let mut config = parts.config;
     config.admin_listen = Some(addr);
@@ -210,18 +192,16 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
         config,
         reload: parts.reload,
         changes: Mutex::new(()),
-        reaper: reaper_tx,
+        reaper: Reaper::new(
+            Arc::clone(&parts.live.scheduler),
+            Owner::Admin,
+            Some(shutdown.clone()),
+        ),
     });
-    let reaper = reaper::spawn(
-        Arc::clone(&parts.live.scheduler),
-        reaper_rx,
-        shutdown.clone(),
-    )
-    .map_err(|e| Error::io("starting the admin reaper thread", e))?;
     let http = server::Http::new(state, auth::Auth::new(token));
     let server = server::start(listener, http, shutdown)?;
     log::info!("admin API listening on {addr}");
     Ok(Admin {
-        threads: vec![reaper, server],
+        threads: vec![server],
     })
 }

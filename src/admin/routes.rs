@@ -375,8 +375,8 @@ fn delete(state: &State, address: &str) -> Reply {
     };
     backend.set_maint(false);
     backend.set_draining(true);
-    if state.reaper.send(Arc::clone(&backend)).is_err() {
-        return Reply::error(503, "the balancer is stopping");
+    if let Err(e) = state.reaper.watch(Arc::clone(&backend), None) {
+        return Reply::error(503, e.to_string());
     }
     let left = backend.active() + backend.pending();
     log::info!(
@@ -481,6 +481,7 @@ fn percent_decode(text: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::reaper::{Owner, Reaper};
     use crate::scheduler::Scheduler;
     use arc_swap::{ArcSwap, ArcSwapOption};
     use parking_lot::Mutex;
@@ -489,6 +490,7 @@ mod tests {
         let config = Config::default();
         let scheduler = Arc::new(Scheduler::new(backends));
         let list = Arc::clone(&scheduler);
+        let reaper = Reaper::new(Arc::clone(&scheduler), Owner::Admin, None);
         State {
             sources: crate::admin::metrics::Sources {
                 stats: Arc::new(crate::stats::Stats::default()),
@@ -507,7 +509,7 @@ mod tests {
             config,
             reload: None,
             changes: Mutex::new(()),
-            reaper: crossbeam_channel::unbounded().0,
+            reaper,
         }
     }
 

@@ -6,31 +6,21 @@
 //! # Threads
 //!
 //! One thread (`rodizio-admin`) runs the runtime: the accept loop and every
-//! connection, interleaved, none of them blocking. The endpoints
-//! ([`route`]) are plain blocking functions (a reload reads a file and may
-//! resolve names), so each request's is run on the runtime's blocking pool:
-//! at most [`HANDLERS`] threads (`rodizio-admin-handler`), started when
-//! needed and gone when idle. On shutdown the loop stops accepting,
-//! connections finish the request they have (at most [`GRACE`]), and the
-//! runtime is dropped.
+//! connection, interleaved, none of them blocking. The endpoints ([`route`])
+//! are plain blocking functions, so each request's runs on the runtime's
+//! blocking pool: at most [`HANDLERS`] threads (`rodizio-admin-handler`),
+//! started when needed and gone when idle. On shutdown the loop stops
+//! accepting, connections finish the request they have (at most [`GRACE`]).
 //!
 //! # Bounds
 //!
-//! Each one is a constant here, listed in `docs/security.md`:
-//! [`MAX_CONNECTIONS`] at once (one more gets 503 and is closed); the
-//! request head within [`HEAD_DEADLINE`] and [`MAX_HEAD`] bytes; a body
-//! over [`MAX_BODY`] answered 413 at once, announced or found while
-//! reading, and the connection closed without reading the rest; a body
-//! that is not all there within [`BODY_DEADLINE`] answered 408 and closed;
-//! a connection where no byte moved for [`IDLE_TIMEOUT`] closed (a client
-//! gone quiet, or one that does not read its answer). Out of file
-//! descriptors, the loop frees one of [`RESERVE`] descriptors kept for the
-//! purpose and accepts with it, so the API still answers while the data
-//! path waits for descriptors.
+//! Each is a constant here ([`MAX_CONNECTIONS`], [`HEAD_DEADLINE`],
+//! [`MAX_HEAD`], [`MAX_BODY`], [`BODY_DEADLINE`], [`IDLE_TIMEOUT`],
+//! [`RESERVE`]), explained in docs/operations.md, "Bounds".
 //!
 //! # Corresponds to the C article
 //!
-//! No C counterpart: the C has no admin API.
+//! No C counterpart.
 
 use std::convert::Infallible;
 use std::fs::File;

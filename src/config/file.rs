@@ -39,7 +39,10 @@ use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::health::protocol::parse_bytes;
 use crate::health::CheckKind;
-use crate::limiter::{FailurePolicy, Rate, RateLimitConfig, Reply, RuleKind, MAX_MAX_CLIENTS};
+use crate::limiter::{
+    FailurePolicy, Rate, RateLimitAlgorithm as RuleKind, RateLimitConfig, RateLimitReply as Reply,
+    MAX_MAX_CLIENTS,
+};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;

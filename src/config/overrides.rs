@@ -18,7 +18,9 @@ use super::Config;
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
-use crate::limiter::{FailurePolicy, Rate, RateLimitConfig, Reply, RuleKind};
+use crate::limiter::{
+    FailurePolicy, Rate, RateLimitAlgorithm as RuleKind, RateLimitConfig, RateLimitReply as Reply,
+};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;

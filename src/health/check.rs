@@ -2,22 +2,18 @@
 //! the health path, a 2xx or 3xx status is healthy), or one of the
 //! [`protocol`] checks (redis, tls, smtp, mysql, pgsql, send-expect).
 //!
+//! A backend that takes the PROXY protocol refuses a connection without a
+//! header and logs it as broken, so every check to it opens with one that
+//! says "this connection is the balancer's own" (v2 `LOCAL`, v1 `PROXY
+//! UNKNOWN`, HAProxy's `check-send-proxy`). A failure of this host (`EMFILE`
+//! at the descriptor ceiling, `EADDRNOTAVAIL` out of ports) is told apart
+//! here, where the I/O happens ([`CheckFailure::local`], from
+//! [`system::is_local_failure`]), and not counted against the backend.
+//!
+//! # Threads
+//!
 //! Runs on the checker's short-lived probe threads, one per backend per
 //! round; it shares nothing but the backend (read only).
-//!
-//! A backend that takes the PROXY protocol (`,send-proxy`, `--send-proxy`)
-//! refuses a connection that does not begin with a header, and logs it as
-//! broken. So every check to it opens with one that says "this connection
-//! is the balancer's own": version 2's `LOCAL` command, version 1's
-//! `PROXY UNKNOWN` (HAProxy's `check-send-proxy`). The backend then uses
-//! the connection's real addresses and serves or closes it as usual.
-//!
-//! A check can also fail for a reason of this host: at the descriptor
-//! ceiling its socket cannot even be opened (`EMFILE`), and at the end of
-//! the ephemeral ports its connect gets `EADDRNOTAVAIL`. Such a failure is
-//! told apart here, where the I/O happens ([`CheckFailure::local`], from
-//! [`system::is_local_failure`]), and the checker does not count it against
-//! the backend.
 //!
 //! # Corresponds to the C article
 //!

@@ -1,23 +1,20 @@
 //! The health thread: every interval, one round of checks over the current
 //! backend list, each result fed to that backend's [`Probe`].
 //!
+//! A backend in maintenance ([`Backend::is_maint`]) is skipped: no probe, its
+//! state left as it was. Each check's result and duration is kept on the
+//! backend ([`Backend::record_check`]) for the admin API. A check that failed
+//! for a reason of this host ([`CheckFailure::local`]) is fed to the probe as
+//! [`Verdict::Inconclusive`], counted in `health_check_local_failures` and
+//! said in a warning at most once a second; so is a probe thread that cannot
+//! be started (the check then runs on this thread, and is not lost).
+//!
+//! # Threads
+//!
 //! One thread (`rodizio-health`) owns every probe, so none is shared. It
 //! reads the live [`HealthConfig`] at each round, so new settings apply from
 //! the next round on; between rounds it sleeps on the shutdown receiver, so
 //! a shutdown wakes it at once.
-//!
-//! A backend in maintenance ([`Backend::is_maint`], set by an operator) is
-//! skipped: no probe is sent to it and its probe state is left as it was.
-//! Each check's result and duration is kept on the backend
-//! ([`Backend::record_check`]) for the admin API to show.
-//!
-//! A check that failed for a reason of this host ([`CheckFailure::local`]:
-//! out of file descriptors in a burst, say) is fed to the probe as
-//! [`Verdict::Inconclusive`]: it counts neither toward `fall` nor toward
-//! `rise`. It is counted (`health_check_local_failures`) and said in a
-//! warning at most once a second, with the count of the others. So is a
-//! probe thread that cannot be started (the check then runs on this
-//! thread, and is not lost).
 //!
 //! # Corresponds to the C article
 //!

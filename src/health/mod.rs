@@ -1,82 +1,26 @@
 //! Backend health: active checks on a thread of their own, passive checks on
 //! real traffic, and what a client gets when no backend can serve it.
 //!
-//! # Active checks
+//! Each backend's [`Probe`] (no clock, no I/O) flips it down after `--fall`
+//! failed checks in a row and up after `--rise` passed ones; workers count
+//! connect failures, and [`connect_failed`] marks a backend down at once after
+//! `--passive-failures`. A failure of this host (no descriptor, memory or
+//! local port left) counts neither way. Health is the probes' opinion,
+//! draining the operator's: separate flags. Parts: this file
+//! ([`HealthConfig`], [`connect_failed`], [`spawn`]), [`probe`],
+//! [`mod@check`], [`protocol`] and `checker`. The details:
+//! docs/health-checks.md, "Inside the checker".
 //!
-//! One thread (`rodizio-health`) probes every backend each
-//! `--health-interval` (default 5 s, read again at each round, so a
-//! change applies from the next one): `--health-check tcp` (the default)
-//! opens a TCP connection and closes it; `http` sends `GET /health`
-//! (`--health-path`) and wants a 2xx or 3xx status line; `off` sends
-//! nothing. Each probe has `--health-timeout` (default 2 s). The probes of
-//! one round run in parallel (one short-lived thread each), so a black-holed
-//! backend delays the others by nothing and a round lasts at most one
-//! timeout.
+//! # Threads
 //!
-//! One lost probe must not flap a backend, so each has a [`Probe`], a small
-//! state machine: it goes down after `--fall` (default 3) failures in a row
-//! and up after `--rise` (default 2) successes in a row. Each change is
-//! logged once, as `backend 127.0.0.1:8002 is now DOWN (reason)` or
-//! `... is now UP`.
-//!
-//! A check that fails for a reason of this host, not of the backend (no
-//! file descriptor, memory, buffer or local port left: a burst of clients
-//! at the `RLIMIT_NOFILE` ceiling) counts neither way
-//! ([`Verdict::Inconclusive`]); it is counted in
-//! `health_check_local_failures` and said in a warning at most once a
-//! second. Otherwise a burst would take every healthy backend out at once
-//! and turn into a refusal of every client.
-//!
-//! Between rounds the thread sleeps on [`Shutdown::receiver`] until the
-//! next round is due, so a shutdown wakes it at once
-//! (or, mid-round, as soon as the round's probes return: at most one
-//! timeout).
-//!
-//! # Passive checks
-//!
-//! Workers count connect failures on real traffic
-//! ([`Backend::record_connect_failure`]). After `--passive-failures`
-//! (default 3) in a row, [`connect_failed`] marks the backend down at once,
-//! without waiting for the next probe; the active checks then bring it back
-//! (after `--rise` successes). A connect that failed for a reason of this
-//! host is not counted against the backend here either. With
-//! `--health-check off` nothing would ever bring it back, so the thread
-//! instead retries a down backend after `--health-cooldown` (default
-//! 10 s): it is marked up, and one more connect failure marks it down
-//! again (the failure count is not reset).
-//!
-//! # Health is not draining
-//!
-//! Health is the probes' opinion ([`Backend::is_healthy`]); draining is the
-//! operator's ([`Backend::is_draining`], see [`crate::scheduler`]). They are
-//! separate flags: a draining backend is still probed, and a backend coming
-//! back up does not end its draining.
-//!
-//! # When no backend can serve
-//!
-//! When every backend is down or draining, the accept loop closes a new
-//! client at once; with `--http-replies` it first answers
-//! `HTTP/1.1 503 Service Unavailable` ([`crate::reply::reply_at_once`]: one
-//! non-blocking write, so the accept loop never waits for a client). When
-//! the pick succeeded but every connect failed, the worker closes the
-//! client, or answers `HTTP/1.1 502 Bad Gateway`
-//! ([`crate::reply::reply_and_linger`]). Either way the log says why.
-//!
-//! # Parts
-//!
-//! - this file: [`HealthConfig`], passive marking ([`connect_failed`]) and
-//!   [`spawn`];
-//! - [`probe`]: [`Probe`], the rise/fall state machine (no clock, no I/O);
-//! - [`mod@check`]: one active check of one backend (tcp, http, or a
-//!   [`protocol`] check);
-//! - [`protocol`]: checks that speak the backend's protocol, so that it does
-//!   not log the check as a broken client (docs/health-checks.md);
-//! - `checker`: the thread and its rounds.
+//! One thread (`rodizio-health`) runs a round each `--health-interval`, each
+//! probe on a short-lived thread of its own; between rounds it sleeps on
+//! [`Shutdown::receiver`], so a shutdown wakes it at once. Passive marking
+//! runs on the worker whose connect failed.
 //!
 //! # Corresponds to the C article
 //!
-//! No C counterpart: the C sends clients to a dead backend forever, and
-//! `exit()`s the whole balancer on the first failed connect.
+//! No C counterpart: the C sends clients to a dead backend forever.
 
 pub mod check;
 mod checker;

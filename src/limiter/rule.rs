@@ -1,6 +1,6 @@
 //! The three ways to count a client's connections: fixed window, sliding
-//! window (HAProxy's two-counter estimate), token bucket (GCRA). See the
-//! limiter's module docs for each.
+//! window (HAProxy's two-counter estimate), token bucket (GCRA). See
+//! `docs/rate-limiting.md` for each.
 //!
 //! Pure arithmetic on one [`Slot`] and a tick, called with the client's
 //! shard locked (so by one thread at a time for a given client).
@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use super::{Decision, Rate, RuleKind, MAX_LIMIT};
+use super::{Decision, Rate, RateLimitAlgorithm, MAX_LIMIT};
 
 /// High bit of [`Slot::count`]: "the refusal of this window was reported".
 const REPORTED: u32 = 1 << 31;
@@ -19,7 +19,7 @@ const REPORTED: u32 = 1 << 31;
 /// The algorithm with its numbers in nanoseconds.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Rule {
-    algorithm: RuleKind,
+    algorithm: RateLimitAlgorithm,
     limit: u32,
     window: u64,
     /// Token bucket: one token comes back every `interval` ns.
@@ -33,7 +33,7 @@ pub(super) struct Rule {
 }
 
 impl Rule {
-    pub(super) fn new(algorithm: RuleKind, rate: Rate) -> Rule {
+    pub(super) fn new(algorithm: RateLimitAlgorithm, rate: Rate) -> Rule {
         let window = u64::try_from(rate.window.as_nanos())
             .unwrap_or(u64::MAX / 4)
             .clamp(1, u64::MAX / 4);
@@ -46,9 +46,9 @@ impl Rule {
             interval,
             burst: interval * u64::from(limit),
             lifetime: match algorithm {
-                RuleKind::FixedWindow => window,
-                RuleKind::SlidingWindow => 2 * window,
-                RuleKind::TokenBucket => 0,
+                RateLimitAlgorithm::FixedWindow => window,
+                RateLimitAlgorithm::SlidingWindow => 2 * window,
+                RateLimitAlgorithm::TokenBucket => 0,
             },
         }
     }
@@ -63,14 +63,14 @@ impl Rule {
     /// it (see `Limiter::used`).
     pub(super) fn used(&self, slot: &Slot, t: u64) -> u32 {
         match self.algorithm {
-            RuleKind::FixedWindow | RuleKind::SlidingWindow => {
+            RateLimitAlgorithm::FixedWindow | RateLimitAlgorithm::SlidingWindow => {
                 if t.saturating_sub(slot.stamp) >= self.window {
                     0
                 } else {
                     slot.count & !REPORTED
                 }
             }
-            RuleKind::TokenBucket => {
+            RateLimitAlgorithm::TokenBucket => {
                 let debt = slot.stamp.saturating_sub(t);
                 let tokens = debt.div_ceil(self.interval).min(u64::from(self.limit));
                 tokens as u32
@@ -97,9 +97,9 @@ impl Rule {
     /// Counts one attempt at tick `t` against `slot`.
     pub(super) fn decide(&self, slot: &mut Slot, t: u64) -> Decision {
         match self.algorithm {
-            RuleKind::FixedWindow => self.fixed(slot, t),
-            RuleKind::SlidingWindow => self.sliding(slot, t),
-            RuleKind::TokenBucket => self.token(slot, t),
+            RateLimitAlgorithm::FixedWindow => self.fixed(slot, t),
+            RateLimitAlgorithm::SlidingWindow => self.sliding(slot, t),
+            RateLimitAlgorithm::TokenBucket => self.token(slot, t),
         }
     }
 

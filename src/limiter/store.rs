@@ -2,53 +2,23 @@
 //! (`--rate-limit-store redis://HOST:PORT/DB`) instead of in this process.
 //!
 //! Each check is one Lua script run by Redis (`EVALSHA`, loaded on first
-//! use): the read, the decision and the write happen inside Redis in one
-//! step, so two balancers asking about the same client at the same instant
-//! cannot both take the last connection of its window. The scripts read
-//! Redis's own clock (`TIME`), so instances with different clocks agree on
-//! where a window starts. Every key has an expiry, so a client that stops
-//! connecting costs Redis nothing after its window (or bucket) runs out.
-//!
-//! - fixed window: `INCR` the client's counter and, on the first
-//!   connection of a window, `PEXPIRE` it to the window: the key's life is
-//!   the window;
-//! - sliding window: the two-counter estimate of `rule.rs`, with the
-//!   windows aligned on Redis's clock, in one hash per client;
-//! - token bucket: GCRA, the theoretical arrival time in one hash per
-//!   client.
-//!
-//! One key per client: `rodizio:rl:ALGORITHM:ADDRESS`, the address as the
-//! in-process table keys it (IPv4, or IPv6 masked to
-//! `--rate-limit-ipv6-prefix`, written `ADDRESS/PREFIX`).
-//!
-//! # Never waiting long
-//!
-//! The accept loop asks this for every client, so a slow Redis must not
-//! become a slow balancer. Every connection has `--rate-limit-store-timeout`
-//! (50 ms by default) as its read and write timeout and as its connect
-//! timeout; any error drops that connection (a late reply must not be read
-//! as the answer to the next question). After a failure no new connection
-//! is tried for [`RECONNECT_INTERVAL`]: meanwhile checks fail at once, so a
-//! dead Redis costs one timeout per second, not one per client. A failed
-//! check is decided by `--rate-limit-store-failure`: `open` (the default)
-//! lets the client through, `closed` refuses it; either way it is counted
-//! (`rate_limit_store_failures`) and a warning is logged at most every
-//! [`WARN_INTERVAL`].
+//! use), so reading, deciding and writing are one atomic step, on Redis's
+//! own clock (`TIME`); one key per client, `rodizio:rl:ALGORITHM:ADDRESS`,
+//! each with an expiry. A slow Redis must not become a slow balancer:
+//! every call is bounded by `--rate-limit-store-timeout`, a failure drops
+//! that connection and none is tried again for [`RECONNECT_INTERVAL`], and
+//! `--rate-limit-store-failure` decides a failed check (counted, warned at
+//! most every [`WARN_INTERVAL`]). `docs/scaling.md` ("One rate limit for
+//! all instances") explains the scripts and the failure policy.
 //!
 //! # Threads
 //!
 //! The accept loop calls it, and so do the workers for clients behind
-//! `--accept-proxy`. Connections wait in a small free list behind a
-//! `parking_lot::Mutex` that is held only to take one out or put one back,
-//! never while talking to Redis; a caller that finds none opens its own.
-//! Clients Redis refused are remembered here until their retry time (at
-//! most [`REFUSED_CACHE`] of them): one that keeps knocking is refused
-//! without a round trip, which keeps a flood off Redis and off the accept
-//! loop's clock.
-//!
-//! # Corresponds to the C article
-//!
-//! No C counterpart: the article's limiter is per process.
+//! `--accept-proxy`. Idle connections wait in a small free list behind a
+//! `parking_lot::Mutex` held only to take one out or put one back, never
+//! while talking to Redis; clients Redis refused are remembered until
+//! their retry time (at most [`REFUSED_CACHE`]). No C counterpart: the
+//! article's limiter is per process.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -60,7 +30,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::{Client, Connection, Script};
 
-use super::{Decision, RateLimitConfig, RuleKind};
+use super::{Decision, RateLimitAlgorithm, RateLimitConfig};
 use crate::error::{Error, Result};
 use crate::stats::Stats;
 
@@ -269,9 +239,9 @@ impl RedisStore {
         let client = Client::open(url)
             .map_err(|e| Error::setting("rate_limit_store", format!("'{url}': {e}")))?;
         let (code, short) = match rules.algorithm {
-            RuleKind::FixedWindow => (FIXED, "fw"),
-            RuleKind::SlidingWindow => (SLIDING, "sw"),
-            RuleKind::TokenBucket => (TOKEN, "tb"),
+            RateLimitAlgorithm::FixedWindow => (FIXED, "fw"),
+            RateLimitAlgorithm::SlidingWindow => (SLIDING, "sw"),
+            RateLimitAlgorithm::TokenBucket => (TOKEN, "tb"),
         };
         let window_ms = u64::try_from(rules.rate.window.as_millis())
             .unwrap_or(u64::MAX)

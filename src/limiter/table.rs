@@ -1,6 +1,6 @@
 //! The bounded, sharded table of tracked clients: open addressing with
 //! linear probing, backward-shift deletion, a fixed capacity per shard, and
-//! the sweep and eviction that make room (see the limiter's module docs).
+//! the sweep and eviction that make room (see `docs/rate-limiting.md`).
 //!
 //! Each [`Shard`] is locked by its caller (the limiter) for one check; the
 //! table itself takes no lock.

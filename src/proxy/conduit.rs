@@ -1,10 +1,15 @@
-//! Where one direction's bytes wait between the read and the write: a
-//! buffer in user memory (the article's way), or a pipe for `splice(2)`.
+//! The conduits: where one direction's bytes wait between the read and the
+//! write: a buffer in user memory (the article's way), or a pipe for
+//! `splice(2)`.
 //!
 //! Both belong to the worker thread, not the connection: they are made once
 //! per thread and reused by every connection it serves, so nothing is
 //! allocated or zeroed per connection. Only the pump of that thread touches
 //! them, so nothing here is shared or locked.
+//!
+//! # Threads
+//!
+//! Each worker thread has its own (thread-locals); nothing is shared.
 //!
 //! # Corresponds to the C article
 //!
@@ -19,7 +24,7 @@ use std::os::unix::io::{AsRawFd, RawFd};
 use std::ptr::NonNull;
 use std::time::Duration;
 
-/// What the two directions of one pump move their bytes through.
+/// The conduits of one pump, one per direction, as the thread keeps them.
 pub(super) enum Conduits<'a> {
     Buffers(&'a mut Buffers),
     Pipes(&'a [Pipe; 2]),
@@ -27,13 +32,13 @@ pub(super) enum Conduits<'a> {
 
 impl Conduits<'_> {
     /// Client-to-backend and backend-to-client.
-    pub(super) fn halves(&mut self) -> (Through<'_>, Through<'_>) {
+    pub(super) fn halves(&mut self) -> (Conduit<'_>, Conduit<'_>) {
         match self {
             Conduits::Buffers(b) => {
                 let (up, down) = b.halves();
-                (Through::Buffer(up), Through::Buffer(down))
+                (Conduit::Buffer(up), Conduit::Buffer(down))
             }
-            Conduits::Pipes([up, down]) => (Through::Pipe(up), Through::Pipe(down)),
+            Conduits::Pipes([up, down]) => (Conduit::Pipe(up), Conduit::Pipe(down)),
         }
     }
 
@@ -46,28 +51,29 @@ impl Conduits<'_> {
     }
 }
 
-/// Where one direction's bytes wait between the read and the write.
-pub(super) enum Through<'a> {
+/// One direction's conduit: where its bytes wait between the read and
+/// the write.
+pub(super) enum Conduit<'a> {
     /// User memory: `recv` copies into it and `send` copies out of it.
     Buffer(&'a mut [u8]),
     /// A pipe: `splice` moves socket pages in and out, no copy.
     Pipe(&'a Pipe),
 }
 
-impl Through<'_> {
+impl Conduit<'_> {
     /// The most one read can take.
     pub(super) fn capacity(&self) -> usize {
         match self {
-            Through::Buffer(buf) => buf.len(),
-            Through::Pipe(pipe) => pipe.capacity,
+            Conduit::Buffer(buf) => buf.len(),
+            Conduit::Pipe(pipe) => pipe.capacity,
         }
     }
 
     /// Reads from `src` into the (empty) buffer or pipe.
     pub(super) fn fill(&mut self, src: &TcpStream) -> io::Result<usize> {
         match self {
-            Through::Buffer(buf) => recv(src, buf),
-            Through::Pipe(pipe) => {
+            Conduit::Buffer(buf) => recv(src, buf),
+            Conduit::Pipe(pipe) => {
                 splice(src.as_raw_fd(), pipe.write.as_raw_fd(), pipe.capacity, 0)
             }
         }
@@ -83,9 +89,9 @@ impl Through<'_> {
         more: bool,
     ) -> io::Result<usize> {
         match self {
-            Through::Buffer(buf) => send(dst, &buf[start..end], more),
+            Conduit::Buffer(buf) => send(dst, &buf[start..end], more),
             // The pipe holds exactly the bytes not yet written, in order.
-            Through::Pipe(pipe) => {
+            Conduit::Pipe(pipe) => {
                 let more = if more { libc::SPLICE_F_MORE } else { 0 };
                 splice(pipe.read.as_raw_fd(), dst.as_raw_fd(), end - start, more)
             }

@@ -1,57 +1,30 @@
-//! The PROXY protocol on a worker: reading the header a trusted proxy in
-//! front sends (`--accept-proxy`), and writing one to the backends that
-//! take it (`--send-proxy`, `-b HOST:PORT,send-proxy[-v2]`).
+//! The worker's route for a client behind a proxy: the accept loop queues
+//! it with [`Route::AfterHeader`] and no backend, and the worker that takes
+//! it reads its PROXY protocol header ([`crate::proxy_protocol`]), then runs
+//! what the accept loop runs for everyone else, in the same order, with the
+//! header's address: the rate limiter, then the scheduler's pick (so
+//! `ip-hash` hashes the real client). A client refused on the way is counted
+//! and closed.
 //!
-//! Only worker threads run this code. The accept loop never waits on a
-//! client's bytes, so with `--accept-proxy` it cannot know who the client
-//! is when it accepts: the peer it sees is the proxy in front. It therefore
-//! queues such a client with [`Route::AfterHeader`] and no backend; the
-//! worker that takes it reads the header, and only then runs what the
-//! accept loop runs for everyone else, in the same order, with the
-//! header's address: the rate limiter (`Live.limiter`), then the
-//! scheduler's pick (so `ip-hash` hashes the real client). From there on
-//! the connection goes on as any other, and the header's address is the
-//! client's everywhere: logs, and the header passed on to backends.
+//! # Threads
 //!
-//! A client is closed, and counted in `proxy_header_refused`, when its
-//! peer is not in `--accept-proxy-from` (a header from anyone else would
-//! let any client pass for any address), when its header is malformed or
-//! longer than the codec's bound, or when no complete header arrives within
-//! `--accept-proxy-timeout`. Each source is logged at most once per
-//! [`REFUSAL_LOG_WINDOW`]; the refusals in between are counted and the
-//! count is given with the next line logged for that source.
-//!
-//! The refusal log is the only shared state here: a small map behind a
-//! `parking_lot::Mutex`, held for a lookup and never across I/O.
+//! Worker threads only; the accept loop never waits on a client's bytes.
 //!
 //! # Corresponds to the C article
 //!
-//! No C counterpart: the C's backends see the balancer's address, never
-//! the client's, and the C's clients connect to it directly.
+//! No C counterpart: the C's clients connect to it directly.
 
-use std::collections::HashMap;
-use std::io::{self, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
-
-use parking_lot::Mutex;
+use std::net::{SocketAddr, TcpStream};
+use std::time::Instant;
 
 use super::{close, Proxy};
-use crate::backend::Backend;
 use crate::limiter;
-use crate::proxy_protocol::{self, CidrList, Header, HeaderError};
+pub use crate::proxy_protocol::AcceptProxy;
+use crate::proxy_protocol::{self, REFUSAL_LOG_WINDOW};
+pub(crate) use crate::proxy_protocol::{send, Origin};
 use crate::reply;
 use crate::scheduler::Pick;
 use crate::stats::Stats;
-
-/// How often one source's refused headers are logged, at most: once per
-/// window, with the count of those refused silently since.
-pub const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(10);
-
-/// Most sources the refusal log remembers in one window. Past that, new
-/// sources are counted and not logged until older ones age out, so a flood
-/// from many addresses costs a bounded map, not an unbounded log.
-const MAX_LOGGED_SOURCES: usize = 1024;
 
 /// Whether the backend was picked at accept time, or will be once the
 /// PROXY protocol header has told the worker who the client is.
@@ -64,77 +37,6 @@ pub enum Route {
     AfterHeader,
 }
 
-/// What `--accept-proxy` needs on the workers: who may send a header, how
-/// long to wait for it, and the log of refusals.
-#[derive(Debug)]
-pub struct AcceptProxy {
-    /// `--accept-proxy-from`: the peers allowed to send a header.
-    pub trusted: CidrList,
-    /// `--accept-proxy-timeout`: the longest wait for a complete header.
-    pub timeout: Duration,
-    log: RefusalLog,
-}
-
-impl AcceptProxy {
-    /// The settings, with an empty refusal log.
-    pub fn new(trusted: CidrList, timeout: Duration) -> AcceptProxy {
-        AcceptProxy {
-            trusted,
-            timeout,
-            log: RefusalLog::new(REFUSAL_LOG_WINDOW),
-        }
-    }
-}
-
-/// Who the client is, as the backends taking the PROXY protocol are told:
-/// the address the header gave (or the socket's peer), and the address it
-/// connected to, read from the socket only when a backend needs it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Origin {
-    /// The client's address.
-    pub source: SocketAddr,
-    /// The address the client connected to, when a header gave it.
-    pub destination: Option<SocketAddr>,
-}
-
-impl Origin {
-    /// The header to send a backend for this client.
-    ///
-    /// # Errors
-    ///
-    /// When the client socket's own address cannot be read.
-    pub fn header(&self, client: &TcpStream) -> io::Result<Header> {
-        let destination = match self.destination {
-            Some(destination) => destination,
-            None => client.local_addr()?,
-        };
-        Ok(Header::Proxy {
-            source: self.source,
-            destination,
-        })
-    }
-}
-
-/// Writes the PROXY protocol header `backend` takes, if any, on its fresh
-/// connection: before any client byte. The header is at most a few hundred
-/// bytes into an empty send buffer, so the write does not wait; the
-/// connect's write timeout (`SO_SNDTIMEO`) still bounds it.
-///
-/// # Errors
-///
-/// The write's error.
-pub(crate) fn send(
-    backend: &Backend,
-    mut stream: &TcpStream,
-    header: impl FnOnce() -> io::Result<Header>,
-) -> io::Result<()> {
-    let Some(version) = backend.send_proxy() else {
-        return Ok(());
-    };
-    let bytes = proxy_protocol::encode(version, &header()?);
-    stream.write_all(&bytes)
-}
-
 impl Proxy {
     /// The worker's half of accepting a client behind a proxy: trust,
     /// header, limiter, pick. Gives back the client, its pick and who it
@@ -145,7 +47,7 @@ impl Proxy {
         client: TcpStream,
         peer: SocketAddr,
     ) -> Option<(TcpStream, Pick, Origin)> {
-        let origin = match receive(accept, &client, peer) {
+        let origin = match proxy_protocol::receive(accept, &client, peer) {
             Ok(origin) => origin,
             Err(why) => {
                 Stats::incr(&self.stats.proxy_header_refused);
@@ -155,7 +57,7 @@ impl Proxy {
                     Instant::now(),
                     super::Access::refused(crate::access_log::End::ProxyHeaderRefused),
                 );
-                if let Some(silenced) = accept.log.note(peer.ip(), Instant::now()) {
+                if let Some(silenced) = accept.note_refusal(peer.ip(), Instant::now()) {
                     let silenced = if silenced > 0 {
                         format!(" ({silenced} more since the last line, not logged)")
                     } else {
@@ -210,269 +112,5 @@ impl Proxy {
             );
         }
         admitted
-    }
-}
-
-/// Why a client behind `--accept-proxy` was closed before its header was
-/// taken.
-#[derive(Debug)]
-pub(crate) enum Refusal {
-    /// Its peer is not in `--accept-proxy-from`.
-    Untrusted,
-    /// The header was malformed, too long, late, or the peer left.
-    Header(HeaderError),
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refusal::Untrusted => {
-                f.write_str("not in --accept-proxy-from, so not trusted to send a PROXY header")
-            }
-            Refusal::Header(err) => write!(f, "{err}"),
-        }
-    }
-}
-
-/// Checks the peer, then reads its header (at most `accept.timeout`): who
-/// the client is. A LOCAL header (the proxy's own health check) keeps the
-/// connection's own endpoints.
-///
-/// # Errors
-///
-/// [`Refusal::Untrusted`] without reading anything, or the header's error.
-pub(crate) fn receive(
-    accept: &AcceptProxy,
-    client: &TcpStream,
-    peer: SocketAddr,
-) -> Result<Origin, Refusal> {
-    if !accept.trusted.contains(peer.ip()) {
-        return Err(Refusal::Untrusted);
-    }
-    match proxy_protocol::read_header(client, accept.timeout).map_err(Refusal::Header)? {
-        Header::Proxy {
-            source,
-            destination,
-        } => Ok(Origin {
-            source,
-            destination: Some(destination),
-        }),
-        Header::Local => Ok(Origin {
-            source: peer,
-            destination: None,
-        }),
-    }
-}
-
-/// Remembers, per source address, when its last refusal was logged, so a
-/// source is logged at most once per window.
-#[derive(Debug)]
-struct RefusalLog {
-    window: Duration,
-    sources: Mutex<HashMap<IpAddr, Logged>>,
-}
-
-/// One source's entry in the [`RefusalLog`].
-#[derive(Debug, Clone, Copy)]
-struct Logged {
-    at: Instant,
-    silenced: u64,
-}
-
-impl RefusalLog {
-    fn new(window: Duration) -> RefusalLog {
-        RefusalLog {
-            window,
-            sources: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Notes one refusal from `ip` at `now`: `Some(n)` when it is to be
-    /// logged (`n` refusals were silenced since the last line), `None` when
-    /// it is only counted.
-    fn note(&self, ip: IpAddr, now: Instant) -> Option<u64> {
-        let mut sources = self.sources.lock();
-        if let Some(logged) = sources.get_mut(&ip) {
-            if now.saturating_duration_since(logged.at) < self.window {
-                logged.silenced += 1;
-                return None;
-            }
-            let silenced = logged.silenced;
-            *logged = Logged {
-                at: now,
-                silenced: 0,
-            };
-            return Some(silenced);
-        }
-        if sources.len() >= MAX_LOGGED_SOURCES {
-            let window = self.window;
-            sources.retain(|_, l| now.saturating_duration_since(l.at) < window);
-            if sources.len() >= MAX_LOGGED_SOURCES {
-                return None;
-            }
-        }
-        sources.insert(
-            ip,
-            Logged {
-                at: now,
-                silenced: 0,
-            },
-        );
-        Some(0)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::{Ipv4Addr, TcpListener};
-
-    /// A connected pair: the client's end and the accepted end with its peer.
-    fn pair() -> (TcpStream, TcpStream, SocketAddr) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let (s, peer) = l.accept().unwrap();
-        (c, s, peer)
-    }
-
-    fn trusting_loopback(timeout: Duration) -> AcceptProxy {
-        AcceptProxy::new(CidrList::loopback(), timeout)
-    }
-
-    #[test]
-    fn a_trusted_header_gives_the_client_and_leaves_its_bytes() {
-        let (mut c, s, peer) = pair();
-        c.write_all(b"PROXY TCP4 192.0.2.7 198.51.100.1 40000 443\r\nGET /")
-            .unwrap();
-        let origin = receive(&trusting_loopback(Duration::from_secs(5)), &s, peer).unwrap();
-        assert_eq!(origin.source, "192.0.2.7:40000".parse().unwrap());
-        assert_eq!(
-            origin.destination,
-            Some("198.51.100.1:443".parse().unwrap())
-        );
-        let mut rest = [0u8; 5];
-        std::io::Read::read_exact(&mut &s, &mut rest).unwrap();
-        assert_eq!(&rest, b"GET /");
-        // What is passed on to a backend is the header's client.
-        let header = origin.header(&s).unwrap();
-        assert_eq!(
-            proxy_protocol::encode(proxy_protocol::Version::V1, &header),
-            b"PROXY TCP4 192.0.2.7 198.51.100.1 40000 443\r\n"
-        );
-    }
-
-    #[test]
-    fn a_local_header_keeps_the_connection_s_own_ends() {
-        let (mut c, s, peer) = pair();
-        c.write_all(&proxy_protocol::encode(
-            proxy_protocol::Version::V2,
-            &Header::Local,
-        ))
-        .unwrap();
-        let origin = receive(&trusting_loopback(Duration::from_secs(5)), &s, peer).unwrap();
-        assert_eq!(origin.source, peer);
-        assert_eq!(origin.destination, None);
-        assert_eq!(
-            origin.header(&s).unwrap(),
-            Header::Proxy {
-                source: peer,
-                destination: s.local_addr().unwrap()
-            }
-        );
-    }
-
-    #[test]
-    fn an_untrusted_peer_is_refused_before_anything_is_read() {
-        let (mut c, s, peer) = pair();
-        c.write_all(b"PROXY TCP4 192.0.2.7 198.51.100.1 40000 443\r\n")
-            .unwrap();
-        let only_ten: CidrList = "10.0.0.0/8".parse().unwrap();
-        let accept = AcceptProxy::new(only_ten, Duration::from_secs(5));
-        let err = receive(&accept, &s, peer).unwrap_err();
-        assert!(matches!(err, Refusal::Untrusted), "{err}");
-        assert!(err.to_string().contains("--accept-proxy-from"));
-    }
-
-    #[test]
-    fn a_malformed_or_oversized_header_is_refused() {
-        let accept = trusting_loopback(Duration::from_secs(5));
-        let (mut c, s, peer) = pair();
-        c.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
-        let err = receive(&accept, &s, peer).unwrap_err();
-        assert!(
-            matches!(err, Refusal::Header(HeaderError::NoSignature)),
-            "{err}"
-        );
-        let (mut c, s, peer) = pair();
-        c.write_all(b"PROXY TCP4 192.0.2.7 nonsense 1 2\r\n")
-            .unwrap();
-        let err = receive(&accept, &s, peer).unwrap_err();
-        assert!(
-            matches!(err, Refusal::Header(HeaderError::V1Syntax(_))),
-            "{err}"
-        );
-        let (mut c, s, peer) = pair();
-        let mut long = b"PROXY TCP4 ".to_vec();
-        long.extend(std::iter::repeat(b'1').take(200));
-        c.write_all(&long).unwrap();
-        let err = receive(&accept, &s, peer).unwrap_err();
-        assert!(
-            matches!(err, Refusal::Header(HeaderError::TooLong { .. })),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn a_silent_or_half_header_times_out_within_the_bound() {
-        let accept = trusting_loopback(Duration::from_millis(200));
-        let (mut c, s, peer) = pair();
-        c.write_all(b"PROXY TCP4 192.0").unwrap();
-        let started = Instant::now();
-        let err = receive(&accept, &s, peer).unwrap_err();
-        let took = started.elapsed();
-        assert!(
-            matches!(
-                err,
-                Refusal::Header(HeaderError::Timeout { received: 16, .. })
-            ),
-            "{err}"
-        );
-        assert!(took >= Duration::from_millis(200), "{took:?}");
-        assert!(took < Duration::from_secs(3), "{took:?}");
-    }
-
-    #[test]
-    fn the_refusal_log_speaks_once_per_source_per_window() {
-        let log = RefusalLog::new(Duration::from_secs(10));
-        let t0 = Instant::now();
-        let a = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
-        let b = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
-        assert_eq!(log.note(a, t0), Some(0));
-        assert_eq!(log.note(a, t0 + Duration::from_secs(1)), None);
-        assert_eq!(log.note(a, t0 + Duration::from_secs(2)), None);
-        assert_eq!(
-            log.note(b, t0 + Duration::from_secs(2)),
-            Some(0),
-            "another source"
-        );
-        // The next window logs again, with the count silenced meanwhile.
-        assert_eq!(log.note(a, t0 + Duration::from_secs(10)), Some(2));
-        assert_eq!(log.note(a, t0 + Duration::from_secs(11)), None);
-    }
-
-    #[test]
-    fn the_refusal_log_stays_bounded() {
-        let log = RefusalLog::new(Duration::from_secs(10));
-        let t0 = Instant::now();
-        for n in 0..MAX_LOGGED_SOURCES as u32 {
-            assert_eq!(log.note(IpAddr::V4(Ipv4Addr::from(n)), t0), Some(0));
-        }
-        let late = IpAddr::V4(Ipv4Addr::new(10, 9, 9, 9));
-        assert_eq!(log.note(late, t0), None, "full: counted only");
-        assert_eq!(log.sources.lock().len(), MAX_LOGGED_SOURCES);
-        // Once the window has passed, old entries make room.
-        assert_eq!(log.note(late, t0 + Duration::from_secs(10)), Some(0));
-        assert_eq!(log.sources.lock().len(), 1);
     }
 }

@@ -1,112 +1,28 @@
 //! Chooses the backend for each new connection, and holds the backend list,
 //! which may change while traffic flows.
 //!
-//! The accept loop calls [`Scheduler::pick`] once per accepted client; the
-//! answer, a [`Pick`], travels with the client through the queue to a worker.
-//! Workers read the list for fail-over ([`Scheduler::failover_order`]), the
-//! health thread reads it each round, and any thread holding the
-//! `Arc<Scheduler>` (an operator's code, the tests) may change it.
+//! Each algorithm is one file, a `Strategy` listed once in the `algorithms!`
+//! table below: adding one is a new file and one line there. A backend out of
+//! rotation (down, draining, in maintenance) is never picked: its share is
+//! spread over those left, and a flip rebuilds the snapshot at once
+//! (`crate::availability`). The list is an immutable snapshot swapped under
+//! a `parking_lot::RwLock`, and a [`Pick`] carries the chosen `Arc<Backend>`.
+//! How each algorithm, availability and the list at run time work:
+//! docs/scheduling.md, "Inside the scheduler".
 //!
-//! # The algorithms
+//! # Threads
 //!
-//! Each algorithm is one file, a `Strategy` listed once in the
-//! `algorithms!` table below: adding one is a new file and one line there.
-//! (`crate::availability` tells it when a backend's availability flips: see "Availability" below.)
-//!
-//! - [`Algorithm::RoundRobin`] (the default, the article's): one
-//!   `AtomicUsize` incremented with `fetch_add`. Every caller gets its own
-//!   turn, so under any number of threads no turn is taken twice or skipped:
-//!   with `k × n` picks over `n` available backends each gets exactly `k`.
-//! - [`Algorithm::WeightedRoundRobin`]: nginx's *smooth* weighted round
-//!   robin. Weights 5, 1, 1 give `a a b a c a a`, not `a a a a a b c`, so a
-//!   heavy backend never takes a burst of consecutive clients. nginx runs the
-//!   algorithm under a lock at every pick; here it runs once, when the list
-//!   or a backend's availability changes, to build the whole cycle over the
-//!   available backends (one entry per unit of weight), and a
-//!   pick is the same atomic turn as round robin, indexing that cycle. That
-//!   keeps picking lock-free and the counts exact under concurrency.
-//! - [`Algorithm::LeastConnections`]: the available backend with the fewest
-//!   connections (divided by its weight). Among equals, a round-robin turn
-//!   chooses, so equal backends take exactly one turn each in turn. A
-//!   backend's count is [`Backend::active`], which a worker raises when it
-//!   has connected and lowers when the connection ends, whatever ends it
-//!   (see [`Backend::start_connection`]), plus [`Backend::pending`]: the
-//!   clients picked for it that wait in the queue or are connecting (the
-//!   [`Pick`] holds a [`Reservation`] until the worker drops it). Without
-//!   the pending part, a burst of clients accepted faster than they connect
-//!   would all go to the backend that looked idlest.
-//! - [`Algorithm::IpHash`]: rendezvous (highest random weight) hashing of
-//!   the client's IP address against each backend's name. Each backend gets
-//!   a pseudo-random score per client; the client goes to the highest score.
-//!   The same IP goes to the same backend while the set is unchanged, and
-//!   removing (or losing) one backend moves only the clients that were on
-//!   it: everyone else's highest score is still there. Adding one takes
-//!   about `1/n` of the clients, only from each of the others. Hashing the
-//!   *name* (not the position) keeps this true across restarts and reorders.
-//! - [`Algorithm::PowerOfTwo`] (`p2c`): two backends drawn at random, the
-//!   less loaded of the two wins (load as least connections counts it).
-//!   Nearly as even as least connections without reading every backend's
-//!   count at each pick, and without sending a whole burst to the one
-//!   backend that looks idlest.
-//!
-//! # Availability
-//!
-//! A backend out of rotation (down by the health checks, draining or in
-//! maintenance by an operator) is never picked, and its share is spread
-//! over all the backends left, by weight where weights apply, as HAProxy
-//! and nginx do: not handed to the next one in the list, which would
-//! double that one's load. Each snapshot holds the positions of the
-//! backends available when it was built (`up`) and the weighted cycle over
-//! them: round robin and weighted round robin take turns over those, p2c
-//! draws from them, least connections gives its ties by turn, and
-//! ip-hash's highest score among the available ones moves only the lost
-//! backend's clients, spread over the rest. When none is available, `pick`
-//! returns `None`.
-//!
-//! A flip of a backend's state rebuilds the snapshot at once, on the
-//! thread that flipped it: the backend tells the schedulers holding it
-//! (`AvailabilityWatcher`), and the rebuild swaps the snapshot under the
-//! write lock like [`Scheduler::remove`]. So once `set_healthy(false)`,
-//! `set_draining(true)` or `set_maint(true)` has returned, no pick returns
-//! that backend. A pick racing the flip may still read the snapshot from
-//! before it, so each algorithm checks its choice again and, should it have
-//! just gone out, takes the next available one in list order: a pick never
-//! returns a backend it sees out, and only ever indexes its own snapshot.
-//!
-//! # The backend list at run time
-//!
-//! The list is an immutable snapshot behind a `parking_lot::RwLock`.
-//! [`Scheduler::add`] and [`Scheduler::remove`] never edit it in place: a
-//! writer builds a new snapshot (with the weighted cycle and hash keys
-//! precomputed) without holding that lock, then takes the write lock only to
-//! swap it in. Writers take turns on a separate `Mutex`, so two changes at
-//! once cannot lose one another; picks never touch it. (A flip of
-//! availability, such as [`Scheduler::drain`], keeps the list and rebuilds
-//! the snapshot the same way.) A pick holds the read lock for its whole
-//! decision, a few dozen nanoseconds and no I/O, and takes nothing else. So:
-//!
-//! - Picks never wait for I/O or for each other, and a change waits at most
-//!   for the picks already in progress.
-//! - Once `remove` has returned, no pick can return the removed backend: the
-//!   swap needed the write lock, so every pick that read the old list had
-//!   finished, and every later pick reads the new one.
-//! - A [`Pick`] carries the chosen `Arc<Backend>` itself, not just a
-//!   position. A client already in the queue when the list changes is still
-//!   served by the backend chosen at accept time, even if that backend was
-//!   removed meanwhile (the `Arc` keeps it alive until its last connection
-//!   ends). Positions shift when the list changes; the `Arc` does not.
-//! - Draining is a flag on the backend ([`Backend::set_draining`]), apart
-//!   from health: no new client is sent to it, and connections in flight
-//!   finish normally.
+//! The accept loop calls [`Scheduler::pick`] once per client: a few dozen
+//! nanoseconds under the read lock, no I/O. Workers read the list for
+//! fail-over ([`Scheduler::failover_order`]), the health thread each round;
+//! writers (a reload, the admin API, tests) take turns on a `Mutex` and hold
+//! the write lock only for the swap.
 //!
 //! # Corresponds to the C article
 //!
-//! `get_next_server_id(int* cur_id)`: `*cur_id = (*cur_id + 1) % _NUM_SERVERS`.
-//! The C keeps the index in `main`'s local variable, which is only safe because
-//! one thread accepts, and its server list is fixed at start-up. The atomic
-//! counter here gives the same sequence (0, 1, 2, 0, 1, 2, ...) and stays
-//! exact when many threads pick. The other algorithms and the changing list
-//! have no C counterpart.
+//! `get_next_server_id(int* cur_id)`: `*cur_id = (*cur_id + 1) % _NUM_SERVERS`,
+//! safe in the C only because one thread accepts. The atomic counter here
+//! gives the same sequence and stays exact when many threads pick.
 
 mod ip_hash;
 mod least_connections;

@@ -9,7 +9,7 @@
 #![allow(dead_code)]
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Shutdown as Direction, SocketAddr, TcpListener, TcpStream};
+use std::net::{self, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -96,7 +96,7 @@ impl TestBackend {
             let mut got = Vec::new();
             stream.read_to_end(&mut got)?;
             stream.write_all(&after_eof_reply(&got))?;
-            stream.shutdown(Direction::Write)
+            stream.shutdown(net::Shutdown::Write)
         }))
     }
 
@@ -137,7 +137,7 @@ pub fn echo(mut stream: TcpStream) -> io::Result<()> {
     loop {
         let n = stream.read(&mut buf)?;
         if n == 0 {
-            return stream.shutdown(Direction::Write);
+            return stream.shutdown(net::Shutdown::Write);
         }
         stream.write_all(&buf[..n])?;
     }
@@ -184,7 +184,7 @@ fn serve_http(stream: TcpStream, n: usize) -> io::Result<()> {
         );
         out.write_all(response.as_bytes())?;
         if close {
-            return out.shutdown(Direction::Write);
+            return out.shutdown(net::Shutdown::Write);
         }
     }
 }
@@ -568,7 +568,7 @@ pub fn echo_through(stream: TcpStream, data: Arc<Vec<u8>>) -> io::Result<Vec<u8>
             for chunk in data.chunks(16 * 1024) {
                 writer.write_all(chunk)?;
             }
-            writer.shutdown(Direction::Write)
+            writer.shutdown(net::Shutdown::Write)
         })
     };
     let mut reader = stream;

@@ -1,7 +1,7 @@
 //! The balancer's port: garbage, resets mid-way, many idle clients, slow peers.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
+use std::net::{self, SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -503,7 +503,7 @@ fn half_open_peers_lose_no_byte() {
         c.proxy.client_first_byte_timeout = Some(Duration::from_secs(5));
     });
     let mut c = connect(lb.addr).unwrap();
-    c.shutdown(Direction::Write).unwrap();
+    c.shutdown(net::Shutdown::Write).unwrap();
     let mut reply = Vec::new();
     c.read_to_end(&mut reply).unwrap();
     assert_eq!(reply, common::after_eof_reply(b""));
@@ -513,7 +513,7 @@ fn half_open_peers_lose_no_byte() {
     let mute = {
         let got = got.clone();
         TestBackend::start(Arc::new(move |mut s: TcpStream| {
-            s.shutdown(Direction::Write)?;
+            s.shutdown(net::Shutdown::Write)?;
             let mut buf = vec![0; 64 * 1024];
             loop {
                 match s.read(&mut buf)? {
@@ -527,7 +527,7 @@ fn half_open_peers_lose_no_byte() {
     let mut c = connect(lb.addr).unwrap();
     let data = test_data(1024 * 1024, 9);
     c.write_all(&data).unwrap();
-    c.shutdown(Direction::Write).unwrap();
+    c.shutdown(net::Shutdown::Write).unwrap();
     let mut rest = Vec::new();
     c.read_to_end(&mut rest).unwrap();
     assert!(rest.is_empty());

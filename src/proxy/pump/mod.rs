@@ -1,0 +1,331 @@
+//! The duplex pump: moves the bytes of one connection both ways until both
+//! sides are done, without ever blocking on either socket.
+//!
+//! Each direction has one buffer (4096 bytes by default) or, with
+//! `--splice` ([`splice_pump`]), one pipe: filled by one read, emptied by
+//! as many non-blocking writes as the destination accepts, and both
+//! sockets waited on with one `poll(2)`. End of stream is passed on as a
+//! half-close, a failed write stops only its own direction, and the
+//! connection's [`End`] comes back with its exact [`Transfer`]. Why each
+//! rule (no `write_all`, `MSG_MORE`, turns of [`TURN_BYTES`], idle buffers
+//! handed back, `--yield-before-poll`): docs/moving-bytes.md, "The pump".
+//! `half` holds one direction and its step, `wait` the `poll(2)` side.
+//!
+//! # Threads
+//!
+//! Runs on the worker thread that serves the connection, with that
+//! thread's own buffers or pipes; nothing is shared or locked.
+//!
+//! # Corresponds to the C article
+//!
+//! The copy loop of `proxy_function()`, which reads one chunk, cuts it at
+//! the first zero byte and `exit()`s on any error (docs/c-to-rust.md). The
+//! final `shutdown(SHUT_RDWR)` then `close()` on both sockets is the C's.
+
+use std::fmt;
+use std::io;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use super::conduit::{Buffers, Conduits, Pipe, BUFFERS, PIPES, RELEASE_AFTER};
+use crate::poll::{millis, poll};
+use half::{step_both, uncork_both, Half, Story};
+use wait::{interest, learn, wait, watch, WaitFor};
+
+mod half;
+#[cfg(test)]
+mod tests;
+mod wait;
+
+/// Bytes one direction may move in one turn before the other direction
+/// gets its turn: 64 chunks of 4096 bytes, or four full pipes with
+/// `--splice`. Small enough that the other direction never waits behind
+/// more than a fraction of a millisecond of streaming; big enough that the
+/// `poll` without waiting that may follow a turn (see [`pump`]) costs a
+/// streaming direction at most one system call per 256 KiB, and nothing
+/// per chunk.
+pub const TURN_BYTES: u64 = 256 * 1024;
+
+/// How many bytes one proxied connection moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Transfer {
+    /// Bytes from the client the backend's socket accepted.
+    pub to_backend: u64,
+    /// Bytes from the backend the client's socket accepted.
+    pub to_client: u64,
+}
+
+/// How a connection ended, and which side ended it.
+///
+/// When something went wrong (a reset, a failed write, a timeout, an
+/// error), the first such event is the end, even if bytes still moved the
+/// other way after it. Otherwise both sides closed, and the end names the
+/// one whose end of stream came first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Both sides closed; the client closed its side first.
+    ClientClosed,
+    /// Both sides closed; the backend closed its side first.
+    BackendClosed,
+    /// The client reset the connection (`ECONNRESET`).
+    ClientReset,
+    /// The backend reset the connection (`ECONNRESET`).
+    BackendReset,
+    /// No byte moved for the idle timeout.
+    IdleTimeout,
+    /// One side had closed, and the other stayed silent for the fin
+    /// timeout.
+    FinTimeout,
+    /// A write toward the client failed (other than a reset).
+    WriteToClientFailed,
+    /// A write toward the backend failed (other than a reset).
+    WriteToBackendFailed,
+    /// Any other error: a read error other than a reset, or the pump's own
+    /// resources (its buffers, pipes or `poll`).
+    Error,
+}
+
+impl End {
+    /// Both sides closed: nothing went wrong.
+    pub fn is_clean(self) -> bool {
+        matches!(self, End::ClientClosed | End::BackendClosed)
+    }
+
+    /// A reset by either peer.
+    pub fn is_reset(self) -> bool {
+        matches!(self, End::ClientReset | End::BackendReset)
+    }
+}
+
+impl fmt::Display for End {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            End::ClientClosed => "the client closed first",
+            End::BackendClosed => "the backend closed first",
+            End::ClientReset => "the client reset the connection",
+            End::BackendReset => "the backend reset the connection",
+            End::IdleTimeout => "idle timeout",
+            End::FinTimeout => "fin timeout (one side closed, the other stayed silent)",
+            End::WriteToClientFailed => "a write toward the client failed",
+            End::WriteToBackendFailed => "a write toward the backend failed",
+            End::Error => "error",
+        })
+    }
+}
+
+/// What [`pump`] and [`splice_pump`] return.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The bytes moved, each successful write counted as it happened.
+    pub transfer: Transfer,
+    /// How it ended.
+    pub end: End,
+    /// The I/O error behind `end`, when there is one.
+    pub error: Option<io::Error>,
+}
+
+impl Outcome {
+    fn failed(error: io::Error) -> Outcome {
+        Outcome {
+            transfer: Transfer::default(),
+            end: End::Error,
+            error: Some(error),
+        }
+    }
+}
+
+/// The pump's timing settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PumpOptions {
+    /// Longest wait with no byte moving while both sides are open.
+    pub idle_timeout: Duration,
+    /// Longest wait with no byte moving once one side has closed (or one
+    /// direction has stopped on a failed write).
+    pub fin_timeout: Duration,
+    /// Yield once, then look without waiting, before each wait that
+    /// follows moved bytes (`--yield-before-poll`).
+    pub yield_before_poll: bool,
+}
+
+/// Copies bytes both ways between `client` and `backend` until both
+/// directions are over, or nothing moves for the idle (or fin) timeout.
+/// `buffer_size` is the bytes per read in each direction.
+///
+/// A failed write stops only its own direction: what the other direction
+/// still carries (a backend's early `413` while the client is still
+/// uploading) is delivered until that source ends. A socket whose read
+/// fails (a reset) is gone both ways, which ends both directions.
+///
+/// It never fails: every way a connection can end is an [`End`] in the
+/// returned [`Outcome`], with the byte counts of what was moved up to then.
+pub fn pump(
+    client: &TcpStream,
+    backend: &TcpStream,
+    buffer_size: usize,
+    options: &PumpOptions,
+) -> Outcome {
+    BUFFERS.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        let buffers = match &mut *cached {
+            Some(b) if b.size == buffer_size.max(1) => b,
+            slot => match Buffers::new(buffer_size) {
+                Ok(b) => slot.insert(b),
+                Err(e) => return Outcome::failed(e),
+            },
+        };
+        let mut transfer = Transfer::default();
+        let (end, error, _) = pump_with(
+            &mut Conduits::Buffers(buffers),
+            client,
+            backend,
+            options,
+            &mut transfer,
+        );
+        Outcome {
+            transfer,
+            end,
+            error,
+        }
+    })
+}
+
+/// Like [`pump`], but moves the bytes with `splice(2)` through a pipe per
+/// direction instead of reading them into user memory and writing them out
+/// again (Linux only, the `--splice` flag). The kernel moves socket pages
+/// into the pipe and on to the other socket: no copy through the process,
+/// and up to a pipe's capacity (64 KiB) per call instead of 4096 bytes.
+/// The pipes belong to the worker thread and serve each of its connections
+/// in turn; when a connection ends with bytes left in one (a stopped
+/// direction drops them), both are closed and made anew for the next.
+///
+/// The errors of `pipe2(2)` and of switching the sockets to non-blocking
+/// mode end the connection as [`End::Error`].
+pub fn splice_pump(client: &TcpStream, backend: &TcpStream, options: &PumpOptions) -> Outcome {
+    // splice(2) honours SPLICE_F_NONBLOCK on the pipe side only: the
+    // sockets themselves must be non-blocking.
+    if let Err(e) = client
+        .set_nonblocking(true)
+        .and_then(|()| backend.set_nonblocking(true))
+    {
+        return Outcome::failed(e);
+    }
+    PIPES.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        let pipes = match &mut *cached {
+            Some(p) => p,
+            slot => match Pipe::new().and_then(|up| Ok([up, Pipe::new()?])) {
+                Ok(p) => slot.insert(p),
+                Err(e) => return Outcome::failed(e),
+            },
+        };
+        let mut transfer = Transfer::default();
+        let (end, error, stale) = pump_with(
+            &mut Conduits::Pipes(pipes),
+            client,
+            backend,
+            options,
+            &mut transfer,
+        );
+        if stale {
+            *cached = None;
+        }
+        Outcome {
+            transfer,
+            end,
+            error,
+        }
+    })
+}
+
+/// The pump's loop. Returns the end, its error, and whether a buffer or
+/// pipe was left holding bytes (dropped by a stopped direction).
+fn pump_with(
+    conduits: &mut Conduits,
+    client: &TcpStream,
+    backend: &TcpStream,
+    options: &PumpOptions,
+    transfer: &mut Transfer,
+) -> (End, Option<io::Error>, bool) {
+    let mut up = Half::new(); // client -> backend
+    let mut down = Half::new(); // backend -> client
+    let mut story = Story::default();
+    let idle_ms = millis(options.idle_timeout);
+    let fin_ms = millis(options.fin_timeout);
+    let release_ms = millis(RELEASE_AFTER);
+    loop {
+        let (up_before, down_before) = (transfer.to_backend, transfer.to_client);
+        step_both(
+            conduits, &mut up, &mut down, client, backend, transfer, &mut story,
+        );
+        crate::trace::pumped(
+            transfer.to_backend - up_before,
+            transfer.to_client - down_before,
+            up.done,
+            down.done,
+        );
+        if up.eof {
+            story.closed(End::ClientClosed);
+        }
+        if down.eof {
+            story.closed(End::BackendClosed);
+        }
+        if up.finished() && down.finished() {
+            return finish(story, &up, &down);
+        }
+        uncork_both(&mut up, &mut down, client, backend, &mut story);
+        let busy = up.busy || down.busy;
+        // A half that used up its turn goes on next round. The other half
+        // goes first if it can; if it waits for `poll`, it needs a look.
+        let stalls =
+            |turned: &Half, other: &Half| turned.busy && !other.finished() && !other.can_go_on();
+        if busy && !stalls(&up, &down) && !stalls(&down, &up) {
+            continue;
+        }
+        let mut fds = [
+            watch(client, interest(&up, &down)),
+            watch(backend, interest(&down, &up)),
+        ];
+        // Once one side has closed (or one direction has stopped), the
+        // silence allowed is the fin timeout.
+        let half_closed = up.eof || down.eof || up.stopped || down.stopped;
+        let ready = if busy {
+            // Look without waiting, so the waiting half learns what became
+            // ready, then go round again.
+            poll(&mut fds, 0)
+        } else {
+            let how = WaitFor {
+                timeout_ms: if half_closed { fin_ms } else { idle_ms },
+                release_ms,
+                idle: !up.pending() && !down.pending(),
+                yield_first: options.yield_before_poll
+                    && transfer.to_backend + transfer.to_client > up_before + down_before,
+            };
+            wait(&mut fds, conduits, how)
+        };
+        match ready {
+            Err(e) => {
+                story.fault(End::Error, Some(e));
+                let (end, error) = story.end();
+                return (end, error, true);
+            }
+            Ok(0) if !busy => {
+                let end = if half_closed {
+                    End::FinTimeout
+                } else {
+                    End::IdleTimeout
+                };
+                story.fault(end, None);
+                return finish(story, &up, &down);
+            }
+            Ok(_) => learn(&fds, &mut up, &mut down),
+        }
+    }
+}
+
+/// The end `story` tells, its error, and whether a half was left holding
+/// bytes (dropped by a stopped direction).
+fn finish(story: Story, up: &Half, down: &Half) -> (End, Option<io::Error>, bool) {
+    let (end, error) = story.end();
+    let stale = up.start < up.end || down.start < down.end;
+    (end, error, stale)
+}
