@@ -218,33 +218,12 @@ fn pump_both(
     }
 }
 
-/// Waits with `poll(2)` until `client` has something to read (bytes, or
-/// its end of stream: the pump deals with both) or `deadline` passes;
-/// whether it became readable. A client already past its deadline is looked
-/// at once, without waiting: one that waited in the queue longer than the
-/// first-byte timeout gets no second one.
+/// Waits until `client` has something to read (bytes, or its end of
+/// stream: the pump deals with both) or `deadline` passes; whether it
+/// became readable. A client already past its deadline is looked at once,
+/// without waiting: one that waited in the queue longer than the
+/// first-byte timeout gets no second one. A `poll(2)` error on our own
+/// socket counts as readable: the pump meets it and ends the connection.
 fn wait_readable(client: &TcpStream, deadline: Instant) -> bool {
-    use std::os::fd::AsRawFd;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        // Rounded up, so a wait of 0.3 ms is not a wait of 0.
-        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-        let mut fd = libc::pollfd {
-            fd: client.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, for the length of the call.
-        let rc = unsafe { libc::poll(&mut fd, 1, ms) };
-        if rc > 0 {
-            return true;
-        }
-        if rc == 0 {
-            return false;
-        }
-        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            // A poll error on our own socket: let the pump meet it.
-            return true;
-        }
-    }
+    crate::poll::readable_by(client.as_raw_fd(), deadline).unwrap_or(true)
 }
