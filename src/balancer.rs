@@ -36,14 +36,13 @@ use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::listener::{self, Acceptor};
 use crate::pool::{Pool, WORKER_FLOOR};
-use crate::proxy::{AcceptProxy, Job, Proxy};
+use crate::proxy::{AcceptProxy, Job, Proxy, Report};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 use crate::units;
 
 pub use crate::live::Live;
-use crate::throttle::LogThrottle;
 
 /// A bound, ready-to-run balancer.
 pub struct Balancer {
@@ -123,27 +122,24 @@ impl Balancer {
         };
         let access_log = start_access_log(&config)?;
         let queue_depth: Arc<std::sync::OnceLock<crate::proxy::QueueDepth>> = Arc::default();
-        let proxy = Arc::new(Proxy {
-            access_log: access_log.clone(),
-            unreachable_log: LogThrottle::new(Duration::from_secs(1)),
-            busy_log: LogThrottle::new(crate::proxy::BUSY_WARNING_EVERY),
-            max_workers: config.workers,
-            queue_depth: Arc::clone(&queue_depth),
-            scheduler: Arc::clone(&live.scheduler),
-            limiter: Arc::clone(&live.limiter),
-            accept_proxy: config.accept_proxy.then(|| {
-                AcceptProxy::new(
-                    config.accept_proxy_from.clone(),
-                    config.accept_proxy_timeout,
-                )
-            }),
-            stats: Arc::clone(&stats),
-            settings: Arc::clone(&live.proxy),
-            health: Arc::clone(&live.health),
-            queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
-            out_of_descriptors_log: LogThrottle::new(Duration::from_secs(1)),
-            first_byte_timeout_log: LogThrottle::new(Duration::from_secs(1)),
+        let accept_proxy = config.accept_proxy.then(|| {
+            AcceptProxy::new(
+                config.accept_proxy_from.clone(),
+                config.accept_proxy_timeout,
+            )
         });
+        let proxy = Arc::new(
+            Proxy::new(
+                Arc::clone(&live.scheduler),
+                Arc::clone(&live.proxy),
+                Arc::clone(&live.health),
+                Arc::clone(&live.limiter),
+                Arc::clone(&stats),
+                access_log.clone(),
+                accept_proxy,
+            )
+            .busy_warning(config.workers, Arc::clone(&queue_depth)),
+        );
         let pool = Pool::new(
             config.workers,
             config.thread_stack,
@@ -248,8 +244,7 @@ impl Balancer {
             limiter: &self.live.limiter,
             health: &self.live.health,
             accept_proxy: self.config.accept_proxy,
-            access_log: self.access_log.as_ref(),
-            no_backend_log: LogThrottle::new(Duration::from_secs(1)),
+            report: Report::new(Arc::clone(&self.stats), self.access_log.clone()),
         };
         acceptor.run(&self.listener);
         if let Some(health) = health {

@@ -25,6 +25,7 @@
 //!                   │ backend.connect(), fail over to the next    (proxy/, backend.rs)
 //!                   │ pump both ways in 4096-byte chunks, poll(2) (proxy/pump/, poll.rs)
 //!                   │ shutdown(Both) then close, both sockets
+//!                   │ → Outcome, counted and told once            (proxy/report.rs)
 //!                   ▼
 //!                 backend
 //! ```
@@ -54,17 +55,21 @@
 //!   counts kept in Redis, shared by several balancers).
 //! - `queue`: the FIFO between the accept loop and the workers.
 //! - `pool`: the worker threads.
-//! - `proxy/`: a connection's life with fail-over; `pump` (the duplex
-//!   copy, with `half`, one direction, and `wait`, its `poll(2)` side);
-//!   `conduit` (the thread's buffers and pipes); `header` (a client behind
-//!   `--accept-proxy`: its header, then the limiter and the pick).
+//! - `proxy/`: a connection's life: `serve` (wait, route, connect, pump,
+//!   close, into one `Outcome`), `connect` (fail-over), `report` (the one
+//!   place an outcome becomes counters, access log, trace and log lines);
+//!   `pump` (the duplex copy, with `half`, one direction, and `wait`, its
+//!   `poll(2)` side); `conduit` (the thread's buffers and pipes); `header`
+//!   (a client behind `--accept-proxy`: its header, then the limiter and
+//!   the pick).
 //! - `proxy_protocol/`: the PROXY protocol, `codec` (types, encode),
 //!   `parse`, `read` (off a socket), `cidr` (trusted peers), `accept` and
 //!   `send` (the worker's side of `--accept-proxy` and `--send-proxy`).
 //! - `poll`: `poll(2)` waits, written once.
-//! - `access_log`: one line per connection, written by a thread of its own.
-//! - `trace`: `--trace`, the narrated trace of every connection (off by
-//!   default).
+//! - `access_log/`: one line per connection: `record` (what it says, how
+//!   it ended), `format` (text or JSON), `writer` (the thread that writes).
+//! - `trace/`: `--trace`, the narrated trace of every connection (off by
+//!   default); `text`, its sentences in both languages, one table.
 //! - `health/`: the checks; `checker` (the thread), `probe` (rise/fall),
 //!   `check` (tcp, http), `protocol/` (checks that speak the backend's
 //!   protocol, one file each: `redis`, `tls`, `smtp`, `mysql`, `pgsql`,

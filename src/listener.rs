@@ -1,57 +1,22 @@
 //! The listening socket and the accept loop.
 //!
-//! One thread (the one that calls [`crate::Balancer::run`]) sits in a
-//! blocking `accept(2)`. For each client it picks the backend, wraps the pair
-//! in a [`Job`] and hands it to the pool. It never waits for a client or for
-//! a worker, so a slow connection cannot slow the accepting of others. It
-//! waits only when the queue is full, which is back-pressure by design: new
-//! clients then wait in the kernel's backlog. It shares the scheduler, the
-//! pool and the stats with the workers; each of those does its own
-//! synchronization, so this module holds no lock of its own.
+//! For each client the loop checks the rate limiter, picks the backend,
+//! wraps the pair in a [`Job`] and hands it to the pool; with
+//! `--accept-proxy` it queues the client unpicked ([`Route::AfterHeader`])
+//! and the worker does both after the header. A client refused here (rate
+//! limited, no backend available) is an `Outcome`, counted and told by
+//! this loop's own `Report`, and closed without blocking: the 429 and the
+//! 503 are one non-blocking write each ([`reply::reply_at_once`]). An
+//! `accept(2)` error is never fatal: retried at once or after a back-off,
+//! logged at most once a second (docs/operations.md, "Out of file
+//! descriptors"). `--defer-accept` and `--reuse-port` are set here too.
 //!
-//! When no backend is available (all down or draining) the client is closed
-//! at once, or with `--http-replies` answered `503` first, by one
-//! non-blocking write (see [`reply::reply_at_once`]).
+//! # Threads
 //!
-//! With `--rate-limit`, each client is first checked against the per-IP
-//! limiter (`Acceptor::admit`): a refused client is counted, logged once per
-//! window, closed here and never queued. Closing it never blocks: with the
-//! `http` reply it gets one non-blocking write and a few non-blocking reads
-//! (see [`limiter::refuse`]); the 429 and the 503 are the only bytes this
-//! thread ever moves.
-//!
-//! An `accept(2)` error is never fatal. `ECONNABORTED` (the client left
-//! before we took it) and `EINTR` are retried at once; anything else
-//! (`EMFILE`: out of file descriptors, `ENOBUFS`, `ENOMEM`) is retried
-//! after a short back-off, since retrying at once would spin on the same
-//! error while the connections in flight free what it needs, and logged at
-//! most once a second with the count of the others (a [`LogThrottle`]).
-//! While a worker waits for a descriptor to reach its backend (the
-//! `descriptor_waits` gauge), the loop does not accept at all, so a freed
-//! descriptor goes to a client already taken in. A panic
-//! while handling one new client (a bug in the gate or the scheduler) is
-//! caught and logged like a worker's, and accepting goes on.
-//!
-//! `--defer-accept` (off by default) sets `TCP_DEFER_ACCEPT` on the
-//! listening socket: the kernel then completes the handshake but keeps the
-//! connection out of `accept(2)` until the client's first bytes arrive. The
-//! worker that takes it finds the request already there and never sleeps in
-//! `poll(2)` waiting for it, and the accept thread is woken once per client
-//! with data rather than once per handshake (docs/benchmarks.md has the
-//! measured effect on short connections). It stays a flag because it breaks
-//! protocols where the server speaks first (SMTP, FTP, MySQL, an SSH banner): their clients send
-//! nothing until greeted, so the kernel holds them back for about
-//! [`DEFER_ACCEPT_SECS`] (rounded up to its SYN-ACK retransmissions) before
-//! handing them over anyway.
-//!
-//! With `--accept-proxy`, who the client is comes in its PROXY protocol
-//! header, which this thread never waits for: such a client skips the
-//! limiter and the pick here and is queued as [`Route::AfterHeader`]; the
-//! worker reads the header, then checks and picks (`proxy/header.rs`).
-//!
-//! With `--reuse-port` ([`bind_with`]) several processes share the port,
-//! and the shutdown wakes this loop by shutting the socket down
-//! (`wake_by_shutdown`) rather than by connecting to it.
+//! One thread, the one that calls [`crate::Balancer::run`]. It never waits
+//! for a client or a worker, only for room in the queue (back-pressure: new
+//! clients then wait in the kernel's backlog). The scheduler, the pool and
+//! the stats synchronize themselves; this module holds no lock.
 //!
 //! # Corresponds to the C article
 //!
@@ -71,12 +36,11 @@ use std::time::{Duration, Instant};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::access_log::{AccessLog, End as LogEnd};
 use crate::error::{Error, Result};
 use crate::health::HealthConfig;
 use crate::limiter::{self, Decision, Limiter};
 use crate::pool::Pool;
-use crate::proxy::{self, Access, Job, Route};
+use crate::proxy::{Fate, Job, Outcome, Refusal, Report, Route};
 use crate::reply;
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
@@ -180,7 +144,7 @@ pub(crate) fn wake_by_shutdown(listener: &TcpListener) {
 
 /// What the accept loop needs besides the socket.
 pub(crate) struct Acceptor<'a> {
-    pub scheduler: &'a Scheduler,
+    pub scheduler: &'a Arc<Scheduler>,
     pub pool: &'a Pool<Job>,
     pub stats: &'a Arc<Stats>,
     pub shutdown: &'a Shutdown,
@@ -191,24 +155,23 @@ pub(crate) struct Acceptor<'a> {
     pub health: &'a ArcSwap<HealthConfig>,
     /// `--accept-proxy`: clients are queued unpicked (see below).
     pub accept_proxy: bool,
-    /// `--access-log`: refused clients get a line too.
-    pub access_log: Option<&'a AccessLog>,
-    /// "No backend is available" is logged at most once a second, with the
-    /// count of the others: under load it would flood the log.
-    pub no_backend_log: LogThrottle,
+    /// Where the clients refused here are counted and logged (the access
+    /// log, the throttled warnings).
+    pub report: Report,
 }
 
 impl Acceptor<'_> {
-    /// The access log line of a client refused here.
-    fn log_refused(&self, peer: SocketAddr, end: LogEnd) {
-        proxy::log_access(
-            self.access_log,
-            self.stats,
+    /// Counts and tells `refusal` of the client from `peer`, refused here
+    /// (the caller closes it).
+    fn refused(&self, peer: SocketAddr, refusal: Refusal) -> Outcome {
+        let outcome = Outcome {
             peer,
-            None,
-            Instant::now(),
-            Access::refused(end),
-        );
+            queued_at: Instant::now(),
+            queue_wait: Duration::ZERO,
+            fate: Fate::Refused(refusal),
+        };
+        self.report.count(&outcome);
+        outcome
     }
 
     /// Accepts clients until shutdown is triggered.
@@ -283,23 +246,13 @@ impl Acceptor<'_> {
             log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
         }
         let Some(pick) = self.scheduler.pick(peer.ip()) else {
-            trace::event(Event::NoBackend);
-            Stats::incr(&self.stats.no_backend);
-            self.log_refused(peer, LogEnd::NoBackend);
-            if let Some(others) = self.no_backend_log.event(Instant::now()) {
-                let why = match self.scheduler.snapshot().len() {
-                    0 => "the list is empty".to_string(),
-                    1 => "the one backend is down or draining".to_string(),
-                    n => format!("all {n} are down or draining"),
-                };
-                log::warn!(
-                    "closing client {peer}: no backend is available ({why}){}",
-                    throttle::more(others)
-                );
-            }
+            let scheduler = Arc::clone(self.scheduler);
+            let outcome = self.refused(peer, Refusal::NoBackend { scheduler });
             if self.health.load().http_replies {
                 reply::reply_at_once(&client, reply::REPLY_503);
             }
+            drop(client);
+            self.report.tell(&outcome);
             return true;
         };
         if trace::on() {
@@ -356,7 +309,8 @@ impl Acceptor<'_> {
         }
         let admitted = limiter::admit(limiter, client, peer.ip(), decision, self.stats);
         if admitted.is_none() {
-            self.log_refused(peer, LogEnd::RateLimited);
+            let outcome = self.refused(peer, Refusal::RateLimited);
+            self.report.tell(&outcome);
         }
         admitted
     }

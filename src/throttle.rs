@@ -66,6 +66,14 @@ impl LogThrottle {
         None
     }
 
+    /// Time from `now` until [`event`](Self::event) would say log: what a
+    /// thread with nothing else to do may sleep before its next line.
+    pub fn wait(&self, now: Instant) -> Duration {
+        let t =
+            u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(self.next_at.load(Ordering::Relaxed).saturating_sub(t))
+    }
+
     /// A throttle like [`LogThrottle::new`] whose clock starts at `epoch`
     /// instead of now, for a caller that passes its own `now` to
     /// [`event`](LogThrottle::event): an event at `epoch` is logged, and the

@@ -1,85 +1,55 @@
-//! What a worker does with one connection: connect to the backend (failing
-//! over to the next one), turn on TCP keep-alive on both sockets when
-//! `tcp_keepalive` asks for it, pump bytes both ways until both sides are
-//! done ([`pump()`]), then shut down and close both sockets, count how the
-//! connection ended (the `ended_*` counters, by [`End`]) and log it.
-//!
-//! Clean closes and resets by either peer are how connections normally end
-//! (many TLS clients close with a reset), so they are logged at `debug`;
-//! timeouts and failed writes at `info`. Warnings are kept for what an
-//! operator can act on: backends that cannot be reached.
-//!
-//! Only worker threads run this code, each on its own connection. They share
-//! the scheduler (read for fail-over), the counters (atomics) and the live
-//! settings (an [`ArcSwap`], read once per connection: a connection keeps the
-//! settings it started with, and a change applies to the next one). The
-//! pump's buffers and pipes are thread-local, so nothing here takes a lock.
-//!
-//! A client that waited in the queue longer than
-//! [`ProxyConfig::queue_timeout`] (all workers busy) is closed before any
-//! backend is connected, when a worker finally takes it: it has most likely
-//! given up, and serving it late would spend a backend connection on
-//! nobody. The worker checks [`Job::queued_at`] as it starts; nothing
-//! watches the queue in between, so such a client is closed as soon as a
-//! worker frees up, not at the very moment its time runs out.
-//!
-//! With [`ProxyConfig::client_first_byte_timeout`] (off by default), a
-//! client that has sent nothing that long after it was accepted is closed
-//! the same way, before a backend is connected: the worker waits for its
-//! first byte with `poll(2)`, so a crowd of silent clients (slowloris)
-//! holds each worker for that long at most instead of `idle_timeout`.
+//! What a worker does with one connection, the article's
+//! `proxy_function()`: [`Proxy::handle`] is
+//! `let outcome = self.serve(job); self.report.tell(&outcome)`.
 //!
 //! # Parts
 //!
-//! - this file: [`Proxy::handle`], the connection's life and fail-over;
+//! - this file: [`Job`], the settings ([`ProxyConfig`]) and [`Proxy`];
+//! - `serve`: the chain wait → route → connect → pump → close;
+//! - `connect`: the backend connect, with fail-over;
+//! - `report`: the connection's `Outcome` and the one
+//!   place it becomes counters, access log, trace and log lines;
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;
 //! - `conduit`: the thread's buffers and pipes the pump moves bytes through;
-//! - [`mod@header`]: the PROXY protocol on the worker: reading a client's
-//!   header (then the limiter and the pick, [`Route::AfterHeader`]) and
-//!   sending one to the backends that take it.
+//! - [`mod@header`]: the PROXY protocol on the worker.
+//!
+//! # Threads
+//!
+//! Only worker threads run this code, each on its own connection. They
+//! share the scheduler, the counters (atomics) and the live settings (an
+//! [`ArcSwap`], read once per connection: a change applies to the next
+//! one). Nothing here takes a lock.
 //!
 //! # Corresponds to the C article
 //!
-//! `proxy_function()`. The C reads one chunk of the request (at most 4090
-//! bytes), sends it with `strlen(buffer)` (so binary data is cut at the first
-//! zero byte), then copies the reply until the backend closes. It cannot
-//! serve a request larger than a chunk, a second request on the same
-//! connection, or a protocol where the client speaks again after the reply
-//! starts; and any read error calls `exit()`, ending every other connection
-//! too. Here errors end only this connection, and both directions stream for
-//! as long as either side has data. The final `shutdown(SHUT_RDWR)` then
-//! `close()` on both sockets is the C's, kept on every path. Its
-//! `get_final_server_socket()` is [`Backend::connect`].
+//! `proxy_function()` (see `serve`); `get_final_server_socket()` is
+//! [`Backend::connect`](crate::backend::Backend::connect).
 
 mod conduit;
+mod connect;
 pub mod header;
 pub mod pump;
+mod report;
+mod serve;
 
 use std::io;
 use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use socket2::{SockRef, TcpKeepalive};
 
-use crate::access_log::{AccessLog, End as LogEnd, Record};
-use crate::backend::Backend;
+use crate::access_log::AccessLog;
 use crate::error::{Error, Result};
-use crate::health::{self, HealthConfig};
+use crate::health::HealthConfig;
 use crate::limiter::Limiter;
-use crate::reply;
-use crate::scheduler::{Pick, Scheduler};
+use crate::scheduler::Scheduler;
 use crate::stats::Stats;
-use crate::system;
-use crate::throttle::{self, LogThrottle};
-use crate::trace::{self, Event};
-use crate::units::format_duration;
 
 pub use header::{AcceptProxy, Route};
-pub use pump::{pump, splice_pump, End, Outcome, PumpOptions, Transfer};
+pub use pump::{pump, splice_pump, End, PumpOptions, Transfer};
+pub(crate) use report::{Access, Fate, Outcome, Refusal, Report};
 
 /// One accepted client, with the backend chosen for it at accept time: the
 /// `(server_idx, client_sock)` pair of the C queue. Behind
@@ -172,11 +142,11 @@ impl Default for ProxyConfig {
 /// The largest `buffer_size` accepted.
 pub const MAX_BUFFER_SIZE: usize = 16 * 1024 * 1024;
 
-/// The largest `tcp_keepalive` accepted: Linux's limit for `TCP_KEEPIDLE`.
-pub const MAX_TCP_KEEPALIVE: Duration = Duration::from_secs(32767);
-
 /// Unanswered keep-alive probes before the kernel drops a connection.
 const KEEPALIVE_PROBES: u32 = 3;
+
+/// The largest `tcp_keepalive` accepted: Linux's limit for `TCP_KEEPIDLE`.
+pub const MAX_TCP_KEEPALIVE: Duration = Duration::from_secs(32767);
 
 impl ProxyConfig {
     /// Checks that every value is usable.
@@ -228,6 +198,31 @@ impl ProxyConfig {
         Ok(())
     }
 
+    /// Turns on TCP keep-alive and sets `TCP_USER_TIMEOUT` on both sockets
+    /// of a connection of `peer` when these settings ask for them; a socket
+    /// that refuses is logged (debug) and served anyway.
+    fn keep_alive(&self, client: &TcpStream, backend: &TcpStream, peer: SocketAddr) {
+        if self.tcp_keepalive.is_none() && self.tcp_user_timeout.is_none() {
+            return;
+        }
+        for (side, socket) in [("client", client), ("backend", backend)] {
+            if let Some(idle) = self.tcp_keepalive {
+                if let Err(err) = keep_alive(socket, idle) {
+                    log::debug!(
+                        "client {peer}: TCP keep-alive not set on the {side} socket: {err}"
+                    );
+                }
+            }
+            if let Some(limit) = self.tcp_user_timeout {
+                if let Err(err) = SockRef::from(socket).set_tcp_user_timeout(Some(limit)) {
+                    log::debug!(
+                        "client {peer}: TCP_USER_TIMEOUT not set on the {side} socket: {err}"
+                    );
+                }
+            }
+        }
+    }
+
     /// What the pump needs of these settings.
     pub fn pump_options(&self) -> PumpOptions {
         PumpOptions {
@@ -237,13 +232,6 @@ impl ProxyConfig {
         }
     }
 }
-
-/// First pause of a worker whose backend connect found no descriptor left.
-const OUT_OF_DESCRIPTORS_FIRST_PAUSE: Duration = Duration::from_millis(5);
-/// Longest pause between two such tries: shorter than the accept loop's
-/// back-off, so that a freed descriptor more often goes to a client already
-/// accepted than to a new one.
-const OUT_OF_DESCRIPTORS_MAX_PAUSE: Duration = Duration::from_millis(50);
 
 /// A client that waited this long in the queue means every worker is busy
 /// and clients pile up: the operator is told (at most every
@@ -262,47 +250,34 @@ pub type QueueDepth = Arc<dyn Fn() -> usize + Send + Sync>;
 /// Settings and shared state the workers need for every connection.
 pub struct Proxy {
     /// Where fail-over finds the other backends.
-    pub scheduler: Arc<Scheduler>,
+    pub(crate) scheduler: Arc<Scheduler>,
     /// Counters.
-    pub stats: Arc<Stats>,
+    pub(crate) stats: Arc<Stats>,
     /// Timeouts, chunk size and the pump's flags, read once per connection.
-    pub settings: Arc<ArcSwap<ProxyConfig>>,
-    /// Passive health (`passive_failures`) and the 502 reply
+    pub(crate) settings: Arc<ArcSwap<ProxyConfig>>,
+    /// Passive health and the 502 reply
     /// (`http_replies`), read once per connection.
-    pub health: Arc<ArcSwap<HealthConfig>>,
+    pub(crate) health: Arc<ArcSwap<HealthConfig>>,
     /// The rate limiter, for clients behind `--accept-proxy` (checked
     /// here once their header is read; others at accept time).
-    pub limiter: Arc<ArcSwapOption<Limiter>>,
+    pub(crate) limiter: Arc<ArcSwapOption<Limiter>>,
     /// `--accept-proxy`: who may send a header and how long it may take.
-    pub accept_proxy: Option<AcceptProxy>,
-    /// `--access-log`: one line per connection when it ends.
-    pub access_log: Option<AccessLog>,
-    /// "No backend could be reached" at most once a second.
-    pub unreachable_log: LogThrottle,
-    /// "Every worker is busy" at most once every 10 s.
-    pub busy_log: LogThrottle,
+    pub(crate) accept_proxy: Option<AcceptProxy>,
+    /// Where outcomes are counted and logged, with the log throttles.
+    report: Report,
     /// The most workers, for the busy warning.
-    pub max_workers: usize,
+    max_workers: usize,
     /// Clients waiting in the queue now, for the busy warning: set once
     /// the pool (which holds the queue, and is built around this proxy)
     /// exists.
-    pub queue_depth: Arc<std::sync::OnceLock<QueueDepth>>,
-    /// Clients closed for waiting too long in the queue are logged at most
-    /// once a second, with the count of the others.
-    pub queue_timeout_log: LogThrottle,
-    /// Backend connects that found no descriptor left are logged at most
-    /// once a second.
-    pub out_of_descriptors_log: LogThrottle,
-    /// Clients closed for sending nothing in time are logged at most once
-    /// a second.
-    pub first_byte_timeout_log: LogThrottle,
+    queue_depth: Arc<std::sync::OnceLock<QueueDepth>>,
 }
 
 impl std::fmt::Debug for Proxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Proxy")
             .field("max_workers", &self.max_workers)
-            .field("access_log", &self.access_log.is_some())
+            .field("access_log", &self.report.access_log().is_some())
             .finish_non_exhaustive()
     }
 }
@@ -313,265 +288,60 @@ impl std::fmt::Debug for Proxy {
 const PANIC_BACKEND: &str = "panic.test:1";
 
 impl Proxy {
-    /// Serves one client from start to end. Never panics on I/O and never
-    /// returns an error: whatever happens is logged and ends only this
-    /// connection.
-    pub fn handle(&self, job: Job) {
-        let Job {
-            route,
-            client,
-            peer,
-            queued_at,
-        } = job;
-        if trace::on() {
-            trace::taken(client.as_raw_fd(), crate::pool::worker_number());
+    /// The workers' proxy over the live `scheduler`, `settings`, `health`
+    /// and `limiter` (those a reload swaps), counting in `stats` and
+    /// logging to `access_log`.
+    pub fn new(
+        scheduler: Arc<Scheduler>,
+        settings: Arc<ArcSwap<ProxyConfig>>,
+        health: Arc<ArcSwap<HealthConfig>>,
+        limiter: Arc<ArcSwapOption<Limiter>>,
+        stats: Arc<Stats>,
+        access_log: Option<AccessLog>,
+        accept_proxy: Option<AcceptProxy>,
+    ) -> Proxy {
+        Proxy {
+            scheduler,
+            settings,
+            health,
+            limiter,
+            report: Report::new(Arc::clone(&stats), access_log),
+            stats,
+            accept_proxy,
+            max_workers: 1,
+            queue_depth: Arc::default(),
         }
-        let started = Instant::now();
-        let settings = self.settings.load_full();
-        let health = self.health.load_full();
-        let waited = started.saturating_duration_since(queued_at);
-        self.stats.histograms.queue_wait.observe(waited);
-        if waited >= BUSY_WARNING_AFTER {
-            if let Some(others) = self.busy_log.event(Instant::now()) {
-                log::warn!(
-                    "every worker is busy: a client waited {waited:.1?} in the queue, \
-                     {} waiting now (--workers {}){}",
-                    self.queue_depth(),
-                    self.max_workers,
-                    throttle::more(others)
-                );
-            }
-        }
-        if waited > settings.queue_timeout {
-            self.queue_timed_out(&client, peer, waited, &settings, &health);
-            self.log_access(
-                peer,
-                None,
-                queued_at,
-                Access {
-                    queue_wait: waited,
-                    ..Access::refused(LogEnd::QueueTimeout)
-                },
-            );
-            return;
-        }
-        if let Some(limit) = settings.client_first_byte_timeout {
-            let deadline = queued_at + limit;
-            if !wait_readable(&client, deadline) {
-                Stats::incr(&self.stats.first_byte_timeouts);
-                if let Some(others) = self.first_byte_timeout_log.event(Instant::now()) {
-                    log::info!(
-                        "closing client {peer}: nothing received within {} \
-                         (client first byte timeout){}",
-                        format_duration(limit),
-                        throttle::more(others)
-                    );
-                }
-                close(&client);
-                self.log_access(
-                    peer,
-                    None,
-                    queued_at,
-                    Access::refused(LogEnd::FirstByteTimeout),
-                );
-                return;
-            }
-        }
-        let (client, pick, origin) = match (route, &self.accept_proxy) {
-            (Route::Picked(pick), _) => {
-                let origin = header::Origin {
-                    source: peer,
-                    destination: None,
-                };
-                (client, pick, origin)
-            }
-            (Route::AfterHeader, Some(accept)) => match self.after_header(accept, client, peer) {
-                Some(taken) => taken,
-                None => return,
-            },
-            (Route::AfterHeader, None) => {
-                log::error!("client {peer} queued for a PROXY header with --accept-proxy off");
-                close(&client);
-                return;
-            }
-        };
-        // From here on the client is who the header said.
-        let peer = origin.source;
-        let mut failovers = 0;
-        let connecting = Instant::now();
-        let connected = self.connect(&pick, &client, origin, &settings, &health, &mut failovers);
-        let connect_time = connecting.elapsed();
-        let (backend_sock, backend) = match connected {
-            Ok(found) => found,
-            Err(err) => {
-                let reason = match &err {
-                    Error::BackendConnect { source, .. } => system::error_words(source),
-                    other => other.to_string(),
-                };
-                self.log_access(
-                    peer,
-                    Some(pick.backend.name()),
-                    queued_at,
-                    Access {
-                        queue_wait: waited,
-                        connect_time: Some(connect_time),
-                        failovers,
-                        ..Access::refused(LogEnd::ConnectFailed(reason))
-                    },
-                );
-                Stats::incr(&self.stats.no_backend);
-                if let Some(others) = self.unreachable_log.event(Instant::now()) {
-                    log::warn!(
-                        "closing client {peer}: no backend could be reached, last: {err}{}",
-                        throttle::more(others)
-                    );
-                }
-                if health.http_replies {
-                    reply::reply_and_linger(&client, reply::REPLY_502, REPLY_LINGER);
-                }
-                close(&client);
-                trace::event(Event::Unreachable);
-                trace::waiting();
-                return;
-            }
-        };
-        let backend_active = backend.start_connection();
-        // Counted as active now: the pick's reservation (least connections'
-        // count of clients on their way) is released.
-        drop(pick);
-        // Held by a guard, so that whatever ends the connection (a panic
-        // included) takes it off the count.
-        let active = self.stats.hold(&self.stats.active);
-        #[cfg(test)]
-        if backend.name() == PANIC_BACKEND {
-            panic!("a test asked for a panic inside a connection");
-        }
-        if let Some(idle) = settings.tcp_keepalive {
-            for (side, socket) in [("client", &client), ("backend", &backend_sock)] {
-                if let Err(err) = keep_alive(socket, idle) {
-                    log::debug!(
-                        "client {peer}: TCP keep-alive not set on the {side} socket: {err}"
-                    );
-                }
-            }
-        }
-        if let Some(limit) = settings.tcp_user_timeout {
-            for socket in [&client, &backend_sock] {
-                if let Err(err) = SockRef::from(socket).set_tcp_user_timeout(Some(limit)) {
-                    log::debug!("client {peer}: TCP_USER_TIMEOUT not set: {err}");
-                }
-            }
-        }
-        let options = settings.pump_options();
-        let outcome = if settings.splice {
-            splice_pump(&client, &backend_sock, &options)
-        } else {
-            pump(&client, &backend_sock, settings.buffer_size, &options)
-        };
-        let transfer = outcome.transfer;
-        // Counters before the close, so that whoever sees this connection
-        // close also sees it counted; `completed` and then the active
-        // gauges last, so that whoever sees the connection completed (and
-        // no longer active) sees how it ended and its bytes too.
-        self.stats
-            .histograms
-            .connection_duration
-            .observe(queued_at.elapsed());
-        Stats::incr(ended_counter(&self.stats, outcome.end));
-        if !outcome.end.is_clean() {
-            Stats::incr(&self.stats.errors);
-        }
-        Stats::add(&self.stats.bytes_to_backends, transfer.to_backend);
-        Stats::add(&self.stats.bytes_to_clients, transfer.to_client);
-        backend.add_bytes(transfer.to_backend, transfer.to_client);
-        Stats::incr(&self.stats.completed);
-        drop(active);
-        drop(backend_active);
-        // The article's ending: shutdown(SHUT_RDWR), then close(), on both
-        // sockets. After an error or the idle timeout it cuts both
-        // directions at once; after a clean finish both FINs have already
-        // passed and the call only returns ENOTCONN, a cheap system call
-        // kept so every connection ends the same, visible way.
-        close(&backend_sock);
-        close(&client);
-        drop(backend_sock);
-        drop(client);
-        if trace::on() {
-            // A timeout has no io::Error of its own: the trace tells it as
-            // one, as it tells resets and failed writes.
-            let timeout = (outcome.error.is_none() && !outcome.end.is_clean())
-                .then(|| io::Error::new(io::ErrorKind::TimedOut, outcome.end.to_string()));
-            trace::closed(
-                transfer.to_backend,
-                transfer.to_client,
-                outcome.error.as_ref().or(timeout.as_ref()),
-            );
-        }
-        trace::waiting();
-        if self.access_log.is_some() {
-            let end = match (outcome.end, &outcome.error) {
-                (End::ClientClosed, _) => LogEnd::ClientClosed,
-                (End::BackendClosed, _) => LogEnd::BackendClosed,
-                (End::ClientReset, _) => LogEnd::ClientReset,
-                (End::BackendReset, _) => LogEnd::BackendReset,
-                (End::IdleTimeout, _) => LogEnd::IdleTimeout,
-                (End::FinTimeout, _) => LogEnd::FinTimeout,
-                (other, Some(err)) => LogEnd::Error(format!("{other}: {err}")),
-                (other, None) => LogEnd::Error(other.to_string()),
-            };
-            self.log_access(
-                peer,
-                Some(backend.name()),
-                queued_at,
-                Access {
-                    queue_wait: waited,
-                    connect_time: Some(connect_time),
-                    failovers,
-                    transfer,
-                    end,
-                },
-            );
-        }
-        let elapsed = started.elapsed();
-        let why = match &outcome.error {
-            Some(err) => format!("{}: {err}", outcome.end),
-            None => outcome.end.to_string(),
-        };
-        // Clean closes and resets are how connections normally end (many
-        // TLS clients close with a reset): debug. Timeouts and failed
-        // writes: info. Neither calls for an operator, so no warning.
-        let level = if outcome.end.is_clean() || outcome.end.is_reset() {
-            log::Level::Debug
-        } else {
-            log::Level::Info
-        };
-        // "finished" when both sides closed, "ended" otherwise.
-        let verb = if outcome.end.is_clean() {
-            "finished"
-        } else {
-            "ended"
-        };
-        log::log!(
-            level,
-            "connection {verb}: client {peer} backend {}: {why} (sent {} received {} in {:?})",
-            backend.name(),
-            transfer.to_backend,
-            transfer.to_client,
-            elapsed
-        );
     }
 
-    /// Ends a client that waited longer than `queue_timeout` for a worker,
-    /// before any backend is connected: a 503 with `http_replies` (one
-    /// non-blocking write, as the accept loop's: a worker that lingered
-    /// here would make the backlog that caused the wait grow), then the
-    /// close. Counted; logged at most once a second.
-    /// One access log line, when `--access-log` is on; a line the writer
-    /// could not take is counted (`access_log_dropped`).
+    /// For the busy warning: the most workers, and the queue's length,
+    /// filled in once the pool (built around this proxy) exists.
+    pub fn busy_warning(
+        self,
+        max_workers: usize,
+        queue_depth: Arc<std::sync::OnceLock<QueueDepth>>,
+    ) -> Proxy {
+        Proxy {
+            max_workers,
+            queue_depth,
+            ..self
+        }
+    }
+
+    /// Serves one client from start to end, then reports how it ended.
+    /// Never panics on I/O and never returns an error: whatever happens is
+    /// logged and ends only this connection.
+    pub fn handle(&self, job: Job) {
+        let outcome = self.serve(job);
+        self.report.tell(&outcome);
+    }
+
+    /// Clients waiting in the queue now (0 before the pool exists).
     fn queue_depth(&self) -> usize {
         self.queue_depth.get().map_or(0, |f| f())
     }
 
+    /// One access log line, when `--access-log` is on (for the refusals
+    /// `header.rs` reports itself).
     pub(crate) fn log_access(
         &self,
         client: SocketAddr,
@@ -579,293 +349,7 @@ impl Proxy {
         queued_at: Instant,
         access: Access,
     ) {
-        log_access(
-            self.access_log.as_ref(),
-            &self.stats,
-            client,
-            backend,
-            queued_at,
-            access,
-        );
-    }
-
-    fn queue_timed_out(
-        &self,
-        client: &TcpStream,
-        peer: SocketAddr,
-        waited: Duration,
-        settings: &ProxyConfig,
-        health: &HealthConfig,
-    ) {
-        Stats::incr(&self.stats.queue_timeouts);
-        if let Some(others) = self.queue_timeout_log.event(Instant::now()) {
-            log::warn!(
-                "closing client {peer}: it waited {waited:.1?} for a free worker \
-                 (queue timeout {}; all workers busy){}",
-                format_duration(settings.queue_timeout),
-                throttle::more(others)
-            );
-        }
-        if health.http_replies {
-            reply::reply_at_once(client, reply::REPLY_503_BUSY);
-        }
-        close(client);
-    }
-
-    /// Connects to the picked backend or, failing that, to each other
-    /// available backend once, in list order.
-    ///
-    /// Each attempt gets the whole `connect_timeout`, not a share of one
-    /// total: a black-holed backend then costs a client one connect timeout,
-    /// and the next backend still gets a full chance. (One total budget
-    /// would let a single black hole use it all up and fail the client even
-    /// though a live backend was next.) Passive health takes the black hole
-    /// out after `passive_failures` such clients, so later ones pay nothing.
-    fn connect(
-        &self,
-        pick: &Pick,
-        client: &TcpStream,
-        origin: header::Origin,
-        settings: &ProxyConfig,
-        health: &HealthConfig,
-        failed: &mut u32,
-    ) -> Result<(TcpStream, Arc<Backend>)> {
-        let mut last = match self.try_backend(&pick.backend, client, origin, settings, health) {
-            Ok(stream) => return Ok((stream, Arc::clone(&pick.backend))),
-            Err(err) => err,
-        };
-        *failed += 1;
-        for backend in self.scheduler.failover_order(&pick.backend) {
-            trace::event(Event::FailOver {
-                backend: backend.name(),
-            });
-            match self.try_backend(&backend, client, origin, settings, health) {
-                Ok(stream) => return Ok((stream, backend)),
-                Err(err) => {
-                    *failed += 1;
-                    last = err;
-                }
-            }
-        }
-        Err(last)
-    }
-
-    /// One connect attempt, counted in the stats and (unless it failed for a
-    /// reason of this host) in the backend's passive health. A backend that
-    /// takes the PROXY protocol is sent its header here, before any client
-    /// byte; failing to send it counts as failing to connect.
-    ///
-    /// When the socket cannot even be created because this process is out
-    /// of file descriptors (`EMFILE`, `ENFILE`), the backend is not to
-    /// blame: that is not counted against its health (which would mark
-    /// every backend down at once), and the worker waits for a connection
-    /// to end and free descriptors, trying again with a back-off (from
-    /// [`OUT_OF_DESCRIPTORS_FIRST_PAUSE`], doubling) for at most
-    /// `connect_timeout`.
-    fn try_backend(
-        &self,
-        backend: &Backend,
-        client: &TcpStream,
-        origin: header::Origin,
-        settings: &ProxyConfig,
-        health: &HealthConfig,
-    ) -> Result<TcpStream> {
-        let started = trace::on().then(Instant::now);
-        let deadline = Instant::now() + settings.connect_timeout;
-        let mut pause = OUT_OF_DESCRIPTORS_FIRST_PAUSE;
-        loop {
-            let connected = backend
-                .connect(settings.connect_timeout)
-                .and_then(|stream| {
-                    header::send(backend, &stream, || origin.header(client))?;
-                    Ok(stream)
-                });
-            match connected {
-                Err(source) if system::is_out_of_descriptors(&source) => {
-                    Stats::incr(&self.stats.out_of_descriptors);
-                    let give_up = Instant::now() + pause >= deadline;
-                    if let Some(others) = self.out_of_descriptors_log.event(Instant::now()) {
-                        log::error!(
-                            "cannot connect to backend {}: {source} (this process's \
-                             limit; {}){}",
-                            backend.name(),
-                            if give_up {
-                                "giving up on this client"
-                            } else {
-                                "waiting for connections to end"
-                            },
-                            throttle::more(others)
-                        );
-                    }
-                    if give_up {
-                        return Err(Error::BackendConnect {
-                            backend: backend.name().to_string(),
-                            source,
-                        });
-                    }
-                    // While any worker waits here, the accept loop holds
-                    // off, so a descriptor freed by a connection that ends
-                    // goes to a client already accepted rather than to
-                    // one more client that would wait too.
-                    let _waiting = self.stats.hold(&self.stats.descriptor_waits);
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(OUT_OF_DESCRIPTORS_MAX_PAUSE);
-                }
-                other => return self.connected_or_failed(backend, other, health, started),
-            }
-        }
-    }
-
-    /// Counts the outcome of one connect attempt that reached the backend
-    /// (or tried to): success or failure, in the stats and its passive
-    /// health ([`health::connect_failed`], which leaves out a failure of
-    /// this host and logs at most a line a second per backend).
-    fn connected_or_failed(
-        &self,
-        backend: &Backend,
-        attempt: std::io::Result<TcpStream>,
-        health: &HealthConfig,
-        started: Option<Instant>,
-    ) -> Result<TcpStream> {
-        match attempt {
-            Ok(stream) => {
-                backend.record_connect_success();
-                if let Some(started) = started {
-                    trace::event(Event::Connected {
-                        backend: backend.name(),
-                        fd: stream.as_raw_fd(),
-                        took: started.elapsed(),
-                    });
-                }
-                Ok(stream)
-            }
-            Err(source) => {
-                Stats::incr(&self.stats.connect_failures);
-                let failures = health::connect_failed(backend, health, &source);
-                trace::event(Event::ConnectFailed {
-                    backend: backend.name(),
-                    reason: &source,
-                    failures,
-                });
-                Err(Error::BackendConnect {
-                    backend: backend.name().to_string(),
-                    source,
-                })
-            }
-        }
-    }
-}
-
-/// One access log line to `log`, if there is one; a line the writer could
-/// not take is counted (`access_log_dropped`). The accept loop calls it
-/// for the clients it refuses, workers through [`Proxy::log_access`].
-pub(crate) fn log_access(
-    log: Option<&AccessLog>,
-    stats: &Stats,
-    client: SocketAddr,
-    backend: Option<&str>,
-    accepted: Instant,
-    access: Access,
-) {
-    let Some(log) = log else {
-        return;
-    };
-    if !log.log(access.record(client, backend, accepted)) {
-        Stats::incr(&stats.access_log_dropped);
-    }
-}
-
-/// What an access log line says beyond the client, the backend and the
-/// times (see [`Proxy::log_access`]).
-#[derive(Debug)]
-pub(crate) struct Access {
-    /// Time in the queue before a worker took the client.
-    pub queue_wait: Duration,
-    /// Time spent connecting (failed tries included), when it got that far.
-    pub connect_time: Option<Duration>,
-    /// Failed connects before the one that served (or before giving up).
-    pub failovers: u32,
-    /// Bytes each way.
-    pub transfer: Transfer,
-    /// How it ended.
-    pub end: LogEnd,
-}
-
-impl Access {
-    /// A client ended before any backend was tried.
-    pub(crate) fn refused(end: LogEnd) -> Access {
-        Access {
-            queue_wait: Duration::ZERO,
-            connect_time: None,
-            failovers: 0,
-            transfer: Transfer::default(),
-            end,
-        }
-    }
-
-    /// The line's record; `queued_at` is when the client was accepted.
-    fn record(self, client: SocketAddr, backend: Option<&str>, queued_at: Instant) -> Record {
-        let since = queued_at.elapsed();
-        Record {
-            time: std::time::SystemTime::now()
-                .checked_sub(since)
-                .unwrap_or_else(std::time::SystemTime::now),
-            client,
-            backend: backend.map(str::to_string),
-            queue_wait: self.queue_wait,
-            connect_time: self.connect_time,
-            duration: since,
-            failovers: self.failovers,
-            bytes_to_backend: self.transfer.to_backend,
-            bytes_to_client: self.transfer.to_client,
-            end: self.end,
-        }
-    }
-}
-
-/// Waits with `poll(2)` until `client` has something to read (bytes, or
-/// its end of stream: the pump deals with both) or `deadline` passes;
-/// whether it became readable. A client already past its deadline is looked
-/// at once, without waiting: one that waited in the queue longer than the
-/// first-byte timeout gets no second one.
-fn wait_readable(client: &TcpStream, deadline: Instant) -> bool {
-    use std::os::fd::AsRawFd;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        // Rounded up, so a wait of 0.3 ms is not a wait of 0.
-        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-        let mut fd = libc::pollfd {
-            fd: client.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, for the length of the call.
-        let rc = unsafe { libc::poll(&mut fd, 1, ms) };
-        if rc > 0 {
-            return true;
-        }
-        if rc == 0 {
-            return false;
-        }
-        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            // A poll error on our own socket: let the pump meet it.
-            return true;
-        }
-    }
-}
-
-/// The `ended_*` counter of `end`.
-fn ended_counter(stats: &Stats, end: End) -> &AtomicU64 {
-    match end {
-        End::ClientClosed => &stats.ended_client_closed,
-        End::BackendClosed => &stats.ended_backend_closed,
-        End::ClientReset => &stats.ended_client_reset,
-        End::BackendReset => &stats.ended_backend_reset,
-        End::IdleTimeout => &stats.ended_idle_timeout,
-        End::FinTimeout => &stats.ended_fin_timeout,
-        End::WriteToClientFailed => &stats.ended_client_write_failed,
-        End::WriteToBackendFailed => &stats.ended_backend_write_failed,
-        End::Error => &stats.ended_error,
+        self.report.log_access(client, backend, queued_at, access);
     }
 }
 
@@ -890,7 +374,9 @@ fn close(stream: &TcpStream) {
 
 #[cfg(test)]
 mod tests {
+    use super::report::ended_counter;
     use super::*;
+    use crate::backend::Backend;
     use crate::pool::Pool;
     use std::io::{Read, Write};
     use std::net::TcpListener;
@@ -1049,22 +535,15 @@ mod tests {
 
     /// A proxy over `scheduler` with the default settings but `health`.
     fn test_proxy(scheduler: &Arc<Scheduler>, stats: &Arc<Stats>, health: HealthConfig) -> Proxy {
-        Proxy {
-            scheduler: Arc::clone(scheduler),
-            stats: Arc::clone(stats),
-            settings: Arc::new(ArcSwap::from_pointee(ProxyConfig::default())),
-            health: Arc::new(ArcSwap::from_pointee(health)),
-            queue_timeout_log: LogThrottle::new(Duration::from_secs(1)),
-            out_of_descriptors_log: LogThrottle::new(Duration::from_secs(1)),
-            first_byte_timeout_log: LogThrottle::new(Duration::from_secs(1)),
-            limiter: Arc::new(ArcSwapOption::empty()),
-            accept_proxy: None,
-            access_log: None,
-            unreachable_log: LogThrottle::new(Duration::from_secs(1)),
-            busy_log: LogThrottle::new(BUSY_WARNING_EVERY),
-            max_workers: 1,
-            queue_depth: Arc::default(),
-        }
+        Proxy::new(
+            Arc::clone(scheduler),
+            Arc::new(ArcSwap::from_pointee(ProxyConfig::default())),
+            Arc::new(ArcSwap::from_pointee(health)),
+            Arc::new(ArcSwapOption::empty()),
+            Arc::clone(stats),
+            None,
+            None,
+        )
     }
 
     /// Passive health blames a backend for its own failures only: a connect

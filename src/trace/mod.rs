@@ -1,62 +1,32 @@
 //! `--trace`: a narrated trace of every connection, for readers of the
 //! article who want to watch the data path happen (English by default,
-//! Portuguese with `--trace-lang pt`).
+//! Portuguese with `--trace-lang pt`). Each step is an [`Event`], told when
+//! it happens; lines of one connection share an id (`#17`). The words are
+//! data, one table of sentences in both languages (`text.rs`).
 //!
-//! Each step of a connection is told at the moment it happens: accepted,
-//! the rate limiter's decision, the round-robin choice, into the queue,
-//! taken by a worker, connected to the backend, bytes moving each way, the
-//! half-closes, the final `shutdown(SHUT_RDWR)` and `close`, the worker back
-//! to waiting. Lines of one connection start with the same id (`#17`), so
-//! interleaved connections can be followed.
-//!
-//! # One table of messages
-//!
-//! What happened is an [`Event`] with its fields; the words are made by one
-//! function, [`text`], whose `match` holds both languages side by side. A
-//! new event is a new variant and one arm with its two sentences: the code
-//! paths never format a message themselves.
-//!
-//! # Cost when off
-//!
-//! Tracing is process-wide: [`enable`] (called by [`crate::Balancer::bind`]
-//! when `trace` is set) turns it on for good. Every hook starts with
-//! [`on`], one relaxed load of a global `AtomicBool`: when tracing is off
-//! (the default) that branch is always taken the same way, and nothing is
-//! built, formatted, locked or allocated. The hooks take only plain values
-//! (numbers, addresses, borrowed names), so a call site builds nothing
-//! before the check either; a hook whose argument would cost something
-//! (the queue's length takes its lock) is wrapped in `if trace::on()` at
-//! its call site.
-//!
-//! # Where the lines go
-//!
-//! Through the `log` crate, at info level with the target `rodizio::trace`.
-//! Not straight to standard error: the balancer's other lines (a backend
-//! going down, a refused client) then come in the same stream, in order,
-//! with the same timestamps, each record written whole under the logger's
-//! lock, and `RUST_LOG` still chooses (`RUST_LOG=rodizio::trace=off`
-//! silences the trace, `RUST_LOG=warn` everything at info). Tests send the
-//! lines to a function of their own instead ([`set_output`]).
+//! Off by default, and then every hook costs one relaxed load ([`on`]):
+//! nothing is built, formatted, locked or allocated. Lines go through the
+//! `log` crate at info level, target [`TARGET`], so they interleave with
+//! the balancer's other lines; tests catch them with [`set_output`].
+//! docs/c-to-rust.md ("A narrated trace") has the whole story.
 //!
 //! # Threads
 //!
 //! The accept thread tells the first steps, a worker the rest. The id
-//! travels from one to the other through a small table keyed by the
-//! client's file descriptor (unique while the socket is open), filled when
-//! the client goes into the queue and emptied when a worker takes it; the
-//! rest of a connection's state (its id, the byte counts waiting to be
-//! told) is the worker's own, in a thread-local, since a worker serves one
-//! connection at a time. All of it is touched only when tracing is on.
+//! travels between them in a small table keyed by the client's descriptor
+//! (filled at queueing, emptied when a worker takes it); the rest of a
+//! connection's state is the worker's own, in a thread-local.
 //!
 //! # Corresponds to the C article
 //!
-//! No C counterpart: the article explains these steps in prose around its
-//! code (`server_idx`, `queue_insert`, `proxy_function()`, `shutdown`,
-//! `close`); this module says them as they happen, with those names.
+//! No C counterpart: the article explains these steps in prose
+//! (`server_idx`, `queue_insert`, `proxy_function()`, `shutdown`, `close`).
+
+mod text;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::fmt::{self, Display};
+use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
@@ -66,6 +36,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
+
+pub use text::text;
 
 /// The `log` target of the trace lines.
 pub const TARGET: &str = "rodizio::trace";
@@ -262,256 +234,6 @@ pub enum Event<'a> {
         /// Clients it has served so far.
         served: u64,
     },
-}
-
-/// The words of `event` in `lang`: the one table of the trace's messages.
-pub fn text(lang: Lang, event: &Event<'_>) -> String {
-    use Lang::{En, Pt};
-    let d = |d: Duration| Dur(d, lang);
-    match *event {
-        Event::Accepted { peer, fd } => match lang {
-            En => format!("accepted client {peer}: accept() gave its socket, fd {fd}"),
-            Pt => format!("cliente {peer} aceito: o accept() devolveu o socket dele, fd {fd}"),
-        },
-        Event::RateAllowed {
-            ip,
-            used,
-            limit,
-            window,
-        } => match lang {
-            En => format!(
-                "rate limit: {ip} allowed, {used} of {limit} connections in this {} window",
-                crate::units::format_duration(window)
-            ),
-            Pt => format!(
-                "rate limit: {ip} liberado, {used} de {limit} conexões nesta janela de {}",
-                crate::units::format_duration(window)
-            ),
-        },
-        Event::RateRefused {
-            ip,
-            limit,
-            window,
-            retry_after,
-        } => match lang {
-            En => format!(
-                "rate limit: {ip} refused, it already used its {limit} connections of this {} \
-                 window; closed without a backend (may retry in {})",
-                crate::units::format_duration(window),
-                d(retry_after)
-            ),
-            Pt => format!(
-                "rate limit: {ip} recusado, já usou as {limit} conexões desta janela de {}; \
-                 fechado sem backend (pode tentar de novo em {})",
-                crate::units::format_duration(window),
-                d(retry_after)
-            ),
-        },
-        Event::Picked {
-            algorithm,
-            server_idx,
-            backend,
-        } => {
-            let rr = algorithm == "round-robin";
-            match (lang, rr) {
-                (En, true) => {
-                    format!("round robin chose server_idx {server_idx}: backend {backend}")
-                }
-                (En, false) => {
-                    format!("{algorithm} chose server_idx {server_idx}: backend {backend}")
-                }
-                (Pt, true) => {
-                    format!("o round robin escolheu server_idx {server_idx}: backend {backend}")
-                }
-                (Pt, false) => {
-                    format!("{algorithm} escolheu server_idx {server_idx}: backend {backend}")
-                }
-            }
-        }
-        Event::NoBackend => match lang {
-            En => "no backend is available (all down or draining): client closed".into(),
-            Pt => "nenhum backend disponível (todos fora ou em drenagem): cliente fechado".into(),
-        },
-        Event::Queued { ahead } => match (lang, ahead) {
-            (En, 0) => "pushed (server_idx, client) into the queue, nobody ahead of it".into(),
-            (En, n) => format!("pushed (server_idx, client) into the queue, behind {n} waiting"),
-            (Pt, 0) => "(server_idx, cliente) entrou na fila, ninguém na frente".into(),
-            (Pt, n) => {
-                format!("(server_idx, cliente) entrou na fila, atrás de {n} esperando")
-            }
-        },
-        Event::Taken {
-            worker,
-            first,
-            waited,
-        } => match (lang, first) {
-            (En, true) => format!(
-                "taken by worker {worker} (a new thread, its first client) after {} in the queue",
-                d(waited)
-            ),
-            (En, false) => format!(
-                "taken by worker {worker} (a reused thread) after {} in the queue",
-                d(waited)
-            ),
-            (Pt, true) => format!(
-                "o worker {worker} pegou o cliente (thread nova, primeiro cliente dela) \
-                 depois de {} na fila",
-                d(waited)
-            ),
-            (Pt, false) => format!(
-                "o worker {worker} pegou o cliente (thread reaproveitada) depois de {} na fila",
-                d(waited)
-            ),
-        },
-        Event::ConnectFailed {
-            backend,
-            reason,
-            failures,
-        } => match lang {
-            En => format!("connect to backend {backend} failed: {reason} ({failures} in a row)"),
-            Pt => format!("connect no backend {backend} falhou: {reason} ({failures} seguida(s))"),
-        },
-        Event::FailOver { backend } => match lang {
-            En => format!("fail-over: trying the next backend, {backend}"),
-            Pt => format!("fail-over: tentando o próximo backend, {backend}"),
-        },
-        Event::Connected { backend, fd, took } => match lang {
-            En => format!(
-                "connected to backend {backend} in {}: its socket is fd {fd}",
-                d(took)
-            ),
-            Pt => format!(
-                "conectado ao backend {backend} em {}: o socket dele é o fd {fd}",
-                d(took)
-            ),
-        },
-        Event::Unreachable => match lang {
-            En => "no backend could be reached: client closed".into(),
-            Pt => "nenhum backend respondeu: cliente fechado".into(),
-        },
-        Event::FirstBytes { from, bytes } => match lang {
-            En => format!("{}: first {bytes} bytes passed", Arrow(from, lang)),
-            Pt => format!("{}: passaram os primeiros {bytes} bytes", Arrow(from, lang)),
-        },
-        Event::Flow {
-            from,
-            bytes,
-            rounds,
-            total,
-        } => match lang {
-            En => format!(
-                "{}: {bytes} more bytes in {rounds} turn(s) of the pump, {total} so far",
-                Arrow(from, lang)
-            ),
-            Pt => format!(
-                "{}: mais {bytes} bytes em {rounds} volta(s) do pump, {total} até agora",
-                Arrow(from, lang)
-            ),
-        },
-        Event::HalfClose { from } => {
-            let (end, other) = match from {
-                Side::Client => (Name::Client, Name::Backend),
-                Side::Backend => (Name::Backend, Name::Client),
-            };
-            match lang {
-                En => format!(
-                    "the {} finished sending (read returned 0): half-close passed on, \
-                     shutdown(SHUT_WR) toward the {}",
-                    end.word(lang),
-                    other.word(lang)
-                ),
-                Pt => format!(
-                    "o {} terminou de enviar (read devolveu 0): half-close repassado, \
-                     shutdown(SHUT_WR) no socket do {}",
-                    end.word(lang),
-                    other.word(lang)
-                ),
-            }
-        }
-        Event::Closed {
-            to_backend,
-            to_client,
-            took,
-            error,
-        } => {
-            let why = match (lang, error) {
-                (_, None) => String::new(),
-                (En, Some(e)) => format!(", ended by an error: {e}"),
-                (Pt, Some(e)) => format!(", encerrada por um erro: {e}"),
-            };
-            match lang {
-                En => format!(
-                    "shutdown(SHUT_RDWR) then close() on both sockets: {to_backend} bytes \
-                     went to the backend, {to_client} bytes to the client, in {}{why}",
-                    d(took)
-                ),
-                Pt => format!(
-                    "shutdown(SHUT_RDWR) e depois close() nos dois sockets: {to_backend} bytes \
-                     foram para o backend, {to_client} bytes para o cliente, em {}{why}",
-                    d(took)
-                ),
-            }
-        }
-        Event::Waiting { worker, served } => match lang {
-            En => format!(
-                "worker {worker} goes back to waiting on the queue ({served} client(s) served)"
-            ),
-            Pt => format!(
-                "o worker {worker} volta a esperar na fila ({served} cliente(s) atendido(s))"
-            ),
-        },
-    }
-}
-
-/// The two ends, as words.
-#[derive(Clone, Copy)]
-enum Name {
-    Client,
-    Backend,
-}
-
-impl Name {
-    fn word(self, lang: Lang) -> &'static str {
-        match (self, lang) {
-            (Name::Client, Lang::En) => "client",
-            (Name::Client, Lang::Pt) => "cliente",
-            (Name::Backend, _) => "backend",
-        }
-    }
-}
-
-/// `client → backend` or `backend → client`, in the trace's language.
-struct Arrow(Side, Lang);
-
-impl Display for Arrow {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (from, to) = match self.0 {
-            Side::Client => (Name::Client, Name::Backend),
-            Side::Backend => (Name::Backend, Name::Client),
-        };
-        write!(f, "{} → {}", from.word(self.1), to.word(self.1))
-    }
-}
-
-/// A duration as a reader wants it: `42 µs`, `1.3 ms`, `2.05 s` (with a
-/// decimal comma in Portuguese).
-struct Dur(Duration, Lang);
-
-impl Display for Dur {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let us = self.0.as_micros();
-        let text = if us < 1000 {
-            format!("{us} µs")
-        } else if us < 1_000_000 {
-            format!("{:.1} ms", us as f64 / 1000.0)
-        } else {
-            format!("{:.2} s", us as f64 / 1_000_000.0)
-        };
-        match self.1 {
-            Lang::En => f.write_str(&text),
-            Lang::Pt => f.write_str(&text.replace('.', ",")),
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -798,6 +520,7 @@ pub fn waiting() {
 
 #[cfg(test)]
 mod tests {
+    use super::text::Dur;
     use super::*;
 
     #[test]

@@ -1,52 +1,48 @@
 //! The access log: one line per client connection, written when it ends, in
 //! the spirit of HAProxy's `option tcplog`.
 //!
-//! Whoever ends a connection builds a [`Record`] and hands it to
-//! [`AccessLog::log`]: a worker when a proxied connection ends, the accept
-//! loop when it turns a client away before any worker sees it (no backend,
-//! rate limited). One writer thread, started by [`AccessLog::start`], turns
-//! the records into lines ([`Format::Text`] or [`Format::Json`]) and writes
-//! them to standard output or to a file.
+//! Whoever ends a connection hands a [`Record`] to [`AccessLog::log`]: the
+//! reporter of a worker (`proxy/report.rs`) or the accept loop, for a client
+//! it refuses. `log` never blocks: it tries a bounded channel and counts the
+//! record as dropped when the writer has fallen behind. One writer thread
+//! (`writer`) formats ([`Format`]) and writes the lines.
 //!
-//! Why a channel between them: a worker must never block on a slow disk. A
-//! stalled write (a full disk, a network file system, a pipe nobody reads)
-//! would hold up the connection being closed and, through the pool, every
-//! client queued behind it. So `log` only tries to put the record into a
-//! bounded `crossbeam-channel` of [`CHANNEL_CAPACITY`] records, which takes no
-//! lock; when the writer has fallen behind and the channel is full, the
-//! record is dropped and counted ([`AccessLog::dropped`]). Losing log lines
-//! is better than slowing traffic, and the writer says that it happened:
-//! one warning at most once a minute, with the number of lines lost.
+//! - `record`: what a line says, and [`End`], how a connection ended;
+//! - `format`: the text and JSON lines (JSON through `serde_json`);
+//! - `writer`: the thread, its file, reopening after logrotate.
 //!
-//! Formatting happens in the writer thread, not in the workers. Lines go
-//! through a `BufWriter` that is flushed whenever the channel is empty: one
-//! `write(2)` per burst of connections, and yet every line is in the file
-//! as soon as the writer is idle. [`AccessLog::reopen`] makes the writer
-//! open the file again at the same path, after logrotate renamed it: it is
-//! meant for the thread that receives SIGUSR1, and only sends the writer a
-//! request, so that thread never waits on the disk either.
+//! # Threads
+//!
+//! Workers and the accept loop call [`AccessLog::log`] (a lock-free
+//! `try_send`); only the writer thread touches the file.
 //!
 //! # Corresponds to the C article
 //!
 //! The C prints `### REQUEST FINISHED ###` at the end of `proxy_function()`,
-//! from each worker thread, with nothing about who, where or how. This is
-//! the same moment with the facts in it, written by one thread.
+//! from each worker, with nothing about who, where or how: this is the same
+//! moment with the facts in it, written by one thread.
 
-use std::fmt::{self, Write as _};
-use std::fs::{File, OpenOptions};
-use std::io::{self, BufWriter, Stdout, Write as _};
-use std::net::SocketAddr;
+mod format;
+mod record;
+mod writer;
+
+use std::fmt;
+use std::io::{self, BufWriter};
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use crossbeam_channel::{select, Receiver, Sender, TrySendError};
+use crossbeam_channel::{Sender, TrySendError};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
+use crate::throttle::LogThrottle;
+
+pub use format::Format;
+pub use record::{End, Record};
+use writer::{open, Sink, Writer};
 
 /// Most records waiting for the writer; one more is dropped and counted.
 ///
@@ -62,186 +58,6 @@ const WRITE_BUFFER: usize = 64 * 1024;
 /// about failed writes): a disk that cannot keep up must not also flood the
 /// error log.
 const REPORT_INTERVAL: Duration = Duration::from_secs(60);
-
-/// What is known about one client connection when it ends.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    /// When the client was accepted (as HAProxy's accept date); the line is
-    /// written `duration` later.
-    pub time: SystemTime,
-    /// The client's address and port.
-    pub client: SocketAddr,
-    /// The backend that served the client, or the one tried last when none
-    /// could be reached; `None` when no backend was picked at all.
-    pub backend: Option<String>,
-    /// From the accept to a worker taking the client from the queue.
-    pub queue_wait: Duration,
-    /// From the first connect attempt to the backend connection that served
-    /// the client, failed attempts included; `None` when no backend was
-    /// connected.
-    pub connect_time: Option<Duration>,
-    /// From the accept to the end of the connection: queue, connect and
-    /// transfer together.
-    pub duration: Duration,
-    /// Backend connects that failed for this client before the one that
-    /// served it (or before giving up, for [`End::ConnectFailed`]).
-    pub failovers: u32,
-    /// Bytes read from the client and written to the backend.
-    pub bytes_to_backend: u64,
-    /// Bytes read from the backend and written to the client.
-    pub bytes_to_client: u64,
-    /// How the connection ended.
-    pub end: End,
-}
-
-/// How a connection ended. Each has a stable snake_case name, written in
-/// both formats ([`End::name`]).
-///
-/// A connection has one end, the first that happened: a client reset after a
-/// fail-over is `client_reset` (with [`Record::failovers`] still counted);
-/// `failed_over` is a connection that was served after failed connects and
-/// then closed cleanly by either side.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum End {
-    /// `client_closed`: the client closed first (FIN), and the rest finished.
-    ClientClosed,
-    /// `backend_closed`: the backend closed first (FIN), and the rest finished.
-    BackendClosed,
-    /// `client_reset`: the client's connection failed (a reset, a broken pipe).
-    ClientReset,
-    /// `backend_reset`: the backend's connection failed after it connected.
-    BackendReset,
-    /// `idle_timeout`: no byte moved either way for `--idle-timeout`.
-    IdleTimeout,
-    /// `fin_timeout`: one side had closed, the other stayed silent for
-    /// `--fin-timeout`.
-    FinTimeout,
-    /// `first_byte_timeout`: the client sent nothing within
-    /// `--client-first-byte-timeout`.
-    FirstByteTimeout,
-    /// `proxy_header_refused`: with `--accept-proxy`, no valid PROXY
-    /// protocol header from a trusted peer in time.
-    ProxyHeaderRefused,
-    /// `connect_failed`: no backend could be reached (every connect failed),
-    /// with why the last one failed in a word or two (`refused`,
-    /// `timeout`, `unreachable`, or the system's words: see
-    /// [`crate::system::error_words`]).
-    ConnectFailed(String),
-    /// `failed_over`: served by a backend after one or more failed connects
-    /// ([`Record::failovers`] says how many), then closed cleanly.
-    FailedOver,
-    /// `no_backend`: no backend was available (all down or drained).
-    NoBackend,
-    /// `rate_limited`: refused by the per-IP rate limiter at accept time.
-    RateLimited,
-    /// `queue_timeout`: waited in the queue for a worker too long.
-    QueueTimeout,
-    /// `drain_cut`: still in flight at the end of `--drain-timeout`, and cut.
-    DrainCut,
-    /// `error`: any other failure, with a short reason (one line, e.g. the
-    /// `io::Error` message).
-    Error(String),
-}
-
-impl End {
-    /// The stable snake_case name: `client_closed`, `backend_closed`, ...
-    pub fn name(&self) -> &'static str {
-        match self {
-            End::ClientClosed => "client_closed",
-            End::BackendClosed => "backend_closed",
-            End::ClientReset => "client_reset",
-            End::BackendReset => "backend_reset",
-            End::IdleTimeout => "idle_timeout",
-            End::FinTimeout => "fin_timeout",
-            End::FirstByteTimeout => "first_byte_timeout",
-            End::ProxyHeaderRefused => "proxy_header_refused",
-            End::ConnectFailed(_) => "connect_failed",
-            End::FailedOver => "failed_over",
-            End::NoBackend => "no_backend",
-            End::RateLimited => "rate_limited",
-            End::QueueTimeout => "queue_timeout",
-            End::DrainCut => "drain_cut",
-            End::Error(_) => "error",
-        }
-    }
-
-    /// The reason of [`End::Error`] and [`End::ConnectFailed`]; `None` for
-    /// the other ends.
-    pub fn reason(&self) -> Option<&str> {
-        match self {
-            End::Error(reason) | End::ConnectFailed(reason) => Some(reason),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for End {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
-
-/// How a [`Record`] is written: one line each, in either format.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Format {
-    /// Space-separated fields, always in this order:
-    ///
-    /// ```text
-    /// TIME CLIENT backend=B queue=D connect=D duration=D failovers=N to_backend=N to_client=N end=E [reason=R]
-    /// 2026-12-01T09:53:20.123Z 127.0.0.1:5000 backend=127.0.0.1:8001 queue=12us connect=85us duration=1.203ms failovers=0 to_backend=77 to_client=612 end=backend_closed
-    /// ```
-    ///
-    /// `TIME` is RFC 3339 in UTC with milliseconds. A missing backend or
-    /// connect time is `-`. Durations are `12us` below a millisecond,
-    /// `1.203ms` below a second, `2.500s` from there on (truncated, not
-    /// rounded). `reason=` comes last and only with `end=error` and
-    /// `end=connect_failed`. A value
-    /// with a space, a quote, a backslash or a control character (a reason
-    /// usually) is written in double quotes with JSON's escapes, so a line
-    /// is always one line and splits on spaces outside quotes.
-    #[default]
-    Text,
-    /// One JSON object per line, with every key in every line:
-    ///
-    /// ```text
-    /// {"time":"2026-12-01T09:53:20.123Z","client":"127.0.0.1:5000","backend":"127.0.0.1:8001","queue_us":12,"connect_us":85,"duration_us":1203,"failovers":0,"to_backend":77,"to_client":612,"end":"backend_closed","reason":null}
-    /// ```
-    ///
-    /// Durations are integer microseconds; a missing backend, connect time
-    /// or reason is `null`.
-    Json,
-}
-
-impl Format {
-    /// The line for `record`, without the newline.
-    pub fn line(self, record: &Record) -> String {
-        Line(self, record).to_string()
-    }
-}
-
-impl FromStr for Format {
-    type Err = Error;
-
-    /// `text` or `json`.
-    fn from_str(text: &str) -> Result<Format> {
-        match text {
-            "text" => Ok(Format::Text),
-            "json" => Ok(Format::Json),
-            _ => Err(Error::InvalidConfig(format!(
-                "access log format '{text}': expected text or json"
-            ))),
-        }
-    }
-}
-
-impl fmt::Display for Format {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(match self {
-            Format::Text => "text",
-            Format::Json => "json",
-        })
-    }
-}
 
 /// Where the lines go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -331,11 +147,11 @@ impl AccessLog {
             control: control_rx,
             counters: Arc::clone(&counters),
             sink,
-            line: String::with_capacity(512),
+            line: Vec::with_capacity(512),
             closing: false,
-            drops: Throttle::new(REPORT_INTERVAL),
+            drops: LogThrottle::new(REPORT_INTERVAL),
             reported_drops: 0,
-            errors: Throttle::new(REPORT_INTERVAL),
+            errors: LogThrottle::new(REPORT_INTERVAL),
             lost: 0,
         };
         let handle = thread::Builder::new()
@@ -419,419 +235,19 @@ impl Drop for Inner {
     }
 }
 
-/// Opens (or creates) the log file for appending: `O_APPEND` keeps lines
-/// whole even if another program writes to the same file.
-fn open(path: &std::path::Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
-}
-
-/// Where the writer writes.
-enum Sink {
-    Stdout(BufWriter<Stdout>),
-    File { out: BufWriter<File>, path: PathBuf },
-}
-
-impl Sink {
-    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
-        match self {
-            Sink::Stdout(out) => out.write_all(bytes),
-            Sink::File { out, .. } => out.write_all(bytes),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Sink::Stdout(out) => out.flush(),
-            Sink::File { out, .. } => out.flush(),
-        }
-    }
-
-    /// Opens the file again at its path; on success the old one is flushed
-    /// and closed. On failure nothing changes.
-    fn reopen(&mut self) -> io::Result<()> {
-        let Sink::File { out, path } = self else {
-            return Ok(());
-        };
-        let file = open(path)?;
-        let old = std::mem::replace(out, BufWriter::with_capacity(WRITE_BUFFER, file));
-        old.into_inner().map(drop).map_err(|e| e.into_error())
-    }
-}
-
-impl fmt::Display for Sink {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Sink::Stdout(_) => f.write_str("standard output"),
-            Sink::File { path, .. } => write!(f, "{}", path.display()),
-        }
-    }
-}
-
-/// The writer thread's state.
-struct Writer {
-    format: Format,
-    records: Receiver<Record>,
-    control: Receiver<Control>,
-    counters: Arc<Counters>,
-    sink: Sink,
-    /// The line being formatted, reused so that writing allocates nothing.
-    line: String,
-    /// A `Close` was received: exit once the channel is empty.
-    closing: bool,
-    drops: Throttle,
-    /// `dropped` as of the last warning.
-    reported_drops: u64,
-    errors: Throttle,
-    /// Lines lost to write errors since the last error report.
-    lost: u64,
-}
-
-impl Writer {
-    fn run(mut self) {
-        // Clones (cheap handles) so that `select!` borrows these, not `self`,
-        // which its arms need mutably.
-        let records = self.records.clone();
-        let control = self.control.clone();
-        while !self.closing {
-            let wait = self.report_wait(Instant::now());
-            select! {
-                recv(records) -> record => match record {
-                    Ok(record) => {
-                        self.write(record);
-                        self.drain();
-                    }
-                    Err(_) => self.closing = true,
-                },
-                recv(control) -> control => match control {
-                    Ok(control) => self.apply(control),
-                    Err(_) => self.closing = true,
-                },
-                default(wait) => {}
-            }
-            self.report(Instant::now(), false);
-        }
-        // Records sent before the `Close`, still queued.
-        self.drain();
-        self.report(Instant::now(), true);
-    }
-
-    /// Writes every queued record, then flushes: the channel is empty, so
-    /// this is the moment to hand the buffered lines to the kernel.
-    fn drain(&mut self) {
-        while let Ok(record) = self.records.try_recv() {
-            self.write(record);
-        }
-        if let Err(err) = self.sink.flush() {
-            self.write_failed(&err, 0);
-        }
-    }
-
-    fn write(&mut self, record: Record) {
-        // A `reopen` returned before this record was sent, so its request is
-        // already in `control`: looking there first puts every record logged
-        // after `reopen` in the new file.
-        while let Ok(control) = self.control.try_recv() {
-            self.apply(control);
-        }
-        self.line.clear();
-        // Writing into a `String` cannot fail.
-        let _ = writeln!(self.line, "{}", Line(self.format, &record));
-        match self.sink.write_all(self.line.as_bytes()) {
-            Ok(()) => {
-                self.counters.written.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(err) => self.write_failed(&err, 1),
-        }
-    }
-
-    fn apply(&mut self, control: Control) {
-        match control {
-            Control::Reopen => {
-                // Several requests in a row need one reopen.
-                let mut close = false;
-                while let Ok(next) = self.control.try_recv() {
-                    close |= matches!(next, Control::Close);
-                }
-                if let Err(err) = self.sink.flush() {
-                    self.write_failed(&err, 0);
-                }
-                match self.sink.reopen() {
-                    Ok(()) => log::debug!("access log: reopened {}", self.sink),
-                    Err(err) => log::error!(
-                        "access log: reopening {} failed, still writing to the old file: {err}",
-                        self.sink
-                    ),
-                }
-                self.closing |= close;
-            }
-            Control::Close => self.closing = true,
-        }
-    }
-
-    fn write_failed(&mut self, err: &io::Error, lines: u64) {
-        self.lost += lines;
-        if self.errors.ready(Instant::now()) {
-            log::error!(
-                "access log: writing to {} failed: {err} ({} lines lost)",
-                self.sink,
-                self.lost
-            );
-            self.lost = 0;
-        }
-    }
-
-    /// How long the writer may sleep: until the next warning is due when
-    /// drops wait to be reported, else a full interval.
-    fn report_wait(&self, now: Instant) -> Duration {
-        if self.counters.dropped.load(Ordering::Relaxed) > self.reported_drops {
-            self.drops.wait(now)
-        } else {
-            REPORT_INTERVAL
-        }
-    }
-
-    /// Warns about drops not reported yet, at most once per
-    /// [`REPORT_INTERVAL`], or in any case when `last` (at close).
-    fn report(&mut self, now: Instant, last: bool) {
-        let dropped = self.counters.dropped.load(Ordering::Relaxed);
-        if dropped > self.reported_drops && (last || self.drops.ready(now)) {
-            log::warn!(
-                "access log: {} lines dropped, the writer fell behind",
-                dropped - self.reported_drops
-            );
-            self.reported_drops = dropped;
-        }
-    }
-}
-
-/// "At most once per `interval`", with the clock passed in.
-#[derive(Debug)]
-struct Throttle {
-    interval: Duration,
-    last: Option<Instant>,
-}
-
-impl Throttle {
-    fn new(interval: Duration) -> Throttle {
-        Throttle {
-            interval,
-            last: None,
-        }
-    }
-
-    /// True, and the interval starts again, if the last `true` was at least
-    /// `interval` before `now` (or never).
-    fn ready(&mut self, now: Instant) -> bool {
-        match self.last {
-            Some(last) if now.saturating_duration_since(last) < self.interval => false,
-            _ => {
-                self.last = Some(now);
-                true
-            }
-        }
-    }
-
-    /// Time from `now` until [`ready`](Self::ready) would say true.
-    fn wait(&self, now: Instant) -> Duration {
-        match self.last {
-            Some(last) => self
-                .interval
-                .saturating_sub(now.saturating_duration_since(last)),
-            None => Duration::ZERO,
-        }
-    }
-}
-
-/// One record in one format, as `Display` (see [`Format`]).
-struct Line<'a>(Format, &'a Record);
-
-impl fmt::Display for Line<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Line(format, r) = self;
-        match format {
-            Format::Text => {
-                write!(f, "{} {} backend=", Rfc3339(r.time), r.client)?;
-                match &r.backend {
-                    Some(backend) => text_value(f, backend)?,
-                    None => f.write_char('-')?,
-                }
-                write!(f, " queue={} connect=", Short(r.queue_wait))?;
-                match r.connect_time {
-                    Some(connect) => write!(f, "{}", Short(connect))?,
-                    None => f.write_char('-')?,
-                }
-                write!(
-                    f,
-                    " duration={} failovers={} to_backend={} to_client={} end={}",
-                    Short(r.duration),
-                    r.failovers,
-                    r.bytes_to_backend,
-                    r.bytes_to_client,
-                    r.end.name()
-                )?;
-                if let Some(reason) = r.end.reason() {
-                    f.write_str(" reason=")?;
-                    text_value(f, reason)?;
-                }
-                Ok(())
-            }
-            Format::Json => {
-                write!(
-                    f,
-                    "{{\"time\":\"{}\",\"client\":\"{}\",\"backend\":",
-                    Rfc3339(r.time),
-                    r.client
-                )?;
-                json_or_null(f, r.backend.as_deref())?;
-                write!(f, ",\"queue_us\":{},\"connect_us\":", micros(r.queue_wait))?;
-                match r.connect_time {
-                    Some(connect) => write!(f, "{}", micros(connect))?,
-                    None => f.write_str("null")?,
-                }
-                write!(
-                    f,
-                    ",\"duration_us\":{},\"failovers\":{},\"to_backend\":{},\"to_client\":{},\"end\":\"{}\",\"reason\":",
-                    micros(r.duration),
-                    r.failovers,
-                    r.bytes_to_backend,
-                    r.bytes_to_client,
-                    r.end.name()
-                )?;
-                json_or_null(f, r.end.reason())?;
-                f.write_char('}')
-            }
-        }
-    }
-}
-
-/// Whole microseconds, saturating (a `u64` of them is 584 000 years).
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-/// A duration for people: `12us`, `1.203ms`, `2.500s` (truncated).
-struct Short(Duration);
-
-impl fmt::Display for Short {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let us = micros(self.0);
-        if us < 1_000 {
-            write!(f, "{us}us")
-        } else if us < 1_000_000 {
-            write!(f, "{}.{:03}ms", us / 1_000, us % 1_000)
-        } else {
-            let ms = us / 1_000;
-            write!(f, "{}.{:03}s", ms / 1_000, ms % 1_000)
-        }
-    }
-}
-
-/// A value of the text format: as it is when it needs no quoting, else in
-/// double quotes with JSON's escapes (so it stays one field on one line).
-fn text_value(f: &mut fmt::Formatter<'_>, value: &str) -> fmt::Result {
-    let plain = !value.is_empty()
-        && value
-            .chars()
-            .all(|c| !c.is_whitespace() && !c.is_control() && c != '"' && c != '\\');
-    if plain {
-        f.write_str(value)
-    } else {
-        json_string(f, value)
-    }
-}
-
-fn json_or_null(f: &mut fmt::Formatter<'_>, value: Option<&str>) -> fmt::Result {
-    match value {
-        Some(value) => json_string(f, value),
-        None => f.write_str("null"),
-    }
-}
-
-/// `value` as a JSON string: quoted, with `"`, `\` and every control
-/// character escaped (RFC 8259 section 7). Other characters, non-ASCII
-/// included, are written as they are: the line is UTF-8.
-fn json_string(f: &mut fmt::Formatter<'_>, value: &str) -> fmt::Result {
-    f.write_char('"')?;
-    for c in value.chars() {
-        match c {
-            '"' => f.write_str("\\\"")?,
-            '\\' => f.write_str("\\\\")?,
-            '\n' => f.write_str("\\n")?,
-            '\r' => f.write_str("\\r")?,
-            '\t' => f.write_str("\\t")?,
-            '\u{08}' => f.write_str("\\b")?,
-            '\u{0c}' => f.write_str("\\f")?,
-            c if c.is_control() => write!(f, "\\u{:04x}", u32::from(c))?,
-            c => f.write_char(c)?,
-        }
-    }
-    f.write_char('"')
-}
-
-/// A `SystemTime` as RFC 3339 in UTC with milliseconds:
-/// `2026-12-01T09:53:20.123Z`. Truncated to the millisecond (rounding up
-/// could turn 23:59:59.9999 into the next day).
-struct Rfc3339(SystemTime);
-
-impl fmt::Display for Rfc3339 {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const MS_PER_DAY: i128 = 86_400_000;
-        let ms = unix_millis(self.0);
-        // Every `SystemTime` is within ±2^63 seconds, so its days fit an i64.
-        let days = ms.div_euclid(MS_PER_DAY) as i64;
-        let ms_of_day = ms.rem_euclid(MS_PER_DAY);
-        let (year, month, day) = civil_from_days(days);
-        let secs = ms_of_day / 1_000;
-        write!(
-            f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-            secs / 3_600,
-            secs / 60 % 60,
-            secs % 60,
-            ms_of_day % 1_000
-        )
-    }
-}
-
-/// Milliseconds since 1970-01-01T00:00:00Z, rounded down (towards the past,
-/// also before 1970).
-fn unix_millis(t: SystemTime) -> i128 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(after) => after.as_millis() as i128,
-        Err(before) => -(before.duration().as_nanos().div_ceil(1_000_000) as i128),
-    }
-}
-
-/// The proleptic Gregorian date `(year, month 1..=12, day 1..=31)` of the
-/// day `days` after 1970-01-01 (negative: before it).
-///
-/// Howard Hinnant's `civil_from_days`
-/// (<https://howardhinnant.github.io/date_algorithms.html>): counting from
-/// 0000-03-01, so that the leap day is the last day of its year, the
-/// calendar repeats every 400-year *era* of 146 097 days; inside an era the
-/// year comes from the day count corrected for the leap days of every 4th,
-/// 100th and 400th year, and a month from a line through the month lengths
-/// of March to February (31 30 31 30 31 31 30 31 30 31 31 28/29).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468; // days since 0000-03-01
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // day of era, 0..=146_096
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365; // 0..=399
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // day of the March year, 0..=365
-    let mp = (5 * doy + 2) / 153; // month from March, 0..=11
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
+
+    use super::format::{civil_from_days, Rfc3339, Short};
     use super::*;
+    use crate::proxy::pump;
+    use std::fs::File;
     use std::io::Read;
+    use std::net::SocketAddr;
     use std::net::{IpAddr, Ipv4Addr};
     use std::path::Path;
     use std::sync::atomic::AtomicUsize;
+    use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
     fn at(ms: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(ms)
@@ -874,11 +290,11 @@ mod tests {
 
     fn every_end() -> Vec<End> {
         vec![
-            End::ClientClosed,
-            End::BackendClosed,
-            End::ClientReset,
-            End::BackendReset,
-            End::IdleTimeout,
+            End::Pumped(pump::End::ClientClosed),
+            End::Pumped(pump::End::BackendClosed),
+            End::Pumped(pump::End::ClientReset),
+            End::Pumped(pump::End::BackendReset),
+            End::Pumped(pump::End::IdleTimeout),
             End::ConnectFailed("refused".into()),
             End::FailedOver,
             End::NoBackend,
@@ -1013,7 +429,7 @@ mod tests {
         }
         // The line of the format's documentation.
         assert_eq!(
-            Format::Text.line(&record(End::BackendClosed)),
+            Format::Text.line(&record(End::Pumped(pump::End::BackendClosed))),
             "2026-12-01T09:53:20.123Z 127.0.0.1:5000 backend=127.0.0.1:8001 queue=12us connect=85us duration=1.203ms failovers=0 to_backend=77 to_client=612 end=backend_closed"
         );
     }
@@ -1106,7 +522,7 @@ mod tests {
 
     #[test]
     fn ipv6_clients_and_long_durations() {
-        let mut r = record(End::ClientClosed);
+        let mut r = record(End::Pumped(pump::End::ClientClosed));
         r.client = "[2001:db8::1]:40000".parse().unwrap();
         r.duration = Duration::from_secs(601);
         let text = Format::Text.line(&r);
@@ -1139,18 +555,20 @@ mod tests {
 
     #[test]
     fn throttle_says_yes_at_most_once_per_interval() {
+        // The writer's throttle is `LogThrottle`, created before any `now`
+        // it is told.
+        let t = LogThrottle::new(Duration::from_secs(60));
         let start = Instant::now();
-        let mut t = Throttle::new(Duration::from_secs(60));
         assert_eq!(t.wait(start), Duration::ZERO);
-        assert!(t.ready(start));
-        assert!(!t.ready(start + Duration::from_secs(59)));
+        assert!(t.event(start).is_some());
+        assert!(t.event(start + Duration::from_secs(59)).is_none());
         assert_eq!(
             t.wait(start + Duration::from_secs(59)),
             Duration::from_secs(1)
         );
-        assert!(t.ready(start + Duration::from_secs(60)));
-        assert!(!t.ready(start + Duration::from_secs(61)));
-        assert!(t.ready(start + Duration::from_secs(200)));
+        assert!(t.event(start + Duration::from_secs(60)).is_some());
+        assert!(t.event(start + Duration::from_secs(61)).is_none());
+        assert!(t.event(start + Duration::from_secs(200)).is_some());
     }
 
     // ---- the writer ----
@@ -1178,7 +596,7 @@ mod tests {
     }
 
     fn numbered(i: u64) -> Record {
-        let mut r = record(End::ClientClosed);
+        let mut r = record(End::Pumped(pump::End::ClientClosed));
         r.bytes_to_backend = i;
         r
     }

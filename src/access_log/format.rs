@@ -1,0 +1,288 @@
+//! The two line formats of the access log, text and JSON (see
+//! [`Format`]). JSON strings, in both formats, are written by `serde_json`,
+//! with one addition ([`Escaping`]): the control characters it leaves as
+//! they are (DEL and the C1 controls) are escaped too, so that no line can
+//! hide or rewrite what a terminal shows.
+//!
+//! # Threads
+//!
+//! The writer thread formats; nothing here is shared.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart.
+
+use std::fmt;
+use std::io::{self, Write as _};
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Serialize, Serializer};
+
+use super::Record;
+use crate::error::{Error, Result};
+
+/// How a [`Record`] is written: one line each, in either format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Format {
+    /// Space-separated fields, always in this order:
+    ///
+    /// ```text
+    /// TIME CLIENT backend=B queue=D connect=D duration=D failovers=N to_backend=N to_client=N end=E [reason=R]
+    /// 2026-12-01T09:53:20.123Z 127.0.0.1:5000 backend=127.0.0.1:8001 queue=12us connect=85us duration=1.203ms failovers=0 to_backend=77 to_client=612 end=backend_closed
+    /// ```
+    ///
+    /// `TIME` is RFC 3339 in UTC with milliseconds. A missing backend or
+    /// connect time is `-`. Durations are `12us` below a millisecond,
+    /// `1.203ms` below a second, `2.500s` from there on (truncated, not
+    /// rounded). `reason=` comes last and only with `end=error` and
+    /// `end=connect_failed`. A value
+    /// with a space, a quote, a backslash or a control character (a reason
+    /// usually) is written in double quotes with JSON's escapes, so a line
+    /// is always one line and splits on spaces outside quotes.
+    #[default]
+    Text,
+    /// One JSON object per line, with every key in every line:
+    ///
+    /// ```text
+    /// {"time":"2026-12-01T09:53:20.123Z","client":"127.0.0.1:5000","backend":"127.0.0.1:8001","queue_us":12,"connect_us":85,"duration_us":1203,"failovers":0,"to_backend":77,"to_client":612,"end":"backend_closed","reason":null}
+    /// ```
+    ///
+    /// Durations are integer microseconds; a missing backend, connect time
+    /// or reason is `null`.
+    Json,
+}
+
+impl Format {
+    /// The line for `record`, without the newline.
+    pub fn line(self, record: &Record) -> String {
+        let mut line = Vec::with_capacity(256);
+        self.write(record, &mut line);
+        String::from_utf8(line)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+
+    /// Appends the line for `record` to `out`, without the newline.
+    pub(super) fn write(self, record: &Record, out: &mut Vec<u8>) {
+        // Writing into a `Vec` cannot fail, and every value here can be
+        // serialized: the results say nothing.
+        let _ = match self {
+            Format::Text => text(record, out),
+            Format::Json => json(record, out),
+        };
+    }
+}
+
+impl FromStr for Format {
+    type Err = Error;
+
+    /// `text` or `json`.
+    fn from_str(text: &str) -> Result<Format> {
+        match text {
+            "text" => Ok(Format::Text),
+            "json" => Ok(Format::Json),
+            _ => Err(Error::InvalidConfig(format!(
+                "access log format '{text}': expected text or json"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            Format::Text => "text",
+            Format::Json => "json",
+        })
+    }
+}
+
+/// The text line (see [`Format::Text`]).
+fn text(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
+    write!(out, "{} {} backend=", Rfc3339(r.time), r.client)?;
+    match &r.backend {
+        Some(backend) => text_value(out, backend)?,
+        None => out.push(b'-'),
+    }
+    write!(out, " queue={} connect=", Short(r.queue_wait))?;
+    match r.connect_time {
+        Some(connect) => write!(out, "{}", Short(connect))?,
+        None => out.push(b'-'),
+    }
+    write!(
+        out,
+        " duration={} failovers={} to_backend={} to_client={} end={}",
+        Short(r.duration),
+        r.failovers,
+        r.bytes_to_backend,
+        r.bytes_to_client,
+        r.end.name()
+    )?;
+    if let Some(reason) = r.end.reason() {
+        out.extend_from_slice(b" reason=");
+        text_value(out, reason)?;
+    }
+    Ok(())
+}
+
+/// A value of the text format: as it is when it needs no quoting, else a
+/// JSON string (quoted, escaped), so it stays one field on one line.
+fn text_value(out: &mut Vec<u8>, value: &str) -> io::Result<()> {
+    let plain = !value.is_empty()
+        && value
+            .chars()
+            .all(|c| !c.is_whitespace() && !c.is_control() && c != '"' && c != '\\');
+    if plain {
+        out.extend_from_slice(value.as_bytes());
+        Ok(())
+    } else {
+        value
+            .serialize(&mut serde_json::Serializer::with_formatter(out, Escaping))
+            .map_err(io::Error::from)
+    }
+}
+
+/// The fields of a JSON line, in their order (see [`Format::Json`]).
+#[derive(Serialize)]
+struct JsonLine<'a> {
+    #[serde(serialize_with = "as_text")]
+    time: Rfc3339,
+    #[serde(serialize_with = "as_text")]
+    client: std::net::SocketAddr,
+    backend: Option<&'a str>,
+    queue_us: u64,
+    connect_us: Option<u64>,
+    duration_us: u64,
+    failovers: u32,
+    to_backend: u64,
+    to_client: u64,
+    end: &'static str,
+    reason: Option<&'a str>,
+}
+
+/// A field written as the string its `Display` makes.
+fn as_text<T: fmt::Display, S: Serializer>(
+    value: &T,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.collect_str(value)
+}
+
+/// The JSON line (see [`Format::Json`]).
+fn json(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
+    let line = JsonLine {
+        time: Rfc3339(r.time),
+        client: r.client,
+        backend: r.backend.as_deref(),
+        queue_us: micros(r.queue_wait),
+        connect_us: r.connect_time.map(micros),
+        duration_us: micros(r.duration),
+        failovers: r.failovers,
+        to_backend: r.bytes_to_backend,
+        to_client: r.bytes_to_client,
+        end: r.end.name(),
+        reason: r.end.reason(),
+    };
+    line.serialize(&mut serde_json::Serializer::with_formatter(out, Escaping))
+        .map_err(io::Error::from)
+}
+
+/// `serde_json`'s compact output, and `\uXXXX` for the control characters
+/// it writes as they are (DEL, U+0080 to U+009F): `"`, `\\` and the C0
+/// controls it escapes itself (RFC 8259 section 7).
+struct Escaping;
+
+impl serde_json::ser::Formatter for Escaping {
+    fn write_string_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        out: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        let mut rest = fragment;
+        while let Some((i, c)) = rest.char_indices().find(|(_, c)| c.is_control()) {
+            out.write_all(&rest.as_bytes()[..i])?;
+            write!(out, "\\u{:04x}", u32::from(c))?;
+            rest = &rest[i + c.len_utf8()..];
+        }
+        out.write_all(rest.as_bytes())
+    }
+}
+
+/// Whole microseconds, saturating (a `u64` of them is 584 000 years).
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// A duration for people: `12us`, `1.203ms`, `2.500s` (truncated).
+pub(super) struct Short(pub(super) Duration);
+
+impl fmt::Display for Short {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let us = micros(self.0);
+        if us < 1_000 {
+            write!(f, "{us}us")
+        } else if us < 1_000_000 {
+            write!(f, "{}.{:03}ms", us / 1_000, us % 1_000)
+        } else {
+            let ms = us / 1_000;
+            write!(f, "{}.{:03}s", ms / 1_000, ms % 1_000)
+        }
+    }
+}
+
+/// A `SystemTime` as RFC 3339 in UTC with milliseconds:
+/// `2026-12-01T09:53:20.123Z`. Truncated to the millisecond (rounding up
+/// could turn 23:59:59.9999 into the next day).
+pub(super) struct Rfc3339(pub(super) SystemTime);
+
+impl fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const MS_PER_DAY: i128 = 86_400_000;
+        let ms = unix_millis(self.0);
+        // Every `SystemTime` is within ±2^63 seconds, so its days fit an i64.
+        let days = ms.div_euclid(MS_PER_DAY) as i64;
+        let ms_of_day = ms.rem_euclid(MS_PER_DAY);
+        let (year, month, day) = civil_from_days(days);
+        let secs = ms_of_day / 1_000;
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+            secs / 3_600,
+            secs / 60 % 60,
+            secs % 60,
+            ms_of_day % 1_000
+        )
+    }
+}
+
+/// Milliseconds since 1970-01-01T00:00:00Z, rounded down (towards the past,
+/// also before 1970).
+fn unix_millis(t: SystemTime) -> i128 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(after) => after.as_millis() as i128,
+        Err(before) => -(before.duration().as_nanos().div_ceil(1_000_000) as i128),
+    }
+}
+
+/// The proleptic Gregorian date `(year, month 1..=12, day 1..=31)` of the
+/// day `days` after 1970-01-01 (negative: before it).
+///
+/// Howard Hinnant's `civil_from_days`
+/// (<https://howardhinnant.github.io/date_algorithms.html>): counting from
+/// 0000-03-01, so that the leap day is the last day of its year, the
+/// calendar repeats every 400-year *era* of 146 097 days; inside an era the
+/// year comes from the day count corrected for the leap days of every 4th,
+/// 100th and 400th year, and a month from a line through the month lengths
+/// of March to February (31 30 31 30 31 31 30 31 30 31 31 28/29).
+pub(super) fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468; // days since 0000-03-01
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // day of era, 0..=146_096
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365; // 0..=399
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // day of the March year, 0..=365
+    let mp = (5 * doy + 2) / 153; // month from March, 0..=11
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}

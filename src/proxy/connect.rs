@@ -1,0 +1,168 @@
+//! Reaching a backend for one client: the picked one first, then each
+//! other available one once (fail-over), each attempt counted in the stats
+//! and in the backend's passive health.
+//!
+//! # Threads
+//!
+//! Worker threads, each for its own client; the scheduler and the backends
+//! are shared through atomics and the scheduler's own locks.
+//!
+//! # Corresponds to the C article
+//!
+//! `get_final_server_socket()`, which is [`Backend::connect`]; the C has no
+//! fail-over and `exit()`s when a connect fails.
+
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{header, Proxy, ProxyConfig};
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::health::{self, HealthConfig};
+use crate::scheduler::Pick;
+use crate::stats::Stats;
+use crate::system;
+use crate::trace::{self, Event};
+
+/// First pause of a worker whose backend connect found no descriptor left.
+const OUT_OF_DESCRIPTORS_FIRST_PAUSE: Duration = Duration::from_millis(5);
+/// Longest pause between two such tries: shorter than the accept loop's
+/// back-off, so that a freed descriptor more often goes to a client already
+/// accepted than to a new one.
+const OUT_OF_DESCRIPTORS_MAX_PAUSE: Duration = Duration::from_millis(50);
+
+impl Proxy {
+    /// Connects to the picked backend or, failing that, to each other
+    /// available backend once, in list order.
+    ///
+    /// Each attempt gets the whole `connect_timeout`, not a share of one
+    /// total: a black-holed backend then costs a client one connect timeout,
+    /// and the next backend still gets a full chance. (One total budget
+    /// would let a single black hole use it all up and fail the client even
+    /// though a live backend was next.) Passive health takes the black hole
+    /// out after a few such clients (its failures in a row), so later ones pay
+    /// nothing.
+    pub(super) fn connect(
+        &self,
+        pick: &Pick,
+        client: &TcpStream,
+        origin: header::Origin,
+        settings: &ProxyConfig,
+        health: &HealthConfig,
+        failed: &mut u32,
+    ) -> Result<(TcpStream, Arc<Backend>)> {
+        let mut last = match self.try_backend(&pick.backend, client, origin, settings, health) {
+            Ok(stream) => return Ok((stream, Arc::clone(&pick.backend))),
+            Err(err) => err,
+        };
+        *failed += 1;
+        for backend in self.scheduler.failover_order(&pick.backend) {
+            trace::event(Event::FailOver {
+                backend: backend.name(),
+            });
+            match self.try_backend(&backend, client, origin, settings, health) {
+                Ok(stream) => return Ok((stream, backend)),
+                Err(err) => {
+                    *failed += 1;
+                    last = err;
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// One connect attempt, counted in the stats and (unless it failed for a
+    /// reason of this host) in the backend's passive health. A backend that
+    /// takes the PROXY protocol is sent its header here, before any client
+    /// byte; failing to send it counts as failing to connect.
+    ///
+    /// When the socket cannot even be created because this process is out
+    /// of file descriptors (`EMFILE`, `ENFILE`), the backend is not to
+    /// blame: that is not counted against its health (which would mark
+    /// every backend down at once), and the worker waits for a connection
+    /// to end and free descriptors, trying again with a back-off (from
+    /// [`OUT_OF_DESCRIPTORS_FIRST_PAUSE`], doubling) for at most
+    /// `connect_timeout`.
+    fn try_backend(
+        &self,
+        backend: &Backend,
+        client: &TcpStream,
+        origin: header::Origin,
+        settings: &ProxyConfig,
+        health: &HealthConfig,
+    ) -> Result<TcpStream> {
+        let started = trace::on().then(Instant::now);
+        let deadline = Instant::now() + settings.connect_timeout;
+        let mut pause = OUT_OF_DESCRIPTORS_FIRST_PAUSE;
+        loop {
+            let connected = backend
+                .connect(settings.connect_timeout)
+                .and_then(|stream| {
+                    header::send(backend, &stream, || origin.header(client))?;
+                    Ok(stream)
+                });
+            match connected {
+                Err(source) if system::is_out_of_descriptors(&source) => {
+                    let give_up = Instant::now() + pause >= deadline;
+                    self.report
+                        .out_of_descriptors(backend.name(), &source, give_up);
+                    if give_up {
+                        return Err(Error::BackendConnect {
+                            backend: backend.name().to_string(),
+                            source,
+                        });
+                    }
+                    // While any worker waits here, the accept loop holds
+                    // off, so a descriptor freed by a connection that ends
+                    // goes to a client already accepted rather than to
+                    // one more client that would wait too.
+                    let _waiting = self.stats.hold(&self.stats.descriptor_waits);
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(OUT_OF_DESCRIPTORS_MAX_PAUSE);
+                }
+                other => return self.connected_or_failed(backend, other, health, started),
+            }
+        }
+    }
+
+    /// Counts the outcome of one connect attempt that reached the backend
+    /// (or tried to): success or failure, in the stats and its passive
+    /// health ([`health::connect_failed`], which leaves out a failure of
+    /// this host and logs at most a line a second per backend).
+    pub(super) fn connected_or_failed(
+        &self,
+        backend: &Backend,
+        attempt: std::io::Result<TcpStream>,
+        health: &HealthConfig,
+        started: Option<Instant>,
+    ) -> Result<TcpStream> {
+        match attempt {
+            Ok(stream) => {
+                backend.record_connect_success();
+                if let Some(started) = started {
+                    trace::event(Event::Connected {
+                        backend: backend.name(),
+                        fd: stream.as_raw_fd(),
+                        took: started.elapsed(),
+                    });
+                }
+                Ok(stream)
+            }
+            Err(source) => {
+                Stats::incr(&self.stats.connect_failures);
+                let failures = health::connect_failed(backend, health, &source);
+                trace::event(Event::ConnectFailed {
+                    backend: backend.name(),
+                    reason: &source,
+                    failures,
+                });
+                Err(Error::BackendConnect {
+                    backend: backend.name().to_string(),
+                    source,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,520 @@
+//! A connection's fate as one typed value, [`Outcome`], and [`Report`], the
+//! one place an outcome becomes counters, an access log line, trace
+//! sentences and a throttled log line. A new way for a connection to end
+//! is one variant of [`Refusal`] (or of the pump's `End`) and its rows in
+//! the tables below.
+//!
+//! Reporting has two halves, because their order is observable:
+//! [`Report::count`] runs before the sockets close (whoever sees a
+//! connection closed sees it counted; `completed` is raised last, then the
+//! caller drops the active gauges), [`Report::tell`] after (the trace's
+//! "close() on both sockets" is true when it is told).
+//!
+//! # Threads
+//!
+//! Workers report their connections, the accept loop the clients it
+//! refuses (each thread with a `Report` of its own). Counters are atomics, the throttles
+//! lock-free, the access log a non-blocking channel: nothing here locks.
+//!
+//! # Corresponds to the C article
+//!
+//! The `### REQUEST FINISHED ###` line at the end of `proxy_function()`.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::pump::{self, End, Transfer};
+use super::BUSY_WARNING_EVERY;
+use crate::access_log::{self, AccessLog, Record};
+use crate::backend::Backend;
+use crate::error::Error;
+use crate::scheduler::Scheduler;
+use crate::stats::Stats;
+use crate::system;
+use crate::throttle::{self, LogThrottle};
+use crate::trace::{self, Event};
+use crate::units::format_duration;
+
+/// How one client connection ended, and what is known of it then.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    /// The client (after `--accept-proxy`, the one its header names).
+    pub peer: SocketAddr,
+    /// When the accept loop queued it.
+    pub queued_at: Instant,
+    /// Time in the queue before a worker took it.
+    pub queue_wait: Duration,
+    /// What happened to it.
+    pub fate: Fate,
+}
+
+/// Refused before any backend, served, or already reported.
+#[derive(Debug)]
+pub(crate) enum Fate {
+    /// Closed before any byte reached a backend.
+    Refused(Refusal),
+    /// Connected and pumped.
+    Served(Served),
+    /// Closed and reported where it happened (a refused PROXY header, in
+    /// `header.rs`; a route the settings do not allow).
+    Reported,
+}
+
+/// Why a client was closed before any backend served it.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// It waited in the queue longer than `queue_timeout`.
+    QueueTimeout {
+        /// The `queue_timeout` it passed.
+        limit: Duration,
+    },
+    /// It sent nothing within `client_first_byte_timeout`.
+    FirstByteTimeout {
+        /// The timeout.
+        limit: Duration,
+    },
+    /// The accept loop found no backend available (all down or
+    /// draining, or none listed).
+    NoBackend {
+        /// The backends, read only when the line is logged.
+        scheduler: Arc<Scheduler>,
+    },
+    /// The rate limiter refused it at accept time; the limiter counts,
+    /// logs and answers it itself (`limiter::admit`).
+    RateLimited,
+    /// Every backend connect failed.
+    ConnectFailed {
+        /// The backend tried first.
+        backend: Arc<Backend>,
+        /// Why the last one failed.
+        error: Error,
+        /// Failed connects.
+        failovers: u32,
+        /// Time spent connecting.
+        connect_time: Duration,
+    },
+}
+
+/// A connection a backend served.
+#[derive(Debug)]
+pub(crate) struct Served {
+    /// The backend that served it.
+    pub backend: Arc<Backend>,
+    /// How the pump ended, and the bytes.
+    pub pumped: pump::Outcome,
+    /// Time spent connecting, failed tries included.
+    pub connect_time: Duration,
+    /// Failed connects before the one that served.
+    pub failovers: u32,
+    /// When the worker took the client.
+    pub started: Instant,
+}
+
+/// The `ended_*` counter of each way the pump ends.
+pub(super) fn ended_counter(stats: &Stats, end: End) -> &AtomicU64 {
+    match end {
+        End::ClientClosed => &stats.ended_client_closed,
+        End::BackendClosed => &stats.ended_backend_closed,
+        End::ClientReset => &stats.ended_client_reset,
+        End::BackendReset => &stats.ended_backend_reset,
+        End::IdleTimeout => &stats.ended_idle_timeout,
+        End::FinTimeout => &stats.ended_fin_timeout,
+        End::WriteToClientFailed => &stats.ended_client_write_failed,
+        End::WriteToBackendFailed => &stats.ended_backend_write_failed,
+        End::Error => &stats.ended_error,
+    }
+}
+
+/// The counter each refusal raises (`None`: counted where it is decided).
+fn refused_counter<'s>(stats: &'s Stats, refusal: &Refusal) -> Option<&'s AtomicU64> {
+    match refusal {
+        Refusal::QueueTimeout { .. } => Some(&stats.queue_timeouts),
+        Refusal::FirstByteTimeout { .. } => Some(&stats.first_byte_timeouts),
+        Refusal::NoBackend { .. } | Refusal::ConnectFailed { .. } => Some(&stats.no_backend),
+        // The limiter counted it (`rate_limited`), with its own reply.
+        Refusal::RateLimited => None,
+    }
+}
+
+/// The counters, the access log and the throttled log lines of the workers.
+pub(crate) struct Report {
+    stats: Arc<Stats>,
+    access_log: Option<AccessLog>,
+    /// "No backend could be reached" at most once a second.
+    unreachable_log: LogThrottle,
+    /// "No backend is available" (the accept loop) at most once a second,
+    /// with the count of the others: under load it would flood the log.
+    no_backend_log: LogThrottle,
+    /// "Every worker is busy" at most once every 10 s.
+    busy_log: LogThrottle,
+    /// Queue timeouts, at most once a second, with the count of the others.
+    queue_timeout_log: LogThrottle,
+    /// Connects that found no descriptor left, at most once a second.
+    out_of_descriptors_log: LogThrottle,
+    /// First-byte timeouts, at most once a second.
+    first_byte_timeout_log: LogThrottle,
+}
+
+impl Report {
+    /// A reporter counting in `stats` and logging to `access_log`.
+    pub(crate) fn new(stats: Arc<Stats>, access_log: Option<AccessLog>) -> Report {
+        let second = || LogThrottle::new(Duration::from_secs(1));
+        Report {
+            stats,
+            access_log,
+            unreachable_log: second(),
+            no_backend_log: second(),
+            busy_log: LogThrottle::new(BUSY_WARNING_EVERY),
+            queue_timeout_log: second(),
+            out_of_descriptors_log: second(),
+            first_byte_timeout_log: second(),
+        }
+    }
+
+    /// Whether an access log is on.
+    pub(crate) fn access_log(&self) -> Option<&AccessLog> {
+        self.access_log.as_ref()
+    }
+
+    /// Counts `outcome`; called before its sockets close. For a served
+    /// connection `completed` is raised last, and the caller drops the
+    /// active gauges after: whoever sees it completed sees how it ended
+    /// and its bytes too.
+    pub(crate) fn count(&self, outcome: &Outcome) {
+        let stats = &*self.stats;
+        match &outcome.fate {
+            Fate::Refused(refusal) => {
+                if let Some(counter) = refused_counter(stats, refusal) {
+                    Stats::incr(counter);
+                }
+            }
+            Fate::Served(served) => {
+                let (end, transfer) = (served.pumped.end, served.pumped.transfer);
+                stats
+                    .histograms
+                    .connection_duration
+                    .observe(outcome.queued_at.elapsed());
+                Stats::incr(ended_counter(stats, end));
+                if !end.is_clean() {
+                    Stats::incr(&stats.errors);
+                }
+                Stats::add(&stats.bytes_to_backends, transfer.to_backend);
+                Stats::add(&stats.bytes_to_clients, transfer.to_client);
+                served
+                    .backend
+                    .add_bytes(transfer.to_backend, transfer.to_client);
+                Stats::incr(&stats.completed);
+            }
+            Fate::Reported => {}
+        }
+    }
+
+    /// Tells `outcome` once its sockets are closed: the trace, the access
+    /// log line, the log line.
+    pub(crate) fn tell(&self, outcome: &Outcome) {
+        match &outcome.fate {
+            Fate::Refused(refusal) => self.tell_refusal(outcome, refusal),
+            Fate::Served(served) => self.tell_served(outcome, served),
+            Fate::Reported => {}
+        }
+    }
+
+    fn tell_refusal(&self, outcome: &Outcome, refusal: &Refusal) {
+        let peer = outcome.peer;
+        let now = Instant::now();
+        // One row per refusal: its access log line, then its log line.
+        let (backend, access) = match refusal {
+            Refusal::QueueTimeout { limit } => {
+                if let Some(others) = self.queue_timeout_log.event(now) {
+                    log::warn!(
+                        "closing client {peer}: it waited {:.1?} for a free worker \
+                         (queue timeout {}; all workers busy){}",
+                        outcome.queue_wait,
+                        format_duration(*limit),
+                        throttle::more(others)
+                    );
+                }
+                let access = Access {
+                    queue_wait: outcome.queue_wait,
+                    ..Access::refused(access_log::End::QueueTimeout)
+                };
+                (None, access)
+            }
+            Refusal::FirstByteTimeout { limit } => {
+                if let Some(others) = self.first_byte_timeout_log.event(now) {
+                    log::info!(
+                        "closing client {peer}: nothing received within {} \
+                         (client first byte timeout){}",
+                        format_duration(*limit),
+                        throttle::more(others)
+                    );
+                }
+                (None, Access::refused(access_log::End::FirstByteTimeout))
+            }
+            Refusal::NoBackend { scheduler } => {
+                trace::event(Event::NoBackend);
+                if let Some(others) = self.no_backend_log.event(now) {
+                    let why = match scheduler.snapshot().len() {
+                        0 => "the list is empty".to_string(),
+                        1 => "the one backend is down or draining".to_string(),
+                        n => format!("all {n} are down or draining"),
+                    };
+                    log::warn!(
+                        "closing client {peer}: no backend is available ({why}){}",
+                        throttle::more(others)
+                    );
+                }
+                (None, Access::refused(access_log::End::NoBackend))
+            }
+            Refusal::RateLimited => (None, Access::refused(access_log::End::RateLimited)),
+            Refusal::ConnectFailed {
+                backend,
+                error,
+                failovers,
+                connect_time,
+            } => {
+                let reason = match error {
+                    Error::BackendConnect { source, .. } => system::error_words(source),
+                    other => other.to_string(),
+                };
+                let access = Access {
+                    queue_wait: outcome.queue_wait,
+                    connect_time: Some(*connect_time),
+                    failovers: *failovers,
+                    ..Access::refused(access_log::End::ConnectFailed(reason))
+                };
+                if let Some(others) = self.unreachable_log.event(now) {
+                    log::warn!(
+                        "closing client {peer}: no backend could be reached, last: {error}{}",
+                        throttle::more(others)
+                    );
+                }
+                trace::event(Event::Unreachable);
+                trace::waiting();
+                (Some(backend.name()), access)
+            }
+        };
+        self.log_access(peer, backend, outcome.queued_at, access);
+    }
+
+    fn tell_served(&self, outcome: &Outcome, served: &Served) {
+        let pumped = &served.pumped;
+        let (end, transfer) = (pumped.end, pumped.transfer);
+        if trace::on() {
+            // A timeout has no io::Error of its own: the trace tells it as
+            // one, as it tells resets and failed writes.
+            let timeout = (pumped.error.is_none() && !end.is_clean())
+                .then(|| io::Error::new(io::ErrorKind::TimedOut, end.to_string()));
+            trace::closed(
+                transfer.to_backend,
+                transfer.to_client,
+                pumped.error.as_ref().or(timeout.as_ref()),
+            );
+        }
+        trace::waiting();
+        if self.access_log.is_some() {
+            let access = Access {
+                queue_wait: outcome.queue_wait,
+                connect_time: Some(served.connect_time),
+                failovers: served.failovers,
+                transfer,
+                end: access_log::End::pumped(end, pumped.error.as_ref()),
+            };
+            let backend = Some(served.backend.name());
+            self.log_access(outcome.peer, backend, outcome.queued_at, access);
+        }
+        let why = match &pumped.error {
+            Some(err) => format!("{end}: {err}"),
+            None => end.to_string(),
+        };
+        // Clean closes and resets are how connections normally end (many
+        // TLS clients close with a reset): debug. Timeouts and failed
+        // writes: info. Neither calls for an operator, so no warning.
+        let level = if end.is_clean() || end.is_reset() {
+            log::Level::Debug
+        } else {
+            log::Level::Info
+        };
+        // "finished" when both sides closed, "ended" otherwise.
+        let verb = if end.is_clean() { "finished" } else { "ended" };
+        log::log!(
+            level,
+            "connection {verb}: client {} backend {}: {why} (sent {} received {} in {:?})",
+            outcome.peer,
+            served.backend.name(),
+            transfer.to_backend,
+            transfer.to_client,
+            served.started.elapsed()
+        );
+    }
+
+    /// One access log line, when `--access-log` is on.
+    pub(crate) fn log_access(
+        &self,
+        client: SocketAddr,
+        backend: Option<&str>,
+        queued_at: Instant,
+        access: Access,
+    ) {
+        log_access(
+            self.access_log.as_ref(),
+            &self.stats,
+            client,
+            backend,
+            queued_at,
+            access,
+        );
+    }
+
+    /// A client waited `waited` in the queue: past [`super::BUSY_WARNING_AFTER`]
+    /// the operator is told every worker is busy (at most every
+    /// [`BUSY_WARNING_EVERY`]).
+    pub(crate) fn busy(&self, waited: Duration, waiting: impl FnOnce() -> usize, workers: usize) {
+        if waited < super::BUSY_WARNING_AFTER {
+            return;
+        }
+        if let Some(others) = self.busy_log.event(Instant::now()) {
+            log::warn!(
+                "every worker is busy: a client waited {waited:.1?} in the queue, \
+                 {} waiting now (--workers {workers}){}",
+                waiting(),
+                throttle::more(others)
+            );
+        }
+    }
+
+    /// A backend connect found no descriptor left (this process's limit):
+    /// counted, and logged at most once a second.
+    pub(crate) fn out_of_descriptors(&self, backend: &str, source: &io::Error, give_up: bool) {
+        Stats::incr(&self.stats.out_of_descriptors);
+        if let Some(others) = self.out_of_descriptors_log.event(Instant::now()) {
+            log::error!(
+                "cannot connect to backend {backend}: {source} (this process's \
+                 limit; {}){}",
+                if give_up {
+                    "giving up on this client"
+                } else {
+                    "waiting for connections to end"
+                },
+                throttle::more(others)
+            );
+        }
+    }
+}
+
+/// One access log line to `log`, if there is one; a line the writer could
+/// not take is counted (`access_log_dropped`).
+fn log_access(
+    log: Option<&AccessLog>,
+    stats: &Stats,
+    client: SocketAddr,
+    backend: Option<&str>,
+    accepted: Instant,
+    access: Access,
+) {
+    let Some(log) = log else {
+        return;
+    };
+    if !log.log(access.record(client, backend, accepted)) {
+        Stats::incr(&stats.access_log_dropped);
+    }
+}
+
+/// What an access log line says beyond the client, the backend and the
+/// times (see [`log_access`]).
+#[derive(Debug)]
+pub(crate) struct Access {
+    /// Time in the queue before a worker took the client.
+    pub queue_wait: Duration,
+    /// Time spent connecting (failed tries included), when it got that far.
+    pub connect_time: Option<Duration>,
+    /// Failed connects before the one that served (or before giving up).
+    pub failovers: u32,
+    /// Bytes each way.
+    pub transfer: Transfer,
+    /// How it ended.
+    pub end: access_log::End,
+}
+
+impl Access {
+    /// A client ended before any backend was tried.
+    pub(crate) fn refused(end: access_log::End) -> Access {
+        Access {
+            queue_wait: Duration::ZERO,
+            connect_time: None,
+            failovers: 0,
+            transfer: Transfer::default(),
+            end,
+        }
+    }
+
+    /// The line's record; `queued_at` is when the client was accepted.
+    fn record(self, client: SocketAddr, backend: Option<&str>, queued_at: Instant) -> Record {
+        let since = queued_at.elapsed();
+        Record {
+            time: std::time::SystemTime::now()
+                .checked_sub(since)
+                .unwrap_or_else(std::time::SystemTime::now),
+            client,
+            backend: backend.map(str::to_string),
+            queue_wait: self.queue_wait,
+            connect_time: self.connect_time,
+            duration: since,
+            failovers: self.failovers,
+            bytes_to_backend: self.transfer.to_backend,
+            bytes_to_client: self.transfer.to_client,
+            end: self.end,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::Scheduler;
+
+    fn refused(refusal: Refusal) -> Outcome {
+        Outcome {
+            peer: "127.0.0.1:5000".parse().unwrap(),
+            queued_at: Instant::now(),
+            queue_wait: Duration::ZERO,
+            fate: Fate::Refused(refusal),
+        }
+    }
+
+    /// Each refusal raises its own counter once, and none is `completed`.
+    #[test]
+    fn every_refusal_is_counted_once() {
+        let stats = Arc::new(Stats::default());
+        let report = Report::new(Arc::clone(&stats), None);
+        let backend = Arc::new(Backend::new("b".into(), vec![], 1));
+        let scheduler = Arc::new(Scheduler::new(vec![Arc::clone(&backend)]));
+        let limit = Duration::from_secs(1);
+        for refusal in [
+            Refusal::QueueTimeout { limit },
+            Refusal::FirstByteTimeout { limit },
+            Refusal::NoBackend { scheduler },
+            Refusal::RateLimited,
+            Refusal::ConnectFailed {
+                backend,
+                error: Error::InvalidConfig("x".into()),
+                failovers: 1,
+                connect_time: limit,
+            },
+        ] {
+            let outcome = refused(refusal);
+            report.count(&outcome);
+            report.tell(&outcome);
+        }
+        let s = stats.snapshot();
+        assert_eq!(
+            (s.queue_timeouts, s.first_byte_timeouts, s.no_backend),
+            (1, 1, 2),
+            "{s:?}"
+        );
+        assert_eq!((s.completed, s.errors, s.rate_limited), (0, 0, 0), "{s:?}");
+    }
+}

@@ -1,0 +1,229 @@
+//! A worker's chain for one client, the article's `proxy_function()`:
+//! wait (queue timeout, first byte) → route (the pick, or the PROXY header
+//! then the pick) → connect (with fail-over) → pump → close. Each step that
+//! ends the client early returns its [`Outcome`]; [`Proxy::handle`] tells
+//! it.
+//!
+//! # Threads
+//!
+//! Worker threads, each on its own client. Settings are read once per
+//! connection (an `ArcSwap` load); the pump's buffers are thread-local, so
+//! nothing here takes a lock.
+//!
+//! # Corresponds to the C article
+//!
+//! `proxy_function()`: the C reads one chunk, sends it with
+//! `strlen(buffer)` and copies the reply until the backend closes, and any
+//! error `exit()`s the process. Here errors end only this connection, both
+//! directions stream, and the final `shutdown(SHUT_RDWR)` then `close()` on
+//! both sockets is the C's, kept on every path.
+
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::report::{Fate, Outcome, Refusal, Served};
+use super::{close, header, pump, splice_pump, Job, Proxy, ProxyConfig, Route, REPLY_LINGER};
+use crate::health::HealthConfig;
+use crate::reply;
+use crate::scheduler::Pick;
+use crate::trace;
+
+impl Proxy {
+    /// Serves one client: wait → route → connect → pump → close. Returns
+    /// how it ended, counted already (see [`super::report::Report::count`]).
+    pub(super) fn serve(&self, job: Job) -> Outcome {
+        let Job {
+            route,
+            client,
+            peer,
+            queued_at,
+        } = job;
+        let started = Instant::now();
+        let queue_wait = self.taken(&client, queued_at, started);
+        let settings = self.settings.load_full();
+        let health = self.health.load_full();
+        let mut outcome = Outcome {
+            peer,
+            queued_at,
+            queue_wait,
+            fate: Fate::Reported,
+        };
+        if let Some(refusal) = wait(&client, queued_at, queue_wait, &settings) {
+            return self.refuse(outcome, refusal, &client, &health);
+        }
+        let Some((client, pick, origin)) = self.route(route, client, peer) else {
+            return outcome;
+        };
+        // From here on the client is who the header said.
+        outcome.peer = origin.source;
+        let mut failovers = 0;
+        let connecting = Instant::now();
+        let connected = self.connect(&pick, &client, origin, &settings, &health, &mut failovers);
+        let connect_time = connecting.elapsed();
+        let (backend_sock, backend) = match connected {
+            Ok(found) => found,
+            Err(error) => {
+                let backend = Arc::clone(&pick.backend);
+                let refusal = Refusal::ConnectFailed {
+                    backend,
+                    error,
+                    failovers,
+                    connect_time,
+                };
+                return self.refuse(outcome, refusal, &client, &health);
+            }
+        };
+        let backend_active = backend.start_connection();
+        // Counted as active now: the pick's reservation (least connections'
+        // count of clients on their way) is released.
+        drop(pick);
+        // Held by a guard, so that whatever ends the connection (a panic
+        // included) takes it off the count.
+        let active = self.stats.hold(&self.stats.active);
+        #[cfg(test)]
+        if backend.name() == super::PANIC_BACKEND {
+            panic!("a test asked for a panic inside a connection");
+        }
+        let pumped = pump_both(&client, &backend_sock, &settings, outcome.peer);
+        outcome.fate = Fate::Served(Served {
+            backend: Arc::clone(&backend),
+            pumped,
+            connect_time,
+            failovers,
+            started,
+        });
+        // Counters before the close, so that whoever sees this connection
+        // close also sees it counted; `completed` and then the active
+        // gauges last, so that whoever sees the connection completed (and
+        // no longer active) sees how it ended and its bytes too.
+        self.report.count(&outcome);
+        drop(active);
+        drop(backend_active);
+        // The article's ending: shutdown(SHUT_RDWR), then close(), on both
+        // sockets. After an error or the idle timeout it cuts both
+        // directions at once; after a clean finish both FINs have already
+        // passed and the call only returns ENOTCONN, a cheap system call
+        // kept so every connection ends the same, visible way.
+        close(&backend_sock);
+        close(&client);
+        outcome
+    }
+
+    /// A worker took `client` at `started`: the trace says so, the queue
+    /// wait is observed and, if long, warned about. Returns the wait.
+    fn taken(&self, client: &TcpStream, queued_at: Instant, started: Instant) -> Duration {
+        if trace::on() {
+            trace::taken(client.as_raw_fd(), crate::pool::worker_number());
+        }
+        let queue_wait = started.saturating_duration_since(queued_at);
+        self.stats.histograms.queue_wait.observe(queue_wait);
+        self.report
+            .busy(queue_wait, || self.queue_depth(), self.max_workers);
+        queue_wait
+    }
+
+    /// The client's backend: the one picked at accept time, or, behind
+    /// `--accept-proxy`, the one picked after its header (`None`: closed
+    /// and reported there).
+    fn route(
+        &self,
+        route: Route,
+        client: TcpStream,
+        peer: SocketAddr,
+    ) -> Option<(TcpStream, Pick, header::Origin)> {
+        match (route, &self.accept_proxy) {
+            (Route::Picked(pick), _) => {
+                let origin = header::Origin {
+                    source: peer,
+                    destination: None,
+                };
+                Some((client, pick, origin))
+            }
+            (Route::AfterHeader, Some(accept)) => self.after_header(accept, client, peer),
+            (Route::AfterHeader, None) => {
+                log::error!("client {peer} queued for a PROXY header with --accept-proxy off");
+                close(&client);
+                None
+            }
+        }
+    }
+
+    /// Ends a client refused before any backend: counted, answered when
+    /// `http_replies` asks for it, closed. A queue timeout's 503 is one
+    /// non-blocking write, as the accept loop's (a worker that lingered
+    /// there would make the backlog that caused the wait grow); the 502 of
+    /// an unreachable backend may linger a little.
+    fn refuse(
+        &self,
+        outcome: Outcome,
+        refusal: Refusal,
+        client: &TcpStream,
+        health: &HealthConfig,
+    ) -> Outcome {
+        let outcome = Outcome {
+            fate: Fate::Refused(refusal),
+            ..outcome
+        };
+        self.report.count(&outcome);
+        if health.http_replies {
+            match &outcome.fate {
+                Fate::Refused(Refusal::QueueTimeout { .. }) => {
+                    reply::reply_at_once(client, reply::REPLY_503_BUSY)
+                }
+                Fate::Refused(Refusal::ConnectFailed { .. }) => {
+                    reply::reply_and_linger(client, reply::REPLY_502, REPLY_LINGER)
+                }
+                _ => {}
+            }
+        }
+        close(client);
+        outcome
+    }
+}
+
+/// The waits before any backend: a client that waited in the queue longer
+/// than `queue_timeout`, or (with `client_first_byte_timeout`) sent nothing
+/// that long after it was accepted, is refused.
+fn wait(
+    client: &TcpStream,
+    queued_at: Instant,
+    queue_wait: Duration,
+    settings: &ProxyConfig,
+) -> Option<Refusal> {
+    if queue_wait > settings.queue_timeout {
+        return Some(Refusal::QueueTimeout {
+            limit: settings.queue_timeout,
+        });
+    }
+    let limit = settings.client_first_byte_timeout?;
+    (!wait_readable(client, queued_at + limit)).then_some(Refusal::FirstByteTimeout { limit })
+}
+
+/// Keep-alive on both sockets when asked, then the pump, copying or
+/// splicing, until both sides are done.
+fn pump_both(
+    client: &TcpStream,
+    backend: &TcpStream,
+    settings: &ProxyConfig,
+    peer: SocketAddr,
+) -> pump::Outcome {
+    settings.keep_alive(client, backend, peer);
+    let options = settings.pump_options();
+    if settings.splice {
+        splice_pump(client, backend, &options)
+    } else {
+        pump::pump(client, backend, settings.buffer_size, &options)
+    }
+}
+
+/// Waits until `client` has something to read (bytes, or its end of
+/// stream: the pump deals with both) or `deadline` passes; whether it
+/// became readable. A client already past its deadline is looked at once,
+/// without waiting: one that waited in the queue longer than the
+/// first-byte timeout gets no second one. A `poll(2)` error on our own
+/// socket counts as readable: the pump meets it and ends the connection.
+fn wait_readable(client: &TcpStream, deadline: Instant) -> bool {
+    crate::poll::readable_by(client.as_raw_fd(), deadline).unwrap_or(true)
+}
