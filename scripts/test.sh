@@ -11,7 +11,7 @@ cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 
 echo "== unit and integration tests"
-cargo test --all-targets
+cargo test --all-targets --no-fail-fast
 
 echo "== docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet

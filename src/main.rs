@@ -275,7 +275,6 @@ fn balance(
     let admin = config.admin_listen;
     let mut balancer = Balancer::with_listener(config, listener)
         .map_err(|e| blame(admin_words(e, admin, &flags), file.as_ref(), &flags))?;
-    say_listening(balancer.local_addr());
     if let Some(log) = balancer.access_log() {
         // logrotate renames the file, then sends SIGUSR1.
         signals.on_reopen(move || log.reopen());
@@ -299,6 +298,9 @@ fn balance(
             let _ = reloader.reload();
         });
     }
+    // Last: whoever waits for this line may signal at once (SIGHUP,
+    // SIGUSR1), and finds every hook in place.
+    say_listening(balancer.local_addr());
     run(balancer, shutdown)
 }
 

@@ -550,13 +550,18 @@ fn which_backends_win_is_said_at_start_up_and_on_reload() {
         .args(["-c", file.path(), "-b", "127.0.0.1:29002"])
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let stderr = common::collect(child.stderr.take().unwrap());
+    let stdout = common::collect(child.stdout.take().unwrap());
     let said = || stderr.text().matches("win over the file's").count();
-    let started = wait_for(WAIT, || said() == 1);
+    // The listening line comes once SIGHUP reloads: a signal sent before
+    // it would find no reload to run.
+    let started = wait_for(WAIT, || {
+        said() == 1 && stdout.text().contains("Load balancer listening on port")
+    });
     let reloads = || stderr.text().matches("reload: no change").count();
     let reloaded = started && {
         // SAFETY: a plain kill(2) on the child this test started.
