@@ -5,7 +5,7 @@
 //! at start-up, and checks everything before it changes anything: a bad
 //! file is one error line, counted in `reloads_failed`, and the running
 //! settings stay. A good one is applied to the [`Live`] values (backends
-//! added, drained or reweighted in place with [`Scheduler::set_weight`];
+//! added, drained or reweighted in place with [`Scheduler::set_weight`](crate::scheduler::Scheduler::set_weight);
 //! the algorithm, the proxy's, health's and the rate limit's settings, a
 //! new [`Limiter`] when these change), counted in `reloads_ok` and logged
 //! in one line. The settings marked `restart` in the settings table
