@@ -35,7 +35,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::listener::{self, Acceptor};
-use crate::pool::{Pool, WORKER_FLOOR};
+use crate::pool::{self, Pool};
 use crate::proxy::{AcceptProxy, Job, Proxy, Report};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
@@ -102,7 +102,7 @@ impl Balancer {
     /// settings, [`Error::Io`] when the listening address cannot be read.
     pub fn with_listener(config: Config, listener: TcpListener) -> Result<Balancer> {
         config.validate()?;
-        check_thread_stack(config.thread_stack)?;
+        pool::check_stack(&config)?;
         let backends = resolve_backends(&config)?;
         let scheduler = Arc::new(Scheduler::with_algorithm(backends, config.algorithm));
         let stats = Arc::new(Stats::default());
@@ -140,14 +140,11 @@ impl Balancer {
             )
             .busy_warning(config.workers, Arc::clone(&queue_depth)),
         );
-        let pool = Pool::new(
-            config.workers,
-            config.thread_stack,
-            config.queue_capacity,
+        let pool = Pool::with_config(
+            &config,
             Arc::clone(&stats),
             Arc::new(move |job: Job| proxy.handle(job)),
-        )
-        .shrink_when_idle(config.worker_idle_timeout, WORKER_FLOOR);
+        );
         let _ = queue_depth.set(pool.queue_len());
         Ok(Balancer {
             config,
@@ -413,38 +410,6 @@ fn summary(s: &crate::stats::StatsSnapshot, uptime: Duration) -> String {
         units::count(s.bytes_to_backends, "byte"),
         units::count(s.bytes_to_clients, "byte")
     )
-}
-
-/// Starts (and joins) one thread with the workers' stack size, so that a
-/// stack the system cannot give (too large for the memory or the address
-/// space limits) is a start-up error, not a balancer that accepts clients
-/// and has no worker to serve them.
-///
-/// # Errors
-///
-/// [`Error::InvalidSetting`] on `thread_stack`, with the system's reason.
-fn check_thread_stack(stack: usize) -> Result<()> {
-    let refused = |reason: String| {
-        Error::setting(
-            "thread_stack",
-            format!("cannot start a worker thread with a stack of {stack} bytes: {reason}"),
-        )
-    };
-    // catch_unwind: the standard library asserts on some sizes it cannot
-    // hand to pthread_attr_setstacksize instead of returning an error.
-    let spawned = std::panic::catch_unwind(|| {
-        std::thread::Builder::new()
-            .name("rodizio-stack-check".into())
-            .stack_size(stack)
-            .spawn(|| {})
-    });
-    match spawned {
-        Ok(Ok(handle)) => handle
-            .join()
-            .map_err(|_| refused("the thread panicked".into())),
-        Ok(Err(err)) => Err(refused(err.to_string())),
-        Err(_) => Err(refused("the size was refused".into())),
-    }
 }
 
 #[cfg(test)]
