@@ -14,7 +14,7 @@
 //! `run` turns the calling thread into the accept loop and starts the health
 //! thread and the admin API's; the pool spawns the workers as clients come.
 //! The [`Shutdown`] wakes a blocked `accept` (a connection to itself, or with
-//! `reuse_port` a shutdown of the socket) and a push waiting in a full queue.
+//! `SO_REUSEPORT` a shutdown of the socket) and a push waiting in a full queue.
 //! The parts are shared through `Arc`s; the `Balancer` itself holds no lock.
 //!
 //! # Corresponds to the C article
@@ -84,12 +84,7 @@ impl Balancer {
     /// [`Error::Bind`] when the address cannot be listened on, [`Error::Io`]
     /// when `TCP_DEFER_ACCEPT` cannot be set.
     pub fn listen(config: &Config) -> Result<TcpListener> {
-        let listener = listener::bind_with(config.listen, config.backlog, config.reuse_port)?;
-        if config.defer_accept {
-            listener::defer_accept(&listener)
-                .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
-        }
-        Ok(listener)
+        listener::open(config)
     }
 
     /// The second half of [`Balancer::bind`]: validates `config`, resolves
@@ -258,23 +253,13 @@ impl Balancer {
 
     /// Makes the shutdown's trigger wake the accept loop wherever it waits:
     /// in `accept` (a connection to the listening address, or with
-    /// `reuse_port` a shutdown of the socket) or for room in a full queue.
+    /// `SO_REUSEPORT` a shutdown of the socket) or for room in a full queue.
     ///
     /// # Errors
     ///
     /// [`Error::Io`] when the listening socket cannot be duplicated.
     fn wake_on(&self, shutdown: &Shutdown) -> Result<()> {
-        if self.config.reuse_port {
-            // A connection could wake another process of the port's group:
-            // shut the socket down instead (see listener::wake_by_shutdown).
-            let listener = self
-                .listener
-                .try_clone()
-                .map_err(|e| Error::io("duplicating the listening socket", e))?;
-            shutdown.on_trigger(move || listener::wake_by_shutdown(&listener));
-        } else {
-            shutdown.wake_on_trigger(self.local_addr);
-        }
+        listener::wake_on(&self.listener, self.local_addr, &self.config, shutdown)?;
         // The accept loop may instead be waiting for room in a full queue,
         // where no connection reaches it: closing the queue on trigger makes
         // that push fail, and the loop returns (the client it held is
