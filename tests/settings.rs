@@ -332,3 +332,59 @@ fn flags_win_over_the_file_and_the_file_over_the_defaults() {
     let c = f.settle(&Overrides::default()).unwrap();
     assert_eq!(c.listen, "127.0.0.1:9001".parse().unwrap());
 }
+
+#[test]
+fn describe_names_every_setting_once() {
+    let d = Config::default().describe();
+    let mut names: Vec<_> = d.iter().map(|(n, _)| *n).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), d.len());
+    let get = |k: &str| d.iter().find(|(n, _)| *n == k).unwrap().1.clone();
+    assert_eq!(get("thread_stack"), "64k");
+    assert_eq!(get("connect_timeout"), "3s");
+    assert_eq!(get("idle_timeout"), "10m");
+    assert_eq!(get("algorithm"), "round-robin");
+    assert_eq!(get("fin_timeout"), "same as idle_timeout");
+    assert_eq!(get("tcp_keepalive"), "off");
+    let mut c = Config::default();
+    c.proxy.fin_timeout = Some(Duration::from_secs(30));
+    c.proxy.tcp_keepalive = Some(Duration::from_secs(60));
+    let d = c.describe();
+    let get = |k: &str| d.iter().find(|(n, _)| *n == k).unwrap().1.clone();
+    assert_eq!(get("fin_timeout"), "30s");
+    assert_eq!(get("tcp_keepalive"), "1m");
+}
+
+#[test]
+fn only_what_is_given_changes() {
+    let mut c = Config::default();
+    Overrides::default().apply(&mut c).unwrap();
+    assert_eq!(c, Config::default());
+    let o = Overrides {
+        workers: Some(8),
+        connect_timeout: Some(Duration::from_millis(500)),
+        fall: Some(5),
+        ..Overrides::default()
+    };
+    o.apply(&mut c).unwrap();
+    assert_eq!(c.workers, 8);
+    assert_eq!(c.proxy.connect_timeout, Duration::from_millis(500));
+    assert_eq!(c.health.fall, 5);
+    assert_eq!(c.thread_stack, Config::default().thread_stack);
+}
+
+#[test]
+fn fin_timeout_and_tcp_keepalive_are_laid_over() {
+    let mut c = Config::default();
+    let o = Overrides {
+        fin_timeout: Some(Duration::from_secs(20)),
+        tcp_keepalive: Some(Duration::from_secs(90)),
+        ..Overrides::default()
+    };
+    o.apply(&mut c).unwrap();
+    assert_eq!(c.proxy.fin_timeout, Some(Duration::from_secs(20)));
+    assert_eq!(c.proxy.tcp_keepalive, Some(Duration::from_secs(90)));
+    Overrides::default().apply(&mut c).unwrap();
+    assert_eq!(c.proxy.fin_timeout, Some(Duration::from_secs(20)));
+}
