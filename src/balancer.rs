@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::listener::{self, Acceptor};
 use crate::pool::{self, Pool};
-use crate::proxy::{AcceptProxy, Job, Proxy, Report};
+use crate::proxy::{Job, Proxy, Report};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
@@ -117,12 +117,7 @@ impl Balancer {
         };
         let access_log = start_access_log(&config)?;
         let queue_depth: Arc<std::sync::OnceLock<crate::proxy::QueueDepth>> = Arc::default();
-        let accept_proxy = config.accept_proxy.then(|| {
-            AcceptProxy::new(
-                config.accept_proxy_from.clone(),
-                config.accept_proxy_timeout,
-            )
-        });
+        let accept_proxy = config.header_acceptor();
         let proxy = Arc::new(
             Proxy::new(
                 Arc::clone(&live.scheduler),

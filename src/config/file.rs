@@ -493,7 +493,7 @@ mod tests {
     }
 
     /// Every setting a flag gives is worded as that flag, also the ones
-    /// listed late in the table (`queue_timeout`, `accept_proxy_timeout`).
+    /// listed late in the table (here `queue_timeout`).
     #[test]
     fn every_flag_that_gives_the_bad_value_is_worded_as_the_flag() {
         let f = parse_text(r#"{"workers": 8}"#).unwrap();

@@ -42,7 +42,7 @@ use crate::error::{Error, Result};
 use crate::health::HealthConfig;
 use crate::limiter::{RateLimitConfig, StoreConfig};
 use crate::proxy::ProxyConfig;
-use crate::proxy_protocol::{CidrList, Version};
+use crate::proxy_protocol::{AcceptProxy, CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;
 use crate::units::format_size;
@@ -193,6 +193,13 @@ impl Default for Config {
 }
 
 impl Config {
+    /// What the workers need to read a PROXY protocol header when
+    /// `accept_proxy` is on: the trusted peers and the longest wait.
+    pub fn header_acceptor(&self) -> Option<AcceptProxy> {
+        self.accept_proxy
+            .then(|| AcceptProxy::new(self.accept_proxy_from.clone(), self.accept_proxy_timeout))
+    }
+
     /// Checks that every value is usable.
     ///
     /// # Errors
