@@ -20,6 +20,7 @@ fn parse_text(text: &str) -> Result<ConfigFile> {
     parse(Path::new("test.json"), text)
 }
 
+/// No flag gives the article's settings: the defaults.
 #[test]
 fn defaults_match_the_article() {
     let cli = Cli::try_parse_from(["rodizio"]).unwrap();
@@ -32,6 +33,7 @@ fn defaults_match_the_article() {
     assert_eq!(c, Config::default());
 }
 
+/// The health flags land in the health settings.
 #[test]
 fn health_flags_build_the_health_settings() {
     let c = Cli::try_parse_from([
@@ -69,6 +71,7 @@ fn health_flags_build_the_health_settings() {
     assert!(c.validate().is_ok());
 }
 
+/// Each balancer flag lands in its own setting.
 #[test]
 fn parses_every_flag() {
     let cli = Cli::try_parse_from([
@@ -109,6 +112,7 @@ fn parses_every_flag() {
     assert_eq!(c.drain_timeout, Duration::from_secs(2));
 }
 
+/// The socket-ending flags are off unless given, and read durations.
 #[test]
 fn fin_timeout_and_tcp_keepalive_flags() {
     let c = Cli::try_parse_from(["rodizio"])
@@ -130,6 +134,7 @@ fn fin_timeout_and_tcp_keepalive_flags() {
     assert!(help.contains("--tcp-keepalive"), "{help}");
 }
 
+/// The PROXY protocol flags land in their settings; bad ones are usage errors.
 #[test]
 fn proxy_protocol_flags_build_the_config() {
     let c = Cli::try_parse_from(["rodizio"]).unwrap();
@@ -184,6 +189,7 @@ fn proxy_protocol_flags_build_the_config() {
     );
 }
 
+/// The shared-store flags and `--reuse-port` land in their settings; the store needs a rate limit.
 #[test]
 fn rate_limit_store_flags_build_the_config() {
     let c = Cli::try_parse_from(["rodizio"]).unwrap();
@@ -220,6 +226,7 @@ fn rate_limit_store_flags_build_the_config() {
     );
 }
 
+/// Each file key lands in its own setting.
 #[test]
 fn every_key_in_its_own_name() {
     let f = parse_text(
@@ -276,6 +283,7 @@ fn every_key_in_its_own_name() {
     assert_eq!(c.trace_lang, Lang::Pt);
 }
 
+/// What `check-config` lists reads back, as a file, into the same settings.
 #[test]
 fn what_describe_prints_reads_back() {
     let c = Config {
@@ -315,6 +323,7 @@ fn what_describe_prints_reads_back() {
     assert_eq!(back.settle(&Overrides::default()).unwrap(), c);
 }
 
+/// Defaults < file < flags, each layer keeping what it does not name.
 #[test]
 fn flags_win_over_the_file_and_the_file_over_the_defaults() {
     let f = parse_text(r#"{"listen_port": 9000, "workers": 8, "fall": 7}"#).unwrap();
@@ -333,6 +342,7 @@ fn flags_win_over_the_file_and_the_file_over_the_defaults() {
     assert_eq!(c.listen, "127.0.0.1:9001".parse().unwrap());
 }
 
+/// `check-config` lists each setting once, in the operator's words.
 #[test]
 fn describe_names_every_setting_once() {
     let d = Config::default().describe();
@@ -356,6 +366,7 @@ fn describe_names_every_setting_once() {
     assert_eq!(get("tcp_keepalive"), "1m");
 }
 
+/// A layer changes only the settings it gives.
 #[test]
 fn only_what_is_given_changes() {
     let mut c = Config::default();
@@ -374,6 +385,7 @@ fn only_what_is_given_changes() {
     assert_eq!(c.thread_stack, Config::default().thread_stack);
 }
 
+/// The socket-ending settings are laid over like the others and stay when not given.
 #[test]
 fn fin_timeout_and_tcp_keepalive_are_laid_over() {
     let mut c = Config::default();
