@@ -477,7 +477,7 @@ impl<T: Send + 'static> Pool<T> {
 }
 
 /// Checks the pool's settings in `config` that only the system can judge:
-/// the workers' stack size (see [`check_thread_stack`]).
+/// the workers' stack size, tried on a real thread.
 ///
 /// # Errors
 ///
