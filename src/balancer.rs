@@ -14,7 +14,7 @@
 //! `run` turns the calling thread into the accept loop and starts the health
 //! thread and the admin API's; the pool spawns the workers as clients come.
 //! The [`Shutdown`] wakes a blocked `accept` (a connection to itself, or with
-//! `reuse_port` a shutdown of the socket) and a push waiting in a full queue.
+//! `SO_REUSEPORT` a shutdown of the socket) and a push waiting in a full queue.
 //! The parts are shared through `Arc`s; the `Balancer` itself holds no lock.
 //!
 //! # Corresponds to the C article
@@ -35,8 +35,8 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::listener::{self, Acceptor};
-use crate::pool::{Pool, WORKER_FLOOR};
-use crate::proxy::{AcceptProxy, Job, Proxy, Report};
+use crate::pool::{self, Pool};
+use crate::proxy::{Job, Proxy, Report};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
@@ -84,12 +84,7 @@ impl Balancer {
     /// [`Error::Bind`] when the address cannot be listened on, [`Error::Io`]
     /// when `TCP_DEFER_ACCEPT` cannot be set.
     pub fn listen(config: &Config) -> Result<TcpListener> {
-        let listener = listener::bind_with(config.listen, config.backlog, config.reuse_port)?;
-        if config.defer_accept {
-            listener::defer_accept(&listener)
-                .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
-        }
-        Ok(listener)
+        listener::open(config)
     }
 
     /// The second half of [`Balancer::bind`]: validates `config`, resolves
@@ -102,7 +97,7 @@ impl Balancer {
     /// settings, [`Error::Io`] when the listening address cannot be read.
     pub fn with_listener(config: Config, listener: TcpListener) -> Result<Balancer> {
         config.validate()?;
-        check_thread_stack(config.thread_stack)?;
+        pool::check_stack(&config)?;
         let backends = resolve_backends(&config)?;
         let scheduler = Arc::new(Scheduler::with_algorithm(backends, config.algorithm));
         let stats = Arc::new(Stats::default());
@@ -122,12 +117,7 @@ impl Balancer {
         };
         let access_log = start_access_log(&config)?;
         let queue_depth: Arc<std::sync::OnceLock<crate::proxy::QueueDepth>> = Arc::default();
-        let accept_proxy = config.accept_proxy.then(|| {
-            AcceptProxy::new(
-                config.accept_proxy_from.clone(),
-                config.accept_proxy_timeout,
-            )
-        });
+        let accept_proxy = config.header_acceptor();
         let proxy = Arc::new(
             Proxy::new(
                 Arc::clone(&live.scheduler),
@@ -140,14 +130,11 @@ impl Balancer {
             )
             .busy_warning(config.workers, Arc::clone(&queue_depth)),
         );
-        let pool = Pool::new(
-            config.workers,
-            config.thread_stack,
-            config.queue_capacity,
+        let pool = Pool::with_config(
+            &config,
             Arc::clone(&stats),
             Arc::new(move |job: Job| proxy.handle(job)),
-        )
-        .shrink_when_idle(config.worker_idle_timeout, WORKER_FLOOR);
+        );
         let _ = queue_depth.set(pool.queue_len());
         Ok(Balancer {
             config,
@@ -261,23 +248,13 @@ impl Balancer {
 
     /// Makes the shutdown's trigger wake the accept loop wherever it waits:
     /// in `accept` (a connection to the listening address, or with
-    /// `reuse_port` a shutdown of the socket) or for room in a full queue.
+    /// `SO_REUSEPORT` a shutdown of the socket) or for room in a full queue.
     ///
     /// # Errors
     ///
     /// [`Error::Io`] when the listening socket cannot be duplicated.
     fn wake_on(&self, shutdown: &Shutdown) -> Result<()> {
-        if self.config.reuse_port {
-            // A connection could wake another process of the port's group:
-            // shut the socket down instead (see listener::wake_by_shutdown).
-            let listener = self
-                .listener
-                .try_clone()
-                .map_err(|e| Error::io("duplicating the listening socket", e))?;
-            shutdown.on_trigger(move || listener::wake_by_shutdown(&listener));
-        } else {
-            shutdown.wake_on_trigger(self.local_addr);
-        }
+        listener::wake_on(&self.listener, self.local_addr, &self.config, shutdown)?;
         // The accept loop may instead be waiting for room in a full queue,
         // where no connection reaches it: closing the queue on trigger makes
         // that push fail, and the loop returns (the client it held is
@@ -413,38 +390,6 @@ fn summary(s: &crate::stats::StatsSnapshot, uptime: Duration) -> String {
         units::count(s.bytes_to_backends, "byte"),
         units::count(s.bytes_to_clients, "byte")
     )
-}
-
-/// Starts (and joins) one thread with the workers' stack size, so that a
-/// stack the system cannot give (too large for the memory or the address
-/// space limits) is a start-up error, not a balancer that accepts clients
-/// and has no worker to serve them.
-///
-/// # Errors
-///
-/// [`Error::InvalidSetting`] on `thread_stack`, with the system's reason.
-fn check_thread_stack(stack: usize) -> Result<()> {
-    let refused = |reason: String| {
-        Error::setting(
-            "thread_stack",
-            format!("cannot start a worker thread with a stack of {stack} bytes: {reason}"),
-        )
-    };
-    // catch_unwind: the standard library asserts on some sizes it cannot
-    // hand to pthread_attr_setstacksize instead of returning an error.
-    let spawned = std::panic::catch_unwind(|| {
-        std::thread::Builder::new()
-            .name("rodizio-stack-check".into())
-            .stack_size(stack)
-            .spawn(|| {})
-    });
-    match spawned {
-        Ok(Ok(handle)) => handle
-            .join()
-            .map_err(|_| refused("the thread panicked".into())),
-        Ok(Err(err)) => Err(refused(err.to_string())),
-        Err(_) => Err(refused("the size was refused".into())),
-    }
 }
 
 #[cfg(test)]

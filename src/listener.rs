@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::health::HealthConfig;
 use crate::limiter::{self, Decision, Limiter};
@@ -62,6 +63,47 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Pause of the accept loop while a worker waits for a file descriptor to
 /// connect to its backend (see `Proxy::handle`).
 const DESCRIPTOR_WAIT_PAUSE: Duration = Duration::from_millis(10);
+
+/// The balancer's listening socket as `config` says: its address and
+/// backlog, `SO_REUSEPORT` and `TCP_DEFER_ACCEPT` when asked.
+///
+/// # Errors
+///
+/// [`Error::Bind`] when the address cannot be listened on, [`Error::Io`]
+/// when `TCP_DEFER_ACCEPT` cannot be set.
+pub fn open(config: &Config) -> Result<TcpListener> {
+    let listener = bind_with(config.listen, config.backlog, config.reuse_port)?;
+    if config.defer_accept {
+        defer_accept(&listener)
+            .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
+    }
+    Ok(listener)
+}
+
+/// Makes the shutdown's trigger wake an `accept` blocked on `listener`
+/// (listening on `addr`, opened by [`open`] with `config`).
+///
+/// # Errors
+///
+/// [`Error::Io`] when the listening socket cannot be duplicated.
+pub(crate) fn wake_on(
+    listener: &TcpListener,
+    addr: SocketAddr,
+    config: &Config,
+    shutdown: &Shutdown,
+) -> Result<()> {
+    if config.reuse_port {
+        // A connection could wake another process of the port's group:
+        // shut the socket down instead (see wake_by_shutdown).
+        let listener = listener
+            .try_clone()
+            .map_err(|e| Error::io("duplicating the listening socket", e))?;
+        shutdown.on_trigger(move || wake_by_shutdown(&listener));
+    } else {
+        shutdown.wake_on_trigger(addr);
+    }
+    Ok(())
+}
 
 /// Creates the listening socket: `SO_REUSEADDR`, bound, listening with
 /// `backlog`.

@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::config::Config;
+use crate::error::Error;
 use crate::queue::{Popped, Queue};
 use crate::stats::Stats;
 
@@ -316,6 +318,19 @@ impl<T: Send + 'static> Pool<T> {
         }
     }
 
+    /// The balancer's pool, sized and shrunk as `config` says: its worker
+    /// limit, stack size, queue capacity and idle timeout.
+    pub fn with_config(config: &Config, stats: Arc<Stats>, handler: Arc<Handler<T>>) -> Pool<T> {
+        Pool::new(
+            config.workers,
+            config.thread_stack,
+            config.queue_capacity,
+            stats,
+            handler,
+        )
+        .shrink_when_idle(config.worker_idle_timeout, WORKER_FLOOR)
+    }
+
     /// Makes idle workers exit: one that waited `idle_timeout` for work
     /// exits unless only `floor` workers are alive. `None` (the default of
     /// [`Pool::new`]) never shrinks the pool. Call before the first
@@ -458,6 +473,48 @@ impl<T: Send + 'static> Pool<T> {
     /// Worker threads that could not be started so far.
     pub fn spawn_failures(&self) -> u64 {
         self.stats.worker_spawn_failures.load(Ordering::Relaxed)
+    }
+}
+
+/// Checks the pool's settings in `config` that only the system can judge:
+/// the workers' stack size, tried on a real thread.
+///
+/// # Errors
+///
+/// [`Error::InvalidSetting`] when a worker thread cannot be started.
+pub fn check_stack(config: &Config) -> Result<(), Error> {
+    check_thread_stack(config.thread_stack)
+}
+
+/// Starts (and joins) one thread with the workers' stack size, so that a
+/// stack the system cannot give (too large for the memory or the address
+/// space limits) is a start-up error, not a balancer that accepts clients
+/// and has no worker to serve them.
+///
+/// # Errors
+///
+/// [`Error::InvalidSetting`] on `thread_stack`, with the system's reason.
+fn check_thread_stack(stack: usize) -> Result<(), Error> {
+    let refused = |reason: String| {
+        Error::setting(
+            "thread_stack",
+            format!("cannot start a worker thread with a stack of {stack} bytes: {reason}"),
+        )
+    };
+    // catch_unwind: the standard library asserts on some sizes it cannot
+    // hand to pthread_attr_setstacksize instead of returning an error.
+    let spawned = std::panic::catch_unwind(|| {
+        std::thread::Builder::new()
+            .name("rodizio-stack-check".into())
+            .stack_size(stack)
+            .spawn(|| {})
+    });
+    match spawned {
+        Ok(Ok(handle)) => handle
+            .join()
+            .map_err(|_| refused("the thread panicked".into())),
+        Ok(Err(err)) => Err(refused(err.to_string())),
+        Err(_) => Err(refused("the size was refused".into())),
     }
 }
 

@@ -356,12 +356,9 @@ impl<'a> Converter<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::BackendSpec;
     use crate::config::words::{closest, edit_distance};
-    use crate::health::CheckKind;
-    use crate::limiter::{Rate, RateLimitAlgorithm, RateLimitReply};
+    use crate::limiter::{Rate, RateLimitReply};
     use crate::scheduler::Algorithm;
-    use crate::trace::Lang;
     use serde::Deserialize;
     use std::time::Duration;
 
@@ -401,119 +398,6 @@ mod tests {
         for k in ["listen", "algorithm", "health_interval", "backends"] {
             assert!(given.contains(&k), "{k}");
         }
-    }
-
-    #[test]
-    fn every_key_in_its_own_name() {
-        let f = parse_text(
-            r#"{
-              "listen": "127.0.0.1:9000", "backends": ["127.0.0.1:8001", "127.0.0.1:8002,weight=3",
-                 {"host": "::1", "port": 8003, "weight": 2}],
-              "algorithm": "weighted-round-robin", "workers": 8, "thread_stack": "128k",
-              "queue_capacity": 10, "backlog": 16, "buffer_size": 16384,
-              "connect_timeout": "500ms", "idle_timeout": 60, "drain_timeout": 1.5,
-              "splice": true, "defer_accept": true, "yield_before_poll": true,
-              "health_check": "http", "health_interval": "1s", "health_timeout": "200ms",
-              "health_path": "/ok", "fall": 4, "rise": 5, "passive_failures": 0,
-              "health_cooldown": "2s", "http_replies": true,
-              "rate_limit": "20/10s", "rate_limit_algorithm": "token_bucket",
-              "rate_limit_max_clients": 1000, "rate_limit_ipv6_prefix": 48,
-              "rate_limit_reply": "http",
-              "health_user": "monitor", "health_send": "PING\\r\\n", "health_expect": "hex:2b504f4e47",
-              "trace": true, "trace_lang": "pt"
-            }"#,
-        )
-        .unwrap();
-        let c = f.settle(&Overrides::default()).unwrap();
-        c.validate().unwrap();
-        assert_eq!(c.listen, "127.0.0.1:9000".parse().unwrap());
-        assert_eq!(c.backends.len(), 3);
-        assert_eq!(c.backends[1].weight, 3);
-        assert_eq!(c.backends[2].name(), "[::1]:8003");
-        assert_eq!(c.backends[2].weight, 2);
-        assert_eq!(c.algorithm, Algorithm::WeightedRoundRobin);
-        assert_eq!((c.workers, c.thread_stack), (8, 128 * 1024));
-        assert_eq!((c.queue_capacity, c.backlog), (10, 16));
-        assert_eq!(c.proxy.buffer_size, 16384);
-        assert_eq!(c.proxy.connect_timeout, Duration::from_millis(500));
-        assert_eq!(c.proxy.idle_timeout, Duration::from_secs(60));
-        assert_eq!(c.drain_timeout, Duration::from_millis(1500));
-        assert!(c.proxy.splice && c.defer_accept && c.proxy.yield_before_poll);
-        let h = &c.health;
-        assert_eq!(h.check, CheckKind::Http);
-        assert_eq!(h.interval, Duration::from_secs(1));
-        assert_eq!(h.timeout, Duration::from_millis(200));
-        assert_eq!(h.path, "/ok");
-        assert_eq!((h.fall, h.rise, h.passive_failures), (4, 5, 0));
-        assert_eq!(h.cooldown, Duration::from_secs(2));
-        assert!(h.http_replies);
-        let r = c.rate_limit.unwrap();
-        assert_eq!(r.rate, Rate::parse("20/10s").unwrap());
-        assert_eq!(r.algorithm, RateLimitAlgorithm::TokenBucket);
-        assert_eq!((r.max_clients, r.ipv6_prefix), (1000, 48));
-        assert_eq!(r.reply, RateLimitReply::Http);
-        assert_eq!(h.user.as_deref(), Some("monitor"));
-        assert_eq!(h.send.as_deref(), Some(&b"PING\r\n"[..]));
-        assert_eq!(h.expect.as_deref(), Some(&b"+PONG"[..]));
-        assert!(c.trace);
-        assert_eq!(c.trace_lang, Lang::Pt);
-    }
-
-    #[test]
-    fn what_describe_prints_reads_back() {
-        let c = Config {
-            backends: vec![BackendSpec::parse("127.0.0.1:8001,weight=2").unwrap()],
-            rate_limit: Some(RateLimitConfig::new(Rate::parse("100/1s").unwrap())),
-            ..Config::default()
-        };
-        let mut text = String::from("{");
-        for (i, (key, value)) in c.describe().into_iter().enumerate() {
-            if i > 0 {
-                text.push(',');
-            }
-            let value = match key {
-                "backends" => format!("[\"{value}\"]"),
-                "workers"
-                | "queue_capacity"
-                | "backlog"
-                | "fall"
-                | "rise"
-                | "passive_failures"
-                | "rate_limit_max_clients"
-                | "rate_limit_ipv6_prefix"
-                | "splice"
-                | "defer_accept"
-                | "yield_before_poll"
-                | "http_replies"
-                | "trace"
-                | "admin_allow_remote"
-                | "accept_proxy"
-                | "reuse_port" => value,
-                _ => format!("\"{value}\""),
-            };
-            text.push_str(&format!("\"{key}\": {value}"));
-        }
-        text.push('}');
-        let back = parse_text(&text).unwrap();
-        assert_eq!(back.settle(&Overrides::default()).unwrap(), c);
-    }
-
-    #[test]
-    fn flags_win_over_the_file_and_the_file_over_the_defaults() {
-        let f = parse_text(r#"{"listen_port": 9000, "workers": 8, "fall": 7}"#).unwrap();
-        let flags = Overrides {
-            workers: Some(16),
-            ..Overrides::default()
-        };
-        let c = f.settle(&flags).unwrap();
-        assert_eq!(c.workers, 16);
-        assert_eq!(c.health.fall, 7);
-        assert_eq!(c.listen, "0.0.0.0:9000".parse().unwrap());
-        assert_eq!(c.thread_stack, Config::default().thread_stack);
-        // listen_port keeps the address of listen.
-        let f = parse_text(r#"{"listen": "127.0.0.1:1", "listen_port": 9001}"#).unwrap();
-        let c = f.settle(&Overrides::default()).unwrap();
-        assert_eq!(c.listen, "127.0.0.1:9001".parse().unwrap());
     }
 
     #[test]
@@ -609,7 +493,7 @@ mod tests {
     }
 
     /// Every setting a flag gives is worded as that flag, also the ones
-    /// listed late in the table (`queue_timeout`, `accept_proxy_timeout`).
+    /// listed late in the table (here `queue_timeout`).
     #[test]
     fn every_flag_that_gives_the_bad_value_is_worded_as_the_flag() {
         let f = parse_text(r#"{"workers": 8}"#).unwrap();

@@ -42,7 +42,7 @@ use crate::error::{Error, Result};
 use crate::health::HealthConfig;
 use crate::limiter::{RateLimitConfig, StoreConfig};
 use crate::proxy::ProxyConfig;
-use crate::proxy_protocol::{CidrList, Version};
+use crate::proxy_protocol::{AcceptProxy, CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;
 use crate::units::format_size;
@@ -193,6 +193,13 @@ impl Default for Config {
 }
 
 impl Config {
+    /// What the workers need to read a PROXY protocol header when
+    /// `accept_proxy` is on: the trusted peers and the longest wait.
+    pub fn header_acceptor(&self) -> Option<AcceptProxy> {
+        self.accept_proxy
+            .then(|| AcceptProxy::new(self.accept_proxy_from.clone(), self.accept_proxy_timeout))
+    }
+
     /// Checks that every value is usable.
     ///
     /// # Errors
@@ -478,29 +485,6 @@ mod tests {
                 .contains("admin_token_file needs `admin_listen`"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn describe_names_every_setting_once() {
-        let d = Config::default().describe();
-        let mut names: Vec<_> = d.iter().map(|(n, _)| *n).collect();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), d.len());
-        let get = |k: &str| d.iter().find(|(n, _)| *n == k).unwrap().1.clone();
-        assert_eq!(get("thread_stack"), "64k");
-        assert_eq!(get("connect_timeout"), "3s");
-        assert_eq!(get("idle_timeout"), "10m");
-        assert_eq!(get("algorithm"), "round-robin");
-        assert_eq!(get("fin_timeout"), "same as idle_timeout");
-        assert_eq!(get("tcp_keepalive"), "off");
-        let mut c = Config::default();
-        c.proxy.fin_timeout = Some(Duration::from_secs(30));
-        c.proxy.tcp_keepalive = Some(Duration::from_secs(60));
-        let d = c.describe();
-        let get = |k: &str| d.iter().find(|(n, _)| *n == k).unwrap().1.clone();
-        assert_eq!(get("fin_timeout"), "30s");
-        assert_eq!(get("tcp_keepalive"), "1m");
     }
 
     #[test]

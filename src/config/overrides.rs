@@ -97,40 +97,6 @@ impl Overrides {
 mod tests {
     use super::*;
     use crate::limiter::{Rate, RateLimitReply};
-    use std::time::Duration;
-
-    #[test]
-    fn only_what_is_given_changes() {
-        let mut c = Config::default();
-        Overrides::default().apply(&mut c).unwrap();
-        assert_eq!(c, Config::default());
-        let o = Overrides {
-            workers: Some(8),
-            connect_timeout: Some(Duration::from_millis(500)),
-            fall: Some(5),
-            ..Overrides::default()
-        };
-        o.apply(&mut c).unwrap();
-        assert_eq!(c.workers, 8);
-        assert_eq!(c.proxy.connect_timeout, Duration::from_millis(500));
-        assert_eq!(c.health.fall, 5);
-        assert_eq!(c.thread_stack, Config::default().thread_stack);
-    }
-
-    #[test]
-    fn fin_timeout_and_tcp_keepalive_are_laid_over() {
-        let mut c = Config::default();
-        let o = Overrides {
-            fin_timeout: Some(Duration::from_secs(20)),
-            tcp_keepalive: Some(Duration::from_secs(90)),
-            ..Overrides::default()
-        };
-        o.apply(&mut c).unwrap();
-        assert_eq!(c.proxy.fin_timeout, Some(Duration::from_secs(20)));
-        assert_eq!(c.proxy.tcp_keepalive, Some(Duration::from_secs(90)));
-        Overrides::default().apply(&mut c).unwrap();
-        assert_eq!(c.proxy.fin_timeout, Some(Duration::from_secs(20)));
-    }
 
     #[test]
     fn a_later_layer_wins_and_keeps_what_it_does_not_name() {
