@@ -156,6 +156,8 @@ counters! {
     admin_slow_bodies: Counter,
     /// Admin API connections refused because the most it serves at once were open (answered 503).
     admin_connections_refused: Counter,
+    /// Admin API connections closed because no byte moved either way for 15 s (a client that stopped reading, say).
+    admin_idle_closes: Counter,
     /// Rate-limit checks the shared store (Redis) could not answer in time; decided by --rate-limit-store-failure.
     rate_limit_store_failures: Counter,
 }

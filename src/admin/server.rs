@@ -224,6 +224,9 @@ async fn serve(stream: TcpStream, http: Arc<Http>, slot: OwnedSemaphorePermit) {
             None if activity.quiet_for() >= IDLE_TIMEOUT
                 || http.stopping.load(Ordering::SeqCst) =>
             {
+                if !http.stopping.load(Ordering::SeqCst) {
+                    Stats::incr(&http.state.sources.stats.admin_idle_closes);
+                }
                 connection.as_mut().graceful_shutdown();
                 closing = Some(Instant::now());
             }
