@@ -51,7 +51,7 @@ impl Proxy {
             Ok(origin) => origin,
             Err(why) => {
                 Stats::incr(&self.stats.proxy_header_refused);
-                self.log_access(
+                self.report.log_access(
                     peer,
                     None,
                     Instant::now(),
@@ -76,7 +76,7 @@ impl Proxy {
         let client = self.admit(client, source)?;
         let Some(pick) = self.scheduler.pick(source.ip()) else {
             Stats::incr(&self.stats.no_backend);
-            self.log_access(
+            self.report.log_access(
                 source,
                 None,
                 Instant::now(),
@@ -104,7 +104,7 @@ impl Proxy {
         let decision = limiter.check(source.ip(), Instant::now());
         let admitted = limiter::admit(limiter, client, source.ip(), decision, &self.stats);
         if admitted.is_none() {
-            self.log_access(
+            self.report.log_access(
                 source,
                 None,
                 Instant::now(),

@@ -339,18 +339,6 @@ impl Proxy {
     fn queue_depth(&self) -> usize {
         self.queue_depth.get().map_or(0, |f| f())
     }
-
-    /// One access log line, when `--access-log` is on (for the refusals
-    /// `header.rs` reports itself).
-    pub(crate) fn log_access(
-        &self,
-        client: SocketAddr,
-        backend: Option<&str>,
-        queued_at: Instant,
-        access: Access,
-    ) {
-        self.report.log_access(client, backend, queued_at, access);
-    }
 }
 
 /// Turns on TCP keep-alive on `socket`: first probe after `idle` without
