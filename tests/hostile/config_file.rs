@@ -238,6 +238,9 @@ fn huge_and_negative_numbers_for_every_numeric_key() {
         "health_timeout",
         "queue_timeout",
         "fin_timeout",
+        "tcp_keepalive",
+        "tcp_user_timeout",
+        "worker_idle_timeout",
     ];
     let values = [
         "-1",
