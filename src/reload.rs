@@ -521,13 +521,13 @@ mod tests {
         );
         s.write(
             r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"], "workers": 8,
-                "thread_stack": "128k", "mode": "backend", "rate_limit": "10/1s"}"#,
+                "backlog": 64, "mode": "backend", "rate_limit": "10/1s"}"#,
         );
         let r = s.reloader.reload().unwrap();
-        assert_eq!(r.needs_restart, ["thread_stack", "workers", "mode"]);
+        assert_eq!(r.needs_restart, ["workers", "backlog", "mode"]);
         assert_eq!(
             restart_warning(&r.needs_restart),
-            "reload: thread_stack, workers and mode need a restart to change; \
+            "reload: workers, backlog and mode need a restart to change; \
              their running values stay"
         );
         assert_eq!(

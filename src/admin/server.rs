@@ -120,7 +120,6 @@ pub(crate) fn start(
         .enable_time()
         .max_blocking_threads(HANDLERS)
         .thread_name("rodizio-admin-handler")
-        .thread_stack_size(512 * 1024)
         .build()
         .map_err(|e| Error::io("starting the admin API", e))?;
     let listener = {
