@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rodizio::backend::BackendSpec;
 use rodizio::cli::{self, one_line, Cli, Command, DemoArgs};
 use rodizio::config::file::{self, ConfigFile, Mode};
+use rodizio::config::settings::{self, Scope};
 use rodizio::config::Overrides;
 use rodizio::demo::DemoBackend;
 use rodizio::reload::Reloader;
@@ -233,13 +234,25 @@ fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
         lines.push(("listen", config.listen.to_string()));
     } else {
         file.require_backends(&config)?;
-        for spec in &config.backends {
-            spec.resolve().map_err(|e| blame(e, Some(&file), flags))?;
+        for service in config.service_list() {
+            for spec in &service.backends {
+                spec.resolve().map_err(|e| blame(e, Some(&file), flags))?;
+            }
         }
-        lines.extend(config.describe());
+        if config.services.is_empty() {
+            lines.extend(config.describe());
+        } else {
+            lines.extend(described(&config, Scope::Process));
+        }
     }
     for (key, value) in lines {
         say(format_args!("{key} = {value}"));
+    }
+    for service in &config.services {
+        say(format_args!("\n[service {}]", service.name));
+        for (key, value) in described(service, Scope::Service) {
+            say(format_args!("{key} = {value}"));
+        }
     }
     let _ = io::stdout().flush();
     complain(format_args!(
@@ -247,6 +260,15 @@ fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
         path.display()
     ));
     Ok(0)
+}
+
+/// The settings of `config` of one scope, as `check-config` prints them.
+fn described(config: &Config, scope: Scope) -> Vec<(&'static str, String)> {
+    config
+        .describe()
+        .into_iter()
+        .filter(|(key, _)| settings::scope_of(key) == Some(scope))
+        .collect()
 }
 
 /// The balancer: settings checked and the port bound before the prompt

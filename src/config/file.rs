@@ -22,7 +22,8 @@ use std::path::{Path, PathBuf};
 
 use super::settings::Raw;
 pub use super::values::Mode;
-use super::values::{Backends, RateSetting, Whole};
+use super::settings;
+use super::values::{Backends, Listen, RateSetting, Whole};
 use super::words::{self, json_error, key_position, object_start};
 use super::{Config, Overrides};
 use crate::error::{Error, Result};
@@ -45,6 +46,13 @@ pub struct ConfigFile {
     keys: Vec<Key>,
     /// Where the top-level object opens.
     start: (usize, usize),
+    /// The addresses of `listen` after the first, when it is a list.
+    listen_also: Vec<SocketAddr>,
+    /// `name`: the service's name.
+    name: Option<String>,
+    /// `services`: each entry read as a file of its own (its keys laid
+    /// over this file's top level).
+    services: Vec<ConfigFile>,
 }
 
 /// One setting given by the file.
@@ -126,8 +134,74 @@ impl ConfigFile {
     /// key with its line and column ([`Error::ConfigFile`]) when the file
     /// did.
     pub fn settle(&self, flags: &Overrides) -> Result<Config> {
+        let mut config = self.layered(None, flags)?;
+        config.listen_also.clone_from(&self.listen_also);
+        if let Some(name) = &self.name {
+            config.name.clone_from(name);
+        }
+        if self.services.is_empty() {
+            config.validate_services().map_err(|e| self.attribute(e, flags))?;
+            return Ok(config);
+        }
+        for key in ["backends", "listen"] {
+            if self.given().contains(&key) {
+                return Err(self.error_at(
+                    key,
+                    "with `services`, each service gives its own: move it into one",
+                ));
+            }
+        }
+        if let Some(key) = ["backends", "listen"]
+            .into_iter()
+            .find(|k| flags.given().contains(k))
+        {
+            return Err(Error::setting(
+                key,
+                "names the one service's; with `services` in the file, give it in a service",
+            )
+            .worded_as_flag());
+        }
+        for service in &self.services {
+            let name = service.name.clone().unwrap_or_default();
+            let mut one = service
+                .layered(Some(self), flags)
+                .map_err(|e| in_service(e, &name))?;
+            one.listen_also.clone_from(&service.listen_also);
+            one.name = name;
+            super::settings::adopt_process(&mut one, &config);
+            let named = |message: String| Error::ConfigFile {
+                path: self.path.clone(),
+                position: service.start_of_name(),
+                message: format!("service `{}`: {message}", one.name),
+            };
+            for key in ["backends", "listen"] {
+                if !service.given().contains(&key) {
+                    return Err(named(format!("no `{key}`: every service gives its own")));
+                }
+            }
+            config.services.push(one);
+        }
+        config.validate_services().map_err(|e| self.attribute(e, flags))?;
+        Ok(config)
+    }
+
+    /// Where this service's `name` is written (for a service's errors).
+    fn start_of_name(&self) -> Option<(usize, usize)> {
+        self.keys.iter().find(|k| k.setting == "name").and_then(|k| k.position)
+    }
+
+    /// The defaults, then `top` (the file's top level, for a service),
+    /// then this file's settings, then `flags`, validated except for the
+    /// backends.
+    fn layered(&self, top: Option<&ConfigFile>, flags: &Overrides) -> Result<Config> {
+        let mut config = Config::default();
+        let off = self.rate_limit_off || (top.is_some_and(|t| t.rate_limit_off) && self.overrides.rate_limit.is_none());
         let mut file = self.overrides.clone();
-        if self.rate_limit_off && flags.rate_limit.is_none() {
+        if let Some(top) = top {
+            file = top.overrides.merged(&file);
+        }
+        if off && flags.rate_limit.is_none() {
+            file.rate_limit = None;
             file.rate_limit_algorithm = None;
             file.rate_limit_max_clients = None;
             file.rate_limit_ipv6_prefix = None;
@@ -136,7 +210,6 @@ impl ConfigFile {
             file.rate_limit_store_timeout = None;
             file.rate_limit_store_failure = None;
         }
-        let mut config = Config::default();
         if let (Some(rate), None) = (flags.rate_limit, file.rate_limit) {
             // A rate limit turned on by a flag makes the file's details
             // meaningful: lay it first, so the file's `rate_limit_*` apply.
@@ -165,7 +238,7 @@ impl ConfigFile {
     ///
     /// [`Error::ConfigFile`] when neither the file nor a flag named one.
     pub fn require_backends(&self, config: &Config) -> Result<()> {
-        if config.backends.is_empty() {
+        if config.backends.is_empty() && config.services.is_empty() {
             return Err(Error::ConfigFile {
                 path: self.path.clone(),
                 position: Some(self.start),
@@ -226,6 +299,33 @@ impl ConfigFile {
             position: None,
             message: format!("`{setting}` {message}"),
         }
+    }
+}
+
+/// Where `"name": "NAME"` is written, as (line, column) from 1.
+fn name_position(text: &str, name: &str) -> Option<(usize, usize)> {
+    let value = serde_json::to_string(name).ok()?;
+    text.lines().enumerate().find_map(|(n, line)| {
+        let at = line.find("\"name\"")?;
+        let rest = line[at + 6..].trim_start().strip_prefix(':')?.trim_start();
+        rest.starts_with(&value)
+            .then(|| (n + 1, line[..at].chars().count() + 1))
+    })
+}
+
+/// `err`, found in the service `name`, saying so.
+fn in_service(err: Error, name: &str) -> Error {
+    match err {
+        Error::ConfigFile {
+            path,
+            position,
+            message,
+        } => Error::ConfigFile {
+            path,
+            position,
+            message: format!("service `{name}`: {message}"),
+        },
+        other => other,
     }
 }
 
@@ -295,6 +395,12 @@ impl<'a> Converter<'a> {
         for key in noted {
             self.note(key, key);
         }
+        let mut listen_also = Vec::new();
+        if let Some(Listen(mut addrs)) = raw.listen.take() {
+            self.note("listen", "listen");
+            o.listen = Some(addrs.remove(0));
+            listen_also = addrs;
+        }
         if let Some(Whole(port)) = raw.listen_port {
             let listen_written = o.listen.is_some();
             let ip = o.listen.unwrap_or(Config::default().listen).ip();
@@ -341,6 +447,18 @@ impl<'a> Converter<'a> {
         if raw.rate_limit.is_some() {
             self.note("rate_limit", "rate_limit");
         }
+        let name_at = raw.name.as_deref().and_then(|n| name_position(self.text, n));
+        if raw.name.is_some() {
+            self.keys.push(Key {
+                setting: "name",
+                written: "name",
+                position: name_at,
+            });
+        }
+        let services = match raw.services.take() {
+            Some(list) => self.services(list, raw.mode.is_some())?,
+            None => Vec::new(),
+        };
         let mode = raw.mode.map_or(Mode::default(), |m| m.0);
         Ok(ConfigFile {
             path: self.path.to_path_buf(),
@@ -349,7 +467,57 @@ impl<'a> Converter<'a> {
             rate_limit_off,
             keys: self.keys,
             start: object_start(self.text),
+            listen_also,
+            name: raw.name,
+            services,
         })
+    }
+
+    /// Reads the entries of `services`: each a service's own keys, with a
+    /// `name`; no process-wide key, no `mode`, no `services` inside.
+    fn services(&self, list: Vec<Raw>, mode_given: bool) -> Result<Vec<ConfigFile>> {
+        if list.is_empty() {
+            return Err(self.error("services", "`services` is empty: list at least one".into()));
+        }
+        if mode_given {
+            return Err(self.error(
+                "mode",
+                "`mode` describes one process: it cannot go with `services`".into(),
+            ));
+        }
+        let mut services = Vec::new();
+        for (i, raw) in list.into_iter().enumerate() {
+            let Some(name) = raw.name.clone() else {
+                return Err(self.error(
+                    "services",
+                    format!("services[{i}] has no `name`: give every service one"),
+                ));
+            };
+            let within = |message: String| Error::ConfigFile {
+                path: self.path.to_path_buf(),
+                position: name_position(self.text, &name),
+                message: format!("service `{name}`: {message}"),
+            };
+            if raw.services.is_some() || raw.mode.is_some() {
+                let key = if raw.mode.is_some() { "mode" } else { "services" };
+                return Err(within(format!("`{key}` goes at the top level of the file only")));
+            }
+            let file = Converter::new(self.path, self.text).convert(raw)?;
+            if let Some(key) = file.keys.iter().find(|k| {
+                settings::scope_of(k.setting) == Some(settings::Scope::Process)
+            }) {
+                return Err(within(format!(
+                    "`{}` is one value for the whole process: set it at the top level \
+                     of the file",
+                    key.written
+                )));
+            }
+            services.push(ConfigFile {
+                name: Some(name),
+                ..file
+            });
+        }
+        Ok(services)
     }
 }
 
@@ -377,6 +545,92 @@ mod tests {
         let line = err.to_string();
         assert!(!line.contains('\n'), "{line}");
         line
+    }
+
+    fn settled(text: &str) -> Config {
+        parse_text(text).unwrap().settle(&Overrides::default()).unwrap()
+    }
+
+    #[test]
+    fn services_take_the_top_level_as_defaults() {
+        let c = settled(
+            r#"{"workers": 64, "idle_timeout": "5s", "algorithm": "least-connections",
+                "services": [
+                  {"name": "web", "listen": ["127.0.0.1:0", "[::1]:0"],
+                   "backends": ["127.0.0.1:8001"], "idle_timeout": "7s"},
+                  {"name": "db", "listen": "127.0.0.1:5432", "backends": ["127.0.0.1:5433"],
+                   "algorithm": "round-robin", "max_connections": 10}
+                ]}"#,
+        );
+        assert_eq!(c.workers, 64);
+        let [web, db] = &c.services[..] else { panic!("{:?}", c.services) };
+        assert_eq!((web.name.as_str(), db.name.as_str()), ("web", "db"));
+        assert_eq!(web.workers, 64, "process-wide values are the top's");
+        assert_eq!(web.proxy.idle_timeout, Duration::from_secs(7));
+        assert_eq!(db.proxy.idle_timeout, Duration::from_secs(5));
+        assert_eq!(web.algorithm, Algorithm::LeastConnections);
+        assert_eq!(db.algorithm, Algorithm::RoundRobin);
+        assert_eq!(web.listen_addrs().len(), 2);
+        assert_eq!(db.max_connections, Some(10));
+        assert_eq!(web.max_connections, None);
+        let names: Vec<&str> = c.service_list().iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["web", "db"]);
+    }
+
+    #[test]
+    fn a_flat_file_is_one_service_named_default_or_as_named() {
+        let c = settled(r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:8001"]}"#);
+        assert!(c.services.is_empty());
+        assert_eq!(c.service_list()[0].name, "default");
+        let c = settled(r#"{"name": "web", "backends": ["127.0.0.1:8001"]}"#);
+        assert_eq!(c.service_list()[0].name, "web");
+    }
+
+    #[test]
+    fn bad_services_are_refused_in_words() {
+        let one = |extra: &str| {
+            format!(
+                r#"{{"services": [{{"name": "web", "listen": "127.0.0.1:0",
+                    "backends": ["127.0.0.1:8001"]{extra}}}]}}"#
+            )
+        };
+        let cases = [
+            (one(r#", "workers": 4"#), "service `web`: `workers` is one value for the whole process"),
+            (one(r#", "mode": "backend""#), "service `web`: `mode` goes at the top level"),
+            (one(r#", "buffer_size": 0"#), "service `web`: `buffer_size` must be"),
+            (one(r#", "max_connections": 0"#), "service `web`: `max_connections`"),
+            (one(r#", "listen": "x""#), "written twice"),
+            (r#"{"services": []}"#.into(), "`services` is empty"),
+            (r#"{"services": [{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"]}]}"#.into(),
+             "services[0] has no `name`"),
+            (r#"{"services": [{"name": "a b", "listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"]}]}"#.into(),
+             "is not a service name"),
+            (r#"{"services": [{"name": "a", "backends": ["127.0.0.1:1"]}]}"#.into(),
+             "service `a`: no `listen`"),
+            (r#"{"services": [{"name": "a", "listen": "127.0.0.1:0"}]}"#.into(),
+             "service `a`: no `backends`"),
+            (r#"{"backends": ["127.0.0.1:1"], "services": [{"name": "a", "listen": "127.0.0.1:0",
+                "backends": ["127.0.0.1:1"]}]}"#.into(), "`backends`: with `services`"),
+            (r#"{"services": [{"name": "a", "listen": "127.0.0.1:9", "backends": ["127.0.0.1:1"]},
+                {"name": "b", "listen": "127.0.0.1:9", "backends": ["127.0.0.1:1"]}]}"#.into(),
+             "services `a` and `b` both listen there"),
+            (r#"{"services": [{"name": "a", "listen": [], "backends": ["127.0.0.1:1"]}]}"#.into(),
+             "the list is empty"),
+        ];
+        for (text, want) in cases {
+            let err = error_of(&text);
+            assert!(err.contains(want), "{text}\n→ {err}\nwanted {want}");
+        }
+        let flags = Overrides {
+            backends: Some(vec![crate::backend::BackendSpec::parse("127.0.0.1:1").unwrap()]),
+            ..Overrides::default()
+        };
+        let err = parse_text(&one(""))
+            .unwrap()
+            .settle(&flags)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--backend"), "{err}");
     }
 
     #[test]

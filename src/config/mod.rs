@@ -28,6 +28,7 @@
 pub mod file;
 mod overrides;
 mod read;
+mod services;
 pub mod settings;
 pub(crate) mod table;
 mod values;
@@ -157,6 +158,22 @@ pub struct Config {
     /// Where the access log goes (`access_log_file`); reopened on SIGUSR1.
     /// Default `None`: standard output.
     pub access_log_file: Option<PathBuf>,
+    /// The service's name (`name`, in a `services` entry): in the admin
+    /// API's paths, the `service` label of `/metrics`, logs and the
+    /// access log. Default `default`.
+    pub name: String,
+    /// More addresses the service accepts clients on, besides `listen`
+    /// (the file's `listen` as a list). Default none.
+    pub listen_also: Vec<SocketAddr>,
+    /// Most clients of this service held at once, queued or served
+    /// (`max_connections`, HAProxy's frontend `maxconn`): past it the
+    /// service stops accepting and new clients wait in the kernel's
+    /// backlog. Default `None`: only `workers` bounds it.
+    pub max_connections: Option<usize>,
+    /// The services, when the file lists them (`services`): each a whole
+    /// configuration whose process-wide settings are this one's. Empty:
+    /// this configuration is the one service, `default`.
+    pub services: Vec<Config>,
 }
 
 impl Default for Config {
@@ -188,6 +205,10 @@ impl Default for Config {
             reuse_port: false,
             access_log: None,
             access_log_file: None,
+            name: services::DEFAULT_NAME.to_string(),
+            listen_also: Vec::new(),
+            max_connections: None,
+            services: Vec::new(),
         }
     }
 }
@@ -271,6 +292,9 @@ impl Config {
             return Err(Error::setting("access_log_file", "needs `access_log`"));
         }
         self.check_duplicate_backends()?;
+        if self.max_connections == Some(0) {
+            return Err(Error::setting("max_connections", "must be at least 1"));
+        }
         self.validate_admin()
     }
 

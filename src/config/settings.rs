@@ -170,6 +170,14 @@ macro_rules! settings {
                 keys
             }
 
+            /// These settings with `over`'s laid on top: a service's
+            /// own keys over the file's top level.
+            pub fn merged(&self, over: &Overrides) -> Overrides {
+                Overrides {
+                    $($key: over.$key.clone().or_else(|| self.$key.clone()),)*
+                }
+            }
+
             /// Lays every setting given here that has a plain place in
             /// `config`; `apply` does the rest.
             pub(super) fn lay(&self, config: &mut Config) {
@@ -198,6 +206,14 @@ macro_rules! settings {
             }
         }
 
+        /// Gives `service` the process-wide settings of `top` (the
+        /// file's top level): a service may not set them itself.
+        pub(super) fn adopt_process(service: &mut Config, top: &Config) {
+            $(if Scope::$scope == Scope::Process {
+                service.$($place).+ = top.$($place).+.clone();
+            })*
+        }
+
         /// The table, in `check-config`'s order.
         pub static SETTINGS: &[Setting] = &[$(Setting {
             key: stringify!($key),
@@ -216,6 +232,11 @@ fn or_off<T>(value: Option<T>, show: impl FnOnce(T) -> String) -> String {
 }
 
 settings_table!(settings);
+
+/// The scope of the setting `key`, if it is one.
+pub fn scope_of(key: &str) -> Option<Scope> {
+    SETTINGS.iter().find(|s| s.key == key).map(|s| s.scope)
+}
 
 /// The keys a reload keeps at their running value until a restart.
 pub fn restart_only() -> impl Iterator<Item = &'static str> {

@@ -23,9 +23,12 @@ macro_rules! settings_table {
         $callback! {
         /// Address to accept clients on (IPv4 or IPv6, e.g. `[::]:8080`).
         listen: SocketAddr, "listen", Service, set(listen), restart[listen],
-            file Listen => take,
+            file Listen => hand,
             flag Option<SocketAddr> [short, value_parser = parse_listen],
-            always |c: &Config| c.listen.to_string();
+            always |c: &Config| {
+                let all: Vec<String> = c.listen_addrs().iter().map(|a| a.to_string()).collect();
+                all.join(" ")
+            };
         /// A backend as HOST:PORT[,weight=N]; repeat for more. Without any,
         /// rodizio asks for them as the article's program does.
         backends: Vec<BackendSpec>, "backend", Service, set(backends), live,
@@ -51,6 +54,14 @@ macro_rules! settings_table {
             file Whole<usize, 1, { super::MAX_WORKERS as u64 }> => take,
             flag Option<usize> [value_parser = whole::<usize, 1, { MAX_WORKERS as u64 }>],
             always |c: &Config| c.workers.to_string();
+        /// Most clients of the service held at once, queued or served (HAProxy's
+        /// frontend maxconn): past it the service stops accepting, and new
+        /// clients wait in the kernel's backlog. Off by default.
+        max_connections: usize, "max-connections", Service, some(max_connections),
+            restart[max_connections],
+            file Whole<usize, 1, { usize::MAX as u64 }> => take,
+            flag Option<usize> [value_name = "N", value_parser = whole::<usize, 1, { usize::MAX as u64 }>],
+            always |c: &Config| or_off(c.max_connections, |n| n.to_string());
         /// Most accepted connections waiting for a free worker.
         queue_capacity: usize, "queue-capacity", Process, set(queue_capacity),
             restart[queue_capacity],
@@ -374,6 +385,8 @@ macro_rules! settings_table {
             backend_servers: Backends,
             scheduling_algorithm: Parsed<Algorithm>,
             health_check_interval_seconds: Secs,
+            services: Vec<Raw>,
+            name: String,
         }
         }
     };

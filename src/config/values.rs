@@ -100,12 +100,6 @@ impl FileValue<usize> for Size {
     }
 }
 
-impl FileValue<SocketAddr> for Listen {
-    fn given(self) -> Option<SocketAddr> {
-        Some(self.0)
-    }
-}
-
 /// On by default (`worker_idle_timeout`): `off` is a value, not the key
 /// left out.
 impl FileValue<Option<Duration>> for MaybeSecs {
@@ -302,14 +296,30 @@ impl<'de> Deserialize<'de> for MaybeAddr {
     }
 }
 
-/// `listen`: parsed and refused in the words of `--listen`.
+/// `listen`: one address, or a list of them (a service listening on
+/// several), parsed and refused in the words of `--listen`.
 #[derive(Debug)]
-pub(super) struct Listen(pub(super) SocketAddr);
+pub(super) struct Listen(pub(super) Vec<SocketAddr>);
 
 impl<'de> Deserialize<'de> for Listen {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        super::parse_listen(&text)
+        #[derive(Deserialize)]
+        #[serde(untagged, expecting = "an address (\"IP:PORT\") or a list of addresses")]
+        enum OneOrMany {
+            One(String),
+            Many(Vec<String>),
+        }
+        let texts = match OneOrMany::deserialize(d)? {
+            OneOrMany::One(text) => vec![text],
+            OneOrMany::Many(texts) if texts.is_empty() => {
+                return Err(de::Error::custom("the list is empty: give at least one address"))
+            }
+            OneOrMany::Many(texts) => texts,
+        };
+        texts
+            .iter()
+            .map(|t| super::parse_listen(t))
+            .collect::<std::result::Result<Vec<_>, _>>()
             .map(Listen)
             .map_err(de::Error::custom)
     }

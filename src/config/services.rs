@@ -1,0 +1,168 @@
+//! Several services in one process: the checks that span them (names,
+//! listening addresses) and the view of a one-service configuration as a
+//! list.
+//!
+//! A service is a whole [`Config`]: its per-service settings laid over
+//! the file's top level, its process-wide ones copied from the top
+//! (`settings::adopt_process`). The seed's flat file, the flags and the
+//! prompt describe one service, named [`DEFAULT_NAME`].
+//!
+//! Pure functions, run on the thread that reads the configuration.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart: the C serves one port.
+
+use std::net::SocketAddr;
+
+use super::Config;
+use crate::error::{Error, Result};
+
+/// The name of the one service of a configuration without `services`.
+pub const DEFAULT_NAME: &str = "default";
+
+/// Longest service name: it is a URL path segment and a metric label.
+pub const MAX_NAME: usize = 64;
+
+impl Config {
+    /// The services this configuration runs: its `services`, or itself
+    /// as the one service.
+    pub fn service_list(&self) -> Vec<&Config> {
+        if self.services.is_empty() {
+            vec![self]
+        } else {
+            self.services.iter().collect()
+        }
+    }
+
+    /// Every address this service accepts clients on.
+    pub fn listen_addrs(&self) -> Vec<SocketAddr> {
+        let mut all = vec![self.listen];
+        all.extend(&self.listen_also);
+        all
+    }
+
+    /// Checks what spans services: each name well formed and used once,
+    /// each listening address used once (in a service or across them).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidSetting`] on `services` (or `listen`), naming the
+    /// service.
+    pub fn validate_services(&self) -> Result<()> {
+        let mut names: Vec<&str> = Vec::new();
+        let mut addrs: Vec<(SocketAddr, &str)> = Vec::new();
+        for service in self.service_list() {
+            check_name(&service.name)?;
+            if names.contains(&service.name.as_str()) {
+                return Err(Error::setting(
+                    "services",
+                    format!("the name `{}` is given twice: names are unique", service.name),
+                ));
+            }
+            names.push(&service.name);
+            for addr in service.listen_addrs() {
+                if let Some((_, other)) = addrs.iter().find(|(a, _)| same_port(*a, addr)) {
+                    let whose = if *other == service.name {
+                        format!("service `{other}` lists it twice")
+                    } else {
+                        format!("services `{other}` and `{}` both listen there", service.name)
+                    };
+                    return Err(Error::setting(
+                        "listen",
+                        format!("{addr} is used twice: {whose}; give each its own address"),
+                    ));
+                }
+                addrs.push((addr, &service.name));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Two addresses that cannot both be bound: equal, or on one port where
+/// one is the wildcard of the same family.
+fn same_port(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port()
+        && a.port() != 0
+        && a.is_ipv4() == b.is_ipv4()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+/// A service name: 1 to [`MAX_NAME`] of `A-Z a-z 0-9 _ . -`, so it can be
+/// a path segment, a metric label and a log word as it is.
+///
+/// # Errors
+///
+/// [`Error::InvalidSetting`] on `services` saying what is wrong.
+pub fn check_name(name: &str) -> Result<()> {
+    let fine = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if name.is_empty() || name.len() > MAX_NAME || !name.chars().all(fine) {
+        return Err(Error::setting(
+            "services",
+            format!(
+                "`{name}` is not a service name: use 1 to {MAX_NAME} letters, digits, \
+                 `_`, `.` or `-` (it appears in the admin API's paths and in metrics)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(name: &str, listen: &str) -> Config {
+        Config {
+            name: name.into(),
+            listen: listen.parse().unwrap(),
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn a_flat_configuration_is_one_service_named_default() {
+        let c = Config::default();
+        let list = c.service_list();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].name, "default");
+        c.validate_services().unwrap();
+    }
+
+    #[test]
+    fn names_are_unique_and_well_formed() {
+        let mut c = Config::default();
+        c.services = vec![service("web", "127.0.0.1:1"), service("web", "127.0.0.1:2")];
+        let err = c.validate_services().unwrap_err().to_string();
+        assert!(err.contains("`web` is given twice"), "{err}");
+        for bad in ["", "a b", "é", "x/y", &"n".repeat(65)] {
+            c.services = vec![service(bad, "127.0.0.1:1")];
+            let err = c.validate_services().unwrap_err().to_string();
+            assert!(err.contains("is not a service name"), "{bad:?}: {err}");
+        }
+        c.services = vec![service("web-1.a_b", "127.0.0.1:1")];
+        c.validate_services().unwrap();
+    }
+
+    #[test]
+    fn two_services_may_not_share_an_address() {
+        let mut c = Config::default();
+        c.services = vec![service("a", "127.0.0.1:9000"), service("b", "0.0.0.0:9000")];
+        let err = c.validate_services().unwrap_err().to_string();
+        assert!(err.contains("services `a` and `b` both listen there"), "{err}");
+        let mut one = service("a", "127.0.0.1:9000");
+        one.listen_also = vec!["127.0.0.1:9000".parse().unwrap()];
+        c.services = vec![one];
+        let err = c.validate_services().unwrap_err().to_string();
+        assert!(err.contains("lists it twice"), "{err}");
+        // Other ports, other families, and port 0 (any free port) are fine.
+        c.services = vec![
+            service("a", "127.0.0.1:9000"),
+            service("b", "[::1]:9000"),
+            service("c", "127.0.0.1:0"),
+            service("d", "127.0.0.1:0"),
+        ];
+        c.validate_services().unwrap();
+    }
+}
