@@ -26,18 +26,16 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::{ArcSwap, ArcSwapOption};
-
 use crate::access_log::{AccessLog, Target};
 use crate::admin::{self, AdminListener, ReloadHook};
-use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::limiter::Limiter;
-use crate::listener::{self, Acceptor};
+use crate::listener;
 use crate::pool::{self, Pool};
-use crate::proxy::{Job, Proxy, Report};
+use crate::proxy::Job;
+use crate::running::Running;
 use crate::scheduler::Scheduler;
+use crate::service::{Service, Shared};
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 use crate::units;
@@ -47,11 +45,16 @@ pub use crate::live::Live;
 /// A bound, ready-to-run balancer.
 pub struct Balancer {
     config: Config,
-    listener: TcpListener,
+    /// The services at start-up, in the configuration's order (one,
+    /// `default`, for a flat configuration).
+    services: Vec<Arc<Service>>,
+    /// Their listening sockets, until `run` starts their accept loops.
+    listeners: Vec<Vec<TcpListener>>,
+    /// The first service's first address (its real port).
     local_addr: SocketAddr,
-    live: Live,
-    stats: Arc<Stats>,
-    pool: Pool<Job>,
+    /// The services running, with what they share (the pool, the
+    /// process's counters).
+    running: Arc<Running>,
     /// The admin API's socket, when `admin_listen` is set.
     admin: Option<AdminListener>,
     /// What the admin API's `POST /reload` calls.
@@ -60,93 +63,97 @@ pub struct Balancer {
     access_log: Option<AccessLog>,
 }
 
+/// Every service's listening sockets, bound: what [`Balancer::listen`]
+/// gives and [`Balancer::with_listener`] takes.
+#[derive(Debug)]
+pub struct Listeners(Vec<Vec<TcpListener>>);
+
 impl Balancer {
-    /// Validates `config`, resolves its backends and binds the listener.
+    /// Validates `config`, resolves its backends and binds the listeners.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidSetting`] or [`Error::InvalidBackend`] for bad
-    /// settings (the admin token file included), [`Error::Bind`] when the
+    /// settings (the admin token file included), [`Error::Bind`] when an
     /// address (or the admin address) cannot be listened on.
     pub fn bind(config: Config) -> Result<Balancer> {
         config.validate()?;
-        let listener = Balancer::listen(&config)?;
-        Balancer::with_listener(config, listener)
+        let listeners = Balancer::listen(&config)?;
+        Balancer::with_listener(config, listeners)
     }
 
-    /// Binds the listening socket as `config` asks (address, backlog,
-    /// `TCP_DEFER_ACCEPT`): the first half of [`Balancer::bind`], for a
-    /// caller that binds before the backends are known (the binary binds,
-    /// then asks for the backends, then builds the balancer).
+    /// Binds every service's listening sockets as `config` asks (address,
+    /// backlog, `TCP_DEFER_ACCEPT`): the first half of [`Balancer::bind`],
+    /// for a caller that binds before the backends are known (the binary
+    /// binds, then asks for the backends, then builds the balancer).
     ///
     /// # Errors
     ///
-    /// [`Error::Bind`] when the address cannot be listened on, [`Error::Io`]
+    /// [`Error::Bind`] when an address cannot be listened on, [`Error::Io`]
     /// when `TCP_DEFER_ACCEPT` cannot be set.
-    pub fn listen(config: &Config) -> Result<TcpListener> {
-        listener::open(config)
+    pub fn listen(config: &Config) -> Result<Listeners> {
+        config
+            .service_list()
+            .into_iter()
+            .map(listener::open)
+            .collect::<Result<_>>()
+            .map(Listeners)
     }
 
     /// The second half of [`Balancer::bind`]: validates `config`, resolves
-    /// its backends, and builds the balancer on `listener` (from
+    /// its backends, and builds the balancer on `listeners` (from
     /// [`Balancer::listen`]).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidSetting`] or [`Error::InvalidBackend`] for bad
-    /// settings, [`Error::Io`] when the listening address cannot be read.
-    pub fn with_listener(config: Config, listener: TcpListener) -> Result<Balancer> {
+    /// settings, [`Error::Io`] when a listening address cannot be read.
+    pub fn with_listener(config: Config, listeners: Listeners) -> Result<Balancer> {
         config.validate()?;
         pool::check_stack(&config)?;
-        let backends = resolve_backends(&config)?;
-        let scheduler = Arc::new(Scheduler::with_algorithm(backends, config.algorithm));
-        let stats = Arc::new(Stats::default());
-        let local_addr = listener
-            .local_addr()
-            .map_err(|e| Error::io("reading the listening address", e))?;
         let admin = AdminListener::bind(&config)?;
-        let limiter = start_limiter(&config, &stats)?;
         if config.trace {
             crate::trace::enable(config.trace_lang);
         }
-        let live = Live {
-            scheduler,
-            proxy: Arc::new(ArcSwap::from_pointee(config.proxy.clone())),
-            health: Arc::new(ArcSwap::from_pointee(config.health.clone())),
-            limiter: Arc::new(ArcSwapOption::new(limiter)),
+        let shared = Shared {
+            stats: Arc::new(Stats::default()),
+            access_log: start_access_log(&config)?,
+            workers: config.workers,
+            queue_depth: Arc::default(),
         };
-        let access_log = start_access_log(&config)?;
-        let queue_depth: Arc<std::sync::OnceLock<crate::proxy::QueueDepth>> = Arc::default();
-        let accept_proxy = config.header_acceptor();
-        let proxy = Arc::new(
-            Proxy::new(
-                Arc::clone(&live.scheduler),
-                Arc::clone(&live.proxy),
-                Arc::clone(&live.health),
-                Arc::clone(&live.limiter),
-                Arc::clone(&stats),
-                access_log.clone(),
-                accept_proxy,
-            )
-            .busy_warning(config.workers, Arc::clone(&queue_depth)),
-        );
+        let services = config
+            .service_list()
+            .into_iter()
+            .map(|c| Service::build(c.clone(), &shared).map(Arc::new))
+            .collect::<Result<Vec<_>>>()?;
+        let local_addr = listeners.0[0][0]
+            .local_addr()
+            .map_err(|e| Error::io("reading the listening address", e))?;
+        // The queue's item names its service: the worker serves it with
+        // that service's proxy.
         let pool = Pool::with_config(
             &config,
-            Arc::clone(&stats),
-            Arc::new(move |job: Job| proxy.handle(job)),
+            Arc::clone(&shared.stats),
+            Arc::new(|job: Job| Arc::clone(&job.service).handle(job)),
         );
-        let _ = queue_depth.set(pool.queue_len());
+        let _ = shared.queue_depth.set(pool.queue_len());
+        let access_log = shared.access_log.clone();
         Ok(Balancer {
             config,
-            listener,
+            services,
+            listeners: listeners.0,
             local_addr,
-            live,
-            stats,
-            pool,
+            running: Arc::new(Running::new(shared, Arc::new(pool))),
             admin,
             reload: None,
             access_log,
         })
+    }
+
+    /// The services running (or to run), for the reload and the admin
+    /// API.
+    pub fn running(&self) -> Arc<Running> {
+        Arc::clone(&self.running)
     }
 
     /// The access log, when `access_log` is set: the binary reopens it on
@@ -168,24 +175,39 @@ impl Balancer {
     }
 
     /// The address clients connect to (with the real port when the config
-    /// asked for port 0).
+    /// asked for port 0): the first service's first.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
 
-    /// The live counters.
+    /// The addresses of the service `name` (real ports), in its order.
+    pub fn service_addrs(&self, name: &str) -> Vec<SocketAddr> {
+        let i = self.services.iter().position(|s| s.name() == name);
+        i.map(|i| {
+            let addrs = self.listeners[i].iter().filter_map(|l| l.local_addr().ok());
+            addrs.collect()
+        })
+        .unwrap_or_else(|| self.running.addrs(name))
+    }
+
+    /// The services at start-up, in the configuration's order.
+    pub fn services(&self) -> &[Arc<Service>] {
+        &self.services
+    }
+
+    /// The live counters of the whole process (every service's added).
     pub fn stats(&self) -> Arc<Stats> {
-        Arc::clone(&self.stats)
+        Arc::clone(&self.running.shared.stats)
     }
 
-    /// The scheduler, which holds the backend list.
+    /// The first service's scheduler, which holds its backend list.
     pub fn scheduler(&self) -> Arc<Scheduler> {
-        Arc::clone(&self.live.scheduler)
+        Arc::clone(&self.services[0].live.scheduler)
     }
 
-    /// The settings read live (see the module docs).
+    /// The first service's settings read live (see the module docs).
     pub fn live(&self) -> Live {
-        self.live.clone()
+        self.services[0].live.clone()
     }
 
     /// The configuration it was built with (a reload changes the live
@@ -203,41 +225,37 @@ impl Balancer {
     /// started; errors after start-up are per connection and logged.
     pub fn run(mut self, shutdown: &Shutdown) -> Result<()> {
         let started = std::time::Instant::now();
-        self.wake_on(shutdown)?;
+        self.running.stop_with(shutdown);
+        // An accept loop may be waiting for room in a full queue, where no
+        // connection reaches it: closing the queue on trigger makes that
+        // push fail, and the loop returns (the client it held is closed,
+        // unserved; those already queued are still served).
+        shutdown.on_trigger(self.running.pool.closer());
         let admin = match self.admin.take() {
             None => None,
             Some(listener) => {
                 let parts = admin::Parts {
-                    live: self.live.clone(),
+                    live: self.live(),
                     config: self.config.clone(),
                     reload: self.reload.take(),
-                    stats: Arc::clone(&self.stats),
-                    queued: self.pool.queue_len(),
+                    stats: self.stats(),
+                    queued: self.running.pool.queue_len(),
                 };
                 Some(admin::spawn(listener, parts, shutdown)?)
             }
         };
-        let health = crate::health::spawn(
-            Arc::clone(&self.live.scheduler),
-            Arc::clone(&self.live.health),
-            Arc::clone(&self.stats),
-            shutdown.clone(),
-        )?;
-        let acceptor = Acceptor {
-            scheduler: &self.live.scheduler,
-            pool: &self.pool,
-            stats: &self.stats,
-            shutdown,
-            limiter: &self.live.limiter,
-            health: &self.live.health,
-            accept_proxy: self.config.accept_proxy,
-            report: Report::new(Arc::clone(&self.stats), self.access_log.clone()),
-        };
-        acceptor.run(&self.listener);
-        if let Some(health) = health {
-            // Wakes at once on the trigger (at most one check timeout).
-            let _ = health.join();
+        let listeners = std::mem::take(&mut self.listeners);
+        for (service, listeners) in self.services.iter().zip(listeners) {
+            if let Err(err) = self.running.start(Arc::clone(service), listeners) {
+                shutdown.trigger();
+                self.running.take_threads().join();
+                return Err(err);
+            }
         }
+        // Every accept loop runs on its own thread; this one waits for the
+        // shutdown, then for them.
+        let _ = shutdown.receiver().recv();
+        self.running.take_threads().join();
         if let Some(admin) = admin {
             // Each handler ends after the request it has.
             admin.join();
@@ -246,42 +264,27 @@ impl Balancer {
         Ok(())
     }
 
-    /// Makes the shutdown's trigger wake the accept loop wherever it waits:
-    /// in `accept` (a connection to the listening address, or with
-    /// `SO_REUSEPORT` a shutdown of the socket) or for room in a full queue.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Io`] when the listening socket cannot be duplicated.
-    fn wake_on(&self, shutdown: &Shutdown) -> Result<()> {
-        listener::wake_on(&self.listener, self.local_addr, &self.config, shutdown)?;
-        // The accept loop may instead be waiting for room in a full queue,
-        // where no connection reaches it: closing the queue on trigger makes
-        // that push fail, and the loop returns (the client it held is
-        // closed, unserved; those already queued are still served).
-        shutdown.on_trigger(self.pool.closer());
-        Ok(())
-    }
-
     /// After the accept loop: closes the listening socket, lets the
     /// workers finish for at most `drain_timeout`, then logs the run's
     /// summary and flushes the access log.
     fn drain(self, started: std::time::Instant) {
-        drop(self.listener);
-        self.pool.close();
-        let active = self.stats.snapshot().active;
-        if active > 0 || self.pool.queued() > 0 {
+        // The listening sockets closed as their loops returned.
+        let pool = &self.running.pool;
+        let stats = self.stats();
+        pool.close();
+        let active = stats.snapshot().active;
+        if active > 0 || pool.queued() > 0 {
             log::info!(
                 "draining {} in flight, {} queued (at most {:?})",
                 units::count(active, "connection"),
-                self.pool.queued(),
+                pool.queued(),
                 self.config.drain_timeout
             );
         }
-        let left = self.pool.wait_exit(self.config.drain_timeout);
+        let left = pool.wait_exit(self.config.drain_timeout);
         if left > 0 {
-            let active = self.stats.snapshot().active;
-            Stats::add(&self.stats.drain_cut, active.max(1));
+            let active = stats.snapshot().active;
+            Stats::add(&stats.drain_cut, active.max(1));
             log::warn!(
                 "drain timeout: {} still open {} cut",
                 units::count(active, "connection"),
@@ -290,67 +293,12 @@ impl Balancer {
         } else {
             log::info!("all connections finished; stopped");
         }
-        log::info!("{}", summary(&self.stats.snapshot(), started.elapsed()));
+        log::info!("{}", summary(&stats.snapshot(), started.elapsed()));
         if let Some(log) = &self.access_log {
             // Every line written before the process exits.
             log.close();
         }
     }
-}
-
-/// The backends of `config`, resolved, each with its PROXY protocol
-/// setting.
-///
-/// # Errors
-///
-/// [`Error::InvalidBackend`] for one that cannot be resolved.
-fn resolve_backends(config: &Config) -> Result<Vec<Arc<Backend>>> {
-    config
-        .backends
-        .iter()
-        .map(|spec| {
-            let send_proxy = spec.send_proxy.or(config.send_proxy);
-            Backend::from_spec(spec).map(|b| Arc::new(b.with_send_proxy(send_proxy)))
-        })
-        .collect()
-}
-
-/// The rate limiter `config` asks for, if any, logged as one line.
-///
-/// # Errors
-///
-/// The limiter's (its shared store cannot be set up).
-fn start_limiter(config: &Config, stats: &Arc<Stats>) -> Result<Option<Arc<Limiter>>> {
-    let limiter = config
-        .rate_limit
-        .as_ref()
-        .map(|c| Limiter::with_store(c, &config.rate_limit_store, Arc::clone(stats)))
-        .transpose()?
-        .map(Arc::new);
-    if let (Some(l), Some(url)) = (&limiter, &config.rate_limit_store.url) {
-        let c = l.config();
-        let store = &config.rate_limit_store;
-        log::info!(
-            "rate limit: {} per client IP ({}, IPv6 per /{}), shared in {url} \
-             (timeout {:?}, on failure {})",
-            c.rate,
-            c.algorithm,
-            c.ipv6_prefix,
-            store.timeout,
-            store.failure.name()
-        );
-    } else if let Some(l) = &limiter {
-        let c = l.config();
-        log::info!(
-            "rate limit: {} per client IP ({}, IPv6 per /{}), up to {} clients ({} KiB)",
-            c.rate,
-            c.algorithm,
-            c.ipv6_prefix,
-            l.capacity(),
-            l.memory_bytes() / 1024
-        );
-    }
-    Ok(limiter)
 }
 
 /// The access log's writer, when `access_log` is set.

@@ -43,10 +43,14 @@
 //!   `#define`s); `table` (every setting declared once: key, flag, scope,
 //!   reload), `settings` (what the table generates), `overrides` (the
 //!   [`config::Overrides`] laid over the defaults), `file` (the JSON config
-//!   file), `values` (the file's value types), `read` (reading it,
+//!   file), `services` (what spans services: names, addresses), `values`
+//!   (the file's value types), `read` (reading it,
 //!   bounded), `words` (errors and values in the operator's words).
 //! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
 //! - `balancer`: [`Balancer`] wires the parts together; the drain.
+//! - `service`: one service at run time (its listeners, live settings,
+//!   counters); `slots`, its `max_connections`; `running`, the services
+//!   running now with their accept loops and health threads.
 //! - `live`: the settings read live (`ArcSwap`s) and the scheduler.
 //! - `listener`: the listening socket and the accept loop.
 //! - `limiter/`: per-client-IP rate limiting at accept time (off by
@@ -164,9 +168,12 @@ pub mod queue;
 pub mod reaper;
 pub mod reload;
 pub mod reply;
+pub mod running;
 pub mod scheduler;
+pub mod service;
 pub mod shutdown;
 pub mod signals;
+pub mod slots;
 pub mod stats;
 pub mod system;
 pub mod throttle;

@@ -33,18 +33,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arc_swap::{ArcSwap, ArcSwapOption};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::health::HealthConfig;
 use crate::limiter::{self, Decision, Limiter};
 use crate::pool::Pool;
-use crate::proxy::{Fate, Job, Outcome, Refusal, Report, Route};
+use crate::proxy::{Fate, Job, Outcome, Proxy, Refusal, Report, Route};
 use crate::reply;
-use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
+use crate::slots::{Slot, Slots};
 use crate::stats::Stats;
 use crate::system;
 use crate::throttle::{self, LogThrottle};
@@ -64,20 +62,34 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// connect to its backend (see `Proxy::handle`).
 const DESCRIPTOR_WAIT_PAUSE: Duration = Duration::from_millis(10);
 
-/// The balancer's listening socket as `config` says: its address and
-/// backlog, `SO_REUSEPORT` and `TCP_DEFER_ACCEPT` when asked.
+/// Longest wait for a free slot under `max_connections` before the loop
+/// looks at the shutdown again.
+const SLOT_WAIT: Duration = Duration::from_millis(100);
+
+/// The service's listening sockets as `config` says, one per address:
+/// address and backlog, `SO_REUSEPORT` and `TCP_DEFER_ACCEPT` when asked.
+/// When a service listens on several addresses, an IPv6 one takes IPv6
+/// clients only (`IPV6_V6ONLY`), so `0.0.0.0:P` and `[::]:P` can both be
+/// listed; alone, `[::]:P` takes IPv4 clients too, as the system sets it.
 ///
 /// # Errors
 ///
-/// [`Error::Bind`] when the address cannot be listened on, [`Error::Io`]
+/// [`Error::Bind`] when an address cannot be listened on, [`Error::Io`]
 /// when `TCP_DEFER_ACCEPT` cannot be set.
-pub fn open(config: &Config) -> Result<TcpListener> {
-    let listener = bind_with(config.listen, config.backlog, config.reuse_port)?;
-    if config.defer_accept {
-        defer_accept(&listener)
-            .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
-    }
-    Ok(listener)
+pub fn open(config: &Config) -> Result<Vec<TcpListener>> {
+    let addrs = config.listen_addrs();
+    let only_v6 = addrs.len() > 1;
+    addrs
+        .into_iter()
+        .map(|addr| {
+            let listener = bind_socket(addr, config.backlog, config.reuse_port, only_v6)?;
+            if config.defer_accept {
+                defer_accept(&listener)
+                    .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
+            }
+            Ok(listener)
+        })
+        .collect()
 }
 
 /// Makes the shutdown's trigger wake an `accept` blocked on `listener`
@@ -129,12 +141,26 @@ pub fn bind(addr: SocketAddr, backlog: i32) -> Result<TcpListener> {
 /// [`Error::Bind`] with the address and the system's reason (a port held
 /// by a process that did not set `SO_REUSEPORT` too is `EADDRINUSE`).
 pub fn bind_with(addr: SocketAddr, backlog: i32, reuse_port: bool) -> Result<TcpListener> {
+    bind_socket(addr, backlog, reuse_port, false)
+}
+
+/// [`bind_with`], and with `only_v6` an IPv6 address takes IPv6 clients
+/// only.
+fn bind_socket(
+    addr: SocketAddr,
+    backlog: i32,
+    reuse_port: bool,
+    only_v6: bool,
+) -> Result<TcpListener> {
     let fail = |source| Error::Bind { addr, source };
     let socket =
         Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
     socket.set_reuse_address(true).map_err(fail)?;
     if reuse_port {
         socket.set_reuse_port(true).map_err(fail)?;
+    }
+    if only_v6 && addr.is_ipv6() {
+        socket.set_only_v6(true).map_err(fail)?;
     }
     socket.bind(&addr.into()).map_err(fail)?;
     socket.listen(backlog).map_err(fail)?;
@@ -184,25 +210,24 @@ pub(crate) fn wake_by_shutdown(listener: &TcpListener) {
     unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RD) };
 }
 
-/// What the accept loop needs besides the socket.
-pub(crate) struct Acceptor<'a> {
-    pub scheduler: &'a Arc<Scheduler>,
-    pub pool: &'a Pool<Job>,
-    pub stats: &'a Arc<Stats>,
-    pub shutdown: &'a Shutdown,
-    /// The rate limiter, when `--rate-limit` is on (live: a reload may
-    /// swap it).
-    pub limiter: &'a ArcSwapOption<Limiter>,
-    /// Health settings, for `http_replies` (the 503).
-    pub health: &'a ArcSwap<HealthConfig>,
-    /// `--accept-proxy`: clients are queued unpicked (see below).
-    pub accept_proxy: bool,
+/// What the accept loop needs besides the socket: one per listening
+/// address, on its own thread (the first on the caller's).
+pub(crate) struct Acceptor {
+    /// The service the address belongs to: its scheduler, counters,
+    /// limiter (live: a reload may swap it), health settings (the 503)
+    /// and `--accept-proxy` (clients are then queued unpicked).
+    pub service: Arc<Proxy>,
+    pub pool: Arc<Pool<Job>>,
+    pub shutdown: Shutdown,
+    /// The service's `max_connections`, when set: a slot is taken before
+    /// each `accept`.
+    pub slots: Option<Arc<Slots>>,
     /// Where the clients refused here are counted and logged (the access
     /// log, the throttled warnings).
     pub report: Report,
 }
 
-impl Acceptor<'_> {
+impl Acceptor {
     /// Counts and tells `refusal` of the client from `peer`, refused here
     /// (the caller closes it).
     fn refused(&self, peer: SocketAddr, refusal: Refusal) -> Outcome {
@@ -223,7 +248,13 @@ impl Acceptor<'_> {
         // back-off) for as long as it lasts: one line a second says so.
         let errors_log = LogThrottle::new(Duration::from_secs(1));
         loop {
-            if self.stats.descriptor_waits.load(Ordering::Relaxed) > 0 {
+            if self
+                .service
+                .process
+                .descriptor_waits
+                .load(Ordering::Relaxed)
+                > 0
+            {
                 // A worker is waiting for a descriptor to reach its
                 // backend: accepting now would take the one it waits for.
                 let _ = stop.recv_timeout(DESCRIPTOR_WAIT_PAUSE);
@@ -232,18 +263,27 @@ impl Acceptor<'_> {
                 }
                 continue;
             }
+            let slot = match &self.slots {
+                None => None,
+                Some(slots) => match slots.take(SLOT_WAIT) {
+                    Some(slot) => Some(slot),
+                    None if self.shutdown.is_triggered() => return,
+                    // At the service's limit: new clients wait in the backlog.
+                    None => continue,
+                },
+            };
             let (client, peer) = match listener.accept() {
                 Ok(accepted) => accepted,
                 Err(err) => {
                     if self.shutdown.is_triggered() {
                         return;
                     }
-                    Stats::incr(&self.stats.accept_errors);
+                    Stats::incr(&self.service.stats.accept_errors);
                     match err.kind() {
                         ErrorKind::ConnectionAborted | ErrorKind::Interrupted => {}
                         _ => {
                             if system::is_out_of_descriptors(&err) {
-                                Stats::incr(&self.stats.out_of_descriptors);
+                                Stats::incr(&self.service.stats.out_of_descriptors);
                             }
                             if let Some(others) = errors_log.event(Instant::now()) {
                                 log::error!(
@@ -265,7 +305,7 @@ impl Acceptor<'_> {
             // A bug in the gate or the scheduler must not end accepting for
             // everyone: like a worker, the loop catches a panic, logs it and
             // goes on (the client, dropped while unwinding, is closed).
-            match catch_unwind(AssertUnwindSafe(|| self.dispatch(client, peer))) {
+            match catch_unwind(AssertUnwindSafe(|| self.dispatch(client, peer, slot))) {
                 Ok(true) => {}
                 Ok(false) => return,
                 Err(_) => log::error!("handling new client {peer} panicked; accepting goes on"),
@@ -275,11 +315,11 @@ impl Acceptor<'_> {
 
     /// Takes one accepted client through the rate limit and the scheduler
     /// into the pool. Returns false when the pool has closed (shutting down).
-    fn dispatch(&self, client: TcpStream, peer: SocketAddr) -> bool {
-        Stats::incr(&self.stats.accepted);
+    fn dispatch(&self, client: TcpStream, peer: SocketAddr, slot: Option<Slot>) -> bool {
+        Stats::incr(&self.service.stats.accepted);
         trace::accepted(peer, client.as_raw_fd());
-        if self.accept_proxy {
-            return self.dispatch_after_header(client, peer);
+        if self.service.accept_proxy.is_some() {
+            return self.dispatch_after_header(client, peer, slot);
         }
         let Some(client) = self.admit(client, peer) else {
             return true;
@@ -287,10 +327,10 @@ impl Acceptor<'_> {
         if let Err(err) = client.set_nodelay(true) {
             log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
         }
-        let Some(pick) = self.scheduler.pick(peer.ip()) else {
-            let scheduler = Arc::clone(self.scheduler);
+        let Some(pick) = self.service.scheduler.pick(peer.ip()) else {
+            let scheduler = Arc::clone(&self.service.scheduler);
             let outcome = self.refused(peer, Refusal::NoBackend { scheduler });
-            if self.health.load().http_replies {
+            if self.service.health.load().http_replies {
                 reply::reply_at_once(&client, reply::REPLY_503);
             }
             drop(client);
@@ -299,7 +339,7 @@ impl Acceptor<'_> {
         };
         if trace::on() {
             trace::event(Event::Picked {
-                algorithm: self.scheduler.algorithm().name(),
+                algorithm: self.service.scheduler.algorithm().name(),
                 server_idx: pick.server_idx,
                 backend: pick.backend.name(),
             });
@@ -309,6 +349,8 @@ impl Acceptor<'_> {
         let queued_at = Instant::now();
         self.pool
             .submit(Job {
+                service: Arc::clone(&self.service),
+                slot,
                 route: Route::Picked(pick),
                 client,
                 peer,
@@ -322,12 +364,19 @@ impl Acceptor<'_> {
     /// client is queued at once with no pick ([`Route::AfterHeader`]); the
     /// worker reads the header, then checks the limiter and picks with the
     /// address it carries (`proxy/header.rs`).
-    fn dispatch_after_header(&self, client: TcpStream, peer: SocketAddr) -> bool {
+    fn dispatch_after_header(
+        &self,
+        client: TcpStream,
+        peer: SocketAddr,
+        slot: Option<Slot>,
+    ) -> bool {
         if let Err(err) = client.set_nodelay(true) {
             log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
         }
         self.pool
             .submit(Job {
+                service: Arc::clone(&self.service),
+                slot,
                 route: Route::AfterHeader,
                 client,
                 peer,
@@ -340,7 +389,7 @@ impl Acceptor<'_> {
     /// counts it, logs its first refusal of the window, ends it without
     /// blocking (see [`limiter::refuse`]) and returns `None`.
     fn admit(&self, client: TcpStream, peer: SocketAddr) -> Option<TcpStream> {
-        let limiter = self.limiter.load();
+        let limiter = self.service.limiter.load();
         let Some(limiter) = limiter.as_deref() else {
             return Some(client);
         };
@@ -349,7 +398,7 @@ impl Acceptor<'_> {
         if trace::on() {
             trace_decision(limiter, peer.ip(), now, decision);
         }
-        let admitted = limiter::admit(limiter, client, peer.ip(), decision, self.stats);
+        let admitted = limiter::admit(limiter, client, peer.ip(), decision, &self.service.stats);
         if admitted.is_none() {
             let outcome = self.refused(peer, Refusal::RateLimited);
             self.report.tell(&outcome);

@@ -287,7 +287,7 @@ fn balance(
     }
     note_access_log(&config);
     let listener = Balancer::listen(&config)?;
-    if config.backends.is_empty() {
+    if config.backends.is_empty() && config.services.is_empty() {
         let stdin = io::stdin();
         config.backends = prompt::servers_entry(&mut stdin.lock(), &mut console())?;
         // Typed once: a reload keeps them, as it keeps the flags.

@@ -113,6 +113,21 @@ impl Shutdown {
         hook();
     }
 
+    /// A new handle triggered when this one is (and on its own too): a
+    /// part that may be stopped alone, such as one service's accept loop.
+    /// The parent holds it weakly, so a child dropped costs nothing more
+    /// than its hook's few bytes.
+    pub fn child(&self) -> Shutdown {
+        let child = Shutdown::new();
+        let weak = Arc::downgrade(&child.inner);
+        self.on_trigger(move || {
+            if let Some(inner) = weak.upgrade() {
+                Shutdown { inner }.trigger();
+            }
+        });
+        child
+    }
+
     /// Wakes a blocking `accept(2)` on `addr` on trigger: a connection is
     /// enough to make it return; the accept loop sees the flag and drops it.
     pub(crate) fn wake_on_trigger(&self, addr: SocketAddr) {

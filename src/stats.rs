@@ -52,6 +52,9 @@ macro_rules! counters {
             $( #[doc = $help] pub $name: AtomicU64, )*
             /// Distributions of durations (queue wait, connection, check).
             pub histograms: Histograms,
+            /// The services' own counters (see [`Stats::child`]), added
+            /// into every snapshot of this one.
+            children: parking_lot::Mutex<Vec<std::sync::Arc<Stats>>>,
         }
 
         /// A copy of [`Stats`] at one moment.
@@ -61,8 +64,43 @@ macro_rules! counters {
         }
 
         impl Stats {
-            /// Reads every value.
+    /// A new table of counters whose values are added into every
+    /// snapshot of this one: a service's, under the process's. Each
+    /// counter is raised in one table only, so nothing is counted twice.
+    pub fn child(&self) -> std::sync::Arc<Stats> {
+        let child = std::sync::Arc::new(Stats::default());
+        self.children.lock().push(std::sync::Arc::clone(&child));
+        child
+    }
+
+    /// The histograms, this table's and its children's added up.
+    pub fn histogram_snapshots(&self) -> Vec<(&'static str, &'static str, HistogramSnapshot)> {
+        let children = self.children.lock();
+        self.histograms
+            .entries()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, help, h))| {
+                let mut snap = h.snapshot();
+                for child in children.iter() {
+                    snap.add(&child.histograms.entries()[i].2.snapshot());
+                }
+                (name, help, snap)
+            })
+            .collect()
+    }
+
+            /// Reads every value: this table's own, plus its children's.
             pub fn snapshot(&self) -> StatsSnapshot {
+                let mut all = self.own();
+                for child in self.children.lock().iter() {
+                    all.add(&child.own());
+                }
+                all
+            }
+
+            /// Reads this table's own values, without its children's.
+            pub fn own(&self) -> StatsSnapshot {
                 StatsSnapshot {
                     $( $name: self.$name.load(Ordering::Acquire), )*
                 }
@@ -70,6 +108,11 @@ macro_rules! counters {
         }
 
         impl StatsSnapshot {
+            /// Adds `other`'s values to these.
+            pub fn add(&mut self, other: &StatsSnapshot) {
+                $( self.$name += other.$name; )*
+            }
+
             /// Every value with its name, help text and kind, in table order.
             pub fn entries(&self) -> Vec<Entry> {
                 vec![$(
@@ -231,6 +274,17 @@ pub struct HistogramSnapshot {
     pub count: u64,
     /// Sum of the observations, in seconds.
     pub sum: f64,
+}
+
+impl HistogramSnapshot {
+    /// Adds `other`'s observations to these (same buckets).
+    pub fn add(&mut self, other: &HistogramSnapshot) {
+        for (mine, theirs) in self.per_bucket.iter_mut().zip(&other.per_bucket) {
+            mine.1 += theirs.1;
+        }
+        self.count += other.count;
+        self.sum += other.sum;
+    }
 }
 
 impl Histogram {

@@ -131,8 +131,7 @@ impl Collector for View {
             per_backend(&mut encoder, name, help, kind, &backends, value)?;
         }
         backend_up(&mut encoder, &backends)?;
-        for (name, help, h) in s.stats.histograms.entries() {
-            let snap = h.snapshot();
+        for (name, help, snap) in s.stats.histogram_snapshots() {
             let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
             // The encoder takes counts per bucket and writes them cumulated
             // (the `le` lines): the snapshot's are per bucket, so they are

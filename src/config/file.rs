@@ -20,9 +20,9 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use super::settings;
 use super::settings::Raw;
 pub use super::values::Mode;
-use super::settings;
 use super::values::{Backends, Listen, RateSetting, Whole};
 use super::words::{self, json_error, key_position, object_start};
 use super::{Config, Overrides};
@@ -140,7 +140,9 @@ impl ConfigFile {
             config.name.clone_from(name);
         }
         if self.services.is_empty() {
-            config.validate_services().map_err(|e| self.attribute(e, flags))?;
+            config
+                .validate_services()
+                .map_err(|e| self.attribute(e, flags))?;
             return Ok(config);
         }
         for key in ["backends", "listen"] {
@@ -181,13 +183,18 @@ impl ConfigFile {
             }
             config.services.push(one);
         }
-        config.validate_services().map_err(|e| self.attribute(e, flags))?;
+        config
+            .validate_services()
+            .map_err(|e| self.attribute(e, flags))?;
         Ok(config)
     }
 
     /// Where this service's `name` is written (for a service's errors).
     fn start_of_name(&self) -> Option<(usize, usize)> {
-        self.keys.iter().find(|k| k.setting == "name").and_then(|k| k.position)
+        self.keys
+            .iter()
+            .find(|k| k.setting == "name")
+            .and_then(|k| k.position)
     }
 
     /// The defaults, then `top` (the file's top level, for a service),
@@ -195,7 +202,8 @@ impl ConfigFile {
     /// backends.
     fn layered(&self, top: Option<&ConfigFile>, flags: &Overrides) -> Result<Config> {
         let mut config = Config::default();
-        let off = self.rate_limit_off || (top.is_some_and(|t| t.rate_limit_off) && self.overrides.rate_limit.is_none());
+        let off = self.rate_limit_off
+            || (top.is_some_and(|t| t.rate_limit_off) && self.overrides.rate_limit.is_none());
         let mut file = self.overrides.clone();
         if let Some(top) = top {
             file = top.overrides.merged(&file);
@@ -395,20 +403,7 @@ impl<'a> Converter<'a> {
         for key in noted {
             self.note(key, key);
         }
-        let mut listen_also = Vec::new();
-        if let Some(Listen(mut addrs)) = raw.listen.take() {
-            self.note("listen", "listen");
-            o.listen = Some(addrs.remove(0));
-            listen_also = addrs;
-        }
-        if let Some(Whole(port)) = raw.listen_port {
-            let listen_written = o.listen.is_some();
-            let ip = o.listen.unwrap_or(Config::default().listen).ip();
-            o.listen = Some(SocketAddr::new(ip, port));
-            if !listen_written {
-                self.note("listen", "listen_port");
-            }
-        }
+        let listen_also = self.listen(&mut raw, &mut o);
         let backends = self.either(
             "backends",
             ("backends", raw.backends),
@@ -447,7 +442,10 @@ impl<'a> Converter<'a> {
         if raw.rate_limit.is_some() {
             self.note("rate_limit", "rate_limit");
         }
-        let name_at = raw.name.as_deref().and_then(|n| name_position(self.text, n));
+        let name_at = raw
+            .name
+            .as_deref()
+            .and_then(|n| name_position(self.text, n));
         if raw.name.is_some() {
             self.keys.push(Key {
                 setting: "name",
@@ -471,6 +469,26 @@ impl<'a> Converter<'a> {
             name: raw.name,
             services,
         })
+    }
+
+    /// `listen` (one address or several) and `listen_port` into `o`;
+    /// gives back the addresses after the first.
+    fn listen(&mut self, raw: &mut Raw, o: &mut Overrides) -> Vec<SocketAddr> {
+        let mut listen_also = Vec::new();
+        if let Some(Listen(mut addrs)) = raw.listen.take() {
+            self.note("listen", "listen");
+            o.listen = Some(addrs.remove(0));
+            listen_also = addrs;
+        }
+        if let Some(Whole(port)) = raw.listen_port.take() {
+            let listen_written = o.listen.is_some();
+            let ip = o.listen.unwrap_or(Config::default().listen).ip();
+            o.listen = Some(SocketAddr::new(ip, port));
+            if !listen_written {
+                self.note("listen", "listen_port");
+            }
+        }
+        listen_also
     }
 
     /// Reads the entries of `services`: each a service's own keys, with a
@@ -499,13 +517,21 @@ impl<'a> Converter<'a> {
                 message: format!("service `{name}`: {message}"),
             };
             if raw.services.is_some() || raw.mode.is_some() {
-                let key = if raw.mode.is_some() { "mode" } else { "services" };
-                return Err(within(format!("`{key}` goes at the top level of the file only")));
+                let key = if raw.mode.is_some() {
+                    "mode"
+                } else {
+                    "services"
+                };
+                return Err(within(format!(
+                    "`{key}` goes at the top level of the file only"
+                )));
             }
             let file = Converter::new(self.path, self.text).convert(raw)?;
-            if let Some(key) = file.keys.iter().find(|k| {
-                settings::scope_of(k.setting) == Some(settings::Scope::Process)
-            }) {
+            if let Some(key) = file
+                .keys
+                .iter()
+                .find(|k| settings::scope_of(k.setting) == Some(settings::Scope::Process))
+            {
                 return Err(within(format!(
                     "`{}` is one value for the whole process: set it at the top level \
                      of the file",
@@ -548,7 +574,10 @@ mod tests {
     }
 
     fn settled(text: &str) -> Config {
-        parse_text(text).unwrap().settle(&Overrides::default()).unwrap()
+        parse_text(text)
+            .unwrap()
+            .settle(&Overrides::default())
+            .unwrap()
     }
 
     #[test]
@@ -563,7 +592,9 @@ mod tests {
                 ]}"#,
         );
         assert_eq!(c.workers, 64);
-        let [web, db] = &c.services[..] else { panic!("{:?}", c.services) };
+        let [web, db] = &c.services[..] else {
+            panic!("{:?}", c.services)
+        };
         assert_eq!((web.name.as_str(), db.name.as_str()), ("web", "db"));
         assert_eq!(web.workers, 64, "process-wide values are the top's");
         assert_eq!(web.proxy.idle_timeout, Duration::from_secs(7));
@@ -622,7 +653,9 @@ mod tests {
             assert!(err.contains(want), "{text}\n→ {err}\nwanted {want}");
         }
         let flags = Overrides {
-            backends: Some(vec![crate::backend::BackendSpec::parse("127.0.0.1:1").unwrap()]),
+            backends: Some(vec![
+                crate::backend::BackendSpec::parse("127.0.0.1:1").unwrap()
+            ]),
             ..Overrides::default()
         };
         let err = parse_text(&one(""))

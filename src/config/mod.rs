@@ -48,6 +48,7 @@ use crate::scheduler::Algorithm;
 use crate::trace::Lang;
 use crate::units::format_size;
 
+pub use services::DEFAULT_NAME as DEFAULT_SERVICE;
 pub use settings::Overrides;
 
 /// The article's `_PORT`.
@@ -227,10 +228,20 @@ impl Config {
     ///
     /// [`Error::InvalidSetting`] naming the first bad setting.
     pub fn validate(&self) -> Result<()> {
-        if self.backends.is_empty() {
+        if self.services.is_empty() && self.backends.is_empty() {
             return Err(Error::setting("backends", "must name at least one backend"));
         }
-        self.validate_settings()
+        for service in &self.services {
+            if service.backends.is_empty() {
+                return Err(Error::setting(
+                    "backends",
+                    format!("service `{}` must name at least one backend", service.name),
+                ));
+            }
+            service.validate_settings()?;
+        }
+        self.validate_settings()?;
+        self.validate_services()
     }
 
     /// [`Config::validate`] without the backends, which the prompt may

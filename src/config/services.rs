@@ -57,7 +57,10 @@ impl Config {
             if names.contains(&service.name.as_str()) {
                 return Err(Error::setting(
                     "services",
-                    format!("the name `{}` is given twice: names are unique", service.name),
+                    format!(
+                        "the name `{}` is given twice: names are unique",
+                        service.name
+                    ),
                 ));
             }
             names.push(&service.name);
@@ -66,7 +69,10 @@ impl Config {
                     let whose = if *other == service.name {
                         format!("service `{other}` lists it twice")
                     } else {
-                        format!("services `{other}` and `{}` both listen there", service.name)
+                        format!(
+                            "services `{other}` and `{}` both listen there",
+                            service.name
+                        )
                     };
                     return Err(Error::setting(
                         "listen",
@@ -132,8 +138,10 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_well_formed() {
-        let mut c = Config::default();
-        c.services = vec![service("web", "127.0.0.1:1"), service("web", "127.0.0.1:2")];
+        let mut c = Config {
+            services: vec![service("web", "127.0.0.1:1"), service("web", "127.0.0.1:2")],
+            ..Config::default()
+        };
         let err = c.validate_services().unwrap_err().to_string();
         assert!(err.contains("`web` is given twice"), "{err}");
         for bad in ["", "a b", "é", "x/y", &"n".repeat(65)] {
@@ -147,10 +155,15 @@ mod tests {
 
     #[test]
     fn two_services_may_not_share_an_address() {
-        let mut c = Config::default();
-        c.services = vec![service("a", "127.0.0.1:9000"), service("b", "0.0.0.0:9000")];
+        let mut c = Config {
+            services: vec![service("a", "127.0.0.1:9000"), service("b", "0.0.0.0:9000")],
+            ..Config::default()
+        };
         let err = c.validate_services().unwrap_err().to_string();
-        assert!(err.contains("services `a` and `b` both listen there"), "{err}");
+        assert!(
+            err.contains("services `a` and `b` both listen there"),
+            "{err}"
+        );
         let mut one = service("a", "127.0.0.1:9000");
         one.listen_also = vec!["127.0.0.1:9000".parse().unwrap()];
         c.services = vec![one];

@@ -23,8 +23,8 @@ use serde::Deserialize;
 
 use super::table::settings_table;
 use super::values::{
-    Backends, Bytes, FileValue, Listen, MaybeAddr, MaybeParsed, MaybeSecs, Mode, Parsed,
-    RateSetting, Secs, Size, Stdout, Store, Text, Whole,
+    Backends, Bytes, FileValue, Listen, MaybeAddr, MaybeCount, MaybeParsed, MaybeSecs, Mode,
+    Parsed, RateSetting, Secs, Size, Stdout, Store, Text, Whole,
 };
 use super::{show_bytes, Config};
 use crate::backend::BackendSpec;

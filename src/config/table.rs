@@ -59,7 +59,7 @@ macro_rules! settings_table {
         /// clients wait in the kernel's backlog. Off by default.
         max_connections: usize, "max-connections", Service, some(max_connections),
             restart[max_connections],
-            file Whole<usize, 1, { usize::MAX as u64 }> => take,
+            file MaybeCount => take,
             flag Option<usize> [value_name = "N", value_parser = whole::<usize, 1, { usize::MAX as u64 }>],
             always |c: &Config| or_off(c.max_connections, |n| n.to_string());
         /// Most accepted connections waiting for a free worker.

@@ -245,6 +245,29 @@ impl<'de> Deserialize<'de> for MaybeSecs {
     }
 }
 
+/// A count of at least 1, or one of [`NONE_WORDS`] (no limit):
+/// `max_connections`.
+#[derive(Debug)]
+pub(super) struct MaybeCount(pub(super) Option<usize>);
+
+impl<'de> Deserialize<'de> for MaybeCount {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        if value.as_str().is_some_and(|t| NONE_WORDS.contains(&t)) {
+            return Ok(MaybeCount(None));
+        }
+        Whole::<usize, 1, { usize::MAX as u64 }>::deserialize(value)
+            .map(|n| MaybeCount(Some(n.0)))
+            .map_err(de::Error::custom)
+    }
+}
+
+impl FileValue<usize> for MaybeCount {
+    fn given(self) -> Option<usize> {
+        self.0
+    }
+}
+
 /// A value parsed with `FromStr`, or one of [`NONE_WORDS`] (none).
 #[derive(Debug)]
 pub(super) struct MaybeParsed<T>(pub(super) Option<T>);
@@ -304,7 +327,10 @@ pub(super) struct Listen(pub(super) Vec<SocketAddr>);
 impl<'de> Deserialize<'de> for Listen {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         #[derive(Deserialize)]
-        #[serde(untagged, expecting = "an address (\"IP:PORT\") or a list of addresses")]
+        #[serde(
+            untagged,
+            expecting = "an address (\"IP:PORT\") or a list of addresses"
+        )]
         enum OneOrMany {
             One(String),
             Many(Vec<String>),
@@ -312,7 +338,9 @@ impl<'de> Deserialize<'de> for Listen {
         let texts = match OneOrMany::deserialize(d)? {
             OneOrMany::One(text) => vec![text],
             OneOrMany::Many(texts) if texts.is_empty() => {
-                return Err(de::Error::custom("the list is empty: give at least one address"))
+                return Err(de::Error::custom(
+                    "the list is empty: give at least one address",
+                ))
             }
             OneOrMany::Many(texts) => texts,
         };

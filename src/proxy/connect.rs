@@ -118,7 +118,7 @@ impl Proxy {
                     // off, so a descriptor freed by a connection that ends
                     // goes to a client already accepted rather than to
                     // one more client that would wait too.
-                    let _waiting = self.stats.hold(&self.stats.descriptor_waits);
+                    let _waiting = self.process.hold(&self.process.descriptor_waits);
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(OUT_OF_DESCRIPTORS_MAX_PAUSE);
                 }

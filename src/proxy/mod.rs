@@ -57,6 +57,11 @@ pub(crate) use report::{Access, Fate, Outcome, Refusal, Report};
 /// header ([`Route::AfterHeader`], see [`mod@header`]).
 #[derive(Debug)]
 pub struct Job {
+    /// The service the client came to: its backends, settings and counters.
+    pub service: Arc<Proxy>,
+    /// Its place under the service's `max_connections`, given back when
+    /// the job ends.
+    pub slot: Option<crate::slots::Slot>,
     /// The backend picked by the scheduler, or "pick after the header".
     pub route: Route,
     /// The client's socket.
@@ -251,8 +256,11 @@ pub type QueueDepth = Arc<dyn Fn() -> usize + Send + Sync>;
 pub struct Proxy {
     /// Where fail-over finds the other backends.
     pub(crate) scheduler: Arc<Scheduler>,
-    /// Counters.
+    /// The service's counters.
     pub(crate) stats: Arc<Stats>,
+    /// The process's counters, for what every service's accept loop reads
+    /// (`descriptor_waits`): the service's own by default.
+    pub(crate) process: Arc<Stats>,
     /// Timeouts, chunk size and the pump's flags, read once per connection.
     pub(crate) settings: Arc<ArcSwap<ProxyConfig>>,
     /// Passive health and the 502 reply
@@ -306,6 +314,7 @@ impl Proxy {
             health,
             limiter,
             report: Report::new(Arc::clone(&stats), access_log),
+            process: Arc::clone(&stats),
             stats,
             accept_proxy,
             max_workers: 1,
@@ -327,12 +336,20 @@ impl Proxy {
         }
     }
 
+    /// Counts what every service's accept loop reads in `process`, the
+    /// process's counters.
+    pub fn process_stats(self, process: Arc<Stats>) -> Proxy {
+        Proxy { process, ..self }
+    }
+
     /// Serves one client from start to end, then reports how it ended.
     /// Never panics on I/O and never returns an error: whatever happens is
     /// logged and ends only this connection.
-    pub fn handle(&self, job: Job) {
+    pub fn handle(&self, mut job: Job) {
+        let slot = job.slot.take();
         let outcome = self.serve(job);
         self.report.tell(&outcome);
+        drop(slot);
     }
 
     /// Clients waiting in the queue now (0 before the pool exists).
@@ -490,7 +507,7 @@ mod tests {
             256 * 1024,
             4,
             Arc::clone(&stats),
-            Arc::new(move |job: Job| proxy.handle(job)),
+            Arc::new(|job: Job| Arc::clone(&job.service).handle(job)),
         );
         let front = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut client = TcpStream::connect(front.local_addr().unwrap()).unwrap();
@@ -500,6 +517,8 @@ mod tests {
         let (accepted, peer) = front.accept().unwrap();
         let pick = scheduler.pick(peer.ip()).unwrap();
         pool.submit(Job {
+            service: proxy,
+            slot: None,
             route: Route::Picked(pick),
             client: accepted,
             peer,

@@ -39,6 +39,7 @@ impl Proxy {
             client,
             peer,
             queued_at,
+            ..
         } = job;
         let started = Instant::now();
         let queue_wait = self.taken(&client, queued_at, started);

@@ -1,0 +1,271 @@
+//! The services running now, with their threads: started at start-up and
+//! by a reload, stopped by a reload or at shutdown. The admin API and the
+//! reload read and change the list here.
+//!
+//! # Threads
+//!
+//! Each listening address has its accept loop on a thread of its own
+//! (`rodizio-accept`), stopped by its own [`Shutdown`], a child of the
+//! process's; each service has its health thread when checks are on.
+//! The list is behind a mutex, held to read or change it, never while a
+//! thread is joined.
+//!
+//! # Corresponds to the C article
+//!
+//! The C's `main()` runs its one accept loop on the main thread; here
+//! there is one loop per listening address, each blocking in `accept(2)`
+//! as the C's does.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::pool::Pool;
+use crate::proxy::Job;
+use crate::service::{Service, Shared};
+use crate::shutdown::Shutdown;
+
+/// The running services and what they share.
+pub struct Running {
+    pub(crate) shared: Shared,
+    pub(crate) pool: Arc<Pool<Job>>,
+    /// Stops everything here: every stop below is its child. Triggered
+    /// by the process's shutdown (see [`Running::stop_with`]).
+    shutdown: Shutdown,
+    services: Mutex<Vec<Entry>>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("services", &self.services.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One running service.
+struct Entry {
+    service: Arc<Service>,
+    loops: Vec<Loop>,
+    /// Its health thread and what stops it.
+    health: Option<(Shutdown, JoinHandle<()>)>,
+}
+
+/// One accept loop.
+struct Loop {
+    addr: SocketAddr,
+    stop: Shutdown,
+    thread: JoinHandle<()>,
+}
+
+/// Threads to join once they were told to stop.
+#[must_use = "join the threads, outside any lock"]
+pub(crate) struct Stopped(Vec<JoinHandle<()>>);
+
+impl Stopped {
+    /// Waits for every thread: an accept loop returns at once, a health
+    /// thread within one check's timeout.
+    pub(crate) fn join(self) {
+        for t in self.0 {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Running {
+    pub(crate) fn new(shared: Shared, pool: Arc<Pool<Job>>) -> Running {
+        Running {
+            shared,
+            pool,
+            shutdown: Shutdown::new(),
+            services: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Stops every service's threads when `shutdown` is triggered.
+    pub(crate) fn stop_with(&self, shutdown: &Shutdown) {
+        let all = self.shutdown.clone();
+        shutdown.on_trigger(move || all.trigger());
+    }
+
+    /// The services, in their order.
+    pub fn list(&self) -> Vec<Arc<Service>> {
+        self.services
+            .lock()
+            .iter()
+            .map(|e| Arc::clone(&e.service))
+            .collect()
+    }
+
+    /// The service named `name`.
+    pub fn find(&self, name: &str) -> Option<Arc<Service>> {
+        self.services
+            .lock()
+            .iter()
+            .find(|e| e.service.name() == name)
+            .map(|e| Arc::clone(&e.service))
+    }
+
+    /// The addresses the service `name` accepts clients on.
+    pub fn addrs(&self, name: &str) -> Vec<SocketAddr> {
+        self.services
+            .lock()
+            .iter()
+            .find(|e| e.service.name() == name)
+            .map(|e| e.loops.iter().map(|l| l.addr).collect())
+            .unwrap_or_default()
+    }
+
+    /// Starts `service`: an accept loop on each of `listeners`, and its
+    /// health thread.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when a thread cannot be started; what was started
+    /// for it is stopped again.
+    pub(crate) fn start(&self, service: Arc<Service>, listeners: Vec<TcpListener>) -> Result<()> {
+        let mut entry = Entry {
+            service: Arc::clone(&service),
+            loops: Vec::new(),
+            health: None,
+        };
+        let started = self
+            .spawn_loops(&service, listeners)
+            .map(|loops| entry.loops = loops)
+            .and_then(|()| {
+                let stop = self.shutdown.child();
+                let health = crate::health::spawn(
+                    Arc::clone(&service.live.scheduler),
+                    Arc::clone(&service.live.health),
+                    Arc::clone(&service.stats),
+                    stop.clone(),
+                )?;
+                entry.health = health.map(|t| (stop, t));
+                Ok(())
+            });
+        if let Err(err) = started {
+            stop_entry(entry).join();
+            return Err(err);
+        }
+        self.services.lock().push(entry);
+        Ok(())
+    }
+
+    /// Starts accept loops for `service` on `listeners`.
+    fn spawn_loops(&self, service: &Service, listeners: Vec<TcpListener>) -> Result<Vec<Loop>> {
+        let mut loops = Vec::new();
+        for listener in listeners {
+            let stop = self.shutdown.child();
+            let spawned = service
+                .acceptor(&listener, &self.pool, &stop, self.shared.access_log.clone())
+                .and_then(|acceptor| {
+                    let addr = listener
+                        .local_addr()
+                        .map_err(|e| Error::io("reading the listening address", e))?;
+                    std::thread::Builder::new()
+                        .name("rodizio-accept".into())
+                        .spawn(move || acceptor.run(&listener))
+                        .map(|thread| Loop {
+                            addr,
+                            stop: stop.clone(),
+                            thread,
+                        })
+                        .map_err(|e| Error::io("starting an accept thread", e))
+                });
+            match spawned {
+                Ok(l) => loops.push(l),
+                Err(err) => {
+                    stop.trigger();
+                    let threads = loops.into_iter().map(|l| {
+                        l.stop.trigger();
+                        l.thread
+                    });
+                    Stopped(threads.collect()).join();
+                    return Err(err);
+                }
+            }
+        }
+        Ok(loops)
+    }
+
+    /// Adds accept loops on `listeners` to the running service `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when a thread cannot be started.
+    #[allow(dead_code)] // The reload's, next.
+    pub(crate) fn listen_more(&self, name: &str, listeners: Vec<TcpListener>) -> Result<()> {
+        let Some(service) = self.find(name) else {
+            return Ok(());
+        };
+        let loops = self.spawn_loops(&service, listeners)?;
+        if let Some(e) = self
+            .services
+            .lock()
+            .iter_mut()
+            .find(|e| e.service.name() == name)
+        {
+            e.loops.extend(loops);
+        }
+        Ok(())
+    }
+
+    /// Stops the accept loops of the service `name` on `addrs`.
+    #[allow(dead_code)] // The reload's, next.
+    pub(crate) fn stop_listening(&self, name: &str, addrs: &[SocketAddr]) -> Stopped {
+        let mut threads = Vec::new();
+        if let Some(e) = self
+            .services
+            .lock()
+            .iter_mut()
+            .find(|e| e.service.name() == name)
+        {
+            let (stopping, kept) = e.loops.drain(..).partition(|l| addrs.contains(&l.addr));
+            e.loops = kept;
+            for l in stopping {
+                l.stop.trigger();
+                threads.push(l.thread);
+            }
+        }
+        Stopped(threads)
+    }
+
+    /// Stops the service `name`: no new client is accepted; those it has
+    /// are served to their end by the workers.
+    #[allow(dead_code)] // The reload's, next.
+    pub(crate) fn stop(&self, name: &str) -> Stopped {
+        let mut services = self.services.lock();
+        match services.iter().position(|e| e.service.name() == name) {
+            Some(i) => stop_entry(services.remove(i)),
+            None => Stopped(Vec::new()),
+        }
+    }
+
+    /// Every thread of every service, once the process's shutdown is
+    /// triggered (which stopped them all).
+    pub(crate) fn take_threads(&self) -> Stopped {
+        let mut threads = Vec::new();
+        for e in self.services.lock().iter_mut() {
+            threads.extend(e.loops.drain(..).map(|l| l.thread));
+            threads.extend(e.health.take().map(|(_, t)| t));
+        }
+        Stopped(threads)
+    }
+}
+
+/// Tells every thread of `entry` to stop.
+fn stop_entry(entry: Entry) -> Stopped {
+    let mut threads = Vec::new();
+    for l in entry.loops {
+        l.stop.trigger();
+        threads.push(l.thread);
+    }
+    if let Some((stop, t)) = entry.health {
+        stop.trigger();
+        threads.push(t);
+    }
+    Stopped(threads)
+}
