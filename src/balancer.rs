@@ -138,12 +138,13 @@ impl Balancer {
         );
         let _ = shared.queue_depth.set(pool.queue_len());
         let access_log = shared.access_log.clone();
+        let running = Arc::new(Running::new(shared, Arc::new(pool), &services));
         Ok(Balancer {
             config,
             services,
             listeners: listeners.0,
             local_addr,
-            running: Arc::new(Running::new(shared, Arc::new(pool))),
+            running,
             admin,
             reload: None,
             access_log,
@@ -246,6 +247,12 @@ impl Balancer {
         };
         let listeners = std::mem::take(&mut self.listeners);
         for (service, listeners) in self.services.iter().zip(listeners) {
+            let listeners = service
+                .config
+                .listen_addrs()
+                .into_iter()
+                .zip(listeners)
+                .collect();
             if let Err(err) = self.running.start(Arc::clone(service), listeners) {
                 shutdown.trigger();
                 self.running.take_threads().join();

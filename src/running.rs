@@ -28,6 +28,10 @@ use crate::proxy::Job;
 use crate::service::{Service, Shared};
 use crate::shutdown::Shutdown;
 
+/// Listening sockets, each with its address as configured (port 0 stays
+/// 0).
+pub(crate) type Bound = Vec<(SocketAddr, TcpListener)>;
+
 /// The running services and what they share.
 pub struct Running {
     pub(crate) shared: Shared,
@@ -56,6 +60,9 @@ struct Entry {
 
 /// One accept loop.
 struct Loop {
+    /// The address as configured (port 0 stays 0).
+    configured: SocketAddr,
+    /// The address bound (its real port).
     addr: SocketAddr,
     stop: Shutdown,
     thread: JoinHandle<()>,
@@ -76,12 +83,21 @@ impl Stopped {
 }
 
 impl Running {
-    pub(crate) fn new(shared: Shared, pool: Arc<Pool<Job>>) -> Running {
+    /// The list of `services`, not started yet (see [`Running::start`]).
+    pub(crate) fn new(shared: Shared, pool: Arc<Pool<Job>>, services: &[Arc<Service>]) -> Running {
+        let entries = services
+            .iter()
+            .map(|s| Entry {
+                service: Arc::clone(s),
+                loops: Vec::new(),
+                health: None,
+            })
+            .collect();
         Running {
             shared,
             pool,
             shutdown: Shutdown::new(),
-            services: Mutex::new(Vec::new()),
+            services: Mutex::new(entries),
         }
     }
 
@@ -119,45 +135,51 @@ impl Running {
             .unwrap_or_default()
     }
 
-    /// Starts `service`: an accept loop on each of `listeners`, and its
-    /// health thread.
+    /// Starts `service` (added to the list if it is not there): an
+    /// accept loop on each of `listeners` (with their configured
+    /// addresses), and its health thread.
     ///
     /// # Errors
     ///
     /// [`Error::Io`] when a thread cannot be started; what was started
-    /// for it is stopped again.
-    pub(crate) fn start(&self, service: Arc<Service>, listeners: Vec<TcpListener>) -> Result<()> {
-        let mut entry = Entry {
+    /// for it is stopped again, and the list is as it was.
+    pub(crate) fn start(&self, service: Arc<Service>, listeners: Bound) -> Result<()> {
+        let loops = self.spawn_loops(&service, listeners)?;
+        let stop = self.shutdown.child();
+        let health = crate::health::spawn(
+            Arc::clone(&service.live.scheduler),
+            Arc::clone(&service.live.health),
+            Arc::clone(&service.stats),
+            stop.clone(),
+        );
+        let entry = Entry {
             service: Arc::clone(&service),
-            loops: Vec::new(),
+            loops,
             health: None,
         };
-        let started = self
-            .spawn_loops(&service, listeners)
-            .map(|loops| entry.loops = loops)
-            .and_then(|()| {
-                let stop = self.shutdown.child();
-                let health = crate::health::spawn(
-                    Arc::clone(&service.live.scheduler),
-                    Arc::clone(&service.live.health),
-                    Arc::clone(&service.stats),
-                    stop.clone(),
-                )?;
-                entry.health = health.map(|t| (stop, t));
-                Ok(())
-            });
-        if let Err(err) = started {
-            stop_entry(entry).join();
-            return Err(err);
+        let health = match health {
+            Ok(h) => h.map(|t| (stop, t)),
+            Err(err) => {
+                stop_entry(entry).join();
+                return Err(err);
+            }
+        };
+        let mut services = self.services.lock();
+        let at = services
+            .iter()
+            .position(|e| Arc::ptr_eq(&e.service, &service));
+        let entry = Entry { health, ..entry };
+        match at {
+            Some(i) => services[i] = entry,
+            None => services.push(entry),
         }
-        self.services.lock().push(entry);
         Ok(())
     }
 
     /// Starts accept loops for `service` on `listeners`.
-    fn spawn_loops(&self, service: &Service, listeners: Vec<TcpListener>) -> Result<Vec<Loop>> {
+    fn spawn_loops(&self, service: &Service, listeners: Bound) -> Result<Vec<Loop>> {
         let mut loops = Vec::new();
-        for listener in listeners {
+        for (configured, listener) in listeners {
             let stop = self.shutdown.child();
             let spawned = service
                 .acceptor(&listener, &self.pool, &stop, self.shared.access_log.clone())
@@ -169,6 +191,7 @@ impl Running {
                         .name("rodizio-accept".into())
                         .spawn(move || acceptor.run(&listener))
                         .map(|thread| Loop {
+                            configured,
                             addr,
                             stop: stop.clone(),
                             thread,
@@ -196,8 +219,7 @@ impl Running {
     /// # Errors
     ///
     /// [`Error::Io`] when a thread cannot be started.
-    #[allow(dead_code)] // The reload's, next.
-    pub(crate) fn listen_more(&self, name: &str, listeners: Vec<TcpListener>) -> Result<()> {
+    pub(crate) fn listen_more(&self, name: &str, listeners: Bound) -> Result<()> {
         let Some(service) = self.find(name) else {
             return Ok(());
         };
@@ -214,7 +236,6 @@ impl Running {
     }
 
     /// Stops the accept loops of the service `name` on `addrs`.
-    #[allow(dead_code)] // The reload's, next.
     pub(crate) fn stop_listening(&self, name: &str, addrs: &[SocketAddr]) -> Stopped {
         let mut threads = Vec::new();
         if let Some(e) = self
@@ -223,7 +244,10 @@ impl Running {
             .iter_mut()
             .find(|e| e.service.name() == name)
         {
-            let (stopping, kept) = e.loops.drain(..).partition(|l| addrs.contains(&l.addr));
+            let (stopping, kept) = e
+                .loops
+                .drain(..)
+                .partition(|l| addrs.contains(&l.configured));
             e.loops = kept;
             for l in stopping {
                 l.stop.trigger();
@@ -235,7 +259,6 @@ impl Running {
 
     /// Stops the service `name`: no new client is accepted; those it has
     /// are served to their end by the workers.
-    #[allow(dead_code)] // The reload's, next.
     pub(crate) fn stop(&self, name: &str) -> Stopped {
         let mut services = self.services.lock();
         match services.iter().position(|e| e.service.name() == name) {

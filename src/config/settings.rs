@@ -256,6 +256,28 @@ pub fn keep_restart_only(new: &mut Config, old: &Config) -> Vec<&'static str> {
         .collect()
 }
 
+/// [`keep_restart_only`] for the settings of one `scope`: the process's
+/// at the file's top level, a service's in each service.
+pub fn keep_restart_only_in(scope: Scope, new: &mut Config, old: &Config) -> Vec<&'static str> {
+    SETTINGS
+        .iter()
+        .filter(|s| s.scope == scope && (s.keep)(new, old))
+        .map(|s| s.key)
+        .collect()
+}
+
+/// Gives each of `config`'s services its process-wide settings again
+/// (after a reload kept some at their running value).
+pub fn share_process(config: &mut Config) {
+    let top = Config {
+        services: Vec::new(),
+        ..config.clone()
+    };
+    for service in &mut config.services {
+        adopt_process(service, &top);
+    }
+}
+
 impl Config {
     /// Every setting with its value, as `(key, value)` in the config
     /// file's keys and the flags' notation (`3s`, `64k`): what `--help`
@@ -342,7 +364,7 @@ mod tests {
                 s.key
             );
         }
-        assert!(restart_only().any(|k| k == "listen"));
+        assert!(restart_only().any(|k| k == "workers"));
         assert!(!restart_only().any(|k| k == "connect_timeout"));
     }
 

@@ -22,7 +22,7 @@ macro_rules! settings_table {
     ($callback:ident) => {
         $callback! {
         /// Address to accept clients on (IPv4 or IPv6, e.g. `[::]:8080`).
-        listen: SocketAddr, "listen", Service, set(listen), restart[listen],
+        listen: SocketAddr, "listen", Service, set(listen), live,
             file Listen => hand,
             flag Option<SocketAddr> [short, value_parser = parse_listen],
             always |c: &Config| {

@@ -25,19 +25,24 @@
 //!
 //! No C counterpart: the C reads its backends once, at the prompt.
 
+mod service;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::backend::Backend;
-use crate::balancer::{Balancer, Live};
+use crate::balancer::Balancer;
 use crate::config::file::{self, Mode};
-use crate::config::{settings, Config, Overrides};
-use crate::error::{Error, Result};
-use crate::limiter::Limiter;
+use crate::config::settings::{self, Scope};
+use crate::config::{Config, Overrides};
+use crate::error::Result;
+use crate::listener;
 use crate::reaper::{self, Owner, Reaper};
+use crate::running::{Bound, Running};
+use crate::scheduler::Scheduler;
+use crate::service::Service;
 use crate::stats::Stats;
 use crate::units;
 
@@ -59,8 +64,13 @@ pub struct ReloadReport {
     pub reweighted: usize,
     /// Other settings changed live (the algorithm included).
     pub settings_changed: usize,
-    /// Settings that differ in the file but need a restart: kept.
-    pub needs_restart: Vec<&'static str>,
+    /// Services started.
+    pub services_added: usize,
+    /// Services stopped (their clients are served to the end).
+    pub services_removed: usize,
+    /// Settings that differ in the file but need a restart: kept. A
+    /// service's are written `service: key` when there are several.
+    pub needs_restart: Vec<String>,
 }
 
 /// Reloads the config file into a running balancer. Cheap to clone; every
@@ -77,57 +87,47 @@ struct Inner {
     /// The flags given at start-up (and backends typed at the prompt):
     /// they still win over the file.
     flags: Overrides,
-    /// What a reload changes.
-    live: Live,
+    /// The services, which a reload changes, adds and stops.
+    running: Arc<Running>,
     /// Where reloads are counted.
     stats: Arc<Stats>,
     /// The settings running now; the lock serializes reloads.
-    running: Mutex<Running>,
-    /// Removes the backends drained by a reload once their last
-    /// connection ends (or at `drain_timeout`).
-    reaper: Reaper,
+    state: Mutex<State>,
+    /// Per service (by its scheduler): removes the backends drained by a
+    /// reload once their last connection ends (or at `drain_timeout`).
+    reapers: Mutex<Vec<(Arc<Scheduler>, Reaper)>>,
 }
 
 #[derive(Debug)]
-struct Running {
+struct State {
     config: Config,
     mode: Mode,
+}
+
+/// What `prepare` decided, for `apply`.
+struct Plan {
+    config: Config,
+    changed: Vec<service::Plan>,
+    added: Vec<(Arc<Service>, Bound)>,
+    removed: Vec<String>,
+    needs_restart: Vec<String>,
 }
 
 impl Reloader {
     /// A reloader for `balancer`, reading `path` under `flags` (the
     /// start-up flags, with the prompt's backends if it asked).
     pub fn new(path: impl Into<PathBuf>, flags: Overrides, balancer: &Balancer) -> Reloader {
-        Reloader::from_parts(
-            path,
-            flags,
-            balancer.live(),
-            balancer.stats(),
-            balancer.config().clone(),
-        )
-    }
-
-    /// [`Reloader::new`] from the parts: the live values, the stats, and
-    /// the configuration running now.
-    pub fn from_parts(
-        path: impl Into<PathBuf>,
-        flags: Overrides,
-        live: Live,
-        stats: Arc<Stats>,
-        running: Config,
-    ) -> Reloader {
-        let reaper = Reaper::new(Arc::clone(&live.scheduler), Owner::Reload, None);
         Reloader {
             inner: Arc::new(Inner {
                 path: path.into(),
                 flags,
-                live,
-                stats,
-                running: Mutex::new(Running {
-                    config: running,
+                running: balancer.running(),
+                stats: balancer.stats(),
+                state: Mutex::new(State {
+                    config: balancer.config().clone(),
                     mode: Mode::LoadBalancer,
                 }),
-                reaper,
+                reapers: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -143,12 +143,14 @@ impl Reloader {
     ///
     /// # Errors
     ///
-    /// [`Error::ConfigFile`] (or another usage error) when the file cannot
-    /// be read or is not valid; nothing was changed then.
+    /// [`Error::ConfigFile`](crate::Error::ConfigFile) (or another usage
+    /// error) when the file cannot be read or is not valid, or
+    /// [`Error::Bind`](crate::Error::Bind) when a new listening
+    /// address cannot be bound; nothing was changed then.
     pub fn reload(&self) -> Result<ReloadReport> {
         let inner = &self.inner;
-        let mut running = inner.running.lock();
-        let plan = match self.prepare(&running) {
+        let mut state = inner.state.lock();
+        let plan = match self.prepare(&state) {
             Ok(plan) => plan,
             Err(err) => {
                 Stats::incr(&inner.stats.reloads_failed);
@@ -156,7 +158,7 @@ impl Reloader {
                 return Err(err);
             }
         };
-        let report = self.apply(&mut running, plan);
+        let report = self.apply(&mut state, plan);
         Stats::incr(&inner.stats.reloads_ok);
         if !report.needs_restart.is_empty() {
             log::warn!("{}", restart_warning(&report.needs_restart));
@@ -165,201 +167,162 @@ impl Reloader {
         Ok(report)
     }
 
-    /// Everything that can fail: read, validate, resolve new backends.
-    fn prepare(&self, running: &Running) -> Result<Plan> {
+    /// The reaper of `service`'s drained backends.
+    fn reaper(&self, service: &Service) -> Reaper {
+        let mut reapers = self.inner.reapers.lock();
+        // Stopped services' reapers go with them.
+        let running = self.inner.running.list();
+        reapers.retain(|(s, _)| running.iter().any(|r| Arc::ptr_eq(&r.live.scheduler, s)));
+        let scheduler = &service.live.scheduler;
+        if let Some((_, r)) = reapers.iter().find(|(s, _)| Arc::ptr_eq(s, scheduler)) {
+            return r.clone();
+        }
+        let r = Reaper::new(Arc::clone(scheduler), Owner::Reload, None);
+        reapers.push((Arc::clone(scheduler), r.clone()));
+        r
+    }
+
+    /// Everything that can fail: read, validate, resolve new backends,
+    /// bind new addresses.
+    fn prepare(&self, state: &State) -> Result<Plan> {
         let inner = &self.inner;
         let file = file::load(&inner.path)?;
         let mut config = file.settle(&inner.flags)?;
         file.require_backends(&config)?;
         let from_file = !inner.flags.given().contains(&"backends");
-        let list = inner.live.scheduler.snapshot();
-        let retiring: Vec<u64> = inner.reaper.watched();
-        let mut unmatched: Vec<Arc<Backend>> = list.to_vec();
-        let mut plan = Plan::default();
-        for spec in &config.backends {
-            let name = spec.name();
-            match unmatched.iter().position(|b| b.name() == name) {
-                Some(pos) => {
-                    let b = unmatched.remove(pos);
-                    if b.weight() != spec.weight {
-                        plan.reweight.push((Arc::clone(&b), spec.weight));
-                    }
-                    if retiring.contains(&b.id()) {
-                        plan.restore.push(b);
-                    }
+        let mut needs_restart: Vec<String> =
+            settings::keep_restart_only_in(Scope::Process, &mut config, &state.config)
+                .into_iter()
+                .map(String::from)
+                .collect();
+        settings::share_process(&mut config);
+        if file.mode != state.mode {
+            needs_restart.push("mode".into());
+        }
+        let several = config.services.len() > 1 || state.config.services.len() > 1;
+        let old_list: Vec<Config> = state.config.service_list().into_iter().cloned().collect();
+        let mut plan = Plan {
+            config: Config::default(),
+            changed: Vec::new(),
+            added: Vec::new(),
+            removed: Vec::new(),
+            needs_restart,
+        };
+        for new in config.service_list() {
+            let name = new.name.as_str();
+            let running = inner.running.find(name);
+            match (running, old_list.iter().find(|o| o.name == name)) {
+                (Some(service), Some(old)) => {
+                    let reaper = self.reaper(&service);
+                    let one =
+                        service::prepare(&service, old, new.clone(), &reaper, &file, from_file)?;
+                    plan.needs_restart.extend(one.needs_restart.iter().map(|k| {
+                        if several {
+                            format!("{name}: {k}")
+                        } else {
+                            k.to_string()
+                        }
+                    }));
+                    plan.changed.push(one);
                 }
-                None => {
-                    let send_proxy = spec.send_proxy.or(running.config.send_proxy);
-                    let backend = Backend::from_spec(spec)
-                        .map_err(|e| match e {
-                            Error::InvalidBackend(msg) if from_file => {
-                                file.error_at("backends", msg)
-                            }
-                            other => other,
-                        })?
-                        .with_send_proxy(send_proxy);
-                    plan.add.push(Arc::new(backend));
+                _ => {
+                    let bound = listener::open(new)?;
+                    let service = Service::build(new.clone(), &inner.running.shared)?;
+                    let bound = new.listen_addrs().into_iter().zip(bound).collect();
+                    plan.added.push((Arc::new(service), bound));
                 }
             }
         }
-        plan.drain = unmatched
-            .into_iter()
-            .filter(|b| !retiring.contains(&b.id()))
+        plan.removed = old_list
+            .iter()
+            .filter(|o| !config.service_list().iter().any(|n| n.name == o.name))
+            .map(|o| o.name.clone())
             .collect();
-        plan.needs_restart = settings::keep_restart_only(&mut config, &running.config);
-        if file.mode != running.mode {
-            plan.needs_restart.push("mode");
+        // The kept restart-only values, in the configuration that runs.
+        for one in &plan.changed {
+            if let Some(s) = config_service(&mut config, one.service.name()) {
+                *s = one.config.clone();
+            }
         }
         plan.config = config;
         Ok(plan)
     }
 
-    /// Changes the live values as planned; cannot fail.
-    fn apply(&self, running: &mut Running, plan: Plan) -> ReloadReport {
-        let live = &self.inner.live;
-        let config = plan.config;
-        // What runs now, as the live values say (an admin request may have
-        // changed them since the last reload).
-        let mut before = running.config.clone();
-        before.algorithm = live.scheduler.algorithm();
-        before.proxy = current(&live.proxy);
-        before.health = current(&live.health);
-        before.rate_limit = live.limiter.load().as_ref().map(|l| l.config().clone());
-        let mut parts = Vec::new();
+    /// Changes the services as planned; cannot fail (a thread that cannot
+    /// start is logged).
+    fn apply(&self, state: &mut State, plan: Plan) -> ReloadReport {
+        let inner = &self.inner;
         let mut report = ReloadReport {
             needs_restart: plan.needs_restart,
             ..ReloadReport::default()
         };
-        self.apply_backends(
-            plan.add,
-            &plan.restore,
-            &plan.reweight,
-            &mut parts,
-            &mut report,
-        );
-        self.apply_settings(&before, &config, &mut parts, &mut report);
-        if !plan.drain.is_empty() {
-            let deadline = Instant::now() + config.drain_timeout;
-            for b in &plan.drain {
-                b.set_draining(true);
-                let n = b.active() + b.pending();
-                parts.push(format!(
-                    "draining {} ({})",
-                    b.name(),
-                    units::count(n as u64, "connection")
-                ));
-                if let Err(err) = self.inner.reaper.watch(Arc::clone(b), Some(deadline)) {
-                    // The backend stays in the list, draining: harmless.
-                    log::warn!("reload: could not start the reaper thread: {err}");
-                }
-            }
-            report.draining = plan.drain.len();
+        let several = plan.config.services.len() > 1 || state.config.services.len() > 1;
+        let mut sections = Vec::new();
+        // Stopped first: a new service may take over one's address.
+        for name in &plan.removed {
+            let active = inner.running.find(name).map_or(0, |s| s.stats.own().active);
+            inner.running.stop(name).join();
+            sections.push(format!(
+                "service {name} stopped ({} finishing)",
+                units::count(active, "connection")
+            ));
+            report.services_removed += 1;
         }
-        report.summary = if parts.is_empty() {
+        let old_list: Vec<Config> = state.config.service_list().into_iter().cloned().collect();
+        for one in plan.changed {
+            let name = one.service.name().to_string();
+            let old = old_list
+                .iter()
+                .find(|o| o.name == name)
+                .cloned()
+                .unwrap_or_default();
+            let reaper = self.reaper(&one.service);
+            let mut parts = Vec::new();
+            service::apply(one, &old, &inner.running, &reaper, &mut parts, &mut report);
+            if parts.is_empty() {
+                continue;
+            }
+            sections.push(if several {
+                format!("service {name}: {}", parts.join(", "))
+            } else {
+                parts.join(", ")
+            });
+        }
+        for (service, listeners) in plan.added {
+            let name = service.name().to_string();
+            let addrs: Vec<String> = listeners.iter().map(|(a, _)| a.to_string()).collect();
+            match inner.running.start(service, listeners) {
+                Ok(()) => {
+                    sections.push(format!("service {name} started on {}", addrs.join(", ")));
+                    report.services_added += 1;
+                }
+                Err(err) => log::error!("reload: service {name} could not start: {err}"),
+            }
+        }
+        report.summary = if sections.is_empty() {
             "reload: no change".to_string()
         } else {
-            format!("reload: {}", parts.join(", "))
+            format!("reload: {}", sections.join("; "))
         };
-        running.config = config;
+        state.config = plan.config;
         report
     }
+}
 
-    /// Adds the new backends, serves again the restored ones and sets the
-    /// new weights, saying each in `parts`.
-    fn apply_backends(
-        &self,
-        add: Vec<Arc<Backend>>,
-        restore: &[Arc<Backend>],
-        reweight: &[(Arc<Backend>, u32)],
-        parts: &mut Vec<String>,
-        report: &mut ReloadReport,
-    ) {
-        let live = &self.inner.live;
-        // New backends first, drains last: never a moment with fewer
-        // backends than both lists share.
-        if !add.is_empty() {
-            let names: Vec<&str> = add.iter().map(|b| b.name()).collect();
-            parts.push(format!(
-                "+{} ({})",
-                units::count(add.len() as u64, "backend"),
-                names.join(", ")
-            ));
-            report.added = add.len();
-            for b in add {
-                live.scheduler.add(b);
-            }
-        }
-        if !restore.is_empty() {
-            for b in restore {
-                self.inner.reaper.forget(b.id());
-                b.set_draining(false);
-                parts.push(format!("serving {} again", b.name()));
-            }
-            report.restored = restore.len();
-        }
-        for (b, weight) in reweight {
-            parts.push(format!("weight {} {} → {weight}", b.name(), b.weight()));
-            live.scheduler.set_weight(b.id(), *weight);
-        }
-        report.reweighted = reweight.len();
+/// The service `name` of `config` (itself when it has no `services`).
+fn config_service<'a>(config: &'a mut Config, name: &str) -> Option<&'a mut Config> {
+    if config.services.is_empty() {
+        return (config.name == name).then_some(config);
     }
-
-    /// Sets the algorithm, the proxy's, health's and the rate limit's
-    /// settings that changed from `before`, saying each in `parts`.
-    fn apply_settings(
-        &self,
-        before: &Config,
-        config: &Config,
-        parts: &mut Vec<String>,
-        report: &mut ReloadReport,
-    ) {
-        let live = &self.inner.live;
-        if before.algorithm != config.algorithm {
-            parts.push(format!(
-                "algorithm {} → {}",
-                before.algorithm, config.algorithm
-            ));
-            live.scheduler.set_algorithm(config.algorithm);
-            report.settings_changed += 1;
-        }
-        if before.proxy != config.proxy {
-            live.proxy.store(Arc::new(config.proxy.clone()));
-        }
-        if before.health != config.health {
-            live.health.store(Arc::new(config.health.clone()));
-        }
-        if before.rate_limit != config.rate_limit {
-            match config.rate_limit.as_ref().map(|c| {
-                Limiter::with_store(c, &config.rate_limit_store, Arc::clone(&self.inner.stats))
-            }) {
-                None => live.limiter.store(None),
-                Some(Ok(limiter)) => live.limiter.store(Some(Arc::new(limiter))),
-                Some(Err(err)) => log::error!("reload: the rate limit stays as it was: {err}"),
-            }
-        }
-        let old: Vec<(&str, String)> = before.describe();
-        for (key, value) in config.describe() {
-            if matches!(key, "backends" | "algorithm") {
-                continue;
-            }
-            // The rate limit's details are listed only when it was on and
-            // stays on; `rate_limit` itself says "off → 10/1s".
-            let Some((_, was)) = old.iter().find(|(k, _)| *k == key) else {
-                continue;
-            };
-            if *was != value {
-                parts.push(format!("{key} {was} → {value}"));
-                report.settings_changed += 1;
-            }
-        }
-    }
+    config.services.iter_mut().find(|s| s.name == name)
 }
 
 /// The warning about settings a reload cannot change, in plain English:
 /// `reload: workers needs a restart to change; its running value stays`,
 /// `reload: listen, workers and mode need a restart ...`.
-fn restart_warning(keys: &[&str]) -> String {
-    let list = match keys {
+fn restart_warning<S: AsRef<str>>(keys: &[S]) -> String {
+    let keys: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
+    let list = match keys.as_slice() {
         [] => String::new(),
         [one] => one.to_string(),
         [first @ .., last] => format!("{} and {last}", first.join(", ")),
@@ -371,27 +334,13 @@ fn restart_warning(keys: &[&str]) -> String {
     }
 }
 
-/// What `prepare` decided, for `apply`.
-#[derive(Debug, Default)]
-struct Plan {
-    config: Config,
-    add: Vec<Arc<Backend>>,
-    restore: Vec<Arc<Backend>>,
-    reweight: Vec<(Arc<Backend>, u32)>,
-    drain: Vec<Arc<Backend>>,
-    needs_restart: Vec<&'static str>,
-}
-
-/// A copy of what an `ArcSwap` holds now.
-fn current<T: Clone>(swap: &arc_swap::ArcSwap<T>) -> T {
-    T::clone(&swap.load())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use crate::scheduler::Algorithm;
     use std::io::Write;
+    use std::time::Instant;
 
     fn assert_send_sync<T: Send + Sync + Clone>() {}
 
@@ -569,6 +518,54 @@ mod tests {
         assert!(!second.is_draining());
         drop(held);
         assert_eq!(s.names(), ["127.0.0.1:1", "127.0.0.1:2"]);
+    }
+
+    fn service_names(s: &Setup) -> Vec<String> {
+        let running = s.balancer.running().list();
+        running.iter().map(|x| x.name().to_string()).collect()
+    }
+
+    #[test]
+    fn services_are_added_changed_and_stopped_by_name() {
+        let s = Setup::new(
+            "services",
+            r#"{"services": [
+                {"name": "a", "listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"]},
+                {"name": "b", "listen": "127.0.0.1:0", "backends": ["127.0.0.1:2"]}]}"#,
+        );
+        assert_eq!(service_names(&s), ["a", "b"]);
+        let b = s.balancer.running().find("b").unwrap();
+        s.write(
+            r#"{"services": [
+                {"name": "b", "listen": "127.0.0.1:0", "backends": ["127.0.0.1:2"],
+                 "algorithm": "least-connections", "send_proxy": "v2"},
+                {"name": "c", "listen": "127.0.0.1:0", "backends": ["127.0.0.1:3"]}]}"#,
+        );
+        let r = s.reloader.reload().unwrap();
+        assert_eq!((r.services_added, r.services_removed), (1, 1), "{r:?}");
+        assert_eq!(r.needs_restart, ["b: send_proxy"]);
+        assert_eq!(
+            r.summary,
+            "reload: service a stopped (0 connections finishing); \
+             service b: algorithm round-robin → least-connections; \
+             service c started on 127.0.0.1:0"
+        );
+        assert_eq!(service_names(&s), ["b", "c"]);
+        assert_eq!(b.live.scheduler.algorithm(), Algorithm::LeastConnections);
+        // An address that cannot be bound fails the whole reload.
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        s.write(&format!(
+            r#"{{"services": [
+                {{"name": "b", "listen": "127.0.0.1:0", "backends": ["127.0.0.1:2"],
+                  "algorithm": "round-robin"}},
+                {{"name": "d", "listen": "127.0.0.1:{port}", "backends": ["127.0.0.1:4"]}}]}}"#
+        ));
+        let err = s.reloader.reload().unwrap_err();
+        assert!(matches!(err, Error::Bind { .. }), "{err}");
+        assert_eq!(service_names(&s), ["b", "c"]);
+        assert_eq!(b.live.scheduler.algorithm(), Algorithm::LeastConnections);
+        s.balancer.running().stop("c").join();
     }
 
     #[test]
