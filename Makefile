@@ -25,6 +25,10 @@ lint:
 doc:
 	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
 
+# rodizio beside HAProxy, nginx stream and the naive relay, each process in a
+# session of its own: throughput, p50/p99/p99.9, CPU and run-queue wait per
+# request, into docs/benchmarks.md and docs/benchmarks.png (about 10 minutes;
+# bench-quick about 2, run before and after changes to the data path).
 bench:
 	scripts/bench.sh
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# rodizio beside HAProxy and nginx's stream module, in one run on loopback.
+# rodizio beside HAProxy, nginx's stream module and the smallest
+# thread-per-connection relay (scripts/bench/naive-relay.c), in one run on
+# loopback.
 #
 #   scripts/bench.sh            full run (5 rounds, about 10 minutes)
-#   scripts/bench.sh --quick    3 short rounds, under 4 minutes
+#   scripts/bench.sh --quick    3 short rounds, about 2 minutes
 #   scripts/bench.sh --rounds N
 #   RODIZIO_FLAGS="--yield-before-poll --defer-accept" scripts/bench.sh --quick
 #                               every rodizio instance gets these flags too
@@ -10,10 +12,18 @@
 # It installs what is missing (apt-get), builds rodizio in release mode,
 # starts the backends (nginx serving a 612-byte and a 1 MiB file on three
 # ports, redis-server, iperf3) and the proxies in front of them (rodizio,
-# HAProxy in mode tcp, nginx stream, and "direct": no proxy at all), runs
-# each workload through each proxy in interleaved rounds (A B C D, A B C D,
-# ...) so the machine's drift hits all alike, and stops everything it
-# started, by PID, on exit or Ctrl-C.
+# the naive relay, HAProxy in mode tcp, nginx stream, and "direct": no proxy
+# at all), runs each workload through each proxy in interleaved rounds
+# (A B C D, A B C D, ...) so the machine's drift hits all alike, and stops
+# everything it started, by PID, on exit or Ctrl-C.
+#
+# Every server and every load generator runs in a session of its own
+# (setsid), as separate services do: with kernel.sched_autogroup_enabled=1
+# each session is a scheduling group, and a saturated CPU is shared fairly
+# between the groups, not between the threads (docs/benchmarks.md says why
+# that matters). For each workload and proxy it records throughput, the
+# 50th, 99th and 99.9th percentile latency, the proxy's CPU time and the
+# time its threads waited in the run queue (/proc/PID/task/*/schedstat).
 #
 # Raw results and logs go to bench-out/; the final table goes to
 # docs/benchmarks.md and the chart to docs/benchmarks.png.
@@ -33,7 +43,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1; ROUNDS=3 ;;
     --rounds) ROUNDS=$2; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "unknown option: $1" >&2; exit 2 ;;
   esac
   shift
@@ -47,7 +57,10 @@ fi
 
 OUT=$ROOT/bench-out
 DOCS=$ROOT/docs
-PROXIES=(rodizio haproxy nginx direct)
+# The naive relay (the model at its smallest: a detached thread per
+# connection, no pool) is the yardstick for small messages, where the
+# model's price shows.
+PROXIES=(rodizio naive haproxy nginx direct)
 # rodizio --splice runs the bulk workloads too (the small-message ones see
 # no difference from zero copy, and the run stays short).
 BULK_PROXIES=(rodizio rodizio-splice haproxy nginx direct)
@@ -55,8 +68,9 @@ WORKLOADS=(short keepalive bulk iperf redis)
 
 # Ports (loopback only). Backends, then one front port per proxy and kind.
 B1=18081; B2=18082; B3=18083; REDIS=18379; IPERF=18520
-declare -A HTTP_PORT=([rodizio]=18101 [haproxy]=18102 [nginx]=18103 [rodizio-splice]=18104 [direct]=$B1)
-declare -A REDIS_PORT=([rodizio]=18201 [haproxy]=18202 [nginx]=18203 [direct]=$REDIS)
+declare -A HTTP_PORT=([rodizio]=18101 [haproxy]=18102 [nginx]=18103 [rodizio-splice]=18104
+                      [naive]=18105 [direct]=$B1)
+declare -A REDIS_PORT=([rodizio]=18201 [haproxy]=18202 [nginx]=18203 [naive]=18204 [direct]=$REDIS)
 declare -A IPERF_PORT=([rodizio]=18301 [haproxy]=18302 [nginx]=18303 [rodizio-splice]=18304 [direct]=$IPERF)
 
 log() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -75,6 +89,8 @@ install_missing() {
   command -v ab >/dev/null || need+=(apache2-utils)
   command -v gnuplot >/dev/null || need+=(gnuplot-nox)
   command -v python3 >/dev/null || need+=(python3)
+  command -v gcc >/dev/null || need+=(gcc)
+  [ -f /usr/include/pthread.h ] || need+=(libc6-dev)
   if [ ${#need[@]} -gt 0 ]; then
     log "installing: ${need[*]}"
     local sudo=""
@@ -98,7 +114,7 @@ stream_module() {
 
 # ---------------------------------------------------------------- processes
 STARTED=()          # every PID this script started, stopped on exit
-declare -A PIDS     # proxy -> comma-separated PIDs to measure
+declare -A PIDS     # proxy/kind (kind: http, redis, iperf) -> comma-separated PIDs to measure
 declare -A IDLE_PIDS
 
 cleanup() {
@@ -115,23 +131,64 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "interrupted"; exit 130' INT TERM
 
-# start NAME CMD...: runs CMD in the background, logging to $OUT/NAME.log.
+# stat_field PID N: field N of /proc/PID/stat counted after the command
+# name (4 is the session, 12 and 13 utime and stime); empty once PID is
+# gone. Builtins only: it runs around every workload.
+stat_field() {
+  local line f
+  { read -r line <"/proc/$1/stat"; } 2>/dev/null || return 0
+  read -ra f <<<"${line##*) }"
+  echo "${f[$2 - 1]}"
+}
+
+# start NAME CMD...: runs CMD in the background in a session of its own,
+# logging to $OUT/NAME.log. setsid without --fork keeps the PID ($! is the
+# command itself, which is what stop and the exit trap kill): it forks only
+# when its caller leads a process group, which a background job of a script
+# without job control never does, and the check below says so if it ever did.
 start() {
-  local name=$1; shift
-  "$@" >"$OUT/$name.log" 2>&1 &
-  STARTED+=($!)
+  local name=$1 sid; shift
+  setsid "$@" >"$OUT/$name.log" 2>&1 &
   LAST_PID=$!
+  STARTED+=("$LAST_PID")
+  for _ in $(seq 100); do
+    sid=$(stat_field "$LAST_PID" 4)
+    [ "$sid" = "$LAST_PID" ] && break
+    [ -n "$sid" ] || { echo "$name exited at start; see $OUT/$name.log" >&2; exit 1; }
+    sleep 0.01
+  done
+  [ "$sid" = "$LAST_PID" ] || { echo "$name (pid $LAST_PID) did not get a session of its own" >&2; exit 1; }
+  printf '%s\t%s\t%s\n' "$name" "$LAST_PID" "$(cat "/proc/$LAST_PID/autogroup" 2>/dev/null || echo -)" \
+    >>"$OUT/sessions.tsv"
+}
+
+forget() {  # PID: no longer stopped by the exit trap
+  local keep=() p
+  for p in "${STARTED[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  STARTED=("${keep[@]}")
 }
 
 # stop PID: TERM, wait up to 5s, then KILL; forgotten by the exit trap.
 stop() {
-  local pid=$1 keep=() p
+  local pid=$1
   kill -TERM "$pid" 2>/dev/null || true
   for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
-  for p in "${STARTED[@]}"; do [ "$p" = "$pid" ] || keep+=("$p"); done
-  STARTED=("${keep[@]}")
+  forget "$pid"
+}
+
+# load FILE SECS CMD...: runs a load generator in a session of its own,
+# output to FILE, and waits for it. timeout (whose PID the exit trap stops;
+# it passes the signal on) bounds it; setsid, a child of timeout, which
+# leads its own process group, does not fork.
+load() {
+  local f=$1 secs=$2 pid; shift 2
+  timeout "$secs" setsid "$@" >"$f" 2>&1 &
+  pid=$!
+  STARTED+=("$pid")
+  wait "$pid" || true
+  forget "$pid"
 }
 
 # nginx_pids MASTER: the master and its two workers, comma-separated (their
@@ -159,129 +216,164 @@ port_free() {
   ! ss -ltnH "sport = :$1" | grep -q LISTEN
 }
 
-# Sum of user+system CPU ticks of the given PIDs (all their threads).
+# Sum of user+system CPU ticks of the given PIDs (all their threads, the
+# ended ones included).
 cpu_ticks() {
-  local pid total=0 t
+  local pid total=0 line f
   for pid in ${1//,/ }; do
-    t=$(sed 's/^.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')
-    total=$((total + t))
+    { read -r line <"/proc/$pid/stat"; } 2>/dev/null || continue
+    read -ra f <<<"${line##*) }"
+    total=$((total + f[11] + f[12]))
   done
   echo "$total"
 }
 
+# sched_snap PIDS: one line per live thread of the PIDs, "tid run_ns
+# wait_ns" from /proc/PID/task/TID/schedstat (time on the CPU, time waiting
+# in the run queue), then a line "-". A thread may end while it is read: it
+# is left out.
+sched_snap() {
+  local pid t r w _
+  for pid in ${1//,/ }; do
+    for t in /proc/"$pid"/task/*; do
+      { read -r r w _ <"$t/schedstat"; } 2>/dev/null && echo "${t##*/} $r $w"
+    done
+  done
+  echo -
+}
+
+# sched_watch PIDS FILE: a sched_snap every quarter second, appended to
+# FILE, until killed. A thread that ends during a workload (the naive
+# relay's, at the end of each connection) leaves its last sample behind.
+sched_watch() {
+  while :; do sched_snap "$1"; sleep 0.25; done >>"$2"
+}
+
+# sched_delta BEFORE SAMPLES: "run_ns wait_ns peak_threads": what each
+# thread gained from BEFORE to its last sample (a thread born meanwhile
+# counts from zero), summed, and the most threads in one sample. Threads
+# that lived between two samples are missing; the report compares run_ns
+# with the CPU ticks, which do count them, and marks the wait as a lower
+# bound when too much is missing.
+sched_delta() {
+  awk 'FILENAME == ARGV[1] {if ($1 != "-") {r[$1] = $2; w[$1] = $3}; next}
+       $1 == "-" {if (n > peak) peak = n; n = 0; next}
+       {n++; lr[$1] = $2; lw[$1] = $3}
+       END {
+         for (t in lr) {
+           dr = lr[t] - r[t]; dw = lw[t] - w[t]
+           if (dr < 0 || dw < 0) {dr = lr[t]; dw = lw[t]}  # a reused thread id
+           R += dr; W += dw
+         }
+         printf "%.0f %.0f %d\n", R, W, peak
+       }' "$1" "$2"
+}
+
 # Sum of a /proc/PID/status field (kB or count) over the given PIDs.
 status_sum() {
-  local pid total=0 v
+  local pid total=0 k v _
   for pid in ${1//,/ }; do
-    v=$(awk -v f="$2:" '$1 == f {print $2}' "/proc/$pid/status")
-    total=$((total + ${v:-0}))
+    while read -r k v _; do
+      [ "$k" = "$2:" ] && total=$((total + v))
+    done <"/proc/$pid/status"
   done
   echo "$total"
 }
 
 # ---------------------------------------------------------------- workloads
-# Each run_* prints: throughput p99_ms errors units
-#   units = requests (short, keepalive, redis) or bytes (bulk, iperf),
-#   the denominator of the CPU-per-unit figure.
+# Each load_* runs its load generator against PORT, its output to FILE
+# (ab also writes every request's times to FILE.times); parse.py reads them.
 
-run_short() {
-  local f=$1 port=$2
-  timeout 120 ab -q -n "$SHORT_N" -c 100 -r "http://127.0.0.1:$port/small.html" >"$f" 2>&1 || true
-  awk -v n="$SHORT_N" '
-    /^Complete requests:/ {c=$3} /^Failed requests:/ {e=$3} /^Non-2xx responses:/ {x=$3}
-    /^Requests per second:/ {r=$4} /^ +99%/ {p=$2}
-    END {printf "%s %s %d %d\n", (r==""?0:r), (p==""?"nan":p), (n-c)+e+x, c}' "$f"
+load_short() {  # FILE PORT
+  load "$1" 120 ab -q -n "$SHORT_N" -c 100 -r -g "$1.times" "http://127.0.0.1:$2/small.html"
 }
 
-run_keepalive() {
-  local f=$1 port=$2
-  timeout $((WRK_SECS + 30)) wrk -t2 -c100 -d"${WRK_SECS}s" --latency \
-    "http://127.0.0.1:$port/small.html" >"$f" 2>&1 || true
-  awk '
-    function ms(v) { if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0;
-                     if (v ~ /m$/) return v*60000; if (v ~ /s$/) return v*1000; return v }
-    /^Requests\/sec:/ {r=$2} /^ +99%/ {p=ms($2)} / requests in / {n=$1}
-    /Socket errors:/ {gsub(",", ""); e=$4+$6+$8+$10}
-    /Non-2xx or 3xx responses:/ {x=$5}
-    END {printf "%s %s %d %d\n", (r==""?0:r), (p==""?"nan":p), e+x, n}' "$f"
+load_keepalive() {
+  load "$1" $((WRK_SECS + 30)) wrk -t2 -c100 -d"${WRK_SECS}s" --latency \
+    -s "$ROOT/scripts/bench/latency.lua" "http://127.0.0.1:$2/small.html"
 }
 
-run_bulk() {
-  local f=$1 port=$2
-  timeout 120 ab -q -n "$BULK_N" -c 10 -r "http://127.0.0.1:$port/1m.bin" >"$f" 2>&1 || true
-  awk -v n="$BULK_N" '
-    /^Complete requests:/ {c=$3} /^Failed requests:/ {e=$3} /^Non-2xx responses:/ {x=$3}
-    /^Time taken for tests:/ {t=$5} /^Total transferred:/ {b=$3} /^ +99%/ {p=$2}
-    END {printf "%.1f %s %d %d\n", (t>0 ? b/1e6/t : 0), (p==""?"nan":p), (n-c)+e+x, b}' "$f"
+load_bulk() {
+  load "$1" 120 ab -q -n "$BULK_N" -c 10 -r -g "$1.times" "http://127.0.0.1:$2/1m.bin"
 }
 
-run_iperf() {
-  local f=$1 port=$2
-  timeout $((IPERF_SECS + 20)) iperf3 -c 127.0.0.1 -p "$port" -t "$IPERF_SECS" -J >"$f" 2>&1 || true
-  python3 - "$f" <<'EOF'
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-    r = d["end"]["sum_received"]
-    print(f'{r["bits_per_second"] / 8e6:.1f} nan 0 {int(r["bytes"])}')
-except Exception:
-    print("0 nan 1 0")
-EOF
+load_iperf() {
+  load "$1" $((IPERF_SECS + 20)) iperf3 -c 127.0.0.1 -p "$2" -t "$IPERF_SECS" -J
 }
 
-run_redis() {
-  local f=$1 port=$2
-  timeout 120 redis-benchmark -h 127.0.0.1 -p "$port" -n "$REDIS_N" -c 50 -t set,get --csv >"$f" 2>&1 || true
-  # CSV: "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms",
-  #      "p95_latency_ms","p99_latency_ms","max_latency_ms"
-  # Throughput over both tests together; p99 the worse of the two.
-  awk -F'"' -v n="$REDIS_N" '
-    $2 == "SET" || $2 == "GET" {k++; t += n/$4; if ($14 > p) p = $14}
-    END {if (k == 2) printf "%.0f %s 0 %d\n", 2*n/t, p, 2*n; else print "0 nan 1 0"}' "$f"
+load_redis() {
+  # The full output, not --csv: only it has the 99.9th percentile.
+  load "$1" 120 redis-benchmark -h 127.0.0.1 -p "$2" -n "$REDIS_N" -c 50 -t set,get
+}
+
+expected() {  # workload: requests asked of the load generator (ab, redis)
+  case $1 in
+    short) echo "$SHORT_N" ;;
+    bulk) echo "$BULK_N" ;;
+    redis) echo "$REDIS_N" ;;
+    *) echo 0 ;;
+  esac
+}
+
+kind_of() {  # workload: which backends it reaches
+  case $1 in
+    redis|iperf) echo "$1" ;;
+    *) echo http ;;
+  esac
 }
 
 port_for() {  # workload proxy
-  case $1 in
+  case $(kind_of "$1") in
     redis) echo "${REDIS_PORT[$2]}" ;;
     iperf) echo "${IPERF_PORT[$2]}" ;;
     *) echo "${HTTP_PORT[$2]}" ;;
   esac
 }
 
-# PIDs measured for a workload: rodizio runs one instance per kind.
+# PIDs measured for a workload (empty for direct). rodizio and the naive
+# relay run one instance per kind of backend, HAProxy and nginx one for all.
 pids_for() {  # workload proxy
-  if [ "$2" = rodizio ]; then
-    case $1 in
-      redis) echo "$RODIZIO_REDIS" ;;
-      iperf) echo "$RODIZIO_IPERF" ;;
-      *) echo "$RODIZIO_HTTP" ;;
-    esac
-  elif [ "$2" = rodizio-splice ]; then
-    case $1 in
-      iperf) echo "$SPLICE_IPERF" ;;
-      *) echo "$SPLICE_HTTP" ;;
-    esac
-  else
-    echo "${PIDS[$2]:-}"
-  fi
+  echo "${PIDS[$2/$(kind_of "$1")]:-${PIDS[$2]:-}}"
 }
 
-measure() {  # round workload proxy
-  local round=$1 wl=$2 proxy=$3 port pids before after res hwm thr
+# measure ROUND WORKLOAD PROXY: runs the workload through the proxy and
+# appends what the proxy's processes show to $OUT/pending.tsv; flush reads
+# the load generators' outputs.
+measure() {
+  local round=$1 wl=$2 proxy=$3 port pids f before=0 after=0 hwm=0 sched="0 0 0" watch
   port=$(port_for "$wl" "$proxy")
   pids=$(pids_for "$wl" "$proxy")
-  before=0; [ -n "$pids" ] && before=$(cpu_ticks "$pids")
-  res=$("run_$wl" "$OUT/logs/$wl-$proxy-r$round.txt" "$port")
-  after=0; hwm=0; thr=0
+  f=$OUT/logs/$wl-$proxy-r$round
   if [ -n "$pids" ]; then
-    after=$(cpu_ticks "$pids")
-    hwm=$(status_sum "$pids" VmHWM)
-    thr=$(status_sum "$pids" Threads)
+    before=$(cpu_ticks "$pids")
+    sched_snap "$pids" >"$f.sched0"
+    : >"$f.sched"
+    sched_watch "$pids" "$f.sched" &
+    watch=$!
+    STARTED+=("$watch")
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$wl" "$proxy" \
-    "$(echo "$res" | tr ' ' '\t')" "$((after - before))" "$hwm" "$thr" >>"$OUT/raw.tsv"
-  read -r thr_v p99 errs _ <<<"$res"
-  printf '   r%-2s %-9s %-14s %12s  p99 %-8s errors %s\n' "$round" "$wl" "$proxy" "$thr_v" "$p99" "$errs"
+  "load_$wl" "$f.txt" "$port"
+  if [ -n "$pids" ]; then
+    kill "$watch" 2>/dev/null || true
+    wait "$watch" 2>/dev/null || true
+    forget "$watch"
+    sched_snap "$pids" >>"$f.sched"
+    after=$(cpu_ticks "$pids")
+    sched=$(sched_delta "$f.sched0" "$f.sched")
+    hwm=$(status_sum "$pids" VmHWM)
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$wl" "$proxy" "$f.txt" "$(expected "$wl")" \
+    "$((after - before))" "$(echo "$sched" | tr ' ' '\t')" "$hwm" >>"$OUT/pending.tsv"
+}
+
+# flush: reads the load generators' outputs of the measures pending (one
+# python3 start for several of them), appends the rows to raw.tsv and
+# prints them.
+flush() {
+  python3 "$ROOT/scripts/bench/parse.py" --rows "$OUT/pending.tsv" | tee -a "$OUT/raw.tsv" |
+    awk -F'\t' '{printf "   r%-2s %-9s %-14s %10s  p50/p99/p99.9 ms %s / %s / %s  errors %s\n",
+                 $1, $2, $3, $4, $5, $6, $7, $8}'
+  : >"$OUT/pending.tsv"
 }
 
 # ---------------------------------------------------------------- main
@@ -295,11 +387,14 @@ RODIZIO=$ROOT/target/release/rodizio
 
 rm -rf "$OUT"
 mkdir -p "$OUT/logs" "$OUT/backend/www" "$OUT/backend/tmp" "$OUT/stream"
+log "building the naive relay"
+NAIVE=$OUT/naive-relay
+gcc -O2 -pthread -o "$NAIVE" "$ROOT/scripts/bench/naive-relay.c"
 chmod 755 "$OUT" "$OUT/backend" "$OUT/backend/www"
 # Up to 1000 idle connections through each proxy, two sockets each.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
-for p in $B1 $B2 $B3 $REDIS $IPERF 181{01..04} 182{01..03} 183{01..04} 184{01..03} 184{12,13,22,23}; do
+for p in $B1 $B2 $B3 $REDIS $IPERF 181{01..05} 182{01..04} 183{01..04} 184{01..03} 184{12,13,22,23}; do
   port_free "$p" || { echo "port $p is in use; stop what holds it first" >&2; exit 1; }
 done
 
@@ -317,7 +412,8 @@ subst() {  # template output prefix
       "$ROOT/scripts/bench/$1" >"$2"
 }
 
-log "starting backends"
+log "starting backends (each in a session of its own)"
+printf 'name\tpid\tautogroup\n' >"$OUT/sessions.tsv"
 subst nginx-backend.conf.in "$OUT/backend/nginx.conf" "$OUT/backend" 0 0 0
 start nginx-backend nginx -p "$OUT/backend" -c "$OUT/backend/nginx.conf" -e "$OUT/backend/error.log"
 start redis redis-server --bind 127.0.0.1 --port "$REDIS" --save '' --appendonly no \
@@ -326,22 +422,25 @@ start iperf3 iperf3 -s -B 127.0.0.1 -p "$IPERF"
 for p in $B1 $B2 $B3 $REDIS $IPERF; do wait_listen "$p"; done
 info "nginx on $B1 $B2 $B3, redis on $REDIS, iperf3 on $IPERF"
 
-log "starting proxies"
+log "starting proxies (each in a session of its own)"
 export RUST_LOG=warn
 start rodizio-http "$RODIZIO" "${RODIZIO_EXTRA[@]}" -l "127.0.0.1:${HTTP_PORT[rodizio]}" \
   -b "127.0.0.1:$B1" -b "127.0.0.1:$B2" -b "127.0.0.1:$B3" --idle-timeout 120s
-RODIZIO_HTTP=$LAST_PID
+PIDS[rodizio/http]=$LAST_PID
 start rodizio-redis "$RODIZIO" "${RODIZIO_EXTRA[@]}" -l "127.0.0.1:${REDIS_PORT[rodizio]}" -b "127.0.0.1:$REDIS" --idle-timeout 120s
-RODIZIO_REDIS=$LAST_PID
+PIDS[rodizio/redis]=$LAST_PID
 start rodizio-iperf "$RODIZIO" "${RODIZIO_EXTRA[@]}" -l "127.0.0.1:${IPERF_PORT[rodizio]}" -b "127.0.0.1:$IPERF" --idle-timeout 120s
-RODIZIO_IPERF=$LAST_PID
-PIDS[rodizio]=$RODIZIO_HTTP
+PIDS[rodizio/iperf]=$LAST_PID
 start rodizio-splice-http "$RODIZIO" "${RODIZIO_EXTRA[@]}" --splice -l "127.0.0.1:${HTTP_PORT[rodizio-splice]}" \
   -b "127.0.0.1:$B1" -b "127.0.0.1:$B2" -b "127.0.0.1:$B3" --idle-timeout 120s
-SPLICE_HTTP=$LAST_PID
+PIDS[rodizio-splice/http]=$LAST_PID
 start rodizio-splice-iperf "$RODIZIO" "${RODIZIO_EXTRA[@]}" --splice -l "127.0.0.1:${IPERF_PORT[rodizio-splice]}" \
   -b "127.0.0.1:$IPERF" --idle-timeout 120s
-SPLICE_IPERF=$LAST_PID
+PIDS[rodizio-splice/iperf]=$LAST_PID
+start naive-http "$NAIVE" "${HTTP_PORT[naive]}" "$B1" "$B2" "$B3"
+PIDS[naive/http]=$LAST_PID
+start naive-redis "$NAIVE" "${REDIS_PORT[naive]}" "$REDIS"
+PIDS[naive/redis]=$LAST_PID
 
 subst haproxy.cfg.in "$OUT/haproxy.cfg" "$OUT" "${HTTP_PORT[haproxy]}" "${REDIS_PORT[haproxy]}" "${IPERF_PORT[haproxy]}"
 start haproxy haproxy -f "$OUT/haproxy.cfg" -db
@@ -350,12 +449,14 @@ PIDS[haproxy]=$LAST_PID
 subst nginx-stream.conf.in "$OUT/stream/nginx.conf" "$OUT/stream" "${HTTP_PORT[nginx]}" "${REDIS_PORT[nginx]}" "${IPERF_PORT[nginx]}"
 start nginx-stream nginx -p "$OUT/stream" -c "$OUT/stream/nginx.conf" -e "$OUT/stream/error.log"
 PIDS[nginx]=$(nginx_pids "$LAST_PID")
-for p in 181{01..04} 182{01..03} 183{01..04}; do wait_listen "$p"; done
-info "rodizio pids $RODIZIO_HTTP (http) $RODIZIO_REDIS (redis) $RODIZIO_IPERF (iperf3), --splice $SPLICE_HTTP $SPLICE_IPERF"
+for p in 181{01..05} 182{01..04} 183{01..04}; do wait_listen "$p"; done
+info "rodizio pids ${PIDS[rodizio/http]} (http) ${PIDS[rodizio/redis]} (redis) ${PIDS[rodizio/iperf]} (iperf3), --splice ${PIDS[rodizio-splice/http]} ${PIDS[rodizio-splice/iperf]}"
+info "naive relay pids ${PIDS[naive/http]} (http) ${PIDS[naive/redis]} (redis)"
 info "haproxy pid ${PIDS[haproxy]}, nginx pids ${PIDS[nginx]}"
+info "scheduling groups: $(awk -F'\t' 'NR > 1 {print $3}' "$OUT/sessions.tsv" | sort -u | wc -l) for $(($(wc -l <"$OUT/sessions.tsv") - 1)) processes (kernel.sched_autogroup_enabled=$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo -))"
 
 # Sanity: each proxy serves the small file.
-for proxy in "${BULK_PROXIES[@]}"; do
+for proxy in rodizio rodizio-splice naive haproxy nginx direct; do
   size=$(timeout 10 curl -s -o /dev/null -w '%{size_download}' \
     "http://127.0.0.1:${HTTP_PORT[$proxy]}/small.html" || echo 0)
   [ "$size" = 612 ] || { echo "$proxy does not serve the small file (got $size bytes)" >&2; exit 1; }
@@ -379,9 +480,11 @@ IDLE_PIDS[nginx]=$(nginx_pids "$LAST_PID")
 declare -A IDLE_PORT=([rodizio]=18401 [haproxy]=18402 [nginx]=18403)
 for p in 18401 18402 18403; do wait_listen "$p"; done
 for proxy in rodizio haproxy nginx; do
-  res=$(timeout 120 python3 "$ROOT/scripts/bench/idle_conns.py" --port "${IDLE_PORT[$proxy]}" \
-    --count "$IDLE_N" --pids "${IDLE_PIDS[$proxy]}" --backend-ports "$B1,$B2,$B3" \
-    2>"$OUT/logs/idle-$proxy.err" || echo "0 0 nan 0")
+  load "$OUT/logs/idle-$proxy.txt" 120 python3 "$ROOT/scripts/bench/idle_conns.py" \
+    --port "${IDLE_PORT[$proxy]}" --count "$IDLE_N" --pids "${IDLE_PIDS[$proxy]}" \
+    --backend-ports "$B1,$B2,$B3"
+  res=$(tail -n 1 "$OUT/logs/idle-$proxy.txt")
+  [[ $res =~ ^[0-9]+\ [0-9]+\ [-0-9.]+\ [0-9]+$ ]] || res="0 0 nan 0"
   printf '%s\t%s\n' "$proxy" "$(echo "$res" | tr ' ' '\t')" >>"$OUT/idle.tsv"
   read -r before after per thr <<<"$res"
   info "$(printf '%-8s RSS %s KiB -> %s KiB: %s KiB per connection (%s threads)' "$proxy" "$before" "$after" "$per" "$thr")"
@@ -391,18 +494,20 @@ done
 # ---- warm-up (not recorded)
 log "warm-up"
 for proxy in "${PROXIES[@]}"; do
-  timeout 60 ab -q -n 2000 -c 50 "http://127.0.0.1:${HTTP_PORT[$proxy]}/small.html" >/dev/null 2>&1 || true
+  load "$OUT/logs/warmup-$proxy.txt" 60 ab -q -n 2000 -c 50 "http://127.0.0.1:${HTTP_PORT[$proxy]}/small.html"
 done
 
 # ---- the rounds
 log "$ROUNDS rounds: ${WORKLOADS[*]} x ${PROXIES[*]}"
-printf 'round\tworkload\tproxy\tthroughput\tp99_ms\terrors\tunits\tcpu_ticks\thwm_kib\tthreads\n' >"$OUT/raw.tsv"
+printf 'round\tworkload\tproxy\tthroughput\tp50_ms\tp99_ms\tp999_ms\terrors\tunits\tcpu_ticks\trun_ns\twait_ns\tthreads\thwm_kib\n' >"$OUT/raw.tsv"
+: >"$OUT/pending.tsv"
 for round in $(seq "$ROUNDS"); do
   for wl in "${WORKLOADS[@]}"; do
     if [ "$wl" = bulk ] || [ "$wl" = iperf ]; then set -- "${BULK_PROXIES[@]}"; else set -- "${PROXIES[@]}"; fi
     for proxy in "$@"; do
       measure "$round" "$wl" "$proxy"
     done
+    flush
   done
 done
 
@@ -415,6 +520,8 @@ mkdir -p "$DOCS"
   echo "cpu=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
   echo "kernel=$(uname -r)"
   echo "clk_tck=$(getconf CLK_TCK)"
+  echo "autogroup=$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo -)"
+  echo "gcc=$(gcc -dumpfullversion 2>/dev/null || gcc -dumpversion)"
   echo "rodizio=$("$RODIZIO" --version)"
   echo "haproxy=$(haproxy -v | head -1 | awk '{print $3}')"
   echo "nginx=$(nginx -v 2>&1 | sed 's|.*nginx/||')"
@@ -425,7 +532,7 @@ mkdir -p "$DOCS"
   echo "rounds=$ROUNDS"
   echo "command=${RODIZIO_FLAGS:+RODIZIO_FLAGS='$RODIZIO_FLAGS' }scripts/bench.sh $([ "$QUICK" -eq 1 ] && echo --quick)"
   echo "short=ab -n $SHORT_N -c 100 (612-byte file, a new connection per request)"
-  echo "keepalive=wrk -t2 -c100 -d${WRK_SECS}s --latency (612-byte file, keep-alive)"
+  echo "keepalive=wrk -t2 -c100 -d${WRK_SECS}s --latency -s latency.lua (612-byte file, keep-alive)"
   echo "bulk=ab -n $BULK_N -c 10 (1 MiB file)"
   echo "iperf=iperf3 -t $IPERF_SECS (one stream)"
   echo "redis=redis-benchmark -n $REDIS_N -c 50 -t set,get"
