@@ -72,12 +72,21 @@ const DESCRIPTOR_WAIT_PAUSE: Duration = Duration::from_millis(10);
 /// [`Error::Bind`] when the address cannot be listened on, [`Error::Io`]
 /// when `TCP_DEFER_ACCEPT` cannot be set.
 pub fn open(config: &Config) -> Result<TcpListener> {
-    let listener = bind_with(config.listen, config.backlog, config.reuse_port)?;
+    let listener = bind_with(config.listen, config.backlog, shares_port(config))?;
     if config.defer_accept {
         defer_accept(&listener)
             .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
     }
     Ok(listener)
+}
+
+/// Whether `config` opens the listening socket with `SO_REUSEPORT`
+/// (`--reuse-port`), sharing its port with other processes: the kernel
+/// then spreads new clients among them, and what it does with the clients
+/// of one that closes is `net.ipv4.tcp_migrate_req`'s (checked by `rodizio
+/// preflight`, docs/scaling.md).
+pub fn shares_port(config: &Config) -> bool {
+    config.reuse_port
 }
 
 /// Makes the shutdown's trigger wake an `accept` blocked on `listener`
@@ -92,7 +101,7 @@ pub(crate) fn wake_on(
     config: &Config,
     shutdown: &Shutdown,
 ) -> Result<()> {
-    if config.reuse_port {
+    if shares_port(config) {
         // A connection could wake another process of the port's group:
         // shut the socket down instead (see wake_by_shutdown).
         let listener = listener
