@@ -73,7 +73,8 @@
 //! - `health/`: the checks; `checker` (the thread), `probe` (rise/fall),
 //!   `check` (tcp, http), `protocol/` (checks that speak the backend's
 //!   protocol, one file each: `redis`, `tls`, `smtp`, `mysql`, `pgsql`,
-//!   `send_expect`, and `conn`, the conversation they share).
+//!   `send_expect`, and `conn`, the conversation they share); `survey`
+//!   (`rodizio probe`: every kind once against one server).
 //! - `scheduler/`: which backend gets the next client; the backend list,
 //!   changeable at run time; one file per algorithm: `round_robin`,
 //!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`.
