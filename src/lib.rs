@@ -98,6 +98,9 @@
 //!   within bounds.
 //! - `system`: process settings taken from the OS at start-up (the open
 //!   files limit) and OS errors in words.
+//! - `preflight/`: `rodizio preflight`, this host's limits against the
+//!   settings (also logged at start-up); `host` (what the system gives,
+//!   read once), `checks` (one line each, from plain numbers).
 //! - `error`: [`Error`].
 //!
 //! Every module is public, on purpose: this crate is also read as a
@@ -158,6 +161,7 @@ pub mod listener;
 pub mod live;
 pub mod poll;
 pub mod pool;
+pub mod preflight;
 pub mod prompt;
 pub mod proxy;
 pub mod proxy_protocol;
