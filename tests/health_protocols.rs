@@ -940,18 +940,13 @@ fn probe(args: &[&str]) -> Probed {
         .spawn()
         .unwrap();
     let until = Instant::now() + Duration::from_secs(30);
-    let mut code = None;
-    while Instant::now() < until {
-        if let Ok(Some(status)) = child.try_wait() {
-            code = status.code();
-            break;
-        }
+    while Instant::now() < until && matches!(child.try_wait(), Ok(None)) {
         thread::sleep(Duration::from_millis(20));
     }
-    if code.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    // Past the deadline it is killed (no exit code then); once exited,
+    // kill does nothing and wait gives its status.
+    let _ = child.kill();
+    let code = child.wait().ok().and_then(|s| s.code());
     // A few lines: they fit in the pipes, read once the child is gone.
     let mut stdout = String::new();
     let mut stderr = String::new();

@@ -140,7 +140,7 @@ const ADMIN_OWN: u64 = 3;
 /// Threads whatever the settings: the main thread (the accept loop), the
 /// signal thread, a reaper (removing drained backends), and the short-lived
 /// thread that trims glibc's stack cache after a flood (`pool.rs`).
-const FIXED_THREADS: u64 = 4;
+pub const FIXED_THREADS: u64 = 4;
 
 /// What the kernel keeps per thread besides its user stack: the kernel
 /// stack (16 KiB on x86-64 and arm64).
@@ -343,14 +343,16 @@ mod tests {
 
     #[test]
     fn splice_admin_checks_and_a_shared_port_add_their_part() {
-        let mut config = Config::default();
-        config.workers = 10;
+        let mut config = Config {
+            workers: 10,
+            admin_listen: Some("127.0.0.1:9000".parse().unwrap()),
+            backends: vec![
+                crate::backend::BackendSpec::parse("127.0.0.1:1").unwrap(),
+                crate::backend::BackendSpec::parse("127.0.0.1:2").unwrap(),
+            ],
+            ..Config::default()
+        };
         config.proxy.splice = true;
-        config.admin_listen = Some("127.0.0.1:9000".parse().unwrap());
-        config.backends = vec![
-            crate::backend::BackendSpec::parse("127.0.0.1:1").unwrap(),
-            crate::backend::BackendSpec::parse("127.0.0.1:2").unwrap(),
-        ];
         let d = Demand::of(&config);
         assert!(d.splice && d.admin && d.checks);
         assert_eq!(d.connection_descriptors(), 10 * 6 + 4096);
