@@ -331,11 +331,11 @@ fn balance(
         flags.backends = Some(config.backends.clone());
     }
     let signals = prepare_process(shutdown)?;
-    // After the open-files limit is raised, before the first client.
-    preflight::log_warnings(&config);
     let admin = config.admin_listen;
     let mut balancer = Balancer::with_listener(config, listener)
         .map_err(|e| blame(admin_words(e, admin, &flags), file.as_ref(), &flags))?;
+    // Started: the open-files limit is raised, and no client is served yet.
+    preflight::log_warnings(balancer.config());
     if let Some(log) = balancer.access_log() {
         // logrotate renames the file, then sends SIGUSR1.
         signals.on_reopen(move || log.reopen());
@@ -442,10 +442,10 @@ fn demo(
         config.backends.push(BackendSpec::parse(&addr.to_string())?);
         say(format_args!("Demo backend {} listening on {addr}", i + 1));
     }
-    preflight::log_warnings(&config);
     let admin = config.admin_listen;
     let balancer =
         Balancer::bind(config).map_err(|e| admin_words(e, admin, flags).worded_as_flag())?;
+    preflight::log_warnings(balancer.config());
     let port = balancer.local_addr().port();
     say_listening(balancer.local_addr());
     say("");

@@ -82,10 +82,7 @@ pub fn user_threads(d: &Demand, h: &Host) -> Line {
         return Line::ok(WHAT, format!("{numbers}; not enforced for root"));
     }
     if limit.soft.allows(need) {
-        return Line::ok(
-            WHAT,
-            format!("{numbers} (with this user's other processes)"),
-        );
+        return Line::ok(WHAT, format!("{numbers}, beside this user's other threads"));
     }
     Line::bad(
         Verdict::Fail,
