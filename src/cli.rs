@@ -61,6 +61,15 @@ pub enum Command {
     /// before `check-config` over it), one `key = value` per line; exit 0
     /// when valid, 2 with the reason when not.
     CheckConfig(CheckConfigArgs),
+    /// Check this host against the settings (the config file, with the
+    /// flags before `preflight` over it): open files, threads, the backlog,
+    /// local ports, memory; one ok/warn/fail line each, with the command
+    /// that fixes it; exit 0, or 1 when a check fails.
+    Preflight(PreflightArgs),
+    /// Run every kind of health check once against a server and print what
+    /// it answered, which kinds pass, and the one to choose; exit 0 when
+    /// one passes, 1 when none does.
+    Probe(ProbeArgs),
 }
 
 /// Arguments of `rodizio check-config`.
@@ -68,6 +77,34 @@ pub enum Command {
 pub struct CheckConfigArgs {
     /// The JSON config file to check.
     pub file: PathBuf,
+}
+
+/// Arguments of `rodizio preflight`.
+#[derive(Debug, Args)]
+pub struct PreflightArgs {
+    /// The JSON config file whose settings to weigh (or `-c FILE` before
+    /// `preflight`; without either, the defaults and the flags).
+    pub file: Option<PathBuf>,
+}
+
+/// Arguments of `rodizio probe`. Without a flag, each takes the health
+/// check's default.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// The server, as a backend is written (`,send-proxy` opens each check
+    /// with a PROXY protocol header).
+    #[arg(value_name = "HOST:PORT", value_parser = parse_backend)]
+    pub server: BackendSpec,
+    /// Longest wait for each check [default: the health checks' 2s].
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Path of the http check [default: /health].
+    #[arg(long)]
+    pub path: Option<String>,
+    /// User of the mysql and pgsql checks [default: none for mysql, rodizio
+    /// for pgsql].
+    #[arg(long)]
+    pub user: Option<String>,
 }
 
 /// Flags of `rodizio demo`.
@@ -315,9 +352,10 @@ pub fn parse() -> std::result::Result<Cli, clap::Error> {
 }
 
 /// Parses `args` (the program name first) as [`parse`] does: with
-/// [`command`], and refusing balancer flags given with the `backend`
-/// subcommand, which runs no balancer (`rodizio -l ADDR backend` would
-/// otherwise listen on the backend's default address and say nothing).
+/// [`command`], and refusing balancer flags given with the `backend` and
+/// `probe` subcommands, which run no balancer (`rodizio -l ADDR backend`
+/// would otherwise listen on the backend's default address and say
+/// nothing).
 ///
 /// # Errors
 ///
@@ -337,7 +375,13 @@ where
             }
             _ => err,
         })?;
-    if matches.subcommand_name() == Some("backend") {
+    // Subcommands that run no balancer, with an example of their own flags.
+    let runs_no_balancer = match matches.subcommand_name() {
+        Some("backend") => Some(("backend", "rodizio backend --listen 127.0.0.1:8001")),
+        Some("probe") => Some(("probe", "rodizio probe 127.0.0.1:6379 --timeout 1s")),
+        _ => None,
+    };
+    if let Some((name, example)) = runs_no_balancer {
         // Named as typed: `-b` is `--backend`, whose id is `backends`.
         let flags: Vec<(clap::Id, String)> = cmd
             .get_arguments()
@@ -357,8 +401,8 @@ where
             return Err(cmd.error(
                 clap::error::ErrorKind::ArgumentConflict,
                 format!(
-                    "{} given before 'backend': balancer flags, and 'backend' runs no \
-                     balancer; its own flags go after it (rodizio backend --listen 127.0.0.1:8001)",
+                    "{} given before '{name}': balancer flags, and '{name}' runs no \
+                     balancer; its own flags go after it ({example})",
                     given.join(", ")
                 ),
             ));
@@ -532,6 +576,51 @@ mod tests {
         assert!(cli.balancer.admin_listen.is_some());
         let err = Cli::try_parse_from(["rodizio", "--admin", "localhost"]).unwrap_err();
         assert!(one_line(&err).starts_with("error:"));
+    }
+
+    #[test]
+    fn preflight_and_probe_subcommands() {
+        let cli = Cli::try_parse_from(["rodizio", "--workers", "9", "preflight"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Some(Command::Preflight(PreflightArgs { file: None }))
+        ));
+        assert_eq!(cli.balancer.workers, Some(9));
+        let cli = Cli::try_parse_from(["rodizio", "preflight", "a.json"]).unwrap();
+        match cli.command {
+            Some(Command::Preflight(args)) => assert_eq!(args.file, Some("a.json".into())),
+            other => panic!("{other:?}"),
+        }
+        let cli = parse_from([
+            "rodizio",
+            "probe",
+            "127.0.0.1:6379",
+            "--timeout",
+            "500ms",
+            "--user",
+            "app",
+        ])
+        .unwrap();
+        match cli.command {
+            Some(Command::Probe(args)) => {
+                assert_eq!(args.server.name(), "127.0.0.1:6379");
+                assert_eq!(args.timeout, Some(Duration::from_millis(500)));
+                assert_eq!(args.user.as_deref(), Some("app"));
+                assert_eq!(args.path, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        for bad in [
+            vec!["rodizio", "probe"],
+            vec!["rodizio", "probe", "6379"],
+            vec!["rodizio", "probe", "127.0.0.1:6379", "--timeout", "soon"],
+        ] {
+            let err = parse_from(&bad).unwrap_err();
+            assert!(one_line(&err).starts_with("error:"), "{bad:?}");
+        }
+        let err = parse_from(["rodizio", "--workers", "3", "probe", "127.0.0.1:1"]).unwrap_err();
+        let line = one_line(&err);
+        assert!(line.contains("--workers given before 'probe'"), "{line}");
     }
 
     #[test]

@@ -77,7 +77,8 @@
 //! - `health/`: the checks; `checker` (the thread), `probe` (rise/fall),
 //!   `check` (tcp, http), `protocol/` (checks that speak the backend's
 //!   protocol, one file each: `redis`, `tls`, `smtp`, `mysql`, `pgsql`,
-//!   `send_expect`, and `conn`, the conversation they share).
+//!   `send_expect`, and `conn`, the conversation they share); `survey`
+//!   (`rodizio probe`: every kind once against one server).
 //! - `scheduler/`: which backend gets the next client; the backend list,
 //!   changeable at run time; one file per algorithm: `round_robin`,
 //!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`.
@@ -101,6 +102,9 @@
 //!   within bounds.
 //! - `system`: process settings taken from the OS at start-up (the open
 //!   files limit) and OS errors in words.
+//! - `preflight/`: `rodizio preflight`, this host's limits against the
+//!   settings (also logged at start-up); `host` (what the system gives,
+//!   read once), `checks` (one line each, from plain numbers).
 //! - `error`: [`Error`].
 //!
 //! Every module is public, on purpose: this crate is also read as a
@@ -161,6 +165,7 @@ pub mod listener;
 pub mod live;
 pub mod poll;
 pub mod pool;
+pub mod preflight;
 pub mod prompt;
 pub mod proxy;
 pub mod proxy_protocol;

@@ -82,7 +82,7 @@ pub fn open(config: &Config) -> Result<Vec<TcpListener>> {
     addrs
         .into_iter()
         .map(|addr| {
-            let listener = bind_socket(addr, config.backlog, config.reuse_port, only_v6)?;
+            let listener = bind_socket(addr, config.backlog, shares_port(config), only_v6)?;
             if config.defer_accept {
                 defer_accept(&listener)
                     .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
@@ -90,6 +90,15 @@ pub fn open(config: &Config) -> Result<Vec<TcpListener>> {
             Ok(listener)
         })
         .collect()
+}
+
+/// Whether `config` opens the listening socket with `SO_REUSEPORT`
+/// (`--reuse-port`), sharing its port with other processes: the kernel
+/// then spreads new clients among them, and what it does with the clients
+/// of one that closes is `net.ipv4.tcp_migrate_req`'s (checked by `rodizio
+/// preflight`, docs/scaling.md).
+pub fn shares_port(config: &Config) -> bool {
+    config.reuse_port
 }
 
 /// Makes the shutdown's trigger wake an `accept` blocked on `listener`
@@ -104,7 +113,7 @@ pub(crate) fn wake_on(
     config: &Config,
     shutdown: &Shutdown,
 ) -> Result<()> {
-    if config.reuse_port {
+    if shares_port(config) {
         // A connection could wake another process of the port's group:
         // shut the socket down instead (see wake_by_shutdown).
         let listener = listener

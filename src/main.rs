@@ -6,7 +6,8 @@
 //! Exit codes, each with one line on standard error saying why when not 0:
 //!
 //! - 0: stopped by SIGINT/SIGTERM after a clean drain;
-//! - 1: start-up failed (the port is taken, ...);
+//! - 1: start-up failed (the port is taken, ...); `preflight` found a
+//!   check that fails; `probe` found no check that passes;
 //! - 2: usage error (bad flags, a bad config file, bad backends, input
 //!   closed during the prompt);
 //! - 3: the drain timeout cut connections still open;
@@ -23,12 +24,15 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rodizio::backend::BackendSpec;
-use rodizio::cli::{self, one_line, Cli, Command, DemoArgs};
+use rodizio::backend::{Backend, BackendSpec};
+use rodizio::cli::{self, one_line, Cli, Command, DemoArgs, ProbeArgs};
 use rodizio::config::file::{self, ConfigFile, Mode};
 use rodizio::config::settings::{self, Scope};
 use rodizio::config::Overrides;
 use rodizio::demo::DemoBackend;
+use rodizio::health::survey::{self, Finding};
+use rodizio::health::HealthConfig;
+use rodizio::preflight::{self, Verdict};
 use rodizio::reload::Reloader;
 use rodizio::signals::Signals;
 use rodizio::{prompt, signals, system, Balancer, Config, Error, Shutdown};
@@ -176,6 +180,14 @@ fn start(cli: Cli, shutdown: &Shutdown) -> Result<u8, Error> {
     match cli.command {
         Some(Command::Backend(args)) => backend_role(args.listen, args.name, shutdown),
         Some(Command::CheckConfig(args)) => check_config(&args.file, &flags),
+        Some(Command::Preflight(args)) => {
+            let file = match args.file {
+                Some(path) => Some(file::load(&path)?),
+                None => file,
+            };
+            run_preflight(file.as_ref(), &flags)
+        }
+        Some(Command::Probe(args)) => probe(args),
         Some(Command::Demo(args)) => {
             let mut config = settle(file.as_ref(), &flags)?;
             let listen_given = flags.listen.is_some()
@@ -271,6 +283,53 @@ fn described(config: &Config, scope: Scope) -> Vec<(&'static str, String)> {
         .collect()
 }
 
+/// `rodizio preflight [FILE]`: this host against the settings, one line
+/// per check; 1 when one fails.
+fn run_preflight(file: Option<&ConfigFile>, flags: &Overrides) -> Result<u8, Error> {
+    let config = settle(file, flags)?;
+    let lines = preflight::run(&config);
+    for line in &lines {
+        say(line);
+    }
+    let _ = io::stdout().flush();
+    Ok(match preflight::worst(&lines) {
+        Verdict::Fail => 1,
+        Verdict::Ok | Verdict::Warn => 0,
+    })
+}
+
+/// `rodizio probe HOST:PORT`: every kind of check once, what each found,
+/// and the kind to choose; 0 when one passed, 1 when none did.
+fn probe(args: ProbeArgs) -> Result<u8, Error> {
+    let defaults = HealthConfig::default();
+    let config = HealthConfig {
+        timeout: args.timeout.unwrap_or(defaults.timeout),
+        path: args.path.unwrap_or(defaults.path.clone()),
+        user: args.user,
+        ..defaults
+    };
+    // Its flags are the health settings' names without `health_`.
+    config.validate().map_err(|err| match err {
+        Error::InvalidSetting { setting, message } => Error::InvalidConfig(format!(
+            "--{} {message}",
+            setting.trim_start_matches("health_")
+        )),
+        other => other,
+    })?;
+    let backend = Backend::from_spec(&args.server)?;
+    let findings = survey::survey(&backend, &config);
+    for finding in &findings {
+        say(finding);
+    }
+    say(survey::suggestion(&findings));
+    let _ = io::stdout().flush();
+    Ok(if findings.iter().any(Finding::passed) {
+        0
+    } else {
+        1
+    })
+}
+
 /// The balancer: settings checked and the port bound before the prompt
 /// asks anything, so a bad value or a taken port is reported at once.
 fn balance(
@@ -297,6 +356,8 @@ fn balance(
     let admin = config.admin_listen;
     let mut balancer = Balancer::with_listener(config, listener)
         .map_err(|e| blame(admin_words(e, admin, &flags), file.as_ref(), &flags))?;
+    // Started: the open-files limit is raised, and no client is served yet.
+    preflight::log_warnings(balancer.config());
     if let Some(log) = balancer.access_log() {
         // logrotate renames the file, then sends SIGUSR1.
         signals.on_reopen(move || log.reopen());
@@ -406,6 +467,7 @@ fn demo(
     let admin = config.admin_listen;
     let balancer =
         Balancer::bind(config).map_err(|e| admin_words(e, admin, flags).worded_as_flag())?;
+    preflight::log_warnings(balancer.config());
     let port = balancer.local_addr().port();
     say_listening(balancer.local_addr());
     say("");

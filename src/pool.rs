@@ -65,6 +65,31 @@ pub struct Pool<T: Send + 'static> {
     floor: usize,
 }
 
+/// How large the settings make the pool: what it may ask of the host at
+/// its fullest (threads, stacks, and the connections waiting in its
+/// queue). Read here once for [`Pool::with_config`], and by `rodizio
+/// preflight` ([`crate::preflight`]) to weigh the host's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizing {
+    /// Most worker threads (`workers`).
+    pub workers: usize,
+    /// Each worker's stack, in bytes.
+    pub stack_size: usize,
+    /// Most accepted clients waiting in the queue for a worker.
+    pub waiting: usize,
+}
+
+impl Sizing {
+    /// The pool `config` asks for.
+    pub fn of(config: &Config) -> Sizing {
+        Sizing {
+            workers: config.workers.max(1),
+            stack_size: config.thread_stack,
+            waiting: config.queue_capacity,
+        }
+    }
+}
+
 /// State the workers share with the pool.
 #[derive(Debug, Default)]
 struct Shared {
@@ -318,13 +343,14 @@ impl<T: Send + 'static> Pool<T> {
         }
     }
 
-    /// The balancer's pool, sized and shrunk as `config` says: its worker
-    /// limit, stack size, queue capacity and idle timeout.
+    /// The balancer's pool, sized and shrunk as `config` says: its
+    /// [`Sizing`] and idle timeout.
     pub fn with_config(config: &Config, stats: Arc<Stats>, handler: Arc<Handler<T>>) -> Pool<T> {
+        let sizing = Sizing::of(config);
         Pool::new(
-            config.workers,
-            config.thread_stack,
-            config.queue_capacity,
+            sizing.workers,
+            sizing.stack_size,
+            sizing.waiting,
             stats,
             handler,
         )

@@ -907,3 +907,144 @@ fn the_health_check_setting_runs_the_protocol_checks() {
     };
     assert_eq!(run_check(&backend(redis), &send_expect), Ok(()));
 }
+
+// ---------------------------------------------------------------------
+// `rodizio probe` against the same servers.
+// ---------------------------------------------------------------------
+
+/// What a `rodizio probe` run printed, and its exit code.
+struct Probed {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Probed {
+    /// The line of the check `kind`.
+    fn line(&self, kind: &str) -> &str {
+        self.stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(kind))
+            .unwrap_or_else(|| panic!("no {kind} line:\n{}", self.stdout))
+    }
+}
+
+/// Runs `rodizio probe ARGS` to its end (stopped by PID past 30 s).
+fn probe(args: &[&str]) -> Probed {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rodizio"))
+        .arg("probe")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until && matches!(child.try_wait(), Ok(None)) {
+        thread::sleep(Duration::from_millis(20));
+    }
+    // Past the deadline it is killed (no exit code then); once exited,
+    // kill does nothing and wait gives its status.
+    let _ = child.kill();
+    let code = child.wait().ok().and_then(|s| s.code());
+    // A few lines: they fit in the pipes, read once the child is gone.
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    let _ = io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout);
+    let _ = io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr);
+    Probed {
+        code,
+        stdout,
+        stderr,
+    }
+}
+
+/// The redis-server with a password (the one whose log no test reads):
+/// redis passes with what it answered, tcp passes, the others fail, pgsql
+/// at its timeout (Redis waits for a newline the StartupMessage does not
+/// have); redis is suggested; exit 0. All in about one timeout, not seven.
+#[test]
+fn probe_finds_redis_in_a_redis_server() {
+    let addr = loopback(redis().ports[1]).to_string();
+    let started = Instant::now();
+    let out = probe(&[&addr, "--timeout", "1s"]);
+    let took = started.elapsed();
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.line("redis")
+            .starts_with("redis   pass  answered \"-NOAUTH Authentication required.\""),
+        "{}",
+        out.stdout
+    );
+    assert!(out.line("tcp").starts_with("tcp     pass  connected"));
+    assert_eq!(
+        out.line("pgsql").split(" (").next().unwrap_or_default(),
+        "pgsql   fail  timed out waiting for the reply to the StartupMessage"
+    );
+    for kind in ["http", "tls", "smtp", "mysql"] {
+        assert!(
+            out.line(kind).contains("  fail  "),
+            "{kind}: {}",
+            out.stdout
+        );
+    }
+    assert_eq!(
+        out.stdout.lines().last(),
+        Some("suggested: --health-check redis; passed: tcp, redis")
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
+/// nginx's plain HTTP port: http passes with its status line and is the
+/// kind suggested; a fake SMTP server: smtp passes with its greeting.
+#[test]
+fn probe_finds_http_in_nginx_and_smtp_in_a_mail_server() {
+    let http = loopback(nginx().ports[2]).to_string();
+    let out = probe(&[&http, "--timeout", "1s", "--path", "/"]);
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.line("http")
+            .starts_with("http    pass  answered \"HTTP/1.1 200 OK\""),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        out.stdout.lines().last(),
+        Some("suggested: --health-check http; passed: tcp, http")
+    );
+
+    let smtp = FakeSmtp::start("220-fake.example ESMTP\r\n220 ready\r\n");
+    let out = probe(&[&smtp.addr.to_string(), "--timeout", "1s"]);
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.line("smtp")
+            .starts_with("smtp    pass  greeting \"220 ready\""),
+        "{}",
+        out.stdout
+    );
+    assert!(out
+        .stdout
+        .ends_with("suggested: --health-check smtp; passed: tcp, smtp\n"));
+}
+
+/// A port where nothing listens: every kind fails, refused, and the exit
+/// code is 1. A bad address is a usage error: exit 2, one line.
+#[test]
+fn probe_of_a_closed_port_fails_every_kind_and_exits_1() {
+    let closed = loopback(free_port()).to_string();
+    let out = probe(&[&closed, "--timeout", "1s"]);
+    assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 8, "{}", out.stdout);
+    for l in &lines[..7] {
+        assert!(l.contains("  fail  connect: Connection refused"), "{l}");
+    }
+    assert_eq!(lines[7], "no check passed");
+
+    for bad in [vec!["6379"], vec![closed.as_str(), "--timeout", "0s"]] {
+        let out = probe(&bad);
+        assert_eq!(out.code, Some(2), "{bad:?}: {}", out.stderr);
+        assert_eq!(out.stderr.lines().count(), 1, "{bad:?}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "{bad:?}: {}", out.stdout);
+    }
+}

@@ -76,9 +76,23 @@ impl fmt::Display for CheckFailure {
 /// Why the backend is considered unhealthy, for the log, or why the check
 /// could not be made here ([`CheckFailure::local`]).
 pub fn check(backend: &Backend, config: &HealthConfig) -> std::result::Result<(), CheckFailure> {
+    answer(backend, config).map(drop)
+}
+
+/// [`check`], saying on success what the backend answered, in a few
+/// words: `connected`, `answered "HTTP/1.1 200 OK"`, or the [`protocol`]
+/// check's ([`protocol::answer`]). `rodizio probe` prints it.
+///
+/// # Errors
+///
+/// As [`check`].
+pub fn answer(
+    backend: &Backend,
+    config: &HealthConfig,
+) -> std::result::Result<String, CheckFailure> {
     match config.check {
-        CheckKind::Off => Ok(()),
-        CheckKind::Tcp => dial(backend, config.timeout).map(drop),
+        CheckKind::Off => Ok("not checked".into()),
+        CheckKind::Tcp => dial(backend, config.timeout).map(|_| "connected".into()),
         CheckKind::Http => check_http(backend, &config.path, config.timeout),
         kind => check_protocol(backend, kind, config),
     }
@@ -90,7 +104,7 @@ fn check_protocol(
     backend: &Backend,
     kind: CheckKind,
     config: &HealthConfig,
-) -> std::result::Result<(), CheckFailure> {
+) -> std::result::Result<String, CheckFailure> {
     let deadline = Instant::now() + config.timeout;
     let check = match kind {
         CheckKind::Redis => ProtocolCheck::Redis,
@@ -106,12 +120,12 @@ fn check_protocol(
             send: config.send.clone().unwrap_or_default(),
             expect: config.expect.clone().unwrap_or_default(),
         },
-        CheckKind::Tcp | CheckKind::Http | CheckKind::Off => return Ok(()),
+        CheckKind::Tcp | CheckKind::Http | CheckKind::Off => return Ok("not checked".into()),
     };
     let mut stream = dial(backend, config.timeout)?;
     // Once connected, what goes wrong is the backend's answer (or its
     // silence): the protocol checks report it as text.
-    protocol::run(&check, &mut stream, deadline).map_err(CheckFailure::from)
+    protocol::answer(&check, &mut stream, deadline).map_err(CheckFailure::from)
 }
 
 /// Connects to `backend` within `timeout` and, if it takes the PROXY
@@ -129,12 +143,13 @@ fn dial(backend: &Backend, timeout: Duration) -> std::result::Result<TcpStream, 
     Ok(stream)
 }
 
-/// `GET path` with `Connection: close`; healthy on a 2xx or 3xx status.
+/// `GET path` with `Connection: close`; healthy on a 2xx or 3xx status,
+/// answered with the status line.
 fn check_http(
     backend: &Backend,
     path: &str,
     timeout: Duration,
-) -> std::result::Result<(), CheckFailure> {
+) -> std::result::Result<String, CheckFailure> {
     let deadline = Instant::now() + timeout;
     let left = || {
         deadline
@@ -166,7 +181,7 @@ fn check_http(
     let status = parse_status(line)
         .ok_or_else(|| format!("GET {path}: not an HTTP status line: {:?}", truncate(line)))?;
     if (200..400).contains(&status) {
-        Ok(())
+        Ok(format!("answered {:?}", truncate(line)))
     } else {
         Err(format!("GET {path} answered {status}").into())
     }
@@ -244,6 +259,13 @@ mod tests {
             assert_eq!(result.is_ok(), healthy, "{reply:?}: {result:?}");
             t.join().unwrap();
         }
+        // What it answered, for `rodizio probe`.
+        let (b, t) = answering("HTTP/1.1 204 No Content\r\n\r\n");
+        assert_eq!(
+            answer(&b, &http_config()),
+            Ok("answered \"HTTP/1.1 204 No Content\"".into())
+        );
+        t.join().unwrap();
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! local port left) counts neither way. Health is the probes' opinion,
 //! draining the operator's: separate flags. Parts: this file
 //! ([`HealthConfig`], [`connect_failed`], [`spawn`]), [`probe`],
-//! [`mod@check`], [`protocol`] and `checker`. The details:
+//! [`mod@check`], [`protocol`], `checker`, and [`survey`] (`rodizio
+//! probe`: every kind once against one server). The details:
 //! docs/health-checks.md, "Inside the checker".
 //!
 //! # Threads
@@ -26,6 +27,7 @@ pub mod check;
 mod checker;
 pub mod probe;
 pub mod protocol;
+pub mod survey;
 
 use std::io;
 use std::sync::Arc;

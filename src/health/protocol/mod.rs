@@ -119,6 +119,22 @@ impl ProtocolCheck {
 /// waiting for the ServerHello`, `mysql: server error 1040: Too many
 /// connections`.
 pub fn run(check: &ProtocolCheck, stream: &mut TcpStream, deadline: Instant) -> Result<(), String> {
+    answer(check, stream, deadline).map(drop)
+}
+
+/// [`run`], saying on success what the server answered, in a few words:
+/// `answered "+PONG"`, `greeting "220 mail.example ESMTP"`, `greeting from
+/// "10.11.6-MariaDB"`, `asked a password of 'rodizio'` (`rodizio probe`
+/// prints it).
+///
+/// # Errors
+///
+/// As [`run`].
+pub fn answer(
+    check: &ProtocolCheck,
+    stream: &mut TcpStream,
+    deadline: Instant,
+) -> Result<String, String> {
     let mut conn = Conn::new(stream, deadline);
     let result = match check {
         ProtocolCheck::Redis => redis::redis(&mut conn),

@@ -26,7 +26,8 @@ pub(super) mod client {
 }
 
 /// MySQL / MariaDB: read the greeting; with a user, log in and `COM_QUIT`.
-pub(super) fn mysql(conn: &mut Conn, user: Option<&str>) -> Result<(), String> {
+/// Healthy: the server's version, and the login if any.
+pub(super) fn mysql(conn: &mut Conn, user: Option<&str>) -> Result<String, String> {
     let (_, greeting) = mysql_packet(conn, "the server greeting")?;
     match greeting.first() {
         Some(10) => {}
@@ -34,12 +35,13 @@ pub(super) fn mysql(conn: &mut Conn, user: Option<&str>) -> Result<(), String> {
         Some(v) => return Err(format!("greeting with protocol version {v}, not 10")),
         None => return Err("an empty greeting".into()),
     }
+    let version = server_version(&greeting);
     let Some(user) = user else {
         // Nothing a client can send without an account ends the session
         // without a log line (a bad handshake or an unknown user is logged
         // too, as worse), so close: MariaDB then logs "Aborted connection
         // ... (This connection closed normally without authentication)".
-        return Ok(());
+        return Ok(format!("greeting from {version}"));
     };
     let greeting = Greeting::parse(&greeting)?;
     if greeting.capabilities & client::PROTOCOL_41 == 0 {
@@ -94,7 +96,15 @@ pub(super) fn mysql(conn: &mut Conn, user: Option<&str>) -> Result<(), String> {
     // as a normal end, with nothing in its log.
     mysql_send(conn, 0, &[0x01], "COM_QUIT")?;
     conn.finish();
-    Ok(())
+    Ok(format!("greeting from {version}, logged in as '{user}'"))
+}
+
+/// The server's version in a protocol 10 greeting: the text after the
+/// version byte, up to its NUL (`10.11.6-MariaDB-0+deb12u1`), quoted.
+fn server_version(greeting: &[u8]) -> String {
+    let text = greeting.get(1..).unwrap_or_default();
+    let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
+    preview(&text[..end])
 }
 
 /// What the check needs from a MySQL greeting (the "initial handshake

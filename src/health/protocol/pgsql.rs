@@ -13,8 +13,8 @@ use super::MAX_REPLY_BYTES;
 const PG_PROTOCOL_3_0: u32 = 3 << 16;
 
 /// PostgreSQL: a StartupMessage; an authentication request or an error
-/// shows a live server.
-pub(super) fn pgsql(conn: &mut Conn, user: &str) -> Result<(), String> {
+/// shows a live server. Healthy: which of them.
+pub(super) fn pgsql(conn: &mut Conn, user: &str) -> Result<String, String> {
     let mut body = Vec::new();
     body.extend_from_slice(&PG_PROTOCOL_3_0.to_be_bytes());
     for (key, value) in [
@@ -50,7 +50,7 @@ pub(super) fn pgsql(conn: &mut Conn, user: &str) -> Result<(), String> {
             }
             conn.send(&[b'X', 0, 0, 0, 4], "Terminate")?;
             conn.finish();
-            Ok(())
+            Ok(format!("a session for '{user}' (trusted), ended"))
         }
         b'R' => {
             // A password is wanted. Just close: the server expects a
@@ -59,7 +59,7 @@ pub(super) fn pgsql(conn: &mut Conn, user: &str) -> Result<(), String> {
             // that leaves without offering one (psql does that every time
             // it prompts for a password).
             conn.finish();
-            Ok(())
+            Ok(format!("asked a password of '{user}'"))
         }
         b'E' => pg_error(&message),
         other => Err(format!(
@@ -72,8 +72,9 @@ pub(super) fn pgsql(conn: &mut Conn, user: &str) -> Result<(), String> {
 /// An ErrorResponse: the server is alive (it refused this user or
 /// database, as pgsql-check in HAProxy accepts) unless it says it cannot
 /// take connections at all: SQL states 57P01..57P03, shutting down,
-/// crashed or starting up; and 53300, too many connections.
-pub(super) fn pg_error(message: &[u8]) -> Result<(), String> {
+/// crashed or starting up; and 53300, too many connections. Alive: the
+/// error, as the answer.
+pub(super) fn pg_error(message: &[u8]) -> Result<String, String> {
     let field = |code: u8| {
         message
             .split(|&b| b == 0)
@@ -85,7 +86,7 @@ pub(super) fn pg_error(message: &[u8]) -> Result<(), String> {
     if state.starts_with("57P") || state == "53300" {
         return Err(format!("server error {state}: {}", field(b'M')));
     }
-    Ok(())
+    Ok(format!("answered error {state}: {}", field(b'M')))
 }
 
 /// Reads one PostgreSQL backend message: a type byte, a 4-byte big-endian

@@ -8,8 +8,9 @@
 use super::conn::{preview, Conn};
 
 /// Redis: an inline `PING` (the plain-text form every Redis and its forks
-/// accept, no RESP framing needed), then `QUIT`.
-pub(super) fn redis(conn: &mut Conn) -> Result<(), String> {
+/// accept, no RESP framing needed), then `QUIT`. Healthy: what it answered
+/// (`answered "+PONG"`).
+pub(super) fn redis(conn: &mut Conn) -> Result<String, String> {
     conn.send(b"PING\r\n", "PING")?;
     let reply = conn.line("the reply to PING")?;
     // `-NOAUTH Authentication required.`: the server is up and answering,
@@ -20,5 +21,5 @@ pub(super) fn redis(conn: &mut Conn) -> Result<(), String> {
     // QUIT is allowed before AUTH; the server answers +OK and closes.
     let _ = conn.send(b"QUIT\r\n", "QUIT");
     conn.finish();
-    Ok(())
+    Ok(format!("answered {}", preview(reply.as_bytes())))
 }

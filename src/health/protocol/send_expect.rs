@@ -10,8 +10,9 @@ use super::MAX_EXPECT_BYTES;
 
 /// Send/expect: write `send`, then read until `expect` appears; then end
 /// as the other checks do ([`Conn::finish`]: most servers close when they
-/// read the end of the stream, so this costs one round trip).
-pub(super) fn send_expect(conn: &mut Conn, send: &[u8], expect: &[u8]) -> Result<(), String> {
+/// read the end of the stream, so this costs one round trip). Healthy:
+/// what was found.
+pub(super) fn send_expect(conn: &mut Conn, send: &[u8], expect: &[u8]) -> Result<String, String> {
     if !send.is_empty() {
         conn.send(send, "the send bytes")?;
     }
@@ -26,7 +27,7 @@ pub(super) fn send_expect(conn: &mut Conn, send: &[u8], expect: &[u8]) -> Result
         })?;
     }
     conn.finish();
-    Ok(())
+    Ok(format!("found {waiting_for}"))
 }
 
 /// Whether `needle` occurs in `haystack` (an empty needle always does).

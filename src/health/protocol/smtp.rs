@@ -8,8 +8,9 @@
 use super::conn::{preview, Conn};
 
 /// SMTP: the greeting must be a 220 reply; then `QUIT`, whose 221 is read
-/// if the server sends it (one that simply closes is fine too).
-pub(super) fn smtp(conn: &mut Conn) -> Result<(), String> {
+/// if the server sends it (one that simply closes is fine too). Healthy:
+/// the greeting's last line.
+pub(super) fn smtp(conn: &mut Conn) -> Result<String, String> {
     let (code, text) = smtp_reply(conn, "the greeting")?;
     if code != "220" {
         return Err(format!("greeting {}", preview(text.as_bytes())));
@@ -18,7 +19,7 @@ pub(super) fn smtp(conn: &mut Conn) -> Result<(), String> {
         let _ = smtp_reply(conn, "the reply to QUIT");
     }
     conn.finish();
-    Ok(())
+    Ok(format!("greeting {}", preview(text.as_bytes())))
 }
 
 /// Reads one SMTP reply, which may span lines (`250-first`, `250 last`):

@@ -123,7 +123,10 @@ fn a_reply_split_in_bytes_parses_the_same() {
             s.flush().unwrap();
         }
     });
-    assert_eq!(run(&ProtocolCheck::Redis, &mut c, soon()), Ok(()));
+    assert_eq!(
+        answer(&ProtocolCheck::Redis, &mut c, soon()),
+        Ok("answered \"+PONG\"".to_string())
+    );
     h.join().unwrap();
 }
 
@@ -137,7 +140,10 @@ fn smtp_multiline_greeting_then_quit() {
         assert_eq!(&got, b"QUIT\r\n");
         s.write_all(b"221 bye\r\n").unwrap();
     });
-    assert_eq!(run(&ProtocolCheck::Smtp, &mut c, soon()), Ok(()));
+    assert_eq!(
+        answer(&ProtocolCheck::Smtp, &mut c, soon()),
+        Ok("greeting \"220 ready\"".to_string())
+    );
     h.join().unwrap();
     let (mut c, h) = fake(|mut s| s.write_all(b"554 no service here\r\n").unwrap());
     let e = run(&ProtocolCheck::Smtp, &mut c, soon()).unwrap_err();
@@ -204,7 +210,10 @@ fn mysql_greeting_parses_and_a_plugin_switch_is_answered() {
     let check = ProtocolCheck::Mysql {
         user: Some("check".into()),
     };
-    assert_eq!(run(&check, &mut c, soon()), Ok(()));
+    assert_eq!(
+        answer(&check, &mut c, soon()),
+        Ok("greeting from \"5.5.5-10.11.19-MariaDB-0+deb12u1\", logged in as 'check'".into())
+    );
     h.join().unwrap();
 }
 
@@ -232,7 +241,9 @@ fn pgsql_errors_that_mean_no_connections_are_unhealthy() {
         m.extend_from_slice(b"\0Mthe database system is starting up\0\0");
         m
     };
-    assert!(pg_error(&error("28000")).is_ok());
+    assert!(pg_error(&error("28000"))
+        .unwrap()
+        .starts_with("answered error 28000"));
     assert!(pg_error(&error("3D000")).is_ok());
     let e = pg_error(&error("57P03")).unwrap_err();
     assert_eq!(e, "server error 57P03: the database system is starting up");

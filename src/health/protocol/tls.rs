@@ -16,8 +16,8 @@ const TLS_HANDSHAKE: u8 = 0x16;
 const TLS_ALERT: u8 = 0x15;
 
 /// TLS: send a ClientHello, want a handshake record (the ServerHello, or a
-/// HelloRetryRequest, which is one too) in answer.
-pub(super) fn tls(conn: &mut Conn) -> Result<(), String> {
+/// HelloRetryRequest, which is one too) in answer. Healthy: said so.
+pub(super) fn tls(conn: &mut Conn) -> Result<String, String> {
     conn.send(&client_hello(None), "the ClientHello")?;
     let header = conn.take(5, "the ServerHello")?;
     let (kind, major, minor) = (header[0], header[1], header[2]);
@@ -27,7 +27,7 @@ pub(super) fn tls(conn: &mut Conn) -> Result<(), String> {
         // log it below their default level (nginx: at `info`, "peer closed
         // connection in SSL handshake").
         conn.finish();
-        return Ok(());
+        return Ok("a handshake record (the ServerHello)".into());
     }
     if kind == TLS_ALERT && major == 3 {
         let alert = conn.take(2, "the alert").unwrap_or_default();

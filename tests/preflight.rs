@@ -1,0 +1,194 @@
+//! `rodizio preflight` on this machine, through the binary: with the
+//! open-files limit lowered in the child (`setrlimit` between fork and
+//! exec) the descriptors check fails and the exit code is 1; with the
+//! limit it has and few workers every check passes or warns and the exit
+//! code is 0; a bad file exits 2. The balancer started under the low limit
+//! logs the failing line as a warning and starts anyway.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{closed_port, collect, limit_in_child, wait_for};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
+/// Longest a run may take: preflight reads a few files and exits.
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// The low limit: far below what 4096 workers need.
+const LOW: libc::rlim_t = 256;
+
+/// What a finished run printed, and its exit code.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `rodizio ARGS` with `RLIMIT_NOFILE` set to `nofile` (soft and
+/// hard) in the child; kills it by PID if it outlives [`TIMEOUT`].
+fn run(args: &[&str], nofile: libc::rlim_t) -> Run {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    limit_in_child(&mut command, libc::RLIMIT_NOFILE, nofile);
+    let mut child = command.spawn().expect("start rodizio");
+    let stdout = collect(child.stdout.take().unwrap());
+    let stderr = collect(child.stderr.take().unwrap());
+    let status = wait_exit(&mut child);
+    stdout.wait_end(TIMEOUT);
+    stderr.wait_end(TIMEOUT);
+    Run {
+        code: status,
+        stdout: stdout.text(),
+        stderr: stderr.text(),
+    }
+}
+
+/// Waits for `child` to exit (polling, at most [`TIMEOUT`]); kills it by
+/// PID past that. Its exit code, if it exited by itself.
+fn wait_exit(child: &mut Child) -> Option<i32> {
+    let mut code = None;
+    let exited = wait_for(TIMEOUT, || match child.try_wait() {
+        Ok(Some(status)) => {
+            code = status.code();
+            true
+        }
+        _ => false,
+    });
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    code
+}
+
+/// This process's hard open-files limit: a child may be given it without
+/// any privilege.
+fn hard_nofile() -> libc::rlim_t {
+    // SAFETY: rlimit is plain data, filled by getrlimit.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        limit.rlim_max
+    }
+}
+
+/// The line of `stdout` about `what`.
+fn line<'a>(stdout: &'a str, what: &str) -> &'a str {
+    stdout
+        .lines()
+        .find(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no line about {what}:\n{stdout}"))
+}
+
+/// 4096 workers need 4096 × 2 descriptors, 4096 for the waiting clients
+/// and 36 others: 12324, far over 256. The line says so, with the fix,
+/// and the exit code is 1.
+#[test]
+fn a_low_open_files_limit_fails_and_exits_1() {
+    let out = run(&["--workers", "4096", "preflight"], LOW);
+    assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
+    let nofile = line(&out.stdout, "RLIMIT_NOFILE");
+    assert!(
+        nofile.starts_with(
+            "fail  open files (RLIMIT_NOFILE): soft 256, hard 256; 12324 needed \
+             (4096 workers × 2, 4096 waiting clients, 36 others)"
+        ),
+        "{nofile}"
+    );
+    assert!(
+        nofile.ends_with("fix: ulimit -n 12324 (LimitNOFILE=12324 in a systemd unit)"),
+        "{nofile}"
+    );
+}
+
+/// With the limit this process has and 8 workers (16 + 64 + 36
+/// descriptors), the descriptors line is ok, no line fails, and the exit
+/// code is 0. Every check prints one line, each starting with its verdict.
+#[test]
+fn enough_descriptors_for_few_workers_pass_and_exit_0() {
+    let out = run(
+        &["--workers", "8", "--queue-capacity", "64", "preflight"],
+        hard_nofile(),
+    );
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    let nofile = line(&out.stdout, "RLIMIT_NOFILE");
+    assert!(nofile.starts_with("ok    open files"), "{nofile}");
+    assert!(
+        nofile.contains("116 needed (8 workers × 2, 64 waiting clients, 36 others)"),
+        "{nofile}"
+    );
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 10, "{}", out.stdout);
+    for l in lines {
+        assert!(
+            l.starts_with("ok    ") || l.starts_with("warn  "),
+            "{l}\n{}",
+            out.stdout
+        );
+    }
+}
+
+/// The settings come from a file too (given after `preflight`), and a bad
+/// one exits 2 with one line.
+#[test]
+fn a_config_file_is_weighed_and_a_bad_one_exits_2() {
+    let dir = std::env::temp_dir();
+    let good = dir.join(format!("rodizio-preflight-{}.json", std::process::id()));
+    std::fs::write(&good, "{\"workers\": 1000, \"splice\": true}").unwrap();
+    let out = run(&["preflight", good.to_str().unwrap()], LOW);
+    let nofile = line(&out.stdout, "RLIMIT_NOFILE");
+    assert!(
+        nofile.contains("(1000 workers × 2 + 4 for its pipes, 4096 waiting clients"),
+        "{nofile}"
+    );
+    assert_eq!(out.code, Some(1));
+    std::fs::write(&good, "{\"workers\": 0}").unwrap();
+    let out = run(&["preflight", good.to_str().unwrap()], LOW);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    std::fs::remove_file(&good).unwrap();
+}
+
+/// The balancer under the low limit logs the failing line as a warning
+/// and starts all the same: the listening line comes.
+#[test]
+fn the_balancer_logs_the_failing_line_at_start_up_and_starts() {
+    let backend = closed_port().to_string();
+    let mut command = Command::new(BIN);
+    command
+        .args(["-l", "127.0.0.1:0", "--health-check", "off", "-b", &backend])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    limit_in_child(&mut command, libc::RLIMIT_NOFILE, LOW);
+    let mut child = command.spawn().expect("start rodizio");
+    let stdout = collect(child.stdout.take().unwrap());
+    let stderr = collect(child.stderr.take().unwrap());
+    let started = wait_for(TIMEOUT, || {
+        stdout.text().contains("Load balancer listening on port")
+            && stderr.text().contains("preflight: fail  open files")
+    });
+    // SAFETY: a plain kill(2) on the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let code = wait_exit(&mut child);
+    let err = stderr.text();
+    assert!(started, "stdout: {}\nstderr: {err}", stdout.text());
+    assert_eq!(code, Some(0), "{err}");
+    let warned: Vec<&str> = err.lines().filter(|l| l.contains("preflight: ")).collect();
+    assert!(
+        warned.iter().all(|l| l.contains("WARN")),
+        "warnings only: {warned:#?}"
+    );
+    assert!(
+        warned.iter().all(|l| !l.contains("preflight: ok")),
+        "no ok line: {warned:#?}"
+    );
+}
