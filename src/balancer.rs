@@ -236,7 +236,7 @@ impl Balancer {
             None => None,
             Some(listener) => {
                 let parts = admin::Parts {
-                    live: self.live(),
+                    running: Arc::clone(&self.running),
                     config: self.config.clone(),
                     reload: self.reload.take(),
                     stats: self.stats(),

@@ -279,6 +279,46 @@ impl Running {
     }
 }
 
+/// For tests: services named as given over these backends (not
+/// started), with a pool of one worker; and the process's counters.
+#[cfg(test)]
+pub(crate) fn for_tests(
+    services: Vec<(&str, Vec<Arc<crate::backend::Backend>>)>,
+) -> (Arc<Running>, Arc<crate::stats::Stats>) {
+    let stats = Arc::new(crate::stats::Stats::default());
+    let shared = Shared {
+        stats: Arc::clone(&stats),
+        access_log: None,
+        workers: 1,
+        queue_depth: Arc::default(),
+    };
+    let built: Vec<Arc<Service>> = services
+        .into_iter()
+        .map(|(name, backends)| {
+            let config = crate::config::Config {
+                name: name.into(),
+                ..crate::config::Config::default()
+            };
+            let service = Service::build(config, &shared).unwrap();
+            for b in backends {
+                service.live.scheduler.add(b);
+            }
+            Arc::new(service)
+        })
+        .collect();
+    let pool = Pool::new(
+        1,
+        256 * 1024,
+        4,
+        Arc::clone(&stats),
+        Arc::new(|job: Job| Arc::clone(&job.service).handle(job)),
+    );
+    (
+        Arc::new(Running::new(shared, Arc::new(pool), &built)),
+        stats,
+    )
+}
+
 /// Tells every thread of `entry` to stop.
 fn stop_entry(entry: Entry) -> Stopped {
     let mut threads = Vec::new();

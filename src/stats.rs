@@ -63,7 +63,24 @@ macro_rules! counters {
             $( #[doc = $help] pub $name: u64, )*
         }
 
-        impl Stats {
+        /// The values of the table that are the whole process's, raised in its
+/// own table only (the pool, the drain, reloads, the admin API); every
+/// other value is a service's, raised in that service's table.
+pub const PROCESS_WIDE: &[&str] = &[
+    "workers",
+    "workers_busy",
+    "worker_panics",
+    "worker_spawn_failures",
+    "descriptor_waits",
+    "drain_cut",
+    "reloads_ok",
+    "reloads_failed",
+    "admin_slow_bodies",
+    "admin_connections_refused",
+    "admin_idle_closes",
+];
+
+impl Stats {
     /// A new table of counters whose values are added into every
     /// snapshot of this one: a service's, under the process's. Each
     /// counter is raised in one table only, so nothing is counted twice.

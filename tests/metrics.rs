@@ -55,6 +55,12 @@ fn get(m: &HashMap<String, f64>, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name} is not in the metrics"))
 }
 
+/// The key of the histogram `name` of the service `default`, as
+/// [`histograms`] writes it.
+fn of_default(name: &str) -> String {
+    format!("{name}{{\"service\": \"default\"}}")
+}
+
 /// One histogram series read back from the text format.
 #[derive(Debug)]
 struct Histogram {
@@ -232,32 +238,47 @@ fn counters_move_by_exactly_the_connections_made() {
     }
     assert!(lb.wait_active(0, IO_TIMEOUT));
     until("the last connection is counted", || {
-        get(&scrape(admin), "rodizio_completed_total") - get(&before, "rodizio_completed_total")
+        get(
+            &scrape(admin),
+            "rodizio_completed_total{service=\"default\"}",
+        ) - get(&before, "rodizio_completed_total{service=\"default\"}")
             >= n as f64
     });
     let after = scrape(admin);
     let moved = |name: &str| get(&after, name) - get(&before, name);
-    assert_eq!(moved("rodizio_accepted_total"), n as f64);
-    assert_eq!(moved("rodizio_completed_total"), n as f64);
+    assert_eq!(
+        moved("rodizio_accepted_total{service=\"default\"}"),
+        n as f64
+    );
+    assert_eq!(
+        moved("rodizio_completed_total{service=\"default\"}"),
+        n as f64
+    );
     let backend_total = format!(
-        "rodizio_backend_connections_total{{backend=\"{}\"}}",
+        "rodizio_backend_connections_total{{service=\"default\",backend=\"{}\"}}",
         backend.addr()
     );
     assert_eq!(moved(&backend_total), n as f64);
     assert_eq!(
-        moved("rodizio_bytes_to_backends_total"),
+        moved("rodizio_bytes_to_backends_total{service=\"default\"}"),
         (n as usize * len) as f64
     );
     assert_eq!(
-        moved("rodizio_bytes_to_clients_total"),
+        moved("rodizio_bytes_to_clients_total{service=\"default\"}"),
         (n as usize * len) as f64
     );
-    assert_eq!(moved("rodizio_queue_wait_seconds_count"), n as f64);
-    assert_eq!(moved("rodizio_connection_duration_seconds_count"), n as f64);
-    assert_eq!(get(&after, "rodizio_active"), 0.0);
+    assert_eq!(
+        moved("rodizio_queue_wait_seconds_count{service=\"default\"}"),
+        n as f64
+    );
+    assert_eq!(
+        moved("rodizio_connection_duration_seconds_count{service=\"default\"}"),
+        n as f64
+    );
+    assert_eq!(get(&after, "rodizio_active{service=\"default\"}"), 0.0);
     assert_eq!(get(&after, "rodizio_workers_busy"), 0.0);
     let active = format!(
-        "rodizio_backend_connections_active{{backend=\"{}\"}}",
+        "rodizio_backend_connections_active{{service=\"default\",backend=\"{}\"}}",
         backend.addr()
     );
     assert_eq!(get(&after, &active), 0.0);
@@ -294,17 +315,19 @@ fn gauges_come_back_to_zero_after_resets() {
     let _ = d.read_to_end(&mut sink);
     until("both connections end", || {
         let m = scrape(admin);
-        get(&m, "rodizio_completed_total") == 2.0
+        get(&m, "rodizio_completed_total{service=\"default\"}") == 2.0
     });
     let text = scrape_text(admin);
     histograms(&text).unwrap_or_else(|err| panic!("{err}\n{text}"));
     let m = scrape(admin);
-    assert_eq!(get(&m, "rodizio_active"), 0.0);
+    assert_eq!(get(&m, "rodizio_active{service=\"default\"}"), 0.0);
     assert_eq!(get(&m, "rodizio_workers_busy"), 0.0);
     for b in [echo.addr(), dying.addr()] {
-        let name = format!("rodizio_backend_connections_active{{backend=\"{b}\"}}");
+        let name =
+            format!("rodizio_backend_connections_active{{service=\"default\",backend=\"{b}\"}}");
         assert_eq!(get(&m, &name), 0.0, "{name}");
-        let name = format!("rodizio_backend_connections_total{{backend=\"{b}\"}}");
+        let name =
+            format!("rodizio_backend_connections_total{{service=\"default\",backend=\"{b}\"}}");
         assert_eq!(get(&m, &name), 1.0, "{name}");
     }
     lb.stop();
@@ -353,7 +376,7 @@ fn every_histogram_counts_each_observation_once() {
         "rodizio_queue_wait_seconds",
         "rodizio_connection_duration_seconds",
     ] {
-        let h = &all[name];
+        let h = &all[&of_default(name)];
         assert_eq!(h.count, n, "{name}: {h:?}");
         let covering: Vec<_> = h
             .buckets
@@ -367,7 +390,7 @@ fn every_histogram_counts_each_observation_once() {
         }
         assert!(h.sum <= longest.as_secs_f64() * n as f64, "{name}: {h:?}");
     }
-    let checks = &all["rodizio_health_check_duration_seconds"];
+    let checks = &all[&of_default("rodizio_health_check_duration_seconds")];
     assert!(checks.count >= 4, "{checks:?}");
     assert_eq!(checks.at(f64::INFINITY), checks.count);
     println!("longest connection seen by the client: {longest:?}");

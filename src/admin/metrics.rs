@@ -31,22 +31,21 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::backend::Backend;
-use crate::stats::{Kind, Stats};
+use crate::running::Running;
+use crate::stats::{Kind, Stats, StatsSnapshot, PROCESS_WIDE};
 
 /// What the metrics are read from; cheap to clone (reference counts and
 /// closures over them).
 #[derive(Clone)]
 pub struct Sources {
-    /// The table of counters and the histograms.
+    /// The process's counters (every service's added).
     pub stats: Arc<Stats>,
-    /// The backends now.
-    pub backends: Arc<dyn Fn() -> Arc<[Arc<Backend>]> + Send + Sync>,
+    /// The services: their counters, backends and limiters.
+    pub running: Arc<Running>,
     /// Clients waiting in the queue now.
     pub queued: Arc<dyn Fn() -> usize + Send + Sync>,
     /// The most worker threads (`workers`).
     pub max_workers: usize,
-    /// Clients the limiter tracks now and its capacity, when it is on.
-    pub limiter: Arc<dyn Fn() -> Option<(usize, usize)> + Send + Sync>,
 }
 
 impl std::fmt::Debug for Sources {
@@ -77,66 +76,57 @@ struct View(Sources);
 impl Collector for View {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.0;
+        let services = s.running.list();
         let snapshot = s.stats.snapshot();
-        for entry in snapshot.entries() {
-            match entry.kind {
-                Kind::Counter => {
-                    let m = ConstCounter::new(entry.value);
-                    m.encode(encoder.encode_descriptor(
-                        entry.name,
-                        entry.help,
-                        None,
-                        m.metric_type(),
-                    )?)?;
-                }
-                Kind::Gauge => gauge(&mut encoder, entry.name, entry.help, entry.value as i64)?,
-            }
-        }
-        let limiter = (s.limiter)();
+        counters(&mut encoder, &snapshot, &services)?;
         let overall = [
             (
                 "queue_depth",
                 "Clients waiting in the queue for a worker now.",
-                Some((s.queued)()),
+                (s.queued)(),
             ),
             (
                 "workers_max",
                 "The most worker threads (workers).",
-                Some(s.max_workers),
+                s.max_workers,
             ),
             (
                 "workers_idle",
                 "Worker threads alive and waiting for a client now.",
-                Some(snapshot.workers.saturating_sub(snapshot.workers_busy) as usize),
-            ),
-            // The limiter's two only when it is on.
-            (
-                "rate_limit_clients",
-                "Client IPs the rate limiter tracks now.",
-                limiter.map(|(tracked, _)| tracked),
-            ),
-            (
-                "rate_limit_capacity",
-                "Most client IPs the rate limiter can track.",
-                limiter.map(|(_, capacity)| capacity),
+                snapshot.workers.saturating_sub(snapshot.workers_busy) as usize,
             ),
         ];
         for (name, help, value) in overall {
-            if let Some(value) = value {
-                gauge(&mut encoder, name, help, value as i64)?;
-            }
+            gauge(&mut encoder, name, help, value as i64)?;
         }
-        let backends = (s.backends)();
+        per_service_gauges(&mut encoder, &services)?;
+        let lists: Vec<(&str, Arc<[Arc<Backend>]>)> = services
+            .iter()
+            .map(|x| (x.name(), x.live.scheduler.snapshot()))
+            .collect();
         for &(name, help, kind, value) in PER_BACKEND {
-            per_backend(&mut encoder, name, help, kind, &backends, value)?;
+            per_backend(&mut encoder, name, help, kind, &lists, value)?;
         }
-        backend_up(&mut encoder, &backends)?;
-        for (name, help, snap) in s.stats.histogram_snapshots() {
+        backend_up(&mut encoder, &lists)?;
+        let histograms: Vec<_> = services
+            .iter()
+            .map(|x| (x.name(), x.stats.histogram_snapshots()))
+            .collect();
+        for (i, (name, help, _)) in s.stats.histogram_snapshots().into_iter().enumerate() {
             let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-            // The encoder takes counts per bucket and writes them cumulated
-            // (the `le` lines): the snapshot's are per bucket, so they are
-            // added up here once, by the encoder alone.
-            m.encode_histogram::<NoLabelSet>(snap.sum, snap.count, &snap.per_bucket, None)?;
+            for (service, all) in &histograms {
+                let snap = &all[i].2;
+                let labels = [("service", service.to_string())];
+                // The encoder takes counts per bucket and writes them
+                // cumulated (the `le` lines): the snapshot's are per
+                // bucket, so they are added up here once, by the encoder.
+                m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+                    snap.sum,
+                    snap.count,
+                    &snap.per_bucket,
+                    None,
+                )?;
+            }
         }
         let mut m = encoder.encode_descriptor(
             "build_info",
@@ -148,6 +138,98 @@ impl Collector for View {
         ConstGauge::new(1i64).encode(m.encode_family(&labels)?)?;
         Ok(())
     }
+}
+
+/// Every value of the counters' table: the process's without labels,
+/// the others once per service, labelled `service`.
+fn counters(
+    encoder: &mut DescriptorEncoder,
+    snapshot: &StatsSnapshot,
+    services: &[Arc<crate::service::Service>],
+) -> Result<(), std::fmt::Error> {
+    let per_service: Vec<(&str, StatsSnapshot)> =
+        services.iter().map(|x| (x.name(), x.stats.own())).collect();
+    for entry in snapshot.entries() {
+        let labelled = !PROCESS_WIDE.contains(&entry.name);
+        let kind = match entry.kind {
+            Kind::Counter => MetricType::Counter,
+            Kind::Gauge => MetricType::Gauge,
+        };
+        if !labelled {
+            let m = encoder.encode_descriptor(entry.name, entry.help, None, kind)?;
+            value(m, kind, entry.value)?;
+            continue;
+        }
+        let mut m = encoder.encode_descriptor(entry.name, entry.help, None, kind)?;
+        for (name, own) in &per_service {
+            let v = own
+                .entries()
+                .iter()
+                .find(|e| e.name == entry.name)
+                .map_or(0, |e| e.value);
+            let labels = [("service", name.to_string())];
+            value(m.encode_family(&labels)?, kind, v)?;
+        }
+    }
+    Ok(())
+}
+
+/// One value as a counter or a gauge.
+fn value(
+    encoder: prometheus_client::encoding::MetricEncoder,
+    kind: MetricType,
+    v: u64,
+) -> Result<(), std::fmt::Error> {
+    match kind {
+        MetricType::Counter => ConstCounter::new(v).encode(encoder),
+        _ => ConstGauge::new(v as i64).encode(encoder),
+    }
+}
+
+/// Per service: its clients held under `max_connections` and its limit,
+/// and its rate limiter's tracked clients and capacity, when on.
+fn per_service_gauges(
+    encoder: &mut DescriptorEncoder,
+    services: &[Arc<crate::service::Service>],
+) -> Result<(), std::fmt::Error> {
+    type Read = fn(&crate::service::Service) -> Option<usize>;
+    let series: [(&str, &str, Read); 4] = [
+        (
+            "service_connections_held",
+            "Clients of the service held now, queued or served (with max_connections).",
+            |x| x.slots.as_ref().map(|s| s.held()),
+        ),
+        (
+            "service_max_connections",
+            "The service's max_connections.",
+            |x| x.slots.as_ref().map(|s| s.limit()),
+        ),
+        (
+            "rate_limit_clients",
+            "Client IPs the rate limiter tracks now.",
+            |x| x.live.limiter.load().as_ref().map(|l| l.len()),
+        ),
+        (
+            "rate_limit_capacity",
+            "Most client IPs the rate limiter can track.",
+            |x| x.live.limiter.load().as_ref().map(|l| l.capacity()),
+        ),
+    ];
+    for (name, help, read) in series {
+        let values: Vec<(&str, usize)> = services
+            .iter()
+            .filter_map(|x| read(x).map(|v| (x.name(), v)))
+            .collect();
+        if values.is_empty() {
+            continue;
+        }
+        let mut m = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for (service, v) in values {
+            let labels = [("service", service.to_string())];
+            ConstGauge::new(v as i64).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
 }
 
 /// A series with one value per backend: its name, help, type, and how it
@@ -191,7 +273,7 @@ const PER_BACKEND: &[PerBackend] = &[
 /// `backend_up`: per backend, 1 for its current state and 0 for the others.
 fn backend_up(
     encoder: &mut DescriptorEncoder,
-    backends: &[Arc<Backend>],
+    lists: &[(&str, Arc<[Arc<Backend>]>)],
 ) -> Result<(), std::fmt::Error> {
     let mut m = encoder.encode_descriptor(
         "backend_up",
@@ -199,12 +281,18 @@ fn backend_up(
         None,
         MetricType::Gauge,
     )?;
-    for b in backends {
-        let now = b.state_name();
-        for st in ["up", "down", "draining", "maint"] {
-            let labels = [("backend", b.name().to_string()), ("state", st.to_string())];
-            let value = i64::from(st == now);
-            ConstGauge::new(value).encode(m.encode_family(&labels)?)?;
+    for (service, backends) in lists {
+        for b in backends.iter() {
+            let now = b.state_name();
+            for st in ["up", "down", "draining", "maint"] {
+                let labels = [
+                    ("service", service.to_string()),
+                    ("backend", b.name().to_string()),
+                    ("state", st.to_string()),
+                ];
+                let value = i64::from(st == now);
+                ConstGauge::new(value).encode(m.encode_family(&labels)?)?;
+            }
         }
     }
     Ok(())
@@ -221,22 +309,23 @@ fn gauge(
     m.encode(encoder.encode_descriptor(name, help, None, m.metric_type())?)
 }
 
-/// One value per backend, labelled `backend`.
+/// One value per backend, labelled `service` and `backend`.
 fn per_backend(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
     kind: MetricType,
-    backends: &[Arc<Backend>],
-    value: impl Fn(&Backend) -> u64,
+    lists: &[(&str, Arc<[Arc<Backend>]>)],
+    read: impl Fn(&Backend) -> u64,
 ) -> Result<(), std::fmt::Error> {
     let mut m = encoder.encode_descriptor(name, help, None, kind)?;
-    for b in backends {
-        let labels = [("backend", b.name().to_string())];
-        let family = m.encode_family(&labels)?;
-        match kind {
-            MetricType::Counter => ConstCounter::new(value(b)).encode(family)?,
-            _ => ConstGauge::new(value(b) as i64).encode(family)?,
+    for (service, backends) in lists {
+        for b in backends.iter() {
+            let labels = [
+                ("service", service.to_string()),
+                ("backend", b.name().to_string()),
+            ];
+            value(m.encode_family(&labels)?, kind, read(b))?;
         }
     }
     Ok(())
@@ -247,67 +336,94 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn sources(stats: Arc<Stats>, backends: Vec<Arc<Backend>>) -> Sources {
-        let list: Arc<[Arc<Backend>]> = backends.into();
-        Sources {
+    /// One service, `default`, over `backends`; its counters.
+    fn sources(backends: Vec<Arc<Backend>>) -> (Sources, Arc<Stats>) {
+        let (running, stats) = crate::running::for_tests(vec![("default", backends)]);
+        let service = running.list()[0].stats.clone();
+        let sources = Sources {
             stats,
-            backends: Arc::new(move || Arc::clone(&list)),
+            running,
             queued: Arc::new(|| 3),
             max_workers: 4096,
-            limiter: Arc::new(|| Some((5, 65536))),
-        }
+        };
+        (sources, service)
     }
 
     #[test]
     fn every_counter_of_the_table_is_rendered_with_its_help() {
-        let stats = Arc::new(Stats::default());
-        Stats::add(&stats.accepted, 7);
         let a = Arc::new(Backend::new("127.0.0.1:8001".into(), vec![], 1));
         let b = Arc::new(Backend::new("127.0.0.1:8002".into(), vec![], 1));
         b.set_healthy(false);
         let a2 = Arc::clone(&a);
         let _held = a2.start_connection();
+        let (sources, stats) = sources(vec![a, b]);
+        Stats::add(&stats.accepted, 7);
+        Stats::add(&sources.stats.reloads_ok, 2);
         stats
             .histograms
             .queue_wait
             .observe(Duration::from_micros(30));
-        let text = render(&sources(Arc::clone(&stats), vec![a, b]));
+        let text = render(&sources);
         assert!(
             text.contains("# HELP rodizio_accepted_total Connections accepted from clients."),
             "{text}"
         );
-        assert!(text.contains("\nrodizio_accepted_total 7\n"), "{text}");
+        assert!(
+            text.contains("\nrodizio_accepted_total{service=\"default\"} 7\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nrodizio_reloads_ok_total 2\n"), "{text}");
         assert!(text.contains("# TYPE rodizio_active gauge"), "{text}");
         assert!(text.contains("rodizio_queue_depth 3"), "{text}");
         assert!(
-            text.contains("rodizio_backend_connections_active{backend=\"127.0.0.1:8001\"} 1"),
+            text.contains("rodizio_backend_connections_active{service=\"default\",backend=\"127.0.0.1:8001\"} 1"),
             "{text}"
         );
         assert!(
-            text.contains("rodizio_backend_connections_total{backend=\"127.0.0.1:8001\"} 1"),
+            text.contains("rodizio_backend_connections_total{service=\"default\",backend=\"127.0.0.1:8001\"} 1"),
             "{text}"
         );
         assert!(
-            text.contains("rodizio_backend_up{backend=\"127.0.0.1:8002\",state=\"down\"} 1"),
+            text.contains("rodizio_backend_up{service=\"default\",backend=\"127.0.0.1:8002\",state=\"down\"} 1"),
             "{text}"
         );
         assert!(
-            text.contains("rodizio_backend_up{backend=\"127.0.0.1:8002\",state=\"up\"} 0"),
+            text.contains(
+                "rodizio_backend_up{service=\"default\",backend=\"127.0.0.1:8002\",state=\"up\"} 0"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("rodizio_queue_wait_seconds_bucket{le=\"0.0001\"} 1"),
+            text.contains("rodizio_queue_wait_seconds_bucket{service=\"default\",le=\"0.0001\"} 1"),
             "{text}"
         );
         assert!(
-            text.contains("rodizio_queue_wait_seconds_count 1"),
+            text.contains("rodizio_queue_wait_seconds_count{service=\"default\"} 1"),
             "{text}"
         );
         assert!(
-            text.contains("rodizio_queue_wait_seconds_bucket{le=\"+Inf\"} 1\n"),
+            text.contains("rodizio_queue_wait_seconds_bucket{service=\"default\",le=\"+Inf\"} 1\n"),
             "{text}"
         );
-        assert!(text.contains("rodizio_rate_limit_capacity 65536"), "{text}");
+        // The limiter's series only while it is on.
+        assert!(!text.contains("rodizio_rate_limit_capacity"), "{text}");
+        let rate = crate::limiter::Rate::parse("10/1s").unwrap();
+        let limiter = crate::limiter::Limiter::with_store(
+            &crate::limiter::RateLimitConfig::new(rate),
+            &crate::limiter::StoreConfig::default(),
+            Arc::clone(&stats),
+        )
+        .unwrap();
+        let capacity = limiter.capacity();
+        let service = &sources.running.list()[0];
+        service.live.limiter.store(Some(Arc::new(limiter)));
+        let text = render(&sources);
+        assert!(
+            text.contains(&format!(
+                "rodizio_rate_limit_capacity{{service=\"default\"}} {capacity}"
+            )),
+            "{text}"
+        );
         assert!(
             text.contains(&format!(
                 "rodizio_build_info{{version=\"{}\"}} 1",
@@ -328,13 +444,13 @@ mod tests {
     /// at or below its bound, and `+Inf` is `_count`, for every histogram.
     #[test]
     fn histogram_buckets_are_cumulated_once() {
-        let stats = Arc::new(Stats::default());
+        let (sources, stats) = sources(vec![]);
         for (_, _, h) in stats.histograms.entries() {
             for d in [50, 3000, 3000, 120_000_000] {
                 h.observe(Duration::from_micros(d));
             }
         }
-        let text = render(&sources(Arc::clone(&stats), vec![]));
+        let text = render(&sources);
         for (name, _, _) in stats.histograms.entries() {
             for (le, n) in [
                 ("0.0001", 1),
@@ -344,14 +460,17 @@ mod tests {
                 ("60", 3),
                 ("+Inf", 4),
             ] {
-                let line = format!("rodizio_{name}_bucket{{le=\"{le}\"}} {n}\n");
+                let line =
+                    format!("rodizio_{name}_bucket{{service=\"default\",le=\"{le}\"}} {n}\n");
                 assert!(text.contains(&line), "{line}{text}");
             }
-            let count = format!("rodizio_{name}_count 4\n");
+            let count = format!("rodizio_{name}_count{{service=\"default\"}} 4\n");
             assert!(text.contains(&count), "{count}{text}");
             assert_eq!(
-                text.matches(&format!("rodizio_{name}_bucket{{le=\"+Inf\"}}"))
-                    .count(),
+                text.matches(&format!(
+                    "rodizio_{name}_bucket{{service=\"default\",le=\"+Inf\"}}"
+                ))
+                .count(),
                 1
             );
         }

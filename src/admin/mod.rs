@@ -3,7 +3,8 @@
 //!
 //! The endpoints (`routes.rs`, listed in docs/operations.md, "Admin API") list,
 //! add, reweigh, drain and remove backends, reload the config file, show the
-//! settings, `/metrics` (`metrics.rs`) and the stats page (`page.rs`). Every
+//! settings, `/metrics` (`metrics.rs`) and the stats page (`page.rs`);
+//! `services.rs` lists the services and picks the one a path means. Every
 //! error is `{"error": "..."}` with a 4xx or 5xx status, and `HEAD` is
 //! answered wherever `GET` is. Nothing an admin request does can disturb the
 //! proxying (a panic in a handler is answered 500). Changes last until the
@@ -25,6 +26,7 @@ pub mod metrics;
 pub mod page;
 pub mod routes;
 mod server;
+mod services;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -34,8 +36,10 @@ use parking_lot::Mutex;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::live::Live;
 use crate::reaper::{Owner, Reaper};
+use crate::running::Running;
+use crate::scheduler::Scheduler;
+use crate::service::Service;
 use crate::shutdown::Shutdown;
 
 pub use routes::{route, Reply};
@@ -105,8 +109,8 @@ impl AdminListener {
 
 /// What the endpoints read and change.
 pub struct State {
-    /// The backend list and the live settings.
-    pub live: Live,
+    /// The services, their backend lists and live settings.
+    pub running: Arc<Running>,
     /// The settings given at start-up (the fixed ones are still in force).
     pub config: Config,
     /// `POST /reload`'s hook; `None` when there is no config file.
@@ -115,16 +119,56 @@ pub struct State {
     pub sources: metrics::Sources,
     /// When the balancer started (the page's uptime).
     pub started: std::time::Instant,
-    /// Changes to the list take turns on this (see `routes.rs`).
+    /// Changes to the lists take turns on this (see `routes.rs`).
     pub(crate) changes: Mutex<()>,
-    /// Where `DELETE` hands a backend to the reaper.
-    pub(crate) reaper: Reaper,
+    /// Per service (by its scheduler): where `DELETE` hands a backend to
+    /// be removed once drained.
+    reapers: Mutex<Vec<(Arc<Scheduler>, Reaper)>>,
+    /// Stops the reapers.
+    shutdown: Option<Shutdown>,
+}
+
+impl State {
+    /// The state over `running`, with `config` as given at start-up.
+    pub fn new(
+        running: Arc<Running>,
+        config: Config,
+        reload: Option<ReloadHook>,
+        sources: metrics::Sources,
+        shutdown: Option<Shutdown>,
+    ) -> State {
+        State {
+            running,
+            config,
+            reload,
+            sources,
+            started: std::time::Instant::now(),
+            changes: Mutex::new(()),
+            reapers: Mutex::new(Vec::new()),
+            shutdown,
+        }
+    }
+
+    /// The reaper of `service`'s deleted backends.
+    pub(crate) fn reaper(&self, service: &Service) -> Reaper {
+        let mut reapers = self.reapers.lock();
+        let scheduler = &service.live.scheduler;
+        if let Some((_, r)) = reapers.iter().find(|(s, _)| Arc::ptr_eq(s, scheduler)) {
+            return r.clone();
+        }
+        // A stopped service's reaper goes with it.
+        let running = self.running.list();
+        reapers.retain(|(s, _)| running.iter().any(|r| Arc::ptr_eq(&r.live.scheduler, s)));
+        let r = Reaper::new(Arc::clone(scheduler), Owner::Admin, self.shutdown.clone());
+        reapers.push((Arc::clone(scheduler), r.clone()));
+        r
+    }
 }
 
 impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("State")
-            .field("backends", &self.live.scheduler.snapshot().len())
+            .field("services", &self.running.list().len())
             .field("reload", &self.reload.is_some())
             .finish()
     }
@@ -132,13 +176,13 @@ impl std::fmt::Debug for State {
 
 /// What the admin API is given by the balancer.
 pub struct Parts {
-    /// The backend list and the live settings.
-    pub live: Live,
+    /// The services.
+    pub running: Arc<Running>,
     /// The settings given at start-up.
     pub config: Config,
     /// `POST /reload`'s hook, if there is a config file.
     pub reload: Option<ReloadHook>,
-    /// The counters.
+    /// The process's counters (every service's added).
     pub stats: Arc<crate::stats::Stats>,
     /// Clients in the queue now.
     pub queued: Arc<dyn Fn() -> usize + Send + Sync>,
@@ -174,30 +218,19 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
     // `GET /config` shows the address bound, with its real port.
     let mut config = parts.config;
     config.admin_listen = Some(addr);
-    let sources = {
-        let scheduler = Arc::clone(&parts.live.scheduler);
-        let limiter = Arc::clone(&parts.live.limiter);
-        metrics::Sources {
-            stats: parts.stats,
-            backends: Arc::new(move || scheduler.snapshot()),
-            queued: parts.queued,
-            max_workers: config.workers,
-            limiter: Arc::new(move || limiter.load().as_ref().map(|l| (l.len(), l.capacity()))),
-        }
+    let sources = metrics::Sources {
+        stats: parts.stats,
+        running: Arc::clone(&parts.running),
+        queued: parts.queued,
+        max_workers: config.workers,
     };
-    let state = Arc::new(State {
-        sources,
-        started: std::time::Instant::now(),
-        live: parts.live.clone(),
+    let state = Arc::new(State::new(
+        parts.running,
         config,
-        reload: parts.reload,
-        changes: Mutex::new(()),
-        reaper: Reaper::new(
-            Arc::clone(&parts.live.scheduler),
-            Owner::Admin,
-            Some(shutdown.clone()),
-        ),
-    });
+        parts.reload,
+        sources,
+        Some(shutdown.clone()),
+    ));
     let http = server::Http::new(state, auth::Auth::new(token));
     let server = server::start(listener, http, shutdown)?;
     log::info!("admin API listening on {addr}");

@@ -1,12 +1,14 @@
 //! The stats page: one HTML page, rendered by the server, readable without
 //! JavaScript, that refreshes itself, in the spirit of HAProxy's stats page.
 //!
-//! A table of backends (state in colour, weight, connections, bytes,
+//! A table of the process (queue depth, workers, uptime, version), then
+//! per service, as HAProxy's page has one table per proxy, a table of its
+//! listener (addresses, accepted, refused, active, algorithm, rate limit)
+//! and one of its backends (state in colour, weight, connections, bytes,
 //! connect failures, the last check and how long it took, the time since
-//! the last change of state) and one of the listener (accepted, refused,
-//! queue depth, workers, uptime, version, algorithm, rate limit). The page
-//! is built from plain rows ([`BackendRow`], [`ListenerRow`]) on the admin
-//! listener's thread; every text is escaped.
+//! the last change of state). The page is built from plain rows
+//! ([`Process`], [`Section`], [`BackendRow`]) on the admin listener's
+//! thread; every text is escaped.
 //!
 //! # Corresponds to the C article
 //!
@@ -45,15 +47,9 @@ pub struct BackendRow {
     pub since_change: Option<Duration>,
 }
 
-/// What the page shows of the listener and the process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListenerRow {
-    /// The address clients connect to.
-    pub listen: String,
-    /// Clients accepted.
-    pub accepted: u64,
-    /// Clients refused (rate limit, no backend, queue timeout).
-    pub refused: u64,
+/// The process's row: the pool shared by every service.
+#[derive(Debug, Clone)]
+pub struct Process {
     /// Clients waiting for a worker now.
     pub queued: u64,
     /// Workers serving a connection now.
@@ -62,10 +58,27 @@ pub struct ListenerRow {
     pub max_workers: u64,
     /// Time since start.
     pub uptime: Duration,
+}
+
+/// One service's section: its listener row and its backends.
+#[derive(Debug, Clone)]
+pub struct Section {
+    /// The service's name.
+    pub name: String,
+    /// The addresses clients connect to.
+    pub listen: String,
+    /// Clients accepted.
+    pub accepted: u64,
+    /// Clients refused (rate limit, no backend, queue timeout).
+    pub refused: u64,
+    /// Connections being served now.
+    pub active: u64,
     /// The algorithm's name.
     pub algorithm: String,
     /// The rate limit (`20/10s`) or `off`.
     pub rate_limit: String,
+    /// Its backends.
+    pub backends: Vec<BackendRow>,
 }
 
 /// Escapes text for HTML.
@@ -116,8 +129,9 @@ fn ago(d: Duration) -> String {
 }
 
 /// The whole page.
-pub fn render(listener: &ListenerRow, backends: &[BackendRow]) -> String {
-    let mut html = String::with_capacity(4096 + 512 * backends.len());
+pub fn render(process: &Process, sections: &[Section]) -> String {
+    let rows: usize = sections.iter().map(|s| s.backends.len()).sum();
+    let mut html = String::with_capacity(4096 + 512 * rows);
     let _ = write!(
         html,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -132,29 +146,58 @@ tr.draining td.state{{background:#f6dc8c}}tr.maint td.state{{background:#a9c8f0}
 </style></head><body>\n<h1>rodizio {}</h1>\n",
         esc(env!("CARGO_PKG_VERSION"))
     );
-    let l = listener;
+    let p = process;
     let _ = write!(
         html,
-        "<h2>Listener</h2>\n<table id=\"listener\"><tr><th>address</th><th>accepted</th>\
-<th>refused</th><th>queued</th><th>workers busy / max</th><th>uptime</th>\
+        "<table id=\"process\"><tr><th>queued</th><th>workers busy / max</th>\
+<th>uptime</th></tr>\n<tr><td>{}</td><td>{} / {}</td><td>{}</td></tr></table>\n",
+        p.queued,
+        p.busy,
+        p.max_workers,
+        ago(p.uptime),
+    );
+    let one = sections.len() == 1;
+    for section in sections {
+        self::section(&mut html, section, one);
+    }
+    let _ = write!(
+        html,
+        "<p>This page refreshes every {REFRESH_SECS} s. Metrics for Prometheus: \
+<a href=\"/metrics\">/metrics</a>; services as JSON: <a href=\"/services\">/services</a>.</p>\n\
+</body></html>\n"
+    );
+    html
+}
+
+/// One service's tables. With `one` service, they keep the plain ids
+/// `listener` and `backends`; with several, the ids name the service.
+fn section(html: &mut String, s: &Section, one: bool) {
+    let name = esc(&s.name);
+    let (listener_id, backends_id) = if one {
+        ("listener".to_string(), "backends".to_string())
+    } else {
+        (format!("listener-{name}"), format!("backends-{name}"))
+    };
+    let _ = write!(
+        html,
+        "<h2>Service {name}</h2>\n<table id=\"{listener_id}\" data-service=\"{name}\">\
+<tr><th>address</th><th>accepted</th><th>refused</th><th>active</th>\
 <th>algorithm</th><th>rate limit</th></tr>\n<tr><td class=\"name\">{}</td><td>{}</td>\
-<td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>\n",
-        esc(&l.listen),
-        l.accepted,
-        l.refused,
-        l.queued,
-        l.busy,
-        l.max_workers,
-        ago(l.uptime),
-        esc(&l.algorithm),
-        esc(&l.rate_limit)
+<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>\n",
+        esc(&s.listen),
+        s.accepted,
+        s.refused,
+        s.active,
+        esc(&s.algorithm),
+        esc(&s.rate_limit)
     );
-    html.push_str(
-        "<h2>Backends</h2>\n<table id=\"backends\"><tr><th>backend</th><th>state</th>\
-<th>weight</th><th>active</th><th>total</th><th>bytes in</th><th>bytes out</th>\
-<th>connect failures</th><th>last check</th><th>check took</th><th>since change</th></tr>\n",
+    let _ = writeln!(
+        html,
+        "<table id=\"{backends_id}\" data-service=\"{name}\"><tr><th>backend</th>\
+<th>state</th><th>weight</th><th>active</th><th>total</th><th>bytes in</th><th>bytes out</th>\
+<th>connect failures</th><th>last check</th><th>check took</th><th>since change</th></tr>",
     );
-    for b in backends {
+    for b in &s.backends {
         let check = b.last_check.as_deref().unwrap_or("-");
         let took = b.check_duration.map_or("-".to_string(), |d| {
             format!("{:.1} ms", d.as_secs_f64() * 1000.0)
@@ -163,7 +206,7 @@ tr.draining td.state{{background:#f6dc8c}}tr.maint td.state{{background:#a9c8f0}
         let state = esc(&b.state);
         let _ = writeln!(
             html,
-            "<tr class=\"{state}\" data-backend=\"{name}\"><td class=\"name\">{name}</td>\
+            "<tr class=\"{state}\" data-backend=\"{bname}\"><td class=\"name\">{bname}</td>\
 <td class=\"state\">{upper}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
 <td>{}</td><td class=\"check\">{}</td><td>{took}</td><td>{since}</td></tr>",
             b.weight,
@@ -173,17 +216,11 @@ tr.draining td.state{{background:#f6dc8c}}tr.maint td.state{{background:#a9c8f0}
             bytes(b.bytes_out),
             b.connect_failures,
             esc(check),
-            name = esc(&b.name),
+            bname = esc(&b.name),
             upper = state.to_uppercase(),
         );
     }
-    let _ = write!(
-        html,
-        "</table>\n<p>This page refreshes every {REFRESH_SECS} s. Metrics for Prometheus: \
-<a href=\"/metrics\">/metrics</a>; backends as JSON: <a href=\"/backends\">/backends</a>.</p>\n\
-</body></html>\n"
-    );
-    html
+    html.push_str("</table>\n");
 }
 
 #[cfg(test)]
@@ -206,26 +243,39 @@ mod tests {
         }
     }
 
-    fn listener() -> ListenerRow {
-        ListenerRow {
-            listen: "0.0.0.0:8080".into(),
-            accepted: 100,
-            refused: 1,
+    fn process() -> Process {
+        Process {
             queued: 0,
             busy: 2,
             max_workers: 4096,
             uptime: Duration::from_secs(3725),
+        }
+    }
+
+    fn section(name: &str, backends: Vec<BackendRow>) -> Section {
+        Section {
+            name: name.into(),
+            listen: "0.0.0.0:8080".into(),
+            accepted: 100,
+            refused: 1,
+            active: 2,
             algorithm: "round-robin".into(),
             rate_limit: "off".into(),
+            backends,
         }
     }
 
     #[test]
     fn a_row_per_backend_with_its_state_and_numbers() {
         let html = render(
-            &listener(),
-            &[row("127.0.0.1:8001", "up"), row("127.0.0.1:8002", "down")],
+            &process(),
+            &[section(
+                "default",
+                vec![row("127.0.0.1:8001", "up"), row("127.0.0.1:8002", "down")],
+            )],
         );
+        assert!(html.contains("<table id=\"listener\" data-service=\"default\">"));
+        assert!(html.contains("<table id=\"backends\" data-service=\"default\">"));
         assert!(html.contains("<meta http-equiv=\"refresh\" content=\"2\">"));
         assert_eq!(html.matches("data-backend=").count(), 2);
         assert!(html.contains("<tr class=\"down\" data-backend=\"127.0.0.1:8002\">"));
@@ -240,9 +290,30 @@ mod tests {
     fn text_is_escaped() {
         let mut bad = row("<b>x</b>", "up");
         bad.last_check = Some("GET /health answered \"500\" & <closed>".into());
-        let html = render(&listener(), &[bad]);
+        let html = render(&process(), &[section("a<b", vec![bad])]);
+        assert!(html.contains("Service a&lt;b"));
         assert!(html.contains("&lt;b&gt;x&lt;/b&gt;"));
         assert!(html.contains("&quot;500&quot; &amp; &lt;closed&gt;"));
         assert!(!html.contains("<b>x</b>"));
+    }
+
+    #[test]
+    fn one_section_per_service() {
+        let html = render(
+            &process(),
+            &[
+                section("web", vec![row("127.0.0.1:8001", "up")]),
+                section(
+                    "db",
+                    vec![row("127.0.0.1:5432", "up"), row("127.0.0.1:5433", "maint")],
+                ),
+            ],
+        );
+        assert_eq!(html.matches("<h2>Service ").count(), 2);
+        assert!(html.contains("<table id=\"backends-web\" data-service=\"web\">"));
+        assert!(html.contains("<table id=\"listener-db\" data-service=\"db\">"));
+        let db = html.split("<h2>Service db</h2>").nth(1).unwrap();
+        assert_eq!(db.matches("data-backend=").count(), 2);
+        assert!(!db.contains("127.0.0.1:8001"));
     }
 }

@@ -19,6 +19,10 @@ use serde_json::{json, Map, Value};
 
 use super::State;
 use crate::backend::{Backend, BackendSpec};
+use crate::config::settings::{self, Scope};
+use crate::service::Service;
+
+use super::services::{only_service, service_json, services};
 
 /// Most weight accepted, as `--backend HOST:PORT,weight=N` allows.
 const MAX_WEIGHT: u32 = 1000;
@@ -123,24 +127,18 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
     let method = if method == "HEAD" { "GET" } else { method };
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
-        ["backends"] => match method {
-            "GET" => list(state),
-            "POST" => add(state, body),
-            _ => Reply::method_not_allowed(method, "GET, HEAD, POST"),
+        ["services"] => match method {
+            "GET" => Reply::new(200, services(state)),
+            _ => Reply::method_not_allowed(method, "GET, HEAD"),
         },
-        ["backends", address] => {
-            let Some(address) = percent_decode(address) else {
-                return Reply::error(400, "the address in the path is not valid UTF-8");
-            };
-            match method {
-                "GET" => {
-                    find(state, &address).map_or_else(|r| r, |b| Reply::new(200, backend_json(&b)))
-                }
-                "PUT" => change(state, &address, body),
-                "DELETE" => delete(state, &address),
-                _ => Reply::method_not_allowed(method, "GET, HEAD, PUT, DELETE"),
-            }
-        }
+        ["services", name, rest @ ..] => match state.running.find(name) {
+            Some(service) => in_service(state, &service, method, rest, body),
+            None => Reply::error(404, format!("no service {name}")),
+        },
+        ["backends", ..] => match only_service(state) {
+            Ok(service) => in_service(state, &service, method, &segments, body),
+            Err(why) => Reply::error(409, why),
+        },
         ["reload"] => match method {
             "POST" => reload(state),
             _ => Reply::method_not_allowed(method, "POST"),
@@ -164,52 +162,103 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
     }
 }
 
-/// `GET /`: the stats page.
+/// The endpoints of one service: `/services/{name}` and below, or
+/// `/backends...` when only one service runs. `rest` is the path after
+/// the service's name.
+fn in_service(state: &State, service: &Service, method: &str, rest: &[&str], body: &[u8]) -> Reply {
+    match rest {
+        [] => match method {
+            "GET" => Reply::new(200, service_json(state, service)),
+            _ => Reply::method_not_allowed(method, "GET, HEAD"),
+        },
+        ["backends"] => match method {
+            "GET" => list(service),
+            "POST" => add(state, service, body),
+            _ => Reply::method_not_allowed(method, "GET, HEAD, POST"),
+        },
+        ["backends", address] => {
+            let Some(address) = percent_decode(address) else {
+                return Reply::error(400, "the address in the path is not valid UTF-8");
+            };
+            match method {
+                "GET" => find(service, &address)
+                    .map_or_else(|r| r, |b| Reply::new(200, backend_json(&b))),
+                "PUT" => change(state, service, &address, body),
+                "DELETE" => delete(state, service, &address),
+                _ => Reply::method_not_allowed(method, "GET, HEAD, PUT, DELETE"),
+            }
+        }
+        _ => Reply::error(404, format!("no such endpoint: /{}", rest.join("/"))),
+    }
+}
+
+/// `GET /`: the stats page, one section per service.
 fn stats_page(state: &State) -> String {
-    use super::page::{self, BackendRow, ListenerRow};
+    use super::page::{self, Process, Section};
     let stats = state.sources.stats.snapshot();
-    let rows: Vec<BackendRow> = state
-        .live
-        .scheduler
-        .snapshot()
+    let sections: Vec<Section> = state
+        .running
+        .list()
         .iter()
-        .map(|b| {
-            let check = b.last_check();
-            BackendRow {
-                name: b.name().to_string(),
-                state: b.state_name().to_string(),
-                weight: b.weight(),
-                active: b.active() as u64,
-                total: b.total(),
-                bytes_in: b.bytes_to_backend(),
-                bytes_out: b.bytes_to_client(),
-                connect_failures: b.connect_failures_total(),
-                last_check: check
-                    .as_ref()
-                    .map(|c| c.error.clone().unwrap_or_else(|| "ok".into())),
-                check_duration: check.map(|c| c.took),
-                since_change: Some(b.since_change()),
+        .map(|service| {
+            let own = service.stats.own();
+            let rate_limit = service
+                .live
+                .limiter
+                .load()
+                .as_ref()
+                .map_or("off".to_string(), |l| l.config().rate.to_string());
+            let listen: Vec<String> = state
+                .running
+                .addrs(service.name())
+                .iter()
+                .map(|a| a.to_string())
+                .collect();
+            Section {
+                name: service.name().to_string(),
+                listen: listen.join(" "),
+                accepted: own.accepted,
+                refused: own.rate_limited + own.no_backend + own.queue_timeouts,
+                active: own.active,
+                algorithm: service.live.scheduler.algorithm().name().to_string(),
+                rate_limit,
+                backends: service
+                    .live
+                    .scheduler
+                    .snapshot()
+                    .iter()
+                    .map(|b| backend_row(b))
+                    .collect(),
             }
         })
         .collect();
-    let rate_limit = state
-        .live
-        .limiter
-        .load()
-        .as_ref()
-        .map_or("off".to_string(), |l| l.config().rate.to_string());
-    let listener = ListenerRow {
-        listen: state.config.listen.to_string(),
-        accepted: stats.accepted,
-        refused: stats.rate_limited + stats.no_backend,
+    let process = Process {
         queued: (state.sources.queued)() as u64,
         busy: stats.workers_busy,
         max_workers: state.config.workers as u64,
         uptime: state.started.elapsed(),
-        algorithm: state.live.scheduler.algorithm().name().to_string(),
-        rate_limit,
     };
-    page::render(&listener, &rows)
+    page::render(&process, &sections)
+}
+
+/// A backend's row on the stats page.
+fn backend_row(b: &Backend) -> super::page::BackendRow {
+    let check = b.last_check();
+    super::page::BackendRow {
+        name: b.name().to_string(),
+        state: b.state_name().to_string(),
+        weight: b.weight(),
+        active: b.active() as u64,
+        total: b.total(),
+        bytes_in: b.bytes_to_backend(),
+        bytes_out: b.bytes_to_client(),
+        connect_failures: b.connect_failures_total(),
+        last_check: check
+            .as_ref()
+            .map(|c| c.error.clone().unwrap_or_else(|| "ok".into())),
+        check_duration: check.map(|c| c.took),
+        since_change: Some(b.since_change()),
+    }
 }
 
 /// A backend as the API shows it.
@@ -240,8 +289,8 @@ pub fn backend_json(b: &Backend) -> Value {
 }
 
 /// `GET /backends`.
-fn list(state: &State) -> Reply {
-    let list: Vec<Value> = state
+fn list(service: &Service) -> Reply {
+    let list: Vec<Value> = service
         .live
         .scheduler
         .snapshot()
@@ -271,7 +320,7 @@ fn check_weight(weight: u32) -> Result<u32, Reply> {
 }
 
 /// `POST /backends`.
-fn add(state: &State, body: &[u8]) -> Reply {
+fn add(state: &State, service: &Service, body: &[u8]) -> Reply {
     let new: NewBackend = match parse(body) {
         Ok(new) => new,
         Err(reply) => return reply,
@@ -291,7 +340,7 @@ fn add(state: &State, body: &[u8]) -> Reply {
         Err(e) => return Reply::error(400, e.to_string()),
     };
     // Resolving may wait for DNS: done before taking the lock.
-    let send_proxy = spec.send_proxy.or(state.config.send_proxy);
+    let send_proxy = spec.send_proxy.or(service.config.send_proxy);
     let backend = match Backend::from_spec(&spec) {
         Ok(b) => Arc::new(b.with_send_proxy(send_proxy)),
         Err(e) => return Reply::error(400, e.to_string()),
@@ -303,7 +352,7 @@ fn add(state: &State, body: &[u8]) -> Reply {
     let same = |b: &Backend| {
         b.name() == backend.name() || b.addrs().iter().any(|a| backend.addrs().contains(a))
     };
-    if let Some(existing) = state.live.scheduler.find(same) {
+    if let Some(existing) = service.live.scheduler.find(same) {
         return Reply::error(
             409,
             format!(
@@ -317,13 +366,17 @@ fn add(state: &State, body: &[u8]) -> Reply {
             ),
         );
     }
-    state.live.scheduler.add(Arc::clone(&backend));
-    log::info!("admin: backend {} added (weight {weight})", backend.name());
+    service.live.scheduler.add(Arc::clone(&backend));
+    log::info!(
+        "admin: backend {} added (weight {weight}){}",
+        backend.name(),
+        whose(state, service)
+    );
     Reply::new(201, backend_json(&backend))
 }
 
-fn find(state: &State, address: &str) -> Result<Arc<Backend>, Reply> {
-    state
+fn find(service: &Service, address: &str) -> Result<Arc<Backend>, Reply> {
+    service
         .live
         .scheduler
         .find(|b| b.name() == address)
@@ -331,7 +384,7 @@ fn find(state: &State, address: &str) -> Result<Arc<Backend>, Reply> {
 }
 
 /// `PUT /backends/{address}`.
-fn change(state: &State, address: &str, body: &[u8]) -> Reply {
+fn change(state: &State, service: &Service, address: &str, body: &[u8]) -> Reply {
     let change: Change = match parse(body) {
         Ok(c) => c,
         Err(reply) => return reply,
@@ -343,14 +396,14 @@ fn change(state: &State, address: &str, body: &[u8]) -> Reply {
         Ok(w) => w,
         Err(reply) => return reply,
     };
-    let backend = match find(state, address) {
+    let backend = match find(service, address) {
         Ok(b) => b,
         Err(reply) => return reply,
     };
     if let Some(weight) = weight {
         let _turn = state.changes.lock();
         backend.set_weight(weight);
-        state.live.scheduler.refresh();
+        service.live.scheduler.refresh();
         log::info!("admin: backend {address} weight is now {weight}");
     }
     if let Some(wanted) = change.state {
@@ -368,14 +421,14 @@ fn change(state: &State, address: &str, body: &[u8]) -> Reply {
 
 /// `DELETE /backends/{address}`: drain now, removed by the reaper once no
 /// connection is left.
-fn delete(state: &State, address: &str) -> Reply {
-    let backend = match find(state, address) {
+fn delete(state: &State, service: &Service, address: &str) -> Reply {
+    let backend = match find(service, address) {
         Ok(b) => b,
         Err(reply) => return reply,
     };
     backend.set_maint(false);
     backend.set_draining(true);
-    if let Err(e) = state.reaper.watch(Arc::clone(&backend), None) {
+    if let Err(e) = state.reaper(service).watch(Arc::clone(&backend), None) {
         return Reply::error(503, e.to_string());
     }
     let left = backend.active() + backend.pending();
@@ -387,6 +440,15 @@ fn delete(state: &State, address: &str) -> Reply {
     let mut body = backend_json(&backend);
     body["removing"] = Value::Bool(true);
     Reply::new(202, body)
+}
+
+/// ` (service NAME)` when several services run, for log lines.
+fn whose(state: &State, service: &Service) -> String {
+    if state.running.list().len() > 1 {
+        format!(" (service {})", service.name())
+    } else {
+        String::new()
+    }
 }
 
 /// `POST /reload`.
@@ -410,33 +472,61 @@ fn reload(state: &State) -> Reply {
 
 /// `GET /config`: [`crate::Config::describe`] of the settings in force:
 /// those given at start-up, with the live ones (proxy, health, limiter,
-/// algorithm, backend list) read as they are now.
+/// algorithm, backend list) read as they are now. With several services,
+/// the process's settings, then `services`: each service's own.
 fn config(state: &State) -> Value {
-    let mut config = state.config.clone();
-    config.proxy = (**state.live.proxy.load()).clone();
-    config.health = (**state.live.health.load()).clone();
-    config.rate_limit = state
-        .live
-        .limiter
-        .load()
-        .as_ref()
-        .map(|l| l.config().clone());
-    config.algorithm = state.live.scheduler.algorithm();
-    let backends: Vec<Value> = state
-        .live
-        .scheduler
-        .snapshot()
+    let services = state.running.list();
+    if let [one] = services.as_slice() {
+        let mut config = settings_now(one);
+        // The process's settings as the admin API runs them.
+        config.admin_listen = state.config.admin_listen;
+        let mut out = described(&config, None);
+        out["backends"] = backends_now(one);
+        return out;
+    }
+    let mut out = described(&state.config, Some(Scope::Process));
+    let list: Vec<Value> = services
         .iter()
-        .map(|b| json!({ "address": b.name(), "weight": b.weight() }))
+        .map(|s| {
+            let mut one = described(&settings_now(s), Some(Scope::Service));
+            one["name"] = Value::String(s.name().to_string());
+            one["backends"] = backends_now(s);
+            one
+        })
         .collect();
+    out["services"] = Value::Array(list);
+    out
+}
+
+/// A service's backends now, with their weights.
+fn backends_now(service: &Service) -> Value {
+    let list = service.live.scheduler.snapshot();
+    let list = list
+        .iter()
+        .map(|b| json!({ "address": b.name(), "weight": b.weight() }));
+    Value::Array(list.collect())
+}
+
+/// A service's settings, the live ones read as they are now.
+fn settings_now(service: &Service) -> crate::config::Config {
+    let live = &service.live;
+    let mut config = service.config.clone();
+    config.proxy = (**live.proxy.load()).clone();
+    config.health = (**live.health.load()).clone();
+    config.rate_limit = live.limiter.load().as_ref().map(|l| l.config().clone());
+    config.algorithm = live.scheduler.algorithm();
+    config
+}
+
+/// `config`'s settings (of `scope`, or all) as a JSON object, the
+/// backends as the scheduler has them now.
+fn described(config: &crate::config::Config, scope: Option<Scope>) -> Value {
     let mut out = Map::new();
     for (name, value) in config.describe() {
-        let value = if name == "backends" {
-            Value::Array(backends.clone())
-        } else {
-            typed(&value)
-        };
-        out.insert(name.to_string(), value);
+        if scope.is_some_and(|s| settings::scope_of(name) != Some(s)) {
+            continue;
+        }
+        out.insert(name.to_string(), typed(&value));
     }
     Value::Object(out)
 }
@@ -481,36 +571,91 @@ fn percent_decode(text: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::reaper::{Owner, Reaper};
-    use crate::scheduler::Scheduler;
-    use arc_swap::{ArcSwap, ArcSwapOption};
-    use parking_lot::Mutex;
 
     fn state(backends: Vec<Arc<Backend>>) -> State {
+        state_of(vec![("default", backends)])
+    }
+
+    /// The admin state over services named as given, with these backends.
+    fn state_of(services: Vec<(&str, Vec<Arc<Backend>>)>) -> State {
         let config = Config::default();
-        let scheduler = Arc::new(Scheduler::new(backends));
-        let list = Arc::clone(&scheduler);
-        let reaper = Reaper::new(Arc::clone(&scheduler), Owner::Admin, None);
-        State {
-            sources: crate::admin::metrics::Sources {
-                stats: Arc::new(crate::stats::Stats::default()),
-                backends: Arc::new(move || list.snapshot()),
-                queued: Arc::new(|| 0),
-                max_workers: config.workers,
-                limiter: Arc::new(|| None),
-            },
-            started: std::time::Instant::now(),
-            live: crate::live::Live {
-                scheduler,
-                proxy: Arc::new(ArcSwap::from_pointee(config.proxy.clone())),
-                health: Arc::new(ArcSwap::from_pointee(config.health.clone())),
-                limiter: Arc::new(ArcSwapOption::empty()),
-            },
-            config,
-            reload: None,
-            changes: Mutex::new(()),
-            reaper,
-        }
+        let (running, stats) = crate::running::for_tests(services);
+        let sources = crate::admin::metrics::Sources {
+            stats,
+            running: Arc::clone(&running),
+            queued: Arc::new(|| 0),
+            max_workers: config.workers,
+        };
+        State::new(running, config, None, sources, None)
+    }
+
+    #[test]
+    fn each_service_has_its_paths_and_backends_needs_one_service() {
+        let web = Arc::new(Backend::new("127.0.0.1:8001".into(), vec![], 1));
+        let db = Arc::new(Backend::new("127.0.0.1:5432".into(), vec![], 1));
+        let s = state_of(vec![("web", vec![web]), ("db", vec![db])]);
+        let all = route(&s, "GET", "/services", b"");
+        assert_eq!(all.status, 200);
+        let names: Vec<&str> = all
+            .body
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["web", "db"]);
+        let one = route(&s, "GET", "/services/db/backends", b"");
+        assert_eq!(one.body[0]["address"], "127.0.0.1:5432");
+        assert_eq!(one.body.as_array().unwrap().len(), 1);
+        let plain = route(&s, "GET", "/backends", b"");
+        assert_eq!(plain.status, 409);
+        assert!(
+            plain.body["error"].as_str().unwrap().contains("web, db"),
+            "{:?}",
+            plain.body
+        );
+        let added = route(
+            &s,
+            "POST",
+            "/services/db/backends",
+            br#"{"address": "127.0.0.1:5433"}"#,
+        );
+        assert_eq!(added.status, 201, "{:?}", added.body);
+        assert_eq!(
+            route(&s, "GET", "/services/db/backends", b"")
+                .body
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            route(&s, "GET", "/services/web/backends", b"")
+                .body
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+        let got = route(&s, "GET", "/services/web/backends/127.0.0.1:8001", b"");
+        assert_eq!(got.status, 200);
+        assert_eq!(
+            route(&s, "GET", "/services/web/backends/127.0.0.1:5432", b"").status,
+            404
+        );
+        assert_eq!(route(&s, "GET", "/services/nope/backends", b"").status, 404);
+        assert_eq!(route(&s, "GET", "/services/web/nothing", b"").status, 404);
+        assert_eq!(route(&s, "DELETE", "/services", b"").status, 405);
+        let config = route(&s, "GET", "/config", b"").body;
+        assert_eq!(config["services"][1]["name"], "db");
+        assert_eq!(
+            config["services"][1]["backends"].as_array().unwrap().len(),
+            2
+        );
+        assert!(config.get("workers").is_some());
+        assert!(config["services"][0].get("workers").is_none());
+        let (_, page) = route(&s, "GET", "/", b"").text.unwrap();
+        assert!(page.contains("<h2>Service db</h2>"));
     }
 
     #[test]
@@ -521,7 +666,9 @@ mod tests {
         assert_eq!(m.status, 200);
         let (kind, text) = m.text.unwrap();
         assert!(kind.starts_with("text/plain; version=0.0.4"));
-        assert!(text.contains("rodizio_backend_up{backend=\"127.0.0.1:8001\",state=\"up\"} 1"));
+        assert!(text.contains(
+            "rodizio_backend_up{service=\"default\",backend=\"127.0.0.1:8001\",state=\"up\"} 1"
+        ));
         let p = route(&s, "GET", "/", b"");
         let (kind, html) = p.text.unwrap();
         assert!(kind.starts_with("text/html"));
@@ -583,7 +730,7 @@ mod tests {
                 .contains("as 127.0.0.1:8001"),
             "{r:?}"
         );
-        assert_eq!(s.live.scheduler.snapshot().len(), 1);
+        assert_eq!(s.running.list()[0].live.scheduler.snapshot().len(), 1);
     }
 
     #[test]
