@@ -12,7 +12,8 @@
 //! # Threads
 //!
 //! `run` turns the calling thread into the accept loop and starts the health
-//! thread and the admin API's; the pool spawns the workers as clients come.
+//! thread and the admin API's (systemd, when it listens, hears "ready" after
+//! the first round of checks and "stopping" when the drain starts); the pool spawns the workers as clients come.
 //! The [`Shutdown`] wakes a blocked `accept` (a connection to itself, or with
 //! `SO_REUSEPORT` a shutdown of the socket) and a push waiting in a full queue.
 //! The parts are shared through `Arc`s; the `Balancer` itself holds no lock.
@@ -40,6 +41,7 @@ use crate::proxy::{Job, Proxy, Report};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
+use crate::systemd::{self, Gate};
 use crate::units;
 
 pub use crate::live::Live;
@@ -217,11 +219,15 @@ impl Balancer {
                 Some(admin::spawn(listener, parts, shutdown)?)
             }
         };
+        // systemd hears "ready" once the backends' states are known.
+        let (stats, scheduler) = (Arc::clone(&self.stats), Arc::clone(&self.live.scheduler));
+        let ready = move || systemd::ready(&systemd::status(&stats, &scheduler.snapshot()));
         let health = crate::health::spawn(
             Arc::clone(&self.live.scheduler),
             Arc::clone(&self.live.health),
             Arc::clone(&self.stats),
             shutdown.clone(),
+            Box::new(ready),
         )?;
         let acceptor = Acceptor {
             scheduler: &self.live.scheduler,
@@ -234,6 +240,10 @@ impl Balancer {
             report: Report::new(Arc::clone(&self.stats), self.access_log.clone()),
         };
         acceptor.run(&self.listener);
+        if let Some(gate) = Gate::of(&self.listener) {
+            gate.left();
+        }
+        systemd::stopping(self.stats.snapshot().active);
         if let Some(health) = health {
             // Wakes at once on the trigger (at most one check timeout).
             let _ = health.join();
@@ -254,6 +264,14 @@ impl Balancer {
     ///
     /// [`Error::Io`] when the listening socket cannot be duplicated.
     fn wake_on(&self, shutdown: &Shutdown) -> Result<()> {
+        if let Some(gate) = Gate::of(&self.listener) {
+            // A socket shared with systemd: no wake-up connection, and the
+            // queue closed only once the loop has handed over the client
+            // it may hold (see Gate::stop).
+            let close = self.pool.closer();
+            shutdown.on_trigger(move || gate.stop(close));
+            return Ok(());
+        }
         listener::wake_on(&self.listener, self.local_addr, &self.config, shutdown)?;
         // The accept loop may instead be waiting for room in a full queue,
         // where no connection reaches it: closing the queue on trigger makes

@@ -97,6 +97,9 @@
 //!   within bounds.
 //! - `system`: process settings taken from the OS at start-up (the open
 //!   files limit) and OS errors in words.
+//! - `systemd`: running as a systemd service: readiness, reload and stop
+//!   notifications (`NOTIFY_SOCKET`) and the listening sockets it passes
+//!   (`LISTEN_FDS`).
 //! - `error`: [`Error`].
 //!
 //! Every module is public, on purpose: this crate is also read as a
@@ -169,6 +172,7 @@ pub mod shutdown;
 pub mod signals;
 pub mod stats;
 pub mod system;
+pub mod systemd;
 pub mod throttle;
 pub mod trace;
 pub mod units;

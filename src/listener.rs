@@ -9,7 +9,8 @@
 //! 503 are one non-blocking write each ([`reply::reply_at_once`]). An
 //! `accept(2)` error is never fatal: retried at once or after a back-off,
 //! logged at most once a second (docs/operations.md, "Out of file
-//! descriptors"). `--defer-accept` and `--reuse-port` are set here too.
+//! descriptors"). `--defer-accept` and `--reuse-port` are set here too. A
+//! socket passed by systemd is taken instead of bound (`systemd.rs`).
 //!
 //! # Threads
 //!
@@ -47,6 +48,7 @@ use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 use crate::system;
+use crate::systemd::{self, Gate};
 use crate::throttle::{self, LogThrottle};
 use crate::trace::{self, Event};
 
@@ -65,14 +67,20 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 const DESCRIPTOR_WAIT_PAUSE: Duration = Duration::from_millis(10);
 
 /// The balancer's listening socket as `config` says: its address and
-/// backlog, `SO_REUSEPORT` and `TCP_DEFER_ACCEPT` when asked.
+/// backlog, `SO_REUSEPORT` and `TCP_DEFER_ACCEPT` when asked; or the socket
+/// systemd passed for that address, with its own backlog and options
+/// (`TCP_DEFER_ACCEPT` is still set when asked).
 ///
 /// # Errors
 ///
 /// [`Error::Bind`] when the address cannot be listened on, [`Error::Io`]
 /// when `TCP_DEFER_ACCEPT` cannot be set.
 pub fn open(config: &Config) -> Result<TcpListener> {
-    let listener = bind_with(config.listen, config.backlog, config.reuse_port)?;
+    // A socket systemd opened for this address is taken as it is.
+    let listener = match systemd::inherited(config.listen) {
+        Some(listener) => listener,
+        None => bind_with(config.listen, config.backlog, config.reuse_port)?,
+    };
     if config.defer_accept {
         defer_accept(&listener)
             .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
@@ -222,6 +230,7 @@ impl Acceptor<'_> {
         // Out of descriptors, accept fails ten times a second (once per
         // back-off) for as long as it lasts: one line a second says so.
         let errors_log = LogThrottle::new(Duration::from_secs(1));
+        let gate = Gate::of(listener);
         loop {
             if self.stats.descriptor_waits.load(Ordering::Relaxed) > 0 {
                 // A worker is waiting for a descriptor to reach its
@@ -231,6 +240,9 @@ impl Acceptor<'_> {
                     return;
                 }
                 continue;
+            }
+            if gate.as_ref().is_some_and(|gate| !gate.wait(listener)) {
+                return;
             }
             let (client, peer) = match listener.accept() {
                 Ok(accepted) => accepted,
@@ -258,8 +270,10 @@ impl Acceptor<'_> {
                     continue;
                 }
             };
-            if self.shutdown.is_triggered() {
+            if gate.is_none() && self.shutdown.is_triggered() {
                 // The wake-up connection, or a client that came too late.
+                // (Through a gate there is no wake-up connection, and the
+                // client accepted is served: see Gate::stop.)
                 return;
             }
             // A bug in the gate or the scheduler must not end accepting for

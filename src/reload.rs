@@ -10,7 +10,8 @@
 //! new [`Limiter`] when these change), counted in `reloads_ok` and logged
 //! in one line. The settings marked `restart` in the settings table
 //! (`config/table.rs`), and the file's `mode`, keep their running value
-//! with one warning. No connection is cut; `docs/operations.md`
+//! with one warning. systemd, when it listens, hears "reloading" then
+//! "ready" around each reload. No connection is cut; `docs/operations.md`
 //! (Reloading: SIGHUP) tells the whole story.
 //!
 //! # Threads
@@ -39,6 +40,7 @@ use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::reaper::{self, Owner, Reaper};
 use crate::stats::Stats;
+use crate::systemd;
 use crate::units;
 
 /// How often the reaper looks at the draining backends.
@@ -148,7 +150,18 @@ impl Reloader {
     pub fn reload(&self) -> Result<ReloadReport> {
         let inner = &self.inner;
         let mut running = inner.running.lock();
-        let plan = match self.prepare(&running) {
+        systemd::reloading();
+        let result = self.reload_locked(&mut running);
+        // Ready again, with the new settings or the old ones.
+        let backends = inner.live.scheduler.snapshot();
+        systemd::ready(&systemd::status(&inner.stats, &backends));
+        result
+    }
+
+    /// [`Reloader::reload`] under the lock, between what it tells systemd.
+    fn reload_locked(&self, running: &mut Running) -> Result<ReloadReport> {
+        let inner = &self.inner;
+        let plan = match self.prepare(running) {
             Ok(plan) => plan,
             Err(err) => {
                 Stats::incr(&inner.stats.reloads_failed);
@@ -156,7 +169,7 @@ impl Reloader {
                 return Err(err);
             }
         };
-        let report = self.apply(&mut running, plan);
+        let report = self.apply(running, plan);
         Stats::incr(&inner.stats.reloads_ok);
         if !report.needs_restart.is_empty() {
             log::warn!("{}", restart_warning(&report.needs_restart));
