@@ -100,6 +100,8 @@
 //! - `systemd`: running as a systemd service: readiness, reload and stop
 //!   notifications (`NOTIFY_SOCKET`) and the listening sockets it passes
 //!   (`LISTEN_FDS`).
+//! - `privileges`: `user` and `group`, taken once every socket is bound;
+//!   no serving as root unless told to.
 //! - `error`: [`Error`].
 //!
 //! Every module is public, on purpose: this crate is also read as a
@@ -160,6 +162,7 @@ pub mod listener;
 pub mod live;
 pub mod poll;
 pub mod pool;
+pub mod privileges;
 pub mod prompt;
 pub mod proxy;
 pub mod proxy_protocol;

@@ -1,14 +1,16 @@
 //! The `rodizio` binary: flags and the config file → configuration,
 //! validated → the port bound → the prompt when no backend is given →
-//! [`Balancer::with_listener`] → [`Balancer::run`] → exit code. With a
-//! config file, SIGHUP reloads it ([`Reloader`]).
+//! [`Balancer::with_listener`] → root given up ([`privileges::drop_root`])
+//! → [`Balancer::run`] → exit code. With a config file, SIGHUP reloads it
+//! ([`Reloader`]).
 //!
 //! Exit codes, each with one line on standard error saying why when not 0:
 //!
 //! - 0: stopped by SIGINT/SIGTERM after a clean drain;
 //! - 1: start-up failed (the port is taken, ...);
 //! - 2: usage error (bad flags, a bad config file, bad backends, input
-//!   closed during the prompt);
+//!   closed during the prompt, started as root with neither `user` nor
+//!   `allow_root`);
 //! - 3: the drain timeout cut connections still open;
 //! - 128 + N: a second signal N (143 for SIGTERM, 130 for SIGINT) ended it
 //!   at once.
@@ -30,7 +32,7 @@ use rodizio::config::Overrides;
 use rodizio::demo::DemoBackend;
 use rodizio::reload::Reloader;
 use rodizio::signals::Signals;
-use rodizio::{prompt, signals, system, Balancer, Config, Error, Shutdown};
+use rodizio::{privileges, prompt, signals, system, Balancer, Config, Error, Shutdown};
 
 /// Exit code of a drain that had to cut connections.
 const EXIT_DRAIN_CUT: u8 = 3;
@@ -224,6 +226,20 @@ fn blame(err: Error, file: Option<&ConfigFile>, flags: &Overrides) -> Error {
     }
 }
 
+/// Words an error about one setting as the layer that gave it: the file's
+/// key and line when the file gave it and no flag did, else the flag.
+fn blame_setting(err: Error, file: Option<&ConfigFile>, flags: &Overrides) -> Error {
+    match (err, file) {
+        (Error::InvalidSetting { setting, message }, Some(file))
+            if file.given().contains(&setting.as_str())
+                && !flags.given().contains(&setting.as_str()) =>
+        {
+            file.error_at(&setting, message)
+        }
+        (err, _) => err.worded_as_flag(),
+    }
+}
+
 /// `rodizio check-config FILE`: the effective settings, or why not.
 fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
     let file = file::load(path)?;
@@ -275,6 +291,11 @@ fn balance(
     let admin = config.admin_listen;
     let mut balancer = Balancer::with_listener(config, listener)
         .map_err(|e| blame(admin_words(e, admin, &flags), file.as_ref(), &flags))?;
+    // Every socket bound, the access log open, the token read: root, if
+    // that is who started it, is not needed any more.
+    let c = balancer.config();
+    privileges::drop_root(c.user.as_deref(), c.group.as_deref(), c.allow_root)
+        .map_err(|e| blame_setting(e, file.as_ref(), &flags))?;
     if let Some(log) = balancer.access_log() {
         // logrotate renames the file, then sends SIGUSR1.
         signals.on_reopen(move || log.reopen());
@@ -384,6 +405,9 @@ fn demo(
     let admin = config.admin_listen;
     let balancer =
         Balancer::bind(config).map_err(|e| admin_words(e, admin, flags).worded_as_flag())?;
+    let c = balancer.config();
+    privileges::drop_root(c.user.as_deref(), c.group.as_deref(), c.allow_root)
+        .map_err(Error::worded_as_flag)?;
     let port = balancer.local_addr().port();
     say_listening(balancer.local_addr());
     say("");

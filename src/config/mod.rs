@@ -157,6 +157,15 @@ pub struct Config {
     /// Where the access log goes (`access_log_file`); reopened on SIGUSR1.
     /// Default `None`: standard output.
     pub access_log_file: Option<PathBuf>,
+    /// The user to run as once every socket is bound (`user`): a name or a
+    /// number. Default `None`: stay who started it. See
+    /// [`crate::privileges`].
+    pub user: Option<String>,
+    /// The group to run as with it (`group`). Default `None`: the user's own.
+    pub group: Option<String>,
+    /// Started as root, go on as root when no `user` is given
+    /// (`allow_root`). Default false: refused.
+    pub allow_root: bool,
 }
 
 impl Default for Config {
@@ -188,6 +197,9 @@ impl Default for Config {
             reuse_port: false,
             access_log: None,
             access_log_file: None,
+            user: None,
+            group: None,
+            allow_root: false,
         }
     }
 }
@@ -271,6 +283,7 @@ impl Config {
             return Err(Error::setting("access_log_file", "needs `access_log`"));
         }
         self.check_duplicate_backends()?;
+        crate::privileges::Identity::of(self.user.as_deref(), self.group.as_deref())?;
         self.validate_admin()
     }
 
