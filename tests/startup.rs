@@ -106,7 +106,7 @@ fn start_on_free_port(args: &[&str], env: &[(&str, &str)]) -> (Running, std::net
     let listen = addr.to_string();
     let mut command = Command::new(BIN);
     command
-        .args(["-l", &listen])
+        .args(["--allow-root", "-l", &listen])
         .args(args)
         .stdout(Stdio::piped());
     for (k, v) in env {
@@ -367,8 +367,8 @@ fn an_access_log_on_stdout_keeps_stdout_pure() {
     let addr = closed_port();
     let mut command = Command::new(BIN);
     command
-        .args(["-l", &addr.to_string(), "-b", &backend.addr().to_string()])
-        .args(["--access-log", "json"])
+        .args(["--allow-root", "-l", &addr.to_string()])
+        .args(["-b", &backend.addr().to_string(), "--access-log", "json"])
         .stdout(Stdio::piped());
     let mut running = Running::spawn(command);
     let stdout = common::collect(running.child.stdout.take().unwrap());
