@@ -280,6 +280,7 @@ fn balance(
         file.require_backends(&config)?;
     }
     note_access_log(&config);
+    privileges::refuse_root(config.user.as_deref(), config.allow_root)?;
     let listener = Balancer::listen(&config)?;
     if config.backends.is_empty() {
         let stdin = io::stdin();

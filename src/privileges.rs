@@ -3,15 +3,16 @@
 //! root without them.
 //!
 //! Root is needed to bind a port below 1024 (without
-//! `CAP_NET_BIND_SERVICE`), to raise the open files limit past its hard
-//! limit, and to open files only root may open. `main` does all of that
-//! first (both listening sockets bound, the access log opened, the admin
-//! token read), then calls [`drop_root`], before any client is accepted:
+//! `CAP_NET_BIND_SERVICE`) and to open files only root may open. `main`
+//! does all of that first (both listening sockets bound, the access log
+//! opened, the admin token read), then calls [`drop_root`], before any
+//! client is accepted:
 //! `setgroups` (only the new group), `setgid`, then `setuid`, in that
 //! order, since after `setuid` the other two are no longer allowed; then
 //! it checks that the ids are the new ones and that root cannot be taken
 //! back. Started as root with no `user`, it refuses to go on unless
-//! `allow_root` is set. Started as another user, nothing changes unless
+//! `allow_root` is set, and says so first, before anything is bound or
+//! asked ([`refuse_root`]). Started as another user, nothing changes unless
 //! `user` names someone else (and then the switch fails: only root may).
 //!
 //! What is read after the switch is read as the new user: the config file
@@ -174,6 +175,32 @@ impl Identity {
     }
 }
 
+/// Refuses at once, before anything is bound or asked, a start as root
+/// that [`drop_root`] would refuse after binding (no `user`, no
+/// `allow_root`): the prompt's questions are not asked for nothing.
+///
+/// # Errors
+///
+/// [`Error::InvalidConfig`] (exit 2) saying what to give.
+pub fn refuse_root(user: Option<&str>, allow_root: bool) -> Result<()> {
+    // SAFETY: reads the effective user id.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root && user.is_none() && !allow_root {
+        return Err(serving_as_root());
+    }
+    Ok(())
+}
+
+/// The refusal to serve as root, in one line.
+fn serving_as_root() -> Error {
+    Error::InvalidConfig(
+        "started as root, rodizio gives root up once its ports are bound: name the \
+         user to run as with `user` (--user, e.g. nobody; `group` for its group), or \
+         set `allow_root` (--allow-root) to serve as root"
+            .into(),
+    )
+}
+
 /// Called once everything that needs root is done, before the first
 /// client: takes the ids `user` and `group` name, or refuses to go on as
 /// root without them (unless `allow_root`).
@@ -209,12 +236,7 @@ pub fn drop_root(user: Option<&str>, group: Option<&str>, allow_root: bool) -> R
     }
     // SAFETY: reads the effective user id.
     if started_as_root && unsafe { libc::geteuid() } == 0 && !allow_root {
-        return Err(Error::InvalidConfig(
-            "started as root, rodizio gives root up once its ports are bound: name the \
-             user to run as with `user` (--user, e.g. nobody; `group` for its group), or \
-             set `allow_root` (--allow-root) to serve as root"
-                .into(),
-        ));
+        return Err(serving_as_root());
     }
     Ok(())
 }
@@ -241,7 +263,7 @@ fn user_entry(name: &str) -> io::Result<Option<(libc::uid_t, Option<libc::gid_t>
             );
             (
                 rc,
-                (!result.is_null()).then(|| (entry.pw_uid, Some(entry.pw_gid))),
+                (!result.is_null()).then_some((entry.pw_uid, Some(entry.pw_gid))),
             )
         };
         match rc {

@@ -166,8 +166,8 @@ fn the_group_named_replaces_the_users_own() {
 }
 
 /// Started as root with neither `--user` nor `--allow-root`: one line
-/// naming both, exit 2, and no client served (the port was bound, then
-/// closed).
+/// naming both, exit 2, before anything is bound or asked (standard
+/// output, where the prompt and the listening line go, stays empty).
 #[test]
 fn root_with_no_user_is_refused() {
     assert_root();
