@@ -24,7 +24,7 @@
 //! a connection to it could be a client's turn taken, and `shutdown(2)`
 //! would close it for the next process too. So the accept loop waits in
 //! `poll(2)` on the socket and on an eventfd that the shutdown writes to
-//! ([`Gate`]), calls `accept(2)` only when a client is waiting, and the
+//! (`Gate`), calls `accept(2)` only when a client is waiting, and the
 //! client it holds when the stop comes is still served.
 //!
 //! # Threads
