@@ -60,7 +60,7 @@ echo "== rodizio on port $lb_port, backends typed into its prompt"
     echo "$port"
   done
 } >"$work/answers"
-RUST_LOG=${RUST_LOG:-warn} "$bin" -l "127.0.0.1:$lb_port" <"$work/answers" \
+RUST_LOG=${RUST_LOG:-warn} "$bin" -l "127.0.0.1:$lb_port" "${root_flag[@]}" <"$work/answers" \
   >"$work/rodizio.out" 2>&1 &
 pids+=("$!")
 rodizio_pid=$!

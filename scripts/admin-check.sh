@@ -31,7 +31,7 @@ done
 
 echo "== rodizio on port $lb_port, admin API on 127.0.0.1:$admin_port"
 RUST_LOG=${RUST_LOG:-warn} "$bin" -l "127.0.0.1:$lb_port" -b "127.0.0.1:$p1" -b "127.0.0.1:$p2" \
-  --admin "127.0.0.1:$admin_port" >"$work/rodizio.out" 2>"$work/rodizio.err" &
+  --admin "127.0.0.1:$admin_port" "${root_flag[@]}" >"$work/rodizio.out" 2>"$work/rodizio.err" &
 rodizio_pid=$!
 pids+=("$rodizio_pid")
 wait_line "$work/rodizio.out" "Load balancer listening on port $lb_port" "$rodizio_pid"
@@ -111,7 +111,7 @@ echo "== POST /reload applies the config file, as SIGHUP does"
 read -r lb2_port admin2_port < <(free_ports 2)
 printf '{"listen": "127.0.0.1:%s", "admin_listen": "127.0.0.1:%s", "backends": ["127.0.0.1:%s"]}\n' \
   "$lb2_port" "$admin2_port" "$p1" >"$work/rodizio.json"
-RUST_LOG=${RUST_LOG:-warn} "$bin" -c "$work/rodizio.json" >"$work/rodizio2.out" 2>"$work/rodizio2.err" &
+RUST_LOG=${RUST_LOG:-warn} "$bin" "${root_flag[@]}" -c "$work/rodizio.json" >"$work/rodizio2.out" 2>"$work/rodizio2.err" &
 rodizio2_pid=$!
 pids+=("$rodizio2_pid")
 wait_line "$work/rodizio2.out" "Load balancer listening on port $lb2_port" "$rodizio2_pid"

@@ -37,6 +37,10 @@ ROOT=$(pwd)
 # ---------------------------------------------------------------- options
 # Extra flags for every rodizio instance (off-by-default fast paths).
 read -ra RODIZIO_EXTRA <<<"${RODIZIO_FLAGS:-}"
+# Started as root, rodizio serves as root only when told to.
+if [ "$(id -u)" -eq 0 ]; then
+  RODIZIO_EXTRA+=(--allow-root)
+fi
 QUICK=0
 ROUNDS=5
 while [ $# -gt 0 ]; do

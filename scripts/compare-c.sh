@@ -105,7 +105,7 @@ start() {
   if [[ $impl == rodizio ]]; then
     local flags=()
     for b in "$@"; do flags+=(-b "127.0.0.1:$b"); done
-    RUST_LOG=warn "$rodizio" --listen "127.0.0.1:$port" "${flags[@]}" </dev/null >"$log" 2>&1 &
+    RUST_LOG=warn "$rodizio" --listen "127.0.0.1:$port" "${flags[@]}" "${root_flag[@]}" </dev/null >"$log" 2>&1 &
   else
     # The article's prompt: how many servers, then address and port of each.
     {

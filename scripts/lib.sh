@@ -62,6 +62,13 @@ wait_line() {
   fail "no '$line' within 10s"
 }
 
+# root_flag: what a balancer started as root needs to go on serving as root
+# (rodizio refuses it without --user or --allow-root); CI runs as root.
+root_flag=()
+if [ "$(id -u)" -eq 0 ]; then
+  root_flag=(--allow-root)
+fi
+
 # debug_bin: sets $bin to RODIZIO_BIN, or builds and takes the debug binary.
 debug_bin() {
   if [ -n "${RODIZIO_BIN:-}" ]; then

@@ -87,7 +87,8 @@ interval_ms=500
 echo "== rodizio on port $lb_port, admin on 127.0.0.1:$admin_port, checks every ${interval_ms}ms"
 RUST_LOG=${RUST_LOG:-warn} "$bin" -l "127.0.0.1:$lb_port" -b "127.0.0.1:$p1" -b "127.0.0.1:$p2" \
   --health-check http --health-interval "${interval_ms}ms" --health-timeout 200ms --fall 1 \
-  --rate-limit 1000/1s --admin "127.0.0.1:$admin_port" >"$work/rodizio.out" 2>"$work/rodizio.err" &
+  --rate-limit 1000/1s --admin "127.0.0.1:$admin_port" "${root_flag[@]}" \
+  >"$work/rodizio.out" 2>"$work/rodizio.err" &
 rodizio_pid=$!
 pids+=("$rodizio_pid")
 wait_line "$work/rodizio.out" "Load balancer listening on port $lb_port" "$rodizio_pid"

@@ -12,7 +12,8 @@
 //! # Threads
 //!
 //! `run` turns the calling thread into the accept loop and starts the health
-//! thread and the admin API's; the pool spawns the workers as clients come.
+//! thread and the admin API's (systemd, when it listens, hears "ready" after
+//! the first round of checks and "stopping" when the drain starts); the pool spawns the workers as clients come.
 //! The [`Shutdown`] wakes a blocked `accept` (a connection to itself, or with
 //! `SO_REUSEPORT` a shutdown of the socket) and a push waiting in a full queue.
 //! The parts are shared through `Arc`s; the `Balancer` itself holds no lock.
@@ -38,6 +39,7 @@ use crate::scheduler::Scheduler;
 use crate::service::{Service, Shared};
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
+use crate::systemd::{self, Gate};
 use crate::units;
 
 pub use crate::live::Live;
@@ -227,11 +229,6 @@ impl Balancer {
     pub fn run(mut self, shutdown: &Shutdown) -> Result<()> {
         let started = std::time::Instant::now();
         self.running.stop_with(shutdown);
-        // An accept loop may be waiting for room in a full queue, where no
-        // connection reaches it: closing the queue on trigger makes that
-        // push fail, and the loop returns (the client it held is closed,
-        // unserved; those already queued are still served).
-        shutdown.on_trigger(self.running.pool.closer());
         let admin = match self.admin.take() {
             None => None,
             Some(listener) => {
@@ -245,6 +242,9 @@ impl Balancer {
                 Some(admin::spawn(listener, parts, shutdown)?)
             }
         };
+        // systemd hears "ready" once every service's backends' states are
+        // known (the first round of checks of each).
+        let left = Arc::new(std::sync::atomic::AtomicUsize::new(self.services.len()));
         let listeners = std::mem::take(&mut self.listeners);
         for (service, listeners) in self.services.iter().zip(listeners) {
             let listeners = service
@@ -253,16 +253,30 @@ impl Balancer {
                 .into_iter()
                 .zip(listeners)
                 .collect();
-            if let Err(err) = self.running.start(Arc::clone(service), listeners) {
+            let ready = {
+                let (left, running) = (Arc::clone(&left), Arc::clone(&self.running));
+                Box::new(move || {
+                    if left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+                        systemd::ready(&running.status());
+                    }
+                })
+            };
+            if let Err(err) = self.running.start(Arc::clone(service), listeners, ready) {
                 shutdown.trigger();
                 self.running.take_threads().join();
                 return Err(err);
             }
         }
         // Every accept loop runs on its own thread; this one waits for the
-        // shutdown, then for them.
+        // shutdown, then for them. The queue closes once they have left,
+        // each with the client it may hold handed over, or after a grace
+        // (a loop waiting for room in a full queue is released by it).
         let _ = shutdown.receiver().recv();
-        self.running.take_threads().join();
+        systemd::stopping(self.stats().snapshot().active);
+        let pool = Arc::clone(&self.running.pool);
+        self.running
+            .take_threads()
+            .join_within(Gate::GRACE, move || pool.close());
         if let Some(admin) = admin {
             // Each handler ends after the request it has.
             admin.join();

@@ -105,6 +105,11 @@
 //! - `preflight/`: `rodizio preflight`, this host's limits against the
 //!   settings (also logged at start-up); `host` (what the system gives,
 //!   read once), `checks` (one line each, from plain numbers).
+//! - `systemd`: running as a systemd service: readiness, reload and stop
+//!   notifications (`NOTIFY_SOCKET`) and the listening sockets it passes
+//!   (`LISTEN_FDS`).
+//! - `privileges`: `user` and `group`, taken once every socket is bound;
+//!   no serving as root unless told to.
 //! - `error`: [`Error`].
 //!
 //! Every module is public, on purpose: this crate is also read as a
@@ -166,6 +171,7 @@ pub mod live;
 pub mod poll;
 pub mod pool;
 pub mod preflight;
+pub mod privileges;
 pub mod prompt;
 pub mod proxy;
 pub mod proxy_protocol;
@@ -181,6 +187,7 @@ pub mod signals;
 pub mod slots;
 pub mod stats;
 pub mod system;
+pub mod systemd;
 pub mod throttle;
 pub mod trace;
 pub mod units;

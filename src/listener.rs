@@ -9,7 +9,8 @@
 //! 503 are one non-blocking write each ([`reply::reply_at_once`]). An
 //! `accept(2)` error is never fatal: retried at once or after a back-off,
 //! logged at most once a second (docs/operations.md, "Out of file
-//! descriptors"). `--defer-accept` and `--reuse-port` are set here too.
+//! descriptors"). `--defer-accept` and `--reuse-port` are set here too. A
+//! socket passed by systemd is taken instead of bound (`systemd.rs`).
 //!
 //! # Threads
 //!
@@ -45,6 +46,7 @@ use crate::shutdown::Shutdown;
 use crate::slots::{Slot, Slots};
 use crate::stats::Stats;
 use crate::system;
+use crate::systemd::{self, Gate};
 use crate::throttle::{self, LogThrottle};
 use crate::trace::{self, Event};
 
@@ -71,6 +73,8 @@ const SLOT_WAIT: Duration = Duration::from_millis(100);
 /// When a service listens on several addresses, an IPv6 one takes IPv6
 /// clients only (`IPV6_V6ONLY`), so `0.0.0.0:P` and `[::]:P` can both be
 /// listed; alone, `[::]:P` takes IPv4 clients too, as the system sets it.
+/// A socket systemd passed for an address is taken as it is, with its own
+/// backlog and options (`TCP_DEFER_ACCEPT` is still set when asked).
 ///
 /// # Errors
 ///
@@ -82,7 +86,11 @@ pub fn open(config: &Config) -> Result<Vec<TcpListener>> {
     addrs
         .into_iter()
         .map(|addr| {
-            let listener = bind_socket(addr, config.backlog, shares_port(config), only_v6)?;
+            // A socket systemd opened for this address is taken as it is.
+            let listener = match systemd::inherited(addr) {
+                Some(listener) => listener,
+                None => bind_socket(addr, config.backlog, shares_port(config), only_v6)?,
+            };
             if config.defer_accept {
                 defer_accept(&listener)
                     .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
@@ -113,7 +121,12 @@ pub(crate) fn wake_on(
     config: &Config,
     shutdown: &Shutdown,
 ) -> Result<()> {
-    if shares_port(config) {
+    if let Some(gate) = Gate::of(listener) {
+        // A socket shared with systemd: no wake-up connection (it could
+        // take a client's place), no shutdown (it would close the socket
+        // for the next process): the loop waits on the gate too.
+        shutdown.on_trigger(move || gate.open());
+    } else if shares_port(config) {
         // A connection could wake another process of the port's group:
         // shut the socket down instead (see wake_by_shutdown).
         let listener = listener
@@ -234,6 +247,11 @@ pub(crate) struct Acceptor {
     /// Where the clients refused here are counted and logged (the access
     /// log, the throttled warnings).
     pub report: Report,
+    /// The loop is woken without a connection of its own (a socket from
+    /// systemd, or `--reuse-port`'s shutdown of the socket): a client
+    /// accepted as the stop comes is a real one, and is served (the queue
+    /// closes only once the loops have left, see `crate::running`).
+    pub serves_late: bool,
 }
 
 impl Acceptor {
@@ -256,6 +274,7 @@ impl Acceptor {
         // Out of descriptors, accept fails ten times a second (once per
         // back-off) for as long as it lasts: one line a second says so.
         let errors_log = LogThrottle::new(Duration::from_secs(1));
+        let gate = Gate::of(listener);
         loop {
             if self
                 .service
@@ -271,6 +290,9 @@ impl Acceptor {
                     return;
                 }
                 continue;
+            }
+            if gate.as_ref().is_some_and(|gate| !gate.wait(listener)) {
+                return;
             }
             let slot = match &self.slots {
                 None => None,
@@ -307,7 +329,7 @@ impl Acceptor {
                     continue;
                 }
             };
-            if self.shutdown.is_triggered() {
+            if self.shutdown.is_triggered() && !self.serves_late {
                 // The wake-up connection, or a client that came too late.
                 return;
             }

@@ -1,7 +1,8 @@
 //! The `rodizio` binary: flags and the config file → configuration,
 //! validated → the port bound → the prompt when no backend is given →
-//! [`Balancer::with_listener`] → [`Balancer::run`] → exit code. With a
-//! config file, SIGHUP reloads it ([`Reloader`]).
+//! [`Balancer::with_listener`] → root given up ([`privileges::drop_root`])
+//! → [`Balancer::run`] → exit code. With a config file, SIGHUP reloads it
+//! ([`Reloader`]).
 //!
 //! Exit codes, each with one line on standard error saying why when not 0:
 //!
@@ -9,7 +10,8 @@
 //! - 1: start-up failed (the port is taken, ...); `preflight` found a
 //!   check that fails; `probe` found no check that passes;
 //! - 2: usage error (bad flags, a bad config file, bad backends, input
-//!   closed during the prompt);
+//!   closed during the prompt, started as root with neither `user` nor
+//!   `allow_root`);
 //! - 3: the drain timeout cut connections still open;
 //! - 128 + N: a second signal N (143 for SIGTERM, 130 for SIGINT) ended it
 //!   at once.
@@ -35,7 +37,7 @@ use rodizio::health::HealthConfig;
 use rodizio::preflight::{self, Verdict};
 use rodizio::reload::Reloader;
 use rodizio::signals::Signals;
-use rodizio::{prompt, signals, system, Balancer, Config, Error, Shutdown};
+use rodizio::{privileges, prompt, signals, system, Balancer, Config, Error, Shutdown};
 
 /// Exit code of a drain that had to cut connections.
 const EXIT_DRAIN_CUT: u8 = 3;
@@ -237,6 +239,20 @@ fn blame(err: Error, file: Option<&ConfigFile>, flags: &Overrides) -> Error {
     }
 }
 
+/// Words an error about one setting as the layer that gave it: the file's
+/// key and line when the file gave it and no flag did, else the flag.
+fn blame_setting(err: Error, file: Option<&ConfigFile>, flags: &Overrides) -> Error {
+    match (err, file) {
+        (Error::InvalidSetting { setting, message }, Some(file))
+            if file.given().contains(&setting.as_str())
+                && !flags.given().contains(&setting.as_str()) =>
+        {
+            file.error_at(&setting, message)
+        }
+        (err, _) => err.worded_as_flag(),
+    }
+}
+
 /// `rodizio check-config FILE`: the effective settings, or why not.
 fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
     let file = file::load(path)?;
@@ -345,6 +361,7 @@ fn balance(
         file.require_backends(&config)?;
     }
     note_access_log(&config);
+    privileges::refuse_root(config.user.as_deref(), config.allow_root)?;
     let listener = Balancer::listen(&config)?;
     if config.backends.is_empty() && config.services.is_empty() {
         let stdin = io::stdin();
@@ -358,6 +375,11 @@ fn balance(
         .map_err(|e| blame(admin_words(e, admin, &flags), file.as_ref(), &flags))?;
     // Started: the open-files limit is raised, and no client is served yet.
     preflight::log_warnings(balancer.config());
+    // Every socket bound, the access log open, the token read: root, if
+    // that is who started it, is not needed any more.
+    let c = balancer.config();
+    privileges::drop_root(c.user.as_deref(), c.group.as_deref(), c.allow_root)
+        .map_err(|e| blame_setting(e, file.as_ref(), &flags))?;
     if let Some(log) = balancer.access_log() {
         // logrotate renames the file, then sends SIGUSR1.
         signals.on_reopen(move || log.reopen());
@@ -468,6 +490,11 @@ fn demo(
     let balancer =
         Balancer::bind(config).map_err(|e| admin_words(e, admin, flags).worded_as_flag())?;
     preflight::log_warnings(balancer.config());
+    // A demo is how a first look is taken, often in a container run as
+    // root: `user` is honoured, but root is not refused.
+    let c = balancer.config();
+    privileges::drop_root(c.user.as_deref(), c.group.as_deref(), true)
+        .map_err(Error::worded_as_flag)?;
     let port = balancer.local_addr().port();
     say_listening(balancer.local_addr());
     say("");

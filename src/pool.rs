@@ -446,13 +446,6 @@ impl<T: Send + 'static> Pool<T> {
         self.queue.close();
     }
 
-    /// A function that closes this pool's queue, for a thread that cannot
-    /// borrow the pool (the shutdown trigger).
-    pub(crate) fn closer(&self) -> impl FnOnce() + Send + 'static {
-        let queue = Arc::clone(&self.queue);
-        move || queue.close()
-    }
-
     /// Waits until every worker has exited, at most `timeout`. Returns the
     /// number still alive (0 when all finished in time).
     pub fn wait_exit(&self, timeout: Duration) -> usize {

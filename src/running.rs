@@ -19,6 +19,7 @@
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -80,6 +81,18 @@ impl Stopped {
             let _ = t.join();
         }
     }
+
+    /// Waits up to `grace` for every thread to end, runs `then` (the
+    /// queue's close, which releases a loop waiting for room in it), then
+    /// waits for the rest.
+    pub(crate) fn join_within(self, grace: Duration, then: impl FnOnce()) {
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && !self.0.iter().all(JoinHandle::is_finished) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        then();
+        self.join();
+    }
 }
 
 impl Running {
@@ -125,6 +138,17 @@ impl Running {
             .map(|e| Arc::clone(&e.service))
     }
 
+    /// The one line systemd shows as the status: connections, and the
+    /// backends up of every service.
+    pub fn status(&self) -> String {
+        let backends: Vec<Arc<crate::backend::Backend>> = self
+            .list()
+            .iter()
+            .flat_map(|s| s.live.scheduler.snapshot().to_vec())
+            .collect();
+        crate::systemd::status(&self.shared.stats, &backends)
+    }
+
     /// The addresses the service `name` accepts clients on.
     pub fn addrs(&self, name: &str) -> Vec<SocketAddr> {
         self.services
@@ -137,13 +161,19 @@ impl Running {
 
     /// Starts `service` (added to the list if it is not there): an
     /// accept loop on each of `listeners` (with their configured
-    /// addresses), and its health thread.
+    /// addresses), and its health thread, which runs `first_round` once
+    /// its first round of checks is done.
     ///
     /// # Errors
     ///
     /// [`Error::Io`] when a thread cannot be started; what was started
     /// for it is stopped again, and the list is as it was.
-    pub(crate) fn start(&self, service: Arc<Service>, listeners: Bound) -> Result<()> {
+    pub(crate) fn start(
+        &self,
+        service: Arc<Service>,
+        listeners: Bound,
+        first_round: crate::health::FirstRound,
+    ) -> Result<()> {
         let loops = self.spawn_loops(&service, listeners)?;
         let stop = self.shutdown.child();
         let health = crate::health::spawn(
@@ -151,6 +181,7 @@ impl Running {
             Arc::clone(&service.live.health),
             Arc::clone(&service.stats),
             stop.clone(),
+            first_round,
         );
         let entry = Entry {
             service: Arc::clone(&service),
@@ -331,4 +362,32 @@ fn stop_entry(entry: Entry) -> Stopped {
         threads.push(t);
     }
     Stopped(threads)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// `then` runs once the threads have ended, or after the grace when
+    /// one has not.
+    #[test]
+    fn join_within_runs_then_after_the_threads_or_the_grace() {
+        let done = Arc::new(AtomicBool::new(false));
+        let quick = std::thread::spawn(|| {});
+        let started = Instant::now();
+        Stopped(vec![quick]).join_within(Duration::from_secs(10), || {
+            done.store(true, Ordering::SeqCst)
+        });
+        assert!(done.load(Ordering::SeqCst));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let (tx, rx) = crossbeam_channel::bounded::<()>(0);
+        let waiting = std::thread::spawn(move || {
+            let _ = rx.recv();
+        });
+        let started = Instant::now();
+        // The thread ends only once `then` has run: after the grace.
+        Stopped(vec![waiting]).join_within(Duration::from_millis(50), move || drop(tx));
+        assert!(started.elapsed() >= Duration::from_millis(50));
+    }
 }

@@ -124,6 +124,8 @@ impl Service {
             .map_err(|e| Error::io("reading the listening address", e))?;
         listener::wake_on(listener, addr, &self.config, stop)?;
         Ok(Acceptor {
+            serves_late: crate::systemd::Gate::of(listener).is_some()
+                || listener::shares_port(&self.config),
             service: Arc::clone(&self.proxy),
             pool: Arc::clone(pool),
             shutdown: stop.clone(),

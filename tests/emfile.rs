@@ -72,7 +72,7 @@ fn start(backend: SocketAddr) -> (Rodizio, SocketAddr) {
     command
         // No active checks: their sockets would come and go while the
         // descriptors are counted.
-        .args(["-l", "127.0.0.1:0", "--health-check", "off"])
+        .args(["-l", "127.0.0.1:0", "--health-check", "off", "--allow-root"])
         .args(["-b", &backend.to_string()])
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())

@@ -164,6 +164,7 @@ fn the_balancer_logs_the_failing_line_at_start_up_and_starts() {
     let mut command = Command::new(BIN);
     command
         .args(["-l", "127.0.0.1:0", "--health-check", "off", "-b", &backend])
+        .arg("--allow-root")
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -40,7 +40,7 @@ struct Balancer {
 impl Balancer {
     fn start(config: &Path) -> Balancer {
         let mut child = Command::new(BIN)
-            .arg("-c")
+            .args(["--allow-root", "-c"])
             .arg(config)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

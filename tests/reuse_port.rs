@@ -50,7 +50,7 @@ impl Drop for MigrateReq {
 fn rodizio(name: &str, port: u16, backend: SocketAddr) -> Peer {
     let dir = temp_dir(name);
     let mut cmd = Command::new(BIN);
-    cmd.args(["-l", &format!("127.0.0.1:{port}")])
+    cmd.args(["--allow-root", "-l", &format!("127.0.0.1:{port}")])
         .args(["-b", &backend.to_string()])
         .args([
             "--reuse-port",

@@ -313,6 +313,7 @@ fn what_describe_prints_reads_back() {
             | "trace"
             | "admin_allow_remote"
             | "accept_proxy"
+            | "allow_root"
             | "reuse_port" => value,
             _ => format!("\"{value}\""),
         };

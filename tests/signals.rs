@@ -13,6 +13,8 @@ use common::{http_get, time_until, TestBackend};
 /// child and the port it printed.
 fn start(backend: std::net::SocketAddr) -> (Child, u16) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rodizio"))
+        // The tests run as root on CI.
+        .arg("--allow-root")
         .args(["-l", "127.0.0.1:0", "-b", &backend.to_string()])
         .args(["--health-check", "off"])
         .env("RUST_LOG", "info")

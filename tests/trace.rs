@@ -203,6 +203,8 @@ impl Run {
         use std::io::{BufRead, BufReader};
         use std::process::{Command, Stdio};
         let mut child = Command::new(env!("CARGO_BIN_EXE_rodizio"))
+            // The tests run as root on CI.
+            .arg("--allow-root")
             .args(args)
             .env("LANG", lang)
             .env("RUST_LOG", "info")

@@ -90,7 +90,10 @@ impl AdminListener {
                 Some(token.to_string())
             }
         };
-        let listener = TcpListener::bind(addr).map_err(|source| Error::Bind { addr, source })?;
+        let listener = match crate::systemd::inherited(addr) {
+            Some(listener) => listener,
+            None => TcpListener::bind(addr).map_err(|source| Error::Bind { addr, source })?,
+        };
         let addr = listener
             .local_addr()
             .map_err(|e| Error::io("reading the admin address", e))?;

@@ -175,6 +175,15 @@ pub struct Config {
     /// configuration whose process-wide settings are this one's. Empty:
     /// this configuration is the one service, `default`.
     pub services: Vec<Config>,
+    /// The user to run as once every socket is bound (`user`): a name or a
+    /// number. Default `None`: stay who started it. See
+    /// [`crate::privileges`].
+    pub user: Option<String>,
+    /// The group to run as with it (`group`). Default `None`: the user's own.
+    pub group: Option<String>,
+    /// Started as root, go on as root when no `user` is given
+    /// (`allow_root`). Default false: refused.
+    pub allow_root: bool,
 }
 
 impl Default for Config {
@@ -210,6 +219,9 @@ impl Default for Config {
             listen_also: Vec::new(),
             max_connections: None,
             services: Vec::new(),
+            user: None,
+            group: None,
+            allow_root: false,
         }
     }
 }
@@ -306,6 +318,7 @@ impl Config {
         if self.max_connections == Some(0) {
             return Err(Error::setting("max_connections", "must be at least 1"));
         }
+        crate::privileges::Identity::of(self.user.as_deref(), self.group.as_deref())?;
         self.validate_admin()
     }
 

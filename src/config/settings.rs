@@ -434,6 +434,9 @@ mod tests {
             "access_log_file",
             "rate_limit_store",
             "drain_timeout",
+            "user",
+            "group",
+            "allow_root",
         ] {
             assert_eq!(scope(key), Scope::Process, "{key}");
         }

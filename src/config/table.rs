@@ -379,6 +379,25 @@ macro_rules! settings_table {
                 .access_log_file
                 .as_ref()
                 .map_or("stdout".into(), |p| p.display().to_string());
+        /// Once every socket is bound and every file opened, run as this user
+        /// (a name or a number; its group too, unless --group says another).
+        /// Off by default: rodizio stays who started it.
+        user: String, "user", Process, some(user), restart[user],
+            file Text => take,
+            flag Option<String> [value_name = "USER"],
+            always |c: &Config| c.user.clone().unwrap_or_else(|| "none".into());
+        /// With --user: the group to run as (a name or a number) instead of
+        /// the user's own.
+        group: String, "group", Process, some(group), restart[group],
+            file Text => take,
+            flag Option<String> [value_name = "GROUP"],
+            always |c: &Config| c.group.clone().unwrap_or_else(|| "none".into());
+        /// Started as root, go on as root: without it (or --user) rodizio
+        /// refuses to serve as root.
+        allow_root: bool, "allow-root", Process, set(allow_root), restart[allow_root],
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.allow_root.to_string();
         @file_only {
             mode: Parsed<Mode>,
             listen_port: Whole<u16, 0, 65535>,

@@ -68,7 +68,14 @@ impl Checker {
         }
     }
 
-    pub(super) fn run(mut self, scheduler: &Scheduler, shutdown: &Shutdown) {
+    /// Runs rounds until `shutdown`; `first_round`, if still there, runs
+    /// after the first.
+    pub(super) fn run(
+        mut self,
+        scheduler: &Scheduler,
+        shutdown: &Shutdown,
+        mut first_round: Option<super::FirstRound>,
+    ) {
         let stop = shutdown.receiver();
         let mut next = Instant::now() + period(&self.config.load());
         loop {
@@ -94,6 +101,9 @@ impl Checker {
                 next = now;
             }
             self.round(scheduler, &config);
+            if let Some(hook) = first_round.take() {
+                hook();
+            }
         }
     }
 

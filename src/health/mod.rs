@@ -276,9 +276,14 @@ pub fn connect_failed(backend: &Backend, config: &HealthConfig, err: &io::Error)
     failures
 }
 
+/// What to do once the first round of active checks is done (the balancer
+/// then tells systemd it is ready): the backends' states are known.
+pub type FirstRound = Box<dyn FnOnce() + Send>;
+
 /// Starts the health thread if the configuration needs one (active checks,
 /// or passive checks that need the cool-down); returns its handle. The
-/// thread exits when `shutdown` is triggered.
+/// thread exits when `shutdown` is triggered. `first_round` runs once the
+/// first round of checks is done, or at once when active checks are off.
 ///
 /// # Errors
 ///
@@ -288,9 +293,16 @@ pub fn spawn(
     config: Arc<ArcSwap<HealthConfig>>,
     stats: Arc<Stats>,
     shutdown: Shutdown,
+    first_round: FirstRound,
 ) -> Result<Option<JoinHandle<()>>> {
+    let mut first_round = Some(first_round);
     {
         let now = config.load();
+        if now.check == CheckKind::Off {
+            if let Some(hook) = first_round.take() {
+                hook();
+            }
+        }
         if now.check == CheckKind::Off && now.passive_failures == 0 {
             return Ok(None);
         }
@@ -302,7 +314,7 @@ pub fn spawn(
     }
     thread::Builder::new()
         .name("rodizio-health".into())
-        .spawn(move || checker::Checker::new(config, stats).run(&scheduler, &shutdown))
+        .spawn(move || checker::Checker::new(config, stats).run(&scheduler, &shutdown, first_round))
         .map(Some)
         .map_err(|e| Error::io("starting the health thread", e))
 }
@@ -382,16 +394,21 @@ mod tests {
             ..HealthConfig::default()
         };
         let shutdown = Shutdown::new();
+        let first_round = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = Arc::clone(&first_round);
         let handle = spawn(
             Arc::clone(&s),
             live(config),
             Arc::default(),
             shutdown.clone(),
+            Box::new(move || done.store(true, std::sync::atomic::Ordering::SeqCst)),
         )
         .unwrap()
         .unwrap();
         drop(l);
         wait_for(Duration::from_secs(5), || !b.is_healthy()).expect("marked down");
+        // Down after `fall` rounds: the first one has told it was done.
+        assert!(first_round.load(std::sync::atomic::Ordering::SeqCst));
         let l = socket2_rebind(addr);
         wait_for(Duration::from_secs(5), || b.is_healthy()).expect("marked up");
         // A passive down is brought back by the checks too.
@@ -420,9 +437,14 @@ mod tests {
             ..HealthConfig::default()
         };
         let shutdown = Shutdown::new();
-        let handle = spawn(s, live(config), Arc::default(), shutdown.clone())
+        let first_round = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = Arc::clone(&first_round);
+        let hook = Box::new(move || done.store(true, std::sync::atomic::Ordering::SeqCst));
+        let handle = spawn(s, live(config), Arc::default(), shutdown.clone(), hook)
             .unwrap()
             .unwrap();
+        // Checks off: nothing to wait for.
+        assert!(first_round.load(std::sync::atomic::Ordering::SeqCst));
         let err = io::Error::from(ErrorKind::ConnectionRefused);
         assert_eq!(connect_failed(&b, &HealthConfig::default(), &err), 1);
         assert_eq!(connect_failed(&b, &HealthConfig::default(), &err), 2);
@@ -440,8 +462,14 @@ mod tests {
             ..HealthConfig::default()
         };
         let s = Arc::new(Scheduler::new(vec![]));
-        assert!(spawn(s, live(off), Arc::default(), Shutdown::new())
-            .unwrap()
-            .is_none());
+        assert!(spawn(
+            s,
+            live(off),
+            Arc::default(),
+            Shutdown::new(),
+            Box::new(|| {})
+        )
+        .unwrap()
+        .is_none());
     }
 }

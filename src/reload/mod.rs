@@ -10,7 +10,8 @@
 //! new [`Limiter`] when these change), counted in `reloads_ok` and logged
 //! in one line. The settings marked `restart` in the settings table
 //! (`config/table.rs`), and the file's `mode`, keep their running value
-//! with one warning. No connection is cut; `docs/operations.md`
+//! with one warning. systemd, when it listens, hears "reloading" then
+//! "ready" around each reload. No connection is cut; `docs/operations.md`
 //! (Reloading: SIGHUP) tells the whole story.
 //!
 //! # Threads
@@ -44,6 +45,7 @@ use crate::running::{Bound, Running};
 use crate::scheduler::Scheduler;
 use crate::service::Service;
 use crate::stats::Stats;
+use crate::systemd;
 use crate::units;
 
 /// How often the reaper looks at the draining backends.
@@ -150,7 +152,17 @@ impl Reloader {
     pub fn reload(&self) -> Result<ReloadReport> {
         let inner = &self.inner;
         let mut state = inner.state.lock();
-        let plan = match self.prepare(&state) {
+        systemd::reloading();
+        let result = self.reload_locked(&mut state);
+        // Ready again, with the new settings or the old ones.
+        systemd::ready(&inner.running.status());
+        result
+    }
+
+    /// [`Reloader::reload`] under the lock, between what it tells systemd.
+    fn reload_locked(&self, state: &mut State) -> Result<ReloadReport> {
+        let inner = &self.inner;
+        let plan = match self.prepare(state) {
             Ok(plan) => plan,
             Err(err) => {
                 Stats::incr(&inner.stats.reloads_failed);
@@ -158,7 +170,7 @@ impl Reloader {
                 return Err(err);
             }
         };
-        let report = self.apply(&mut state, plan);
+        let report = self.apply(state, plan);
         Stats::incr(&inner.stats.reloads_ok);
         if !report.needs_restart.is_empty() {
             log::warn!("{}", restart_warning(&report.needs_restart));
@@ -291,7 +303,7 @@ impl Reloader {
         for (service, listeners) in plan.added {
             let name = service.name().to_string();
             let addrs: Vec<String> = listeners.iter().map(|(a, _)| a.to_string()).collect();
-            match inner.running.start(service, listeners) {
+            match inner.running.start(service, listeners, Box::new(|| {})) {
                 Ok(()) => {
                     sections.push(format!("service {name} started on {}", addrs.join(", ")));
                     report.services_added += 1;

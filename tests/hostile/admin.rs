@@ -84,7 +84,7 @@ impl Rodizio {
         let mut command = Command::new(BIN);
         command
             .args(["-l", &addr.to_string(), "-b", &backend.to_string()])
-            .args(["--admin", &admin.to_string()])
+            .args(["--admin", &admin.to_string(), "--allow-root"])
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())

@@ -33,7 +33,7 @@ impl Child {
     pub(crate) fn start(args: &[&str], prepare: impl FnOnce(&mut Command)) -> Child {
         let mut command = Command::new(BIN);
         command
-            .args(["-l", "127.0.0.1:0"])
+            .args(["-l", "127.0.0.1:0", "--allow-root"])
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

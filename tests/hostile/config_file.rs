@@ -313,7 +313,7 @@ struct Balancer {
 impl Balancer {
     fn start(config: &Path) -> Balancer {
         let mut child = Command::new(BIN)
-            .args(["-c", config.to_str().unwrap()])
+            .args(["--allow-root", "-c", config.to_str().unwrap()])
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -33,7 +33,7 @@ mod health_and_failure_logs {
     fn start(args: &[&str], nofile: Option<libc::rlim_t>) -> (Peer, SocketAddr) {
         let dir = peers::temp_dir("health-and-failure-logs");
         let mut cmd = Command::new(BIN);
-        cmd.args(["-l", "127.0.0.1:0"])
+        cmd.args(["-l", "127.0.0.1:0", "--allow-root"])
             .args(args)
             .env("RUST_LOG", "info");
         if let Some(nofile) = nofile {
@@ -446,7 +446,7 @@ mod pool_after_a_flood {
     fn start(backend: SocketAddr) -> (Peer, SocketAddr) {
         let dir = temp_dir("pool-after-a-flood");
         let mut cmd = Command::new(BIN);
-        cmd.args(["-l", "127.0.0.1:0", "--health-check", "off"])
+        cmd.args(["-l", "127.0.0.1:0", "--health-check", "off", "--allow-root"])
             .args(["-b", &backend.to_string()])
             .args(["--worker-idle-timeout", "1s", "--connect-timeout", "10s"])
             .env("RUST_LOG", "warn");

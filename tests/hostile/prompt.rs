@@ -32,7 +32,7 @@ struct Ended {
 fn run(input: Vec<u8>) -> Ended {
     let mut command = Command::new(BIN);
     command
-        .args(["-l", "127.0.0.1:0"])
+        .args(["-l", "127.0.0.1:0", "--allow-root"])
         .env("RUST_LOG", "warn")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
