@@ -18,6 +18,7 @@ has ab || need+=(apache2-utils)
 has python3 || need+=(python3)
 has curl || need+=(curl)
 has redis-server || need+=(redis-server)
+has redis-benchmark || need+=(redis-tools) # tests/services.rs
 has haproxy || need+=(haproxy)
 has nginx || need+=(nginx)
 has openssl || need+=(openssl)

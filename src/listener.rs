@@ -294,15 +294,6 @@ impl Acceptor {
             if gate.as_ref().is_some_and(|gate| !gate.wait(listener)) {
                 return;
             }
-            let slot = match &self.slots {
-                None => None,
-                Some(slots) => match slots.take(SLOT_WAIT) {
-                    Some(slot) => Some(slot),
-                    None if self.shutdown.is_triggered() => return,
-                    // At the service's limit: new clients wait in the backlog.
-                    None => continue,
-                },
-            };
             let (client, peer) = match listener.accept() {
                 Ok(accepted) => accepted,
                 Err(err) => {
@@ -333,6 +324,19 @@ impl Acceptor {
                 // The wake-up connection, or a client that came too late.
                 return;
             }
+            // At the service's limit, the loop waits with this client in
+            // hand, and the next ones wait in the backlog.
+            let slot = match &self.slots {
+                None => None,
+                Some(slots) => loop {
+                    if let Some(slot) = slots.take(SLOT_WAIT) {
+                        break Some(slot);
+                    }
+                    if self.shutdown.is_triggered() {
+                        return;
+                    }
+                },
+            };
             // A bug in the gate or the scheduler must not end accepting for
             // everyone: like a worker, the loop catches a panic, logs it and
             // goes on (the client, dropped while unwinding, is closed).
