@@ -1,6 +1,6 @@
 //! What a worker does with one connection, the article's
 //! `proxy_function()`: [`Proxy::handle`] is
-//! `let outcome = self.serve(job); self.report.tell(&outcome)`.
+//! `self.serve(job, &mut outcome); self.report.tell(&outcome)`.
 //!
 //! # Parts
 //!
@@ -331,7 +331,13 @@ impl Proxy {
     /// Never panics on I/O and never returns an error: whatever happens is
     /// logged and ends only this connection.
     pub fn handle(&self, job: Job) {
-        let outcome = self.serve(job);
+        let mut outcome = Outcome {
+            peer: job.peer,
+            queued_at: job.queued_at,
+            queue_wait: Duration::ZERO,
+            fate: Fate::Reported,
+        };
+        self.serve(job, &mut outcome);
         self.report.tell(&outcome);
     }
 
