@@ -23,6 +23,9 @@ scripts/check-c-names.sh
 echo "== the systemd unit"
 scripts/unit-check.sh
 
+echo "== memory per idle connection: the worker stacks of the release build"
+scripts/stack-check.sh
+
 echo "== the article's check: ab -n 1000 -c 100 through three python backends"
 scripts/ab-article.sh
 scripts/admin-check.sh

@@ -524,14 +524,18 @@ impl Backend {
     ///
     /// The last address's error, or `InvalidInput` if the backend has none.
     pub fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
-        let mut last = io::Error::new(ErrorKind::InvalidInput, "backend has no address");
+        let mut last = None;
         for addr in &self.addrs {
             match connect_one(*addr, timeout) {
                 Ok(stream) => return Ok(stream),
-                Err(err) => last = err,
+                Err(err) => last = Some(err),
             }
         }
-        Err(last)
+        // Made only when needed: an `io::Error` with a message takes two
+        // allocations, whose `malloc` calls run deep on a worker's stack
+        // (docs/internals.md, "The pool").
+        Err(last
+            .unwrap_or_else(|| io::Error::new(ErrorKind::InvalidInput, "backend has no address")))
     }
 
     /// Counts a connection as started on this backend. The returned guard
@@ -554,12 +558,18 @@ fn connect_one(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
     socket.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
     match socket.connect(&addr.into()) {
         Ok(()) => Ok(socket.into()),
-        Err(err) if err.raw_os_error() == Some(libc::EINPROGRESS) => Err(io::Error::new(
-            ErrorKind::TimedOut,
-            format!("connect to {addr} timed out after {timeout:?}"),
-        )),
+        Err(err) if err.raw_os_error() == Some(libc::EINPROGRESS) => Err(timed_out(addr, timeout)),
         Err(err) => Err(err),
     }
+}
+
+/// The error of a connect that timed out, worded; cold, and out of the
+/// frame every connect runs in.
+#[cold]
+#[inline(never)]
+fn timed_out(addr: SocketAddr, timeout: Duration) -> io::Error {
+    let message = format!("connect to {addr} timed out after {timeout:?}");
+    io::Error::new(ErrorKind::TimedOut, message)
 }
 
 /// Decrements [`Backend::pending`] when dropped.

@@ -35,7 +35,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::config::Config;
 use crate::error::Error;
 use crate::queue::{Popped, Queue};
-use crate::stats::Stats;
+use crate::stats::{GaugeGuard, Stats};
 
 /// What a worker does with each entry.
 pub type Handler<T> = dyn Fn(T) + Send + Sync + 'static;
@@ -149,24 +149,11 @@ impl<T: Send + 'static> Worker<T> {
         let shared = &self.shared;
         let mut alive = Some(stats.hold(&stats.workers));
         loop {
-            let next = match self.idle_timeout {
-                None => self.queue.pop().map_or(Popped::Closed, Popped::Entry),
-                Some(idle) => self.queue.pop_or_retire(idle, || {
-                    let retired = self.leave_count();
-                    if retired {
-                        // With the count, so the gauge never shows more
-                        // workers than `live` allows.
-                        alive = None;
-                    }
-                    retired
-                }),
-            };
-            match next {
+            match self.next(&mut alive) {
                 Popped::Entry(job) => {
                     let busy = stats.hold(&stats.workers_busy);
                     if catch_unwind(AssertUnwindSafe(|| (self.handler)(job))).is_err() {
-                        Stats::incr(&stats.worker_panics);
-                        log::error!("a connection handler panicked; the worker goes on");
+                        self.panicked();
                     }
                     drop(busy);
                 }
@@ -183,6 +170,36 @@ impl<T: Send + 'static> Worker<T> {
                 }
             }
         }
+    }
+
+    /// The next entry, or the end: waits on the queue (with an idle
+    /// timeout, retiring when [`Worker::leave_count`] says so, and then
+    /// dropping `alive`, the worker's place in the gauge). Not inlined:
+    /// the wait's locals stay out of [`Worker::run`]'s frame.
+    #[inline(never)]
+    fn next<'s>(&self, alive: &mut Option<GaugeGuard<'s>>) -> Popped<T> {
+        match self.idle_timeout {
+            None => self.queue.pop().map_or(Popped::Closed, Popped::Entry),
+            Some(idle) => self.queue.pop_or_retire(idle, || {
+                let retired = self.leave_count();
+                if retired {
+                    // With the count, so the gauge never shows more
+                    // workers than `live` allows.
+                    *alive = None;
+                }
+                retired
+            }),
+        }
+    }
+
+    /// After a panic in the handler: counted and logged. Kept out of
+    /// [`Worker::run`], whose frame stays on the stack under every
+    /// connection the worker serves (docs/internals.md, "The pool").
+    #[cold]
+    #[inline(never)]
+    fn panicked(&self) {
+        Stats::incr(&self.stats.worker_panics);
+        log::error!("a connection handler panicked; the worker goes on");
     }
 
     /// The retirement decision, taken under the queue's lock (see
@@ -204,6 +221,8 @@ impl<T: Send + 'static> Worker<T> {
     }
 
     /// The end of a retired worker, out of the queue's lock.
+    #[cold]
+    #[inline(never)]
     fn retire(&self) {
         let shared = &self.shared;
         #[cfg(test)]

@@ -33,9 +33,23 @@ const OUT_OF_DESCRIPTORS_FIRST_PAUSE: Duration = Duration::from_millis(5);
 /// accepted than to a new one.
 const OUT_OF_DESCRIPTORS_MAX_PAUSE: Duration = Duration::from_millis(50);
 
+/// What each connect attempt for one client needs, read once: the client,
+/// who it is, and the settings.
+pub(super) struct Attempt<'a> {
+    /// The client's socket (its address goes into a PROXY header).
+    pub client: &'a TcpStream,
+    /// Who the client is (after `--accept-proxy`, who its header says).
+    pub origin: header::Origin,
+    /// The connect timeout.
+    pub settings: &'a ProxyConfig,
+    /// Passive health.
+    pub health: &'a HealthConfig,
+}
+
 impl Proxy {
     /// Connects to the picked backend or, failing that, to each other
-    /// available backend once, in list order.
+    /// available backend once, in list order; `failed` counts the failed
+    /// connects.
     ///
     /// Each attempt gets the whole `connect_timeout`, not a share of one
     /// total: a black-holed backend then costs a client one connect timeout,
@@ -44,25 +58,41 @@ impl Proxy {
     /// though a live backend was next.) Passive health takes the black hole
     /// out after a few such clients (its failures in a row), so later ones pay
     /// nothing.
+    ///
+    /// Not inlined, nor the fail-over: every connect runs under this
+    /// frame and the caller's, so they hold little (docs/internals.md,
+    /// "The pool").
+    #[inline(never)]
     pub(super) fn connect(
         &self,
         pick: &Pick,
-        client: &TcpStream,
-        origin: header::Origin,
-        settings: &ProxyConfig,
-        health: &HealthConfig,
+        attempt: &Attempt<'_>,
         failed: &mut u32,
     ) -> Result<(TcpStream, Arc<Backend>)> {
-        let mut last = match self.try_backend(&pick.backend, client, origin, settings, health) {
-            Ok(stream) => return Ok((stream, Arc::clone(&pick.backend))),
-            Err(err) => err,
-        };
+        match self.try_backend(&pick.backend, attempt) {
+            Ok(stream) => Ok((stream, Arc::clone(&pick.backend))),
+            Err(first) => self.fail_over(first, pick, attempt, failed),
+        }
+    }
+
+    /// The picked backend failed with `first`: each other available one,
+    /// once, in list order; the error is the last one's.
+    #[cold]
+    #[inline(never)]
+    fn fail_over(
+        &self,
+        first: Error,
+        pick: &Pick,
+        attempt: &Attempt<'_>,
+        failed: &mut u32,
+    ) -> Result<(TcpStream, Arc<Backend>)> {
         *failed += 1;
+        let mut last = first;
         for backend in self.scheduler.failover_order(&pick.backend) {
             trace::event(Event::FailOver {
                 backend: backend.name(),
             });
-            match self.try_backend(&backend, client, origin, settings, health) {
+            match self.try_backend(&backend, attempt) {
                 Ok(stream) => return Ok((stream, backend)),
                 Err(err) => {
                     *failed += 1;
@@ -85,46 +115,55 @@ impl Proxy {
     /// to end and free descriptors, trying again with a back-off (from
     /// [`OUT_OF_DESCRIPTORS_FIRST_PAUSE`], doubling) for at most
     /// `connect_timeout`.
-    fn try_backend(
-        &self,
-        backend: &Backend,
-        client: &TcpStream,
-        origin: header::Origin,
-        settings: &ProxyConfig,
-        health: &HealthConfig,
-    ) -> Result<TcpStream> {
+    fn try_backend(&self, backend: &Backend, attempt: &Attempt<'_>) -> Result<TcpStream> {
         let started = trace::on().then(Instant::now);
-        let deadline = Instant::now() + settings.connect_timeout;
+        let timeout = attempt.settings.connect_timeout;
+        let deadline = Instant::now() + timeout;
         let mut pause = OUT_OF_DESCRIPTORS_FIRST_PAUSE;
         loop {
-            let connected = backend
-                .connect(settings.connect_timeout)
-                .and_then(|stream| {
-                    header::send(backend, &stream, || origin.header(client))?;
-                    Ok(stream)
-                });
+            let connected = backend.connect(timeout).and_then(|stream| {
+                header::send(backend, &stream, || attempt.origin.header(attempt.client))?;
+                Ok(stream)
+            });
             match connected {
                 Err(source) if system::is_out_of_descriptors(&source) => {
-                    let give_up = Instant::now() + pause >= deadline;
-                    self.report
-                        .out_of_descriptors(backend.name(), &source, give_up);
-                    if give_up {
-                        return Err(Error::BackendConnect {
-                            backend: backend.name().to_string(),
-                            source,
-                        });
-                    }
-                    // While any worker waits here, the accept loop holds
-                    // off, so a descriptor freed by a connection that ends
-                    // goes to a client already accepted rather than to
-                    // one more client that would wait too.
-                    let _waiting = self.process.hold(&self.process.descriptor_waits);
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(OUT_OF_DESCRIPTORS_MAX_PAUSE);
+                    self.wait_for_descriptor(backend, source, deadline, &mut pause)?;
                 }
-                other => return self.connected_or_failed(backend, other, health, started),
+                other => return self.connected_or_failed(backend, other, attempt.health, started),
             }
         }
+    }
+
+    /// No descriptor left for the backend's socket: logged, then a pause
+    /// of `pause` (doubled for the next time) before the caller tries
+    /// again; an error once that would pass `deadline`. Cold, and kept out
+    /// of the frame every connect runs under.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_descriptor(
+        &self,
+        backend: &Backend,
+        source: std::io::Error,
+        deadline: Instant,
+        pause: &mut Duration,
+    ) -> Result<()> {
+        let give_up = Instant::now() + *pause >= deadline;
+        self.report
+            .out_of_descriptors(backend.name(), &source, give_up);
+        if give_up {
+            return Err(Error::BackendConnect {
+                backend: backend.name().to_string(),
+                source,
+            });
+        }
+        // While any worker waits here, the accept loop holds off, so a
+        // descriptor freed by a connection that ends goes to a client
+        // already accepted rather than to one more client that would wait
+        // too.
+        let _waiting = self.process.hold(&self.process.descriptor_waits);
+        std::thread::sleep(*pause);
+        *pause = (*pause * 2).min(OUT_OF_DESCRIPTORS_MAX_PAUSE);
+        Ok(())
     }
 
     /// Counts the outcome of one connect attempt that reached the backend
@@ -150,19 +189,30 @@ impl Proxy {
                 }
                 Ok(stream)
             }
-            Err(source) => {
-                Stats::incr(&self.stats.connect_failures);
-                let failures = health::connect_failed(backend, health, &source);
-                trace::event(Event::ConnectFailed {
-                    backend: backend.name(),
-                    reason: &source,
-                    failures,
-                });
-                Err(Error::BackendConnect {
-                    backend: backend.name().to_string(),
-                    source,
-                })
-            }
+            Err(source) => Err(self.connect_failed(backend, source, health)),
+        }
+    }
+
+    /// One connect attempt failed: counted, told to passive health and the
+    /// trace, and worded for the operator.
+    #[cold]
+    #[inline(never)]
+    fn connect_failed(
+        &self,
+        backend: &Backend,
+        source: std::io::Error,
+        health: &HealthConfig,
+    ) -> Error {
+        Stats::incr(&self.stats.connect_failures);
+        let failures = health::connect_failed(backend, health, &source);
+        trace::event(Event::ConnectFailed {
+            backend: backend.name(),
+            reason: &source,
+            failures,
+        });
+        Error::BackendConnect {
+            backend: backend.name().to_string(),
+            source,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! What a worker does with one connection, the article's
 //! `proxy_function()`: [`Proxy::handle`] is
-//! `let outcome = self.serve(job); self.report.tell(&outcome)`.
+//! `self.serve(job, &mut outcome); self.report.tell(&outcome)`.
 //!
 //! # Parts
 //!
@@ -347,7 +347,13 @@ impl Proxy {
     /// logged and ends only this connection.
     pub fn handle(&self, mut job: Job) {
         let slot = job.slot.take();
-        let outcome = self.serve(job);
+        let mut outcome = Outcome {
+            peer: job.peer,
+            queued_at: job.queued_at,
+            queue_wait: Duration::ZERO,
+            fate: Fate::Reported,
+        };
+        self.serve(job, &mut outcome);
         self.report.tell(&outcome);
         drop(slot);
     }

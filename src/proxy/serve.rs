@@ -1,8 +1,8 @@
 //! A worker's chain for one client, the article's `proxy_function()`:
 //! wait (queue timeout, first byte) → route (the pick, or the PROXY header
 //! then the pick) → connect (with fail-over) → pump → close. Each step that
-//! ends the client early returns its [`Outcome`]; [`Proxy::handle`] tells
-//! it.
+//! ends the client early says why in its [`Outcome`]; [`Proxy::handle`]
+//! tells it.
 //!
 //! # Threads
 //!
@@ -23,58 +23,58 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::connect::Attempt;
 use super::report::{Fate, Outcome, Refusal, Served};
 use super::{close, header, pump, splice_pump, Job, Proxy, ProxyConfig, Route, REPLY_LINGER};
+use crate::backend::Backend;
+use crate::error::Error;
 use crate::health::HealthConfig;
 use crate::reply;
 use crate::scheduler::Pick;
 use crate::trace;
 
+/// A client connected to its backend: what the pump needs, and what the
+/// connection's [`Outcome`] will say once it is over.
+struct Link {
+    client: TcpStream,
+    backend_sock: TcpStream,
+    /// The backend that answered (the pick's, or one failed over to).
+    backend: Arc<Backend>,
+    /// The scheduler's pick, held until the connection counts as active.
+    pick: Pick,
+    /// The settings, read once when the worker took the client.
+    settings: Arc<ProxyConfig>,
+    /// When the worker took the client.
+    started: Instant,
+    connect_time: Duration,
+    failovers: u32,
+}
+
 impl Proxy {
-    /// Serves one client: wait → route → connect → pump → close. Returns
-    /// how it ended, counted already (see [`super::report::Report::count`]).
-    pub(super) fn serve(&self, job: Job) -> Outcome {
-        let Job {
-            route,
+    /// Serves one client: wait → route → connect → pump → close, and says
+    /// in `outcome` how it ended, counted already (see
+    /// [`super::report::Report::count`]).
+    ///
+    /// This frame stays on the worker's stack while the connection lasts,
+    /// under the pump, so it holds little: the connected sockets and what
+    /// the outcome will say. The steps before the pump run in
+    /// [`Proxy::reach`], whose frame is gone once connected; `outcome` is
+    /// the caller's, so that the one `Outcome` of the connection is never
+    /// copied. (Every page of stack a worker touches stays resident while
+    /// it lives: docs/internals.md, "The pool".)
+    pub(super) fn serve(&self, job: Job, outcome: &mut Outcome) {
+        let Some(Link {
             client,
-            peer,
-            queued_at,
-            ..
-        } = job;
-        let started = Instant::now();
-        let queue_wait = self.taken(&client, queued_at, started);
-        let settings = self.settings.load_full();
-        let health = self.health.load_full();
-        let mut outcome = Outcome {
-            peer,
-            queued_at,
-            queue_wait,
-            fate: Fate::Reported,
-        };
-        if let Some(refusal) = wait(&client, queued_at, queue_wait, &settings) {
-            return self.refuse(outcome, refusal, &client, &health);
-        }
-        let Some((client, pick, origin)) = self.route(route, client, peer) else {
-            return outcome;
-        };
-        // From here on the client is who the header said.
-        outcome.peer = origin.source;
-        let mut failovers = 0;
-        let connecting = Instant::now();
-        let connected = self.connect(&pick, &client, origin, &settings, &health, &mut failovers);
-        let connect_time = connecting.elapsed();
-        let (backend_sock, backend) = match connected {
-            Ok(found) => found,
-            Err(error) => {
-                let backend = Arc::clone(&pick.backend);
-                let refusal = Refusal::ConnectFailed {
-                    backend,
-                    error,
-                    failovers,
-                    connect_time,
-                };
-                return self.refuse(outcome, refusal, &client, &health);
-            }
+            backend_sock,
+            backend,
+            pick,
+            settings,
+            started,
+            connect_time,
+            failovers,
+        }) = self.reach(job, outcome)
+        else {
+            return;
         };
         let backend_active = backend.start_connection();
         // Counted as active now: the pick's reservation (least connections'
@@ -99,7 +99,7 @@ impl Proxy {
         // close also sees it counted; `completed` and then the active
         // gauges last, so that whoever sees the connection completed (and
         // no longer active) sees how it ended and its bytes too.
-        self.report.count(&outcome);
+        self.report.count(outcome);
         drop(active);
         drop(backend_active);
         // The article's ending: shutdown(SHUT_RDWR), then close(), on both
@@ -109,11 +109,106 @@ impl Proxy {
         // kept so every connection ends the same, visible way.
         close(&backend_sock);
         close(&client);
-        outcome
+    }
+
+    /// The steps before the pump: wait → route → connect. Gives the client
+    /// connected to its backend; `None` when it was refused on the way
+    /// (`outcome` then says why; counted and closed already).
+    ///
+    /// Never inlined, nor are the steps it calls, so that their locals (a
+    /// refusal, its error and log line, the fail-over's list) stay out of
+    /// [`Proxy::serve`]'s frame, which lasts through the pump.
+    #[inline(never)]
+    fn reach(&self, job: Job, outcome: &mut Outcome) -> Option<Link> {
+        let Job {
+            route,
+            client,
+            peer,
+            queued_at,
+            ..
+        } = job;
+        let started = Instant::now();
+        outcome.queue_wait = self.taken(&client, queued_at, started);
+        let settings = self.settings.load_full();
+        let health = self.health.load_full();
+        if self.turned_away(&client, queued_at, outcome, &settings, &health) {
+            return None;
+        }
+        let (client, pick, origin) = self.route(route, client, peer)?;
+        // From here on the client is who the header said.
+        outcome.peer = origin.source;
+        let attempt = Attempt {
+            client: &client,
+            origin,
+            settings: &settings,
+            health: &health,
+        };
+        let mut failovers = 0;
+        let connecting = Instant::now();
+        let connected = self.connect(&pick, &attempt, &mut failovers);
+        let connect_time = connecting.elapsed();
+        match connected {
+            Ok((backend_sock, backend)) => Some(Link {
+                client,
+                backend_sock,
+                backend,
+                pick,
+                settings,
+                started,
+                connect_time,
+                failovers,
+            }),
+            Err(error) => {
+                self.refuse_unreachable(outcome, &pick, error, failovers, connect_time, &attempt);
+                None
+            }
+        }
+    }
+
+    /// Every backend connect failed: the client is refused.
+    #[cold]
+    #[inline(never)]
+    fn refuse_unreachable(
+        &self,
+        outcome: &mut Outcome,
+        pick: &Pick,
+        error: Error,
+        failovers: u32,
+        connect_time: Duration,
+        attempt: &Attempt<'_>,
+    ) {
+        let refusal = Refusal::ConnectFailed {
+            backend: Arc::clone(&pick.backend),
+            error,
+            failovers,
+            connect_time,
+        };
+        self.refuse(outcome, refusal, attempt.client, attempt.health);
+    }
+
+    /// The waits before any backend (see [`wait`]): whether the client was
+    /// refused there (then counted, answered if asked, and closed).
+    #[inline(never)]
+    fn turned_away(
+        &self,
+        client: &TcpStream,
+        queued_at: Instant,
+        outcome: &mut Outcome,
+        settings: &ProxyConfig,
+        health: &HealthConfig,
+    ) -> bool {
+        let Some(refusal) = wait(client, queued_at, outcome.queue_wait, settings) else {
+            return false;
+        };
+        self.refuse(outcome, refusal, client, health);
+        true
     }
 
     /// A worker took `client` at `started`: the trace says so, the queue
-    /// wait is observed and, if long, warned about. Returns the wait.
+    /// wait is observed and, if long, warned about. Returns the wait. Not
+    /// inlined: the warning's log line would sit in [`Proxy::reach`]'s
+    /// frame, under the connect.
+    #[inline(never)]
     fn taken(&self, client: &TcpStream, queued_at: Instant, started: Instant) -> Duration {
         if trace::on() {
             trace::taken(client.as_raw_fd(), crate::pool::worker_number());
@@ -128,6 +223,7 @@ impl Proxy {
     /// The client's backend: the one picked at accept time, or, behind
     /// `--accept-proxy`, the one picked after its header (`None`: closed
     /// and reported there).
+    #[inline(never)]
     fn route(
         &self,
         route: Route,
@@ -158,16 +254,13 @@ impl Proxy {
     /// an unreachable backend may linger a little.
     fn refuse(
         &self,
-        outcome: Outcome,
+        outcome: &mut Outcome,
         refusal: Refusal,
         client: &TcpStream,
         health: &HealthConfig,
-    ) -> Outcome {
-        let outcome = Outcome {
-            fate: Fate::Refused(refusal),
-            ..outcome
-        };
-        self.report.count(&outcome);
+    ) {
+        outcome.fate = Fate::Refused(refusal);
+        self.report.count(outcome);
         if health.http_replies {
             match &outcome.fate {
                 Fate::Refused(Refusal::QueueTimeout { .. }) => {
@@ -180,7 +273,6 @@ impl Proxy {
             }
         }
         close(client);
-        outcome
     }
 }
 

@@ -7,7 +7,7 @@
 //! checker. No C counterpart.
 
 use std::fmt;
-use std::io;
+use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
@@ -235,7 +235,10 @@ impl std::error::Error for ParseError {}
 /// is IPv4 and the other a real IPv6 address, both are written as IPv6, the
 /// IPv4 one mapped, since a header has one family for both.
 pub fn encode(version: Version, header: &Header) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64);
+    // Room for the longest version 1 line, so that writing it never grows
+    // the vector (a `realloc` deep in the formatting, on a worker's small
+    // stack); version 2's TCP headers take at most 52 bytes.
+    let mut out = Vec::with_capacity(V1_MAX_LEN);
     match version {
         Version::V1 => encode_v1(header, &mut out),
         Version::V2 => encode_v2(header, &mut out),
@@ -272,21 +275,21 @@ pub(super) fn ends(source: SocketAddr, destination: SocketAddr) -> Ends {
 }
 
 fn encode_v1(header: &Header, out: &mut Vec<u8>) {
-    let line = match *header {
-        Header::Local => "PROXY UNKNOWN\r\n".to_string(),
+    // Written straight into `out`; writing into a `Vec` cannot fail.
+    let _ = match *header {
+        Header::Local => out.write_all(b"PROXY UNKNOWN\r\n"),
         Header::Proxy {
             source,
             destination,
         } => match ends(source, destination) {
             Ends::V4([(src, sport), (dst, dport)]) => {
-                format!("PROXY TCP4 {src} {dst} {sport} {dport}\r\n")
+                write!(out, "PROXY TCP4 {src} {dst} {sport} {dport}\r\n")
             }
             Ends::V6([(src, sport), (dst, dport)]) => {
-                format!("PROXY TCP6 {src} {dst} {sport} {dport}\r\n")
+                write!(out, "PROXY TCP6 {src} {dst} {sport} {dport}\r\n")
             }
         },
     };
-    out.extend_from_slice(line.as_bytes());
 }
 
 /// Version 2's command nibbles (the high nibble is the version, 2).

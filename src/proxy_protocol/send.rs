@@ -18,9 +18,13 @@ use crate::backend::Backend;
 /// bytes into an empty send buffer, so the write does not wait; the
 /// connect's write timeout (`SO_SNDTIMEO`) still bounds it.
 ///
+/// Not inlined: the header and its bytes would otherwise sit in the frame
+/// of every backend connect, under the `connect(2)`.
+///
 /// # Errors
 ///
 /// The write's error.
+#[inline(never)]
 pub(crate) fn send(
     backend: &Backend,
     mut stream: &TcpStream,

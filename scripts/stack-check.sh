@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Memory per idle connection, the part rodizio controls: each worker
+# thread's stack. Through the release binary (the only build whose frames
+# mean anything here), CONNECTIONS clients each send one byte and stay
+# open; once the backend has every byte (so every worker has connected and
+# pumped), each worker's stack mapping in /proc/PID/smaps must have at most
+# 8 KiB resident: two pages, the first of which glibc's thread descriptor
+# and static TLS mostly fill. A third page costs 4 KiB more per connection
+# (docs/internals.md, "The pool", tells how to find what went deeper).
+#
+# Ports are free ones picked at run time; everything it starts is stopped
+# by its PID on exit; every wait is bounded.
+#
+# Environment: RODIZIO_BIN to test a given binary (default: `cargo build
+# --release` then the release binary); CONNECTIONS (default 50).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CONNECTIONS=${CONNECTIONS:-50}
+
+PROG=stack-check
+. scripts/lib.sh
+need_tools python3 timeout
+
+if [ -n "${RODIZIO_BIN:-}" ]; then
+  bin=$RODIZIO_BIN
+else
+  echo "== cargo build --release"
+  timeout 1200 cargo build --release --quiet
+  bin="${CARGO_TARGET_DIR:-target}/release/rodizio"
+fi
+[ -x "$bin" ] || fail "no binary at $bin"
+
+read -r backend_port lb_port < <(free_ports 2)
+
+# The backend: accepts every connection, keeps it open, and writes the
+# count of bytes received so far to a file. It exits after two minutes.
+echo "== a backend on port $backend_port that holds its connections"
+python3 - "$backend_port" "$work/received" <<'EOF' &
+import os, selectors, socket, sys, time
+port, path = int(sys.argv[1]), sys.argv[2]
+server = socket.create_server(("127.0.0.1", port))
+server.setblocking(False)
+sel = selectors.DefaultSelector()
+sel.register(server, selectors.EVENT_READ)
+held, received = [], 0
+end = time.monotonic() + 120
+while time.monotonic() < end:
+    for key, _ in sel.select(timeout=1):
+        if key.fileobj is server:
+            conn, _ = server.accept()
+            conn.setblocking(False)
+            sel.register(conn, selectors.EVENT_READ)
+            held.append(conn)
+            continue
+        try:
+            data = key.fileobj.recv(4096)
+        except BlockingIOError:
+            continue
+        if not data:
+            sel.unregister(key.fileobj)
+            continue
+        received += len(data)
+        with open(path + ".tmp", "w") as f:
+            f.write(str(received))
+        os.replace(path + ".tmp", path)
+EOF
+pids+=("$!")
+
+echo "== rodizio ($bin) on port $lb_port, default settings (64 KiB worker stacks)"
+RUST_LOG=${RUST_LOG:-warn} "$bin" -l "127.0.0.1:$lb_port" -b "127.0.0.1:$backend_port" --thread-stack 64k \
+  >"$work/rodizio.out" 2>&1 &
+pids+=("$!")
+rodizio_pid=$!
+wait_line "$work/rodizio.out" "Load balancer listening on port $lb_port" "$rodizio_pid"
+
+echo "== $CONNECTIONS idle connections, one byte sent on each"
+python3 - "$lb_port" "$CONNECTIONS" "$work/received" "$rodizio_pid" <<'EOF' || fail "see above"
+import os, socket, sys, time
+port, count, received, pid = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+
+def stop(message):
+    print(f"stack-check: FAIL: {message}", file=sys.stderr)
+    sys.exit(1)
+
+clients = []
+for _ in range(count):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.settimeout(5)
+    s.sendall(b"G")
+    clients.append(s)
+
+# Every byte at the backend: every worker has connected and pumped.
+deadline = time.monotonic() + 30
+got = 0
+while time.monotonic() < deadline:
+    try:
+        got = int(open(received).read() or 0)
+    except FileNotFoundError:
+        got = 0
+    if got >= count:
+        break
+    time.sleep(0.1)
+else:
+    stop(f"the backend received {got} of {count} bytes within 30s")
+
+workers = sum(
+    1
+    for task in os.listdir(f"/proc/{pid}/task")
+    if open(f"/proc/{pid}/task/{task}/comm").read().strip() == "rodizio-worker"
+)
+
+# A worker's stack: a read-write anonymous mapping of the thread stack size
+# (64 KiB by default) right above its guard page (no access).
+stacks, previous, current = [], None, None
+for line in open(f"/proc/{pid}/smaps"):
+    fields = line.split()
+    if "-" in fields[0] and not fields[0].endswith(":"):
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        current = {"start": start, "end": end, "perms": fields[1], "anon": len(fields) < 6}
+        if (
+            previous is not None
+            and previous["perms"] == "---p"
+            and previous["end"] == start
+            and current["perms"] == "rw-p"
+            and current["anon"]
+            and end - start == 64 * 1024
+        ):
+            stacks.append(current)
+        previous = current
+    elif fields[0] == "Rss:" and current is not None:
+        current["rss_kib"] = int(fields[1])
+
+if len(stacks) < count or workers < count:
+    stop(f"found {len(stacks)} worker stacks and {workers} workers for {count} connections")
+resident = sorted(s["rss_kib"] for s in stacks)
+print(f"worker stacks: {len(stacks)}, resident KiB from {resident[0]} to {resident[-1]}")
+over = [r for r in resident if r > 8]
+if over:
+    stop(
+        f"{len(over)} worker stacks have more than 8 KiB resident (up to {resident[-1]} KiB): "
+        "something on the path to the pump runs deeper than before "
+        "(docs/internals.md, \"The pool\")"
+    )
+for s in clients:
+    s.close()
+EOF
+
+echo "stack-check: OK ($CONNECTIONS idle connections, every worker stack at most 8 KiB resident)"
