@@ -68,7 +68,7 @@ EOF
 pids+=("$!")
 
 echo "== rodizio ($bin) on port $lb_port, default settings (64 KiB worker stacks)"
-RUST_LOG=${RUST_LOG:-warn} "$bin" -l "127.0.0.1:$lb_port" -b "127.0.0.1:$backend_port" --thread-stack 64k \
+RUST_LOG=${RUST_LOG:-warn} "$bin" "${root_flag[@]}" -l "127.0.0.1:$lb_port" -b "127.0.0.1:$backend_port" --thread-stack 64k \
   >"$work/rodizio.out" 2>&1 &
 pids+=("$!")
 rodizio_pid=$!
