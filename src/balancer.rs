@@ -1,8 +1,9 @@
-//! The balancer assembled: listener, scheduler, pool, proxy, the health
-//! checker, the rate limiter and the admin API wired together.
+//! The balancer assembled: its services (each its listeners, scheduler,
+//! health checker and rate limiter, see [`crate::service`]), the one pool
+//! and the admin API wired together.
 //!
 //! [`Balancer::bind`] does everything that can fail at start-up (validate,
-//! try the workers' stack size, resolve the backends, bind the port), so
+//! try the workers' stack size, resolve the backends, bind the ports), so
 //! errors come before any client and a test learns its port first;
 //! [`Balancer::run`] accepts until the [`Shutdown`] is triggered, then
 //! drains. What may change while it runs is shared as [`Live`] values
@@ -11,12 +12,16 @@
 //!
 //! # Threads
 //!
-//! `run` turns the calling thread into the accept loop and starts the health
-//! thread and the admin API's (systemd, when it listens, hears "ready" after
-//! the first round of checks and "stopping" when the drain starts); the pool spawns the workers as clients come.
-//! The [`Shutdown`] wakes a blocked `accept` (a connection to itself, or with
-//! `SO_REUSEPORT` a shutdown of the socket) and a push waiting in a full queue.
-//! The parts are shared through `Arc`s; the `Balancer` itself holds no lock.
+//! `run` starts an accept loop per listening address and a health thread
+//! per service ([`crate::running`]) and the admin API's thread, then waits
+//! for the [`Shutdown`]; the pool spawns the workers as clients come.
+//! systemd, when it listens, hears "ready" once every service's first
+//! round of checks is done and "stopping" when the drain starts. The
+//! [`Shutdown`] wakes every blocked `accept` (a connection to itself, with
+//! `SO_REUSEPORT` a shutdown of the socket, through systemd's socket a
+//! gate); the queue closes once the loops have left (or after a second,
+//! which releases a push waiting in a full queue). The parts are shared
+//! through `Arc`s; the `Balancer` itself holds no lock.
 //!
 //! # Corresponds to the C article
 //!

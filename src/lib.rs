@@ -11,13 +11,14 @@
 //! the C it ports.
 //!
 //! ```text
-//! client ──TCP──▶ accept loop (listener.rs: blocking accept, SO_REUSEADDR, backlog 4096)
+//! client ──TCP──▶ accept loop, one per listening address of each service
+//!                   (listener.rs: blocking accept, SO_REUSEADDR, backlog 4096)
 //!                   │ limiter.check(peer ip, now)?  no ──▶ close (or 429)  (limiter/, opt-in)
 //!                   │ scheduler.pick(peer) → Pick (the backend)   (scheduler/: round robin, ...)
 //!                   │   none available ──▶ close (or 503)         (reply.rs)
 //!                   │   (--accept-proxy: no pick yet, Route::AfterHeader)
 //!                   ▼
-//!                 pool.submit(Job { route: Picked(pick), client, peer, queued_at })
+//!                 pool.submit(Job { service, route: Picked(pick), client, peer, .. })
 //!                   │ → queue                                     (queue.rs: Mutex<VecDeque> + Condvar)
 //!                   ▼
 //!                 worker thread, 64 KiB stack, reused             (pool.rs)

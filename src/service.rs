@@ -9,10 +9,10 @@
 //!
 //! # Threads
 //!
-//! Built on the main thread. Each listening address gets an accept loop
-//! ([`Acceptor`]); the first of the first service runs on the thread that
-//! calls [`crate::Balancer::run`], the others on threads of their own.
-//! Each service has its own health thread when checks are on.
+//! Built on the main thread (or the reloading one). Each listening address
+//! gets an accept loop (`Acceptor`, in `listener.rs`) on a thread of its
+//! own, and each service its health thread when checks are on: both
+//! started by [`crate::running`].
 //!
 //! # Corresponds to the C article
 //!
@@ -92,7 +92,8 @@ impl Service {
             config.header_acceptor(),
         )
         .busy_warning(shared.workers, Arc::clone(&shared.queue_depth))
-        .process_stats(Arc::clone(&shared.stats));
+        .process_stats(Arc::clone(&shared.stats))
+        .named(&config.name);
         Ok(Service {
             slots: config.max_connections.map(Slots::new),
             config,
@@ -130,7 +131,7 @@ impl Service {
             pool: Arc::clone(pool),
             shutdown: stop.clone(),
             slots: self.slots.clone(),
-            report: Report::new(Arc::clone(&self.stats), access_log),
+            report: Report::new(Arc::clone(&self.stats), access_log).for_service(self.name()),
         })
     }
 }

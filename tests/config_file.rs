@@ -303,6 +303,36 @@ fn flags_win_over_the_file() {
     );
 }
 
+/// The shipped example of several services passes check-config, which
+/// lists the process's settings, then each service's own.
+#[test]
+fn the_services_example_passes_check_config() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/services.json");
+    let out = run(&["check-config", example], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let sections: Vec<&str> = out.stdout.split("\n[service ").collect();
+    assert_eq!(sections.len(), 4, "{}", out.stdout);
+    assert!(sections[0].contains("workers = 4096"), "{}", out.stdout);
+    assert!(!sections[0].contains("backends ="), "{}", out.stdout);
+    assert!(
+        sections[1].starts_with("web]\nlisten = 0.0.0.0:8080 [::]:8080\n"),
+        "{}",
+        sections[1]
+    );
+    assert!(
+        sections[2].contains("max_connections = 200"),
+        "{}",
+        sections[2]
+    );
+    assert!(sections[2].contains("idle_timeout = 1h"), "{}", sections[2]);
+    assert!(
+        sections[3].contains("idle_timeout = 10m"),
+        "{}",
+        sections[3]
+    );
+    assert!(!sections[3].contains("workers ="), "{}", sections[3]);
+}
+
 /// The shipped example holds every key with its default and passes
 /// check-config.
 #[test]

@@ -99,7 +99,13 @@ impl fmt::Display for Format {
 
 /// The text line (see [`Format::Text`]).
 fn text(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
-    write!(out, "{} {} backend=", Rfc3339(r.time), r.client)?;
+    write!(out, "{} {} ", Rfc3339(r.time), r.client)?;
+    if let Some(service) = &r.service {
+        out.extend_from_slice(b"service=");
+        text_value(out, service)?;
+        out.push(b' ');
+    }
+    out.extend_from_slice(b"backend=");
     match &r.backend {
         Some(backend) => text_value(out, backend)?,
         None => out.push(b'-'),
@@ -149,6 +155,8 @@ struct JsonLine<'a> {
     time: Rfc3339,
     #[serde(serialize_with = "as_text")]
     client: std::net::SocketAddr,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service: Option<&'a str>,
     backend: Option<&'a str>,
     queue_us: u64,
     connect_us: Option<u64>,
@@ -173,6 +181,7 @@ fn json(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
     let line = JsonLine {
         time: Rfc3339(r.time),
         client: r.client,
+        service: r.service.as_deref(),
         backend: r.backend.as_deref(),
         queue_us: micros(r.queue_wait),
         connect_us: r.connect_time.map(micros),

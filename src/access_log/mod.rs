@@ -277,6 +277,7 @@ mod tests {
         Record {
             time: at(T),
             client: client(),
+            service: None,
             backend: backend.map(String::from),
             queue_wait: Duration::from_micros(12),
             connect_time: connect.map(Duration::from_micros),
@@ -350,6 +351,26 @@ mod tests {
                 d = month_len(y, m);
             }
         }
+    }
+
+    /// A named service is on both formats' lines, right after the client;
+    /// the one service of a flat configuration is not named.
+    #[test]
+    fn a_named_service_is_on_the_line() {
+        let mut r = record(End::Pumped(pump::End::ClientClosed));
+        let plain = Format::Text.line(&r);
+        assert!(!plain.contains("service"), "{plain}");
+        r.service = Some("web".into());
+        let text = Format::Text.line(&r);
+        assert!(
+            text.contains(&format!("{} service=web backend=", client())),
+            "{text}"
+        );
+        let json = Format::Json.line(&r);
+        assert!(json.contains(r#","service":"web","backend":"#), "{json}");
+        r.service = Some("a b".into());
+        let text = Format::Text.line(&r);
+        assert!(text.contains(r#" service="a b" backend="#), "{text}");
     }
 
     /// Known instants, a leap day among them, and times before 1970.

@@ -24,6 +24,9 @@ pub struct Record {
     pub time: SystemTime,
     /// The client's address and port.
     pub client: SocketAddr,
+    /// The service the client came to, when the process names its
+    /// services (not on the one service of a flat configuration).
+    pub service: Option<std::sync::Arc<str>>,
     /// The backend that served the client, or the one tried last when none
     /// could be reached; `None` when no backend was picked at all.
     pub backend: Option<String>,

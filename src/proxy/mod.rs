@@ -336,6 +336,14 @@ impl Proxy {
         }
     }
 
+    /// Names the service `name` on its access log lines (not `default`).
+    pub fn named(self, name: &str) -> Proxy {
+        Proxy {
+            report: self.report.for_service(name),
+            ..self
+        }
+    }
+
     /// Counts what every service's accept loop reads in `process`, the
     /// process's counters.
     pub fn process_stats(self, process: Arc<Stats>) -> Proxy {

@@ -156,6 +156,9 @@ pub(crate) struct Report {
     out_of_descriptors_log: LogThrottle,
     /// First-byte timeouts, at most once a second.
     first_byte_timeout_log: LogThrottle,
+    /// The service's name on access log lines, unless it is the one
+    /// service of a flat configuration (`default`).
+    service: Option<Arc<str>>,
 }
 
 impl Report {
@@ -171,6 +174,15 @@ impl Report {
             queue_timeout_log: second(),
             out_of_descriptors_log: second(),
             first_byte_timeout_log: second(),
+            service: None,
+        }
+    }
+
+    /// Names `service` on the access log lines (not `default`).
+    pub(crate) fn for_service(self, service: &str) -> Report {
+        Report {
+            service: (service != crate::config::DEFAULT_SERVICE).then(|| service.into()),
+            ..self
         }
     }
 
@@ -359,14 +371,14 @@ impl Report {
         queued_at: Instant,
         access: Access,
     ) {
-        log_access(
-            self.access_log.as_ref(),
-            &self.stats,
-            client,
-            backend,
-            queued_at,
-            access,
-        );
+        let Some(log) = &self.access_log else {
+            return;
+        };
+        let mut record = access.record(client, backend, queued_at);
+        record.service.clone_from(&self.service);
+        if !log.log(record) {
+            Stats::incr(&self.stats.access_log_dropped);
+        }
     }
 
     /// A client waited `waited` in the queue: past [`super::BUSY_WARNING_AFTER`]
@@ -405,26 +417,8 @@ impl Report {
     }
 }
 
-/// One access log line to `log`, if there is one; a line the writer could
-/// not take is counted (`access_log_dropped`).
-fn log_access(
-    log: Option<&AccessLog>,
-    stats: &Stats,
-    client: SocketAddr,
-    backend: Option<&str>,
-    accepted: Instant,
-    access: Access,
-) {
-    let Some(log) = log else {
-        return;
-    };
-    if !log.log(access.record(client, backend, accepted)) {
-        Stats::incr(&stats.access_log_dropped);
-    }
-}
-
 /// What an access log line says beyond the client, the backend and the
-/// times (see [`log_access`]).
+/// times (see [`Report::log_access`]).
 #[derive(Debug)]
 pub(crate) struct Access {
     /// Time in the queue before a worker took the client.
@@ -459,6 +453,7 @@ impl Access {
                 .checked_sub(since)
                 .unwrap_or_else(std::time::SystemTime::now),
             client,
+            service: None,
             backend: backend.map(str::to_string),
             queue_wait: self.queue_wait,
             connect_time: self.connect_time,

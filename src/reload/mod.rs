@@ -4,11 +4,15 @@
 //! A reload lays the file between the defaults and the start-up flags, as
 //! at start-up, and checks everything before it changes anything: a bad
 //! file is one error line, counted in `reloads_failed`, and the running
-//! settings stay. A good one is applied to the [`Live`] values (backends
-//! added, drained or reweighted in place with [`Scheduler::set_weight`](crate::scheduler::Scheduler::set_weight);
-//! the algorithm, the proxy's, health's and the rate limit's settings, a
-//! new [`Limiter`] when these change), counted in `reloads_ok` and logged
-//! in one line. The settings marked `restart` in the settings table
+//! settings stay. A good one is applied service by service (`service.rs`):
+//! to a running one's [`Live`](crate::live::Live) values (backends added,
+//! drained or reweighted in place with
+//! [`Scheduler::set_weight`](crate::scheduler::Scheduler::set_weight); the
+//! algorithm, the proxy's, health's and the rate limit's settings, a new
+//! [`Limiter`](crate::limiter::Limiter) when these change; its listening
+//! addresses); a new service is started, one no longer in the file
+//! stopped ([`Running`]). It is counted in `reloads_ok` and logged in one
+//! line. The settings marked `restart` in the settings table
 //! (`config/table.rs`), and the file's `mode`, keep their running value
 //! with one warning. systemd, when it listens, hears "reloading" then
 //! "ready" around each reload. No connection is cut; `docs/operations.md`
