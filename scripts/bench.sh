@@ -37,10 +37,6 @@ ROOT=$(pwd)
 # ---------------------------------------------------------------- options
 # Extra flags for every rodizio instance (off-by-default fast paths).
 read -ra RODIZIO_EXTRA <<<"${RODIZIO_FLAGS:-}"
-# Started as root, rodizio serves as root only when told to.
-if [ "$(id -u)" -eq 0 ]; then
-  RODIZIO_EXTRA+=(--allow-root)
-fi
 QUICK=0
 ROUNDS=5
 while [ $# -gt 0 ]; do
@@ -385,9 +381,20 @@ T0=$(date +%s)
 install_missing
 STREAM_MODULE=$(stream_module) || { echo "nginx stream module not found" >&2; exit 1; }
 
-log "building rodizio (release)"
-cargo build --release --quiet
-RODIZIO=$ROOT/target/release/rodizio
+# RODIZIO_BIN measures another build (an older commit's, for a before and
+# after) with this same harness.
+if [ -n "${RODIZIO_BIN:-}" ]; then
+  RODIZIO=$RODIZIO_BIN
+else
+  log "building rodizio (release)"
+  cargo build --release --quiet
+  RODIZIO=$ROOT/target/release/rodizio
+fi
+# Started as root, rodizio serves as root only when told to (a build that
+# predates the flag has no such check).
+if [ "$(id -u)" -eq 0 ] && "$RODIZIO" --help 2>/dev/null | grep -q -- --allow-root; then
+  RODIZIO_EXTRA+=(--allow-root)
+fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT/logs" "$OUT/backend/www" "$OUT/backend/tmp" "$OUT/stream"
