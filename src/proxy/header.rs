@@ -82,7 +82,10 @@ impl Proxy {
                 Instant::now(),
                 super::Access::refused(crate::access_log::End::NoBackend),
             );
-            log::warn!("closing client {source} (via {peer}): no backend is available");
+            log::warn!(
+                "closing client {source} (via {peer}){}: no backend is available",
+                self.report.whose()
+            );
             if self.health.load().http_replies {
                 reply::reply_at_once(&client, reply::REPLY_503);
             }

@@ -178,6 +178,14 @@ impl Report {
         }
     }
 
+    /// ` of service NAME` after a client in a log line, when the service
+    /// is named (not on a flat configuration's one service).
+    pub(crate) fn whose(&self) -> String {
+        self.service
+            .as_ref()
+            .map_or_else(String::new, |s| format!(" of service {s}"))
+    }
+
     /// Names `service` on the access log lines (not `default`).
     pub(crate) fn for_service(self, service: &str) -> Report {
         Report {
@@ -242,8 +250,9 @@ impl Report {
             Refusal::QueueTimeout { limit } => {
                 if let Some(others) = self.queue_timeout_log.event(now) {
                     log::warn!(
-                        "closing client {peer}: it waited {:.1?} for a free worker \
+                        "closing client {peer}{}: it waited {:.1?} for a free worker \
                          (queue timeout {}; all workers busy){}",
+                        self.whose(),
                         outcome.queue_wait,
                         format_duration(*limit),
                         throttle::more(others)
@@ -258,8 +267,9 @@ impl Report {
             Refusal::FirstByteTimeout { limit } => {
                 if let Some(others) = self.first_byte_timeout_log.event(now) {
                     log::info!(
-                        "closing client {peer}: nothing received within {} \
+                        "closing client {peer}{}: nothing received within {} \
                          (client first byte timeout){}",
+                        self.whose(),
                         format_duration(*limit),
                         throttle::more(others)
                     );
@@ -275,7 +285,8 @@ impl Report {
                         n => format!("all {n} are down or draining"),
                     };
                     log::warn!(
-                        "closing client {peer}: no backend is available ({why}){}",
+                        "closing client {peer}{}: no backend is available ({why}){}",
+                        self.whose(),
                         throttle::more(others)
                     );
                 }
@@ -300,7 +311,8 @@ impl Report {
                 };
                 if let Some(others) = self.unreachable_log.event(now) {
                     log::warn!(
-                        "closing client {peer}: no backend could be reached, last: {error}{}",
+                        "closing client {peer}{}: no backend could be reached, last: {error}{}",
+                        self.whose(),
                         throttle::more(others)
                     );
                 }
