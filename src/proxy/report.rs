@@ -277,19 +277,7 @@ impl Report {
                 (None, Access::refused(access_log::End::FirstByteTimeout))
             }
             Refusal::NoBackend { scheduler } => {
-                trace::event(Event::NoBackend);
-                if let Some(others) = self.no_backend_log.event(now) {
-                    let why = match scheduler.snapshot().len() {
-                        0 => "the list is empty".to_string(),
-                        1 => "the one backend is down or draining".to_string(),
-                        n => format!("all {n} are down or draining"),
-                    };
-                    log::warn!(
-                        "closing client {peer}{}: no backend is available ({why}){}",
-                        self.whose(),
-                        throttle::more(others)
-                    );
-                }
+                self.no_backend(peer, scheduler, now);
                 (None, Access::refused(access_log::End::NoBackend))
             }
             Refusal::RateLimited => (None, Access::refused(access_log::End::RateLimited)),
@@ -322,6 +310,24 @@ impl Report {
             }
         };
         self.log_access(peer, backend, outcome.queued_at, access);
+    }
+
+    /// No backend was available for the client from `peer`: traced, and
+    /// logged at most once a second.
+    fn no_backend(&self, peer: SocketAddr, scheduler: &Scheduler, now: Instant) {
+        trace::event(Event::NoBackend);
+        if let Some(others) = self.no_backend_log.event(now) {
+            let why = match scheduler.snapshot().len() {
+                0 => "the list is empty".to_string(),
+                1 => "the one backend is down or draining".to_string(),
+                n => format!("all {n} are down or draining"),
+            };
+            log::warn!(
+                "closing client {peer}{}: no backend is available ({why}){}",
+                self.whose(),
+                throttle::more(others)
+            );
+        }
     }
 
     fn tell_served(&self, outcome: &Outcome, served: &Served) {
