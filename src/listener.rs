@@ -377,6 +377,7 @@ impl Acceptor {
                 algorithm: self.service.scheduler.algorithm().name(),
                 server_idx: pick.server_idx,
                 backend: pick.backend.name(),
+                service: self.report.named(),
             });
             trace::queued(client.as_raw_fd(), self.pool.queued());
         }

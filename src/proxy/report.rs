@@ -186,6 +186,11 @@ impl Report {
             .map_or_else(String::new, |s| format!(" of service {s}"))
     }
 
+    /// The service's name, when it is named (not `default`).
+    pub(crate) fn named(&self) -> Option<&str> {
+        self.service.as_deref()
+    }
+
     /// Names `service` on the access log lines (not `default`).
     pub(crate) fn for_service(self, service: &str) -> Report {
         Report {

@@ -148,6 +148,9 @@ pub enum Event<'a> {
         server_idx: usize,
         /// The backend's name.
         backend: &'a str,
+        /// The service, when services are named (not the one service of a
+        /// flat configuration).
+        service: Option<&'a str>,
     },
     /// No backend is available: the client is closed.
     NoBackend,
@@ -561,6 +564,7 @@ mod tests {
                 algorithm: "round-robin",
                 server_idx: 1,
                 backend: "127.0.0.1:8002",
+                service: None,
             },
             Event::NoBackend,
             Event::Queued { ahead: 0 },
@@ -607,6 +611,12 @@ mod tests {
                 worker: 1,
                 served: 1,
             },
+            Event::Picked {
+                algorithm: "least-connections",
+                server_idx: 0,
+                backend: "127.0.0.1:5432",
+                service: Some("db"),
+            },
         ];
         for e in &events {
             let (en, pt) = (text(Lang::En, e), text(Lang::Pt, e));
@@ -621,6 +631,14 @@ mod tests {
             text(Lang::En, &events[13]),
             "backend → client: 4096 more bytes in 1 turn(s) of the pump, 8192 so far"
         );
+        // A named service is said; the flat configuration's one is not.
+        let last = events.last().unwrap();
+        assert_eq!(
+            text(Lang::En, last),
+            "least-connections chose server_idx 0: backend 127.0.0.1:5432 (service db)"
+        );
+        assert!(text(Lang::Pt, last).ends_with("(serviço db)"));
+        assert!(!text(Lang::En, &events[3]).contains("service"));
     }
 
     #[test]

@@ -64,13 +64,13 @@ const SENTENCES: &[(Says, &str, &str)] = &[
     ),
     (
         Says::PickedRoundRobin,
-        "round robin chose server_idx {server_idx}: backend {backend}",
-        "o round robin escolheu server_idx {server_idx}: backend {backend}",
+        "round robin chose server_idx {server_idx}: backend {backend}{service}",
+        "o round robin escolheu server_idx {server_idx}: backend {backend}{service}",
     ),
     (
         Says::Picked,
-        "{algorithm} chose server_idx {server_idx}: backend {backend}",
-        "{algorithm} escolheu server_idx {server_idx}: backend {backend}",
+        "{algorithm} chose server_idx {server_idx}: backend {backend}{service}",
+        "{algorithm} escolheu server_idx {server_idx}: backend {backend}{service}",
     ),
     (
         Says::NoBackend,
@@ -215,6 +215,7 @@ fn holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
             algorithm,
             server_idx,
             backend,
+            service,
         } => (
             if algorithm == "round-robin" {
                 Says::PickedRoundRobin
@@ -225,6 +226,13 @@ fn holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
                 ("algorithm", s(&algorithm)),
                 ("server_idx", s(&server_idx)),
                 ("backend", s(&backend)),
+                (
+                    "service",
+                    service.map_or_else(String::new, |name| match lang {
+                        Lang::En => format!(" (service {name})"),
+                        Lang::Pt => format!(" (serviço {name})"),
+                    }),
+                ),
             ],
         ),
         Event::NoBackend => (Says::NoBackend, vec![]),
