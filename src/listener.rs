@@ -356,6 +356,13 @@ impl Acceptor {
         if self.service.accept_proxy.is_some() {
             return self.dispatch_after_header(client, peer, slot);
         }
+        if !self.service.settings.load().admits(peer.ip()) {
+            // The allow and deny lists: closed at once, before the limiter.
+            let outcome = self.refused(peer, Refusal::Denied);
+            drop(client);
+            self.report.tell(&outcome);
+            return true;
+        }
         let Some(client) = self.admit(client, peer) else {
             return true;
         };

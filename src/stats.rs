@@ -160,6 +160,8 @@ counters! {
     no_backend: Counter,
     /// Clients refused by the rate limiter.
     rate_limited: Counter,
+    /// Clients refused by the allow and deny lists.
+    denied: Counter,
     /// Errors returned by accept(2).
     accept_errors: Counter,
     /// Bytes sent from clients to backends.

@@ -83,6 +83,8 @@ pub enum End {
     NoBackend,
     /// `rate_limited`: refused by the per-IP rate limiter at accept time.
     RateLimited,
+    /// `denied`: refused by the `allow` and `deny` lists.
+    Denied,
     /// `queue_timeout`: waited in the queue for a worker too long.
     QueueTimeout,
     /// `drain_cut`: still in flight at the end of `--drain-timeout`, and cut.
@@ -127,6 +129,7 @@ impl End {
             End::FailedOver => "failed_over",
             End::NoBackend => "no_backend",
             End::RateLimited => "rate_limited",
+            End::Denied => "denied",
             End::QueueTimeout => "queue_timeout",
             End::DrainCut => "drain_cut",
             End::Error(_) => "error",

@@ -301,6 +301,19 @@ macro_rules! settings_table {
             file MaybeSecs => take,
             flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
             always |c: &Config| or_off(c.proxy.tcp_user_timeout, format_duration);
+        /// Serve only clients from these networks, as CIDR[,CIDR...] (nginx's
+        /// allow); with --accept-proxy, the header's address is the client's.
+        /// Off by default: every client.
+        allow: CidrList, "allow", Service, some(proxy.allow), live,
+            file MaybeParsed<CidrList> => take,
+            flag Option<CidrList> [value_name = "CIDR,...", value_parser = parse_cidrs],
+            always |c: &Config| or_off(c.proxy.allow.as_ref(), |l| l.to_string());
+        /// Refuse clients from these networks, as CIDR[,CIDR...] (nginx's deny),
+        /// even those --allow lists. Off by default.
+        deny: CidrList, "deny", Service, some(proxy.deny), live,
+            file MaybeParsed<CidrList> => take,
+            flag Option<CidrList> [value_name = "CIDR,...", value_parser = parse_cidrs],
+            always |c: &Config| or_off(c.proxy.deny.as_ref(), |l| l.to_string());
         /// Send every backend a PROXY protocol header (v1 or v2) with the
         /// client's address before its bytes; one backend alone takes
         /// `-b HOST:PORT,send-proxy` or `,send-proxy-v2`.

@@ -39,7 +39,7 @@ pub enum Route {
 
 impl Proxy {
     /// The worker's half of accepting a client behind a proxy: trust,
-    /// header, limiter, pick. Gives back the client, its pick and who it
+    /// header, the allow and deny lists, limiter, pick. Gives back the client, its pick and who it
     /// is, or `None` when the client was closed.
     pub(super) fn after_header(
         &self,
@@ -73,6 +73,18 @@ impl Proxy {
             }
         };
         let source = origin.source;
+        if !self.settings.load().admits(source.ip()) {
+            // The allow and deny lists, with the header's address.
+            Stats::incr(&self.stats.denied);
+            self.report.log_access(
+                source,
+                None,
+                Instant::now(),
+                super::Access::refused(crate::access_log::End::Denied),
+            );
+            close(&client);
+            return None;
+        }
         let client = self.admit(client, source)?;
         let Some(pick) = self.scheduler.pick(source.ip()) else {
             Stats::incr(&self.stats.no_backend);

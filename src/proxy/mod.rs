@@ -44,6 +44,7 @@ use crate::access_log::AccessLog;
 use crate::error::{Error, Result};
 use crate::health::HealthConfig;
 use crate::limiter::Limiter;
+use crate::proxy_protocol::CidrList;
 use crate::scheduler::Scheduler;
 use crate::stats::Stats;
 
@@ -117,6 +118,12 @@ pub struct ProxyConfig {
     /// (`tcp_user_timeout`): how long sent data may stay unacknowledged
     /// before the kernel drops the connection. Default `None` (off).
     pub tcp_user_timeout: Option<Duration>,
+    /// Only clients from these networks are served (`allow`, nginx's
+    /// `allow`). Default `None`: every client.
+    pub allow: Option<CidrList>,
+    /// Clients from these networks are refused (`deny`, nginx's `deny`),
+    /// even when `allow` lists them. Default `None`: none.
+    pub deny: Option<CidrList>,
 }
 
 /// Default of `queue_timeout`: 30 s, the low end of HAProxy's example
@@ -140,6 +147,8 @@ impl Default for ProxyConfig {
             fin_timeout: None,
             tcp_keepalive: None,
             tcp_user_timeout: None,
+            allow: None,
+            deny: None,
         }
     }
 }
@@ -226,6 +235,14 @@ impl ProxyConfig {
                 }
             }
         }
+    }
+
+    /// Whether a client from `ip` may be served: not in `deny`, and in
+    /// `allow` when it is set. The address is the socket's peer, or the
+    /// PROXY protocol header's with `accept_proxy`.
+    pub fn admits(&self, ip: std::net::IpAddr) -> bool {
+        !self.deny.as_ref().is_some_and(|d| d.contains(ip))
+            && self.allow.as_ref().map_or(true, |a| a.contains(ip))
     }
 
     /// What the pump needs of these settings.

@@ -85,6 +85,9 @@ pub(crate) enum Refusal {
     /// The rate limiter refused it at accept time; the limiter counts,
     /// logs and answers it itself (`limiter::admit`).
     RateLimited,
+    /// The `allow` and `deny` lists refused it: closed at once, with no
+    /// log line (a scan would flood it), counted and access-logged.
+    Denied,
     /// Every backend connect failed.
     ConnectFailed {
         /// The backend tried first.
@@ -136,6 +139,7 @@ fn refused_counter<'s>(stats: &'s Stats, refusal: &Refusal) -> Option<&'s Atomic
         Refusal::NoBackend { .. } | Refusal::ConnectFailed { .. } => Some(&stats.no_backend),
         // The limiter counted it (`rate_limited`), with its own reply.
         Refusal::RateLimited => None,
+        Refusal::Denied => Some(&stats.denied),
     }
 }
 
@@ -286,6 +290,7 @@ impl Report {
                 (None, Access::refused(access_log::End::NoBackend))
             }
             Refusal::RateLimited => (None, Access::refused(access_log::End::RateLimited)),
+            Refusal::Denied => (None, Access::refused(access_log::End::Denied)),
             Refusal::ConnectFailed {
                 backend,
                 error,
@@ -516,6 +521,7 @@ mod tests {
             Refusal::FirstByteTimeout { limit },
             Refusal::NoBackend { scheduler },
             Refusal::RateLimited,
+            Refusal::Denied,
             Refusal::ConnectFailed {
                 backend,
                 error: Error::InvalidConfig("x".into()),
@@ -534,5 +540,6 @@ mod tests {
             "{s:?}"
         );
         assert_eq!((s.completed, s.errors, s.rate_limited), (0, 0, 0), "{s:?}");
+        assert_eq!(s.denied, 1, "{s:?}");
     }
 }

@@ -255,6 +255,8 @@ pub struct TestBalancer {
     pub stats: Arc<Stats>,
     /// Its backend list, to find, drain, add or remove backends.
     pub scheduler: Arc<Scheduler>,
+    /// Its live settings, to change them as a reload would.
+    pub live: rodizio::balancer::Live,
     /// Its stop button.
     pub shutdown: Shutdown,
     /// Where its admin API listens, when the config turned it on.
@@ -283,6 +285,7 @@ impl TestBalancer {
         let addr = balancer.local_addr();
         let stats = balancer.stats();
         let scheduler = balancer.scheduler();
+        let live = balancer.live();
         let shutdown = Shutdown::new();
         let (tx, stopped) = crossbeam_channel::bounded(1);
         let thread = {
@@ -295,6 +298,7 @@ impl TestBalancer {
             addr,
             stats,
             scheduler,
+            live,
             shutdown,
             admin,
             stopped,
