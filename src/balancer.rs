@@ -234,19 +234,6 @@ impl Balancer {
     pub fn run(mut self, shutdown: &Shutdown) -> Result<()> {
         let started = std::time::Instant::now();
         self.running.stop_with(shutdown);
-        let admin = match self.admin.take() {
-            None => None,
-            Some(listener) => {
-                let parts = admin::Parts {
-                    running: Arc::clone(&self.running),
-                    config: self.config.clone(),
-                    reload: self.reload.take(),
-                    stats: self.stats(),
-                    queued: self.running.pool.queue_len(),
-                };
-                Some(admin::spawn(listener, parts, shutdown)?)
-            }
-        };
         // systemd hears "ready" once every service's backends' states are
         // known (the first round of checks of each).
         let left = Arc::new(std::sync::atomic::AtomicUsize::new(self.services.len()));
@@ -272,6 +259,28 @@ impl Balancer {
                 return Err(err);
             }
         }
+        // The admin API once every service listens: `/services` shows
+        // their addresses from its first answer.
+        let admin = match self.admin.take() {
+            None => None,
+            Some(listener) => {
+                let parts = admin::Parts {
+                    running: Arc::clone(&self.running),
+                    config: self.config.clone(),
+                    reload: self.reload.take(),
+                    stats: self.stats(),
+                    queued: self.running.pool.queue_len(),
+                };
+                match admin::spawn(listener, parts, shutdown) {
+                    Ok(admin) => Some(admin),
+                    Err(err) => {
+                        shutdown.trigger();
+                        self.running.take_threads().join();
+                        return Err(err);
+                    }
+                }
+            }
+        };
         // Every accept loop runs on its own thread; this one waits for the
         // shutdown, then for them. The queue closes once they have left,
         // each with the client it may hold handed over, or after a grace

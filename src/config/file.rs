@@ -511,6 +511,15 @@ impl<'a> Converter<'a> {
                     format!("services[{i}] has no `name`: give every service one"),
                 ));
             };
+            // Checked first: every later message names the service.
+            super::services::check_name(&name).map_err(|e| match e {
+                Error::InvalidSetting { message, .. } => Error::ConfigFile {
+                    path: self.path.to_path_buf(),
+                    position: name_position(self.text, &name),
+                    message: format!("services[{i}]: {message}"),
+                },
+                other => other,
+            })?;
             let within = |message: String| Error::ConfigFile {
                 path: self.path.to_path_buf(),
                 position: name_position(self.text, &name),

@@ -107,12 +107,27 @@ pub fn check_name(name: &str) -> Result<()> {
         return Err(Error::setting(
             "services",
             format!(
-                "`{name}` is not a service name: use 1 to {MAX_NAME} letters, digits, \
-                 `_`, `.` or `-` (it appears in the admin API's paths and in metrics)"
+                "`{}` is not a service name: use 1 to {MAX_NAME} letters, digits, \
+                 `_`, `.` or `-` (it appears in the admin API's paths and in metrics)",
+                shown(name)
             ),
         ));
     }
     Ok(())
+}
+
+/// A name as an error message shows it: at most [`MAX_NAME`] characters,
+/// then `…`, with control characters escaped.
+pub fn shown(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .take(MAX_NAME)
+        .flat_map(char::escape_debug)
+        .collect();
+    if name.chars().count() > MAX_NAME {
+        out.push('…');
+    }
+    out
 }
 
 #[cfg(test)]

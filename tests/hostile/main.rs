@@ -21,3 +21,4 @@ mod demo_backend;
 mod failure;
 mod prompt;
 mod proxy_header;
+mod services;
