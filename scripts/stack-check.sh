@@ -66,6 +66,15 @@ while time.monotonic() < end:
         os.replace(path + ".tmp", path)
 EOF
 pids+=("$!")
+backend_pid=$!
+# The backend listens before rodizio starts: a client refused by a backend
+# not yet up would count against it, and three would mark it down.
+for _ in $(seq 1 100); do
+  python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=1).close()" \
+    "$backend_port" 2>/dev/null && break
+  kill -0 "$backend_pid" 2>/dev/null || fail "the backend exited"
+  sleep 0.1
+done
 
 echo "== rodizio ($bin) on port $lb_port, default settings (64 KiB worker stacks)"
 RUST_LOG=${RUST_LOG:-warn} "$bin" "${root_flag[@]}" -l "127.0.0.1:$lb_port" -b "127.0.0.1:$backend_port" --thread-stack 64k \
