@@ -33,6 +33,19 @@ fn many(path: &Path, n: usize, backend: SocketAddr) {
     std::fs::write(path, text).unwrap();
 }
 
+/// The child, killed (by its PID) and reaped when dropped, so a failing
+/// test leaves no process behind.
+struct Guard(std::process::Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
 fn command(path: &Path) -> Command {
     let mut c = Command::new(BIN);
     c.args(["--allow-root", "-c"])
@@ -77,7 +90,8 @@ fn a_hundred_services_each_serve_alone_with_one_accept_thread_each() {
     let dir = temp_dir("hostile-services-many");
     let path = dir.join("many.json");
     many(&path, 100, backend.addr());
-    let mut child = command(&path).spawn().unwrap();
+    let mut guard = Guard(command(&path).spawn().unwrap());
+    let child = &mut guard.0;
     let stderr = common::collect(child.stderr.take().unwrap());
     let _stdout = common::collect(child.stdout.take().unwrap());
     let admin = || {
