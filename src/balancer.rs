@@ -188,16 +188,6 @@ impl Balancer {
         self.local_addr
     }
 
-    /// The addresses of the service `name` (real ports), in its order.
-    pub fn service_addrs(&self, name: &str) -> Vec<SocketAddr> {
-        let i = self.services.iter().position(|s| s.name() == name);
-        i.map(|i| {
-            let addrs = self.listeners[i].iter().filter_map(|l| l.local_addr().ok());
-            addrs.collect()
-        })
-        .unwrap_or_else(|| self.running.addrs(name))
-    }
-
     /// The services at start-up, in the configuration's order.
     pub fn services(&self) -> &[Arc<Service>] {
         &self.services

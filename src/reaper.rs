@@ -195,6 +195,40 @@ fn keep(shared: &Shared, b: &Backend, late: bool) -> bool {
     false
 }
 
+/// One reaper per service (by its scheduler), made when first asked for:
+/// what a reload and the admin API each keep.
+#[derive(Debug)]
+pub struct Reapers {
+    owner: Owner,
+    shutdown: Option<Shutdown>,
+    list: Mutex<Vec<(Arc<Scheduler>, Reaper)>>,
+}
+
+impl Reapers {
+    /// No reaper yet; each made with `owner` and `shutdown` (see
+    /// [`Reaper::new`]).
+    pub fn new(owner: Owner, shutdown: Option<Shutdown>) -> Reapers {
+        Reapers {
+            owner,
+            shutdown,
+            list: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The reaper of `scheduler`'s drained backends. Those of schedulers
+    /// no longer in `running` (stopped services) are let go.
+    pub fn of(&self, scheduler: &Arc<Scheduler>, running: &[Arc<Scheduler>]) -> Reaper {
+        let mut list = self.list.lock();
+        list.retain(|(s, _)| running.iter().any(|r| Arc::ptr_eq(r, s)));
+        if let Some((_, r)) = list.iter().find(|(s, _)| Arc::ptr_eq(s, scheduler)) {
+            return r.clone();
+        }
+        let r = Reaper::new(Arc::clone(scheduler), self.owner, self.shutdown.clone());
+        list.push((Arc::clone(scheduler), r.clone()));
+        r
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

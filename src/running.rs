@@ -129,6 +129,15 @@ impl Running {
             .collect()
     }
 
+    /// The services' schedulers, in their order.
+    pub fn schedulers(&self) -> Vec<Arc<crate::scheduler::Scheduler>> {
+        let services = self.services.lock();
+        services
+            .iter()
+            .map(|e| Arc::clone(&e.service.live.scheduler))
+            .collect()
+    }
+
     /// The service named `name`.
     pub fn find(&self, name: &str) -> Option<Arc<Service>> {
         self.services

@@ -8,12 +8,11 @@ mod peers;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{TestBackend, TestBalancer};
-use peers::{connect_from, free_port, loopback, need, temp_dir, Peer};
+use peers::{connect_from, free_port, Peer};
 use rodizio::limiter::{
     FailurePolicy, Limiter, Rate, RateLimitAlgorithm, RateLimitConfig, RateLimitReply, StoreConfig,
 };
@@ -30,16 +29,7 @@ const BOUND: Duration = Duration::from_secs(3);
 
 /// redis-server on `port`, with no persistence.
 fn redis(port: u16) -> Peer {
-    let bin = need("redis-server", "redis-server");
-    let dir = temp_dir("store-redis");
-    let mut cmd = Command::new(bin);
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(&dir);
-    let mut peer = Peer::spawn("redis-server", cmd, libc::SIGTERM, &dir);
-    peer.wait_listening(loopback(port));
-    peer
+    peers::redis_server(port, "store-redis")
 }
 
 fn store(port: u16, failure: FailurePolicy) -> StoreConfig {

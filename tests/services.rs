@@ -17,7 +17,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use common::{http_get, request, test_data, until, wait_for, Demo, TestBackend, IO_TIMEOUT};
-use peers::{free_port, loopback, need, temp_dir, Peer};
+use peers::{free_port, need, temp_dir, Peer};
 use rodizio::config::file;
 use rodizio::config::Overrides;
 use rodizio::reload::Reloader;
@@ -26,16 +26,7 @@ use rodizio::{Balancer, Shutdown};
 
 /// redis-server on `port`, with no persistence.
 fn redis(port: u16) -> Peer {
-    let bin = need("redis-server", "redis-server");
-    let dir = temp_dir("services-redis");
-    let mut cmd = Command::new(bin);
-    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(&dir);
-    let mut peer = Peer::spawn("redis-server", cmd, libc::SIGTERM, &dir);
-    peer.wait_listening(loopback(port));
-    peer
+    peers::redis_server(port, "services-redis")
 }
 
 /// A balancer built from a config file, running on its own thread.

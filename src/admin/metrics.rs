@@ -32,7 +32,7 @@ use prometheus_client::registry::Registry;
 
 use crate::backend::Backend;
 use crate::running::Running;
-use crate::stats::{Kind, Stats, StatsSnapshot, PROCESS_WIDE};
+use crate::stats::{Entry, Kind, Stats, StatsSnapshot, PROCESS_WIDE};
 
 /// What the metrics are read from; cheap to clone (reference counts and
 /// closures over them).
@@ -147,28 +147,24 @@ fn counters(
     snapshot: &StatsSnapshot,
     services: &[Arc<crate::service::Service>],
 ) -> Result<(), std::fmt::Error> {
-    let per_service: Vec<(&str, StatsSnapshot)> =
-        services.iter().map(|x| (x.name(), x.stats.own())).collect();
-    for entry in snapshot.entries() {
-        let labelled = !PROCESS_WIDE.contains(&entry.name);
+    // Each service's values once, in the table's order, as `entries` is.
+    let per_service: Vec<(&str, Vec<Entry>)> = services
+        .iter()
+        .map(|x| (x.name(), x.stats.own().entries()))
+        .collect();
+    for (i, entry) in snapshot.entries().into_iter().enumerate() {
         let kind = match entry.kind {
             Kind::Counter => MetricType::Counter,
             Kind::Gauge => MetricType::Gauge,
         };
-        if !labelled {
-            let m = encoder.encode_descriptor(entry.name, entry.help, None, kind)?;
+        let mut m = encoder.encode_descriptor(entry.name, entry.help, None, kind)?;
+        if PROCESS_WIDE.contains(&entry.name) {
             value(m, kind, entry.value)?;
             continue;
         }
-        let mut m = encoder.encode_descriptor(entry.name, entry.help, None, kind)?;
         for (name, own) in &per_service {
-            let v = own
-                .entries()
-                .iter()
-                .find(|e| e.name == entry.name)
-                .map_or(0, |e| e.value);
             let labels = [("service", name.to_string())];
-            value(m.encode_family(&labels)?, kind, v)?;
+            value(m.encode_family(&labels)?, kind, own[i].value)?;
         }
     }
     Ok(())

@@ -36,9 +36,8 @@ use parking_lot::Mutex;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::reaper::{Owner, Reaper};
+use crate::reaper::{Owner, Reaper, Reapers};
 use crate::running::Running;
-use crate::scheduler::Scheduler;
 use crate::service::Service;
 use crate::shutdown::Shutdown;
 
@@ -126,9 +125,7 @@ pub struct State {
     pub(crate) changes: Mutex<()>,
     /// Per service (by its scheduler): where `DELETE` hands a backend to
     /// be removed once drained.
-    reapers: Mutex<Vec<(Arc<Scheduler>, Reaper)>>,
-    /// Stops the reapers.
-    shutdown: Option<Shutdown>,
+    reapers: Reapers,
 }
 
 impl State {
@@ -147,24 +144,14 @@ impl State {
             sources,
             started: std::time::Instant::now(),
             changes: Mutex::new(()),
-            reapers: Mutex::new(Vec::new()),
-            shutdown,
+            reapers: Reapers::new(Owner::Admin, shutdown),
         }
     }
 
     /// The reaper of `service`'s deleted backends.
     pub(crate) fn reaper(&self, service: &Service) -> Reaper {
-        let mut reapers = self.reapers.lock();
-        let scheduler = &service.live.scheduler;
-        if let Some((_, r)) = reapers.iter().find(|(s, _)| Arc::ptr_eq(s, scheduler)) {
-            return r.clone();
-        }
-        // A stopped service's reaper goes with it.
-        let running = self.running.list();
-        reapers.retain(|(s, _)| running.iter().any(|r| Arc::ptr_eq(&r.live.scheduler, s)));
-        let r = Reaper::new(Arc::clone(scheduler), Owner::Admin, self.shutdown.clone());
-        reapers.push((Arc::clone(scheduler), r.clone()));
-        r
+        let running = self.running.schedulers();
+        self.reapers.of(&service.live.scheduler, &running)
     }
 }
 

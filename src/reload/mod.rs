@@ -44,9 +44,8 @@ use crate::config::settings::{self, Scope};
 use crate::config::{Config, Overrides};
 use crate::error::Result;
 use crate::listener;
-use crate::reaper::{self, Owner, Reaper};
+use crate::reaper::{self, Owner, Reaper, Reapers};
 use crate::running::{Bound, Running};
-use crate::scheduler::Scheduler;
 use crate::service::Service;
 use crate::stats::Stats;
 use crate::systemd;
@@ -101,7 +100,7 @@ struct Inner {
     state: Mutex<State>,
     /// Per service (by its scheduler): removes the backends drained by a
     /// reload once their last connection ends (or at `drain_timeout`).
-    reapers: Mutex<Vec<(Arc<Scheduler>, Reaper)>>,
+    reapers: Reapers,
 }
 
 #[derive(Debug)]
@@ -133,7 +132,7 @@ impl Reloader {
                     config: balancer.config().clone(),
                     mode: Mode::LoadBalancer,
                 }),
-                reapers: Mutex::new(Vec::new()),
+                reapers: Reapers::new(Owner::Reload, None),
             }),
         }
     }
@@ -185,17 +184,8 @@ impl Reloader {
 
     /// The reaper of `service`'s drained backends.
     fn reaper(&self, service: &Service) -> Reaper {
-        let mut reapers = self.inner.reapers.lock();
-        // Stopped services' reapers go with them.
-        let running = self.inner.running.list();
-        reapers.retain(|(s, _)| running.iter().any(|r| Arc::ptr_eq(&r.live.scheduler, s)));
-        let scheduler = &service.live.scheduler;
-        if let Some((_, r)) = reapers.iter().find(|(s, _)| Arc::ptr_eq(s, scheduler)) {
-            return r.clone();
-        }
-        let r = Reaper::new(Arc::clone(scheduler), Owner::Reload, None);
-        reapers.push((Arc::clone(scheduler), r.clone()));
-        r
+        let running = self.inner.running.schedulers();
+        self.inner.reapers.of(&service.live.scheduler, &running)
     }
 
     /// Everything that can fail: read, validate, resolve new backends,
@@ -249,9 +239,14 @@ impl Reloader {
                 }
             }
         }
+        let names: Vec<&str> = config
+            .service_list()
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect();
         plan.removed = old_list
             .iter()
-            .filter(|o| !config.service_list().iter().any(|n| n.name == o.name))
+            .filter(|o| !names.contains(&o.name.as_str()))
             .map(|o| o.name.clone())
             .collect();
         // The kept restart-only values, in the configuration that runs.

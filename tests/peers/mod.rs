@@ -23,6 +23,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+/// redis-server on `port`, with no persistence, its files in a temporary
+/// directory named after `name`; listening when this returns.
+pub fn redis_server(port: u16, name: &str) -> Peer {
+    let bin = need("redis-server", "redis-server");
+    let dir = temp_dir(name);
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(&dir);
+    let mut peer = Peer::spawn("redis-server", cmd, libc::SIGTERM, &dir);
+    peer.wait_listening(loopback(port));
+    peer
+}
+
 /// How long a peer may take to start listening.
 pub const STARTUP: Duration = Duration::from_secs(20);
 
