@@ -133,7 +133,10 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
         },
         ["services", name, rest @ ..] => match state.running.find(name) {
             Some(service) => in_service(state, &service, method, rest, body),
-            None => Reply::error(404, format!("no service {name}")),
+            None => Reply::error(
+                404,
+                format!("no service {}", crate::config::shown_name(name)),
+            ),
         },
         ["backends", ..] => match only_service(state) {
             Ok(service) => in_service(state, &service, method, &segments, body),

@@ -48,7 +48,7 @@ use crate::scheduler::Algorithm;
 use crate::trace::Lang;
 use crate::units::format_size;
 
-pub use services::DEFAULT_NAME as DEFAULT_SERVICE;
+pub use services::{shown as shown_name, DEFAULT_NAME as DEFAULT_SERVICE};
 pub use settings::Overrides;
 
 /// The article's `_PORT`.

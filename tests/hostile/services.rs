@@ -127,6 +127,27 @@ fn a_hundred_services_each_serve_alone_with_one_accept_thread_each() {
         let line = format!("rodizio_accepted_total{{service=\"s{i}\"}} {want}\n");
         assert!(metrics.contains(&line), "{line}");
     }
+    // The admin API's paths with a service's name: a name of 9000
+    // characters, dots, a missing service and the plain path are each
+    // answered in a few hundred bytes, never echoed whole.
+    let long = "a".repeat(9000);
+    for (path, status) in [
+        (format!("/services/{long}/backends"), 404),
+        ("/services/%2e%2e/backends".to_string(), 404),
+        ("/services/../backends".to_string(), 404),
+        ("/services/s1/backends/%ZZ".to_string(), 404),
+        ("/backends".to_string(), 409),
+        ("/services/s1/nothing".to_string(), 404),
+    ] {
+        let reply = http_get(admin, &path).unwrap();
+        assert!(
+            reply.status.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{}: {}",
+            &path[..path.len().min(60)],
+            reply.status
+        );
+        assert!(reply.body.len() < 1024, "{} bytes", reply.body.len());
+    }
     // Per service, its accept loop and its health thread (passive checks'
     // cool-down), and the rest fixed: nothing grows with the clients.
     let threads = std::fs::read_dir(format!("/proc/{}/task", child.id()))
