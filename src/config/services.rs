@@ -116,7 +116,7 @@ pub fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// A name as an error message shows it: at most [`MAX_NAME`] characters,
+/// A name as an error message shows it: at most `MAX_NAME` (64) characters,
 /// then `…`, with control characters escaped.
 pub fn shown(name: &str) -> String {
     let mut out: String = name
