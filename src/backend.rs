@@ -24,11 +24,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
+use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::availability::{AvailabilityWatcher, Watchers};
+use crate::dial;
 use crate::error::{Error, Result};
+use crate::health::own::OwnCheck;
 use crate::proxy_protocol::Version;
 use crate::throttle::LogThrottle;
 
@@ -46,6 +48,9 @@ pub struct BackendSpec {
     /// (`,send-proxy` is version 1, `,send-proxy-v2` version 2); `None`
     /// unless given, and then the balancer-wide `send_proxy` applies.
     pub send_proxy: Option<Version>,
+    /// Its own check (`,check_port=N`, `,check_address=IP`, `,rise=N`,
+    /// ...): empty unless given, and then the service's settings apply.
+    pub check: OwnCheck,
 }
 
 impl BackendSpec {
@@ -82,6 +87,7 @@ impl BackendSpec {
             .ok_or_else(|| Error::InvalidBackend(format!("'{text}': port must be 1..65535")))?;
         let mut weight = 1;
         let mut send_proxy = None;
+        let mut check = OwnCheck::default();
         for option in parts {
             let version = match option.trim() {
                 "send-proxy" => Some(Version::V1),
@@ -107,10 +113,13 @@ impl BackendSpec {
                             Error::InvalidBackend(format!("'{text}': weight must be 1..1000"))
                         })?;
                 }
+                Some((key, value)) if OwnCheck::takes(key) => check
+                    .set(key, value)
+                    .map_err(|e| Error::InvalidBackend(format!("'{text}': {e}")))?,
                 _ => {
                     return Err(Error::InvalidBackend(format!(
                         "'{text}': unknown option '{option}' \
-                         (known: weight=N, send-proxy, send-proxy-v2)"
+                         (known: weight=N, send-proxy, send-proxy-v2, check_port=N, ...)"
                     )))
                 }
             }
@@ -125,6 +134,7 @@ impl BackendSpec {
             port,
             weight,
             send_proxy,
+            check,
         })
     }
 
@@ -174,7 +184,7 @@ impl fmt::Display for BackendSpec {
             Some(Version::V1) => f.write_str(",send-proxy")?,
             Some(Version::V2) => f.write_str(",send-proxy-v2")?,
         }
-        Ok(())
+        write!(f, "{}", self.check)
     }
 }
 
@@ -252,6 +262,9 @@ pub struct Backend {
     connect_failure_log: LogThrottle,
     /// The schedulers to tell when it is taken out of rotation or put back.
     watchers: Watchers,
+    /// Its own check (see `health/own.rs`): read by the health thread once
+    /// per check, replaced by a reload; no worker reads it.
+    pub(crate) own_check: ArcSwap<OwnCheck>,
 }
 
 /// The result of one active health check, kept on the backend.
@@ -282,16 +295,21 @@ impl Backend {
     ///
     /// [`Error::InvalidBackend`] when the host does not resolve.
     pub fn from_spec(spec: &BackendSpec) -> Result<Backend> {
-        Ok(
-            Backend::new(spec.name(), spec.resolve()?, spec.weight)
-                .with_send_proxy(spec.send_proxy),
-        )
+        Ok(Backend::new(spec.name(), spec.resolve()?, spec.weight)
+            .with_send_proxy(spec.send_proxy)
+            .with_own_check(spec.check.clone()))
     }
 
     /// The same backend, sent a PROXY protocol header of `version` before
     /// each client's bytes and each health check (`None`: no header).
     pub fn with_send_proxy(mut self, version: Option<Version>) -> Backend {
         self.send_proxy = version;
+        self
+    }
+
+    /// The same backend, checked as `own` says (see `health/target.rs`).
+    pub fn with_own_check(self, own: OwnCheck) -> Backend {
+        self.own_check.store(Arc::new(own));
         self
     }
 
@@ -322,6 +340,7 @@ impl Backend {
             send_proxy: None,
             connect_failure_log: LogThrottle::new(Duration::from_secs(1)),
             watchers: Watchers::default(),
+            own_check: ArcSwap::from_pointee(OwnCheck::default()),
         }
     }
 
@@ -526,7 +545,7 @@ impl Backend {
     pub fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
         let mut last = None;
         for addr in &self.addrs {
-            match connect_one(*addr, timeout) {
+            match dial::connect_one(*addr, timeout) {
                 Ok(stream) => return Ok(stream),
                 Err(err) => last = Some(err),
             }
@@ -546,30 +565,6 @@ impl Backend {
         self.total.fetch_add(1, Ordering::Relaxed);
         ActiveGuard { backend: self }
     }
-}
-
-/// One connect attempt to one address: see [`Backend::connect`].
-fn connect_one(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    // Small writes (a request line, a Redis command) must leave at once,
-    // not wait for Nagle's algorithm to batch them.
-    socket.set_nodelay(true)?;
-    // A zero timeout would mean "wait forever" to the kernel.
-    socket.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-    match socket.connect(&addr.into()) {
-        Ok(()) => Ok(socket.into()),
-        Err(err) if err.raw_os_error() == Some(libc::EINPROGRESS) => Err(timed_out(addr, timeout)),
-        Err(err) => Err(err),
-    }
-}
-
-/// The error of a connect that timed out, worded; cold, and out of the
-/// frame every connect runs in.
-#[cold]
-#[inline(never)]
-fn timed_out(addr: SocketAddr, timeout: Duration) -> io::Error {
-    let message = format!("connect to {addr} timed out after {timeout:?}");
-    io::Error::new(ErrorKind::TimedOut, message)
 }
 
 /// Decrements [`Backend::pending`] when dropped.
@@ -599,42 +594,6 @@ impl Drop for ActiveGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::ErrorKind;
-    use std::net::TcpListener;
-    use std::time::Instant;
-
-    use socket2::{Domain, Socket, Type};
-
-    #[test]
-    fn connect_sets_nodelay_and_reaches_the_listener() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let stream = connect_one(l.local_addr().unwrap(), Duration::from_secs(5)).unwrap();
-        assert!(stream.nodelay().unwrap());
-        let (_accepted, peer) = l.accept().unwrap();
-        assert_eq!(peer, stream.local_addr().unwrap());
-    }
-
-    #[test]
-    fn connect_gives_up_at_the_timeout() {
-        // A listener whose accept queue is full drops further SYNs, so a
-        // connect to it hangs until the timeout (SO_SNDTIMEO) ends it.
-        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-        l.bind(&addr.into()).unwrap();
-        l.listen(0).unwrap();
-        let addr = l.local_addr().unwrap().as_socket().unwrap();
-        let mut fillers = Vec::new();
-        let started = Instant::now();
-        let err = loop {
-            match connect_one(addr, Duration::from_millis(200)) {
-                Ok(stream) => fillers.push(stream),
-                Err(err) => break err,
-            }
-            assert!(fillers.len() < 64, "the accept queue never filled");
-        };
-        assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
-        assert!(started.elapsed() < Duration::from_secs(5));
-    }
 
     #[test]
     fn parses_host_port_and_weight() {
@@ -753,6 +712,7 @@ mod tests {
                     port,
                     weight,
                     send_proxy: None,
+                    check: OwnCheck::default(),
                 };
                 prop_assert_eq!(BackendSpec::parse(&spec.to_string()).ok(), Some(spec));
             }

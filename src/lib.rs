@@ -79,11 +79,15 @@
 //!   `check` (tcp, http), `protocol/` (checks that speak the backend's
 //!   protocol, one file each: `redis`, `tls`, `smtp`, `mysql`, `pgsql`,
 //!   `send_expect`, and `conn`, the conversation they share); `survey`
-//!   (`rodizio probe`: every kind once against one server).
+//!   (`rodizio probe`: every kind once against one server); `kind` (the
+//!   kinds of check); `own` (a backend's own check: `check_port`,
+//!   `check_address`, its `rise`, `fall`, ...); `target` (where a
+//!   backend's checks go).
 //! - `scheduler/`: which backend gets the next client; the backend list,
 //!   changeable at run time; one file per algorithm: `round_robin`,
 //!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`.
 //! - `backend`: one backend, its live state, and [`backend::Backend::connect`].
+//! - `dial`: one TCP connect bounded by a timeout (a worker's, a check's).
 //! - `availability`: how a backend tells the schedulers holding it that it
 //!   left the rotation or came back (a leaf: no import of its own).
 //! - `reaper`: removes drained backends once their last connection ends.
@@ -164,6 +168,7 @@ pub mod balancer;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod dial;
 pub mod error;
 pub mod health;
 pub mod limiter;

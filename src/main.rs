@@ -333,6 +333,12 @@ fn probe(args: ProbeArgs) -> Result<u8, Error> {
         other => other,
     })?;
     let backend = Backend::from_spec(&args.server)?;
+    if let Some(target) = backend.check_target() {
+        say(format_args!(
+            "checking {target}, the check target of {}",
+            backend.name()
+        ));
+    }
     let findings = survey::survey(&backend, &config);
     for finding in &findings {
         say(finding);

@@ -20,6 +20,7 @@ use serde_json::{json, Map, Value};
 use super::State;
 use crate::backend::{Backend, BackendSpec};
 use crate::config::settings::{self, Scope};
+use crate::health::OwnCheck;
 use crate::service::Service;
 
 use super::services::{only_service, service_json, services};
@@ -76,13 +77,16 @@ impl Reply {
     }
 }
 
-/// The body of `POST /backends`.
+/// The body of `POST /backends`. Its other keys are the backend's own
+/// check (`check_port`, `health_check`, ...), as in the config file;
+/// anything else is refused in [`add`].
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct NewBackend {
     address: String,
     #[serde(default = "one")]
     weight: u32,
+    #[serde(flatten)]
+    check: Map<String, Value>,
 }
 
 fn one() -> u32 {
@@ -276,7 +280,7 @@ pub fn backend_json(b: &Backend) -> Value {
             "took_ms": c.took.as_micros() as f64 / 1000.0,
         })
     });
-    json!({
+    let mut value = json!({
         "address": b.name(),
         "weight": b.weight(),
         "state": state,
@@ -288,7 +292,16 @@ pub fn backend_json(b: &Backend) -> Value {
         "connect_failures": b.connect_failures_total(),
         "connect_failures_in_a_row": b.connect_failures_in_a_row(),
         "last_check": last_check,
-    })
+    });
+    // Where it is checked, and how, when that is its own.
+    if let Some(target) = b.check_target() {
+        value["check_target"] = json!(target);
+    }
+    let own = b.own_check();
+    if !own.is_empty() {
+        value["own_check"] = json!(own.to_string()[1..]);
+    }
+    value
 }
 
 /// `GET /backends`.
@@ -338,8 +351,16 @@ fn add(state: &State, service: &Service, body: &[u8]) -> Reply {
         Ok(w) => w,
         Err(reply) => return reply,
     };
+    let check = match OwnCheck::from_json(&new.check, "`address`, `weight`") {
+        Ok(check) => check,
+        Err(words) => return Reply::error(400, words),
+    };
     let spec = match BackendSpec::parse(&new.address) {
-        Ok(spec) => BackendSpec { weight, ..spec },
+        Ok(spec) => BackendSpec {
+            weight,
+            check,
+            ..spec
+        },
         Err(e) => return Reply::error(400, e.to_string()),
     };
     // Resolving may wait for DNS: done before taking the lock.

@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 use crate::backend::BackendSpec;
 use crate::error::Error;
-use crate::health::protocol::parse_bytes;
+use crate::health::{protocol::parse_bytes, OwnCheck};
 use crate::limiter::Rate;
 use crate::units::{parse_duration, parse_size, short_number};
 
@@ -506,8 +506,10 @@ impl<'de> Deserialize<'de> for Backends {
 /// One backend: `"HOST:PORT[,weight=N]"` or `{"host", "port", "weight"}`.
 pub(super) struct Entry(pub(super) BackendSpec);
 
-/// The keys of a backend written as an object.
-const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy"];
+/// The keys of a backend written as an object (and its own check's).
+#[rustfmt::skip]
+const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy", "check_port", "check_address",
+    "health_check", "health_path", "health_interval", "rise", "fall"];
 
 impl<'de> Deserialize<'de> for Entry {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -531,6 +533,7 @@ impl<'de> Deserialize<'de> for Entry {
                 let mut port = None::<Whole<u16, 1, 65535>>;
                 let mut weight = None::<Whole<u32, 1, 1000>>;
                 let mut send_proxy = None;
+                let mut check = OwnCheck::default();
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "host" => host = Some(map.next_value()?),
@@ -543,6 +546,9 @@ impl<'de> Deserialize<'de> for Entry {
                                 _ => Some(text.parse().map_err(de::Error::custom)?),
                             };
                         }
+                        key if OwnCheck::takes(key) => check
+                            .set_value(key, &map.next_value()?)
+                            .map_err(de::Error::custom)?,
                         other => return Err(de::Error::unknown_field(other, ENTRY_KEYS)),
                     }
                 }
@@ -562,6 +568,7 @@ impl<'de> Deserialize<'de> for Entry {
                     port,
                     weight,
                     send_proxy,
+                    check,
                 }))
             }
         }

@@ -129,12 +129,20 @@ fn check_protocol(
 }
 
 /// Connects to `backend` within `timeout` and, if it takes the PROXY
-/// protocol, sends the LOCAL header (see the module docs).
+/// protocol, sends the LOCAL header (see the module docs). A backend whose
+/// own check names another port or address is checked there
+/// ([`Backend::check_addrs`]), with no PROXY header: that is another
+/// server (an HTTP status endpoint beside a database), which does not
+/// take the header its clients' port does.
 fn dial(backend: &Backend, timeout: Duration) -> std::result::Result<TcpStream, CheckFailure> {
-    let mut stream = backend
-        .connect(timeout)
-        .map_err(|e| CheckFailure::io("connect", &e))?;
-    if let Some(version) = backend.send_proxy() {
+    let elsewhere = backend.own_check().moves();
+    let mut stream = if elsewhere {
+        crate::dial::connect_any(&backend.check_addrs(), timeout)
+    } else {
+        backend.connect(timeout)
+    }
+    .map_err(|e| CheckFailure::io("connect", &e))?;
+    if let Some(version) = backend.send_proxy().filter(|_| !elsewhere) {
         // The connect's write timeout (SO_SNDTIMEO) bounds this write.
         stream
             .write_all(&proxy_protocol::encode(version, &Header::Local))
@@ -159,7 +167,9 @@ fn check_http(
     let mut stream = dial(backend, timeout)?;
     let request = format!(
         "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: rodizio-health\r\nConnection: close\r\n\r\n",
-        backend.name()
+        backend
+            .check_target()
+            .unwrap_or_else(|| backend.name().to_string())
     );
     let io_err = |e: io::Error| CheckFailure::io(format_args!("GET {path}"), &e);
     stream.set_write_timeout(Some(left())).map_err(io_err)?;

@@ -1,5 +1,9 @@
-//! The health thread: every interval, one round of checks over the current
-//! backend list, each result fed to that backend's [`Probe`].
+//! The health thread: rounds of checks over the current backend list, each
+//! result fed to that backend's [`Probe`]. Each backend is checked at its
+//! own interval (its own `health_interval`, else the service's), with its
+//! own kind, path, `rise` and `fall` laid over the service's
+//! ([`HealthConfig::for_backend`]): a round checks the backends that are
+//! due, and the thread sleeps until the next one is.
 //!
 //! A backend in maintenance ([`Backend::is_maint`]) is skipped: no probe, its
 //! state left as it was. Each check's result and duration is kept on the
@@ -12,14 +16,15 @@
 //! # Threads
 //!
 //! One thread (`rodizio-health`) owns every probe, so none is shared. It
-//! reads the live [`HealthConfig`] at each round, so new settings apply from
-//! the next round on; between rounds it sleeps on the shutdown receiver, so
+//! reads the live [`HealthConfig`] and each backend's own check at each
+//! round, so new settings apply from the next round on; between rounds it sleeps on the shutdown receiver, so
 //! a shutdown wakes it at once.
 //!
 //! # Corresponds to the C article
 //!
 //! No C counterpart: the C never checks a backend.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread;
@@ -38,6 +43,10 @@ use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 use crate::throttle::{self, LogThrottle};
 
+/// A backend due this little after a round starts is checked in it, not
+/// in a round of its own a moment later.
+const DUE_SLACK: Duration = Duration::from_millis(10);
+
 /// Shortest time between two warnings about checks that failed here.
 const LOCAL_FAILURE_LOG_EVERY: Duration = Duration::from_secs(1);
 
@@ -47,6 +56,9 @@ pub(super) struct Checker {
     /// Where each check's duration is counted.
     stats: Arc<Stats>,
     probes: HashMap<u64, Probe>,
+    /// When each backend's next check is due, by id: each has its own
+    /// interval (its own `health_interval`, or the service's).
+    due: HashMap<u64, Instant>,
     /// With checks off: when each down backend was first seen down.
     down_since: HashMap<u64, Instant>,
     /// Checks that failed for a reason of this host: one line a second at
@@ -62,6 +74,7 @@ impl Checker {
             config,
             stats,
             probes: HashMap::new(),
+            due: HashMap::new(),
             down_since: HashMap::new(),
             local_log: LogThrottle::new(LOCAL_FAILURE_LOG_EVERY),
             spawn_log: LogThrottle::new(LOCAL_FAILURE_LOG_EVERY),
@@ -69,7 +82,7 @@ impl Checker {
     }
 
     /// Runs rounds until `shutdown`; `first_round`, if still there, runs
-    /// after the first.
+    /// once every backend has been checked.
     pub(super) fn run(
         mut self,
         scheduler: &Scheduler,
@@ -77,13 +90,20 @@ impl Checker {
         mut first_round: Option<super::FirstRound>,
     ) {
         let stop = shutdown.receiver();
-        let mut next = Instant::now() + period(&self.config.load());
+        // The first round comes one interval after start-up (the shortest
+        // of the service's and the backends' own), like every other: the
+        // `fall`-th failed check of a backend dead from the start is then
+        // at `fall × interval`, and a short-lived balancer (a test, a
+        // one-off run) probes nothing.
+        let config = self.config.load_full();
+        let mut wake = Instant::now()
+            + scheduler
+                .snapshot()
+                .iter()
+                .map(|b| period(&config.for_backend(&b.own_check())))
+                .fold(period(&config), Duration::min);
         loop {
-            // The first round comes one interval after start-up, like every
-            // other: the `fall`-th failed check of a backend dead from the
-            // start is then at `fall × interval`, and a short-lived balancer
-            // (a test, a one-off run) probes nothing.
-            let wait = next.saturating_duration_since(Instant::now());
+            let wait = wake.saturating_duration_since(Instant::now());
             match stop.recv_timeout(wait) {
                 Err(RecvTimeoutError::Timeout) => {}
                 // Disconnected: the shutdown was triggered.
@@ -93,79 +113,118 @@ impl Checker {
                 return;
             }
             let config = self.config.load_full();
-            // The next round is due one period after this one was, not
-            // after it ended: rounds keep their rhythm like a `tick`.
-            next += period(&config);
-            let now = Instant::now();
-            if next < now {
-                next = now;
-            }
-            self.round(scheduler, &config);
-            if let Some(hook) = first_round.take() {
-                hook();
+            let (next, all_known) = self.round(scheduler, &config, Instant::now());
+            wake = next;
+            if all_known {
+                if let Some(hook) = first_round.take() {
+                    hook();
+                }
             }
         }
     }
 
-    /// One round: probe every backend of the current list that is not in
-    /// maintenance.
-    fn round(&mut self, scheduler: &Scheduler, config: &HealthConfig) {
+    /// One round: probe every backend of the current list that is due and
+    /// not in maintenance, each with its own settings over the service's.
+    /// Returns when the next round is due (the first backend due next, or
+    /// one service period from now, to see backends added meanwhile), and
+    /// whether every backend checked actively has been checked once.
+    fn round(
+        &mut self,
+        scheduler: &Scheduler,
+        config: &HealthConfig,
+        now: Instant,
+    ) -> (Instant, bool) {
         let all = scheduler.snapshot();
         // Forget backends that were removed.
-        self.probes
-            .retain(|id, _| all.iter().any(|b| b.id() == *id));
-        self.down_since
-            .retain(|id, _| all.iter().any(|b| b.id() == *id));
-        let list: Vec<Arc<Backend>> = all.iter().filter(|b| !b.is_maint()).cloned().collect();
-        if config.check == CheckKind::Off {
-            self.cooldown(&list, config.cooldown);
-            return;
-        }
-        let results = probe_all(&list, config, &self.spawn_log);
-        for (backend, (result, took)) in list.iter().zip(results) {
-            self.stats.histograms.health_check.observe(took);
-            backend.record_check(CheckRecord {
-                error: result.as_ref().err().map(|failure| {
-                    if failure.local {
-                        format!("{failure} (a fault of this host: not counted)")
-                    } else {
-                        failure.reason.clone()
-                    }
-                }),
-                at: SystemTime::now(),
-                took,
-            });
-            let verdict = match &result {
-                Ok(()) => Verdict::Pass,
-                Err(failure) if failure.local => {
-                    self.local_failure(backend, failure);
-                    Verdict::Inconclusive
-                }
-                Err(_) => Verdict::Fail,
-            };
-            let (fall, rise) = (config.fall, config.rise);
-            let probe = self
-                .probes
-                .entry(backend.id())
-                .or_insert_with(|| Probe::new(fall, rise));
-            // Passive checks may have marked it down since the last round.
-            probe.sync(backend.is_healthy());
-            match (probe.observe(verdict), result) {
-                (Some(Transition::Down), Err(failure)) => {
-                    let failed = in_a_row(u64::from(fall), "failed check");
-                    mark_down(backend, &format!("{failed}, last: {failure}"));
-                }
-                (Some(Transition::Up), _) => {
-                    // A fresh start for the passive count too.
-                    backend.record_connect_success();
-                    let passed = match rise {
-                        1 => "1 check passed".to_string(),
-                        n => format!("{n} checks passed in a row"),
-                    };
-                    mark_up(backend, &passed);
-                }
-                _ => {}
+        let listed = |id: &u64| all.iter().any(|b| b.id() == *id);
+        self.probes.retain(|id, _| listed(id));
+        self.down_since.retain(|id, _| listed(id));
+        self.due.retain(|id, _| listed(id));
+        let mut next = now + period(config);
+        let mut resting = Vec::new();
+        let mut checked = Vec::new();
+        let mut all_known = true;
+        for backend in all.iter().filter(|b| !b.is_maint()) {
+            let own = backend.own_check();
+            let settings = config.for_backend(&own);
+            if settings.check == CheckKind::Off {
+                next = next.min(now + period(&settings));
+                resting.push(Arc::clone(backend));
+                continue;
             }
+            // A backend seen for the first time is checked at once.
+            let due = self.due.entry(backend.id()).or_insert(now);
+            if *due <= now + DUE_SLACK {
+                // Each backend keeps its rhythm, like a `tick`: due one
+                // interval after it was due, not after its check ended.
+                *due = (*due + settings.interval).max(now);
+                checked.push((Arc::clone(backend), settings));
+            } else {
+                all_known &= self.probes.contains_key(&backend.id());
+            }
+            next = next.min(*due);
+        }
+        self.cooldown(&resting, config.cooldown);
+        let results = probe_all(&checked, &self.spawn_log);
+        for ((backend, settings), (result, took)) in checked.iter().zip(results) {
+            self.judge(backend, settings, result, took);
+        }
+        (next, all_known)
+    }
+
+    /// Feeds one check's result to `backend`'s probe, and marks it down or
+    /// up when the probe says so.
+    fn judge(
+        &mut self,
+        backend: &Backend,
+        settings: &HealthConfig,
+        result: std::result::Result<(), CheckFailure>,
+        took: Duration,
+    ) {
+        self.stats.histograms.health_check.observe(took);
+        backend.record_check(CheckRecord {
+            error: result.as_ref().err().map(|failure| {
+                if failure.local {
+                    format!("{failure} (a fault of this host: not counted)")
+                } else {
+                    failure.reason.clone()
+                }
+            }),
+            at: SystemTime::now(),
+            took,
+        });
+        let verdict = match &result {
+            Ok(()) => Verdict::Pass,
+            Err(failure) if failure.local => {
+                self.local_failure(backend, failure);
+                Verdict::Inconclusive
+            }
+            Err(_) => Verdict::Fail,
+        };
+        let (fall, rise) = (settings.fall, settings.rise);
+        let probe = self
+            .probes
+            .entry(backend.id())
+            .or_insert_with(|| Probe::new(fall, rise));
+        // A reload may have changed them.
+        probe.set_thresholds(fall, rise);
+        // Passive checks may have marked it down since the last round.
+        probe.sync(backend.is_healthy());
+        match (probe.observe(verdict), result) {
+            (Some(Transition::Down), Err(failure)) => {
+                let failed = in_a_row(u64::from(fall), "failed check");
+                mark_down(backend, &format!("{failed}, last: {failure}"));
+            }
+            (Some(Transition::Up), _) => {
+                // A fresh start for the passive count too.
+                backend.record_connect_success();
+                let passed = match rise {
+                    1 => "1 check passed".to_string(),
+                    n => format!("{n} checks passed in a row"),
+                };
+                mark_up(backend, &passed);
+            }
+            _ => {}
         }
     }
 
@@ -218,16 +277,17 @@ fn timed_check(backend: &Backend, config: &HealthConfig) -> Timed {
 /// this host: threads, memory) is replaced by probing inline, and said in
 /// `log` (at most once a second): the check is slower, not lost, and the
 /// backend not blamed.
-fn probe_all(list: &[Arc<Backend>], config: &HealthConfig, log: &LogThrottle) -> Vec<Timed> {
+fn probe_all(list: &[(Arc<Backend>, Cow<HealthConfig>)], log: &LogThrottle) -> Vec<Timed> {
     thread::scope(|scope| {
         let handles: Vec<_> = list
             .iter()
-            .map(|backend| {
+            .map(|(backend, config)| {
+                let config: &HealthConfig = config;
                 thread::Builder::new()
                     .name("rodizio-probe".into())
                     .stack_size(128 * 1024)
                     .spawn_scoped(scope, move || timed_check(backend, config))
-                    .map_err(|err| (backend, err))
+                    .map_err(|err| (backend, config, err))
             })
             .collect();
         handles
@@ -236,7 +296,7 @@ fn probe_all(list: &[Arc<Backend>], config: &HealthConfig, log: &LogThrottle) ->
                 Ok(handle) => handle.join().unwrap_or_else(|_| {
                     (Err("the check panicked".to_string().into()), Duration::ZERO)
                 }),
-                Err((backend, err)) => {
+                Err((backend, config, err)) => {
                     if let Some(others) = log.event(Instant::now()) {
                         log::warn!(
                             "health check of backend {}: cannot start a probe thread ({err}); \

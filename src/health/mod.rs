@@ -14,8 +14,9 @@
 //!
 //! # Threads
 //!
-//! One thread (`rodizio-health`) runs a round each `--health-interval`, each
-//! probe on a short-lived thread of its own; between rounds it sleeps on
+//! One thread (`rodizio-health`) runs a round when a backend's check is due
+//! (each `--health-interval`, or a backend's own), each probe on a
+//! short-lived thread of its own; between rounds it sleeps on
 //! [`Shutdown::receiver`], so a shutdown wakes it at once. Passive marking
 //! runs on the worker whose connect failed.
 //!
@@ -25,10 +26,14 @@
 
 pub mod check;
 mod checker;
+mod kind;
+pub mod own;
 pub mod probe;
 pub mod protocol;
 pub mod survey;
+mod target;
 
+use std::borrow::Cow;
 use std::io;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -46,77 +51,9 @@ use crate::throttle;
 use crate::units;
 
 pub use check::{check, CheckFailure};
+pub use kind::CheckKind;
+pub use own::OwnCheck;
 pub use probe::{Probe, Transition, Verdict};
-
-/// The kind of active check.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum CheckKind {
-    /// Open a TCP connection, then close it.
-    #[default]
-    Tcp,
-    /// `GET` the health path; a 2xx or 3xx status is healthy.
-    Http,
-    /// No active check (passive checks and the cool-down still apply).
-    Off,
-    /// Redis `PING`, `+PONG` (or `-NOAUTH`) is healthy.
-    Redis,
-    /// A TLS ClientHello; a handshake record back is healthy.
-    Tls,
-    /// Read the SMTP `220` greeting, say `QUIT`.
-    Smtp,
-    /// Read the MySQL/MariaDB greeting; with `health_user`, log in and quit.
-    Mysql,
-    /// A PostgreSQL startup message for `health_user`; an authentication
-    /// request or an error answer means alive.
-    Pgsql,
-    /// Send `health_send` (if any), expect `health_expect` in the reply.
-    SendExpect,
-}
-
-impl CheckKind {
-    /// Every kind, in the order the help lists them.
-    pub const ALL: [CheckKind; 9] = [
-        CheckKind::Tcp,
-        CheckKind::Http,
-        CheckKind::Off,
-        CheckKind::Redis,
-        CheckKind::Tls,
-        CheckKind::Smtp,
-        CheckKind::Mysql,
-        CheckKind::Pgsql,
-        CheckKind::SendExpect,
-    ];
-
-    /// The name used in flags and the config file (`tcp`, `http`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            CheckKind::Tcp => "tcp",
-            CheckKind::Http => "http",
-            CheckKind::Off => "off",
-            CheckKind::Redis => "redis",
-            CheckKind::Tls => "tls",
-            CheckKind::Smtp => "smtp",
-            CheckKind::Mysql => "mysql",
-            CheckKind::Pgsql => "pgsql",
-            CheckKind::SendExpect => "send-expect",
-        }
-    }
-}
-
-impl std::str::FromStr for CheckKind {
-    type Err = String;
-
-    fn from_str(text: &str) -> std::result::Result<Self, String> {
-        let wanted = text.trim().replace('_', "-");
-        CheckKind::ALL
-            .into_iter()
-            .find(|k| k.name() == wanted)
-            .ok_or_else(|| {
-                let names: Vec<&str> = CheckKind::ALL.iter().map(|k| k.name()).collect();
-                format!("'{text}' is not a health check (use {})", names.join(", "))
-            })
-    }
-}
 
 /// Health settings (a part of [`crate::Config`]). Every field may change
 /// while the balancer runs: the checker reads them at each round, the
@@ -210,6 +147,37 @@ impl HealthConfig {
     }
 }
 
+impl HealthConfig {
+    /// These settings as a backend's own check changes them (its kind,
+    /// path, interval, rise and fall): borrowed when it changes none.
+    pub fn for_backend<'a>(&'a self, own: &OwnCheck) -> Cow<'a, HealthConfig> {
+        let OwnCheck {
+            kind,
+            path,
+            interval,
+            rise,
+            fall,
+            ..
+        } = own;
+        if kind.is_none()
+            && path.is_none()
+            && interval.is_none()
+            && rise.is_none()
+            && fall.is_none()
+        {
+            return Cow::Borrowed(self);
+        }
+        Cow::Owned(HealthConfig {
+            check: kind.unwrap_or(self.check),
+            path: path.clone().unwrap_or_else(|| self.path.clone()),
+            interval: interval.unwrap_or(self.interval),
+            rise: rise.unwrap_or(self.rise),
+            fall: fall.unwrap_or(self.fall),
+            ..self.clone()
+        })
+    }
+}
+
 /// Marks `backend` down (logging it once) and returns `true` when it is
 /// healthy now, so this change is the first.
 pub(crate) fn mark_down(backend: &Backend, reason: &str) -> bool {
@@ -298,12 +266,18 @@ pub fn spawn(
     let mut first_round = Some(first_round);
     {
         let now = config.load();
-        if now.check == CheckKind::Off {
+        // A backend may check itself while the service does not.
+        let own = scheduler.snapshot().iter().any(|b| {
+            b.own_check()
+                .kind
+                .is_some_and(|kind| kind != CheckKind::Off)
+        });
+        if now.check == CheckKind::Off && !own {
             if let Some(hook) = first_round.take() {
                 hook();
             }
         }
-        if now.check == CheckKind::Off && now.passive_failures == 0 {
+        if now.check == CheckKind::Off && now.passive_failures == 0 && !own {
             return Ok(None);
         }
         log::debug!(

@@ -89,6 +89,13 @@ impl Probe {
         })
     }
 
+    /// Takes new thresholds (a reload, a backend's own `fall` and `rise`);
+    /// a streak under way counts toward them.
+    pub fn set_thresholds(&mut self, fall: u32, rise: u32) {
+        self.fall = fall.max(1);
+        self.rise = rise.max(1);
+    }
+
     /// Aligns the probe with a state decided elsewhere (passive checks, an
     /// operator): a backend marked down needs `rise` successes from now on.
     pub fn sync(&mut self, up: bool) {

@@ -1,5 +1,6 @@
 //! One service's part of a reload: its backends (added, drained,
-//! reweighted or restored by name), its live settings, and its listening
+//! reweighted, restored by name, or checked anew: a changed own check,
+//! `check_port` included, changes the backend in place), its live settings, and its listening
 //! addresses (new ones bound while planning, so an address that cannot be
 //! bound fails the reload before anything changed).
 //!
@@ -20,6 +21,7 @@ use crate::config::file::ConfigFile;
 use crate::config::settings::{self, Scope};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::health::OwnCheck;
 use crate::limiter::Limiter;
 use crate::listener;
 use crate::live::Live;
@@ -39,6 +41,9 @@ pub(super) struct Plan {
     add: Vec<Arc<Backend>>,
     restore: Vec<Arc<Backend>>,
     reweight: Vec<(Arc<Backend>, u32)>,
+    /// Kept backends whose own check changed (`check_port`, `rise`, ...):
+    /// changed in place, their connections, state and counters kept.
+    recheck: Vec<(Arc<Backend>, OwnCheck)>,
     drain: Vec<Arc<Backend>>,
     /// New listening addresses, bound, with their configured address.
     listen_new: Vec<(SocketAddr, TcpListener)>,
@@ -67,6 +72,7 @@ pub(super) fn prepare(
         add: Vec::new(),
         restore: Vec::new(),
         reweight: Vec::new(),
+        recheck: Vec::new(),
         drain: Vec::new(),
         listen_new: Vec::new(),
         listen_gone: Vec::new(),
@@ -79,6 +85,9 @@ pub(super) fn prepare(
                 let b = unmatched.remove(pos);
                 if b.weight() != spec.weight {
                     plan.reweight.push((Arc::clone(&b), spec.weight));
+                }
+                if *b.own_check() != spec.check {
+                    plan.recheck.push((Arc::clone(&b), spec.check.clone()));
                 }
                 if retiring.contains(&b.id()) {
                     plan.restore.push(b);
@@ -152,6 +161,15 @@ pub(super) fn apply(
         parts,
         report,
     );
+    for (b, own) in plan.recheck {
+        let now = match own.to_string() {
+            text if text.is_empty() => "as the service's".to_string(),
+            text => text[1..].to_string(),
+        };
+        parts.push(format!("checks of {}: {now}", b.name()));
+        b.set_own_check(own);
+        report.settings_changed += 1;
+    }
     apply_settings(live, &plan.service.stats, &before, config, parts, report);
     if !plan.drain.is_empty() {
         let deadline = Instant::now() + config.drain_timeout;
