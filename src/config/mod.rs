@@ -251,9 +251,27 @@ impl Config {
                 ));
             }
             service.validate_settings()?;
+            service.validate_own_checks()?;
         }
         self.validate_settings()?;
+        self.validate_own_checks()?;
         self.validate_services()
+    }
+
+    /// Each backend's own check laid over the health settings is valid
+    /// too (a `send-expect` of its own needs the service's
+    /// `health_expect`).
+    fn validate_own_checks(&self) -> Result<()> {
+        for spec in &self.backends {
+            if let Err(err) = self.health.for_backend(&spec.check).validate() {
+                let words = match err {
+                    Error::InvalidSetting { setting, message } => format!("{setting} {message}"),
+                    other => other.to_string(),
+                };
+                return Err(Error::InvalidBackend(format!("'{spec}': {words}")));
+            }
+        }
+        Ok(())
     }
 
     /// [`Config::validate`] without the backends, which the prompt may
