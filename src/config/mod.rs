@@ -251,10 +251,8 @@ impl Config {
                 ));
             }
             service.validate_settings()?;
-            service.validate_own_checks()?;
         }
         self.validate_settings()?;
-        self.validate_own_checks()?;
         self.validate_services()
     }
 
@@ -328,6 +326,7 @@ impl Config {
             rate_limit.validate()?;
         }
         self.health.validate()?;
+        self.validate_own_checks()?;
         if self.access_log_file.is_some() && self.access_log.is_none() {
             // It would be silently ignored.
             return Err(Error::setting("access_log_file", "needs `access_log`"));
