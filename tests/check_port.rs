@@ -251,3 +251,100 @@ fn the_file_form_and_probe_name_the_check_target() {
     assert_eq!(out.status.code(), Some(0), "{said}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The balancer binary on a config file, killed (by its PID) and reaped
+/// when dropped; its log collected.
+struct Child {
+    child: std::process::Child,
+    log: common::Collected,
+    _stdout: common::Collected,
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// A reload that moves a kept backend's check to another port changes it
+/// in place: the same backend (its counters kept) is now checked at the
+/// new port, and comes back up when that one says 200.
+#[test]
+fn a_reload_moves_the_check_in_place() {
+    let db = TestBackend::echo();
+    let (replica, primary) = (Endpoint::start(503), Endpoint::start(200));
+    let dir = std::env::temp_dir().join(format!("rodizio-check-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("reload.json");
+    let file = |port: u16| {
+        format!(
+            r#"{{"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0",
+                 "health_interval": "100ms", "health_timeout": "1s", "fall": 1, "rise": 1,
+                 "backends": [{{"host": "127.0.0.1", "port": {}, "check_port": {port},
+                                "health_check": "http"}}]}}"#,
+            db.addr().port()
+        )
+    };
+    std::fs::write(&path, file(replica.port())).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["--allow-root", "-c"])
+        .arg(&path)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let child = Child {
+        log: common::collect(child.stderr.take().unwrap()),
+        _stdout: common::collect(child.stdout.take().unwrap()),
+        child,
+    };
+    let limit = Duration::from_secs(20);
+    let admin = || {
+        child
+            .log
+            .text()
+            .lines()
+            .find_map(|l| l.split("admin API listening on ").nth(1))
+            .and_then(|a| a.trim().parse::<SocketAddr>().ok())
+    };
+    time_until(limit, || admin().is_some()).unwrap_or_else(|| panic!("{}", child.log.text()));
+    let admin = admin().unwrap();
+    let backend = || -> serde_json::Value {
+        let body = http_get(admin, "/backends").unwrap().body;
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()[0].clone()
+    };
+    time_until(limit, || backend()["state"] == "down").expect("down on the replica's 503");
+    assert_eq!(
+        backend()["check_target"],
+        format!("127.0.0.1:{}", replica.port())
+    );
+    std::fs::write(&path, file(primary.port())).unwrap();
+    // SAFETY: kill(2) on the child this test started.
+    assert_eq!(
+        unsafe { libc::kill(child.child.id() as i32, libc::SIGHUP) },
+        0
+    );
+    time_until(limit, || backend()["state"] == "up")
+        .unwrap_or_else(|| panic!("not up again: {}", child.log.text()));
+    let log = child.log.text();
+    assert!(
+        log.contains(&format!(
+            "checks of {}: check_port={},health_check=http",
+            db.addr(),
+            primary.port()
+        )),
+        "{log}"
+    );
+    assert!(!log.contains("draining"), "{log}");
+    assert_eq!(
+        backend()["check_target"],
+        format!("127.0.0.1:{}", primary.port())
+    );
+    assert_eq!(db.accepted(), 0, "a check reached the database port");
+    let _ = std::fs::remove_dir_all(dir);
+}
