@@ -355,6 +355,9 @@ fn add(state: &State, service: &Service, body: &[u8]) -> Reply {
         Ok(check) => check,
         Err(words) => return Reply::error(400, words),
     };
+    if let Err(err) = service.live.health.load().for_backend(&check).validate() {
+        return Reply::error(400, err.to_string());
+    }
     let spec = match BackendSpec::parse(&new.address) {
         Ok(spec) => BackendSpec {
             weight,

@@ -17,8 +17,8 @@
 //!
 //! One thread (`rodizio-health`) owns every probe, so none is shared. It
 //! reads the live [`HealthConfig`] and each backend's own check at each
-//! round, so new settings apply from the next round on; between rounds it sleeps on the shutdown receiver, so
-//! a shutdown wakes it at once.
+//! round, so new settings apply from the next round on; between rounds it
+//! sleeps on the shutdown receiver, so a shutdown wakes it at once.
 //!
 //! # Corresponds to the C article
 //!

@@ -116,7 +116,8 @@ impl OwnCheck {
                     .and_then(|t| t.strip_suffix(']'))
                     .unwrap_or(text);
                 let ip = inner.parse::<IpAddr>().map_err(|_| {
-                    bad("an IP address such as 127.0.0.2 or ::1 (not a name, and no port: that is check_port)")
+                    bad("an IP address such as 127.0.0.2 or ::1 \
+                         (not a name, and no port: that is check_port)")
                 })?;
                 put(&mut self.address, ip)
             }

@@ -175,3 +175,59 @@ fn silent_slow_garbage_and_resetting_endpoints_fail_their_checks() {
         assert_eq!(db.accepted(), 0, "{}", b.name());
     }
 }
+
+/// `POST /backends` over the admin API with a backend's own check: bad
+/// ports, unknown keys and a `send-expect` with no `health_expect` are
+/// answered 400 in one line and add nothing; a good one is added with its
+/// check target.
+#[test]
+fn the_admin_api_takes_own_checks_and_refuses_bad_ones() {
+    let db = TestBackend::echo();
+    let lb = TestBalancer::with(&[db.addr()], |config| {
+        config.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+    });
+    let admin = lb.admin.unwrap();
+    let post = |body: &str| -> (String, String) {
+        let mut s = crate::common::connect(admin).unwrap();
+        write!(
+            s,
+            "POST /backends HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+        (
+            head.lines().next().unwrap_or("").to_string(),
+            body.to_string(),
+        )
+    };
+    let other = TestBackend::echo();
+    let address = other.addr();
+    for (extra, words) in [
+        (r#""check_port": 0"#, "check_port must be a port"),
+        (r#""check_port": 70000"#, "check_port must be a port"),
+        (r#""check_address": "db.invalid""#, "IP address"),
+        (r#""check_prot": 8008"#, "unknown field `check_prot`"),
+        (r#""health_check": "send-expect""#, "health_expect"),
+        (r#""health_check": "ping""#, "not a health check"),
+    ] {
+        let (status, body) = post(&format!(r#"{{"address": "{address}", {extra}}}"#));
+        assert!(status.contains(" 400 "), "{extra}: {status} {body}");
+        assert!(body.contains(words), "{extra}: {body}");
+        assert_eq!(body.trim().lines().count(), 1, "{body}");
+    }
+    assert_eq!(lb.scheduler.snapshot().len(), 1, "a refused one was added");
+    // A port nothing listens on: the check goes nowhere else.
+    let port = crate::common::closed_port().port();
+    let (status, body) = post(&format!(
+        r#"{{"address": "{address}", "check_port": {port}, "rise": 1}}"#
+    ));
+    assert!(status.contains(" 201 "), "{status} {body}");
+    let target = format!(r#""check_target":"127.0.0.1:{port}""#);
+    assert!(body.contains(&target), "{body}");
+    let own = format!(r#""own_check":"check_port={port},rise=1""#);
+    assert!(body.contains(&own), "{body}");
+}
