@@ -233,6 +233,30 @@ fn the_file_form_and_probe_name_the_check_target() {
         ep.port()
     );
     assert!(printed.contains(&want), "{want} not in:\n{printed}");
+    // Inside a `services` entry too, laid over that service's settings: its
+    // `health_expect` makes a backend's own send-expect valid, and the
+    // other service, without one, refuses it.
+    let services = format!(
+        r#"{{"services": [
+            {{"name": "db", "listen": "127.0.0.1:0", "health_expect": "+PONG",
+              "backends": ["{db},check_port={},health_check=send-expect"]}},
+            {{"name": "web", "listen": "127.0.0.1:0",
+              "backends": [{{"host": "127.0.0.1", "port": 1, "health_check": "send-expect"}}]}}]}}"#,
+        ep.port()
+    );
+    std::fs::write(&path, services).unwrap();
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("127.0.0.1:1,health_check=send-expect"),
+        "{err}"
+    );
+    assert!(err.contains("health_expect"), "{err}");
     let spec = format!("{db},check_port={}", ep.port());
     let out = Command::new(BIN)
         .args(["probe", &spec, "--timeout", "2s", "--path", "/primary"])
