@@ -1,5 +1,6 @@
 //! One service's part of a reload: its backends (added, drained,
-//! reweighted or restored by name), its live settings, and its listening
+//! reweighted or restored by name; the names looked up again), its live
+//! settings, and its listening
 //! addresses (new ones bound while planning, so an address that cannot be
 //! bound fails the reload before anything changed).
 //!
@@ -23,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::limiter::Limiter;
 use crate::listener;
 use crate::live::Live;
+use crate::lookup;
 use crate::reaper::Reaper;
 use crate::running::Running;
 use crate::service::Service;
@@ -40,6 +42,8 @@ pub(super) struct Plan {
     restore: Vec<Arc<Backend>>,
     reweight: Vec<(Arc<Backend>, u32)>,
     drain: Vec<Arc<Backend>>,
+    /// Backends kept, given by name: looked up again by every reload.
+    names: Vec<Arc<Backend>>,
     /// New listening addresses, bound, with their configured address.
     listen_new: Vec<(SocketAddr, TcpListener)>,
     /// Configured addresses no longer listed.
@@ -68,6 +72,7 @@ pub(super) fn prepare(
         restore: Vec::new(),
         reweight: Vec::new(),
         drain: Vec::new(),
+        names: Vec::new(),
         listen_new: Vec::new(),
         listen_gone: Vec::new(),
         needs_restart: Vec::new(),
@@ -79,6 +84,9 @@ pub(super) fn prepare(
                 let b = unmatched.remove(pos);
                 if b.weight() != spec.weight {
                     plan.reweight.push((Arc::clone(&b), spec.weight));
+                }
+                if b.addresses().lookup().is_some() {
+                    plan.names.push(Arc::clone(&b));
                 }
                 if retiring.contains(&b.id()) {
                     plan.restore.push(b);
@@ -141,6 +149,15 @@ pub(super) fn apply(
         parts.push(format!("listening on {}", addrs.join(", ")));
         if let Err(err) = running.listen_more(&name, plan.listen_new) {
             log::error!("reload: {err}");
+        }
+    }
+    // Every name again, whatever `resolve_interval` says: a backend
+    // restarted with a new address is followed by a reload. A failed
+    // lookup keeps its addresses (and is logged); the reload goes on.
+    for b in &plan.names {
+        if let Some((_, now)) = b.addresses().resolve_again(b.name()) {
+            parts.push(format!("{} now at {}", b.name(), lookup::list(&now)));
+            report.readdressed += 1;
         }
     }
     apply_backends(
