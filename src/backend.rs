@@ -129,15 +129,15 @@ impl BackendSpec {
         })
     }
 
-    /// Resolves the host name into socket addresses, IPv4 first, at most
-    /// [`lookup::MAX_ADDRESSES`] (see [`lookup::addresses`]).
+    /// Resolves the host name into socket addresses, IPv4 first (see
+    /// [`lookup::addresses`]; a backend keeps [`lookup::MAX_ADDRESSES`]).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidBackend`] when the name does not resolve.
     pub fn resolve(&self) -> Result<Vec<SocketAddr>> {
         match lookup::addresses(&self.host, self.port) {
-            Ok((addrs, _)) => Ok(addrs),
+            Ok(addrs) => Ok(addrs),
             Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::InvalidBackend(format!(
                 "'{}' resolves to no address",
                 self.name()
@@ -297,8 +297,8 @@ impl Backend {
     pub fn new(name: String, addrs: Vec<SocketAddr>, weight: u32) -> Backend {
         Backend {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            addrs: Addresses::new(addrs, &name),
             name,
-            addrs: Addresses::new(addrs),
             weight: AtomicU32::new(weight.max(1)),
             active: AtomicUsize::new(0),
             total: AtomicU64::new(0),

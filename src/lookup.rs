@@ -20,7 +20,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -42,8 +42,8 @@ pub const MAX_ADDRESSES: usize = 16;
 /// not one per `resolve_interval`.
 pub const FAILURE_LOG_EVERY: Duration = Duration::from_secs(3600);
 
-/// The addresses `host` gives for `port`: IPv4 first, duplicates removed,
-/// at most [`MAX_ADDRESSES`]; also how many it gave before that cap.
+/// The addresses `host` gives for `port`: IPv4 first, duplicates removed
+/// (all of them: a backend keeps [`MAX_ADDRESSES`]).
 ///
 /// IPv4 comes first because `localhost` often resolves to `::1` before
 /// `127.0.0.1`, while the article's `python3 -m http.server` listens on
@@ -53,17 +53,27 @@ pub const FAILURE_LOG_EVERY: Duration = Duration::from_secs(3600);
 ///
 /// The resolver's (the name is unknown, the DNS server cannot be
 /// reached), or `NotFound` when it gives no address.
-pub fn addresses(host: &str, port: u16) -> io::Result<(Vec<SocketAddr>, usize)> {
+pub fn addresses(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
     let mut addrs: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
     // A stable sort: within each family, the resolver's order stays.
     addrs.sort_by_key(|a| a.is_ipv6());
     addrs.dedup();
-    let given = addrs.len();
     if addrs.is_empty() {
         return Err(io::Error::new(io::ErrorKind::NotFound, "no address"));
     }
+    Ok(addrs)
+}
+
+/// `addrs` cut to [`MAX_ADDRESSES`], saying so for `backend` when `warn`.
+fn capped(mut addrs: Vec<SocketAddr>, backend: &str, warn: bool) -> Vec<SocketAddr> {
+    if addrs.len() > MAX_ADDRESSES && warn {
+        log::warn!(
+            "backend {backend}: the name gives {} addresses; the first {MAX_ADDRESSES} are used",
+            addrs.len()
+        );
+    }
     addrs.truncate(MAX_ADDRESSES);
-    Ok((addrs, given))
+    addrs
 }
 
 /// Addresses as a log line lists them: `10.0.0.5:5432, 10.0.0.6:5432`.
@@ -71,6 +81,9 @@ pub fn list(addrs: &[SocketAddr]) -> String {
     let words: Vec<String> = addrs.iter().map(ToString::to_string).collect();
     words.join(", ")
 }
+
+/// A list of addresses, shared: what a connect reads, what a swap replaces.
+pub type List = Arc<Vec<SocketAddr>>;
 
 /// A backend's addresses, and its host name's lookups when it has one.
 #[derive(Debug)]
@@ -80,14 +93,22 @@ pub struct Addresses {
     /// The host name's lookups; `None` for an IP address. Boxed: most
     /// backends have none.
     lookup: Option<Box<Lookup>>,
+    /// How many addresses the last lookup gave, before the cap: the
+    /// warning about a cut list is logged when this changes, not at every
+    /// lookup.
+    given: AtomicUsize,
 }
 
 impl Addresses {
-    /// Fixed addresses (an IP address, or a name nobody looks up again).
-    pub fn new(addrs: Vec<SocketAddr>) -> Addresses {
+    /// The addresses of `backend` (at most [`MAX_ADDRESSES`]: the log
+    /// says when more were given), not looked up again unless
+    /// [`named`](Self::named).
+    pub fn new(addrs: Vec<SocketAddr>, backend: &str) -> Addresses {
+        let given = AtomicUsize::new(addrs.len());
         Addresses {
-            list: ArcSwap::from_pointee(addrs),
+            list: ArcSwap::from_pointee(capped(addrs, backend, true)),
             lookup: None,
+            given,
         }
     }
 
@@ -129,11 +150,10 @@ impl Addresses {
     /// ones, connections in flight keep theirs. A failed lookup keeps the
     /// last addresses (counted, and logged throttled). Returns the change,
     /// `(was, now)`, if any. `backend` names it in the log.
-    pub fn resolve_again(
-        &self,
-        backend: &str,
-    ) -> Option<(Arc<Vec<SocketAddr>>, Arc<Vec<SocketAddr>>)> {
-        let now = Arc::new(self.lookup.as_ref()?.run(backend).ok()?);
+    pub fn resolve_again(&self, backend: &str) -> Option<(List, List)> {
+        let found = self.lookup.as_ref()?.run(backend).ok()?;
+        let changed = self.given.swap(found.len(), Ordering::Relaxed) != found.len();
+        let now = Arc::new(capped(found, backend, changed));
         if *now == **self.list.load() {
             return None;
         }
@@ -213,15 +233,7 @@ impl Lookup {
             error: error.clone(),
         });
         match result {
-            Ok((addrs, given)) => {
-                if given > addrs.len() {
-                    log::warn!(
-                        "backend {backend}: the name gives {given} addresses; \
-                         the first {MAX_ADDRESSES} are used"
-                    );
-                }
-                Ok(addrs)
-            }
+            Ok(addrs) => Ok(addrs),
             Err(_) => {
                 let error = error.unwrap_or_default();
                 self.failures.fetch_add(1, Ordering::Relaxed);
@@ -272,9 +284,8 @@ mod tests {
 
     #[test]
     fn localhost_gives_ipv4_first() {
-        let (addrs, given) = addresses("localhost", 8001).unwrap();
+        let addrs = addresses("localhost", 8001).unwrap();
         assert!(addrs[0].is_ipv4(), "{addrs:?}");
-        assert_eq!(addrs.len(), given);
     }
 
     #[test]
@@ -295,10 +306,10 @@ mod tests {
     #[test]
     fn only_names_are_looked_up_again_and_a_change_is_swapped_in() {
         let old: SocketAddr = "127.0.0.9:80".parse().unwrap();
-        let literal = Addresses::new(vec![old]).named("127.0.0.9", 80);
+        let literal = Addresses::new(vec![old], "b").named("127.0.0.9", 80);
         assert!(literal.lookup().is_none());
         assert!(literal.resolve_again("x").is_none());
-        let name = Addresses::new(vec![old]).named("localhost", 80);
+        let name = Addresses::new(vec![old], "b").named("localhost", 80);
         let held = name.now();
         let (was, now) = name.resolve_again("localhost:80").unwrap();
         assert_eq!(*was, [old]);
@@ -309,6 +320,15 @@ mod tests {
         // The same answer again: no change.
         assert!(name.resolve_again("localhost:80").is_none());
         assert_eq!(name.failures(), 0);
+    }
+
+    #[test]
+    fn a_backend_keeps_at_most_the_cap() {
+        let many: Vec<SocketAddr> = (1..=100u16)
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+            .collect();
+        let kept = Addresses::new(many.clone(), "b").now();
+        assert_eq!(*kept, many[..MAX_ADDRESSES]);
     }
 
     #[test]

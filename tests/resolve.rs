@@ -40,7 +40,11 @@ fn until(balancer: &NamedBalancer, what: &str, done: impl Fn() -> bool) -> Durat
     let started = Instant::now();
     let mut n = 0u32;
     while !done() {
-        assert!(started.elapsed() < DEADLINE, "{what}: {:#?}", balancer.log());
+        assert!(
+            started.elapsed() < DEADLINE,
+            "{what}: {:#?}",
+            balancer.log()
+        );
         n += 1;
         round_trip(balancer.addr(), format!("ping {n}").as_bytes()).expect("a round trip");
         std::thread::sleep(Duration::from_millis(50));
@@ -80,8 +84,15 @@ fn a_moved_name_is_followed_within_the_interval() {
         b.accepted() > 0
     });
     // Within the interval, plus a round's slack on a loaded machine.
-    assert!(moved.elapsed() < Duration::from_secs(10), "{:?}", moved.elapsed());
-    balancer.wait_log(&format!("now gives 127.0.0.3:{port} (was 127.0.0.2:{port})"), DEADLINE);
+    assert!(
+        moved.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        moved.elapsed()
+    );
+    balancer.wait_log(
+        &format!("now gives 127.0.0.3:{port} (was 127.0.0.2:{port})"),
+        DEADLINE,
+    );
     let on_a = a.accepted();
     for i in 0..5 {
         round_trip(balancer.addr(), format!("after {i}").as_bytes()).unwrap();
@@ -96,7 +107,11 @@ fn a_moved_name_is_followed_within_the_interval() {
     let list = backends(&balancer);
     assert_eq!(list[0]["addresses"][0], format!("127.0.0.3:{port}"));
     assert_eq!(list[0]["resolve"]["result"], "ok");
-    assert_eq!(list.as_array().unwrap().len(), 1, "one backend for the name");
+    assert_eq!(
+        list.as_array().unwrap().len(),
+        1,
+        "one backend for the name"
+    );
 }
 
 /// Without `resolve_interval`, nothing follows the name until a reload,
@@ -153,7 +168,10 @@ fn a_failed_lookup_keeps_the_last_addresses_and_is_logged_once() {
     });
     let needle = format!("looking up {NAME} again failed");
     assert_eq!(balancer.count(&needle), 1, "{:#?}", balancer.log());
-    assert!(balancer.log().iter().any(|l| l.contains("last addresses stay in use")));
+    assert!(balancer
+        .log()
+        .iter()
+        .any(|l| l.contains("last addresses stay in use")));
     // Still served, at the last good address.
     let on_a = a.accepted();
     round_trip(balancer.addr(), b"still served").unwrap();

@@ -301,7 +301,7 @@ macro_rules! settings_table {
             file MaybeSecs => take,
             flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
             always |c: &Config| or_off(c.proxy.tcp_user_timeout, format_duration);
-        /// Look the backends given by name up again this often (e.g. 30s; 1s..1d),
+        /// Look the backends given by name up again this often (e.g. 30s; 1s..24h),
         /// on one thread, and send new connections to the addresses found
         /// (nginx's resolve, HAProxy's resolvers); a failed lookup keeps the
         /// last ones. A reload looks them up again anyway. Off by default.

@@ -228,7 +228,10 @@ impl ProxyConfig {
             if !(MIN_RESOLVE_INTERVAL..=MAX_RESOLVE_INTERVAL).contains(&every) {
                 return Err(Error::setting(
                     "resolve_interval",
-                    format!("must be 1s..1d (or off), got {every:?}"),
+                    format!(
+                        "must be 1s..24h (or off), got {}",
+                        crate::units::format_duration(every)
+                    ),
                 ));
             }
         }

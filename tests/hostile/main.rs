@@ -11,6 +11,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/names.rs"]
+mod names;
 #[path = "../peers/mod.rs"]
 mod peers;
 
@@ -21,4 +23,5 @@ mod demo_backend;
 mod failure;
 mod prompt;
 mod proxy_header;
+mod resolve;
 mod services;
