@@ -187,3 +187,30 @@ fn a_failed_lookup_keeps_the_last_addresses_and_is_logged_once() {
     let n: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(n >= 3, "{line}");
 }
+
+/// `resolve_interval` turned on by a reload (the resolver thread starts
+/// then): the reload says so, and a later move is followed with no other
+/// reload.
+#[test]
+fn a_reload_turns_the_interval_on() {
+    if !names::can_run() {
+        return;
+    }
+    let (_a, b, port) = two_backends();
+    let files = Files::new("turned-on");
+    files.set_hosts(&format!("127.0.0.2 {NAME}\n"));
+    files.set_config(&config(port, ""));
+    let balancer = NamedBalancer::start(&files);
+    round_trip(balancer.addr(), b"one").unwrap();
+    files.set_config(&config(port, r#", "resolve_interval": "1s""#));
+    balancer.signal(libc::SIGHUP);
+    let line = balancer.wait_log("resolve_interval off → 1s", DEADLINE);
+    assert!(line.contains("reload: "), "{line}");
+    files.set_hosts(&format!("127.0.0.3 {NAME}\n"));
+    until(
+        &balancer,
+        "the move was not followed after the reload",
+        || b.accepted() > 0,
+    );
+    assert_eq!(balancer.count("reload: "), 1, "{:#?}", balancer.log());
+}
