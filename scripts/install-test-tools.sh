@@ -27,6 +27,10 @@ has openssl || need+=(openssl)
 has chromium || need+=(chromium)
 has prometheus || need+=(prometheus) # the server that scrapes rodizio in scripts/observability-check.sh
 has systemd-analyze || need+=(systemd) # scripts/unit-check.sh verifies contrib/rodizio.service
+# tests/resolve.rs runs rodizio in a private mount namespace over its own
+# /etc/hosts: unshare and mount, both util-linux (mount its own package).
+has unshare || need+=(util-linux)
+has mount || need+=(mount)
 has pip3 || python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 
 if [ ${#need[@]} -gt 0 ]; then

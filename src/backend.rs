@@ -12,14 +12,14 @@
 //!
 //! # Corresponds to the C article
 //!
-//! `struct server_info servers[_MAX_SERVERS]`, resolved here once at
-//! start-up (a typo fails before the first client; a worker never calls
-//! the resolver); [`Backend::connect`] is `get_final_server_socket()`.
+//! `struct server_info servers[_MAX_SERVERS]`, resolved here at start-up
+//! (a typo fails before the first client; a worker never calls the
+//! resolver); [`Backend::connect`] is `get_final_server_socket()`.
 
 use std::fmt;
 use std::io::{self, ErrorKind};
+use std::net::SocketAddr;
 use std::net::TcpStream;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
@@ -31,6 +31,7 @@ use crate::availability::{AvailabilityWatcher, Watchers};
 use crate::dial;
 use crate::error::{Error, Result};
 use crate::health::own::OwnCheck;
+use crate::lookup::{self, Addresses};
 use crate::proxy_protocol::Version;
 use crate::throttle::LogThrottle;
 
@@ -138,29 +139,21 @@ impl BackendSpec {
         })
     }
 
-    /// Resolves the host name into socket addresses, IPv4 first.
-    ///
-    /// IPv4 comes first because `localhost` often resolves to `::1` before
-    /// `127.0.0.1`, while the article's `python3 -m http.server` listens on
-    /// IPv4 only; the other addresses are still tried in order.
+    /// Resolves the host name into socket addresses, IPv4 first (see
+    /// [`lookup::addresses`]; a backend keeps [`lookup::MAX_ADDRESSES`]).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidBackend`] when the name does not resolve.
     pub fn resolve(&self) -> Result<Vec<SocketAddr>> {
-        let mut addrs: Vec<SocketAddr> = (self.host.as_str(), self.port)
-            .to_socket_addrs()
-            .map_err(|e| Error::InvalidBackend(format!("'{}': {e}", self.name())))?
-            .collect();
-        addrs.sort_by_key(|a| a.is_ipv6());
-        addrs.dedup();
-        if addrs.is_empty() {
-            return Err(Error::InvalidBackend(format!(
+        match lookup::addresses(&self.host, self.port) {
+            Ok(addrs) => Ok(addrs),
+            Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::InvalidBackend(format!(
                 "'{}' resolves to no address",
                 self.name()
-            )));
+            ))),
+            Err(e) => Err(Error::InvalidBackend(format!("'{}': {e}", self.name()))),
         }
-        Ok(addrs)
     }
 
     /// The `HOST:PORT` form used in logs (brackets around IPv6 literals).
@@ -217,8 +210,9 @@ pub struct Backend {
     id: u64,
     /// `HOST:PORT` as the user wrote it, for logs.
     name: String,
-    /// The addresses the name resolved to at start-up, tried in order.
-    addrs: Vec<SocketAddr>,
+    /// The addresses, tried in order; a name's are looked up again
+    /// (`resolve_interval`, reloads; `lookup.rs`), read without a lock.
+    addrs: Addresses,
     /// Relative weight (weighted algorithms only). An atomic, so that a
     /// reload or the admin API can change it in place, keeping the
     /// backend's connections, health and counters; the scheduler then
@@ -295,7 +289,9 @@ impl Backend {
     ///
     /// [`Error::InvalidBackend`] when the host does not resolve.
     pub fn from_spec(spec: &BackendSpec) -> Result<Backend> {
-        Ok(Backend::new(spec.name(), spec.resolve()?, spec.weight)
+        let mut backend = Backend::new(spec.name(), spec.resolve()?, spec.weight);
+        backend.addrs = backend.addrs.named(&spec.host, spec.port);
+        Ok(backend
             .with_send_proxy(spec.send_proxy)
             .with_own_check(spec.check.clone()))
     }
@@ -322,8 +318,8 @@ impl Backend {
     pub fn new(name: String, addrs: Vec<SocketAddr>, weight: u32) -> Backend {
         Backend {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            addrs: Addresses::new(addrs, &name),
             name,
-            addrs,
             weight: AtomicU32::new(weight.max(1)),
             active: AtomicUsize::new(0),
             total: AtomicU64::new(0),
@@ -354,8 +350,13 @@ impl Backend {
         &self.name
     }
 
-    /// The resolved addresses, in the order they are tried.
-    pub fn addrs(&self) -> &[SocketAddr] {
+    /// The resolved addresses now, in the order they are tried.
+    pub fn addrs(&self) -> Arc<Vec<SocketAddr>> {
+        self.addrs.now()
+    }
+
+    /// Its addresses, and its name's lookups when it was given by name.
+    pub fn addresses(&self) -> &Addresses {
         &self.addrs
     }
 
@@ -544,7 +545,8 @@ impl Backend {
     /// The last address's error, or `InvalidInput` if the backend has none.
     pub fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
         let mut last = None;
-        for addr in &self.addrs {
+        let addrs = self.addrs.load();
+        for addr in addrs.iter() {
             match dial::connect_one(*addr, timeout) {
                 Ok(stream) => return Ok(stream),
                 Err(err) => last = Some(err),

@@ -249,6 +249,7 @@ impl Balancer {
                 return Err(err);
             }
         }
+        self.running.resolve_names();
         // The admin API once every service listens: `/services` shows
         // their addresses from its first answer.
         let admin = match self.admin.take() {

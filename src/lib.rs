@@ -90,6 +90,9 @@
 //! - `dial`: one TCP connect bounded by a timeout (a worker's, a check's).
 //! - `availability`: how a backend tells the schedulers holding it that it
 //!   left the rotation or came back (a leaf: no import of its own).
+//! - `lookup`: a backend's host name and its lookups (IPv4 first, at most
+//!   16 addresses, the last result); `resolver`, the thread that looks
+//!   the names up again every `resolve_interval`.
 //! - `reaper`: removes drained backends once their last connection ends.
 //! - `reload`: [`reload::Reloader`], the config file applied again to a
 //!   running balancer (SIGHUP).
@@ -174,6 +177,7 @@ pub mod health;
 pub mod limiter;
 pub mod listener;
 pub mod live;
+pub mod lookup;
 pub mod poll;
 pub mod pool;
 pub mod preflight;
@@ -185,6 +189,7 @@ pub mod queue;
 pub mod reaper;
 pub mod reload;
 pub mod reply;
+pub mod resolver;
 pub mod running;
 pub mod scheduler;
 pub mod service;

@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 use crate::pool::Pool;
 use crate::proxy::Job;
+use crate::resolver::{Resolver, Watched};
 use crate::service::{Service, Shared};
 use crate::shutdown::Shutdown;
 
@@ -41,6 +42,9 @@ pub struct Running {
     /// by the process's shutdown (see [`Running::stop_with`]).
     shutdown: Shutdown,
     services: Mutex<Vec<Entry>>,
+    /// The thread that looks the backends' names up again
+    /// (`resolve_interval`), once a service asks for it.
+    resolver: Resolver,
 }
 
 impl std::fmt::Debug for Running {
@@ -111,6 +115,7 @@ impl Running {
             pool,
             shutdown: Shutdown::new(),
             services: Mutex::new(entries),
+            resolver: Resolver::default(),
         }
     }
 
@@ -118,6 +123,28 @@ impl Running {
     pub(crate) fn stop_with(&self, shutdown: &Shutdown) {
         let all = self.shutdown.clone();
         shutdown.on_trigger(move || all.trigger());
+    }
+
+    /// Starts the resolver thread if a service has `resolve_interval` and
+    /// it does not run yet (at start-up and after each reload); a thread
+    /// that cannot start is logged, and names are then looked up again
+    /// only by reloads.
+    pub(crate) fn resolve_names(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let watch = Box::new(move || {
+            let running = weak.upgrade()?;
+            let list = running.list();
+            let watched = list.iter().filter_map(|s| {
+                Some(Watched {
+                    interval: s.live.proxy.load().resolve_interval?,
+                    backends: s.live.scheduler.snapshot(),
+                })
+            });
+            Some(watched.collect())
+        });
+        if let Err(err) = self.resolver.start_once(&self.shutdown, watch) {
+            log::error!("{err}; backend names are looked up again only by reloads");
+        }
     }
 
     /// The services, in their order.

@@ -264,6 +264,12 @@ const PER_BACKEND: &[PerBackend] = &[
         MetricType::Counter,
         Backend::connect_failures_total,
     ),
+    (
+        "backend_resolve_failures",
+        "Lookups of the backend's host name that failed (its last addresses stayed).",
+        MetricType::Counter,
+        |b| b.addresses().failures(),
+    ),
 ];
 
 /// `backend_up`: per backend, 1 for its current state and 0 for the others.

@@ -280,8 +280,21 @@ pub fn backend_json(b: &Backend) -> Value {
             "took_ms": c.took.as_micros() as f64 / 1000.0,
         })
     });
+    let addresses: Vec<String> = b.addrs().iter().map(ToString::to_string).collect();
+    let resolve = b.addresses().lookup().map(|l| {
+        let last = l.last();
+        json!({
+            "name": l.host(),
+            "result": last.as_ref().map(|r| if r.error.is_none() { "ok" } else { "failed" }),
+            "error": last.as_ref().and_then(|r| r.error.clone()),
+            "at_unix_ms": last.map(|r| r.at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)),
+            "failures": l.failures(),
+        })
+    });
     let mut value = json!({
         "address": b.name(),
+        "addresses": addresses,
+        "resolve": resolve,
         "weight": b.weight(),
         "state": state,
         "active": b.active(),

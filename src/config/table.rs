@@ -301,6 +301,15 @@ macro_rules! settings_table {
             file MaybeSecs => take,
             flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
             always |c: &Config| or_off(c.proxy.tcp_user_timeout, format_duration);
+        /// Look the backends given by name up again this often (e.g. 30s; 1s..24h),
+        /// on one thread, and send new connections to the addresses found
+        /// (nginx's resolve, HAProxy's resolvers); a failed lookup keeps the
+        /// last ones. A reload looks them up again anyway. Off by default.
+        resolve_interval: Duration, "resolve-interval", Service,
+            some(proxy.resolve_interval), live,
+            file MaybeSecs => take,
+            flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
+            always |c: &Config| or_off(c.proxy.resolve_interval, format_duration);
         /// Serve only clients from these networks, as CIDR[,CIDR...] (nginx's
         /// allow); with --accept-proxy, the header's address is the client's.
         /// Off by default: every client.

@@ -73,7 +73,7 @@ mod tests {
     fn the_check_target_is_named_when_it_differs() {
         let plain = backend("127.0.0.1:5432");
         assert_eq!(plain.check_target(), None);
-        assert_eq!(plain.check_addrs(), plain.addrs());
+        assert_eq!(plain.check_addrs(), *plain.addrs());
         let port = backend("127.0.0.1:5432,check_port=8008");
         assert_eq!(port.check_target().as_deref(), Some("127.0.0.1:8008"));
         assert_eq!(port.check_addrs(), ["127.0.0.1:8008".parse().unwrap()]);

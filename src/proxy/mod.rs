@@ -124,7 +124,21 @@ pub struct ProxyConfig {
     /// Clients from these networks are refused (`deny`, nginx's `deny`),
     /// even when `allow` lists them. Default `None`: none.
     pub deny: Option<CidrList>,
+    /// Look the backends given by name up again this often
+    /// (`resolve_interval`, nginx's `resolve`, HAProxy's `resolvers`), on
+    /// the resolver thread (`resolver.rs`); a reload looks them up again
+    /// whatever this says. Kept here because it is live per service like
+    /// the rest, though no worker reads it. Default `None` (off).
+    pub resolve_interval: Option<Duration>,
 }
+
+/// Shortest `resolve_interval`: a lookup per backend more often than once
+/// a second would load a DNS server for nothing (records live for seconds
+/// at least).
+pub const MIN_RESOLVE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Longest `resolve_interval`: a day. Longer is a typo, or meant `off`.
+pub const MAX_RESOLVE_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 
 /// Default of `queue_timeout`: 30 s, the low end of HAProxy's example
 /// `timeout queue` values (30 s to 1 min). A client that has waited that
@@ -149,6 +163,7 @@ impl Default for ProxyConfig {
             tcp_user_timeout: None,
             allow: None,
             deny: None,
+            resolve_interval: None,
         }
     }
 }
@@ -205,6 +220,17 @@ impl ProxyConfig {
                     format!(
                         "must be 1s..{}s (whole seconds), got {idle:?}",
                         MAX_TCP_KEEPALIVE.as_secs()
+                    ),
+                ));
+            }
+        }
+        if let Some(every) = self.resolve_interval {
+            if !(MIN_RESOLVE_INTERVAL..=MAX_RESOLVE_INTERVAL).contains(&every) {
+                return Err(Error::setting(
+                    "resolve_interval",
+                    format!(
+                        "must be 1s..24h (or off), got {}",
+                        crate::units::format_duration(every)
                     ),
                 ));
             }

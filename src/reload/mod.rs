@@ -67,6 +67,8 @@ pub struct ReloadReport {
     pub restored: usize,
     /// Backends whose weight changed.
     pub reweighted: usize,
+    /// Backends given by name whose name now gives other addresses.
+    pub readdressed: usize,
     /// Other settings changed live (the algorithm included).
     pub settings_changed: usize,
     /// Services started.
@@ -310,6 +312,8 @@ impl Reloader {
                 Err(err) => log::error!("reload: service {name} could not start: {err}"),
             }
         }
+        // A reload may have turned `resolve_interval` on.
+        inner.running.resolve_names();
         report.summary = if sections.is_empty() {
             "reload: no change".to_string()
         } else {

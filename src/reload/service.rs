@@ -1,6 +1,7 @@
 //! One service's part of a reload: its backends (added, drained,
 //! reweighted, restored by name, or checked anew: a changed own check,
-//! `check_port` included, changes the backend in place), its live settings, and its listening
+//! `check_port` included, changes the backend in place; the names looked
+//! up again), its live settings, and its listening
 //! addresses (new ones bound while planning, so an address that cannot be
 //! bound fails the reload before anything changed).
 //!
@@ -25,6 +26,7 @@ use crate::health::OwnCheck;
 use crate::limiter::Limiter;
 use crate::listener;
 use crate::live::Live;
+use crate::lookup;
 use crate::reaper::Reaper;
 use crate::running::Running;
 use crate::service::Service;
@@ -45,6 +47,8 @@ pub(super) struct Plan {
     /// changed in place, their connections, state and counters kept.
     recheck: Vec<(Arc<Backend>, OwnCheck)>,
     drain: Vec<Arc<Backend>>,
+    /// Backends kept, given by name: looked up again by every reload.
+    names: Vec<Arc<Backend>>,
     /// New listening addresses, bound, with their configured address.
     listen_new: Vec<(SocketAddr, TcpListener)>,
     /// Configured addresses no longer listed.
@@ -74,6 +78,7 @@ pub(super) fn prepare(
         reweight: Vec::new(),
         recheck: Vec::new(),
         drain: Vec::new(),
+        names: Vec::new(),
         listen_new: Vec::new(),
         listen_gone: Vec::new(),
         needs_restart: Vec::new(),
@@ -88,6 +93,9 @@ pub(super) fn prepare(
                 }
                 if *b.own_check() != spec.check {
                     plan.recheck.push((Arc::clone(&b), spec.check.clone()));
+                }
+                if b.addresses().lookup().is_some() {
+                    plan.names.push(Arc::clone(&b));
                 }
                 if retiring.contains(&b.id()) {
                     plan.restore.push(b);
@@ -150,6 +158,15 @@ pub(super) fn apply(
         parts.push(format!("listening on {}", addrs.join(", ")));
         if let Err(err) = running.listen_more(&name, plan.listen_new) {
             log::error!("reload: {err}");
+        }
+    }
+    // Every name again, whatever `resolve_interval` says: a backend
+    // restarted with a new address is followed by a reload. A failed
+    // lookup keeps its addresses (and is logged); the reload goes on.
+    for b in &plan.names {
+        if let Some((_, now)) = b.addresses().resolve_again(b.name()) {
+            parts.push(format!("{} now at {}", b.name(), lookup::list(&now)));
+            report.readdressed += 1;
         }
     }
     apply_backends(

@@ -11,6 +11,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/names.rs"]
+mod names;
 #[path = "../peers/mod.rs"]
 mod peers;
 
@@ -22,4 +24,5 @@ mod demo_backend;
 mod failure;
 mod prompt;
 mod proxy_header;
+mod resolve;
 mod services;
