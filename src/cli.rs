@@ -59,7 +59,8 @@ pub enum Command {
     Backend(BackendArgs),
     /// Check a config file: print the settings it gives (with the flags
     /// before `check-config` over it), one `key = value` per line; exit 0
-    /// when valid, 2 with the reason when not.
+    /// when valid, 2 with the reason when not. With `--diff OLD`, what a
+    /// reload from OLD to it would do.
     CheckConfig(CheckConfigArgs),
     /// Check this host against the settings (the config file, with the
     /// flags before `preflight` over it): open files, threads, the backlog,
@@ -77,6 +78,11 @@ pub enum Command {
 pub struct CheckConfigArgs {
     /// The JSON config file to check.
     pub file: PathBuf,
+    /// Print instead what a reload from OLD to FILE would do (backends
+    /// added, drained, reweighted; settings changed; those that need a
+    /// restart), one change a line; nothing runs or changes.
+    #[arg(long, value_name = "OLD")]
+    pub diff: Option<PathBuf>,
 }
 
 /// Arguments of `rodizio preflight`.

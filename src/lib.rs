@@ -87,8 +87,10 @@
 //! - `availability`: how a backend tells the schedulers holding it that it
 //!   left the rotation or came back (a leaf: no import of its own).
 //! - `reaper`: removes drained backends once their last connection ends.
-//! - `reload`: [`reload::Reloader`], the config file applied again to a
-//!   running balancer (SIGHUP).
+//! - `reload/`: [`reload::Reloader`], the config file applied again to a
+//!   running balancer (SIGHUP), or only described (a dry run); `service`
+//!   (one service's part), `diff` (`check-config --diff OLD NEW`, two
+//!   files compared with the same words).
 //! - `admin/`: the admin API (`--admin`): JSON over HTTP to list, add,
 //!   drain and remove backends, reload, and show the settings; `routes`
 //!   (the endpoints), `server` (hyper on its own thread, every bound),

@@ -181,7 +181,10 @@ fn start(cli: Cli, shutdown: &Shutdown) -> Result<u8, Error> {
     let file = cli.balancer.config.as_deref().map(file::load).transpose()?;
     match cli.command {
         Some(Command::Backend(args)) => backend_role(args.listen, args.name, shutdown),
-        Some(Command::CheckConfig(args)) => check_config(&args.file, &flags),
+        Some(Command::CheckConfig(args)) => match &args.diff {
+            Some(old) => check_diff(old, &args.file, &flags),
+            None => check_config(&args.file, &flags),
+        },
         Some(Command::Preflight(args)) => {
             let file = match args.file {
                 Some(path) => Some(file::load(&path)?),
@@ -287,6 +290,27 @@ fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
         "{}: the configuration is valid",
         path.display()
     ));
+    Ok(0)
+}
+
+/// `rodizio check-config --diff OLD NEW`: what a reload from OLD to NEW
+/// would do, one change a line, then the settings that need a restart.
+fn check_diff(old: &Path, new: &Path, flags: &Overrides) -> Result<u8, Error> {
+    let (old, new) = (file::load(old)?, file::load(new)?);
+    let report = rodizio::reload::between(&old, &new, flags)?;
+    for line in &report.changes {
+        say(line);
+    }
+    if !report.needs_restart.is_empty() {
+        say(format_args!(
+            "needs a restart: {}",
+            report.needs_restart.join(", ")
+        ));
+    }
+    if report.changes.is_empty() && report.needs_restart.is_empty() {
+        say("no change");
+    }
+    let _ = io::stdout().flush();
     Ok(0)
 }
 
@@ -396,6 +420,16 @@ fn balance(
             for_api
                 .reload()
                 .map(|report| report.summary)
+                .map_err(|err| err.to_string())
+        }));
+        let for_dry_run = reloader.clone();
+        balancer.set_dry_run(std::sync::Arc::new(move || {
+            for_dry_run
+                .dry_run()
+                .map(|report| rodizio::admin::DryRun {
+                    changes: report.changes,
+                    needs_restart: report.needs_restart,
+                })
                 .map_err(|err| err.to_string())
         }));
         // The reloader logs what it did, or why it refused.

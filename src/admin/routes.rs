@@ -120,10 +120,11 @@ impl Wanted {
     }
 }
 
-/// Answers one request. `path` may carry a query string (ignored). `HEAD`
+/// Answers one request. `path` may carry a query string (read only by
+/// `POST /reload`, for `dry_run`; ignored elsewhere). `HEAD`
 /// is answered as `GET` (the HTTP layer sends no body).
 pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
-    let path = path.split('?').next().unwrap_or_default();
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
     let method = if method == "HEAD" { "GET" } else { method };
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
@@ -143,7 +144,11 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
             Err(why) => Reply::error(409, why),
         },
         ["reload"] => match method {
-            "POST" => reload(state),
+            "POST" => match query_flag(query, "dry_run") {
+                Ok(false) => reload(state),
+                Ok(true) => dry_run(state),
+                Err(why) => Reply::error(400, why),
+            },
             _ => Reply::method_not_allowed(method, "POST"),
         },
         ["config"] => match method {
@@ -471,6 +476,47 @@ fn reload(state: &State) -> Reply {
             Reply::error(422, error)
         }
     }
+}
+
+/// `POST /reload?dry_run=1`: what a reload would do, applying nothing.
+fn dry_run(state: &State) -> Reply {
+    let Some(hook) = &state.dry_run else {
+        return Reply::error(409, "no config file, reload not supported");
+    };
+    // In turn with the changes, so what it reads is not half changed.
+    let _turn = state.changes.lock();
+    match hook() {
+        Ok(plan) => Reply::new(
+            200,
+            json!({
+                "dry_run": true,
+                "changes": plan.changes,
+                "needs_restart": plan.needs_restart,
+            }),
+        ),
+        // The reload would be refused: the file's error, nothing applied.
+        Err(error) => Reply::new(422, json!({ "dry_run": true, "error": error })),
+    }
+}
+
+/// Whether the query string asks for `name` (`name=1`, `name=true`, or
+/// `name` alone); an error for another value.
+fn query_flag(query: &str, name: &str) -> Result<bool, String> {
+    for pair in query.split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, "1"));
+        if key != name {
+            continue;
+        }
+        return match value {
+            "1" | "true" | "yes" => Ok(true),
+            "0" | "false" | "no" => Ok(false),
+            _ => Err(format!(
+                "{name}={} is not 1 or 0",
+                crate::config::shown_name(value)
+            )),
+        };
+    }
+    Ok(false)
 }
 
 /// `GET /config`: [`crate::Config::describe`] of the settings in force:
