@@ -71,6 +71,11 @@ pub enum Command {
     /// it answered, which kinds pass, and the one to choose; exit 0 when
     /// one passes, 1 when none does.
     Probe(ProbeArgs),
+    /// Run the scheduler of each service (the config file, with the flags
+    /// before `simulate` over it) for N clients, with no socket, and print
+    /// each backend's share; with `--remove` or `--weight`, the shares
+    /// after that change and how many clients land on another backend.
+    Simulate(SimulateArgs),
 }
 
 /// Arguments of `rodizio check-config`.
@@ -111,6 +116,42 @@ pub struct ProbeArgs {
     /// for pgsql].
     #[arg(long)]
     pub user: Option<String>,
+}
+
+/// Arguments of `rodizio simulate`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The JSON config file whose services to simulate (or `-c FILE`
+    /// before `simulate`; without either, the flags: `-b`, `--algorithm`).
+    pub file: Option<PathBuf>,
+    /// How many clients (picks), each from its own address [at most
+    /// 1000000].
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub clients: u64,
+    /// Only the service of this name.
+    #[arg(long, value_name = "NAME")]
+    pub service: Option<String>,
+    /// Then remove this backend (HOST:PORT as configured) and show where
+    /// its clients go.
+    #[arg(long, value_name = "BACKEND", conflicts_with = "weight")]
+    pub remove: Option<String>,
+    /// Then give this backend another weight (HOST:PORT=W).
+    #[arg(long, value_name = "BACKEND=W", value_parser = parse_reweight)]
+    pub weight: Option<(String, u32)>,
+}
+
+/// `HOST:PORT=W` for `simulate --weight`, W from 1 to 1000 as a backend's
+/// `weight=`.
+fn parse_reweight(text: &str) -> std::result::Result<(String, u32), String> {
+    let (name, weight) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("'{text}' is not HOST:PORT=WEIGHT (e.g. 127.0.0.1:8001=3)"))?;
+    match weight.trim().parse::<u32>() {
+        Ok(w) if (1..=1000).contains(&w) => Ok((name.trim().to_string(), w)),
+        _ => Err(format!(
+            "weight '{weight}' is not a whole number from 1 to 1000"
+        )),
+    }
 }
 
 /// Flags of `rodizio demo`.

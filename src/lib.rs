@@ -105,6 +105,8 @@
 //!   within bounds.
 //! - `system`: process settings taken from the OS at start-up (the open
 //!   files limit) and OS errors in words.
+//! - `simulate`: `rodizio simulate`, the schedulers asked for N picks
+//!   with no socket; each backend's share, and the clients a change moves.
 //! - `preflight/`: `rodizio preflight`, this host's limits against the
 //!   settings (also logged at start-up); `host` (what the system gives,
 //!   read once), `checks` (one line each, from plain numbers).
@@ -187,6 +189,7 @@ pub mod scheduler;
 pub mod service;
 pub mod shutdown;
 pub mod signals;
+pub mod simulate;
 pub mod slots;
 pub mod stats;
 pub mod system;

@@ -27,7 +27,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rodizio::backend::{Backend, BackendSpec};
-use rodizio::cli::{self, one_line, Cli, Command, DemoArgs, ProbeArgs};
+use rodizio::cli::{self, one_line, Cli, Command, DemoArgs, ProbeArgs, SimulateArgs};
 use rodizio::config::file::{self, ConfigFile, Mode};
 use rodizio::config::settings::{self, Scope};
 use rodizio::config::Overrides;
@@ -193,6 +193,13 @@ fn start(cli: Cli, shutdown: &Shutdown) -> Result<u8, Error> {
             run_preflight(file.as_ref(), &flags)
         }
         Some(Command::Probe(args)) => probe(args),
+        Some(Command::Simulate(args)) => {
+            let file = match &args.file {
+                Some(path) => Some(file::load(path)?),
+                None => file,
+            };
+            simulate(file.as_ref(), &flags, args)
+        }
         Some(Command::Demo(args)) => {
             let mut config = settle(file.as_ref(), &flags)?;
             let listen_given = flags.listen.is_some()
@@ -368,6 +375,38 @@ fn probe(args: ProbeArgs) -> Result<u8, Error> {
     } else {
         1
     })
+}
+
+/// `rodizio simulate [FILE]`: each service's scheduler asked for
+/// `--clients` picks, the shares printed.
+fn simulate(file: Option<&ConfigFile>, flags: &Overrides, args: SimulateArgs) -> Result<u8, Error> {
+    use rodizio::simulate::{self, Change};
+    let config = settle(file, flags)?;
+    if config.service_list().iter().all(|s| s.backends.is_empty()) {
+        return Err(Error::InvalidConfig(
+            "no backends to simulate (give a config file, or -b HOST:PORT before 'simulate')"
+                .into(),
+        ));
+    }
+    let change = match (args.remove, args.weight) {
+        (Some(name), _) => Some(Change::Remove(name)),
+        (None, Some((name, weight))) => Some(Change::Weight(name, weight)),
+        (None, None) => None,
+    };
+    let outcomes = simulate::run(
+        &config,
+        args.clients,
+        args.service.as_deref(),
+        change.as_ref(),
+    )?;
+    for (i, outcome) in outcomes.iter().enumerate() {
+        if i > 0 {
+            say("");
+        }
+        let _ = write!(console(), "{outcome}");
+    }
+    let _ = console().flush();
+    Ok(0)
 }
 
 /// The balancer: settings checked and the port bound before the prompt
