@@ -95,7 +95,10 @@ fn simulated_shares_match_a_real_run() {
         counted()
     );
     let clients = CLIENTS.to_string();
-    let (b0, b1) = (format!("{},weight=1", addrs[0]), format!("{},weight=3", addrs[1]));
+    let (b0, b1) = (
+        format!("{},weight=1", addrs[0]),
+        format!("{},weight=3", addrs[1]),
+    );
     let args = [
         "-b",
         b0.as_str(),

@@ -24,6 +24,7 @@
 mod auth;
 pub mod metrics;
 pub mod page;
+pub mod process;
 pub mod routes;
 mod server;
 mod services;
