@@ -46,7 +46,8 @@
 //!   [`config::Overrides`] laid over the defaults), `file` (the JSON config
 //!   file), `services` (what spans services: names, addresses), `values`
 //!   (the file's value types), `read` (reading it,
-//!   bounded), `words` (errors and values in the operator's words).
+//!   bounded), `words` (errors and values in the operator's words),
+//!   `export` (a configuration written back as a file).
 //! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
 //! - `balancer`: [`Balancer`] wires the parts together; the drain.
 //! - `service`: one service at run time (its listeners, live settings,

@@ -403,9 +403,15 @@ mod tests {
             "process_virtual_memory_bytes",
             "process_threads",
         ] {
-            assert!(text.contains(&format!("# TYPE {name} gauge\n{name} ")), "{name}: {text}");
+            assert!(
+                text.contains(&format!("# TYPE {name} gauge\n{name} ")),
+                "{name}: {text}"
+            );
         }
-        assert!(text.contains("# TYPE process_cpu_seconds_total counter"), "{text}");
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter"),
+            "{text}"
+        );
         assert!(!text.contains("rodizio_process_"), "{text}");
         let weight = "rodizio_backend_weight{service=\"default\",backend=\"127.0.0.1:8001\"} 3\n";
         assert!(text.contains(weight), "{text}");

@@ -152,7 +152,17 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
             _ => Reply::method_not_allowed(method, "POST"),
         },
         ["config"] => match method {
-            "GET" => Reply::new(200, config(state)),
+            "GET" => match query_value(query, "format") {
+                None | Some("json") => Reply::new(200, config(state)),
+                Some("file") => running_file(state),
+                Some(other) => Reply::error(
+                    400,
+                    format!(
+                        "format={} is not json or file",
+                        crate::config::shown_name(other)
+                    ),
+                ),
+            },
             _ => Reply::method_not_allowed(method, "GET, HEAD"),
         },
         ["metrics"] => match method {
@@ -497,6 +507,53 @@ fn dry_run(state: &State) -> Reply {
         // The reload would be refused: the file's error, nothing applied.
         Err(error) => Reply::new(422, json!({ "dry_run": true, "error": error })),
     }
+}
+
+/// The value of `name` in the query string, if given.
+fn query_value<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value)
+}
+
+/// `GET /config?format=file`: the configuration running now as a config
+/// file (`config/export.rs`): the settings as `GET /config` shows them,
+/// each service's backends as its list holds them now (added by the API
+/// or a reload, with their weights now), those draining out (`DELETE`, a
+/// reload, `state: drain`) left out. Health, drain and maintenance are
+/// states, not settings: a backend in maintenance is written as any other.
+fn running_file(state: &State) -> Reply {
+    let services = state.running.list();
+    let mut config = match services.as_slice() {
+        [one] => file_settings(one),
+        _ => crate::config::Config {
+            services: services.iter().map(|s| file_settings(s)).collect(),
+            ..state.config.clone()
+        },
+    };
+    config.admin_listen = state.config.admin_listen;
+    let text = serde_json::to_string_pretty(&crate::config::export::to_file(&config));
+    Reply::text("application/json", text.unwrap_or_default() + "\n")
+}
+
+/// A service's settings now, its backend list included.
+fn file_settings(service: &Service) -> crate::config::Config {
+    let mut config = settings_now(service);
+    let list = service.live.scheduler.snapshot();
+    config.backends = list
+        .iter()
+        .filter(|b| !b.is_draining())
+        .filter_map(|b| {
+            let mut spec = BackendSpec::parse(b.name()).ok()?;
+            spec.weight = b.weight();
+            // The service's `send_proxy` is written once, not per backend.
+            spec.send_proxy = b.send_proxy().filter(|v| Some(*v) != config.send_proxy);
+            Some(spec)
+        })
+        .collect();
+    config
 }
 
 /// Whether the query string asks for `name` (`name=1`, `name=true`, or
