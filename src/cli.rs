@@ -504,6 +504,31 @@ fn flags_after_demo(cmd: &mut clap::Command, args: &[std::ffi::OsString]) -> Opt
 /// The first line of a clap error, for the one-line message on bad flags
 /// (clap's own message adds a usage block and a hint over several lines).
 pub fn one_line(err: &clap::Error) -> String {
+    clip_quoted(&one_line_whole(err))
+}
+
+/// Every quoted value (`'...'`) of `line` cut to 64 characters and `…`:
+/// clap quotes the value it refused whole, and a value of a megabyte
+/// would make a line no one reads.
+fn clip_quoted(line: &str) -> String {
+    const MAX: usize = 64;
+    let mut out = String::with_capacity(line.len().min(1024));
+    for (i, part) in line.split('\'').enumerate() {
+        if i > 0 {
+            out.push('\'');
+        }
+        if i % 2 == 1 && part.chars().count() > MAX {
+            out.extend(part.chars().take(MAX));
+            out.push('…');
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+/// [`one_line`] before its values are clipped.
+fn one_line_whole(err: &clap::Error) -> String {
     let rendered = err.render().to_string();
     let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
     let first = lines.next().unwrap_or("invalid arguments").to_string();
@@ -532,6 +557,15 @@ pub fn one_line(err: &clap::Error) -> String {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn refused_values_are_shown_clipped() {
+        let long = "9".repeat(5000);
+        let err = parse_from(["rodizio", "--workers", &long]).unwrap_err();
+        let line = one_line(&err);
+        assert!(line.len() < 300 && line.contains("99…'"), "{line}");
+        assert_eq!(clip_quoted("a 'b' c"), "a 'b' c");
+    }
 
     #[test]
     fn clap_definition_is_consistent() {

@@ -36,6 +36,11 @@ impl Scratch {
         Scratch(dir)
     }
 
+    /// The path of `name` in the directory (written or not).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
     /// Writes `text` to `name` in the directory (whole, then renamed into
     /// place, as an editor does); its path.
     pub fn file(&self, name: &str, text: &[u8]) -> PathBuf {
