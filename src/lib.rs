@@ -96,7 +96,8 @@
 //!   drain and remove backends, reload, and show the settings; `routes`
 //!   (the endpoints), `server` (hyper on its own thread, every bound),
 //!   `auth` (the token), `metrics` (Prometheus), `process` (its
-//!   `process_*` series, from `/proc/self`), `page` (the stats page).
+//!   `process_*` series, from `/proc/self`), `page` (the stats page),
+//!   `tools` (the reload's dry run, the running configuration as a file).
 //! - `reply`: the 429/502/503 replies, written without blocking.
 //! - `stats`: one table of counters and gauges.
 //! - `throttle`: a log line at most once a second for events that repeat.

@@ -28,6 +28,7 @@ pub mod process;
 pub mod routes;
 mod server;
 mod services;
+mod tools;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;

@@ -23,6 +23,7 @@ use crate::config::settings::{self, Scope};
 use crate::service::Service;
 
 use super::services::{only_service, service_json, services};
+use super::tools::{dry_run, query_flag, query_value, running_file, settings_now};
 
 /// Most weight accepted, as `--backend HOST:PORT,weight=N` allows.
 const MAX_WEIGHT: u32 = 1000;
@@ -146,7 +147,10 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
         ["reload"] => match method {
             "POST" => match query_flag(query, "dry_run") {
                 Ok(false) => reload(state),
-                Ok(true) => dry_run(state),
+                Ok(true) => {
+                    let (status, body) = dry_run(state);
+                    Reply::new(status, body)
+                }
                 Err(why) => Reply::error(400, why),
             },
             _ => Reply::method_not_allowed(method, "POST"),
@@ -154,7 +158,7 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
         ["config"] => match method {
             "GET" => match query_value(query, "format") {
                 None | Some("json") => Reply::new(200, config(state)),
-                Some("file") => running_file(state),
+                Some("file") => Reply::text("application/json", running_file(state)),
                 Some(other) => Reply::error(
                     400,
                     format!(
@@ -488,94 +492,6 @@ fn reload(state: &State) -> Reply {
     }
 }
 
-/// `POST /reload?dry_run=1`: what a reload would do, applying nothing.
-fn dry_run(state: &State) -> Reply {
-    let Some(hook) = &state.dry_run else {
-        return Reply::error(409, "no config file, reload not supported");
-    };
-    // In turn with the changes, so what it reads is not half changed.
-    let _turn = state.changes.lock();
-    match hook() {
-        Ok(plan) => Reply::new(
-            200,
-            json!({
-                "dry_run": true,
-                "changes": plan.changes,
-                "needs_restart": plan.needs_restart,
-            }),
-        ),
-        // The reload would be refused: the file's error, nothing applied.
-        Err(error) => Reply::new(422, json!({ "dry_run": true, "error": error })),
-    }
-}
-
-/// The value of `name` in the query string, if given.
-fn query_value<'a>(query: &'a str, name: &str) -> Option<&'a str> {
-    query
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(key, _)| *key == name)
-        .map(|(_, value)| value)
-}
-
-/// `GET /config?format=file`: the configuration running now as a config
-/// file (`config/export.rs`): the settings as `GET /config` shows them,
-/// each service's backends as its list holds them now (added by the API
-/// or a reload, with their weights now), those draining out (`DELETE`, a
-/// reload, `state: drain`) left out. Health, drain and maintenance are
-/// states, not settings: a backend in maintenance is written as any other.
-fn running_file(state: &State) -> Reply {
-    let services = state.running.list();
-    let mut config = match services.as_slice() {
-        [one] => file_settings(one),
-        _ => crate::config::Config {
-            services: services.iter().map(|s| file_settings(s)).collect(),
-            ..state.config.clone()
-        },
-    };
-    config.admin_listen = state.config.admin_listen;
-    let text = serde_json::to_string_pretty(&crate::config::export::to_file(&config));
-    Reply::text("application/json", text.unwrap_or_default() + "\n")
-}
-
-/// A service's settings now, its backend list included.
-fn file_settings(service: &Service) -> crate::config::Config {
-    let mut config = settings_now(service);
-    let list = service.live.scheduler.snapshot();
-    config.backends = list
-        .iter()
-        .filter(|b| !b.is_draining())
-        .filter_map(|b| {
-            let mut spec = BackendSpec::parse(b.name()).ok()?;
-            spec.weight = b.weight();
-            // The service's `send_proxy` is written once, not per backend.
-            spec.send_proxy = b.send_proxy().filter(|v| Some(*v) != config.send_proxy);
-            Some(spec)
-        })
-        .collect();
-    config
-}
-
-/// Whether the query string asks for `name` (`name=1`, `name=true`, or
-/// `name` alone); an error for another value.
-fn query_flag(query: &str, name: &str) -> Result<bool, String> {
-    for pair in query.split('&') {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, "1"));
-        if key != name {
-            continue;
-        }
-        return match value {
-            "1" | "true" | "yes" => Ok(true),
-            "0" | "false" | "no" => Ok(false),
-            _ => Err(format!(
-                "{name}={} is not 1 or 0",
-                crate::config::shown_name(value)
-            )),
-        };
-    }
-    Ok(false)
-}
-
 /// `GET /config`: [`crate::Config::describe`] of the settings in force:
 /// those given at start-up, with the live ones (proxy, health, limiter,
 /// algorithm, backend list) read as they are now. With several services,
@@ -611,17 +527,6 @@ fn backends_now(service: &Service) -> Value {
         .iter()
         .map(|b| json!({ "address": b.name(), "weight": b.weight() }));
     Value::Array(list.collect())
-}
-
-/// A service's settings, the live ones read as they are now.
-fn settings_now(service: &Service) -> crate::config::Config {
-    let live = &service.live;
-    let mut config = service.config.clone();
-    config.proxy = (**live.proxy.load()).clone();
-    config.health = (**live.health.load()).clone();
-    config.rate_limit = live.limiter.load().as_ref().map(|l| l.config().clone());
-    config.algorithm = live.scheduler.algorithm();
-    config
 }
 
 /// `config`'s settings (of `scope`, or all) as a JSON object, the

@@ -38,11 +38,11 @@ pub fn between(old: &ConfigFile, new: &ConfigFile, flags: &Overrides) -> Result<
     old.require_backends(&was)?;
     let mut now = new.settle(flags)?;
     new.require_backends(&now)?;
-    let mut report = ReloadReport::default();
-    report.needs_restart = settings::keep_restart_only_in(Scope::Process, &mut now, &was)
-        .into_iter()
-        .map(String::from)
-        .collect();
+    let kept = settings::keep_restart_only_in(Scope::Process, &mut now, &was);
+    let mut report = ReloadReport {
+        needs_restart: kept.into_iter().map(String::from).collect(),
+        ..ReloadReport::default()
+    };
     settings::share_process(&mut now);
     if new.mode != old.mode {
         report.needs_restart.push("mode".into());

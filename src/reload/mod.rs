@@ -267,25 +267,7 @@ impl Reloader {
                     }));
                     plan.changed.push(one);
                 }
-                _ => {
-                    let bound = listener::open(new)?;
-                    let addrs = new.listen_addrs();
-                    let start = if dry {
-                        for spec in &new.backends {
-                            spec.resolve()?;
-                        }
-                        None
-                    } else {
-                        let service = Service::build(new.clone(), &inner.running.shared)?;
-                        let bound = addrs.iter().copied().zip(bound).collect();
-                        Some((Arc::new(service), bound))
-                    };
-                    plan.added.push(Added {
-                        name: name.to_string(),
-                        addrs,
-                        start,
-                    });
-                }
+                _ => plan.added.push(self.prepare_new(new, dry)?),
             }
         }
         let names: Vec<&str> = config
@@ -337,6 +319,28 @@ impl Reloader {
         };
         services.tell(several, &mut report);
         report
+    }
+
+    /// A service the file adds: its addresses bound and its backends
+    /// resolved; built, unless `dry`.
+    fn prepare_new(&self, new: &Config, dry: bool) -> Result<Added> {
+        let bound = listener::open(new)?;
+        let addrs = new.listen_addrs();
+        let start = if dry {
+            for spec in &new.backends {
+                spec.resolve()?;
+            }
+            None
+        } else {
+            let service = Service::build(new.clone(), &self.inner.running.shared)?;
+            let bound = addrs.iter().copied().zip(bound).collect();
+            Some((Arc::new(service), bound))
+        };
+        Ok(Added {
+            name: new.name.clone(),
+            addrs,
+            start,
+        })
     }
 
     /// Changes the services as planned; cannot fail (a thread that cannot
