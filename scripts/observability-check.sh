@@ -5,7 +5,8 @@
 # consistency; a real Prometheus server scraping rodizio every second,
 # asked through its HTTP API, after real traffic, for the p99 of the
 # connection duration, the queue wait and the health checks (under a
-# second: the requests take milliseconds); and the stats page loaded in
+# second: the requests take milliseconds), and for the standard process_*
+# series and each backend's weight and last change; and the stats page loaded in
 # headless Chromium, its rendered DOM checked: a row per backend with the
 # right state, and a stopped backend shown DOWN within two check intervals.
 #
@@ -160,6 +161,34 @@ targets = get("targets")["activeTargets"]
 assert len(targets) == 1, targets
 t = targets[0]
 assert t["health"] == "up" and t["lastError"] == "", t
+PY
+
+echo "== Prometheus: the process_* series, the backends' weights and last changes"
+python3 - "$prom_port" "$p1" <<'PY' || fail "Prometheus saw wrong process or backend series"
+import json, sys, urllib.parse, urllib.request
+api = f"http://127.0.0.1:{sys.argv[1]}/api/v1/"
+def query(q):
+    url = api + "query?" + urllib.parse.urlencode({"query": q})
+    result = json.load(urllib.request.urlopen(url, timeout=2))["data"]["result"]
+    assert len(result) == 1, (q, result)
+    return float(result[0]["value"][1])
+sel = '{job="rodizio"}'
+# Started within the last hour, and not in the future.
+age = query(f"time() - process_start_time_seconds{sel}")
+assert 0 <= age < 3600, f"process started {age} s ago"
+fds, max_fds = query(f"process_open_fds{sel}"), query(f"process_max_fds{sel}")
+assert 5 <= fds < max_fds, (fds, max_fds)
+rss = query(f"process_resident_memory_bytes{sel}")
+assert 1 << 20 < rss < 1 << 31, rss
+assert query(f"process_virtual_memory_bytes{sel}") >= rss
+assert query(f"process_threads{sel}") >= 3
+assert query(f"process_cpu_seconds_total{sel}") >= 0
+b = f'{{job="rodizio",backend="127.0.0.1:{sys.argv[2]}"}}'
+assert query(f"rodizio_backend_weight{b}") == 1
+changed = query(f"time() - rodizio_backend_last_change_seconds{b}")
+assert -1 <= changed < 3600, f"last change {changed} s ago"
+print(f"process: up {age:.0f} s, {fds:.0f} of {max_fds:.0f} descriptors, "
+      f"{rss / 1048576:.1f} MiB resident; backend last changed {changed:.1f} s ago")
 PY
 
 # dom: the stats page as Chromium renders it.

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::access_log::{AccessLog, Target};
-use crate::admin::{self, AdminListener, ReloadHook};
+use crate::admin::{self, AdminListener, DryRunHook, ReloadHook};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::listener;
@@ -66,6 +66,8 @@ pub struct Balancer {
     admin: Option<AdminListener>,
     /// What the admin API's `POST /reload` calls.
     reload: Option<ReloadHook>,
+    /// What the admin API's `POST /reload?dry_run=1` calls.
+    dry_run: Option<DryRunHook>,
     /// The access log's writer, when `access_log` is set.
     access_log: Option<AccessLog>,
 }
@@ -154,6 +156,7 @@ impl Balancer {
             running,
             admin,
             reload: None,
+            dry_run: None,
             access_log,
         })
     }
@@ -180,6 +183,12 @@ impl Balancer {
     /// one, it answers 409: no config file).
     pub fn set_reload(&mut self, hook: ReloadHook) {
         self.reload = Some(hook);
+    }
+
+    /// Gives the admin API's `POST /reload?dry_run=1` something to call
+    /// (without one, it answers 409 as `POST /reload` does).
+    pub fn set_dry_run(&mut self, hook: DryRunHook) {
+        self.dry_run = Some(hook);
     }
 
     /// The address clients connect to (with the real port when the config
@@ -259,6 +268,7 @@ impl Balancer {
                     running: Arc::clone(&self.running),
                     config: self.config.clone(),
                     reload: self.reload.take(),
+                    dry_run: self.dry_run.take(),
                     stats: self.stats(),
                     queued: self.running.pool.queue_len(),
                 };

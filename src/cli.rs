@@ -59,7 +59,8 @@ pub enum Command {
     Backend(BackendArgs),
     /// Check a config file: print the settings it gives (with the flags
     /// before `check-config` over it), one `key = value` per line; exit 0
-    /// when valid, 2 with the reason when not.
+    /// when valid, 2 with the reason when not. With `--diff OLD`, what a
+    /// reload from OLD to it would do.
     CheckConfig(CheckConfigArgs),
     /// Check this host against the settings (the config file, with the
     /// flags before `preflight` over it): open files, threads, the backlog,
@@ -70,6 +71,11 @@ pub enum Command {
     /// it answered, which kinds pass, and the one to choose; exit 0 when
     /// one passes, 1 when none does.
     Probe(ProbeArgs),
+    /// Run the scheduler of each service (the config file, with the flags
+    /// before `simulate` over it) for N clients, with no socket, and print
+    /// each backend's share; with `--remove` or `--weight`, the shares
+    /// after that change and how many clients land on another backend.
+    Simulate(SimulateArgs),
 }
 
 /// Arguments of `rodizio check-config`.
@@ -77,6 +83,11 @@ pub enum Command {
 pub struct CheckConfigArgs {
     /// The JSON config file to check.
     pub file: PathBuf,
+    /// Print instead what a reload from OLD to FILE would do (backends
+    /// added, drained, reweighted; settings changed; those that need a
+    /// restart), one change a line; nothing runs or changes.
+    #[arg(long, value_name = "OLD")]
+    pub diff: Option<PathBuf>,
 }
 
 /// Arguments of `rodizio preflight`.
@@ -105,6 +116,42 @@ pub struct ProbeArgs {
     /// for pgsql].
     #[arg(long)]
     pub user: Option<String>,
+}
+
+/// Arguments of `rodizio simulate`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The JSON config file whose services to simulate (or `-c FILE`
+    /// before `simulate`; without either, the flags: `-b`, `--algorithm`).
+    pub file: Option<PathBuf>,
+    /// How many clients (picks), each from its own address [at most
+    /// 1000000].
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub clients: u64,
+    /// Only the service of this name.
+    #[arg(long, value_name = "NAME")]
+    pub service: Option<String>,
+    /// Then remove this backend (HOST:PORT as configured) and show where
+    /// its clients go.
+    #[arg(long, value_name = "BACKEND", conflicts_with = "weight")]
+    pub remove: Option<String>,
+    /// Then give this backend another weight (HOST:PORT=W).
+    #[arg(long, value_name = "BACKEND=W", value_parser = parse_reweight)]
+    pub weight: Option<(String, u32)>,
+}
+
+/// `HOST:PORT=W` for `simulate --weight`, W from 1 to 1000 as a backend's
+/// `weight=`.
+fn parse_reweight(text: &str) -> std::result::Result<(String, u32), String> {
+    let (name, weight) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("'{text}' is not HOST:PORT=WEIGHT (e.g. 127.0.0.1:8001=3)"))?;
+    match weight.trim().parse::<u32>() {
+        Ok(w) if (1..=1000).contains(&w) => Ok((name.trim().to_string(), w)),
+        _ => Err(format!(
+            "weight '{weight}' is not a whole number from 1 to 1000"
+        )),
+    }
 }
 
 /// Flags of `rodizio demo`.
@@ -457,6 +504,31 @@ fn flags_after_demo(cmd: &mut clap::Command, args: &[std::ffi::OsString]) -> Opt
 /// The first line of a clap error, for the one-line message on bad flags
 /// (clap's own message adds a usage block and a hint over several lines).
 pub fn one_line(err: &clap::Error) -> String {
+    clip_quoted(&one_line_whole(err))
+}
+
+/// Every quoted value (`'...'`) of `line` cut to 64 characters and `…`:
+/// clap quotes the value it refused whole, and a value of a megabyte
+/// would make a line no one reads.
+fn clip_quoted(line: &str) -> String {
+    const MAX: usize = 64;
+    let mut out = String::with_capacity(line.len().min(1024));
+    for (i, part) in line.split('\'').enumerate() {
+        if i > 0 {
+            out.push('\'');
+        }
+        if i % 2 == 1 && part.chars().count() > MAX {
+            out.extend(part.chars().take(MAX));
+            out.push('…');
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+/// [`one_line`] before its values are clipped.
+fn one_line_whole(err: &clap::Error) -> String {
     let rendered = err.render().to_string();
     let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
     let first = lines.next().unwrap_or("invalid arguments").to_string();
@@ -485,6 +557,15 @@ pub fn one_line(err: &clap::Error) -> String {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn refused_values_are_shown_clipped() {
+        let long = "9".repeat(5000);
+        let err = parse_from(["rodizio", "--workers", &long]).unwrap_err();
+        let line = one_line(&err);
+        assert!(line.len() < 300 && line.contains("99…'"), "{line}");
+        assert_eq!(clip_quoted("a 'b' c"), "a 'b' c");
+    }
 
     #[test]
     fn clap_definition_is_consistent() {

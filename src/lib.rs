@@ -46,7 +46,8 @@
 //!   [`config::Overrides`] laid over the defaults), `file` (the JSON config
 //!   file), `services` (what spans services: names, addresses), `values`
 //!   (the file's value types), `read` (reading it,
-//!   bounded), `words` (errors and values in the operator's words).
+//!   bounded), `words` (errors and values in the operator's words),
+//!   `export` (a configuration written back as a file).
 //! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
 //! - `balancer`: [`Balancer`] wires the parts together; the drain.
 //! - `service`: one service at run time (its listeners, live settings,
@@ -94,12 +95,16 @@
 //!   16 addresses, the last result); `resolver`, the thread that looks
 //!   the names up again every `resolve_interval`.
 //! - `reaper`: removes drained backends once their last connection ends.
-//! - `reload`: [`reload::Reloader`], the config file applied again to a
-//!   running balancer (SIGHUP).
+//! - `reload/`: [`reload::Reloader`], the config file applied again to a
+//!   running balancer (SIGHUP), or only described (a dry run); `service`
+//!   (one service's part), `diff` (`check-config --diff OLD NEW`, two
+//!   files compared with the same words).
 //! - `admin/`: the admin API (`--admin`): JSON over HTTP to list, add,
 //!   drain and remove backends, reload, and show the settings; `routes`
 //!   (the endpoints), `server` (hyper on its own thread, every bound),
-//!   `auth` (the token), `metrics` (Prometheus), `page` (the stats page).
+//!   `auth` (the token), `metrics` (Prometheus), `process` (its
+//!   `process_*` series, from `/proc/self`), `page` (the stats page),
+//!   `tools` (the reload's dry run, the running configuration as a file).
 //! - `reply`: the 429/502/503 replies, written without blocking.
 //! - `stats`: one table of counters and gauges.
 //! - `throttle`: a log line at most once a second for events that repeat.
@@ -110,6 +115,8 @@
 //!   within bounds.
 //! - `system`: process settings taken from the OS at start-up (the open
 //!   files limit) and OS errors in words.
+//! - `simulate`: `rodizio simulate`, the schedulers asked for N picks
+//!   with no socket; each backend's share, and the clients a change moves.
 //! - `preflight/`: `rodizio preflight`, this host's limits against the
 //!   settings (also logged at start-up); `host` (what the system gives,
 //!   read once), `checks` (one line each, from plain numbers).
@@ -195,6 +202,7 @@ pub mod scheduler;
 pub mod service;
 pub mod shutdown;
 pub mod signals;
+pub mod simulate;
 pub mod slots;
 pub mod stats;
 pub mod system;

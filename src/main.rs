@@ -27,7 +27,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rodizio::backend::{Backend, BackendSpec};
-use rodizio::cli::{self, one_line, Cli, Command, DemoArgs, ProbeArgs};
+use rodizio::cli::{self, one_line, Cli, Command, DemoArgs, ProbeArgs, SimulateArgs};
 use rodizio::config::file::{self, ConfigFile, Mode};
 use rodizio::config::settings::{self, Scope};
 use rodizio::config::Overrides;
@@ -181,7 +181,10 @@ fn start(cli: Cli, shutdown: &Shutdown) -> Result<u8, Error> {
     let file = cli.balancer.config.as_deref().map(file::load).transpose()?;
     match cli.command {
         Some(Command::Backend(args)) => backend_role(args.listen, args.name, shutdown),
-        Some(Command::CheckConfig(args)) => check_config(&args.file, &flags),
+        Some(Command::CheckConfig(args)) => match &args.diff {
+            Some(old) => check_diff(old, &args.file, &flags),
+            None => check_config(&args.file, &flags),
+        },
         Some(Command::Preflight(args)) => {
             let file = match args.file {
                 Some(path) => Some(file::load(&path)?),
@@ -190,6 +193,13 @@ fn start(cli: Cli, shutdown: &Shutdown) -> Result<u8, Error> {
             run_preflight(file.as_ref(), &flags)
         }
         Some(Command::Probe(args)) => probe(args),
+        Some(Command::Simulate(args)) => {
+            let file = match &args.file {
+                Some(path) => Some(file::load(path)?),
+                None => file,
+            };
+            simulate(file.as_ref(), &flags, args)
+        }
         Some(Command::Demo(args)) => {
             let mut config = settle(file.as_ref(), &flags)?;
             let listen_given = flags.listen.is_some()
@@ -290,6 +300,27 @@ fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
     Ok(0)
 }
 
+/// `rodizio check-config --diff OLD NEW`: what a reload from OLD to NEW
+/// would do, one change a line, then the settings that need a restart.
+fn check_diff(old: &Path, new: &Path, flags: &Overrides) -> Result<u8, Error> {
+    let (old, new) = (file::load(old)?, file::load(new)?);
+    let report = rodizio::reload::between(&old, &new, flags)?;
+    for line in &report.changes {
+        say(line);
+    }
+    if !report.needs_restart.is_empty() {
+        say(format_args!(
+            "needs a restart: {}",
+            report.needs_restart.join(", ")
+        ));
+    }
+    if report.changes.is_empty() && report.needs_restart.is_empty() {
+        say("no change");
+    }
+    let _ = io::stdout().flush();
+    Ok(0)
+}
+
 /// The settings of `config` of one scope, as `check-config` prints them.
 fn described(config: &Config, scope: Scope) -> Vec<(&'static str, String)> {
     config
@@ -352,6 +383,38 @@ fn probe(args: ProbeArgs) -> Result<u8, Error> {
     })
 }
 
+/// `rodizio simulate [FILE]`: each service's scheduler asked for
+/// `--clients` picks, the shares printed.
+fn simulate(file: Option<&ConfigFile>, flags: &Overrides, args: SimulateArgs) -> Result<u8, Error> {
+    use rodizio::simulate::{self, Change};
+    let config = settle(file, flags)?;
+    if config.service_list().iter().all(|s| s.backends.is_empty()) {
+        return Err(Error::InvalidConfig(
+            "no backends to simulate (give a config file, or -b HOST:PORT before 'simulate')"
+                .into(),
+        ));
+    }
+    let change = match (args.remove, args.weight) {
+        (Some(name), _) => Some(Change::Remove(name)),
+        (None, Some((name, weight))) => Some(Change::Weight(name, weight)),
+        (None, None) => None,
+    };
+    let outcomes = simulate::run(
+        &config,
+        args.clients,
+        args.service.as_deref(),
+        change.as_ref(),
+    )?;
+    for (i, outcome) in outcomes.iter().enumerate() {
+        if i > 0 {
+            say("");
+        }
+        let _ = write!(console(), "{outcome}");
+    }
+    let _ = console().flush();
+    Ok(0)
+}
+
 /// The balancer: settings checked and the port bound before the prompt
 /// asks anything, so a bad value or a taken port is reported at once.
 fn balance(
@@ -402,6 +465,16 @@ fn balance(
             for_api
                 .reload()
                 .map(|report| report.summary)
+                .map_err(|err| err.to_string())
+        }));
+        let for_dry_run = reloader.clone();
+        balancer.set_dry_run(std::sync::Arc::new(move || {
+            for_dry_run
+                .dry_run()
+                .map(|report| rodizio::admin::DryRun {
+                    changes: report.changes,
+                    needs_restart: report.needs_restart,
+                })
                 .map_err(|err| err.to_string())
         }));
         // The reloader logs what it did, or why it refused.

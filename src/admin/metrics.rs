@@ -9,6 +9,9 @@
 //! admin listener's thread; it reads atomics and the scheduler's snapshot,
 //! and takes no lock the workers take.
 //!
+//! The standard `process_*` series (`process.rs`) come with it, under the
+//! names every exporter gives them.
+//!
 //! Names are `rodizio_` followed by the table's name; counters get the
 //! `_total` suffix Prometheus expects. Histogram buckets are cumulative in
 //! the text, as Prometheus wants (`le="0.005"` counts every observation of
@@ -58,8 +61,12 @@ impl std::fmt::Debug for Sources {
 
 /// The Prometheus text (format 0.0.4) of everything in `sources`.
 pub fn render(sources: &Sources) -> String {
-    let mut registry = Registry::with_prefix("rodizio");
-    registry.register_collector(Box::new(View(sources.clone())));
+    let mut registry = Registry::default();
+    registry
+        .sub_registry_with_prefix("rodizio")
+        .register_collector(Box::new(View(sources.clone())));
+    // The standard names, with no prefix.
+    registry.register_collector(Box::new(super::process::Process));
     let mut out = String::new();
     // Writing into a String cannot fail; an encoder error would mean a bug
     // in a name, which the tests catch.
@@ -108,6 +115,7 @@ impl Collector for View {
             per_backend(&mut encoder, name, help, kind, &lists, value)?;
         }
         backend_up(&mut encoder, &lists)?;
+        backend_last_change(&mut encoder, &lists)?;
         let histograms: Vec<_> = services
             .iter()
             .map(|x| (x.name(), x.stats.histogram_snapshots()))
@@ -259,6 +267,12 @@ const PER_BACKEND: &[PerBackend] = &[
         Backend::bytes_to_client,
     ),
     (
+        "backend_weight",
+        "The backend's weight now (the config's, or the admin API's since).",
+        MetricType::Gauge,
+        |b| u64::from(b.weight()),
+    ),
+    (
         "backend_connect_failures",
         "Connect attempts to the backend that failed.",
         MetricType::Counter,
@@ -295,6 +309,37 @@ fn backend_up(
                 let value = i64::from(st == now);
                 ConstGauge::new(value).encode(m.encode_family(&labels)?)?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// `backend_last_change_seconds`: per backend, when its state (up, down,
+/// draining, maint) last changed, or it was added, in seconds since the
+/// Unix epoch.
+fn backend_last_change(
+    encoder: &mut DescriptorEncoder,
+    lists: &[(&str, Arc<[Arc<Backend>]>)],
+) -> Result<(), std::fmt::Error> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut m = encoder.encode_descriptor(
+        "backend_last_change_seconds",
+        "When the backend's state last changed (or it was added), in seconds since the Unix epoch.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (service, backends) in lists {
+        for b in backends.iter() {
+            let labels = [
+                ("service", service.to_string()),
+                ("backend", b.name().to_string()),
+            ];
+            let at = now.saturating_sub(b.since_change()).as_secs_f64();
+            // Whole milliseconds, as the backend keeps them.
+            let at = (at * 1000.0).round() / 1000.0;
+            ConstGauge::new(at).encode(m.encode_family(&labels)?)?;
         }
     }
     Ok(())
@@ -349,6 +394,45 @@ mod tests {
             max_workers: 4096,
         };
         (sources, service)
+    }
+
+    #[test]
+    fn process_series_weight_and_last_change_are_rendered() {
+        let a = Arc::new(Backend::new("127.0.0.1:8001".into(), vec![], 3));
+        let (sources, _) = sources(vec![Arc::clone(&a)]);
+        let text = render(&sources);
+        for name in [
+            "process_start_time_seconds",
+            "process_open_fds",
+            "process_max_fds",
+            "process_resident_memory_bytes",
+            "process_virtual_memory_bytes",
+            "process_threads",
+        ] {
+            assert!(
+                text.contains(&format!("# TYPE {name} gauge\n{name} ")),
+                "{name}: {text}"
+            );
+        }
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter"),
+            "{text}"
+        );
+        assert!(!text.contains("rodizio_process_"), "{text}");
+        let weight = "rodizio_backend_weight{service=\"default\",backend=\"127.0.0.1:8001\"} 3\n";
+        assert!(text.contains(weight), "{text}");
+        a.set_weight(5);
+        assert!(render(&sources).contains(&weight.replace("} 3", "} 5")));
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("rodizio_backend_last_change_seconds{"))
+            .unwrap();
+        let at: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!((now - at).abs() < 60.0, "{line} at {now}");
     }
 
     #[test]

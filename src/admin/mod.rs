@@ -24,9 +24,11 @@
 mod auth;
 pub mod metrics;
 pub mod page;
+pub mod process;
 pub mod routes;
 mod server;
 mod services;
+mod tools;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -50,6 +52,19 @@ pub use server::{
 /// What `POST /reload` calls: `Ok` with a one-line summary of what changed,
 /// or `Err` with why nothing did.
 pub type ReloadHook = Arc<dyn Fn() -> std::result::Result<String, String> + Send + Sync>;
+
+/// What `POST /reload?dry_run=1` calls: `Ok` with what a reload would do
+/// now, or `Err` with why it would be refused. Nothing is applied.
+pub type DryRunHook = Arc<dyn Fn() -> std::result::Result<DryRun, String> + Send + Sync>;
+
+/// What a reload would do, as a dry run tells it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DryRun {
+    /// Each change, in the words of the reload's log line.
+    pub changes: Vec<String>,
+    /// The settings that differ but need a restart.
+    pub needs_restart: Vec<String>,
+}
 
 /// The admin socket, bound at start-up with its token read, not yet
 /// serving.
@@ -117,6 +132,9 @@ pub struct State {
     pub config: Config,
     /// `POST /reload`'s hook; `None` when there is no config file.
     pub reload: Option<ReloadHook>,
+    /// `POST /reload?dry_run=1`'s hook; `None` when there is no config
+    /// file ([`State::new`] leaves it so).
+    pub dry_run: Option<DryRunHook>,
     /// What `/metrics` and the stats page read.
     pub sources: metrics::Sources,
     /// When the balancer started (the page's uptime).
@@ -141,6 +159,7 @@ impl State {
             running,
             config,
             reload,
+            dry_run: None,
             sources,
             started: std::time::Instant::now(),
             changes: Mutex::new(()),
@@ -172,6 +191,8 @@ pub struct Parts {
     pub config: Config,
     /// `POST /reload`'s hook, if there is a config file.
     pub reload: Option<ReloadHook>,
+    /// `POST /reload?dry_run=1`'s hook, if there is a config file.
+    pub dry_run: Option<DryRunHook>,
     /// The process's counters (every service's added).
     pub stats: Arc<crate::stats::Stats>,
     /// Clients in the queue now.
@@ -214,13 +235,15 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
         queued: parts.queued,
         max_workers: config.workers,
     };
-    let state = Arc::new(State::new(
+    let mut state = State::new(
         parts.running,
         config,
         parts.reload,
         sources,
         Some(shutdown.clone()),
-    ));
+    );
+    state.dry_run = parts.dry_run;
+    let state = Arc::new(state);
     let http = server::Http::new(state, auth::Auth::new(token));
     let server = server::start(listener, http, shutdown)?;
     log::info!("admin API listening on {addr}");

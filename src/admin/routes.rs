@@ -24,6 +24,7 @@ use crate::health::OwnCheck;
 use crate::service::Service;
 
 use super::services::{only_service, service_json, services};
+use super::tools::{dry_run, query_flag, query_value, running_file, settings_now};
 
 /// Most weight accepted, as `--backend HOST:PORT,weight=N` allows.
 const MAX_WEIGHT: u32 = 1000;
@@ -124,10 +125,11 @@ impl Wanted {
     }
 }
 
-/// Answers one request. `path` may carry a query string (ignored). `HEAD`
+/// Answers one request. `path` may carry a query string (read only by
+/// `POST /reload`, for `dry_run`; ignored elsewhere). `HEAD`
 /// is answered as `GET` (the HTTP layer sends no body).
 pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
-    let path = path.split('?').next().unwrap_or_default();
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
     let method = if method == "HEAD" { "GET" } else { method };
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
@@ -147,11 +149,28 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
             Err(why) => Reply::error(409, why),
         },
         ["reload"] => match method {
-            "POST" => reload(state),
+            "POST" => match query_flag(query, "dry_run") {
+                Ok(false) => reload(state),
+                Ok(true) => {
+                    let (status, body) = dry_run(state);
+                    Reply::new(status, body)
+                }
+                Err(why) => Reply::error(400, why),
+            },
             _ => Reply::method_not_allowed(method, "POST"),
         },
         ["config"] => match method {
-            "GET" => Reply::new(200, config(state)),
+            "GET" => match query_value(query, "format") {
+                None | Some("json") => Reply::new(200, config(state)),
+                Some("file") => Reply::text("application/json", running_file(state)),
+                Some(other) => Reply::error(
+                    400,
+                    format!(
+                        "format={} is not json or file",
+                        crate::config::shown_name(other)
+                    ),
+                ),
+            },
             _ => Reply::method_not_allowed(method, "GET, HEAD"),
         },
         ["metrics"] => match method {
@@ -545,17 +564,6 @@ fn backends_now(service: &Service) -> Value {
         .iter()
         .map(|b| json!({ "address": b.name(), "weight": b.weight() }));
     Value::Array(list.collect())
-}
-
-/// A service's settings, the live ones read as they are now.
-fn settings_now(service: &Service) -> crate::config::Config {
-    let live = &service.live;
-    let mut config = service.config.clone();
-    config.proxy = (**live.proxy.load()).clone();
-    config.health = (**live.health.load()).clone();
-    config.rate_limit = live.limiter.load().as_ref().map(|l| l.config().clone());
-    config.algorithm = live.scheduler.algorithm();
-    config
 }
 
 /// `config`'s settings (of `scope`, or all) as a JSON object, the

@@ -30,8 +30,12 @@
 //!
 //! No C counterpart: the C reads its backends once, at the prompt.
 
+mod diff;
 mod service;
 
+pub use diff::between;
+
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,6 +82,9 @@ pub struct ReloadReport {
     /// Settings that differ in the file but need a restart: kept. A
     /// service's are written `service: key` when there are several.
     pub needs_restart: Vec<String>,
+    /// Each change of the summary on its own (`+1 backend (...)`, `service
+    /// api: weight ... 1 → 3`), in the order made.
+    pub changes: Vec<String>,
 }
 
 /// Reloads the config file into a running balancer. Cheap to clone; every
@@ -111,13 +118,24 @@ struct State {
     mode: Mode,
 }
 
-/// What `prepare` decided, for `apply`.
+/// What `prepare` decided, for `apply` (or, in a dry run, for `describe`
+/// alone).
 struct Plan {
     config: Config,
     changed: Vec<service::Plan>,
-    added: Vec<(Arc<Service>, Bound)>,
+    added: Vec<Added>,
     removed: Vec<String>,
     needs_restart: Vec<String>,
+}
+
+/// A service the file adds.
+struct Added {
+    name: String,
+    /// Its listening addresses, as configured.
+    addrs: Vec<SocketAddr>,
+    /// The service built and its sockets bound; `None` in a dry run, which
+    /// binds the addresses to see that it can, then lets them go.
+    start: Option<(Arc<Service>, Bound)>,
 }
 
 impl Reloader {
@@ -144,6 +162,24 @@ impl Reloader {
         &self.inner.path
     }
 
+    /// What [`Reloader::reload`] would do now, without doing it: the file
+    /// read and checked, new backends resolved and new addresses bound (then
+    /// let go), as a reload does, and the report it would give. Counts
+    /// nothing and tells systemd nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`Reloader::reload`]: the reason the reload would be refused.
+    pub fn dry_run(&self) -> Result<ReloadReport> {
+        let state = self.inner.state.lock();
+        let plan = self.prepare(&state, true)?;
+        let mut report = self.describe(&state, &plan);
+        report.summary = report
+            .summary
+            .replacen("reload: ", "a reload would do: ", 1);
+        Ok(report)
+    }
+
     /// Reads the file again and applies it (see the module docs). Logs one
     /// info line on success, one error line on failure, and a warning for
     /// settings that need a restart.
@@ -167,7 +203,7 @@ impl Reloader {
     /// [`Reloader::reload`] under the lock, between what it tells systemd.
     fn reload_locked(&self, state: &mut State) -> Result<ReloadReport> {
         let inner = &self.inner;
-        let plan = match self.prepare(state) {
+        let plan = match self.prepare(state, false) {
             Ok(plan) => plan,
             Err(err) => {
                 Stats::incr(&inner.stats.reloads_failed);
@@ -191,8 +227,8 @@ impl Reloader {
     }
 
     /// Everything that can fail: read, validate, resolve new backends,
-    /// bind new addresses.
-    fn prepare(&self, state: &State) -> Result<Plan> {
+    /// bind new addresses. A `dry` plan builds no new service.
+    fn prepare(&self, state: &State, dry: bool) -> Result<Plan> {
         let inner = &self.inner;
         let file = file::load(&inner.path)?;
         let mut config = file.settle(&inner.flags)?;
@@ -233,12 +269,7 @@ impl Reloader {
                     }));
                     plan.changed.push(one);
                 }
-                _ => {
-                    let bound = listener::open(new)?;
-                    let service = Service::build(new.clone(), &inner.running.shared)?;
-                    let bound = new.listen_addrs().into_iter().zip(bound).collect();
-                    plan.added.push((Arc::new(service), bound));
-                }
+                _ => plan.added.push(self.prepare_new(new, dry)?),
             }
         }
         let names: Vec<&str> = config
@@ -261,25 +292,67 @@ impl Reloader {
         Ok(plan)
     }
 
+    /// What `plan` does, in words: the report of the reload that applies
+    /// it, read before anything changes.
+    fn describe(&self, state: &State, plan: &Plan) -> ReloadReport {
+        let running = &self.inner.running;
+        let mut report = ReloadReport {
+            needs_restart: plan.needs_restart.clone(),
+            ..ReloadReport::default()
+        };
+        let several = plan.config.services.len() > 1 || state.config.services.len() > 1;
+        let removed = plan.removed.iter().map(|name| {
+            let active = running.find(name).map_or(0, |s| s.stats.own().active);
+            (name.clone(), Some(active))
+        });
+        let old_list: Vec<Config> = state.config.service_list().into_iter().cloned().collect();
+        let mut changed = Vec::new();
+        for one in &plan.changed {
+            let name = one.service.name();
+            let old = old_list.iter().find(|o| o.name == name);
+            let parts = service::describe(one, old.unwrap_or(&Config::default()), &mut report);
+            changed.push((name.to_string(), parts));
+        }
+        let added = plan.added.iter().map(|a| (a.name.clone(), a.addrs.clone()));
+        let services = Services {
+            removed: removed.collect(),
+            changed,
+            added: added.collect(),
+        };
+        services.tell(several, &mut report);
+        report
+    }
+
+    /// A service the file adds: its addresses bound and its backends
+    /// resolved; built, unless `dry`.
+    fn prepare_new(&self, new: &Config, dry: bool) -> Result<Added> {
+        let bound = listener::open(new)?;
+        let addrs = new.listen_addrs();
+        let start = if dry {
+            for spec in &new.backends {
+                spec.resolve()?;
+            }
+            None
+        } else {
+            let service = Service::build(new.clone(), &self.inner.running.shared)?;
+            let bound = addrs.iter().copied().zip(bound).collect();
+            Some((Arc::new(service), bound))
+        };
+        Ok(Added {
+            name: new.name.clone(),
+            addrs,
+            start,
+        })
+    }
+
     /// Changes the services as planned; cannot fail (a thread that cannot
     /// start is logged).
     fn apply(&self, state: &mut State, plan: Plan) -> ReloadReport {
         let inner = &self.inner;
-        let mut report = ReloadReport {
-            needs_restart: plan.needs_restart,
-            ..ReloadReport::default()
-        };
-        let several = plan.config.services.len() > 1 || state.config.services.len() > 1;
-        let mut sections = Vec::new();
+        let mut report = self.describe(state, &plan);
         // Stopped first: a new service may take over one's address.
         for name in &plan.removed {
-            let active = inner.running.find(name).map_or(0, |s| s.stats.own().active);
             inner.running.stop(name).join();
-            sections.push(format!(
-                "service {name} stopped ({} finishing)",
-                units::count(active, "connection")
-            ));
-            report.services_removed += 1;
         }
         let old_list: Vec<Config> = state.config.service_list().into_iter().cloned().collect();
         for one in plan.changed {
@@ -290,37 +363,80 @@ impl Reloader {
                 .cloned()
                 .unwrap_or_default();
             let reaper = self.reaper(&one.service);
-            let mut parts = Vec::new();
-            service::apply(one, &old, &inner.running, &reaper, &mut parts, &mut report);
+            for part in service::apply(one, &old, &inner.running, &reaper) {
+                report.readdressed += 1;
+                report.summary = match report.summary.as_str() {
+                    "reload: no change" => format!("reload: {part}"),
+                    summary => format!("{summary}; {part}"),
+                };
+                report.changes.push(part);
+            }
+        }
+        for (service, listeners) in plan.added.into_iter().filter_map(|a| a.start) {
+            let name = service.name().to_string();
+            if let Err(err) = inner.running.start(service, listeners, Box::new(|| {})) {
+                log::error!("reload: service {name} could not start: {err}");
+            }
+        }
+        state.config = plan.config;
+        // A reload may have turned `resolve_interval` on.
+        inner.running.resolve_names();
+        report
+    }
+}
+
+/// A reload's changes, service by service, in words.
+pub(crate) struct Services {
+    /// Services stopped, with their connections finishing (when known).
+    pub removed: Vec<(String, Option<u64>)>,
+    /// Services changed, with the parts of their change.
+    pub changed: Vec<(String, Vec<String>)>,
+    /// Services started, with their listening addresses.
+    pub added: Vec<(String, Vec<SocketAddr>)>,
+}
+
+impl Services {
+    /// Writes the summary and the changes into `report`, each part under
+    /// its service's name when `several` services run (or will).
+    pub(crate) fn tell(self, several: bool, report: &mut ReloadReport) {
+        let mut changes = Vec::new();
+        let mut sections = Vec::new();
+        for (name, active) in self.removed {
+            changes.push(match active {
+                Some(n) => format!(
+                    "service {name} stopped ({} finishing)",
+                    units::count(n, "connection")
+                ),
+                None => format!("service {name} stopped"),
+            });
+            report.services_removed += 1;
+        }
+        sections.extend(changes.iter().cloned());
+        for (name, parts) in self.changed {
             if parts.is_empty() {
                 continue;
             }
-            sections.push(if several {
-                format!("service {name}: {}", parts.join(", "))
+            if several {
+                changes.extend(parts.iter().map(|p| format!("service {name}: {p}")));
+                sections.push(format!("service {name}: {}", parts.join(", ")));
             } else {
-                parts.join(", ")
-            });
-        }
-        for (service, listeners) in plan.added {
-            let name = service.name().to_string();
-            let addrs: Vec<String> = listeners.iter().map(|(a, _)| a.to_string()).collect();
-            match inner.running.start(service, listeners, Box::new(|| {})) {
-                Ok(()) => {
-                    sections.push(format!("service {name} started on {}", addrs.join(", ")));
-                    report.services_added += 1;
-                }
-                Err(err) => log::error!("reload: service {name} could not start: {err}"),
+                sections.push(parts.join(", "));
+                changes.extend(parts);
             }
         }
-        // A reload may have turned `resolve_interval` on.
-        inner.running.resolve_names();
+        for (name, addrs) in self.added {
+            let addrs: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+            let line = format!("service {name} started on {}", addrs.join(", "));
+            changes.push(line.clone());
+            sections.push(line);
+            report.services_added += 1;
+        }
         report.summary = if sections.is_empty() {
             "reload: no change".to_string()
         } else {
             format!("reload: {}", sections.join("; "))
         };
-        state.config = plan.config;
-        report
+        report.changes = changes;
     }
 }
 
@@ -442,6 +558,42 @@ mod tests {
         assert_eq!(s.names(), ["127.0.0.1:1", "127.0.0.1:3"]);
         let stats = s.balancer.stats().snapshot();
         assert_eq!((stats.reloads_ok, stats.reloads_failed), (1, 0));
+    }
+
+    #[test]
+    fn a_dry_run_says_what_a_reload_does_and_does_nothing() {
+        let s = Setup::new(
+            "dry",
+            r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1", "127.0.0.1:2"]}"#,
+        );
+        s.write(
+            r#"{"listen": "127.0.0.1:0", "workers": 8,
+                "backends": ["127.0.0.1:1,weight=3", "127.0.0.1:3"]}"#,
+        );
+        let dry = s.reloader.dry_run().unwrap();
+        assert_eq!(
+            dry.changes,
+            [
+                "+1 backend (127.0.0.1:3)",
+                "weight 127.0.0.1:1 1 → 3",
+                "draining 127.0.0.1:2 (0 connections)"
+            ]
+        );
+        assert_eq!(dry.needs_restart, ["workers"]);
+        assert_eq!(s.names(), ["127.0.0.1:1", "127.0.0.1:2"]);
+        assert_eq!(s.balancer.scheduler().snapshot()[0].weight(), 1);
+        let stats = s.balancer.stats().snapshot();
+        assert_eq!((stats.reloads_ok, stats.reloads_failed), (0, 0));
+        // The reload then does what the dry run said, in the same words.
+        let done = s.reloader.reload().unwrap();
+        assert_eq!(done.changes, dry.changes);
+        assert_eq!(
+            done.summary.trim_start_matches("reload: "),
+            dry.summary.trim_start_matches("a reload would do: ")
+        );
+        s.write("{\"backends\": [],,}");
+        assert!(s.reloader.dry_run().is_err());
+        assert_eq!(s.balancer.stats().snapshot().reloads_failed, 0);
     }
 
     #[test]

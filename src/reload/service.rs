@@ -35,11 +35,9 @@ use crate::units;
 
 use super::ReloadReport;
 
-/// What a reload changes in one running service.
-pub(super) struct Plan {
-    pub service: Arc<Service>,
-    /// Its new settings, restart-only ones kept at their running value.
-    pub config: Config,
+/// What a reload does to one service's backends, matched by name.
+#[derive(Default)]
+pub(super) struct Backends {
     add: Vec<Arc<Backend>>,
     restore: Vec<Arc<Backend>>,
     reweight: Vec<(Arc<Backend>, u32)>,
@@ -49,6 +47,14 @@ pub(super) struct Plan {
     drain: Vec<Arc<Backend>>,
     /// Backends kept, given by name: looked up again by every reload.
     names: Vec<Arc<Backend>>,
+}
+
+/// What a reload changes in one running service.
+pub(super) struct Plan {
+    pub service: Arc<Service>,
+    /// Its new settings, restart-only ones kept at their running value.
+    pub config: Config,
+    backends: Backends,
     /// New listening addresses, bound, with their configured address.
     listen_new: Vec<(SocketAddr, TcpListener)>,
     /// Configured addresses no longer listed.
@@ -56,33 +62,20 @@ pub(super) struct Plan {
     pub needs_restart: Vec<&'static str>,
 }
 
-/// Plans the change of `service` (running with `old`) to `new`: what can
-/// fail (a backend that does not resolve, an address that cannot be
-/// bound) fails here.
-pub(super) fn prepare(
-    service: &Arc<Service>,
+/// Matches `new`'s backends with `list` (the running ones; `retiring`,
+/// the ids of those draining out) by name: what to add, serve again,
+/// reweigh and drain. A new backend is resolved here, so one that does
+/// not resolve fails the plan.
+pub(super) fn plan_backends(
+    list: &[Arc<Backend>],
+    retiring: &[u64],
     old: &Config,
-    mut new: Config,
-    reaper: &Reaper,
+    new: &Config,
     file: &ConfigFile,
     from_file: bool,
-) -> Result<Plan> {
-    let list = service.live.scheduler.snapshot();
-    let retiring: Vec<u64> = reaper.watched();
+) -> Result<Backends> {
     let mut unmatched: Vec<Arc<Backend>> = list.to_vec();
-    let mut plan = Plan {
-        service: Arc::clone(service),
-        config: Config::default(),
-        add: Vec::new(),
-        restore: Vec::new(),
-        reweight: Vec::new(),
-        recheck: Vec::new(),
-        drain: Vec::new(),
-        names: Vec::new(),
-        listen_new: Vec::new(),
-        listen_gone: Vec::new(),
-        needs_restart: Vec::new(),
-    };
+    let mut plan = Backends::default();
     for spec in &new.backends {
         let name = spec.name();
         match unmatched.iter().position(|b| b.name() == name) {
@@ -117,9 +110,26 @@ pub(super) fn prepare(
         .into_iter()
         .filter(|b| !retiring.contains(&b.id()))
         .collect();
-    plan.needs_restart = settings::keep_restart_only_in(Scope::Service, &mut new, old);
+    Ok(plan)
+}
+
+/// Plans the change of `service` (running with `old`) to `new`: what can
+/// fail (a backend that does not resolve, an address that cannot be
+/// bound) fails here.
+pub(super) fn prepare(
+    service: &Arc<Service>,
+    old: &Config,
+    mut new: Config,
+    reaper: &Reaper,
+    file: &ConfigFile,
+    from_file: bool,
+) -> Result<Plan> {
+    let list = service.live.scheduler.snapshot();
+    let backends = plan_backends(&list, &reaper.watched(), old, &new, file, from_file)?;
+    let needs_restart = settings::keep_restart_only_in(Scope::Service, &mut new, old);
     let (was, now) = (old.listen_addrs(), new.listen_addrs());
-    plan.listen_gone = was.iter().filter(|a| !now.contains(a)).copied().collect();
+    let listen_gone = was.iter().filter(|a| !now.contains(a)).copied().collect();
+    let mut listen_new = Vec::new();
     for addr in now.into_iter().filter(|a| !was.contains(a)) {
         let one = Config {
             listen: addr,
@@ -127,146 +137,187 @@ pub(super) fn prepare(
             ..new.clone()
         };
         let mut bound = listener::open(&one)?;
-        plan.listen_new.push((addr, bound.remove(0)));
+        listen_new.push((addr, bound.remove(0)));
     }
-    plan.config = new;
-    Ok(plan)
+    Ok(Plan {
+        service: Arc::clone(service),
+        config: new,
+        backends,
+        listen_new,
+        listen_gone,
+        needs_restart,
+    })
 }
 
-/// Changes the running service as planned, saying each change in
-/// `parts`; cannot fail (an accept thread that cannot start is logged).
-pub(super) fn apply(
-    plan: Plan,
-    old: &Config,
-    running: &Running,
-    reaper: &Reaper,
-    parts: &mut Vec<String>,
-    report: &mut ReloadReport,
-) {
-    let live = &plan.service.live;
-    let config = &plan.config;
-    // What runs now, as the live values say (an admin request may have
-    // changed them since the last reload).
+/// The settings `service` runs with now: `old` as the live values say (an
+/// admin request may have changed them since the last reload).
+fn running_settings(service: &Service, old: &Config) -> Config {
+    let live = &service.live;
     let mut before = old.clone();
     before.algorithm = live.scheduler.algorithm();
     before.proxy = current(&live.proxy);
     before.health = current(&live.health);
     before.rate_limit = live.limiter.load().as_ref().map(|l| l.config().clone());
+    before
+}
+
+/// What `apply` will do to the service, one part per change, in the words
+/// of the reload's log line; counted in `report`.
+pub(super) fn describe(plan: &Plan, old: &Config, report: &mut ReloadReport) -> Vec<String> {
+    let before = running_settings(&plan.service, old);
+    let listen_new: Vec<SocketAddr> = plan.listen_new.iter().map(|(a, _)| *a).collect();
+    describe_changes(
+        &plan.backends,
+        &before,
+        &plan.config,
+        (&listen_new, &plan.listen_gone),
+        report,
+    )
+}
+
+/// The parts of a service's change from `before` to `config`, in the
+/// order `apply` makes them: listening on more addresses, backends added,
+/// served again, reweighted, settings, backends draining, addresses given
+/// up.
+pub(super) fn describe_changes(
+    backends: &Backends,
+    before: &Config,
+    config: &Config,
+    (listen_new, listen_gone): (&[SocketAddr], &[SocketAddr]),
+    report: &mut ReloadReport,
+) -> Vec<String> {
+    let mut parts = Vec::new();
+    let addrs = |list: &[SocketAddr]| {
+        let list: Vec<String> = list.iter().map(|a| a.to_string()).collect();
+        list.join(", ")
+    };
+    if !listen_new.is_empty() {
+        parts.push(format!("listening on {}", addrs(listen_new)));
+    }
+    if !backends.add.is_empty() {
+        let names: Vec<&str> = backends.add.iter().map(|b| b.name()).collect();
+        parts.push(format!(
+            "+{} ({})",
+            units::count(backends.add.len() as u64, "backend"),
+            names.join(", ")
+        ));
+        report.added += backends.add.len();
+    }
+    for b in &backends.restore {
+        parts.push(format!("serving {} again", b.name()));
+    }
+    report.restored += backends.restore.len();
+    for (b, weight) in &backends.reweight {
+        parts.push(format!("weight {} {} → {weight}", b.name(), b.weight()));
+    }
+    report.reweighted += backends.reweight.len();
+    for (b, own) in &backends.recheck {
+        parts.push(format!("checks of {}: {}", b.name(), own_words(own)));
+    }
+    report.settings_changed += backends.recheck.len();
+    setting_changes(before, config, &mut parts, report);
+    for b in &backends.drain {
+        let n = b.active() + b.pending();
+        parts.push(format!(
+            "draining {} ({})",
+            b.name(),
+            units::count(n as u64, "connection")
+        ));
+    }
+    report.draining += backends.drain.len();
+    if !listen_gone.is_empty() {
+        parts.push(format!("no longer listening on {}", addrs(listen_gone)));
+    }
+    parts
+}
+
+/// An own check in the words of the reload's log line.
+fn own_words(own: &OwnCheck) -> String {
+    match own.to_string() {
+        text if text.is_empty() => "as the service's".to_string(),
+        text => text[1..].to_string(),
+    }
+}
+
+/// Changes the running service as planned (what `describe` says);
+/// cannot fail (an accept thread that cannot start is logged). Returns
+/// what only doing it can tell: the names whose lookup now gives other
+/// addresses, as parts of the reload's log line.
+pub(super) fn apply(plan: Plan, old: &Config, running: &Running, reaper: &Reaper) -> Vec<String> {
+    let live = &plan.service.live;
+    let config = &plan.config;
+    let before = running_settings(&plan.service, old);
     let name = plan.service.name().to_string();
     if !plan.listen_new.is_empty() {
-        let addrs: Vec<String> = plan.listen_new.iter().map(|(a, _)| a.to_string()).collect();
-        parts.push(format!("listening on {}", addrs.join(", ")));
         if let Err(err) = running.listen_more(&name, plan.listen_new) {
             log::error!("reload: {err}");
         }
     }
-    // Every name again, whatever `resolve_interval` says: a backend
-    // restarted with a new address is followed by a reload. A failed
-    // lookup keeps its addresses (and is logged); the reload goes on.
-    for b in &plan.names {
-        if let Some((_, now)) = b.addresses().resolve_again(b.name()) {
-            parts.push(format!("{} now at {}", b.name(), lookup::list(&now)));
-            report.readdressed += 1;
-        }
-    }
+    let backends = plan.backends;
     apply_backends(
         live,
         reaper,
-        plan.add,
-        &plan.restore,
-        &plan.reweight,
-        parts,
-        report,
+        backends.add,
+        &backends.restore,
+        &backends.reweight,
     );
-    for (b, own) in plan.recheck {
-        let now = match own.to_string() {
-            text if text.is_empty() => "as the service's".to_string(),
-            text => text[1..].to_string(),
-        };
-        parts.push(format!("checks of {}: {now}", b.name()));
+    for (b, own) in backends.recheck {
         b.set_own_check(own);
-        report.settings_changed += 1;
     }
-    apply_settings(live, &plan.service.stats, &before, config, parts, report);
-    if !plan.drain.is_empty() {
+    // Every name again, whatever `resolve_interval` says: a backend
+    // restarted with a new address is followed by a reload. A failed
+    // lookup keeps its addresses (and is logged); the reload goes on.
+    let mut moved = Vec::new();
+    for b in &backends.names {
+        if let Some((_, now)) = b.addresses().resolve_again(b.name()) {
+            moved.push(format!("{} now at {}", b.name(), lookup::list(&now)));
+        }
+    }
+    apply_settings(live, &plan.service.stats, &before, config);
+    if !backends.drain.is_empty() {
         let deadline = Instant::now() + config.drain_timeout;
-        for b in &plan.drain {
+        for b in &backends.drain {
             b.set_draining(true);
-            let n = b.active() + b.pending();
-            parts.push(format!(
-                "draining {} ({})",
-                b.name(),
-                units::count(n as u64, "connection")
-            ));
             if let Err(err) = reaper.watch(Arc::clone(b), Some(deadline)) {
                 // The backend stays in the list, draining: harmless.
                 log::warn!("reload: could not start the reaper thread: {err}");
             }
         }
-        report.draining += plan.drain.len();
     }
     if !plan.listen_gone.is_empty() {
-        let addrs: Vec<String> = plan.listen_gone.iter().map(|a| a.to_string()).collect();
-        parts.push(format!("no longer listening on {}", addrs.join(", ")));
         running.stop_listening(&name, &plan.listen_gone).join();
     }
+    moved
 }
 
 /// Adds the new backends, serves again the restored ones and sets the new
-/// weights, saying each in `parts`.
+/// weights.
 fn apply_backends(
     live: &Live,
     reaper: &Reaper,
     add: Vec<Arc<Backend>>,
     restore: &[Arc<Backend>],
     reweight: &[(Arc<Backend>, u32)],
-    parts: &mut Vec<String>,
-    report: &mut ReloadReport,
 ) {
     // New backends first, drains last: never a moment with fewer backends
     // than both lists share.
-    if !add.is_empty() {
-        let names: Vec<&str> = add.iter().map(|b| b.name()).collect();
-        parts.push(format!(
-            "+{} ({})",
-            units::count(add.len() as u64, "backend"),
-            names.join(", ")
-        ));
-        report.added += add.len();
-        for b in add {
-            live.scheduler.add(b);
-        }
+    for b in add {
+        live.scheduler.add(b);
     }
     for b in restore {
         reaper.forget(b.id());
         b.set_draining(false);
-        parts.push(format!("serving {} again", b.name()));
     }
-    report.restored += restore.len();
     for (b, weight) in reweight {
-        parts.push(format!("weight {} {} → {weight}", b.name(), b.weight()));
         live.scheduler.set_weight(b.id(), *weight);
     }
-    report.reweighted += reweight.len();
 }
 
 /// Sets the algorithm, the proxy's, health's and the rate limit's settings
-/// that changed from `before`, saying each in `parts`.
-fn apply_settings(
-    live: &Live,
-    stats: &Arc<Stats>,
-    before: &Config,
-    config: &Config,
-    parts: &mut Vec<String>,
-    report: &mut ReloadReport,
-) {
+/// that changed from `before`.
+fn apply_settings(live: &Live, stats: &Arc<Stats>, before: &Config, config: &Config) {
     if before.algorithm != config.algorithm {
-        parts.push(format!(
-            "algorithm {} → {}",
-            before.algorithm, config.algorithm
-        ));
         live.scheduler.set_algorithm(config.algorithm);
-        report.settings_changed += 1;
     }
     if before.proxy != config.proxy {
         live.proxy.store(Arc::new(config.proxy.clone()));
@@ -284,6 +335,23 @@ fn apply_settings(
             Some(Ok(limiter)) => live.limiter.store(Some(Arc::new(limiter))),
             Some(Err(err)) => log::error!("reload: the rate limit stays as it was: {err}"),
         }
+    }
+}
+
+/// The settings that differ from `before` (the algorithm, then the other
+/// service settings), each as `key was → now` in `parts`.
+fn setting_changes(
+    before: &Config,
+    config: &Config,
+    parts: &mut Vec<String>,
+    report: &mut ReloadReport,
+) {
+    if before.algorithm != config.algorithm {
+        parts.push(format!(
+            "algorithm {} → {}",
+            before.algorithm, config.algorithm
+        ));
+        report.settings_changed += 1;
     }
     let old: Vec<(&str, String)> = before.describe();
     for (key, value) in config.describe() {

@@ -9,6 +9,8 @@
 //! One test binary (`cargo test --test hostile`), so `make test` runs the
 //! whole suite and a new listener gets its attacks beside the others.
 
+#[path = "../child/mod.rs"]
+mod child;
 #[path = "../common/mod.rs"]
 mod common;
 #[path = "../common/names.rs"]
@@ -26,3 +28,4 @@ mod prompt;
 mod proxy_header;
 mod resolve;
 mod services;
+mod tools;
