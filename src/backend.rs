@@ -21,19 +21,22 @@ use std::io::{self, ErrorKind};
 use std::net::TcpStream;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::availability::{AvailabilityWatcher, Watchers};
+pub use cap::Reservation;
+
+pub mod cap;
 use crate::error::{Error, Result};
 use crate::proxy_protocol::Version;
 use crate::throttle::LogThrottle;
 
-/// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`
-/// and `,send-proxy` / `,send-proxy-v2`.
+/// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`,
+/// `,max_connections=N` and `,send-proxy` / `,send-proxy-v2`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendSpec {
     /// The host name or address, as typed (`localhost`, `127.0.0.1`, `::1`).
@@ -46,10 +49,13 @@ pub struct BackendSpec {
     /// (`,send-proxy` is version 1, `,send-proxy-v2` version 2); `None`
     /// unless given, and then the balancer-wide `send_proxy` applies.
     pub send_proxy: Option<Version>,
+    /// Most connections to it at once (`,max_connections=N`, HAProxy's
+    /// server `maxconn`); `None` unless given: no cap.
+    pub max_connections: Option<usize>,
 }
 
 impl BackendSpec {
-    /// Parses `HOST:PORT[,weight=N][,send-proxy|,send-proxy-v2]`; IPv6
+    /// Parses `HOST:PORT[,weight=N][,max_connections=N][,send-proxy|,send-proxy-v2]`; IPv6
     /// addresses go in brackets (`[::1]:8001`). The option names are
     /// HAProxy's `server` keywords.
     ///
@@ -82,6 +88,7 @@ impl BackendSpec {
             .ok_or_else(|| Error::InvalidBackend(format!("'{text}': port must be 1..65535")))?;
         let mut weight = 1;
         let mut send_proxy = None;
+        let mut max_connections = None;
         for option in parts {
             let version = match option.trim() {
                 "send-proxy" => Some(Version::V1),
@@ -107,10 +114,13 @@ impl BackendSpec {
                             Error::InvalidBackend(format!("'{text}': weight must be 1..1000"))
                         })?;
                 }
+                Some(("max_connections", value)) => {
+                    max_connections = Some(cap::parse(text, value)?);
+                }
                 _ => {
                     return Err(Error::InvalidBackend(format!(
                         "'{text}': unknown option '{option}' \
-                         (known: weight=N, send-proxy, send-proxy-v2)"
+                         (known: weight=N, max_connections=N, send-proxy, send-proxy-v2)"
                     )))
                 }
             }
@@ -125,6 +135,7 @@ impl BackendSpec {
             port,
             weight,
             send_proxy,
+            max_connections,
         })
     }
 
@@ -168,6 +179,9 @@ impl fmt::Display for BackendSpec {
         f.write_str(&self.name())?;
         if self.weight != 1 {
             write!(f, ",weight={}", self.weight)?;
+        }
+        if let Some(n) = self.max_connections {
+            write!(f, ",max_connections={n}")?;
         }
         match self.send_proxy {
             None => {}
@@ -225,8 +239,11 @@ pub struct Backend {
     /// Connect failures in a row on real traffic (passive health).
     connect_failures: AtomicU32,
     /// Clients picked for it and not yet connected (waiting in the queue,
-    /// or connecting); least connections counts them with `active`.
-    pending: AtomicUsize,
+    /// or connecting); least connections and the cap count them with
+    /// `active` (see `cap.rs`).
+    pub(crate) pending: AtomicUsize,
+    /// Its `max_connections` (see `cap.rs`).
+    pub(crate) cap: cap::Cap,
     /// True while an operator holds it in maintenance: no new connections
     /// and no health checks.
     maint: AtomicBool,
@@ -282,10 +299,9 @@ impl Backend {
     ///
     /// [`Error::InvalidBackend`] when the host does not resolve.
     pub fn from_spec(spec: &BackendSpec) -> Result<Backend> {
-        Ok(
-            Backend::new(spec.name(), spec.resolve()?, spec.weight)
-                .with_send_proxy(spec.send_proxy),
-        )
+        let backend = Backend::new(spec.name(), spec.resolve()?, spec.weight);
+        backend.set_max_connections(spec.max_connections);
+        Ok(backend.with_send_proxy(spec.send_proxy))
     }
 
     /// The same backend, sent a PROXY protocol header of `version` before
@@ -313,6 +329,7 @@ impl Backend {
             draining: AtomicBool::new(false),
             connect_failures: AtomicU32::new(0),
             pending: AtomicUsize::new(0),
+            cap: cap::Cap::default(),
             maint: AtomicBool::new(false),
             changed_ms: AtomicU64::new(now_ms()),
             bytes_to_backend: AtomicU64::new(0),
@@ -349,24 +366,6 @@ impl Backend {
     /// weights: call [`crate::scheduler::Scheduler::refresh`] afterwards.
     pub fn set_weight(&self, weight: u32) {
         self.weight.store(weight.max(1), Ordering::Relaxed);
-    }
-
-    /// Clients picked for it that have not connected yet (see
-    /// [`Backend::reserve`]).
-    pub fn pending(&self) -> usize {
-        self.pending.load(Ordering::Relaxed)
-    }
-
-    /// Counts a client as picked for this backend until the returned guard
-    /// is dropped (when its connection has started, or whatever else
-    /// happens to it). Least connections adds these to the active count, so
-    /// a burst of clients accepted faster than they connect is spread out
-    /// instead of all going to the backend that looked idlest.
-    pub fn reserve(self: &Arc<Self>) -> Reservation {
-        self.pending.fetch_add(1, Ordering::Relaxed);
-        Reservation {
-            backend: Arc::clone(self),
-        }
     }
 
     /// Connections being proxied to it now.
@@ -572,18 +571,6 @@ fn timed_out(addr: SocketAddr, timeout: Duration) -> io::Error {
     io::Error::new(ErrorKind::TimedOut, message)
 }
 
-/// Decrements [`Backend::pending`] when dropped.
-#[derive(Debug)]
-pub struct Reservation {
-    backend: Arc<Backend>,
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.backend.pending.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// Decrements [`Backend::active`] when dropped.
 #[derive(Debug)]
 pub struct ActiveGuard<'a> {
@@ -601,6 +588,7 @@ mod tests {
     use super::*;
     use std::io::ErrorKind;
     use std::net::TcpListener;
+    use std::sync::Arc;
     use std::time::Instant;
 
     use socket2::{Domain, Socket, Type};
@@ -753,6 +741,7 @@ mod tests {
                     port,
                     weight,
                     send_proxy: None,
+                    max_connections: None,
                 };
                 prop_assert_eq!(BackendSpec::parse(&spec.to_string()).ok(), Some(spec));
             }

@@ -61,7 +61,8 @@
 //! - `queue`: the FIFO between the accept loop and the workers.
 //! - `pool`: the worker threads.
 //! - `proxy/`: a connection's life: `serve` (wait, route, connect, pump,
-//!   close, into one `Outcome`), `connect` (fail-over), `report` (the one
+//!   close, into one `Outcome`), `connect` (fail-over), `waiting` (a
+//!   client waiting for a backend slot), `report` (the one
 //!   place an outcome becomes counters, access log, trace and log lines);
 //!   `pump` (the duplex copy, with `half`, one direction, and `wait`, its
 //!   `poll(2)` side); `conduit` (the thread's buffers and pipes); `header`
@@ -82,8 +83,12 @@
 //!   (`rodizio probe`: every kind once against one server).
 //! - `scheduler/`: which backend gets the next client; the backend list,
 //!   changeable at run time; one file per algorithm: `round_robin`,
-//!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`.
-//! - `backend`: one backend, its live state, and [`backend::Backend::connect`].
+//!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`, `first`.
+//! - `backend`: one backend, its live state, and [`backend::Backend::connect`];
+//!   `backend/cap`, its slots: the clients on their way to it and its
+//!   `max_connections`.
+//! - `waitlist`: a service's line of clients waiting for a backend slot
+//!   when every backend is at its `max_connections`.
 //! - `availability`: how a backend tells the schedulers holding it that it
 //!   left the rotation or came back (a leaf: no import of its own).
 //! - `reaper`: removes drained backends once their last connection ends.
@@ -192,6 +197,7 @@ pub mod systemd;
 pub mod throttle;
 pub mod trace;
 pub mod units;
+pub mod waitlist;
 
 pub use balancer::Balancer;
 pub use config::Config;

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::State;
-use crate::backend::{Backend, BackendSpec};
+use crate::backend::{cap, Backend, BackendSpec};
 use crate::config::settings::{self, Scope};
 use crate::service::Service;
 
@@ -83,6 +83,8 @@ struct NewBackend {
     address: String,
     #[serde(default = "one")]
     weight: u32,
+    /// Its cap (`,max_connections=N`); none unless given.
+    max_connections: Option<usize>,
 }
 
 fn one() -> u32 {
@@ -221,8 +223,9 @@ fn stats_page(state: &State) -> String {
                 name: service.name().to_string(),
                 listen: listen.join(" "),
                 accepted: own.accepted,
-                refused: own.rate_limited + own.no_backend + own.queue_timeouts,
+                refused: own.rate_limited + own.no_backend + own.queue_timeouts + own.queue_full,
                 active: own.active,
+                queued: own.queued,
                 algorithm: service.live.scheduler.algorithm().name().to_string(),
                 rate_limit,
                 backends: service
@@ -252,6 +255,7 @@ fn backend_row(b: &Backend) -> super::page::BackendRow {
         state: b.state_name().to_string(),
         weight: b.weight(),
         active: b.active() as u64,
+        max_connections: b.max_connections(),
         total: b.total(),
         bytes_in: b.bytes_to_backend(),
         bytes_out: b.bytes_to_client(),
@@ -281,6 +285,7 @@ pub fn backend_json(b: &Backend) -> Value {
         "weight": b.weight(),
         "state": state,
         "active": b.active(),
+        "max_connections": b.max_connections(),
         "pending": b.pending(),
         "total": b.total(),
         "bytes_to_backend": b.bytes_to_backend(),
@@ -338,8 +343,17 @@ fn add(state: &State, service: &Service, body: &[u8]) -> Reply {
         Ok(w) => w,
         Err(reply) => return reply,
     };
+    let max_connections = new.max_connections;
+    if max_connections.is_some_and(|n| !(1..=cap::MAX_MAX_CONNECTIONS).contains(&n)) {
+        let most = cap::MAX_MAX_CONNECTIONS;
+        return Reply::error(400, format!("max_connections must be 1..{most}"));
+    }
     let spec = match BackendSpec::parse(&new.address) {
-        Ok(spec) => BackendSpec { weight, ..spec },
+        Ok(spec) => BackendSpec {
+            weight,
+            max_connections,
+            ..spec
+        },
         Err(e) => return Reply::error(400, e.to_string()),
     };
     // Resolving may wait for DNS: done before taking the lock.

@@ -39,6 +39,8 @@ pub(super) struct Plan {
     add: Vec<Arc<Backend>>,
     restore: Vec<Arc<Backend>>,
     reweight: Vec<(Arc<Backend>, u32)>,
+    /// Backends whose `max_connections` changed, with the new one.
+    recap: Vec<(Arc<Backend>, Option<usize>)>,
     drain: Vec<Arc<Backend>>,
     /// New listening addresses, bound, with their configured address.
     listen_new: Vec<(SocketAddr, TcpListener)>,
@@ -67,6 +69,7 @@ pub(super) fn prepare(
         add: Vec::new(),
         restore: Vec::new(),
         reweight: Vec::new(),
+        recap: Vec::new(),
         drain: Vec::new(),
         listen_new: Vec::new(),
         listen_gone: Vec::new(),
@@ -79,6 +82,9 @@ pub(super) fn prepare(
                 let b = unmatched.remove(pos);
                 if b.weight() != spec.weight {
                     plan.reweight.push((Arc::clone(&b), spec.weight));
+                }
+                if b.max_connections() != spec.max_connections {
+                    plan.recap.push((Arc::clone(&b), spec.max_connections));
                 }
                 if retiring.contains(&b.id()) {
                     plan.restore.push(b);
@@ -152,6 +158,18 @@ pub(super) fn apply(
         parts,
         report,
     );
+    let show = |cap: Option<usize>| cap.map_or("none".to_string(), |n| n.to_string());
+    for (b, cap) in &plan.recap {
+        let was = show(b.max_connections());
+        parts.push(format!(
+            "max_connections {} {was} → {}",
+            b.name(),
+            show(*cap)
+        ));
+        b.set_max_connections(*cap);
+        // A raised cap frees slots for the clients waiting.
+        live.scheduler.waitlist().notify();
+    }
     apply_settings(live, &plan.service.stats, &before, config, parts, report);
     if !plan.drain.is_empty() {
         let deadline = Instant::now() + config.drain_timeout;
