@@ -120,7 +120,11 @@ fn a_capped_backend_is_never_over_its_cap_under_200_clients() {
         assert_eq!(c.join().unwrap(), b"ok");
     }
     assert_eq!(backend.accepted(), 200);
-    assert!(count.peak() <= 5, "the backend saw {} at once", count.peak());
+    assert!(
+        count.peak() <= 5,
+        "the backend saw {} at once",
+        count.peak()
+    );
     assert_eq!(count.peak(), 5, "the cap was never reached: no test");
     let b = lb.backend(backend.addr());
     until("nothing left counted", || b.active() + b.pending() == 0);
@@ -227,8 +231,10 @@ fn round_robin_passes_a_full_backend_over() {
     let one = held_backend(Arc::clone(&order), Arc::clone(&c1));
     let two = held_backend(Arc::clone(&order), c2);
     let mut cfg = common::config(&[two.addr()]);
-    cfg.backends
-        .insert(0, BackendSpec::parse(&format!("{},max_connections=2", one.addr())).unwrap());
+    cfg.backends.insert(
+        0,
+        BackendSpec::parse(&format!("{},max_connections=2", one.addr())).unwrap(),
+    );
     let lb = TestBalancer::start(cfg);
     let held: Vec<TcpStream> = (0..10).map(|i| holder(&lb, i)).collect();
     assert_eq!((one.accepted(), two.accepted()), (2, 8));
