@@ -515,12 +515,13 @@ fn config(state: &State) -> Value {
     out
 }
 
-/// A service's backends now, with their weights.
+/// A service's backends now, with their weights and caps.
 fn backends_now(service: &Service) -> Value {
     let list = service.live.scheduler.snapshot();
-    let list = list
-        .iter()
-        .map(|b| json!({ "address": b.name(), "weight": b.weight() }));
+    let list = list.iter().map(|b| {
+        let cap = b.max_connections();
+        json!({ "address": b.name(), "weight": b.weight(), "max_connections": cap })
+    });
     Value::Array(list.collect())
 }
 
