@@ -561,9 +561,7 @@ impl<'de> Deserialize<'de> for Entry {
                     return Err(de::Error::custom("weight must be 1..1000, got 0"));
                 }
                 if max_connections.as_ref().is_some_and(|n| n.0 == 0) {
-                    return Err(de::Error::custom(
-                        "max_connections must be 1 or more, got 0",
-                    ));
+                    return Err(de::Error::custom("max_connections must be 1 or more"));
                 }
                 Ok(Entry(BackendSpec {
                     host,
