@@ -295,6 +295,19 @@ mod tests {
     }
 
     #[test]
+    fn a_capped_backend_shows_active_over_its_cap_and_the_service_its_queue() {
+        let mut capped = row("127.0.0.1:8001", "up");
+        capped.max_connections = Some(5);
+        let mut s = section("default", vec![capped, row("127.0.0.1:8002", "up")]);
+        s.queued = 7;
+        let html = render(&process(), &[s]);
+        assert!(html.contains("<td>1</td><td>2/5</td><td>30</td>"), "{html}");
+        assert!(html.contains("<td>1</td><td>2</td><td>30</td>"), "{html}");
+        assert!(html.contains("<th>waiting for a slot</th>"), "{html}");
+        assert!(html.contains("<td>2</td><td>7</td>"), "{html}");
+    }
+
+    #[test]
     fn text_is_escaped() {
         let mut bad = row("<b>x</b>", "up");
         bad.last_check = Some("GET /health answered \"500\" & <closed>".into());
