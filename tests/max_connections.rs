@@ -207,9 +207,12 @@ fn first_fills_the_first_backend_to_its_cap_before_the_second() {
     let mut cfg = capped(&[(one.addr(), 3), (two.addr(), 3)]);
     cfg.algorithm = Algorithm::First;
     let lb = TestBalancer::start(cfg);
-    // Below the cap: one client at a time, forty times.
+    // Below the cap: one client at a time (each over at the balancer
+    // before the next), forty times.
+    let b1 = lb.backend(one.addr());
     for i in 0..40 {
         drop(holder(&lb, i));
+        until("the connection is over", || b1.active() + b1.pending() == 0);
     }
     assert_eq!((one.accepted(), two.accepted()), (40, 0));
     // Three held fill backend 1; the fourth goes to backend 2.
