@@ -46,7 +46,10 @@ impl Proxy {
         health: &HealthConfig,
         outcome: &mut Outcome,
     ) -> Option<Pick> {
-        match self.slot(client, peer, queued_at, settings) {
+        let slot = self.slot(client, peer, queued_at, settings);
+        // The access log's queue time: for the worker, then for the slot.
+        outcome.queue_wait = queued_at.elapsed();
+        match slot {
             Ok(pick) => Some(pick),
             Err(refusal) => {
                 self.refuse(outcome, refusal, client, health);
