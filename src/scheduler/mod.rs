@@ -698,6 +698,50 @@ mod tests {
     }
 
     #[test]
+    fn a_full_backend_is_passed_over_and_newcomers_wait_behind_the_line() {
+        for algorithm in Algorithm::ALL.iter().copied() {
+            let list = backends(3);
+            list[0].set_max_connections(Some(1));
+            list[1].set_max_connections(Some(1));
+            list[2].set_max_connections(Some(2));
+            let s = Scheduler::with_algorithm(list.clone(), algorithm);
+            let held: Vec<Pick> = (0..4).map(|_| s.pick(PEER).unwrap()).collect();
+            let loads: Vec<usize> = list.iter().map(|b| b.pending()).collect();
+            assert_eq!(loads, [1, 1, 2], "{algorithm:?}");
+            assert!(s.pick(PEER).is_none(), "{algorithm:?}: all full");
+            assert!(s.any_available());
+            // One waits; a slot frees: a newcomer does not take it, the
+            // first in line does.
+            let ticket = s.waitlist().join(10).unwrap();
+            let mut held = held;
+            held.remove(0);
+            assert!(s.pick(PEER).is_none(), "{algorithm:?}: jumped the line");
+            let got = s.pick_for_first_waiting(PEER).unwrap();
+            assert!(got.backend.is_capped());
+            drop(ticket);
+            assert!(s.pick(PEER).is_none(), "{algorithm:?}: full again");
+            drop((got, held));
+            assert!(list.iter().all(|b| b.pending() == 0));
+        }
+    }
+
+    #[test]
+    fn fail_over_skips_a_full_backend() {
+        let list = backends(3);
+        list[1].set_max_connections(Some(1));
+        let s = Scheduler::new(list.clone());
+        let r = list[1].try_reserve().unwrap();
+        let order: Vec<String> = s
+            .failover_order(&list[0])
+            .iter()
+            .map(|b| b.name().to_string())
+            .collect();
+        assert_eq!(order, ["b2"]);
+        drop(r);
+        assert_eq!(s.failover_order(&list[0]).len(), 2);
+    }
+
+    #[test]
     fn round_robin_is_a_b_c_a_b_c() {
         let s = Scheduler::new(backends(3));
         let seq: Vec<usize> = (0..7).map(|_| s.pick(PEER).unwrap().server_idx).collect();
