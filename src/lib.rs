@@ -85,8 +85,8 @@
 //!   changeable at run time; one file per algorithm: `round_robin`,
 //!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`, `first`.
 //! - `backend`: one backend, its live state, and [`backend::Backend::connect`];
-//!   `backend/cap`, its slots: the clients on their way to it and its
-//!   `max_connections`.
+//!   `cap` (in `backend/`), its slots: the clients on their way to it and
+//!   its `max_connections`.
 //! - `waitlist`: a service's line of clients waiting for a backend slot
 //!   when every backend is at its `max_connections`.
 //! - `availability`: how a backend tells the schedulers holding it that it
