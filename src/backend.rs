@@ -35,8 +35,12 @@ use crate::lookup::{self, Addresses};
 use crate::proxy_protocol::Version;
 use crate::throttle::LogThrottle;
 
-/// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`
-/// and `,send-proxy` / `,send-proxy-v2`.
+pub use cap::Reservation;
+
+pub mod cap;
+
+/// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`,
+/// `,max_connections=N` and `,send-proxy` / `,send-proxy-v2`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendSpec {
     /// The host name or address, as typed (`localhost`, `127.0.0.1`, `::1`).
@@ -52,10 +56,13 @@ pub struct BackendSpec {
     /// Its own check (`,check_port=N`, `,check_address=IP`, `,rise=N`,
     /// ...): empty unless given, and then the service's settings apply.
     pub check: OwnCheck,
+    /// Most connections to it at once (`,max_connections=N`, HAProxy's
+    /// server `maxconn`); `None` unless given: no cap.
+    pub max_connections: Option<usize>,
 }
 
 impl BackendSpec {
-    /// Parses `HOST:PORT[,weight=N][,send-proxy|,send-proxy-v2]`; IPv6
+    /// Parses `HOST:PORT[,weight=N][,max_connections=N][,send-proxy|,send-proxy-v2]`; IPv6
     /// addresses go in brackets (`[::1]:8001`). The option names are
     /// HAProxy's `server` keywords.
     ///
@@ -89,6 +96,7 @@ impl BackendSpec {
         let mut weight = 1;
         let mut send_proxy = None;
         let mut check = OwnCheck::default();
+        let mut max_connections = None;
         for option in parts {
             let version = match option.trim() {
                 "send-proxy" => Some(Version::V1),
@@ -114,13 +122,16 @@ impl BackendSpec {
                             Error::InvalidBackend(format!("'{text}': weight must be 1..1000"))
                         })?;
                 }
+                Some(("max_connections", value)) => {
+                    max_connections = Some(cap::parse(text, value)?);
+                }
                 Some((key, value)) if OwnCheck::takes(key) => check
                     .set(key, value)
                     .map_err(|e| Error::InvalidBackend(format!("'{text}': {e}")))?,
                 _ => {
                     return Err(Error::InvalidBackend(format!(
                         "'{text}': unknown option '{option}' \
-                         (known: weight=N, send-proxy, send-proxy-v2, check_port=N, ...)"
+                         (known: weight=N, max_connections=N, send-proxy, send-proxy-v2, check_port=N, ...)"
                     )))
                 }
             }
@@ -136,6 +147,7 @@ impl BackendSpec {
             weight,
             send_proxy,
             check,
+            max_connections,
         })
     }
 
@@ -171,6 +183,9 @@ impl fmt::Display for BackendSpec {
         f.write_str(&self.name())?;
         if self.weight != 1 {
             write!(f, ",weight={}", self.weight)?;
+        }
+        if let Some(n) = self.max_connections {
+            write!(f, ",max_connections={n}")?;
         }
         match self.send_proxy {
             None => {}
@@ -229,8 +244,11 @@ pub struct Backend {
     /// Connect failures in a row on real traffic (passive health).
     connect_failures: AtomicU32,
     /// Clients picked for it and not yet connected (waiting in the queue,
-    /// or connecting); least connections counts them with `active`.
-    pending: AtomicUsize,
+    /// or connecting); least connections and the cap count them with
+    /// `active` (see `cap.rs`).
+    pub(crate) pending: AtomicUsize,
+    /// Its `max_connections` (see `cap.rs`).
+    pub(crate) cap: cap::Cap,
     /// True while an operator holds it in maintenance: no new connections
     /// and no health checks.
     maint: AtomicBool,
@@ -291,6 +309,7 @@ impl Backend {
     pub fn from_spec(spec: &BackendSpec) -> Result<Backend> {
         let mut backend = Backend::new(spec.name(), spec.resolve()?, spec.weight);
         backend.addrs = backend.addrs.named(&spec.host, spec.port);
+        backend.set_max_connections(spec.max_connections);
         Ok(backend
             .with_send_proxy(spec.send_proxy)
             .with_own_check(spec.check.clone()))
@@ -327,6 +346,7 @@ impl Backend {
             draining: AtomicBool::new(false),
             connect_failures: AtomicU32::new(0),
             pending: AtomicUsize::new(0),
+            cap: cap::Cap::default(),
             maint: AtomicBool::new(false),
             changed_ms: AtomicU64::new(now_ms()),
             bytes_to_backend: AtomicU64::new(0),
@@ -369,24 +389,6 @@ impl Backend {
     /// weights: call [`crate::scheduler::Scheduler::refresh`] afterwards.
     pub fn set_weight(&self, weight: u32) {
         self.weight.store(weight.max(1), Ordering::Relaxed);
-    }
-
-    /// Clients picked for it that have not connected yet (see
-    /// [`Backend::reserve`]).
-    pub fn pending(&self) -> usize {
-        self.pending.load(Ordering::Relaxed)
-    }
-
-    /// Counts a client as picked for this backend until the returned guard
-    /// is dropped (when its connection has started, or whatever else
-    /// happens to it). Least connections adds these to the active count, so
-    /// a burst of clients accepted faster than they connect is spread out
-    /// instead of all going to the backend that looked idlest.
-    pub fn reserve(self: &Arc<Self>) -> Reservation {
-        self.pending.fetch_add(1, Ordering::Relaxed);
-        Reservation {
-            backend: Arc::clone(self),
-        }
     }
 
     /// Connections being proxied to it now.
@@ -569,18 +571,6 @@ impl Backend {
     }
 }
 
-/// Decrements [`Backend::pending`] when dropped.
-#[derive(Debug)]
-pub struct Reservation {
-    backend: Arc<Backend>,
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.backend.pending.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// Decrements [`Backend::active`] when dropped.
 #[derive(Debug)]
 pub struct ActiveGuard<'a> {
@@ -715,6 +705,7 @@ mod tests {
                     weight,
                     send_proxy: None,
                     check: OwnCheck::default(),
+                    max_connections: None,
                 };
                 prop_assert_eq!(BackendSpec::parse(&spec.to_string()).ok(), Some(spec));
             }

@@ -62,7 +62,8 @@
 //! - `queue`: the FIFO between the accept loop and the workers.
 //! - `pool`: the worker threads.
 //! - `proxy/`: a connection's life: `serve` (wait, route, connect, pump,
-//!   close, into one `Outcome`), `connect` (fail-over), `report` (the one
+//!   close, into one `Outcome`), `connect` (fail-over), `waiting` (a
+//!   client waiting for a backend slot), `report` (the one
 //!   place an outcome becomes counters, access log, trace and log lines);
 //!   `pump` (the duplex copy, with `half`, one direction, and `wait`, its
 //!   `poll(2)` side); `conduit` (the thread's buffers and pipes); `header`
@@ -86,9 +87,13 @@
 //!   backend's checks go).
 //! - `scheduler/`: which backend gets the next client; the backend list,
 //!   changeable at run time; one file per algorithm: `round_robin`,
-//!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`.
-//! - `backend`: one backend, its live state, and [`backend::Backend::connect`].
+//!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`, `first`.
+//! - `backend`: one backend, its live state, and [`backend::Backend::connect`];
+//!   `cap` (in `backend/`), its slots: the clients on their way to it and
+//!   its `max_connections`.
 //! - `dial`: one TCP connect bounded by a timeout (a worker's, a check's).
+//! - `waitlist`: a service's line of clients waiting for a backend slot
+//!   when every backend is at its `max_connections`.
 //! - `availability`: how a backend tells the schedulers holding it that it
 //!   left the rotation or came back (a leaf: no import of its own).
 //! - `lookup`: a backend's host name and its lookups (IPv4 first, at most
@@ -210,6 +215,7 @@ pub mod systemd;
 pub mod throttle;
 pub mod trace;
 pub mod units;
+pub mod waitlist;
 
 pub use balancer::Balancer;
 pub use config::Config;

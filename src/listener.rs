@@ -369,7 +369,12 @@ impl Acceptor {
         if let Err(err) = client.set_nodelay(true) {
             log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
         }
-        let Some(pick) = self.service.scheduler.pick(peer.ip()) else {
+        let pick = self.service.scheduler.pick(peer.ip());
+        if pick.is_none() && self.service.scheduler.any_available() {
+            // Every backend at its cap: a worker waits for a slot.
+            return self.submit(client, peer, slot, Route::Waiting);
+        }
+        let Some(pick) = pick else {
             let scheduler = Arc::clone(&self.service.scheduler);
             let outcome = self.refused(peer, Refusal::NoBackend { scheduler });
             if self.service.health.load().http_replies {
@@ -400,6 +405,27 @@ impl Acceptor {
                 queued_at,
             })
             .is_ok()
+    }
+
+    /// Queues `client` for a worker on `route`; false when the pool has
+    /// closed.
+    fn submit(
+        &self,
+        client: TcpStream,
+        peer: SocketAddr,
+        slot: Option<Slot>,
+        route: Route,
+    ) -> bool {
+        let queued_at = Instant::now();
+        let job = Job {
+            service: Arc::clone(&self.service),
+            slot,
+            route,
+            client,
+            peer,
+            queued_at,
+        };
+        self.pool.submit(job).is_ok()
     }
 
     /// `--accept-proxy`: who the client is comes in its PROXY protocol

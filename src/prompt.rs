@@ -69,6 +69,7 @@ pub fn servers_entry<R: BufRead, W: Write>(
             weight: 1,
             send_proxy: None,
             check: Default::default(),
+            max_connections: None,
         });
     }
     Ok(servers)
@@ -469,7 +470,7 @@ mod tests {
             let out = String::from_utf8(out).unwrap();
             let expected: Vec<BackendSpec> = servers
                 .iter()
-                .map(|((_, host), port)| BackendSpec { host: host.clone(), port: *port, weight: 1, send_proxy: None, check: Default::default() })
+                .map(|((_, host), port)| BackendSpec { host: host.clone(), port: *port, weight: 1, send_proxy: None, check: Default::default(), max_connections: None })
                 .collect();
             prop_assert_eq!(got.ok(), Some(expected));
             prop_assert!(!out.contains("Invalid input."), "{}", out);

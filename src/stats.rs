@@ -176,8 +176,12 @@ counters! {
     worker_panics: Counter,
     /// Worker threads that could not be started (resource limits).
     worker_spawn_failures: Counter,
-    /// Clients closed unserved after waiting longer than queue_timeout for a worker.
+    /// Clients closed unserved after waiting longer than queue_timeout for a worker or a backend slot.
     queue_timeouts: Counter,
+    /// Clients waiting now for a slot under the backends' max_connections (the service's queue).
+    queued: Gauge,
+    /// Clients refused because every backend was at its max_connections and max_queue clients waited already.
+    queue_full: Counter,
     /// Times accept(2) or a backend connect found no file descriptor left (EMFILE, ENFILE).
     out_of_descriptors: Counter,
     /// Active health checks that failed for a reason of this host (no file descriptor, memory, buffer or local port left): not counted against the backend.

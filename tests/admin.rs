@@ -424,19 +424,22 @@ fn config_shows_the_settings_in_force() {
     assert_eq!(c["admin_listen"], admin(&lb).to_string());
     assert_eq!(
         c["backends"],
-        json!([{"address": a.addr().to_string(), "weight": 1}])
+        json!([{"address": a.addr().to_string(), "weight": 1, "max_connections": null}])
     );
     assert_eq!(c["rate_limit"], Value::Null);
     assert_eq!(c["splice"], false);
     assert!(c["connect_timeout"].as_str().unwrap().ends_with('s'), "{c}");
-    let body = json!({"address": b.addr().to_string(), "weight": 4}).to_string();
-    assert_eq!(call(admin(&lb), "POST", "/backends", &body).status, 201);
+    let body = json!({"address": b.addr().to_string(), "weight": 4, "max_connections": 9});
+    assert_eq!(
+        call(admin(&lb), "POST", "/backends", &body.to_string()).status,
+        201
+    );
     let c = get(admin(&lb), "/config").json;
     assert_eq!(
         c["backends"],
         json!([
-            {"address": a.addr().to_string(), "weight": 1},
-            {"address": b.addr().to_string(), "weight": 4}
+            {"address": a.addr().to_string(), "weight": 1, "max_connections": null},
+            {"address": b.addr().to_string(), "weight": 4, "max_connections": 9}
         ])
     );
     lb.stop();

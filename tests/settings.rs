@@ -300,6 +300,7 @@ fn what_describe_prints_reads_back() {
             "backends" => format!("[\"{value}\"]"),
             "workers"
             | "queue_capacity"
+            | "max_queue"
             | "backlog"
             | "fall"
             | "rise"

@@ -85,8 +85,12 @@ pub enum End {
     RateLimited,
     /// `denied`: refused by the `allow` and `deny` lists.
     Denied,
-    /// `queue_timeout`: waited in the queue for a worker too long.
+    /// `queue_timeout`: waited in the queue for a worker, or for a backend
+    /// slot, too long.
     QueueTimeout,
+    /// `queue_full`: every backend was at its `max_connections` and the
+    /// service's queue held `max_queue` clients already.
+    QueueFull,
     /// `drain_cut`: still in flight at the end of `--drain-timeout`, and cut.
     DrainCut,
     /// `error`: any other failure, with a short reason (one line, e.g. the
@@ -131,6 +135,7 @@ impl End {
             End::RateLimited => "rate_limited",
             End::Denied => "denied",
             End::QueueTimeout => "queue_timeout",
+            End::QueueFull => "queue_full",
             End::DrainCut => "drain_cut",
             End::Error(_) => "error",
         }

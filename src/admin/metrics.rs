@@ -273,6 +273,12 @@ const PER_BACKEND: &[PerBackend] = &[
         |b| u64::from(b.weight()),
     ),
     (
+        "backend_max_connections",
+        "The backend's max_connections (0: no cap).",
+        MetricType::Gauge,
+        |b| b.max_connections().unwrap_or(0) as u64,
+    ),
+    (
         "backend_connect_failures",
         "Connect attempts to the backend that failed.",
         MetricType::Counter,

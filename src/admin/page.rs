@@ -31,6 +31,8 @@ pub struct BackendRow {
     pub weight: u32,
     /// Connections now.
     pub active: u64,
+    /// Its `max_connections`, shown as `active/limit`; `None`: no cap.
+    pub max_connections: Option<usize>,
     /// Connections ever.
     pub total: u64,
     /// Bytes from clients to it.
@@ -73,6 +75,8 @@ pub struct Section {
     pub refused: u64,
     /// Connections being served now.
     pub active: u64,
+    /// Clients waiting for a slot under the backends' `max_connections`.
+    pub queued: u64,
     /// The algorithm's name.
     pub algorithm: String,
     /// The rate limit (`20/10s`) or `off`.
@@ -181,13 +185,14 @@ fn section(html: &mut String, s: &Section, one: bool) {
     let _ = write!(
         html,
         "<h2>Service {name}</h2>\n<table id=\"{listener_id}\" data-service=\"{name}\">\
-<tr><th>address</th><th>accepted</th><th>refused</th><th>active</th>\
+<tr><th>address</th><th>accepted</th><th>refused</th><th>active</th><th>waiting for a slot</th>\
 <th>algorithm</th><th>rate limit</th></tr>\n<tr><td class=\"name\">{}</td><td>{}</td>\
-<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>\n",
+<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>\n",
         esc(&s.listen),
         s.accepted,
         s.refused,
         s.active,
+        s.queued,
         esc(&s.algorithm),
         esc(&s.rate_limit)
     );
@@ -210,7 +215,8 @@ fn section(html: &mut String, s: &Section, one: bool) {
 <td class=\"state\">{upper}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
 <td>{}</td><td class=\"check\">{}</td><td>{took}</td><td>{since}</td></tr>",
             b.weight,
-            b.active,
+            b.max_connections
+                .map_or(b.active.to_string(), |m| format!("{}/{m}", b.active)),
             b.total,
             bytes(b.bytes_in),
             bytes(b.bytes_out),
@@ -233,6 +239,7 @@ mod tests {
             state: state.into(),
             weight: 1,
             active: 2,
+            max_connections: None,
             total: 30,
             bytes_in: 1536,
             bytes_out: 3 << 20,
@@ -259,6 +266,7 @@ mod tests {
             accepted: 100,
             refused: 1,
             active: 2,
+            queued: 0,
             algorithm: "round-robin".into(),
             rate_limit: "off".into(),
             backends,
@@ -284,6 +292,19 @@ mod tests {
         assert!(html.contains("<td>1.5 ms</td><td>2m 5s</td>"), "{html}");
         assert!(html.contains("<td>2 / 4096</td><td>1h 2m</td>"), "{html}");
         assert!(!html.contains("<script"));
+    }
+
+    #[test]
+    fn a_capped_backend_shows_active_over_its_cap_and_the_service_its_queue() {
+        let mut capped = row("127.0.0.1:8001", "up");
+        capped.max_connections = Some(5);
+        let mut s = section("default", vec![capped, row("127.0.0.1:8002", "up")]);
+        s.queued = 7;
+        let html = render(&process(), &[s]);
+        assert!(html.contains("<td>1</td><td>2/5</td><td>30</td>"), "{html}");
+        assert!(html.contains("<td>1</td><td>2</td><td>30</td>"), "{html}");
+        assert!(html.contains("<th>waiting for a slot</th>"), "{html}");
+        assert!(html.contains("<td>2</td><td>7</td>"), "{html}");
     }
 
     #[test]

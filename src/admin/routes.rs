@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::State;
-use crate::backend::{Backend, BackendSpec};
+use crate::backend::{cap, Backend, BackendSpec};
 use crate::config::settings::{self, Scope};
 use crate::health::OwnCheck;
 use crate::service::Service;
@@ -88,6 +88,8 @@ struct NewBackend {
     weight: u32,
     #[serde(flatten)]
     check: Map<String, Value>,
+    /// Its cap (`,max_connections=N`); none unless given.
+    max_connections: Option<usize>,
 }
 
 fn one() -> u32 {
@@ -244,8 +246,9 @@ fn stats_page(state: &State) -> String {
                 name: service.name().to_string(),
                 listen: listen.join(" "),
                 accepted: own.accepted,
-                refused: own.rate_limited + own.no_backend + own.queue_timeouts,
+                refused: own.rate_limited + own.no_backend + own.queue_timeouts + own.queue_full,
                 active: own.active,
+                queued: own.queued,
                 algorithm: service.live.scheduler.algorithm().name().to_string(),
                 rate_limit,
                 backends: service
@@ -275,6 +278,7 @@ fn backend_row(b: &Backend) -> super::page::BackendRow {
         state: b.state_name().to_string(),
         weight: b.weight(),
         active: b.active() as u64,
+        max_connections: b.max_connections(),
         total: b.total(),
         bytes_in: b.bytes_to_backend(),
         bytes_out: b.bytes_to_client(),
@@ -317,6 +321,7 @@ pub fn backend_json(b: &Backend) -> Value {
         "weight": b.weight(),
         "state": state,
         "active": b.active(),
+        "max_connections": b.max_connections(),
         "pending": b.pending(),
         "total": b.total(),
         "bytes_to_backend": b.bytes_to_backend(),
@@ -383,7 +388,12 @@ fn add(state: &State, service: &Service, body: &[u8]) -> Reply {
         Ok(w) => w,
         Err(reply) => return reply,
     };
-    let check = match OwnCheck::from_json(&new.check, "`address`, `weight`") {
+    let max_connections = new.max_connections;
+    if max_connections.is_some_and(|n| !(1..=cap::MAX_MAX_CONNECTIONS).contains(&n)) {
+        let most = cap::MAX_MAX_CONNECTIONS;
+        return Reply::error(400, format!("max_connections must be 1..{most}"));
+    }
+    let check = match OwnCheck::from_json(&new.check, "`address`, `weight`, `max_connections`") {
         Ok(check) => check,
         Err(words) => return Reply::error(400, words),
     };
@@ -394,6 +404,7 @@ fn add(state: &State, service: &Service, body: &[u8]) -> Reply {
         Ok(spec) => BackendSpec {
             weight,
             check,
+            max_connections,
             ..spec
         },
         Err(e) => return Reply::error(400, e.to_string()),
@@ -557,12 +568,13 @@ fn config(state: &State) -> Value {
     out
 }
 
-/// A service's backends now, with their weights.
+/// A service's backends now, with their weights and caps.
 fn backends_now(service: &Service) -> Value {
     let list = service.live.scheduler.snapshot();
-    let list = list
-        .iter()
-        .map(|b| json!({ "address": b.name(), "weight": b.weight() }));
+    let list = list.iter().map(|b| {
+        let cap = b.max_connections();
+        json!({ "address": b.name(), "weight": b.weight(), "max_connections": cap })
+    });
     Value::Array(list.collect())
 }
 

@@ -60,5 +60,7 @@ pub(super) fn service_json(state: &State, service: &Service) -> Value {
         "completed": own.completed,
         "max_connections": service.slots.as_ref().map(|s| s.limit()),
         "connections_held": service.slots.as_ref().map(|s| s.held()),
+        "queued": own.queued,
+        "max_queue": service.live.proxy.load().max_queue,
     })
 }

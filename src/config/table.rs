@@ -39,7 +39,7 @@ macro_rules! settings_table {
                 names.join(" ")
             };
         /// How to choose the backend for each new client: round-robin,
-        /// weighted-round-robin, least-connections, ip-hash, p2c.
+        /// weighted-round-robin, least-connections, ip-hash, p2c, first.
         algorithm: Algorithm, "algorithm", Service, set(algorithm), live,
             file Parsed<Algorithm> => hand,
             flag Option<Algorithm> [value_name = "ALGORITHM", value_parser = parse_algorithm],
@@ -268,6 +268,13 @@ macro_rules! settings_table {
             file Secs => take,
             flag Option<Duration> [value_parser = parse_duration],
             always |c: &Config| format_duration(c.proxy.queue_timeout);
+        /// Most clients that wait at once for a slot when every backend is at
+        /// its max_connections (HAProxy's maxqueue); one more is refused (503
+        /// with --http-replies). Each waiting client holds a worker. 0: none wait.
+        max_queue: usize, "max-queue", Service, set(proxy.max_queue), live,
+            file Whole<usize, 0, { super::MAX_WORKERS as u64 }> => take,
+            flag Option<usize> [value_name = "N", value_parser = whole::<usize, 0, { MAX_WORKERS as u64 }>],
+            always |c: &Config| c.proxy.max_queue.to_string();
         /// Close a client that sends nothing within this time of being accepted
         /// (silent clients holding workers). Off by default: in protocols where
         /// the server speaks first the client is silent until greeted.

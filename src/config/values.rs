@@ -503,12 +503,12 @@ impl<'de> Deserialize<'de> for Backends {
     }
 }
 
-/// One backend: `"HOST:PORT[,weight=N]"` or `{"host", "port", "weight"}`.
+/// One backend: `"HOST:PORT[,weight=N]"` or `{"host", "port", "weight", ...}`.
 pub(super) struct Entry(pub(super) BackendSpec);
 
 /// The keys of a backend written as an object (and its own check's).
 #[rustfmt::skip]
-const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy", "check_port", "check_address",
+const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy", "max_connections", "check_port", "check_address",
     "health_check", "health_path", "health_interval", "rise", "fall"];
 
 impl<'de> Deserialize<'de> for Entry {
@@ -534,11 +534,14 @@ impl<'de> Deserialize<'de> for Entry {
                 let mut weight = None::<Whole<u32, 1, 1000>>;
                 let mut send_proxy = None;
                 let mut check = OwnCheck::default();
+                let mut max_connections =
+                    None::<Whole<usize, 1, { crate::backend::cap::MAX_MAX_CONNECTIONS as u64 }>>;
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "host" => host = Some(map.next_value()?),
                         "port" => port = Some(map.next_value()?),
                         "weight" => weight = Some(map.next_value()?),
+                        "max_connections" => max_connections = Some(map.next_value()?),
                         "send_proxy" => {
                             let text: String = map.next_value()?;
                             send_proxy = match text.as_str() {
@@ -563,12 +566,16 @@ impl<'de> Deserialize<'de> for Entry {
                 if weight == 0 {
                     return Err(de::Error::custom("weight must be 1..1000, got 0"));
                 }
+                if max_connections.as_ref().is_some_and(|n| n.0 == 0) {
+                    return Err(de::Error::custom("max_connections must be 1 or more"));
+                }
                 Ok(Entry(BackendSpec {
                     host,
                     port,
                     weight,
                     send_proxy,
                     check,
+                    max_connections: max_connections.map(|n| n.0),
                 }))
             }
         }

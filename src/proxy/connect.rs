@@ -33,6 +33,14 @@ const OUT_OF_DESCRIPTORS_FIRST_PAUSE: Duration = Duration::from_millis(5);
 /// accepted than to a new one.
 const OUT_OF_DESCRIPTORS_MAX_PAUSE: Duration = Duration::from_millis(50);
 
+/// A client connected: the backend's socket, the backend, and the place
+/// reserved on it when it has a cap and was failed over to.
+pub(super) struct Connected(
+    pub TcpStream,
+    pub Arc<Backend>,
+    pub Option<crate::backend::Reservation>,
+);
+
 /// What each connect attempt for one client needs, read once: the client,
 /// who it is, and the settings.
 pub(super) struct Attempt<'a> {
@@ -68,9 +76,9 @@ impl Proxy {
         pick: &Pick,
         attempt: &Attempt<'_>,
         failed: &mut u32,
-    ) -> Result<(TcpStream, Arc<Backend>)> {
+    ) -> Result<Connected> {
         match self.try_backend(&pick.backend, attempt) {
-            Ok(stream) => Ok((stream, Arc::clone(&pick.backend))),
+            Ok(stream) => Ok(Connected(stream, Arc::clone(&pick.backend), None)),
             Err(first) => self.fail_over(first, pick, attempt, failed),
         }
     }
@@ -85,15 +93,23 @@ impl Proxy {
         pick: &Pick,
         attempt: &Attempt<'_>,
         failed: &mut u32,
-    ) -> Result<(TcpStream, Arc<Backend>)> {
+    ) -> Result<Connected> {
         *failed += 1;
         let mut last = first;
         for backend in self.scheduler.failover_order(&pick.backend) {
+            // A capped one only with a place reserved under its cap.
+            let held = match backend.is_capped() {
+                true => match backend.try_reserve() {
+                    Some(reservation) => Some(reservation),
+                    None => continue,
+                },
+                false => None,
+            };
             trace::event(Event::FailOver {
                 backend: backend.name(),
             });
             match self.try_backend(&backend, attempt) {
-                Ok(stream) => return Ok((stream, backend)),
+                Ok(stream) => return Ok(Connected(stream, backend, held)),
                 Err(err) => {
                     *failed += 1;
                     last = err;

@@ -35,18 +35,22 @@ pub enum Route {
     /// `--accept-proxy`: the worker reads the header, then checks the
     /// limiter and picks with the address it carries.
     AfterHeader,
+    /// Every available backend was at its `max_connections`: the worker
+    /// waits for a slot in the service's waitlist (`proxy/waiting.rs`).
+    Waiting,
 }
 
 impl Proxy {
     /// The worker's half of accepting a client behind a proxy: trust,
-    /// header, the allow and deny lists, limiter, pick. Gives back the client, its pick and who it
+    /// header, the allow and deny lists, limiter, pick. Gives back the client, its pick (`None`:
+    /// every backend is at its cap, the client is to wait) and who it
     /// is, or `None` when the client was closed.
     pub(super) fn after_header(
         &self,
         accept: &AcceptProxy,
         client: TcpStream,
         peer: SocketAddr,
-    ) -> Option<(TcpStream, Pick, Origin)> {
+    ) -> Option<(TcpStream, Option<Pick>, Origin)> {
         let origin = match proxy_protocol::receive(accept, &client, peer) {
             Ok(origin) => origin,
             Err(why) => {
@@ -86,7 +90,8 @@ impl Proxy {
             return None;
         }
         let client = self.admit(client, source)?;
-        let Some(pick) = self.scheduler.pick(source.ip()) else {
+        let pick = self.scheduler.pick(source.ip());
+        if pick.is_none() && !self.scheduler.any_available() {
             Stats::incr(&self.stats.no_backend);
             self.report.log_access(
                 source,
@@ -103,7 +108,7 @@ impl Proxy {
             }
             close(&client);
             return None;
-        };
+        }
         Some((client, pick, origin))
     }
 

@@ -31,6 +31,7 @@ pub mod header;
 pub mod pump;
 mod report;
 mod serve;
+mod waiting;
 
 use std::io;
 use std::net::{Shutdown as Direction, SocketAddr, TcpStream};
@@ -98,6 +99,11 @@ pub struct ProxyConfig {
     /// is closed unserved (or answered 503 with `http_replies`) when a
     /// worker takes it. Default [`DEFAULT_QUEUE_TIMEOUT`].
     pub queue_timeout: Duration,
+    /// Most clients of the service waiting at once for a slot when every
+    /// backend is at its `max_connections` (`max_queue`, HAProxy's
+    /// `maxqueue`); one more is refused at once. 0: none wait. Default
+    /// [`DEFAULT_MAX_QUEUE`].
+    pub max_queue: usize,
     /// Close a client that has sent nothing this long after it was
     /// accepted, before any backend is connected
     /// (`client_first_byte_timeout`). Default `None` (off): in protocols
@@ -148,6 +154,10 @@ pub const MAX_RESOLVE_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 /// clear in a few seconds is never cut.
 pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Default of `max_queue`: each waiting client holds a worker thread, so
+/// the line is kept well under the default 4096 workers.
+pub const DEFAULT_MAX_QUEUE: usize = 256;
+
 impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
@@ -157,6 +167,7 @@ impl Default for ProxyConfig {
             splice: false,
             yield_before_poll: false,
             queue_timeout: DEFAULT_QUEUE_TIMEOUT,
+            max_queue: DEFAULT_MAX_QUEUE,
             client_first_byte_timeout: None,
             fin_timeout: None,
             tcp_keepalive: None,

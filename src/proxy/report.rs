@@ -71,6 +71,20 @@ pub(crate) enum Refusal {
         /// The `queue_timeout` it passed.
         limit: Duration,
     },
+    /// Every backend was at its `max_connections`, and `max_queue`
+    /// clients waited for a slot already.
+    QueueFull {
+        /// The `max_queue` it found reached.
+        max: usize,
+    },
+    /// It waited for a backend slot until `queue_timeout` since it was
+    /// accepted.
+    SlotTimeout {
+        /// The `queue_timeout` it reached.
+        limit: Duration,
+    },
+    /// It closed its connection while it waited for a backend slot.
+    LeftQueue,
     /// It sent nothing within `client_first_byte_timeout`.
     FirstByteTimeout {
         /// The timeout.
@@ -134,7 +148,10 @@ pub(super) fn ended_counter(stats: &Stats, end: End) -> &AtomicU64 {
 /// The counter each refusal raises (`None`: counted where it is decided).
 fn refused_counter<'s>(stats: &'s Stats, refusal: &Refusal) -> Option<&'s AtomicU64> {
     match refusal {
-        Refusal::QueueTimeout { .. } => Some(&stats.queue_timeouts),
+        Refusal::QueueTimeout { .. } | Refusal::SlotTimeout { .. } => Some(&stats.queue_timeouts),
+        Refusal::QueueFull { .. } => Some(&stats.queue_full),
+        // Gone by itself: the access log says so.
+        Refusal::LeftQueue => None,
         Refusal::FirstByteTimeout { .. } => Some(&stats.first_byte_timeouts),
         Refusal::NoBackend { .. } | Refusal::ConnectFailed { .. } => Some(&stats.no_backend),
         // The limiter counted it (`rate_limited`), with its own reply.
@@ -273,6 +290,9 @@ impl Report {
                 };
                 (None, access)
             }
+            Refusal::QueueFull { .. } | Refusal::SlotTimeout { .. } | Refusal::LeftQueue => {
+                (None, self.at_cap(outcome, refusal, now))
+            }
             Refusal::FirstByteTimeout { limit } => {
                 if let Some(others) = self.first_byte_timeout_log.event(now) {
                     log::info!(
@@ -320,6 +340,42 @@ impl Report {
             }
         };
         self.log_access(peer, backend, outcome.queued_at, access);
+    }
+
+    /// A client refused while every backend was at its `max_connections`:
+    /// logged at most once a second (with the queue timeouts' throttle),
+    /// and its access log entry.
+    #[cold]
+    fn at_cap(&self, outcome: &Outcome, refusal: &Refusal, now: Instant) -> Access {
+        let (why, end) = match refusal {
+            Refusal::QueueFull { max } => (
+                format!("{max} clients wait already (max_queue)"),
+                access_log::End::QueueFull,
+            ),
+            Refusal::SlotTimeout { limit } => (
+                format!(
+                    "no slot freed within {} (queue timeout)",
+                    format_duration(*limit)
+                ),
+                access_log::End::QueueTimeout,
+            ),
+            _ => (
+                "it closed while waiting".to_string(),
+                access_log::End::Pumped(pump::End::ClientClosed),
+            ),
+        };
+        if let Some(others) = self.queue_timeout_log.event(now) {
+            log::warn!(
+                "closing client {}{}: every backend is at its max_connections and {why}{}",
+                outcome.peer,
+                self.whose(),
+                throttle::more(others)
+            );
+        }
+        Access {
+            queue_wait: outcome.queue_wait,
+            ..Access::refused(end)
+        }
     }
 
     /// No backend was available for the client from `peer`: traced, and

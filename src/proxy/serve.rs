@@ -23,7 +23,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::connect::Attempt;
+use super::connect::{Attempt, Connected};
 use super::report::{Fate, Outcome, Refusal, Served};
 use super::{close, header, pump, splice_pump, Job, Proxy, ProxyConfig, Route, REPLY_LINGER};
 use crate::backend::Backend;
@@ -42,6 +42,8 @@ struct Link {
     backend: Arc<Backend>,
     /// The scheduler's pick, held until the connection counts as active.
     pick: Pick,
+    /// A place reserved on a capped backend failed over to, held as long.
+    held: Option<crate::backend::Reservation>,
     /// The settings, read once when the worker took the client.
     settings: Arc<ProxyConfig>,
     /// When the worker took the client.
@@ -68,6 +70,7 @@ impl Proxy {
             backend_sock,
             backend,
             pick,
+            held,
             settings,
             started,
             connect_time,
@@ -79,7 +82,7 @@ impl Proxy {
         let backend_active = backend.start_connection();
         // Counted as active now: the pick's reservation (least connections'
         // count of clients on their way) is released.
-        drop(pick);
+        drop((pick, held));
         // Held by a guard, so that whatever ends the connection (a panic
         // included) takes it off the count.
         let active = self.stats.hold(&self.stats.active);
@@ -109,6 +112,10 @@ impl Proxy {
         // kept so every connection ends the same, visible way.
         close(&backend_sock);
         close(&client);
+        if backend.is_capped() {
+            // A slot freed: the first client waiting may take it.
+            self.scheduler.waitlist().notify();
+        }
     }
 
     /// The steps before the pump: wait → route → connect. Gives the client
@@ -137,6 +144,13 @@ impl Proxy {
         let (client, pick, origin) = self.route(route, client, peer)?;
         // From here on the client is who the header said.
         outcome.peer = origin.source;
+        let pick = match pick {
+            Some(pick) => pick,
+            None => {
+                let source = origin.source;
+                self.wait_for_slot(&client, source, queued_at, &settings, &health, outcome)?
+            }
+        };
         let attempt = Attempt {
             client: &client,
             origin,
@@ -148,11 +162,12 @@ impl Proxy {
         let connected = self.connect(&pick, &attempt, &mut failovers);
         let connect_time = connecting.elapsed();
         match connected {
-            Ok((backend_sock, backend)) => Some(Link {
+            Ok(Connected(backend_sock, backend, held)) => Some(Link {
                 client,
                 backend_sock,
                 backend,
                 pick,
+                held,
                 settings,
                 started,
                 connect_time,
@@ -221,23 +236,22 @@ impl Proxy {
     }
 
     /// The client's backend: the one picked at accept time, or, behind
-    /// `--accept-proxy`, the one picked after its header (`None`: closed
-    /// and reported there).
+    /// `--accept-proxy`, the one picked after its header; no pick when it
+    /// is to wait for a slot (`None`: closed and reported there).
     #[inline(never)]
     fn route(
         &self,
         route: Route,
         client: TcpStream,
         peer: SocketAddr,
-    ) -> Option<(TcpStream, Pick, header::Origin)> {
+    ) -> Option<(TcpStream, Option<Pick>, header::Origin)> {
+        let origin = header::Origin {
+            source: peer,
+            destination: None,
+        };
         match (route, &self.accept_proxy) {
-            (Route::Picked(pick), _) => {
-                let origin = header::Origin {
-                    source: peer,
-                    destination: None,
-                };
-                Some((client, pick, origin))
-            }
+            (Route::Picked(pick), _) => Some((client, Some(pick), origin)),
+            (Route::Waiting, _) => Some((client, None, origin)),
             (Route::AfterHeader, Some(accept)) => self.after_header(accept, client, peer),
             (Route::AfterHeader, None) => {
                 log::error!("client {peer} queued for a PROXY header with --accept-proxy off");
@@ -252,7 +266,7 @@ impl Proxy {
     /// non-blocking write, as the accept loop's (a worker that lingered
     /// there would make the backlog that caused the wait grow); the 502 of
     /// an unreachable backend may linger a little.
-    fn refuse(
+    pub(super) fn refuse(
         &self,
         outcome: &mut Outcome,
         refusal: Refusal,
@@ -263,8 +277,13 @@ impl Proxy {
         self.report.count(outcome);
         if health.http_replies {
             match &outcome.fate {
-                Fate::Refused(Refusal::QueueTimeout { .. }) => {
-                    reply::reply_at_once(client, reply::REPLY_503_BUSY)
+                Fate::Refused(
+                    Refusal::QueueTimeout { .. }
+                    | Refusal::SlotTimeout { .. }
+                    | Refusal::QueueFull { .. },
+                ) => reply::reply_at_once(client, reply::REPLY_503_BUSY),
+                Fate::Refused(Refusal::NoBackend { .. }) => {
+                    reply::reply_at_once(client, reply::REPLY_503)
                 }
                 Fate::Refused(Refusal::ConnectFailed { .. }) => {
                     reply::reply_and_linger(client, reply::REPLY_502, REPLY_LINGER)

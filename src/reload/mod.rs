@@ -523,6 +523,37 @@ mod tests {
     }
 
     #[test]
+    fn a_reload_changes_a_backend_s_cap_in_place() {
+        let s = Setup::new(
+            "cap",
+            r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1", "127.0.0.1:2"]}"#,
+        );
+        let first = s.balancer.scheduler().snapshot()[0].clone();
+        assert_eq!(first.max_connections(), None);
+        s.write(
+            r#"{"listen": "127.0.0.1:0", "max_queue": 9, "backends": [
+                "127.0.0.1:1,max_connections=5", {"host": "127.0.0.1", "port": 2, "max_connections": 7}]}"#,
+        );
+        let r = s.reloader.reload().unwrap();
+        assert!(
+            r.summary.contains(
+                "max_connections 127.0.0.1:1 none → 5, max_connections 127.0.0.1:2 none → 7"
+            ),
+            "{}",
+            r.summary
+        );
+        assert_eq!(first.max_connections(), Some(5), "in place");
+        assert_eq!(s.balancer.live().proxy.load().max_queue, 9);
+        // A bad cap keeps the old ones.
+        s.write(r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1,max_connections=0"]}"#);
+        assert!(s.reloader.reload().is_err());
+        assert_eq!(first.max_connections(), Some(5));
+        s.write(r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1", "127.0.0.1:2"]}"#);
+        s.reloader.reload().unwrap();
+        assert_eq!(first.max_connections(), None, "lifted");
+    }
+
+    #[test]
     fn a_reload_adds_drains_and_reweighs_by_name() {
         let s = Setup::new(
             "diff",

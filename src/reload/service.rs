@@ -44,6 +44,8 @@ pub(super) struct Backends {
     /// Kept backends whose own check changed (`check_port`, `rise`, ...):
     /// changed in place, their connections, state and counters kept.
     recheck: Vec<(Arc<Backend>, OwnCheck)>,
+    /// Backends whose `max_connections` changed, with the new one.
+    recap: Vec<(Arc<Backend>, Option<usize>)>,
     drain: Vec<Arc<Backend>>,
     /// Backends kept, given by name: looked up again by every reload.
     names: Vec<Arc<Backend>>,
@@ -89,6 +91,9 @@ pub(super) fn plan_backends(
                 }
                 if b.addresses().lookup().is_some() {
                     plan.names.push(Arc::clone(&b));
+                }
+                if b.max_connections() != spec.max_connections {
+                    plan.recap.push((Arc::clone(&b), spec.max_connections));
                 }
                 if retiring.contains(&b.id()) {
                     plan.restore.push(b);
@@ -215,6 +220,11 @@ pub(super) fn describe_changes(
         parts.push(format!("checks of {}: {}", b.name(), own_words(own)));
     }
     report.settings_changed += backends.recheck.len();
+    let show = |cap: Option<usize>| cap.map_or("none".to_string(), |n| n.to_string());
+    for (b, cap) in &backends.recap {
+        let was = show(b.max_connections());
+        parts.push(format!("max_connections {} {was} → {}", b.name(), show(*cap)));
+    }
     setting_changes(before, config, &mut parts, report);
     for b in &backends.drain {
         let n = b.active() + b.pending();
@@ -263,6 +273,11 @@ pub(super) fn apply(plan: Plan, old: &Config, running: &Running, reaper: &Reaper
     );
     for (b, own) in backends.recheck {
         b.set_own_check(own);
+    }
+    for (b, cap) in &backends.recap {
+        b.set_max_connections(*cap);
+        // A raised cap frees slots for the clients waiting.
+        live.scheduler.waitlist().notify();
     }
     // Every name again, whatever `resolve_interval` says: a backend
     // restarted with a new address is followed by a reload. A failed

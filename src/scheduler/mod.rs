@@ -24,6 +24,7 @@
 //! safe in the C only because one thread accepts. The atomic counter here
 //! gives the same sequence and stays exact when many threads pick.
 
+mod first;
 mod ip_hash;
 mod least_connections;
 mod power_of_two;
@@ -39,6 +40,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::availability::AvailabilityWatcher;
 
 use crate::backend::{Backend, Reservation};
+use crate::waitlist::Waitlist;
 
 /// One way of choosing the backend for a new client.
 ///
@@ -101,6 +103,9 @@ algorithms! {
     /// The less loaded of two backends drawn at random (power of two
     /// choices).
     PowerOfTwo => power_of_two::PowerOfTwo,
+    /// The first backend in list order under its max_connections (HAProxy's
+    /// `balance first`), so spare ones idle and can be scaled down.
+    First => first::First,
 }
 
 impl Algorithm {
@@ -231,6 +236,9 @@ struct Shared {
     writer: Mutex<()>,
     /// The next turn (round robin, the weighted cycle, tie rotation).
     next: AtomicUsize,
+    /// The clients waiting for a slot when every available backend is at
+    /// its `max_connections` (see `waitlist.rs`).
+    waitlist: Waitlist,
 }
 
 impl Scheduler {
@@ -246,6 +254,7 @@ impl Scheduler {
                 current: RwLock::new(Snapshot::new(Arc::new([]), algorithm)),
                 writer: Mutex::new(()),
                 next: AtomicUsize::new(0),
+                waitlist: Waitlist::default(),
             }),
         };
         // Through `change_with`, which asks the backends to tell of their
@@ -272,7 +281,22 @@ impl Scheduler {
 
     /// Picks the backend for a new connection from `peer`, or `None` when no
     /// backend is available (all down or draining, or none configured).
+    ///
+    /// A backend at its `max_connections` is passed over for the next one
+    /// in list order under its cap; when all are at their caps, or clients
+    /// wait already in the [`Scheduler::waitlist`], the answer is `None`
+    /// too, and [`Scheduler::any_available`] tells the two cases apart.
     pub fn pick(&self, peer: IpAddr) -> Option<Pick> {
+        self.pick_from(peer, false)
+    }
+
+    /// [`Scheduler::pick`] for the client first in the waitlist, which
+    /// does not wait behind itself.
+    pub fn pick_for_first_waiting(&self, peer: IpAddr) -> Option<Pick> {
+        self.pick_from(peer, true)
+    }
+
+    fn pick_from(&self, peer: IpAddr, first_waiting: bool) -> Option<Pick> {
         // The read guard lives until the end of the decision: that is what
         // makes `remove` final once it returns (see the module docs).
         let snap = self.shared.current.read();
@@ -283,6 +307,10 @@ impl Scheduler {
         }
         let strategy = snap.algorithm.strategy();
         let server_idx = strategy.choose(&snap, peer, &self.shared.next)?;
+        if list[server_idx].is_capped() {
+            // The one branch the cap adds for every client.
+            return self.pick_capped(&snap, server_idx, first_waiting);
+        }
         let backend = Arc::clone(&list[server_idx]);
         let reservation = strategy.reserves().then(|| backend.reserve());
         Some(Pick {
@@ -292,15 +320,59 @@ impl Scheduler {
         })
     }
 
+    /// The chosen backend at `start` has a cap: it, or the next available
+    /// one in list order that has a free slot, reserved; `None` when all
+    /// are full, or when others wait already (unless this is the first of
+    /// them), so that the waitlist drains in order.
+    #[cold]
+    #[inline(never)]
+    fn pick_capped(&self, snap: &Snapshot, start: usize, first_waiting: bool) -> Option<Pick> {
+        if !first_waiting && !self.shared.waitlist.is_empty() {
+            return None;
+        }
+        let list = &snap.list;
+        let n = list.len();
+        (0..n).map(|i| (start + i) % n).find_map(|server_idx| {
+            let backend = &list[server_idx];
+            if !backend.is_available() {
+                return None;
+            }
+            let reservation = backend.try_reserve()?;
+            Some(Pick {
+                server_idx,
+                backend: Arc::clone(backend),
+                _reservation: Some(reservation),
+            })
+        })
+    }
+
+    /// Whether any backend is available (up, not draining, not in
+    /// maintenance), full or not: when [`Scheduler::pick`] gives `None`,
+    /// true means "all at their caps, wait", false "none to wait for".
+    pub fn any_available(&self) -> bool {
+        self.shared
+            .current
+            .read()
+            .list
+            .iter()
+            .any(|b| b.is_available())
+    }
+
+    /// The clients waiting for a slot under the backends' caps.
+    pub fn waitlist(&self) -> &Waitlist {
+        &self.shared.waitlist
+    }
+
     /// The backends to try after `first` failed to connect: the others in
-    /// list order from it, each once, skipping those unavailable.
+    /// list order from it, each once, skipping those unavailable or at
+    /// their cap (the caller reserves a place on a capped one).
     pub fn failover_order(&self, first: &Backend) -> Vec<Arc<Backend>> {
         let list = self.snapshot();
         let start = list.iter().position(|b| b.id() == first.id()).unwrap_or(0);
         let n = list.len();
         (1..=n)
             .map(|i| &list[(start + i) % n])
-            .filter(|b| b.id() != first.id() && b.is_available())
+            .filter(|b| b.id() != first.id() && b.is_available() && b.has_free_slot())
             .cloned()
             .collect()
     }
@@ -391,6 +463,8 @@ impl Scheduler {
         // Built outside the `current` lock: picks go on meanwhile.
         let snap = Snapshot::new(list.into(), algorithm);
         *self.shared.current.write() = snap;
+        // Waiting clients look again: a backend may have come or gone.
+        self.shared.waitlist.notify();
         // The old snapshot is dropped here, after the lock is released.
     }
 }
@@ -411,6 +485,7 @@ impl AvailabilityWatcher for Shared {
         };
         let snap = Snapshot::new(list, algorithm);
         *self.current.write() = snap;
+        self.waitlist.notify();
     }
 }
 
@@ -620,6 +695,50 @@ mod tests {
         assert_eq!(s.snapshot()[0].id(), list[0].id(), "in the same place");
         assert!(s.set_weight(9999, 2).is_none());
         drop(active);
+    }
+
+    #[test]
+    fn a_full_backend_is_passed_over_and_newcomers_wait_behind_the_line() {
+        for algorithm in Algorithm::ALL.iter().copied() {
+            let list = backends(3);
+            list[0].set_max_connections(Some(1));
+            list[1].set_max_connections(Some(1));
+            list[2].set_max_connections(Some(2));
+            let s = Scheduler::with_algorithm(list.clone(), algorithm);
+            let held: Vec<Pick> = (0..4).map(|_| s.pick(PEER).unwrap()).collect();
+            let loads: Vec<usize> = list.iter().map(|b| b.pending()).collect();
+            assert_eq!(loads, [1, 1, 2], "{algorithm:?}");
+            assert!(s.pick(PEER).is_none(), "{algorithm:?}: all full");
+            assert!(s.any_available());
+            // One waits; a slot frees: a newcomer does not take it, the
+            // first in line does.
+            let ticket = s.waitlist().join(10).unwrap();
+            let mut held = held;
+            held.remove(0);
+            assert!(s.pick(PEER).is_none(), "{algorithm:?}: jumped the line");
+            let got = s.pick_for_first_waiting(PEER).unwrap();
+            assert!(got.backend.is_capped());
+            drop(ticket);
+            assert!(s.pick(PEER).is_none(), "{algorithm:?}: full again");
+            drop((got, held));
+            assert!(list.iter().all(|b| b.pending() == 0));
+        }
+    }
+
+    #[test]
+    fn fail_over_skips_a_full_backend() {
+        let list = backends(3);
+        list[1].set_max_connections(Some(1));
+        let s = Scheduler::new(list.clone());
+        let r = list[1].try_reserve().unwrap();
+        let order: Vec<String> = s
+            .failover_order(&list[0])
+            .iter()
+            .map(|b| b.name().to_string())
+            .collect();
+        assert_eq!(order, ["b2"]);
+        drop(r);
+        assert_eq!(s.failover_order(&list[0]).len(), 2);
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod peers;
 
 mod admin;
 mod balancer_port;
+mod cap;
 mod check_port;
 mod config_file;
 mod demo_backend;
