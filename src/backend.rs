@@ -16,6 +16,9 @@
 //! start-up (a typo fails before the first client; a worker never calls
 //! the resolver); [`Backend::connect`] is `get_final_server_socket()`.
 
+mod dial;
+mod standby;
+
 use std::fmt;
 use std::io::{self, ErrorKind};
 use std::net::TcpStream;
@@ -25,15 +28,17 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
-use socket2::{Domain, Protocol, Socket, Type};
+
+use dial::connect_one;
+pub use standby::{coarse_now_ms, RAMP_FULL};
 
 use crate::availability::{AvailabilityWatcher, Watchers};
 use crate::error::{Error, Result};
 use crate::proxy_protocol::Version;
 use crate::throttle::LogThrottle;
 
-/// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`
-/// and `,send-proxy` / `,send-proxy-v2`.
+/// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`,
+/// `,send-proxy` / `,send-proxy-v2` and `,backup`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendSpec {
     /// The host name or address, as typed (`localhost`, `127.0.0.1`, `::1`).
@@ -46,10 +51,13 @@ pub struct BackendSpec {
     /// (`,send-proxy` is version 1, `,send-proxy-v2` version 2); `None`
     /// unless given, and then the balancer-wide `send_proxy` applies.
     pub send_proxy: Option<Version>,
+    /// Served only while no other backend (a primary) is available
+    /// (`,backup`; HAProxy's and nginx's `backup`). False unless given.
+    pub backup: bool,
 }
 
 impl BackendSpec {
-    /// Parses `HOST:PORT[,weight=N][,send-proxy|,send-proxy-v2]`; IPv6
+    /// Parses `HOST:PORT[,weight=N][,send-proxy|,send-proxy-v2][,backup]`; IPv6
     /// addresses go in brackets (`[::1]:8001`). The option names are
     /// HAProxy's `server` keywords.
     ///
@@ -82,7 +90,11 @@ impl BackendSpec {
             .ok_or_else(|| Error::InvalidBackend(format!("'{text}': port must be 1..65535")))?;
         let mut weight = 1;
         let mut send_proxy = None;
+        let mut backup = false;
         for option in parts {
+            if standby::backup_option(text, option, &mut backup)? {
+                continue;
+            }
             let version = match option.trim() {
                 "send-proxy" => Some(Version::V1),
                 "send-proxy-v2" => Some(Version::V2),
@@ -110,7 +122,7 @@ impl BackendSpec {
                 _ => {
                     return Err(Error::InvalidBackend(format!(
                         "'{text}': unknown option '{option}' \
-                         (known: weight=N, send-proxy, send-proxy-v2)"
+                         (known: weight=N, send-proxy, send-proxy-v2, backup)"
                     )))
                 }
             }
@@ -125,6 +137,7 @@ impl BackendSpec {
             port,
             weight,
             send_proxy,
+            backup,
         })
     }
 
@@ -173,6 +186,9 @@ impl fmt::Display for BackendSpec {
             None => {}
             Some(Version::V1) => f.write_str(",send-proxy")?,
             Some(Version::V2) => f.write_str(",send-proxy-v2")?,
+        }
+        if self.backup {
+            f.write_str(",backup")?;
         }
         Ok(())
     }
@@ -252,6 +268,8 @@ pub struct Backend {
     connect_failure_log: LogThrottle,
     /// The schedulers to tell when it is taken out of rotation or put back.
     watchers: Watchers,
+    /// Backup or primary, and when it last came back (slow start).
+    standby: standby::Standby,
 }
 
 /// The result of one active health check, kept on the backend.
@@ -282,10 +300,9 @@ impl Backend {
     ///
     /// [`Error::InvalidBackend`] when the host does not resolve.
     pub fn from_spec(spec: &BackendSpec) -> Result<Backend> {
-        Ok(
-            Backend::new(spec.name(), spec.resolve()?, spec.weight)
-                .with_send_proxy(spec.send_proxy),
-        )
+        Ok(Backend::new(spec.name(), spec.resolve()?, spec.weight)
+            .with_send_proxy(spec.send_proxy)
+            .with_backup(spec.backup))
     }
 
     /// The same backend, sent a PROXY protocol header of `version` before
@@ -322,6 +339,7 @@ impl Backend {
             send_proxy: None,
             connect_failure_log: LogThrottle::new(Duration::from_secs(1)),
             watchers: Watchers::default(),
+            standby: standby::Standby::default(),
         }
     }
 
@@ -440,6 +458,9 @@ impl Backend {
     /// Records a flip of its state and tells the schedulers holding it.
     fn changed(&self) {
         self.changed_ms.store(now_ms(), Ordering::Relaxed);
+        if self.is_available() {
+            self.standby.came_back();
+        }
         self.watchers.tell(self.id);
     }
 
@@ -546,30 +567,6 @@ impl Backend {
         self.total.fetch_add(1, Ordering::Relaxed);
         ActiveGuard { backend: self }
     }
-}
-
-/// One connect attempt to one address: see [`Backend::connect`].
-fn connect_one(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    // Small writes (a request line, a Redis command) must leave at once,
-    // not wait for Nagle's algorithm to batch them.
-    socket.set_nodelay(true)?;
-    // A zero timeout would mean "wait forever" to the kernel.
-    socket.set_write_timeout(Some(timeout.max(Duration::from_millis(1))))?;
-    match socket.connect(&addr.into()) {
-        Ok(()) => Ok(socket.into()),
-        Err(err) if err.raw_os_error() == Some(libc::EINPROGRESS) => Err(timed_out(addr, timeout)),
-        Err(err) => Err(err),
-    }
-}
-
-/// The error of a connect that timed out, worded; cold, and out of the
-/// frame every connect runs in.
-#[cold]
-#[inline(never)]
-fn timed_out(addr: SocketAddr, timeout: Duration) -> io::Error {
-    let message = format!("connect to {addr} timed out after {timeout:?}");
-    io::Error::new(ErrorKind::TimedOut, message)
 }
 
 /// Decrements [`Backend::pending`] when dropped.
@@ -747,12 +744,14 @@ mod tests {
                 ],
                 port in 1u16..,
                 weight in 1u32..=1000,
+                backup in any::<bool>(),
             ) {
                 let spec = BackendSpec {
                     host,
                     port,
                     weight,
                     send_proxy: None,
+                    backup,
                 };
                 prop_assert_eq!(BackendSpec::parse(&spec.to_string()).ok(), Some(spec));
             }

@@ -503,11 +503,12 @@ impl<'de> Deserialize<'de> for Backends {
     }
 }
 
-/// One backend: `"HOST:PORT[,weight=N]"` or `{"host", "port", "weight"}`.
+/// One backend: `"HOST:PORT[,weight=N][,backup]"` or `{"host", "port",
+/// "weight", "backup"}`.
 pub(super) struct Entry(pub(super) BackendSpec);
 
 /// The keys of a backend written as an object.
-const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy"];
+const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy", "backup"];
 
 impl<'de> Deserialize<'de> for Entry {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -531,11 +532,16 @@ impl<'de> Deserialize<'de> for Entry {
                 let mut port = None::<Whole<u16, 1, 65535>>;
                 let mut weight = None::<Whole<u32, 1, 1000>>;
                 let mut send_proxy = None;
+                let mut backup = None::<bool>;
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "host" => host = Some(map.next_value()?),
                         "port" => port = Some(map.next_value()?),
                         "weight" => weight = Some(map.next_value()?),
+                        "backup" if backup.is_some() => {
+                            return Err(de::Error::duplicate_field("backup"))
+                        }
+                        "backup" => backup = Some(map.next_value()?),
                         "send_proxy" => {
                             let text: String = map.next_value()?;
                             send_proxy = match text.as_str() {
@@ -562,6 +568,7 @@ impl<'de> Deserialize<'de> for Entry {
                     port,
                     weight,
                     send_proxy,
+                    backup: backup.unwrap_or(false),
                 }))
             }
         }

@@ -24,17 +24,22 @@
 //! safe in the C only because one thread accepts. The atomic counter here
 //! gives the same sequence and stays exact when many threads pick.
 
+mod backup;
 mod ip_hash;
 mod least_connections;
 mod power_of_two;
+mod ramp;
 mod round_robin;
 mod weighted;
 
 use std::net::IpAddr;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+
+use ramp::{Ramp, RampNow};
 
 use crate::availability::AvailabilityWatcher;
 
@@ -60,6 +65,19 @@ pub(crate) trait Strategy: Sync {
     /// is spread out.
     fn reserves(&self) -> bool {
         false
+    }
+
+    /// [`Strategy::choose`] while a slow start is under way (see
+    /// `ramp.rs`): by default a turn that falls on a ramping backend is
+    /// passed on with probability 1 − its share.
+    fn choose_ramping(
+        &self,
+        snap: &Snapshot,
+        peer: IpAddr,
+        turn: &AtomicUsize,
+        ramp: &RampNow,
+    ) -> Option<usize> {
+        ramp::pass_turns(self, snap, peer, turn, ramp)
     }
 }
 
@@ -138,8 +156,8 @@ impl std::str::FromStr for Algorithm {
 /// The backend chosen for one connection.
 #[derive(Debug)]
 pub struct Pick {
-    /// The backend's position in the snapshot it was picked from (the C's
-    /// `server_idx`); for tests. Positions change when the list
+    /// The backend's position in the list of the snapshot it was picked
+    /// from (the C's `server_idx`); for tests. Positions change when the list
     /// changes, so the worker uses `backend` instead.
     pub server_idx: usize,
     /// The backend itself. Holding the `Arc` keeps the choice made at accept
@@ -156,7 +174,14 @@ pub struct Pick {
 #[derive(Debug)]
 pub(crate) struct Snapshot {
     /// The backends, in the order given.
+    all: Arc<[Arc<Backend>]>,
+    /// The backends in rotation, those the algorithm picks from: `all`
+    /// itself (the same `Arc`) unless some are backups (`backup.rs`).
     pub(crate) list: Arc<[Arc<Backend>]>,
+    /// Where each of `list` is in `all`, when `list` is not `all`.
+    places: Option<Box<[usize]>>,
+    /// A slow start under way when this was built (`ramp.rs`), or none.
+    ramp: Option<Ramp>,
     /// The positions in `list` of the backends available when this
     /// snapshot was built, in list order.
     pub(crate) up: Box<[usize]>,
@@ -175,7 +200,9 @@ pub(crate) struct Snapshot {
 impl Snapshot {
     /// Reads each backend's state now: build it only once the backends
     /// tell this scheduler of their flips (see [`Scheduler::change_with`]).
-    fn new(list: Arc<[Arc<Backend>]>, algorithm: Algorithm) -> Snapshot {
+    /// `ramp_ms` is the slow start (0: off).
+    fn new(all: Arc<[Arc<Backend>]>, algorithm: Algorithm, ramp_ms: u64) -> Snapshot {
+        let (list, places) = backup::rotation(&all);
         let weights: Vec<u32> = list.iter().map(|b| b.weight()).collect();
         let up: Box<[usize]> = (0..list.len())
             .filter(|&i| list[i].is_available())
@@ -187,8 +214,12 @@ impl Snapshot {
             .collect();
         let keys = list.iter().map(|b| ip_hash::hash_name(b.name())).collect();
         let uniform = weights.windows(2).all(|w| w[0] == w[1]);
+        let ramp = Ramp::of(&list, ramp_ms);
         Snapshot {
+            all,
             list,
+            places,
+            ramp,
             up,
             cycle,
             keys,
@@ -231,6 +262,9 @@ struct Shared {
     writer: Mutex<()>,
     /// The next turn (round robin, the weighted cycle, tie rotation).
     next: AtomicUsize,
+    /// The slow start in ms (`ramp.rs`); 0: off. Read when a snapshot is
+    /// built, never by a pick.
+    ramp_ms: AtomicU64,
 }
 
 impl Scheduler {
@@ -243,9 +277,10 @@ impl Scheduler {
     pub fn with_algorithm(backends: Vec<Arc<Backend>>, algorithm: Algorithm) -> Scheduler {
         let scheduler = Scheduler {
             shared: Arc::new(Shared {
-                current: RwLock::new(Snapshot::new(Arc::new([]), algorithm)),
+                current: RwLock::new(Snapshot::new(Arc::new([]), algorithm, 0)),
                 writer: Mutex::new(()),
                 next: AtomicUsize::new(0),
+                ramp_ms: AtomicU64::new(0),
             }),
         };
         // Through `change_with`, which asks the backends to tell of their
@@ -267,7 +302,30 @@ impl Scheduler {
 
     /// The current backend list (a cheap copy: one reference count).
     pub fn snapshot(&self) -> Arc<[Arc<Backend>]> {
-        Arc::clone(&self.shared.current.read().list)
+        Arc::clone(&self.shared.current.read().all)
+    }
+
+    /// Sets the slow start (`None`: off): backends that came back less
+    /// than this ago get a share of their weight growing to all of it
+    /// (`ramp.rs`). Picks from now on use it.
+    pub fn set_ramp(&self, over: Option<Duration>) {
+        let ms = over.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        if self.shared.ramp_ms.swap(ms, Ordering::Relaxed) != ms {
+            self.refresh();
+        }
+    }
+
+    /// `b`'s weight as the scheduler counts it now, and whether slow
+    /// start still ramps it: its weight times its share while it ramps.
+    pub fn effective_weight(&self, b: &Backend) -> (f64, bool) {
+        let weight = f64::from(b.weight());
+        let over_ms = self.shared.ramp_ms.load(Ordering::Relaxed);
+        let share = b.ramp_share(over_ms, crate::backend::coarse_now_ms());
+        if share >= crate::backend::RAMP_FULL {
+            return (weight, false);
+        }
+        let share = f64::from(share) / f64::from(crate::backend::RAMP_FULL);
+        ((weight * share * 100.0).round() / 100.0, true)
     }
 
     /// Picks the backend for a new connection from `peer`, or `None` when no
@@ -276,20 +334,48 @@ impl Scheduler {
         // The read guard lives until the end of the decision: that is what
         // makes `remove` final once it returns (see the module docs).
         let snap = self.shared.current.read();
-        let list = &snap.list;
-        let n = list.len();
-        if n == 0 {
+        if snap.list.is_empty() {
             return None;
         }
+        if snap.ramp.is_some() {
+            return self.pick_ramping(snap, peer);
+        }
+        let idx = snap
+            .algorithm
+            .strategy()
+            .choose(&snap, peer, &self.shared.next)?;
+        Some(snap.pick_at(idx))
+    }
+
+    /// [`Scheduler::pick`] while a slow start is under way: the clock is
+    /// read, and once every ramp is over the snapshot is rebuilt without
+    /// it (after the read lock is released).
+    #[cold]
+    #[inline(never)]
+    fn pick_ramping(&self, snap: RwLockReadGuard<'_, Snapshot>, peer: IpAddr) -> Option<Pick> {
+        let ramp = snap.ramp?;
+        let now_ms = crate::backend::coarse_now_ms();
         let strategy = snap.algorithm.strategy();
-        let server_idx = strategy.choose(&snap, peer, &self.shared.next)?;
-        let backend = Arc::clone(&list[server_idx]);
-        let reservation = strategy.reserves().then(|| backend.reserve());
-        Some(Pick {
-            server_idx,
-            backend,
-            _reservation: reservation,
-        })
+        let next = &self.shared.next;
+        let over = now_ms >= ramp.until_ms;
+        let idx = if over {
+            strategy.choose(&snap, peer, next)
+        } else {
+            let at = RampNow {
+                over_ms: ramp.over_ms,
+                now_ms,
+            };
+            strategy.choose_ramping(&snap, peer, next, &at)
+        };
+        let pick = idx.map(|idx| snap.pick_at(idx));
+        drop(snap);
+        if over {
+            // Whoever holds the writer lock rebuilds anyway.
+            if let Some(_writer) = self.shared.writer.try_lock() {
+                self.shared.rebuild();
+            }
+        }
+        pick
     }
 
     /// The backends to try after `first` failed to connect: the others in
@@ -298,16 +384,18 @@ impl Scheduler {
         let list = self.snapshot();
         let start = list.iter().position(|b| b.id() == first.id()).unwrap_or(0);
         let n = list.len();
-        (1..=n)
+        let others = (1..=n)
             .map(|i| &list[(start + i) % n])
             .filter(|b| b.id() != first.id() && b.is_available())
             .cloned()
-            .collect()
+            .collect();
+        backup::primaries_first(others)
     }
 
     /// Adds a backend at the end of the list. New clients may be sent to it
-    /// as soon as this returns.
+    /// as soon as this returns (slowly at first, with a slow start).
     pub fn add(&self, backend: Arc<Backend>) {
+        backend.start_ramp();
         self.change(|list| list.push(backend));
     }
 
@@ -363,7 +451,7 @@ impl Scheduler {
         self.shared
             .current
             .read()
-            .list
+            .all
             .iter()
             .find(|b| pred(b))
             .cloned()
@@ -389,7 +477,8 @@ impl Scheduler {
             backend.watch(Weak::clone(&me));
         }
         // Built outside the `current` lock: picks go on meanwhile.
-        let snap = Snapshot::new(list.into(), algorithm);
+        let ramp_ms = self.shared.ramp_ms.load(Ordering::Relaxed);
+        let snap = Snapshot::new(list.into(), algorithm, ramp_ms);
         *self.shared.current.write() = snap;
         // The old snapshot is dropped here, after the lock is released.
     }
@@ -401,16 +490,42 @@ impl AvailabilityWatcher for Shared {
     /// flipped it (the health thread, a worker, the admin API, a reload).
     fn availability_changed(&self, backend_id: u64) {
         let _writer = self.writer.lock();
-        let (list, algorithm) = {
+        if !self.current.read().all.iter().any(|b| b.id() == backend_id) {
+            // Removed from this list since it was taken in.
+            return;
+        }
+        self.rebuild();
+    }
+}
+
+impl Shared {
+    /// Builds the snapshot again from the same list; the caller holds the
+    /// writer lock.
+    fn rebuild(&self) {
+        let (all, algorithm) = {
             let snap = self.current.read();
-            if !snap.list.iter().any(|b| b.id() == backend_id) {
-                // Removed from this list since it was taken in.
-                return;
-            }
-            (Arc::clone(&snap.list), snap.algorithm)
+            (Arc::clone(&snap.all), snap.algorithm)
         };
-        let snap = Snapshot::new(list, algorithm);
+        let snap = Snapshot::new(all, algorithm, self.ramp_ms.load(Ordering::Relaxed));
         *self.current.write() = snap;
+    }
+}
+
+impl Snapshot {
+    /// The pick of `list[idx]`, reserved if the algorithm counts picks.
+    #[inline]
+    fn pick_at(&self, idx: usize) -> Pick {
+        let backend = Arc::clone(&self.list[idx]);
+        let reservation = self
+            .algorithm
+            .strategy()
+            .reserves()
+            .then(|| backend.reserve());
+        Pick {
+            server_idx: self.places.as_ref().map_or(idx, |places| places[idx]),
+            backend,
+            _reservation: reservation,
+        }
     }
 }
 
@@ -437,7 +552,18 @@ const TIED: usize = 16;
 /// the turns of a busy backend to the one after it).
 pub(crate) fn least_loaded(list: &[Arc<Backend>], turn: usize) -> Option<usize> {
     // Picked but not yet connected counts too: see `Backend::reserve`.
-    let load = |b: &Backend| ((b.active() + b.pending()) as u64, u64::from(b.weight()));
+    least_loaded_by(list, turn, |b| {
+        ((b.active() + b.pending()) as u64, u64::from(b.weight()))
+    })
+}
+
+/// [`least_loaded`] with each backend's load and weight given by `load`
+/// (a slow start scales the weights: see `ramp.rs`).
+pub(crate) fn least_loaded_by(
+    list: &[Arc<Backend>],
+    turn: usize,
+    load: impl Fn(&Backend) -> (u64, u64),
+) -> Option<usize> {
     // One pass: the least load per unit of weight, how many share it, and
     // where the first `TIED` of them are (on the stack: no allocation).
     let mut best: Option<(u64, u64)> = None; // (load, weight)
