@@ -27,6 +27,8 @@ pub struct BackendRow {
     pub name: String,
     /// `up`, `down`, `draining` or `maint`.
     pub state: String,
+    /// A backup, served only while no primary is available.
+    pub backup: bool,
     /// Its weight.
     pub weight: u32,
     /// Connections now.
@@ -204,9 +206,10 @@ fn section(html: &mut String, s: &Section, one: bool) {
         });
         let since = b.since_change.map_or("-".to_string(), ago);
         let state = esc(&b.state);
-        let _ = writeln!(
+        let _ =
+            writeln!(
             html,
-            "<tr class=\"{state}\" data-backend=\"{bname}\"><td class=\"name\">{bname}</td>\
+            "<tr class=\"{state}\" data-backend=\"{bname}\"><td class=\"name\">{bname}{mark}</td>\
 <td class=\"state\">{upper}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
 <td>{}</td><td class=\"check\">{}</td><td>{took}</td><td>{since}</td></tr>",
             b.weight,
@@ -218,6 +221,7 @@ fn section(html: &mut String, s: &Section, one: bool) {
             esc(check),
             bname = esc(&b.name),
             upper = state.to_uppercase(),
+            mark = if b.backup { " <small>backup</small>" } else { "" },
         );
     }
     html.push_str("</table>\n");
@@ -231,6 +235,7 @@ mod tests {
         BackendRow {
             name: name.into(),
             state: state.into(),
+            backup: false,
             weight: 1,
             active: 2,
             total: 30,
@@ -284,6 +289,19 @@ mod tests {
         assert!(html.contains("<td>1.5 ms</td><td>2m 5s</td>"), "{html}");
         assert!(html.contains("<td>2 / 4096</td><td>1h 2m</td>"), "{html}");
         assert!(!html.contains("<script"));
+    }
+
+    #[test]
+    fn a_backup_is_marked() {
+        let mut backup = row("127.0.0.1:8003", "up");
+        backup.backup = true;
+        let rows = vec![row("127.0.0.1:8001", "up"), backup];
+        let html = render(&process(), &[section("default", rows)]);
+        assert!(
+            html.contains("127.0.0.1:8003 <small>backup</small></td>"),
+            "{html}"
+        );
+        assert_eq!(html.matches("<small>backup</small>").count(), 1);
     }
 
     #[test]

@@ -250,6 +250,7 @@ fn backend_row(b: &Backend) -> super::page::BackendRow {
     super::page::BackendRow {
         name: b.name().to_string(),
         state: b.state_name().to_string(),
+        backup: b.is_backup(),
         weight: b.weight(),
         active: b.active() as u64,
         total: b.total(),
@@ -279,6 +280,7 @@ pub fn backend_json(b: &Backend) -> Value {
     json!({
         "address": b.name(),
         "weight": b.weight(),
+        "backup": b.is_backup(),
         "state": state,
         "active": b.active(),
         "pending": b.pending(),
@@ -291,14 +293,20 @@ pub fn backend_json(b: &Backend) -> Value {
     })
 }
 
-/// `GET /backends`.
+/// `GET /backends`: each backend with its weight as the scheduler counts
+/// it now (lower while slow start ramps it).
 fn list(service: &Service) -> Reply {
-    let list: Vec<Value> = service
-        .live
-        .scheduler
+    let scheduler = &service.live.scheduler;
+    let list: Vec<Value> = scheduler
         .snapshot()
         .iter()
-        .map(|b| backend_json(b))
+        .map(|b| {
+            let mut json = backend_json(b);
+            let (weight, ramping) = scheduler.effective_weight(b);
+            json["effective_weight"] = json!(weight);
+            json["ramping"] = json!(ramping);
+            json
+        })
         .collect();
     Reply::new(200, Value::Array(list))
 }

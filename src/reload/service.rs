@@ -233,6 +233,7 @@ fn apply_settings(
         live.scheduler.set_algorithm(config.algorithm);
         report.settings_changed += 1;
     }
+    crate::service::tune_scheduler(&live.scheduler, config);
     if before.proxy != config.proxy {
         live.proxy.store(Arc::new(config.proxy.clone()));
     }

@@ -1,7 +1,7 @@
 //! Slow start (HAProxy's `slowstart`): a backend that comes back into
 //! rotation (health up, end of maintenance or draining, added at run time)
 //! gets a share of its weight that grows from about 5% to all of it over
-//! the service's `slow_start`, so a cold cache is not flooded.
+//! the service's slow start, so a cold cache is not flooded.
 //!
 //! How each algorithm takes the share:
 //! - round robin, weighted round robin (and any algorithm that takes
@@ -15,7 +15,7 @@
 //!
 //! A snapshot knows whether a ramp is under way when it is built; only
 //! then does a pick read the clock (the coarse one) and the backends'
-//! shares. Without `slow_start`, or once every ramp is over, a pick is
+//! shares. Without a slow start, or once every ramp is over, a pick is
 //! what it was.
 //!
 //! # Corresponds to the C article
@@ -33,7 +33,7 @@ use crate::backend::{coarse_now_ms, Backend, RAMP_FULL};
 /// rotation came back less than `over_ms` ago.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ramp {
-    /// The service's `slow_start`, in ms.
+    /// The service's slow start, in ms.
     pub(crate) over_ms: u64,
     /// When the last of these ramps ends, on the coarse clock.
     pub(crate) until_ms: u64,
@@ -58,7 +58,7 @@ impl Ramp {
 /// A ramp as one pick sees it, at one time.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RampNow {
-    /// The service's `slow_start`, in ms.
+    /// The service's slow start, in ms.
     pub(crate) over_ms: u64,
     /// Now, on the coarse clock.
     pub(crate) now_ms: u64,
@@ -153,7 +153,7 @@ mod tests {
     }
 
     #[test]
-    fn without_slow_start_or_once_over_nothing_changes() {
+    fn without_a_ramp_or_once_over_nothing_changes() {
         let list = weighted(&[1, 1]);
         let s = Scheduler::new(list.clone());
         list[0].set_maint(true);
