@@ -35,9 +35,8 @@ mod weighted;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{Mutex, RwLock};
 
 use ramp::{Ramp, RampNow};
 
@@ -305,29 +304,6 @@ impl Scheduler {
         Arc::clone(&self.shared.current.read().all)
     }
 
-    /// Sets the slow start (`None`: off): backends that came back less
-    /// than this ago get a share of their weight growing to all of it
-    /// (`ramp.rs`). Picks from now on use it.
-    pub fn set_ramp(&self, over: Option<Duration>) {
-        let ms = over.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        if self.shared.ramp_ms.swap(ms, Ordering::Relaxed) != ms {
-            self.refresh();
-        }
-    }
-
-    /// `b`'s weight as the scheduler counts it now, and whether slow
-    /// start still ramps it: its weight times its share while it ramps.
-    pub fn effective_weight(&self, b: &Backend) -> (f64, bool) {
-        let weight = f64::from(b.weight());
-        let over_ms = self.shared.ramp_ms.load(Ordering::Relaxed);
-        let share = b.ramp_share(over_ms, crate::backend::coarse_now_ms());
-        if share >= crate::backend::RAMP_FULL {
-            return (weight, false);
-        }
-        let share = f64::from(share) / f64::from(crate::backend::RAMP_FULL);
-        ((weight * share * 100.0).round() / 100.0, true)
-    }
-
     /// Picks the backend for a new connection from `peer`, or `None` when no
     /// backend is available (all down or draining, or none configured).
     pub fn pick(&self, peer: IpAddr) -> Option<Pick> {
@@ -345,37 +321,6 @@ impl Scheduler {
             .strategy()
             .choose(&snap, peer, &self.shared.next)?;
         Some(snap.pick_at(idx))
-    }
-
-    /// [`Scheduler::pick`] while a slow start is under way: the clock is
-    /// read, and once every ramp is over the snapshot is rebuilt without
-    /// it (after the read lock is released).
-    #[cold]
-    #[inline(never)]
-    fn pick_ramping(&self, snap: RwLockReadGuard<'_, Snapshot>, peer: IpAddr) -> Option<Pick> {
-        let ramp = snap.ramp?;
-        let now_ms = crate::backend::coarse_now_ms();
-        let strategy = snap.algorithm.strategy();
-        let next = &self.shared.next;
-        let over = now_ms >= ramp.until_ms;
-        let idx = if over {
-            strategy.choose(&snap, peer, next)
-        } else {
-            let at = RampNow {
-                over_ms: ramp.over_ms,
-                now_ms,
-            };
-            strategy.choose_ramping(&snap, peer, next, &at)
-        };
-        let pick = idx.map(|idx| snap.pick_at(idx));
-        drop(snap);
-        if over {
-            // Whoever holds the writer lock rebuilds anyway.
-            if let Some(_writer) = self.shared.writer.try_lock() {
-                self.shared.rebuild();
-            }
-        }
-        pick
     }
 
     /// The backends to try after `first` failed to connect: the others in
