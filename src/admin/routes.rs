@@ -83,6 +83,9 @@ struct NewBackend {
     address: String,
     #[serde(default = "one")]
     weight: u32,
+    /// A backup, served only while no primary is available.
+    #[serde(default)]
+    backup: bool,
 }
 
 fn one() -> u32 {
@@ -339,7 +342,7 @@ fn add(state: &State, service: &Service, body: &[u8]) -> Reply {
     if new.address.contains(',') {
         return Reply::error(
             400,
-            "address is HOST:PORT only; give the weight as \"weight\"",
+            "address is HOST:PORT only; give the weight as \"weight\" and a backup as \"backup\": true",
         );
     }
     let weight = match check_weight(new.weight) {
@@ -347,7 +350,11 @@ fn add(state: &State, service: &Service, body: &[u8]) -> Reply {
         Err(reply) => return reply,
     };
     let spec = match BackendSpec::parse(&new.address) {
-        Ok(spec) => BackendSpec { weight, ..spec },
+        Ok(spec) => BackendSpec {
+            weight,
+            backup: new.backup,
+            ..spec
+        },
         Err(e) => return Reply::error(400, e.to_string()),
     };
     // Resolving may wait for DNS: done before taking the lock.
