@@ -424,7 +424,7 @@ impl Config {
             if d < MIN_DURATION || d > MAX_SLOW_START {
                 return Err(Error::setting(
                     "slow_start",
-                    format!("must be 1ms..1h, got {d:?} (off turns it off)"),
+                    format!("must be 1ms..1h, got {d:?}; leave it out (or \"off\" in a file) to turn it off"),
                 ));
             }
         }

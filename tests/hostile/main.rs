@@ -15,6 +15,7 @@ mod common;
 mod peers;
 
 mod admin;
+mod backup;
 mod balancer_port;
 mod config_file;
 mod demo_backend;
