@@ -424,7 +424,7 @@ fn config_shows_the_settings_in_force() {
     assert_eq!(c["admin_listen"], admin(&lb).to_string());
     assert_eq!(
         c["backends"],
-        json!([{"address": a.addr().to_string(), "weight": 1}])
+        json!([{"address": a.addr().to_string(), "weight": 1, "backup": false}])
     );
     assert_eq!(c["rate_limit"], Value::Null);
     assert_eq!(c["splice"], false);
@@ -435,8 +435,8 @@ fn config_shows_the_settings_in_force() {
     assert_eq!(
         c["backends"],
         json!([
-            {"address": a.addr().to_string(), "weight": 1},
-            {"address": b.addr().to_string(), "weight": 4}
+            {"address": a.addr().to_string(), "weight": 1, "backup": false},
+            {"address": b.addr().to_string(), "weight": 4, "backup": false}
         ])
     );
     lb.stop();

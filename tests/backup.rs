@@ -362,6 +362,25 @@ fn a_reload_turns_slow_start_on_and_the_backend_it_adds_ramps() {
     assert_eq!(ta + tb, 200);
     assert!(tb < 40, "the new backend took {tb} of 200 at once");
     assert_eq!(total(admin, c.addr), 0);
+    let config = http_get(admin, "/config").unwrap().body;
+    assert!(config.contains("\"slow_start\":\"1h\""), "{config}");
+
+    // The backup made a primary, and slow start off, by another reload:
+    // in place, and it serves at once.
+    let primary = format!("\"{}\"", c.addr);
+    write("", &format!("\"{}\", \"{}\", {primary}", a.addr, b.addr));
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { libc::kill(rodizio.child.id() as i32, libc::SIGHUP) },
+        0
+    );
+    let line = rodizio.wait_log("now a primary");
+    assert!(line.contains("slow_start 1h → off"), "{line}");
+    assert_eq!(one(admin, c.addr)["backup"], false);
+    for _ in 0..30 {
+        request(rodizio.addr).unwrap();
+    }
+    assert_eq!(total(admin, c.addr), 10);
     drop(rodizio);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -521,7 +521,7 @@ fn backends_now(service: &Service) -> Value {
     let list = service.live.scheduler.snapshot();
     let list = list
         .iter()
-        .map(|b| json!({ "address": b.name(), "weight": b.weight() }));
+        .map(|b| json!({ "address": b.name(), "weight": b.weight(), "backup": b.is_backup() }));
     Value::Array(list.collect())
 }
 
@@ -533,6 +533,7 @@ fn settings_now(service: &Service) -> crate::config::Config {
     config.health = (**live.health.load()).clone();
     config.rate_limit = live.limiter.load().as_ref().map(|l| l.config().clone());
     config.algorithm = live.scheduler.algorithm();
+    crate::service::tuned(&live.scheduler, &mut config);
     config
 }
 

@@ -3,16 +3,18 @@
 //! which slow start ramps its share up (see docs/scheduling.md, "Backups
 //! and slow start").
 //!
-//! The backup flag is fixed when the backend is made. The time it came
-//! back is an atomic written by the thread that flips it (the health
-//! thread, a worker, the admin API, a reload) and read by the accept loop
-//! only while a slow start is under way.
+//! Both are atomics. The backup flag is set when the backend is made, or
+//! by a reload (which then rebuilds the scheduler's snapshot); the time it
+//! came back is written by the thread that flips it (the health thread, a
+//! worker, the admin API, a reload). The accept loop reads neither per
+//! pick: the snapshot holds the rotation, and the time only while a slow
+//! start is under way.
 //!
 //! # Corresponds to the C article
 //!
 //! No C counterpart: the C's servers are all alike and never leave.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::Backend;
 use crate::error::{Error, Result};
@@ -29,7 +31,7 @@ const RAMP_FLOOR: u32 = RAMP_FULL / 20;
 #[derive(Debug, Default)]
 pub(super) struct Standby {
     /// A backup: taken only when no primary is available.
-    backup: bool,
+    backup: AtomicBool,
     /// When it last came back into rotation, in ms of [`coarse_now_ms`];
     /// 0 when it has not since it was made at start-up (HAProxy does not
     /// slow-start servers at start-up either: they are all cold alike).
@@ -48,14 +50,21 @@ impl Standby {
 
 impl Backend {
     /// The same backend, a backup (`true`) or a primary.
-    pub fn with_backup(mut self, backup: bool) -> Backend {
-        self.standby.backup = backup;
+    pub fn with_backup(self, backup: bool) -> Backend {
+        self.standby.backup.store(backup, Ordering::Relaxed);
         self
     }
 
     /// Whether it is a backup, served only while no primary is available.
     pub fn is_backup(&self) -> bool {
-        self.standby.backup
+        self.standby.backup.load(Ordering::Relaxed)
+    }
+
+    /// Makes it a backup (`true`) or a primary. The scheduler builds its
+    /// rotation from this: call
+    /// [`crate::scheduler::Scheduler::set_backup`] instead.
+    pub(crate) fn set_backup(&self, backup: bool) {
+        self.standby.backup.store(backup, Ordering::Relaxed);
     }
 
     /// Counts it as come back now, so that slow start ramps it: the

@@ -39,6 +39,8 @@ pub(super) struct Plan {
     add: Vec<Arc<Backend>>,
     restore: Vec<Arc<Backend>>,
     reweight: Vec<(Arc<Backend>, u32)>,
+    /// Backends whose `backup` changed, with the new value.
+    rerole: Vec<(Arc<Backend>, bool)>,
     drain: Vec<Arc<Backend>>,
     /// New listening addresses, bound, with their configured address.
     listen_new: Vec<(SocketAddr, TcpListener)>,
@@ -67,6 +69,7 @@ pub(super) fn prepare(
         add: Vec::new(),
         restore: Vec::new(),
         reweight: Vec::new(),
+        rerole: Vec::new(),
         drain: Vec::new(),
         listen_new: Vec::new(),
         listen_gone: Vec::new(),
@@ -79,6 +82,9 @@ pub(super) fn prepare(
                 let b = unmatched.remove(pos);
                 if b.weight() != spec.weight {
                     plan.reweight.push((Arc::clone(&b), spec.weight));
+                }
+                if b.is_backup() != spec.backup {
+                    plan.rerole.push((Arc::clone(&b), spec.backup));
                 }
                 if retiring.contains(&b.id()) {
                     plan.restore.push(b);
@@ -152,6 +158,11 @@ pub(super) fn apply(
         parts,
         report,
     );
+    for (b, backup) in &plan.rerole {
+        let now = if *backup { "a backup" } else { "a primary" };
+        parts.push(format!("{} now {now}", b.name()));
+        live.scheduler.set_backup(b.id(), *backup);
+    }
     apply_settings(live, &plan.service.stats, &before, config, parts, report);
     if !plan.drain.is_empty() {
         let deadline = Instant::now() + config.drain_timeout;

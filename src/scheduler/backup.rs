@@ -14,7 +14,24 @@
 
 use std::sync::Arc;
 
+use super::Scheduler;
 use crate::backend::Backend;
+
+impl Scheduler {
+    /// Makes the backend with this id a backup (`true`) or a primary (a
+    /// reload that changed its `backup`); picks from now on follow.
+    /// Returns it, or `None` if it is not in the list.
+    pub fn set_backup(&self, id: u64, backup: bool) -> Option<Arc<Backend>> {
+        let mut found = None;
+        self.change(|list| {
+            if let Some(b) = list.iter().find(|b| b.id() == id) {
+                b.set_backup(backup);
+                found = Some(Arc::clone(b));
+            }
+        });
+        found
+    }
+}
 
 /// The backends in rotation out of `all`, with their positions in `all`
 /// (`None`: the rotation is `all` itself, the common case of a list

@@ -100,6 +100,12 @@ impl Scheduler {
         }
     }
 
+    /// The slow start set by [`Scheduler::set_ramp`], or `None` (off).
+    pub fn ramp(&self) -> Option<Duration> {
+        let ms = self.shared.ramp_ms.load(Ordering::Relaxed);
+        (ms != 0).then(|| Duration::from_millis(ms))
+    }
+
     /// `b`'s weight as the scheduler counts it now, and whether slow
     /// start still ramps it: its weight times its share while it ramps.
     pub fn effective_weight(&self, b: &Backend) -> (f64, bool) {
