@@ -82,8 +82,12 @@
 //!   (`rodizio probe`: every kind once against one server).
 //! - `scheduler/`: which backend gets the next client; the backend list,
 //!   changeable at run time; one file per algorithm: `round_robin`,
-//!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`.
-//! - `backend`: one backend, its live state, and [`backend::Backend::connect`].
+//!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`; `backup`
+//!   (the backends in rotation: primaries, else backups), `ramp` (slow
+//!   start).
+//! - `backend`: one backend, its live state, and [`backend::Backend::connect`];
+//!   `dial` (one connect attempt), `standby` (backup or primary, and when
+//!   it came back, for slow start).
 //! - `availability`: how a backend tells the schedulers holding it that it
 //!   left the rotation or came back (a leaf: no import of its own).
 //! - `reaper`: removes drained backends once their last connection ends.

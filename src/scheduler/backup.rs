@@ -33,10 +33,13 @@ impl Scheduler {
     }
 }
 
+/// A list of backends, as a snapshot holds it.
+type List = Arc<[Arc<Backend>]>;
+
 /// The backends in rotation out of `all`, with their positions in `all`
 /// (`None`: the rotation is `all` itself, the common case of a list
 /// without backups, which costs a scan and nothing else).
-pub(crate) fn rotation(all: &Arc<[Arc<Backend>]>) -> (Arc<[Arc<Backend>]>, Option<Box<[usize]>>) {
+pub(crate) fn rotation(all: &List) -> (List, Option<Box<[usize]>>) {
     if !all.iter().any(|b| b.is_backup()) {
         return (Arc::clone(all), None);
     }
@@ -50,7 +53,7 @@ pub(crate) fn rotation(all: &Arc<[Arc<Backend>]>) -> (Arc<[Arc<Backend>]>, Optio
     } else {
         backups
     };
-    let list: Arc<[Arc<Backend>]> = chosen.iter().map(|&i| Arc::clone(&all[i])).collect();
+    let list: List = chosen.iter().map(|&i| Arc::clone(&all[i])).collect();
     (list, Some(chosen.into_boxed_slice()))
 }
 
