@@ -200,6 +200,7 @@ fn slow_start_ramps_a_backend_back_from_maintenance() {
     let b1 = total(admin, b.addr);
     assert_eq!(ab(lb.addr, 200, 2), (200, 0));
     let after = total(admin, b.addr) - b1;
+    eprintln!("after the ramp: b took {after} of 200");
     assert!(
         (80..=120).contains(&after),
         "after the ramp: {after} of 200"
