@@ -16,6 +16,8 @@
 //! (a typo fails before the first client; a worker never calls the
 //! resolver); [`Backend::connect`] is `get_final_server_socket()`.
 
+mod standby;
+
 use std::fmt;
 use std::io::{self, ErrorKind};
 use std::net::SocketAddr;
@@ -36,11 +38,13 @@ use crate::proxy_protocol::Version;
 use crate::throttle::LogThrottle;
 
 pub use cap::Reservation;
+pub use standby::{coarse_now_ms, RAMP_FULL};
 
 pub mod cap;
 
 /// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`,
-/// `,max_connections=N` and `,send-proxy` / `,send-proxy-v2`.
+/// `,max_connections=N`, `,send-proxy` / `,send-proxy-v2`, `,backup` and
+/// its own check's options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendSpec {
     /// The host name or address, as typed (`localhost`, `127.0.0.1`, `::1`).
@@ -59,10 +63,13 @@ pub struct BackendSpec {
     /// Most connections to it at once (`,max_connections=N`, HAProxy's
     /// server `maxconn`); `None` unless given: no cap.
     pub max_connections: Option<usize>,
+    /// Served only while no other backend (a primary) is available
+    /// (`,backup`; HAProxy's and nginx's `backup`). False unless given.
+    pub backup: bool,
 }
 
 impl BackendSpec {
-    /// Parses `HOST:PORT[,weight=N][,max_connections=N][,send-proxy|,send-proxy-v2]`; IPv6
+    /// Parses `HOST:PORT[,weight=N][,max_connections=N][,send-proxy|,send-proxy-v2][,backup]`; IPv6
     /// addresses go in brackets (`[::1]:8001`). The option names are
     /// HAProxy's `server` keywords.
     ///
@@ -97,7 +104,11 @@ impl BackendSpec {
         let mut send_proxy = None;
         let mut check = OwnCheck::default();
         let mut max_connections = None;
+        let mut backup = false;
         for option in parts {
+            if standby::backup_option(text, option, &mut backup)? {
+                continue;
+            }
             let version = match option.trim() {
                 "send-proxy" => Some(Version::V1),
                 "send-proxy-v2" => Some(Version::V2),
@@ -131,7 +142,7 @@ impl BackendSpec {
                 _ => {
                     return Err(Error::InvalidBackend(format!(
                         "'{text}': unknown option '{option}' \
-                         (known: weight=N, max_connections=N, send-proxy, send-proxy-v2, check_port=N, ...)"
+                         (known: weight=N, max_connections=N, send-proxy, send-proxy-v2, backup, check_port=N, ...)"
                     )))
                 }
             }
@@ -148,6 +159,7 @@ impl BackendSpec {
             send_proxy,
             check,
             max_connections,
+            backup,
         })
     }
 
@@ -191,6 +203,9 @@ impl fmt::Display for BackendSpec {
             None => {}
             Some(Version::V1) => f.write_str(",send-proxy")?,
             Some(Version::V2) => f.write_str(",send-proxy-v2")?,
+        }
+        if self.backup {
+            f.write_str(",backup")?;
         }
         write!(f, "{}", self.check)
     }
@@ -277,6 +292,8 @@ pub struct Backend {
     /// Its own check (see `health/own.rs`): read by the health thread once
     /// per check, replaced by a reload; no worker reads it.
     pub(crate) own_check: ArcSwap<OwnCheck>,
+    /// Backup or primary, and when it last came back (slow start).
+    standby: standby::Standby,
 }
 
 /// The result of one active health check, kept on the backend.
@@ -312,7 +329,8 @@ impl Backend {
         backend.set_max_connections(spec.max_connections);
         Ok(backend
             .with_send_proxy(spec.send_proxy)
-            .with_own_check(spec.check.clone()))
+            .with_own_check(spec.check.clone())
+            .with_backup(spec.backup))
     }
 
     /// The same backend, sent a PROXY protocol header of `version` before
@@ -357,6 +375,7 @@ impl Backend {
             connect_failure_log: LogThrottle::new(Duration::from_secs(1)),
             watchers: Watchers::default(),
             own_check: ArcSwap::from_pointee(OwnCheck::default()),
+            standby: standby::Standby::default(),
         }
     }
 
@@ -462,6 +481,9 @@ impl Backend {
     /// Records a flip of its state and tells the schedulers holding it.
     fn changed(&self) {
         self.changed_ms.store(now_ms(), Ordering::Relaxed);
+        if self.is_available() {
+            self.standby.came_back();
+        }
         self.watchers.tell(self.id);
     }
 
@@ -698,6 +720,7 @@ mod tests {
                 ],
                 port in 1u16..,
                 weight in 1u32..=1000,
+                backup in any::<bool>(),
             ) {
                 let spec = BackendSpec {
                     host,
@@ -706,6 +729,7 @@ mod tests {
                     send_proxy: None,
                     check: OwnCheck::default(),
                     max_connections: None,
+                    backup,
                 };
                 prop_assert_eq!(BackendSpec::parse(&spec.to_string()).ok(), Some(spec));
             }

@@ -87,10 +87,13 @@
 //!   backend's checks go).
 //! - `scheduler/`: which backend gets the next client; the backend list,
 //!   changeable at run time; one file per algorithm: `round_robin`,
-//!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`, `first`.
+//!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`, `first`;
+//!   `backup` (the backends in rotation: primaries, else backups), `ramp`
+//!   (slow start).
 //! - `backend`: one backend, its live state, and [`backend::Backend::connect`];
 //!   `cap` (in `backend/`), its slots: the clients on their way to it and
-//!   its `max_connections`.
+//!   its `max_connections`; `dial` (one connect attempt), `standby` (backup
+//!   or primary, and when it came back, for slow start).
 //! - `dial`: one TCP connect bounded by a timeout (a worker's, a check's).
 //! - `waitlist`: a service's line of clients waiting for a backend slot
 //!   when every backend is at its `max_connections`.

@@ -70,6 +70,7 @@ pub fn servers_entry<R: BufRead, W: Write>(
             send_proxy: None,
             check: Default::default(),
             max_connections: None,
+            backup: false,
         });
     }
     Ok(servers)
@@ -470,7 +471,7 @@ mod tests {
             let out = String::from_utf8(out).unwrap();
             let expected: Vec<BackendSpec> = servers
                 .iter()
-                .map(|((_, host), port)| BackendSpec { host: host.clone(), port: *port, weight: 1, send_proxy: None, check: Default::default(), max_connections: None })
+                .map(|((_, host), port)| BackendSpec { host: host.clone(), port: *port, weight: 1, send_proxy: None, check: Default::default(), max_connections: None, backup: false })
                 .collect();
             prop_assert_eq!(got.ok(), Some(expected));
             prop_assert!(!out.contains("Invalid input."), "{}", out);

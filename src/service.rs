@@ -49,6 +49,18 @@ pub(crate) struct Shared {
     pub queue_depth: Arc<OnceLock<QueueDepth>>,
 }
 
+/// Sets what `config` asks of the scheduler besides its list and its
+/// algorithm (the slow start), at start-up and at each reload.
+pub(crate) fn tune_scheduler(scheduler: &Scheduler, config: &Config) {
+    scheduler.set_ramp(config.slow_start);
+}
+
+/// The other way: writes into `config` what [`tune_scheduler`] set, as
+/// `scheduler` has it now (for the admin API's `/config`).
+pub(crate) fn tuned(scheduler: &Scheduler, config: &mut Config) {
+    config.slow_start = scheduler.ramp();
+}
+
 /// One service, built and bound.
 pub struct Service {
     /// Its settings, as started (a reload changes the live values).
@@ -74,6 +86,7 @@ impl Service {
     pub(crate) fn build(config: Config, shared: &Shared) -> Result<Service> {
         let backends = resolve_backends(&config)?;
         let scheduler = Arc::new(Scheduler::with_algorithm(backends, config.algorithm));
+        tune_scheduler(&scheduler, &config);
         let stats = shared.stats.child();
         let limiter = start_limiter(&config, &stats)?;
         let live = Live {

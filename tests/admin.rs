@@ -424,7 +424,7 @@ fn config_shows_the_settings_in_force() {
     assert_eq!(c["admin_listen"], admin(&lb).to_string());
     assert_eq!(
         c["backends"],
-        json!([{"address": a.addr().to_string(), "weight": 1, "max_connections": null}])
+        json!([{"address": a.addr().to_string(), "weight": 1, "max_connections": null, "backup": false}])
     );
     assert_eq!(c["rate_limit"], Value::Null);
     assert_eq!(c["splice"], false);
@@ -438,8 +438,8 @@ fn config_shows_the_settings_in_force() {
     assert_eq!(
         c["backends"],
         json!([
-            {"address": a.addr().to_string(), "weight": 1, "max_connections": null},
-            {"address": b.addr().to_string(), "weight": 4, "max_connections": 9}
+            {"address": a.addr().to_string(), "weight": 1, "max_connections": null, "backup": false},
+            {"address": b.addr().to_string(), "weight": 4, "max_connections": 9, "backup": false}
         ])
     );
     lb.stop();

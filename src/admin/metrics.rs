@@ -290,6 +290,12 @@ const PER_BACKEND: &[PerBackend] = &[
         MetricType::Counter,
         |b| b.addresses().failures(),
     ),
+    (
+        "backend_backup",
+        "1 for a backup backend (served only while no primary is available), 0 for a primary.",
+        MetricType::Gauge,
+        |b| u64::from(b.is_backup()),
+    ),
 ];
 
 /// `backend_up`: per backend, 1 for its current state and 0 for the others.

@@ -27,6 +27,8 @@ pub struct BackendRow {
     pub name: String,
     /// `up`, `down`, `draining` or `maint`.
     pub state: String,
+    /// A backup, served only while no primary is available.
+    pub backup: bool,
     /// Its weight.
     pub weight: u32,
     /// Connections now.
@@ -209,9 +211,10 @@ fn section(html: &mut String, s: &Section, one: bool) {
         });
         let since = b.since_change.map_or("-".to_string(), ago);
         let state = esc(&b.state);
-        let _ = writeln!(
+        let _ =
+            writeln!(
             html,
-            "<tr class=\"{state}\" data-backend=\"{bname}\"><td class=\"name\">{bname}</td>\
+            "<tr class=\"{state}\" data-backend=\"{bname}\"><td class=\"name\">{bname}{mark}</td>\
 <td class=\"state\">{upper}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
 <td>{}</td><td class=\"check\">{}</td><td>{took}</td><td>{since}</td></tr>",
             b.weight,
@@ -224,6 +227,7 @@ fn section(html: &mut String, s: &Section, one: bool) {
             esc(check),
             bname = esc(&b.name),
             upper = state.to_uppercase(),
+            mark = if b.backup { " <small>backup</small>" } else { "" },
         );
     }
     html.push_str("</table>\n");
@@ -237,6 +241,7 @@ mod tests {
         BackendRow {
             name: name.into(),
             state: state.into(),
+            backup: false,
             weight: 1,
             active: 2,
             max_connections: None,
@@ -305,6 +310,19 @@ mod tests {
         assert!(html.contains("<td>1</td><td>2</td><td>30</td>"), "{html}");
         assert!(html.contains("<th>waiting for a slot</th>"), "{html}");
         assert!(html.contains("<td>2</td><td>7</td>"), "{html}");
+    }
+
+    #[test]
+    fn a_backup_is_marked() {
+        let mut backup = row("127.0.0.1:8003", "up");
+        backup.backup = true;
+        let rows = vec![row("127.0.0.1:8001", "up"), backup];
+        let html = render(&process(), &[section("default", rows)]);
+        assert!(
+            html.contains("127.0.0.1:8003 <small>backup</small></td>"),
+            "{html}"
+        );
+        assert_eq!(html.matches("<small>backup</small>").count(), 1);
     }
 
     #[test]

@@ -90,6 +90,9 @@ struct NewBackend {
     check: Map<String, Value>,
     /// Its cap (`,max_connections=N`); none unless given.
     max_connections: Option<usize>,
+    /// A backup, served only while no primary is available.
+    #[serde(default)]
+    backup: bool,
 }
 
 fn one() -> u32 {
@@ -276,6 +279,7 @@ fn backend_row(b: &Backend) -> super::page::BackendRow {
     super::page::BackendRow {
         name: b.name().to_string(),
         state: b.state_name().to_string(),
+        backup: b.is_backup(),
         weight: b.weight(),
         active: b.active() as u64,
         max_connections: b.max_connections(),
@@ -319,6 +323,7 @@ pub fn backend_json(b: &Backend) -> Value {
         "addresses": addresses,
         "resolve": resolve,
         "weight": b.weight(),
+        "backup": b.is_backup(),
         "state": state,
         "active": b.active(),
         "max_connections": b.max_connections(),
@@ -341,14 +346,20 @@ pub fn backend_json(b: &Backend) -> Value {
     value
 }
 
-/// `GET /backends`.
+/// `GET /backends`: each backend with its weight as the scheduler counts
+/// it now (lower while slow start ramps it).
 fn list(service: &Service) -> Reply {
-    let list: Vec<Value> = service
-        .live
-        .scheduler
+    let scheduler = &service.live.scheduler;
+    let list: Vec<Value> = scheduler
         .snapshot()
         .iter()
-        .map(|b| backend_json(b))
+        .map(|b| {
+            let mut json = backend_json(b);
+            let (weight, ramping) = scheduler.effective_weight(b);
+            json["effective_weight"] = json!(weight);
+            json["ramping"] = json!(ramping);
+            json
+        })
         .collect();
     Reply::new(200, Value::Array(list))
 }
@@ -381,7 +392,7 @@ fn add(state: &State, service: &Service, body: &[u8]) -> Reply {
     if new.address.contains(',') {
         return Reply::error(
             400,
-            "address is HOST:PORT only; give the weight as \"weight\"",
+            "address is HOST:PORT only; give the weight as \"weight\" and a backup as \"backup\": true",
         );
     }
     let weight = match check_weight(new.weight) {
@@ -405,6 +416,7 @@ fn add(state: &State, service: &Service, body: &[u8]) -> Reply {
             weight,
             check,
             max_connections,
+            backup: new.backup,
             ..spec
         },
         Err(e) => return Reply::error(400, e.to_string()),
@@ -573,7 +585,7 @@ fn backends_now(service: &Service) -> Value {
     let list = service.live.scheduler.snapshot();
     let list = list.iter().map(|b| {
         let cap = b.max_connections();
-        json!({ "address": b.name(), "weight": b.weight(), "max_connections": cap })
+        json!({ "address": b.name(), "weight": b.weight(), "max_connections": cap, "backup": b.is_backup() })
     });
     Value::Array(list.collect())
 }

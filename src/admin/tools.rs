@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 use super::State;
 use crate::backend::BackendSpec;
+use crate::health::OwnCheck;
 use crate::service::Service;
 
 /// `POST /reload?dry_run=1`: what a reload would do, applying nothing.
@@ -79,6 +80,9 @@ fn file_settings(service: &Service) -> crate::config::Config {
         .filter_map(|b| {
             let mut spec = BackendSpec::parse(b.name()).ok()?;
             spec.weight = b.weight();
+            spec.max_connections = b.max_connections();
+            spec.backup = b.is_backup();
+            spec.check = OwnCheck::clone(&b.own_check());
             // The service's `send_proxy` is written once, not per backend.
             spec.send_proxy = b.send_proxy().filter(|v| Some(*v) != config.send_proxy);
             Some(spec)
@@ -115,6 +119,7 @@ pub(super) fn settings_now(service: &Service) -> crate::config::Config {
     config.health = (**live.health.load()).clone();
     config.rate_limit = live.limiter.load().as_ref().map(|l| l.config().clone());
     config.algorithm = live.scheduler.algorithm();
+    crate::service::tuned(&live.scheduler, &mut config);
     config
 }
 

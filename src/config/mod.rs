@@ -74,6 +74,10 @@ pub const MIN_DURATION: Duration = Duration::from_millis(1);
 /// count of milliseconds.
 pub const MAX_TCP_USER_TIMEOUT: Duration = Duration::from_millis(u32::MAX as u64);
 
+/// Longest slow start: an hour. A ramp is for a cold cache or a JIT to
+/// warm up; longer, and a typo (`30m` for `30s`) would starve a backend.
+pub const MAX_SLOW_START: Duration = Duration::from_secs(3600);
+
 /// Default of `worker_idle_timeout`: a minute. Traffic that comes back
 /// within a minute finds its threads still there; a flood's threads are
 /// gone a minute after it ends. (Apache's worker MPM looks once a second
@@ -167,6 +171,10 @@ pub struct Config {
     /// More addresses the service accepts clients on, besides `listen`
     /// (the file's `listen` as a list). Default none.
     pub listen_also: Vec<SocketAddr>,
+    /// Ramp the share of a backend back in rotation from about 5% to all
+    /// of its weight over this long (`slow_start`, HAProxy's `slowstart`).
+    /// Default `None` (off).
+    pub slow_start: Option<Duration>,
     /// Most clients of this service held at once, queued or served
     /// (`max_connections`, HAProxy's frontend `maxconn`): past it the
     /// service stops accepting and new clients wait in the kernel's
@@ -219,6 +227,7 @@ impl Default for Config {
             name: services::DEFAULT_NAME.to_string(),
             listen_also: Vec::new(),
             max_connections: None,
+            slow_start: None,
             services: Vec::new(),
             user: None,
             group: None,
@@ -427,6 +436,15 @@ impl Config {
                 ));
             }
             durations.push(("tcp_user_timeout", d));
+        }
+        if let Some(d) = self.slow_start {
+            // 0 is a common way to write "none" elsewhere: say the word.
+            if d < MIN_DURATION || d > MAX_SLOW_START {
+                return Err(Error::setting(
+                    "slow_start",
+                    format!("must be 1ms..1h, got {d:?}; leave it out (or \"off\" in a file) to turn it off"),
+                ));
+            }
         }
         if let Some(d) = self.worker_idle_timeout {
             if d < MIN_DURATION {

@@ -317,6 +317,14 @@ macro_rules! settings_table {
             file MaybeSecs => take,
             flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
             always |c: &Config| or_off(c.proxy.resolve_interval, format_duration);
+        /// Ramp the share of a backend that comes back into rotation (health
+        /// up, end of maintenance or draining, added at run time) from about
+        /// 5% of its weight to all of it over this long (HAProxy's slowstart),
+        /// e.g. 30s; ip-hash is left alone. Off by default.
+        slow_start: Duration, "slow-start", Service, some(slow_start), live,
+            file MaybeSecs => take,
+            flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
+            always |c: &Config| or_off(c.slow_start, format_duration);
         /// Serve only clients from these networks, as CIDR[,CIDR...] (nginx's
         /// allow); with --accept-proxy, the header's address is the client's.
         /// Off by default: every client.

@@ -503,12 +503,13 @@ impl<'de> Deserialize<'de> for Backends {
     }
 }
 
-/// One backend: `"HOST:PORT[,weight=N]"` or `{"host", "port", "weight", ...}`.
+/// One backend: `"HOST:PORT[,weight=N][,backup]"` or `{"host", "port",
+/// "weight", "backup", ...}`.
 pub(super) struct Entry(pub(super) BackendSpec);
 
 /// The keys of a backend written as an object (and its own check's).
 #[rustfmt::skip]
-const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy", "max_connections", "check_port", "check_address",
+const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy", "max_connections", "backup", "check_port", "check_address",
     "health_check", "health_path", "health_interval", "rise", "fall"];
 
 impl<'de> Deserialize<'de> for Entry {
@@ -536,12 +537,17 @@ impl<'de> Deserialize<'de> for Entry {
                 let mut check = OwnCheck::default();
                 let mut max_connections =
                     None::<Whole<usize, 1, { crate::backend::cap::MAX_MAX_CONNECTIONS as u64 }>>;
+                let mut backup = None::<bool>;
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "host" => host = Some(map.next_value()?),
                         "port" => port = Some(map.next_value()?),
                         "weight" => weight = Some(map.next_value()?),
                         "max_connections" => max_connections = Some(map.next_value()?),
+                        "backup" if backup.is_some() => {
+                            return Err(de::Error::duplicate_field("backup"))
+                        }
+                        "backup" => backup = Some(map.next_value()?),
                         "send_proxy" => {
                             let text: String = map.next_value()?;
                             send_proxy = match text.as_str() {
@@ -576,6 +582,7 @@ impl<'de> Deserialize<'de> for Entry {
                     send_proxy,
                     check,
                     max_connections: max_connections.map(|n| n.0),
+                    backup: backup.unwrap_or(false),
                 }))
             }
         }

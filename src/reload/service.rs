@@ -46,6 +46,8 @@ pub(super) struct Backends {
     recheck: Vec<(Arc<Backend>, OwnCheck)>,
     /// Backends whose `max_connections` changed, with the new one.
     recap: Vec<(Arc<Backend>, Option<usize>)>,
+    /// Backends whose `backup` changed, with the new value.
+    rerole: Vec<(Arc<Backend>, bool)>,
     drain: Vec<Arc<Backend>>,
     /// Backends kept, given by name: looked up again by every reload.
     names: Vec<Arc<Backend>>,
@@ -94,6 +96,9 @@ pub(super) fn plan_backends(
                 }
                 if b.max_connections() != spec.max_connections {
                     plan.recap.push((Arc::clone(&b), spec.max_connections));
+                }
+                if b.is_backup() != spec.backup {
+                    plan.rerole.push((Arc::clone(&b), spec.backup));
                 }
                 if retiring.contains(&b.id()) {
                     plan.restore.push(b);
@@ -225,6 +230,10 @@ pub(super) fn describe_changes(
         let was = show(b.max_connections());
         parts.push(format!("max_connections {} {was} → {}", b.name(), show(*cap)));
     }
+    for (b, backup) in &backends.rerole {
+        let now = if *backup { "a backup" } else { "a primary" };
+        parts.push(format!("{} now {now}", b.name()));
+    }
     setting_changes(before, config, &mut parts, report);
     for b in &backends.drain {
         let n = b.active() + b.pending();
@@ -288,6 +297,9 @@ pub(super) fn apply(plan: Plan, old: &Config, running: &Running, reaper: &Reaper
             moved.push(format!("{} now at {}", b.name(), lookup::list(&now)));
         }
     }
+    for (b, backup) in &backends.rerole {
+        live.scheduler.set_backup(b.id(), *backup);
+    }
     apply_settings(live, &plan.service.stats, &before, config);
     if !backends.drain.is_empty() {
         let deadline = Instant::now() + config.drain_timeout;
@@ -334,6 +346,7 @@ fn apply_settings(live: &Live, stats: &Arc<Stats>, before: &Config, config: &Con
     if before.algorithm != config.algorithm {
         live.scheduler.set_algorithm(config.algorithm);
     }
+    crate::service::tune_scheduler(&live.scheduler, config);
     if before.proxy != config.proxy {
         live.proxy.store(Arc::new(config.proxy.clone()));
     }

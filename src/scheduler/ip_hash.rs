@@ -16,6 +16,7 @@ use std::net::IpAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
+use super::ramp::RampNow;
 use super::{mix64, Snapshot, Strategy};
 use crate::backend::Backend;
 
@@ -29,6 +30,18 @@ impl Strategy for Rendezvous {
 
     fn choose(&self, snap: &Snapshot, peer: IpAddr, _turn: &AtomicUsize) -> Option<usize> {
         rendezvous(&snap.list, &snap.keys, snap.uniform, hash_ip(peer))
+    }
+
+    /// Slow start leaves ip-hash alone: sending a client elsewhere while
+    /// its backend ramps would move it twice (see `ramp.rs`).
+    fn choose_ramping(
+        &self,
+        snap: &Snapshot,
+        peer: IpAddr,
+        turn: &AtomicUsize,
+        _ramp: &RampNow,
+    ) -> Option<usize> {
+        self.choose(snap, peer, turn)
     }
 }
 

@@ -18,7 +18,8 @@
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{least_loaded, Snapshot, Strategy};
+use super::ramp::RampNow;
+use super::{least_loaded, least_loaded_by, Snapshot, Strategy};
 
 /// See the module docs.
 pub(crate) struct LeastConnections;
@@ -34,6 +35,17 @@ impl Strategy for LeastConnections {
 
     fn reserves(&self) -> bool {
         true
+    }
+
+    fn choose_ramping(
+        &self,
+        snap: &Snapshot,
+        _peer: IpAddr,
+        turn: &AtomicUsize,
+        ramp: &RampNow,
+    ) -> Option<usize> {
+        let turn = turn.fetch_add(1, Ordering::Relaxed);
+        least_loaded_by(&snap.list, turn, |b| ramp.load_weight(b))
     }
 }
 

@@ -24,18 +24,22 @@
 //! safe in the C only because one thread accepts. The atomic counter here
 //! gives the same sequence and stays exact when many threads pick.
 
+mod backup;
 mod first;
 mod ip_hash;
 mod least_connections;
 mod power_of_two;
+mod ramp;
 mod round_robin;
 mod weighted;
 
 use std::net::IpAddr;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::{Mutex, RwLock};
+
+use ramp::{Ramp, RampNow};
 
 use crate::availability::AvailabilityWatcher;
 
@@ -62,6 +66,19 @@ pub(crate) trait Strategy: Sync {
     /// is spread out.
     fn reserves(&self) -> bool {
         false
+    }
+
+    /// [`Strategy::choose`] while a slow start is under way (see
+    /// `ramp.rs`): by default a turn that falls on a ramping backend is
+    /// passed on with probability 1 − its share.
+    fn choose_ramping(
+        &self,
+        snap: &Snapshot,
+        peer: IpAddr,
+        turn: &AtomicUsize,
+        ramp: &RampNow,
+    ) -> Option<usize> {
+        ramp::pass_turns(self, snap, peer, turn, ramp)
     }
 }
 
@@ -143,8 +160,8 @@ impl std::str::FromStr for Algorithm {
 /// The backend chosen for one connection.
 #[derive(Debug)]
 pub struct Pick {
-    /// The backend's position in the snapshot it was picked from (the C's
-    /// `server_idx`); for tests. Positions change when the list
+    /// The backend's position in the list of the snapshot it was picked
+    /// from (the C's `server_idx`); for tests. Positions change when the list
     /// changes, so the worker uses `backend` instead.
     pub server_idx: usize,
     /// The backend itself. Holding the `Arc` keeps the choice made at accept
@@ -161,7 +178,14 @@ pub struct Pick {
 #[derive(Debug)]
 pub(crate) struct Snapshot {
     /// The backends, in the order given.
+    all: Arc<[Arc<Backend>]>,
+    /// The backends in rotation, those the algorithm picks from: `all`
+    /// itself (the same `Arc`) unless some are backups (`backup.rs`).
     pub(crate) list: Arc<[Arc<Backend>]>,
+    /// Where each of `list` is in `all`, when `list` is not `all`.
+    places: Option<Box<[usize]>>,
+    /// A slow start under way when this was built (`ramp.rs`), or none.
+    ramp: Option<Ramp>,
     /// The positions in `list` of the backends available when this
     /// snapshot was built, in list order.
     pub(crate) up: Box<[usize]>,
@@ -180,7 +204,9 @@ pub(crate) struct Snapshot {
 impl Snapshot {
     /// Reads each backend's state now: build it only once the backends
     /// tell this scheduler of their flips (see [`Scheduler::change_with`]).
-    fn new(list: Arc<[Arc<Backend>]>, algorithm: Algorithm) -> Snapshot {
+    /// `ramp_ms` is the slow start (0: off).
+    fn new(all: Arc<[Arc<Backend>]>, algorithm: Algorithm, ramp_ms: u64) -> Snapshot {
+        let (list, places) = backup::rotation(&all);
         let weights: Vec<u32> = list.iter().map(|b| b.weight()).collect();
         let up: Box<[usize]> = (0..list.len())
             .filter(|&i| list[i].is_available())
@@ -192,8 +218,12 @@ impl Snapshot {
             .collect();
         let keys = list.iter().map(|b| ip_hash::hash_name(b.name())).collect();
         let uniform = weights.windows(2).all(|w| w[0] == w[1]);
+        let ramp = Ramp::of(&list, ramp_ms);
         Snapshot {
+            all,
             list,
+            places,
+            ramp,
             up,
             cycle,
             keys,
@@ -239,6 +269,9 @@ struct Shared {
     /// The clients waiting for a slot when every available backend is at
     /// its `max_connections` (see `waitlist.rs`).
     waitlist: Waitlist,
+    /// The slow start in ms (`ramp.rs`); 0: off. Read when a snapshot is
+    /// built, never by a pick.
+    ramp_ms: AtomicU64,
 }
 
 impl Scheduler {
@@ -251,10 +284,11 @@ impl Scheduler {
     pub fn with_algorithm(backends: Vec<Arc<Backend>>, algorithm: Algorithm) -> Scheduler {
         let scheduler = Scheduler {
             shared: Arc::new(Shared {
-                current: RwLock::new(Snapshot::new(Arc::new([]), algorithm)),
+                current: RwLock::new(Snapshot::new(Arc::new([]), algorithm, 0)),
                 writer: Mutex::new(()),
                 next: AtomicUsize::new(0),
                 waitlist: Waitlist::default(),
+                ramp_ms: AtomicU64::new(0),
             }),
         };
         // Through `change_with`, which asks the backends to tell of their
@@ -276,7 +310,7 @@ impl Scheduler {
 
     /// The current backend list (a cheap copy: one reference count).
     pub fn snapshot(&self) -> Arc<[Arc<Backend>]> {
-        Arc::clone(&self.shared.current.read().list)
+        Arc::clone(&self.shared.current.read().all)
     }
 
     /// Picks the backend for a new connection from `peer`, or `None` when no
@@ -300,24 +334,21 @@ impl Scheduler {
         // The read guard lives until the end of the decision: that is what
         // makes `remove` final once it returns (see the module docs).
         let snap = self.shared.current.read();
-        let list = &snap.list;
-        let n = list.len();
-        if n == 0 {
+        if snap.list.is_empty() {
             return None;
         }
-        let strategy = snap.algorithm.strategy();
-        let server_idx = strategy.choose(&snap, peer, &self.shared.next)?;
-        if list[server_idx].is_capped() {
-            // The one branch the cap adds for every client.
-            return self.pick_capped(&snap, server_idx, first_waiting);
+        if snap.ramp.is_some() {
+            return self.pick_ramping(snap, peer, first_waiting);
         }
-        let backend = Arc::clone(&list[server_idx]);
-        let reservation = strategy.reserves().then(|| backend.reserve());
-        Some(Pick {
-            server_idx,
-            backend,
-            _reservation: reservation,
-        })
+        let idx = snap
+            .algorithm
+            .strategy()
+            .choose(&snap, peer, &self.shared.next)?;
+        if snap.list[idx].is_capped() {
+            // The one branch the cap adds for every client.
+            return self.pick_capped(&snap, idx, first_waiting);
+        }
+        Some(snap.pick_at(idx))
     }
 
     /// The chosen backend at `start` has a cap: it, or the next available
@@ -339,7 +370,7 @@ impl Scheduler {
             }
             let reservation = backend.try_reserve()?;
             Some(Pick {
-                server_idx,
+                server_idx: snap.place(server_idx),
                 backend: Arc::clone(backend),
                 _reservation: Some(reservation),
             })
@@ -370,16 +401,18 @@ impl Scheduler {
         let list = self.snapshot();
         let start = list.iter().position(|b| b.id() == first.id()).unwrap_or(0);
         let n = list.len();
-        (1..=n)
+        let others = (1..=n)
             .map(|i| &list[(start + i) % n])
             .filter(|b| b.id() != first.id() && b.is_available() && b.has_free_slot())
             .cloned()
-            .collect()
+            .collect();
+        backup::primaries_first(others)
     }
 
     /// Adds a backend at the end of the list. New clients may be sent to it
-    /// as soon as this returns.
+    /// as soon as this returns (slowly at first, with a slow start).
     pub fn add(&self, backend: Arc<Backend>) {
+        backend.start_ramp();
         self.change(|list| list.push(backend));
     }
 
@@ -435,7 +468,7 @@ impl Scheduler {
         self.shared
             .current
             .read()
-            .list
+            .all
             .iter()
             .find(|b| pred(b))
             .cloned()
@@ -461,7 +494,8 @@ impl Scheduler {
             backend.watch(Weak::clone(&me));
         }
         // Built outside the `current` lock: picks go on meanwhile.
-        let snap = Snapshot::new(list.into(), algorithm);
+        let ramp_ms = self.shared.ramp_ms.load(Ordering::Relaxed);
+        let snap = Snapshot::new(list.into(), algorithm, ramp_ms);
         *self.shared.current.write() = snap;
         // Waiting clients look again: a backend may have come or gone.
         self.shared.waitlist.notify();
@@ -475,17 +509,48 @@ impl AvailabilityWatcher for Shared {
     /// flipped it (the health thread, a worker, the admin API, a reload).
     fn availability_changed(&self, backend_id: u64) {
         let _writer = self.writer.lock();
-        let (list, algorithm) = {
+        if !self.current.read().all.iter().any(|b| b.id() == backend_id) {
+            // Removed from this list since it was taken in.
+            return;
+        }
+        self.rebuild();
+    }
+}
+
+impl Shared {
+    /// Builds the snapshot again from the same list; the caller holds the
+    /// writer lock.
+    fn rebuild(&self) {
+        let (all, algorithm) = {
             let snap = self.current.read();
-            if !snap.list.iter().any(|b| b.id() == backend_id) {
-                // Removed from this list since it was taken in.
-                return;
-            }
-            (Arc::clone(&snap.list), snap.algorithm)
+            (Arc::clone(&snap.all), snap.algorithm)
         };
-        let snap = Snapshot::new(list, algorithm);
+        let snap = Snapshot::new(all, algorithm, self.ramp_ms.load(Ordering::Relaxed));
         *self.current.write() = snap;
         self.waitlist.notify();
+    }
+}
+
+impl Snapshot {
+    /// The pick of `list[idx]`, reserved if the algorithm counts picks.
+    #[inline]
+    /// Where the backend at `idx` of `list` is in the whole list.
+    pub(super) fn place(&self, idx: usize) -> usize {
+        self.places.as_ref().map_or(idx, |places| places[idx])
+    }
+
+    fn pick_at(&self, idx: usize) -> Pick {
+        let backend = Arc::clone(&self.list[idx]);
+        let reservation = self
+            .algorithm
+            .strategy()
+            .reserves()
+            .then(|| backend.reserve());
+        Pick {
+            server_idx: self.place(idx),
+            backend,
+            _reservation: reservation,
+        }
     }
 }
 
@@ -512,7 +577,18 @@ const TIED: usize = 16;
 /// the turns of a busy backend to the one after it).
 pub(crate) fn least_loaded(list: &[Arc<Backend>], turn: usize) -> Option<usize> {
     // Picked but not yet connected counts too: see `Backend::reserve`.
-    let load = |b: &Backend| ((b.active() + b.pending()) as u64, u64::from(b.weight()));
+    least_loaded_by(list, turn, |b| {
+        ((b.active() + b.pending()) as u64, u64::from(b.weight()))
+    })
+}
+
+/// [`least_loaded`] with each backend's load and weight given by `load`
+/// (a slow start scales the weights: see `ramp.rs`).
+pub(crate) fn least_loaded_by(
+    list: &[Arc<Backend>],
+    turn: usize,
+    load: impl Fn(&Backend) -> (u64, u64),
+) -> Option<usize> {
     // One pass: the least load per unit of weight, how many share it, and
     // where the first `TIED` of them are (on the stack: no allocation).
     let mut best: Option<(u64, u64)> = None; // (load, weight)

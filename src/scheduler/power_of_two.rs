@@ -22,6 +22,7 @@
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::ramp::RampNow;
 use super::{least_loaded, mix64, Snapshot, Strategy};
 use crate::backend::Backend;
 
@@ -34,37 +35,63 @@ impl Strategy for PowerOfTwo {
     }
 
     fn choose(&self, snap: &Snapshot, _peer: IpAddr, turn: &AtomicUsize) -> Option<usize> {
-        let (list, up) = (&snap.list, &snap.up);
-        let turn = turn.fetch_add(1, Ordering::Relaxed);
-        let m = up.len();
-        if m < 2 {
-            // One or none to draw from: no choice to make.
-            return snap.in_turn(turn);
-        }
-        let draw = mix64(turn as u64);
-        let i = (draw % m as u64) as usize;
-        // A second one, different from the first.
-        let j = (i + 1 + ((draw >> 32) % (m as u64 - 1)) as usize) % m;
-        let (a, b) = (up[i], up[j]);
-        // Checked again: see "Availability" in the module docs.
-        match (list[a].is_available(), list[b].is_available()) {
-            (true, true) => Some(if load_below(&list[b], &list[a]) { b } else { a }),
-            (true, false) => Some(a),
-            (false, true) => Some(b),
-            // Both went out since the snapshot was built: look at them all.
-            (false, false) => least_loaded(list, turn),
-        }
+        draw(snap, turn, |b| {
+            ((b.active() + b.pending()) as u64, u64::from(b.weight()))
+        })
     }
 
     fn reserves(&self) -> bool {
         true
     }
+
+    fn choose_ramping(
+        &self,
+        snap: &Snapshot,
+        _peer: IpAddr,
+        turn: &AtomicUsize,
+        ramp: &RampNow,
+    ) -> Option<usize> {
+        draw(snap, turn, |b| ramp.load_weight(b))
+    }
+}
+
+/// The less loaded of two backends drawn from those available, load and
+/// weight as `load` gives them.
+fn draw(
+    snap: &Snapshot,
+    turn: &AtomicUsize,
+    load: impl Fn(&Backend) -> (u64, u64),
+) -> Option<usize> {
+    let (list, up) = (&snap.list, &snap.up);
+    let turn = turn.fetch_add(1, Ordering::Relaxed);
+    let m = up.len();
+    if m < 2 {
+        // One or none to draw from: no choice to make.
+        return snap.in_turn(turn);
+    }
+    let draw = mix64(turn as u64);
+    let i = (draw % m as u64) as usize;
+    // A second one, different from the first.
+    let j = (i + 1 + ((draw >> 32) % (m as u64 - 1)) as usize) % m;
+    let (a, b) = (up[i], up[j]);
+    // Checked again: see "Availability" in the module docs.
+    match (list[a].is_available(), list[b].is_available()) {
+        (true, true) => Some(if below(&list[b], &list[a], &load) {
+            b
+        } else {
+            a
+        }),
+        (true, false) => Some(a),
+        (false, true) => Some(b),
+        // Both went out since the snapshot was built: look at them all.
+        (false, false) => least_loaded(list, turn),
+    }
 }
 
 /// Whether `x` carries less load per unit of weight than `y`.
-fn load_below(x: &Backend, y: &Backend) -> bool {
-    let load = |b: &Backend| (b.active() + b.pending()) as u64;
-    load(x) * u64::from(y.weight()) < load(y) * u64::from(x.weight())
+fn below(x: &Backend, y: &Backend, load: impl Fn(&Backend) -> (u64, u64)) -> bool {
+    let ((lx, wx), (ly, wy)) = (load(x), load(y));
+    lx * wy < ly * wx
 }
 
 #[cfg(test)]

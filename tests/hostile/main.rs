@@ -19,6 +19,7 @@ mod names;
 mod peers;
 
 mod admin;
+mod backup;
 mod balancer_port;
 mod cap;
 mod check_port;
