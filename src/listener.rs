@@ -40,7 +40,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::limiter::{self, Decision, Limiter};
 use crate::pool::Pool;
-use crate::proxy::{Fate, Job, Outcome, Proxy, Refusal, Report, Route};
+use crate::proxy::{Fate, Job, Outcome, PerClient, Proxy, Refusal, Report, Route};
 use crate::reply;
 use crate::shutdown::Shutdown;
 use crate::slots::{Slot, Slots};
@@ -356,13 +356,26 @@ impl Acceptor {
         if self.service.accept_proxy.is_some() {
             return self.dispatch_after_header(client, peer, slot);
         }
-        if !self.service.settings.load().admits(peer.ip()) {
+        let settings = self.service.settings.load();
+        if !settings.admits(peer.ip()) {
             // The allow and deny lists: closed at once, before the limiter.
             let outcome = self.refused(peer, Refusal::Denied);
             drop(client);
             self.report.tell(&outcome);
             return true;
         }
+        // The per-client cap: answered as the limiter answers, then closed.
+        let place = match self.service.per_client(&settings, &client, peer.ip()) {
+            PerClient::Open => None,
+            PerClient::Placed(place) => Some(place),
+            PerClient::Refused => {
+                let outcome = self.refused(peer, Refusal::TooManyConnections);
+                drop(client);
+                self.report.tell(&outcome);
+                return true;
+            }
+        };
+        drop(settings);
         let Some(client) = self.admit(client, peer) else {
             return true;
         };
@@ -394,6 +407,7 @@ impl Acceptor {
             .submit(Job {
                 service: Arc::clone(&self.service),
                 slot,
+                place,
                 route: Route::Picked(pick),
                 client,
                 peer,
@@ -420,6 +434,7 @@ impl Acceptor {
             .submit(Job {
                 service: Arc::clone(&self.service),
                 slot,
+                place: None,
                 route: Route::AfterHeader,
                 client,
                 peer,

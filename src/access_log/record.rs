@@ -85,6 +85,9 @@ pub enum End {
     RateLimited,
     /// `denied`: refused by the `allow` and `deny` lists.
     Denied,
+    /// `too_many_connections`: its address had as many connections
+    /// open as the per-client cap allows.
+    TooManyConnections,
     /// `queue_timeout`: waited in the queue for a worker too long.
     QueueTimeout,
     /// `drain_cut`: still in flight at the end of `--drain-timeout`, and cut.
@@ -130,6 +133,7 @@ impl End {
             End::NoBackend => "no_backend",
             End::RateLimited => "rate_limited",
             End::Denied => "denied",
+            End::TooManyConnections => "too_many_connections",
             End::QueueTimeout => "queue_timeout",
             End::DrainCut => "drain_cut",
             End::Error(_) => "error",

@@ -314,6 +314,14 @@ macro_rules! settings_table {
             file MaybeParsed<CidrList> => take,
             flag Option<CidrList> [value_name = "CIDR,...", value_parser = parse_cidrs],
             always |c: &Config| or_off(c.proxy.deny.as_ref(), |l| l.to_string());
+        /// Most connections open at once from one client address (nginx's
+        /// limit_conn); past it a client gets the rate limiter's reply. IPv6
+        /// addresses count per --rate-limit-ipv6-prefix. Off by default.
+        max_connections_per_client: usize, "max-connections-per-client", Service,
+            some(proxy.max_connections_per_client), live,
+            file MaybeCount => take,
+            flag Option<usize> [value_name = "N", value_parser = whole::<usize, 1, { u32::MAX as u64 }>],
+            always |c: &Config| or_off(c.proxy.max_connections_per_client, |n| n.to_string());
         /// Send every backend a PROXY protocol header (v1 or v2) with the
         /// client's address before its bytes; one backend alone takes
         /// `-b HOST:PORT,send-proxy` or `,send-proxy-v2`.

@@ -11,7 +11,8 @@
 //!   place it becomes counters, access log, trace and log lines;
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;
 //! - `conduit`: the thread's buffers and pipes the pump moves bytes through;
-//! - [`mod@header`]: the PROXY protocol on the worker.
+//! - [`mod@header`]: the PROXY protocol on the worker;
+//! - `per_client`: the cap on connections open per client address.
 //!
 //! # Threads
 //!
@@ -28,6 +29,7 @@
 mod conduit;
 mod connect;
 pub mod header;
+mod per_client;
 pub mod pump;
 mod report;
 mod serve;
@@ -49,6 +51,7 @@ use crate::scheduler::Scheduler;
 use crate::stats::Stats;
 
 pub use header::{AcceptProxy, Route};
+pub(crate) use per_client::PerClient;
 pub use pump::{pump, splice_pump, End, PumpOptions, Transfer};
 pub(crate) use report::{Access, Fate, Outcome, Refusal, Report};
 
@@ -63,6 +66,9 @@ pub struct Job {
     /// Its place under the service's `max_connections`, given back when
     /// the job ends.
     pub slot: Option<crate::slots::Slot>,
+    /// Its place in its address's count under
+    /// `max_connections_per_client`, given back when the job ends.
+    pub place: Option<crate::limiter::Place>,
     /// The backend picked by the scheduler, or "pick after the header".
     pub route: Route,
     /// The client's socket.
@@ -124,6 +130,10 @@ pub struct ProxyConfig {
     /// Clients from these networks are refused (`deny`, nginx's `deny`),
     /// even when `allow` lists them. Default `None`: none.
     pub deny: Option<CidrList>,
+    /// Most connections open at once from one client address
+    /// (`max_connections_per_client`, nginx's `limit_conn`); see
+    /// `per_client`. Default `None`: no cap.
+    pub max_connections_per_client: Option<usize>,
 }
 
 /// Default of `queue_timeout`: 30 s, the low end of HAProxy's example
@@ -149,6 +159,7 @@ impl Default for ProxyConfig {
             tcp_user_timeout: None,
             allow: None,
             deny: None,
+            max_connections_per_client: None,
         }
     }
 }
@@ -191,6 +202,12 @@ impl ProxyConfig {
             return Err(Error::setting(
                 "client_first_byte_timeout",
                 "must be more than 0",
+            ));
+        }
+        if self.max_connections_per_client == Some(0) {
+            return Err(Error::setting(
+                "max_connections_per_client",
+                "must be at least 1 (or off)",
             ));
         }
         if self.fin_timeout.is_some_and(|d| d.is_zero()) {
@@ -288,6 +305,9 @@ pub struct Proxy {
     pub(crate) limiter: Arc<ArcSwapOption<Limiter>>,
     /// `--accept-proxy`: who may send a header and how long it may take.
     pub(crate) accept_proxy: Option<AcceptProxy>,
+    /// The connections open per client address, made when
+    /// `max_connections_per_client` is first on (see `per_client`).
+    clients: ArcSwapOption<crate::limiter::ConnTable>,
     /// Where outcomes are counted and logged, with the log throttles.
     report: Report,
     /// The most workers, for the busy warning.
@@ -334,6 +354,7 @@ impl Proxy {
             process: Arc::clone(&stats),
             stats,
             accept_proxy,
+            clients: ArcSwapOption::empty(),
             max_workers: 1,
             queue_depth: Arc::default(),
         }
@@ -550,6 +571,7 @@ mod tests {
         pool.submit(Job {
             service: proxy,
             slot: None,
+            place: None,
             route: Route::Picked(pick),
             client: accepted,
             peer,

@@ -29,6 +29,7 @@ use super::{close, header, pump, splice_pump, Job, Proxy, ProxyConfig, Route, RE
 use crate::backend::Backend;
 use crate::error::Error;
 use crate::health::HealthConfig;
+use crate::limiter::Place;
 use crate::reply;
 use crate::scheduler::Pick;
 use crate::trace;
@@ -48,6 +49,8 @@ struct Link {
     started: Instant,
     connect_time: Duration,
     failovers: u32,
+    /// Its place under the per-client cap, held until it is closed.
+    place: Option<Place>,
 }
 
 impl Proxy {
@@ -72,6 +75,7 @@ impl Proxy {
             started,
             connect_time,
             failovers,
+            place,
         }) = self.reach(job, outcome)
         else {
             return;
@@ -109,6 +113,7 @@ impl Proxy {
         // kept so every connection ends the same, visible way.
         close(&backend_sock);
         close(&client);
+        drop(place);
     }
 
     /// The steps before the pump: wait → route → connect. Gives the client
@@ -125,6 +130,7 @@ impl Proxy {
             client,
             peer,
             queued_at,
+            place,
             ..
         } = job;
         let started = Instant::now();
@@ -134,7 +140,7 @@ impl Proxy {
         if self.turned_away(&client, queued_at, outcome, &settings, &health) {
             return None;
         }
-        let (client, pick, origin) = self.route(route, client, peer)?;
+        let (client, pick, origin, place) = self.route(route, client, peer, place)?;
         // From here on the client is who the header said.
         outcome.peer = origin.source;
         let attempt = Attempt {
@@ -157,6 +163,7 @@ impl Proxy {
                 started,
                 connect_time,
                 failovers,
+                place,
             }),
             Err(error) => {
                 self.refuse_unreachable(outcome, &pick, error, failovers, connect_time, &attempt);
@@ -229,14 +236,15 @@ impl Proxy {
         route: Route,
         client: TcpStream,
         peer: SocketAddr,
-    ) -> Option<(TcpStream, Pick, header::Origin)> {
+        place: Option<Place>,
+    ) -> Option<(TcpStream, Pick, header::Origin, Option<Place>)> {
         match (route, &self.accept_proxy) {
             (Route::Picked(pick), _) => {
                 let origin = header::Origin {
                     source: peer,
                     destination: None,
                 };
-                Some((client, pick, origin))
+                Some((client, pick, origin, place))
             }
             (Route::AfterHeader, Some(accept)) => self.after_header(accept, client, peer),
             (Route::AfterHeader, None) => {
