@@ -64,8 +64,8 @@
 //! - `proxy/`: a connection's life: `serve` (wait, route, connect, pump,
 //!   close, into one `Outcome`), `connect` (fail-over), `report` (the one
 //!   place an outcome becomes counters, access log, trace and log lines);
-//!   `pump` (the duplex copy, with `half`, one direction, and `wait`, its
-//!   `poll(2)` side); `conduit` (the thread's buffers and pipes); `header`
+//!   `pump` (the duplex copy, with `half`, one direction, `wait`, its
+//!   `poll(2)` side, and `bucket`, a direction's bandwidth cap); `conduit` (the thread's buffers and pipes); `header`
 //!   (a client behind `--accept-proxy`: its header, then the limiter and
 //!   the pick); `per_client` (the cap on connections open per client
 //!   address).

@@ -49,6 +49,7 @@ use crate::limiter::Limiter;
 use crate::proxy_protocol::CidrList;
 use crate::scheduler::Scheduler;
 use crate::stats::Stats;
+use crate::units::ByteRate;
 
 pub use header::{AcceptProxy, Route};
 pub(crate) use per_client::PerClient;
@@ -134,6 +135,13 @@ pub struct ProxyConfig {
     /// (`max_connections_per_client`, nginx's `limit_conn`); see
     /// `per_client`. Default `None`: no cap.
     pub max_connections_per_client: Option<usize>,
+    /// Most bytes a second read from each client (`upload_rate`, nginx's
+    /// `proxy_upload_rate`), per connection. Default `None` (or 0): no cap.
+    pub upload_rate: Option<ByteRate>,
+    /// Most bytes a second read from the backend of each connection
+    /// (`download_rate`, nginx's `proxy_download_rate`). Default `None`
+    /// (or 0): no cap.
+    pub download_rate: Option<ByteRate>,
 }
 
 /// Default of `queue_timeout`: 30 s, the low end of HAProxy's example
@@ -160,6 +168,8 @@ impl Default for ProxyConfig {
             allow: None,
             deny: None,
             max_connections_per_client: None,
+            upload_rate: None,
+            download_rate: None,
         }
     }
 }
@@ -268,6 +278,8 @@ impl ProxyConfig {
             idle_timeout: self.idle_timeout,
             fin_timeout: self.fin_timeout.unwrap_or(self.idle_timeout),
             yield_before_poll: self.yield_before_poll,
+            up_rate: self.upload_rate.and_then(ByteRate::per_second),
+            down_rate: self.download_rate.and_then(ByteRate::per_second),
         }
     }
 }

@@ -10,6 +10,8 @@ fn options(idle_ms: u64) -> PumpOptions {
         idle_timeout: Duration::from_millis(idle_ms),
         fin_timeout: Duration::from_millis(idle_ms),
         yield_before_poll: false,
+        up_rate: None,
+        down_rate: None,
     }
 }
 
@@ -301,6 +303,8 @@ fn the_fin_timeout_closes_a_half_closed_connection() {
         idle_timeout: Duration::from_secs(30),
         fin_timeout: Duration::from_millis(200),
         yield_before_poll: false,
+        up_rate: None,
+        down_rate: None,
     };
     client.write_all(b"bye").unwrap();
     client.shutdown(net::Shutdown::Write).unwrap();
