@@ -16,6 +16,7 @@ mod peers;
 
 mod admin;
 mod balancer_port;
+mod client_limits;
 mod config_file;
 mod demo_backend;
 mod failure;

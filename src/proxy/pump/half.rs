@@ -160,6 +160,46 @@ impl Half {
         self.busy = false;
     }
 
+    /// One read from `src` into the empty conduit, of no more bytes than
+    /// the bucket (if any) allows. `Ok(false)`: out of tokens, read
+    /// nothing, and now throttled.
+    #[inline]
+    fn read(&mut self, conduit: &mut Conduit, src: &TcpStream) -> Result<bool, Fault> {
+        let max = match self.bucket.as_mut() {
+            None => conduit.capacity(),
+            Some(bucket) => bucket.allowance(Instant::now(), conduit.capacity()),
+        };
+        if max == 0 {
+            self.throttled = true;
+            return Ok(false);
+        }
+        loop {
+            match conduit.fill(src, max) {
+                Ok(0) => self.eof = true,
+                Ok(n) => {
+                    if let Some(bucket) = self.bucket.as_mut() {
+                        bucket.spend(n);
+                    }
+                    self.start = 0;
+                    self.end = n;
+                    // A stream socket fills the buffer when it can: a short
+                    // read means its queue is empty now, so the read that
+                    // would only say `WouldBlock` is skipped and `poll`
+                    // tells when more comes. (Through a pipe a short read
+                    // may also mean the pipe is full: the next `poll` then
+                    // returns at once, no harm done.)
+                    if n < max {
+                        self.readable = false;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Fault::Read(e)),
+            }
+            return Ok(true);
+        }
+    }
+
     /// Moves what it can from `src` to `dst` through `conduit` without
     /// blocking, for at most one turn. Adds each write's bytes to `moved`
     /// as soon as it succeeds, so a later failure loses no count.
@@ -173,38 +213,9 @@ impl Half {
         self.busy = false;
         let turn_ends = *moved + TURN_BYTES;
         loop {
-            if self.wants_read() && self.readable {
-                let max = match self.bucket.as_mut() {
-                    None => conduit.capacity(),
-                    Some(bucket) => bucket.allowance(Instant::now(), conduit.capacity()),
-                };
-                if max == 0 {
-                    // Out of tokens: no read until they are back.
-                    self.throttled = true;
-                    return Ok(());
-                }
-                match conduit.fill(src, max) {
-                    Ok(0) => self.eof = true,
-                    Ok(n) => {
-                        if let Some(bucket) = self.bucket.as_mut() {
-                            bucket.spend(n);
-                        }
-                        self.start = 0;
-                        self.end = n;
-                        // A stream socket fills the buffer when it can: a
-                        // short read means its queue is empty now, so the
-                        // read that would only say `WouldBlock` is skipped
-                        // and `poll` tells when more comes. (Through a pipe
-                        // a short read may also mean the pipe is full: the
-                        // next `poll` then returns at once, no harm done.)
-                        if n < max {
-                            self.readable = false;
-                        }
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(Fault::Read(e)),
-                }
+            if self.wants_read() && self.readable && !self.read(conduit, src)? {
+                // Out of tokens: no read until they are back.
+                return Ok(());
             }
             // A read that filled the whole buffer says the source is
             // streaming: tell the kernel more is coming, so it can send
