@@ -221,3 +221,45 @@ fn refused_at_start(args: &[&str]) -> (Option<i32>, String) {
         .unwrap();
     (status.code(), err)
 }
+
+/// A reload with a bad rate or cap is refused whole: the running values
+/// stay; a good one applies them live.
+#[test]
+fn a_bad_reload_keeps_the_running_caps() {
+    use rodizio::config::{file, Overrides};
+    use rodizio::reload::Reloader;
+    let dir = crate::peers::temp_dir("client-limits-reload");
+    let path = dir.join("rodizio.json");
+    let good = r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"],
+        "download_rate": "1MB", "max_connections_per_client": 4}"#;
+    std::fs::write(&path, good).unwrap();
+    let config = file::load(&path)
+        .unwrap()
+        .settle(&Overrides::default())
+        .unwrap();
+    let balancer = rodizio::Balancer::bind(config).unwrap();
+    let reloader = Reloader::new(&path, Overrides::default(), &balancer);
+    let running = || balancer.live().proxy.load_full();
+    for bad in [
+        r#""download_rate": "-1MB""#,
+        r#""upload_rate": "a lot""#,
+        r#""max_connections_per_client": 0"#,
+    ] {
+        let text = format!(r#"{{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"], {bad}}}"#);
+        std::fs::write(&path, text).unwrap();
+        let err = reloader.reload().unwrap_err().to_string();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert_eq!(running().download_rate, Some(ByteRate(1 << 20)), "{bad}");
+        assert_eq!(running().max_connections_per_client, Some(4), "{bad}");
+    }
+    std::fs::write(
+        &path,
+        r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"], "upload_rate": "64k"}"#,
+    )
+    .unwrap();
+    reloader.reload().unwrap();
+    assert_eq!(running().upload_rate, Some(ByteRate(65536)));
+    assert_eq!(running().download_rate, None);
+    assert_eq!(running().max_connections_per_client, None);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -332,17 +332,19 @@ fn pump_with(
     }
 }
 
-/// The wait before the next look: `silence_ms`, or less when a capped
-/// direction out of tokens gets them back sooner (then `true`: that wait
-/// ending is no sign of silence). Uncapped, two flags read and nothing more.
+/// The wait before the next look: `silence_ms`, or, while a capped
+/// direction is out of tokens, the time until they are back (then `true`:
+/// that wait ending is no sign of silence, since it is the cap that holds
+/// the bytes back; it is at most a second, a bucket's refill). Uncapped,
+/// two flags read and nothing more.
 #[inline]
 fn wait_limit(up: &mut Half, down: &mut Half, silence_ms: i32) -> (i32, bool) {
     if !(up.throttled || down.throttled) {
         return (silence_ms, false);
     }
     match tokens_back(up, down) {
-        Some(ms) if ms < silence_ms => (ms, true),
-        _ => (silence_ms, false),
+        Some(ms) => (ms, true),
+        None => (silence_ms, false),
     }
 }
 
