@@ -34,7 +34,7 @@ use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MA
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;
-use crate::units::{parse_duration, parse_size};
+use crate::units::{parse_duration, parse_size, ByteRate};
 
 /// rodizio: a thread-per-connection TCP load balancer (round robin by default).
 #[derive(Debug, Parser)]

@@ -58,17 +58,19 @@
 //! - `limiter/`: per-client-IP rate limiting at accept time (off by
 //!   default): the facade, `settings` (rate, algorithm, reply), `rule`
 //!   (three ways to count), `table` (the bounded table), `store` (the
-//!   counts kept in Redis, shared by several balancers).
+//!   counts kept in Redis, shared by several balancers), `conns` (the
+//!   connections open per client address, for its cap).
 //! - `queue`: the FIFO between the accept loop and the workers.
 //! - `pool`: the worker threads.
 //! - `proxy/`: a connection's life: `serve` (wait, route, connect, pump,
 //!   close, into one `Outcome`), `connect` (fail-over), `waiting` (a
 //!   client waiting for a backend slot), `report` (the one
 //!   place an outcome becomes counters, access log, trace and log lines);
-//!   `pump` (the duplex copy, with `half`, one direction, and `wait`, its
-//!   `poll(2)` side); `conduit` (the thread's buffers and pipes); `header`
+//!   `pump` (the duplex copy, with `half`, one direction, `wait`, its
+//!   `poll(2)` side, and `bucket`, a direction's bandwidth cap); `conduit` (the thread's buffers and pipes); `header`
 //!   (a client behind `--accept-proxy`: its header, then the limiter and
-//!   the pick).
+//!   the pick); `per_client` (the cap on connections open per client
+//!   address).
 //! - `proxy_protocol/`: the PROXY protocol, `codec` (types, encode),
 //!   `parse`, `read` (off a socket), `cidr` (trusted peers), `accept` and
 //!   `send` (the worker's side of `--accept-proxy` and `--send-proxy`).

@@ -38,9 +38,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::limiter::conns::Place;
 use crate::limiter::{self, Decision, Limiter};
 use crate::pool::Pool;
-use crate::proxy::{Fate, Job, Outcome, Proxy, Refusal, Report, Route};
+use crate::proxy::{Fate, Job, Outcome, PerClient, Proxy, Refusal, Report, Route};
 use crate::reply;
 use crate::shutdown::Shutdown;
 use crate::slots::{Slot, Slots};
@@ -356,13 +357,26 @@ impl Acceptor {
         if self.service.accept_proxy.is_some() {
             return self.dispatch_after_header(client, peer, slot);
         }
-        if !self.service.settings.load().admits(peer.ip()) {
+        let settings = self.service.settings.load();
+        if !settings.admits(peer.ip()) {
             // The allow and deny lists: closed at once, before the limiter.
             let outcome = self.refused(peer, Refusal::Denied);
             drop(client);
             self.report.tell(&outcome);
             return true;
         }
+        // The per-client cap: answered as the limiter answers, then closed.
+        let place = match self.service.per_client(&settings, &client, peer.ip()) {
+            PerClient::Open => None,
+            PerClient::Placed(place) => Some(place),
+            PerClient::Refused => {
+                let outcome = self.refused(peer, Refusal::TooManyConnections);
+                drop(client);
+                self.report.tell(&outcome);
+                return true;
+            }
+        };
+        drop(settings);
         let Some(client) = self.admit(client, peer) else {
             return true;
         };
@@ -372,7 +386,7 @@ impl Acceptor {
         let pick = self.service.scheduler.pick(peer.ip());
         if pick.is_none() && self.service.scheduler.any_available() {
             // Every backend at its cap: a worker waits for a slot.
-            return self.submit(client, peer, slot, Route::Waiting);
+            return self.submit(client, peer, (slot, place), Route::Waiting);
         }
         let Some(pick) = pick else {
             let scheduler = Arc::clone(&self.service.scheduler);
@@ -399,6 +413,7 @@ impl Acceptor {
             .submit(Job {
                 service: Arc::clone(&self.service),
                 slot,
+                place,
                 route: Route::Picked(pick),
                 client,
                 peer,
@@ -413,13 +428,14 @@ impl Acceptor {
         &self,
         client: TcpStream,
         peer: SocketAddr,
-        slot: Option<Slot>,
+        (slot, place): (Option<Slot>, Option<Place>),
         route: Route,
     ) -> bool {
         let queued_at = Instant::now();
         let job = Job {
             service: Arc::clone(&self.service),
             slot,
+            place,
             route,
             client,
             peer,
@@ -446,6 +462,7 @@ impl Acceptor {
             .submit(Job {
                 service: Arc::clone(&self.service),
                 slot,
+                place: None,
                 route: Route::AfterHeader,
                 client,
                 peer,

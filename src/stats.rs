@@ -162,6 +162,8 @@ counters! {
     rate_limited: Counter,
     /// Clients refused by the allow and deny lists.
     denied: Counter,
+    /// Clients refused because their address had as many connections open as the per-client cap allows (or the table of addresses was full).
+    too_many_connections: Counter,
     /// Errors returned by accept(2).
     accept_errors: Counter,
     /// Bytes sent from clients to backends.

@@ -1,6 +1,7 @@
 //! Durations and sizes as people write them (`500ms`, `3s`, `64k`), parsed
-//! and printed the same way for flags, the config file and log lines; and
-//! counts as log lines print them (`1 connection`, `3 connections`).
+//! and printed the same way for flags, the config file and log lines;
+//! rates in bytes per second (`1m/s`); and counts as log lines print them
+//! (`1 connection`, `3 connections`).
 //!
 //! A leaf: every other module may use it, it uses none of them. Pure
 //! functions, called on whatever thread parses settings.
@@ -141,6 +142,62 @@ pub fn count(n: u64, noun: &str) -> String {
     }
 }
 
+/// The largest [`ByteRate`]: 1 TiB a second, more than any link.
+pub const MAX_BYTE_RATE: u64 = 1 << 40;
+
+/// Bytes per second, as people write them: a size (`1MB`, `100KB`, `64k`,
+/// `4096`) with or without `/s`; `0` or `off` means no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRate(pub u64);
+
+impl ByteRate {
+    /// Parses a rate.
+    ///
+    /// # Errors
+    ///
+    /// A one-line message saying what is wrong, for clap to print.
+    pub fn parse(text: &str) -> std::result::Result<ByteRate, String> {
+        let trimmed = text.trim();
+        if trimmed.eq_ignore_ascii_case("off") {
+            return Ok(ByteRate(0));
+        }
+        let lower = trimmed.to_ascii_lowercase();
+        let size = lower.strip_suffix("/s").unwrap_or(&lower);
+        let n = parse_size(size).map_err(|_| {
+            format!("'{text}' is not a rate in bytes per second (examples: 1MB, 100KB/s, 64k, off)")
+        })? as u64;
+        if n > MAX_BYTE_RATE {
+            return Err(format!(
+                "'{text}' is over the largest rate, {}/s",
+                format_size(MAX_BYTE_RATE as usize)
+            ));
+        }
+        Ok(ByteRate(n))
+    }
+
+    /// Bytes per second, `None` for no limit.
+    pub fn per_second(self) -> Option<u64> {
+        (self.0 > 0).then_some(self.0)
+    }
+}
+
+impl std::str::FromStr for ByteRate {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<ByteRate, String> {
+        ByteRate::parse(text)
+    }
+}
+
+impl std::fmt::Display for ByteRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.per_second() {
+            None => f.write_str("off"),
+            Some(n) => write!(f, "{}/s", format_size(n as usize)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,6 +285,28 @@ mod tests {
                 let _ = parse_duration(&text);
                 let _ = parse_size(&text);
             }
+        }
+    }
+
+    #[test]
+    fn byte_rates_parse_and_print_back() {
+        for (text, n) in [
+            ("1MB", 1 << 20),
+            ("100KB/s", 102_400),
+            ("64k", 65_536),
+            ("4096", 4096),
+            ("0", 0),
+            ("off", 0),
+            ("1m/S", 1 << 20),
+        ] {
+            let rate = ByteRate::parse(text).unwrap();
+            assert_eq!(rate.0, n, "{text}");
+            assert_eq!(ByteRate::parse(&rate.to_string()).unwrap(), rate, "{text}");
+        }
+        for bad in ["-1", "fast", "1.5m", "", "99999999999999999999", "2000000m"] {
+            let err = ByteRate::parse(bad).unwrap_err();
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.contains(&format!("'{bad}'")), "{err}");
         }
     }
 }

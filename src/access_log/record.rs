@@ -85,6 +85,9 @@ pub enum End {
     RateLimited,
     /// `denied`: refused by the `allow` and `deny` lists.
     Denied,
+    /// `too_many_connections`: its address had as many connections
+    /// open as the per-client cap allows.
+    TooManyConnections,
     /// `queue_timeout`: waited in the queue for a worker, or for a backend
     /// slot, too long.
     QueueTimeout,
@@ -134,6 +137,7 @@ impl End {
             End::NoBackend => "no_backend",
             End::RateLimited => "rate_limited",
             End::Denied => "denied",
+            End::TooManyConnections => "too_many_connections",
             End::QueueTimeout => "queue_timeout",
             End::QueueFull => "queue_full",
             End::DrainCut => "drain_cut",

@@ -33,7 +33,7 @@ use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MA
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::trace::Lang;
-use crate::units::{format_duration, format_size};
+use crate::units::{format_duration, format_size, ByteRate};
 
 /// Where a setting applies once the balancer serves several services.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

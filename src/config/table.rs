@@ -338,6 +338,27 @@ macro_rules! settings_table {
             file MaybeParsed<CidrList> => take,
             flag Option<CidrList> [value_name = "CIDR,...", value_parser = parse_cidrs],
             always |c: &Config| or_off(c.proxy.deny.as_ref(), |l| l.to_string());
+        /// Most connections open at once from one client address (nginx's
+        /// limit_conn); past it a client gets the rate limiter's reply. IPv6
+        /// addresses count per --rate-limit-ipv6-prefix. Off by default.
+        max_connections_per_client: usize, "max-connections-per-client", Service,
+            some(proxy.max_connections_per_client), live,
+            file MaybeCount => take,
+            flag Option<usize> [value_name = "N", value_parser = whole::<usize, 1, { u32::MAX as u64 }>],
+            always |c: &Config| or_off(c.proxy.max_connections_per_client, |n| n.to_string());
+        /// Most bytes a second read from each client, per connection (nginx's
+        /// proxy_upload_rate), as a size: 1MB, 100KB/s; 0 or off: no cap.
+        upload_rate: ByteRate, "upload-rate", Service, some(proxy.upload_rate), live,
+            file MaybeParsed<ByteRate> => take,
+            flag Option<ByteRate> [value_name = "RATE", value_parser = ByteRate::parse],
+            always |c: &Config| c.proxy.upload_rate.unwrap_or(ByteRate(0)).to_string();
+        /// Most bytes a second read from the backend of each connection
+        /// (nginx's proxy_download_rate), as a size: 1MB, 100KB/s; 0 or off:
+        /// no cap.
+        download_rate: ByteRate, "download-rate", Service, some(proxy.download_rate), live,
+            file MaybeParsed<ByteRate> => take,
+            flag Option<ByteRate> [value_name = "RATE", value_parser = ByteRate::parse],
+            always |c: &Config| c.proxy.download_rate.unwrap_or(ByteRate(0)).to_string();
         /// Send every backend a PROXY protocol header (v1 or v2) with the
         /// client's address before its bytes; one backend alone takes
         /// `-b HOST:PORT,send-proxy` or `,send-proxy-v2`.

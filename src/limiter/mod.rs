@@ -8,7 +8,8 @@
 //! [`Instant`] passed in as `now`. Parts: this file the facade ([`Limiter`],
 //! [`admit`], [`refuse`]); `settings` the rate, algorithm and reply; `rule`
 //! the three ways to count; `table` the bounded, sharded table; `store` the
-//! table shared through Redis. `docs/rate-limiting.md` explains the
+//! table shared through Redis; `conns` the connections open per client
+//! address, for the cap on them, keyed the same way. `docs/rate-limiting.md` explains the
 //! algorithms, the table's shape and what happens when it is full.
 //!
 //! # Threads
@@ -23,6 +24,7 @@
 //! `allow_request()` fixed window, with the races removed and a bounded
 //! table.
 
+pub mod conns;
 mod rule;
 mod settings;
 mod store;
@@ -38,6 +40,7 @@ use parking_lot::Mutex;
 use crate::error::Result;
 use crate::reply;
 use crate::stats::Stats;
+pub use conns::{ConnTable, Place, Take};
 use rule::{Rule, Slot};
 pub use settings::{
     Rate, RateLimitAlgorithm, RateLimitConfig, RateLimitReply, DEFAULT_IPV6_PREFIX,
@@ -280,14 +283,7 @@ impl Limiter {
     /// what a dual-stack listener reports for IPv4 clients) is first turned
     /// back into IPv4, so one client has one key whichever way it came.
     fn key(&self, ip: IpAddr) -> [u64; 2] {
-        let bits = match ip.to_canonical() {
-            IpAddr::V4(v4) => 0xffff_0000_0000 | u128::from(u32::from(v4)),
-            // A masked IPv6 key cannot equal a mapped IPv4 key: canonical
-            // IPv6 addresses are never in ::ffff:0:0/96, and masking only
-            // clears bits, which cannot make bits 80..96 all ones.
-            IpAddr::V6(v6) => u128::from(v6) & self.ipv6_mask,
-        };
-        [(bits >> 64) as u64, bits as u64]
+        table::key_of(ip, self.ipv6_mask)
     }
 
     /// Nanoseconds since the epoch, plus one so that 0 means "empty".

@@ -11,6 +11,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
+use std::net::IpAddr;
 
 use parking_lot::Mutex;
 
@@ -191,6 +192,19 @@ impl Shard {
         self.run_out_at = next_run_out;
         swept
     }
+}
+
+/// The table key of `ip`: IPv4 as its IPv4-mapped IPv6 form, IPv6
+/// ANDed with `ipv6_mask` (its prefix).
+pub(super) fn key_of(ip: IpAddr, ipv6_mask: u128) -> [u64; 2] {
+    let bits = match ip.to_canonical() {
+        IpAddr::V4(v4) => 0xffff_0000_0000 | u128::from(u32::from(v4)),
+        // A masked IPv6 key cannot equal a mapped IPv4 key: canonical
+        // IPv6 addresses are never in ::ffff:0:0/96, and masking only
+        // clears bits, which cannot make bits 80..96 all ones.
+        IpAddr::V6(v6) => u128::from(v6) & ipv6_mask,
+    };
+    [(bits >> 64) as u64, bits as u64]
 }
 
 /// A keyed hash of a 128-bit key: two rounds of "folded multiply" (the

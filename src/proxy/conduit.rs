@@ -69,13 +69,20 @@ impl Conduit<'_> {
         }
     }
 
-    /// Reads from `src` into the (empty) buffer or pipe.
-    pub(super) fn fill(&mut self, src: &TcpStream) -> io::Result<usize> {
+    /// Reads at most `max` bytes (at most its capacity) from `src` into
+    /// the (empty) buffer or pipe.
+    pub(super) fn fill(&mut self, src: &TcpStream, max: usize) -> io::Result<usize> {
         match self {
-            Conduit::Buffer(buf) => recv(src, buf),
-            Conduit::Pipe(pipe) => {
-                splice(src.as_raw_fd(), pipe.write.as_raw_fd(), pipe.capacity, 0)
+            Conduit::Buffer(buf) => {
+                let n = max.min(buf.len());
+                recv(src, &mut buf[..n])
             }
+            Conduit::Pipe(pipe) => splice(
+                src.as_raw_fd(),
+                pipe.write.as_raw_fd(),
+                max.min(pipe.capacity),
+                0,
+            ),
         }
     }
 

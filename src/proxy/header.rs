@@ -17,8 +17,8 @@
 use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
-use super::{close, Proxy};
-use crate::limiter;
+use super::{close, PerClient, Proxy};
+use crate::limiter::{self, Place};
 pub use crate::proxy_protocol::AcceptProxy;
 use crate::proxy_protocol::{self, REFUSAL_LOG_WINDOW};
 pub(crate) use crate::proxy_protocol::{send, Origin};
@@ -42,15 +42,16 @@ pub enum Route {
 
 impl Proxy {
     /// The worker's half of accepting a client behind a proxy: trust,
-    /// header, the allow and deny lists, limiter, pick. Gives back the client, its pick (`None`:
-    /// every backend is at its cap, the client is to wait) and who it
-    /// is, or `None` when the client was closed.
+    /// header, the allow and deny lists, the per-client cap, limiter, pick.
+    /// Gives back the client, its pick (`None`: every backend is at its
+    /// cap, the client is to wait), who it is and its per-client place;
+    /// `None` when the client was closed.
     pub(super) fn after_header(
         &self,
         accept: &AcceptProxy,
         client: TcpStream,
         peer: SocketAddr,
-    ) -> Option<(TcpStream, Option<Pick>, Origin)> {
+    ) -> Option<(TcpStream, Option<Pick>, Origin, Option<Place>)> {
         let origin = match proxy_protocol::receive(accept, &client, peer) {
             Ok(origin) => origin,
             Err(why) => {
@@ -89,6 +90,7 @@ impl Proxy {
             close(&client);
             return None;
         }
+        let place = self.placed(&client, source)?;
         let client = self.admit(client, source)?;
         let pick = self.scheduler.pick(source.ip());
         if pick.is_none() && !self.scheduler.any_available() {
@@ -109,7 +111,27 @@ impl Proxy {
             close(&client);
             return None;
         }
-        Some((client, pick, origin))
+        Some((client, pick, origin, place))
+    }
+
+    /// The per-client cap, with the header's address: the client's place,
+    /// or `None` when it was refused (then counted, logged and closed).
+    fn placed(&self, client: &TcpStream, source: SocketAddr) -> Option<Option<Place>> {
+        match self.per_client(&self.settings.load(), client, source.ip()) {
+            PerClient::Open => Some(None),
+            PerClient::Placed(place) => Some(Some(place)),
+            PerClient::Refused => {
+                Stats::incr(&self.stats.too_many_connections);
+                self.report.log_access(
+                    source,
+                    None,
+                    Instant::now(),
+                    super::Access::refused(crate::access_log::End::TooManyConnections),
+                );
+                close(client);
+                None
+            }
+        }
     }
 
     /// The rate-limit gate, as the accept loop runs it for other clients,

@@ -11,7 +11,8 @@
 //!   place it becomes counters, access log, trace and log lines;
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;
 //! - `conduit`: the thread's buffers and pipes the pump moves bytes through;
-//! - [`mod@header`]: the PROXY protocol on the worker.
+//! - [`mod@header`]: the PROXY protocol on the worker;
+//! - `per_client`: the cap on connections open per client address.
 //!
 //! # Threads
 //!
@@ -28,6 +29,7 @@
 mod conduit;
 mod connect;
 pub mod header;
+mod per_client;
 pub mod pump;
 mod report;
 mod serve;
@@ -48,8 +50,10 @@ use crate::limiter::Limiter;
 use crate::proxy_protocol::CidrList;
 use crate::scheduler::Scheduler;
 use crate::stats::Stats;
+use crate::units::ByteRate;
 
 pub use header::{AcceptProxy, Route};
+pub(crate) use per_client::PerClient;
 pub use pump::{pump, splice_pump, End, PumpOptions, Transfer};
 pub(crate) use report::{Access, Fate, Outcome, Refusal, Report};
 
@@ -64,6 +68,9 @@ pub struct Job {
     /// Its place under the service's `max_connections`, given back when
     /// the job ends.
     pub slot: Option<crate::slots::Slot>,
+    /// Its place in its address's count under
+    /// `max_connections_per_client`, given back when the job ends.
+    pub place: Option<crate::limiter::Place>,
     /// The backend picked by the scheduler, or "pick after the header".
     pub route: Route,
     /// The client's socket.
@@ -136,6 +143,17 @@ pub struct ProxyConfig {
     /// whatever this says. Kept here because it is live per service like
     /// the rest, though no worker reads it. Default `None` (off).
     pub resolve_interval: Option<Duration>,
+    /// Most connections open at once from one client address
+    /// (`max_connections_per_client`, nginx's `limit_conn`); see
+    /// `per_client`. Default `None`: no cap.
+    pub max_connections_per_client: Option<usize>,
+    /// Most bytes a second read from each client (`upload_rate`, nginx's
+    /// `proxy_upload_rate`), per connection. Default `None` (or 0): no cap.
+    pub upload_rate: Option<ByteRate>,
+    /// Most bytes a second read from the backend of each connection
+    /// (`download_rate`, nginx's `proxy_download_rate`). Default `None`
+    /// (or 0): no cap.
+    pub download_rate: Option<ByteRate>,
 }
 
 /// Shortest `resolve_interval`: a lookup per backend more often than once
@@ -175,6 +193,9 @@ impl Default for ProxyConfig {
             allow: None,
             deny: None,
             resolve_interval: None,
+            max_connections_per_client: None,
+            upload_rate: None,
+            download_rate: None,
         }
     }
 }
@@ -217,6 +238,12 @@ impl ProxyConfig {
             return Err(Error::setting(
                 "client_first_byte_timeout",
                 "must be more than 0",
+            ));
+        }
+        if self.max_connections_per_client == Some(0) {
+            return Err(Error::setting(
+                "max_connections_per_client",
+                "must be at least 1 (or off)",
             ));
         }
         if self.fin_timeout.is_some_and(|d| d.is_zero()) {
@@ -288,6 +315,8 @@ impl ProxyConfig {
             idle_timeout: self.idle_timeout,
             fin_timeout: self.fin_timeout.unwrap_or(self.idle_timeout),
             yield_before_poll: self.yield_before_poll,
+            up_rate: self.upload_rate.and_then(ByteRate::per_second),
+            down_rate: self.download_rate.and_then(ByteRate::per_second),
         }
     }
 }
@@ -325,6 +354,9 @@ pub struct Proxy {
     pub(crate) limiter: Arc<ArcSwapOption<Limiter>>,
     /// `--accept-proxy`: who may send a header and how long it may take.
     pub(crate) accept_proxy: Option<AcceptProxy>,
+    /// The connections open per client address, made when
+    /// `max_connections_per_client` is first on (see `per_client`).
+    clients: ArcSwapOption<crate::limiter::ConnTable>,
     /// Where outcomes are counted and logged, with the log throttles.
     report: Report,
     /// The most workers, for the busy warning.
@@ -371,6 +403,7 @@ impl Proxy {
             process: Arc::clone(&stats),
             stats,
             accept_proxy,
+            clients: ArcSwapOption::empty(),
             max_workers: 1,
             queue_depth: Arc::default(),
         }
@@ -587,6 +620,7 @@ mod tests {
         pool.submit(Job {
             service: proxy,
             slot: None,
+            place: None,
             route: Route::Picked(pick),
             client: accepted,
             peer,

@@ -102,6 +102,11 @@ pub(crate) enum Refusal {
     /// The `allow` and `deny` lists refused it: closed at once, with no
     /// log line (a scan would flood it), counted and access-logged.
     Denied,
+    /// Its address had as many connections open as the per-client cap
+    /// allows:
+    /// answered as the rate limiter answers, closed, counted and
+    /// access-logged; logged by the gate, throttled.
+    TooManyConnections,
     /// Every backend connect failed.
     ConnectFailed {
         /// The backend tried first.
@@ -157,6 +162,7 @@ fn refused_counter<'s>(stats: &'s Stats, refusal: &Refusal) -> Option<&'s Atomic
         // The limiter counted it (`rate_limited`), with its own reply.
         Refusal::RateLimited => None,
         Refusal::Denied => Some(&stats.denied),
+        Refusal::TooManyConnections => Some(&stats.too_many_connections),
     }
 }
 
@@ -311,6 +317,9 @@ impl Report {
             }
             Refusal::RateLimited => (None, Access::refused(access_log::End::RateLimited)),
             Refusal::Denied => (None, Access::refused(access_log::End::Denied)),
+            Refusal::TooManyConnections => {
+                (None, Access::refused(access_log::End::TooManyConnections))
+            }
             Refusal::ConnectFailed {
                 backend,
                 error,
@@ -578,6 +587,7 @@ mod tests {
             Refusal::NoBackend { scheduler },
             Refusal::RateLimited,
             Refusal::Denied,
+            Refusal::TooManyConnections,
             Refusal::ConnectFailed {
                 backend,
                 error: Error::InvalidConfig("x".into()),
@@ -596,6 +606,6 @@ mod tests {
             "{s:?}"
         );
         assert_eq!((s.completed, s.errors, s.rate_limited), (0, 0, 0), "{s:?}");
-        assert_eq!(s.denied, 1, "{s:?}");
+        assert_eq!((s.denied, s.too_many_connections), (1, 1), "{s:?}");
     }
 }

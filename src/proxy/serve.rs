@@ -29,6 +29,7 @@ use super::{close, header, pump, splice_pump, Job, Proxy, ProxyConfig, Route, RE
 use crate::backend::Backend;
 use crate::error::Error;
 use crate::health::HealthConfig;
+use crate::limiter::Place;
 use crate::reply;
 use crate::scheduler::Pick;
 use crate::trace;
@@ -50,6 +51,8 @@ struct Link {
     started: Instant,
     connect_time: Duration,
     failovers: u32,
+    /// Its place under the per-client cap, held until it is closed.
+    place: Option<Place>,
 }
 
 impl Proxy {
@@ -75,6 +78,7 @@ impl Proxy {
             started,
             connect_time,
             failovers,
+            place,
         }) = self.reach(job, outcome)
         else {
             return;
@@ -116,6 +120,7 @@ impl Proxy {
             // A slot freed: the first client waiting may take it.
             self.scheduler.waitlist().notify();
         }
+        drop(place);
     }
 
     /// The steps before the pump: wait → route → connect. Gives the client
@@ -132,6 +137,7 @@ impl Proxy {
             client,
             peer,
             queued_at,
+            place,
             ..
         } = job;
         let started = Instant::now();
@@ -141,7 +147,7 @@ impl Proxy {
         if self.turned_away(&client, queued_at, outcome, &settings, &health) {
             return None;
         }
-        let (client, pick, origin) = self.route(route, client, peer)?;
+        let (client, pick, origin, place) = self.route(route, client, peer, place)?;
         // From here on the client is who the header said.
         outcome.peer = origin.source;
         let pick = match pick {
@@ -172,6 +178,7 @@ impl Proxy {
                 started,
                 connect_time,
                 failovers,
+                place,
             }),
             Err(error) => {
                 self.refuse_unreachable(outcome, &pick, error, failovers, connect_time, &attempt);
@@ -244,14 +251,15 @@ impl Proxy {
         route: Route,
         client: TcpStream,
         peer: SocketAddr,
-    ) -> Option<(TcpStream, Option<Pick>, header::Origin)> {
+        place: Option<Place>,
+    ) -> Option<(TcpStream, Option<Pick>, header::Origin, Option<Place>)> {
         let origin = header::Origin {
             source: peer,
             destination: None,
         };
         match (route, &self.accept_proxy) {
-            (Route::Picked(pick), _) => Some((client, Some(pick), origin)),
-            (Route::Waiting, _) => Some((client, None, origin)),
+            (Route::Picked(pick), _) => Some((client, Some(pick), origin, place)),
+            (Route::Waiting, _) => Some((client, None, origin, place)),
             (Route::AfterHeader, Some(accept)) => self.after_header(accept, client, peer),
             (Route::AfterHeader, None) => {
                 log::error!("client {peer} queued for a PROXY header with --accept-proxy off");

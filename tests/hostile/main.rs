@@ -23,6 +23,7 @@ mod backup;
 mod balancer_port;
 mod cap;
 mod check_port;
+mod client_limits;
 mod config_file;
 mod demo_backend;
 mod failure;

@@ -12,6 +12,9 @@
 use std::io::{self, ErrorKind};
 use std::net::{self, TcpStream};
 
+use std::time::Instant;
+
+use super::bucket::Bucket;
 use super::{End, Transfer, TURN_BYTES};
 use crate::proxy::conduit::{Conduit, Conduits};
 
@@ -85,6 +88,12 @@ pub(super) struct Half {
     /// The last step used up its turn ([`TURN_BYTES`]) while it could
     /// still have gone on: it goes on next round, after the other half.
     pub(super) busy: bool,
+    /// Its bandwidth cap, when it has one (boxed: an uncapped connection
+    /// carries only the pointer's room on the worker's stack).
+    pub(super) bucket: Option<Box<Bucket>>,
+    /// Out of tokens: it reads nothing until its bucket has a chunk's
+    /// worth again (see [`Half::refresh`]).
+    pub(super) throttled: bool,
 }
 
 impl Half {
@@ -99,7 +108,31 @@ impl Half {
             writable: true,
             corked: false,
             busy: false,
+            bucket: None,
+            throttled: false,
         }
+    }
+
+    /// A half capped at `rate` bytes a second (`None`: uncapped).
+    pub(super) fn capped(rate: Option<u64>) -> Half {
+        Half {
+            bucket: rate.map(|r| Box::new(Bucket::new(r, Instant::now()))),
+            ..Half::new()
+        }
+    }
+
+    /// For a throttled half: whether its tokens are back at `now` (it may
+    /// read again), else how many milliseconds until they are.
+    pub(super) fn refresh(&mut self, now: Instant) -> Option<i32> {
+        let bucket = self.bucket.as_mut()?;
+        if !self.throttled {
+            return None;
+        }
+        if bucket.ready(now) {
+            self.throttled = false;
+            return None;
+        }
+        Some(bucket.wait_ms(now))
     }
 
     pub(super) fn pending(&self) -> bool {
@@ -107,7 +140,7 @@ impl Half {
     }
 
     pub(super) fn wants_read(&self) -> bool {
-        !self.eof && !self.stopped && self.start == self.end
+        !self.eof && !self.stopped && !self.throttled && self.start == self.end
     }
 
     /// Nothing more will move this way.
@@ -127,6 +160,46 @@ impl Half {
         self.busy = false;
     }
 
+    /// One read from `src` into the empty conduit, of no more bytes than
+    /// the bucket (if any) allows. `Ok(false)`: out of tokens, read
+    /// nothing, and now throttled.
+    #[inline]
+    fn read(&mut self, conduit: &mut Conduit, src: &TcpStream) -> Result<bool, Fault> {
+        let max = match self.bucket.as_mut() {
+            None => conduit.capacity(),
+            Some(bucket) => bucket.allowance(Instant::now(), conduit.capacity()),
+        };
+        if max == 0 {
+            self.throttled = true;
+            return Ok(false);
+        }
+        loop {
+            match conduit.fill(src, max) {
+                Ok(0) => self.eof = true,
+                Ok(n) => {
+                    if let Some(bucket) = self.bucket.as_mut() {
+                        bucket.spend(n);
+                    }
+                    self.start = 0;
+                    self.end = n;
+                    // A stream socket fills the buffer when it can: a short
+                    // read means its queue is empty now, so the read that
+                    // would only say `WouldBlock` is skipped and `poll`
+                    // tells when more comes. (Through a pipe a short read
+                    // may also mean the pipe is full: the next `poll` then
+                    // returns at once, no harm done.)
+                    if n < max {
+                        self.readable = false;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Fault::Read(e)),
+            }
+            return Ok(true);
+        }
+    }
+
     /// Moves what it can from `src` to `dst` through `conduit` without
     /// blocking, for at most one turn. Adds each write's bytes to `moved`
     /// as soon as it succeeds, so a later failure loses no count.
@@ -140,26 +213,9 @@ impl Half {
         self.busy = false;
         let turn_ends = *moved + TURN_BYTES;
         loop {
-            if self.wants_read() && self.readable {
-                match conduit.fill(src) {
-                    Ok(0) => self.eof = true,
-                    Ok(n) => {
-                        self.start = 0;
-                        self.end = n;
-                        // A stream socket fills the buffer when it can: a
-                        // short read means its queue is empty now, so the
-                        // read that would only say `WouldBlock` is skipped
-                        // and `poll` tells when more comes. (Through a pipe
-                        // a short read may also mean the pipe is full: the
-                        // next `poll` then returns at once, no harm done.)
-                        if n < conduit.capacity() {
-                            self.readable = false;
-                        }
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(Fault::Read(e)),
-                }
+            if self.wants_read() && self.readable && !self.read(conduit, src)? {
+                // Out of tokens: no read until they are back.
+                return Ok(());
             }
             // A read that filled the whole buffer says the source is
             // streaming: tell the kernel more is coming, so it can send

@@ -25,13 +25,14 @@
 use std::fmt;
 use std::io;
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::conduit::{Buffers, Conduits, Pipe, BUFFERS, PIPES, RELEASE_AFTER};
 use crate::poll::{millis, poll};
 use half::{step_both, uncork_both, Half, Story};
 use wait::{interest, learn, wait, watch, WaitFor};
 
+mod bucket;
 mod half;
 #[cfg(test)]
 mod tests;
@@ -145,6 +146,12 @@ pub struct PumpOptions {
     /// Yield once, then look without waiting, before each wait that
     /// follows moved bytes (`--yield-before-poll`).
     pub yield_before_poll: bool,
+    /// Most bytes a second read from the client (the service's upload
+    /// rate); `None`: no cap.
+    pub up_rate: Option<u64>,
+    /// Most bytes a second read from the backend (the service's download
+    /// rate); `None`: no cap.
+    pub down_rate: Option<u64>,
 }
 
 /// Copies bytes both ways between `client` and `backend` until both
@@ -246,8 +253,8 @@ fn pump_with(
     options: &PumpOptions,
     transfer: &mut Transfer,
 ) -> (End, Option<io::Error>, bool) {
-    let mut up = Half::new(); // client -> backend
-    let mut down = Half::new(); // backend -> client
+    let mut up = Half::capped(options.up_rate); // client -> backend
+    let mut down = Half::capped(options.down_rate); // backend -> client
     let mut story = Story::default();
     let idle_ms = millis(options.idle_timeout);
     let fin_ms = millis(options.fin_timeout);
@@ -281,20 +288,22 @@ fn pump_with(
         if busy && !stalls(&up, &down) && !stalls(&down, &up) {
             continue;
         }
+        // Once one side has closed (or one direction has stopped), the
+        // silence allowed is the fin timeout.
+        let half_closed = up.eof || down.eof || up.stopped || down.stopped;
+        let silence_ms = if half_closed { fin_ms } else { idle_ms };
+        let (timeout_ms, for_tokens) = wait_limit(&mut up, &mut down, silence_ms);
         let mut fds = [
             watch(client, interest(&up, &down)),
             watch(backend, interest(&down, &up)),
         ];
-        // Once one side has closed (or one direction has stopped), the
-        // silence allowed is the fin timeout.
-        let half_closed = up.eof || down.eof || up.stopped || down.stopped;
         let ready = if busy {
             // Look without waiting, so the waiting half learns what became
             // ready, then go round again.
             poll(&mut fds, 0)
         } else {
             let how = WaitFor {
-                timeout_ms: if half_closed { fin_ms } else { idle_ms },
+                timeout_ms,
                 release_ms,
                 idle: !up.pending() && !down.pending(),
                 yield_first: options.yield_before_poll
@@ -308,6 +317,7 @@ fn pump_with(
                 let (end, error) = story.end();
                 return (end, error, true);
             }
+            Ok(0) if for_tokens => {}
             Ok(0) if !busy => {
                 let end = if half_closed {
                     End::FinTimeout
@@ -319,6 +329,34 @@ fn pump_with(
             }
             Ok(_) => learn(&fds, &mut up, &mut down),
         }
+    }
+}
+
+/// The wait before the next look: `silence_ms`, or, while a capped
+/// direction is out of tokens, the time until they are back (then `true`:
+/// that wait ending is no sign of silence, since it is the cap that holds
+/// the bytes back; it is at most a second, a bucket's refill). Uncapped,
+/// two flags read and nothing more.
+#[inline]
+fn wait_limit(up: &mut Half, down: &mut Half, silence_ms: i32) -> (i32, bool) {
+    if !(up.throttled || down.throttled) {
+        return (silence_ms, false);
+    }
+    match tokens_back(up, down) {
+        Some(ms) => (ms, true),
+        None => (silence_ms, false),
+    }
+}
+
+/// Gives back the reads of throttled halves whose tokens are back; the
+/// milliseconds until the first of the others gets its own, if any waits.
+#[cold]
+#[inline(never)]
+fn tokens_back(up: &mut Half, down: &mut Half) -> Option<i32> {
+    let now = Instant::now();
+    match (up.refresh(now), down.refresh(now)) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -10,6 +10,8 @@ fn options(idle_ms: u64) -> PumpOptions {
         idle_timeout: Duration::from_millis(idle_ms),
         fin_timeout: Duration::from_millis(idle_ms),
         yield_before_poll: false,
+        up_rate: None,
+        down_rate: None,
     }
 }
 
@@ -301,6 +303,8 @@ fn the_fin_timeout_closes_a_half_closed_connection() {
         idle_timeout: Duration::from_secs(30),
         fin_timeout: Duration::from_millis(200),
         yield_before_poll: false,
+        up_rate: None,
+        down_rate: None,
     };
     client.write_all(b"bye").unwrap();
     client.shutdown(net::Shutdown::Write).unwrap();
@@ -418,6 +422,37 @@ fn neither_direction_starves_the_other() {
             up_gap < MAX_GAP && down_gap < MAX_GAP,
             "splice={splice}: client -> backend waited while the other way moved \
              {up_gap} bytes; backend -> client waited while the other way moved {down_gap}"
+        );
+    }
+}
+
+/// A direction capped so low that its tokens come back more slowly than
+/// the idle timeout: the wait for them is not silence, and every byte gets
+/// through, at the rate, through either pump.
+#[test]
+fn a_throttled_direction_is_not_idle_and_keeps_its_rate() {
+    for splice in [false, true] {
+        let (mut client, client_end) = pair();
+        let (backend_end, mut backend) = pair();
+        let capped = PumpOptions {
+            down_rate: Some(100),
+            ..options(30)
+        };
+        let t = std::thread::spawn(move || run(splice, &client_end, &backend_end, &capped));
+        let started = std::time::Instant::now();
+        backend.write_all(&[b'd'; 40]).unwrap();
+        backend.shutdown(net::Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).unwrap();
+        let took = started.elapsed();
+        client.shutdown(net::Shutdown::Write).unwrap();
+        let outcome = t.join().unwrap();
+        assert_eq!(got.len(), 40, "splice {splice}");
+        assert_eq!(outcome.end, End::BackendClosed, "splice {splice}");
+        // 40 bytes at 100 a second, the first 10 at once: 0.3 s.
+        assert!(
+            took >= Duration::from_millis(280) && took < Duration::from_secs(3),
+            "splice {splice}: {took:?}"
         );
     }
 }
