@@ -84,6 +84,8 @@
 //!   changeable at run time; one file per algorithm: `round_robin`,
 //!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`.
 //! - `backend`: one backend, its live state, and [`backend::Backend::connect`].
+//! - `tally`: a backend's peak, errors by kind, time down and check
+//!   progress, for the stats page and the metrics.
 //! - `availability`: how a backend tells the schedulers holding it that it
 //!   left the rotation or came back (a leaf: no import of its own).
 //! - `reaper`: removes drained backends once their last connection ends.
@@ -92,7 +94,9 @@
 //! - `admin/`: the admin API (`--admin`): JSON over HTTP to list, add,
 //!   drain and remove backends, reload, and show the settings; `routes`
 //!   (the endpoints), `server` (hyper on its own thread, every bound),
-//!   `auth` (the token), `metrics` (Prometheus), `page` (the stats page).
+//!   `auth` (the token), `metrics` (Prometheus), `page` (the stats page),
+//!   `chart` (its charts, inline SVG) and `sampler` (the thread that
+//!   fills them).
 //! - `reply`: the 429/502/503 replies, written without blocking.
 //! - `stats`: one table of counters and gauges.
 //! - `throttle`: a log line at most once a second for events that repeat.
@@ -189,6 +193,7 @@ pub mod slots;
 pub mod stats;
 pub mod system;
 pub mod systemd;
+pub mod tally;
 pub mod throttle;
 pub mod trace;
 pub mod units;
