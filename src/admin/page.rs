@@ -171,7 +171,7 @@ pub fn render(process: &Process, sections: &[Section]) -> String {
 body{{font-family:sans-serif;margin:1.5em;color:#222}}\
 table{{border-collapse:collapse;margin-bottom:1.5em}}\
 th,td{{border:1px solid #bbb;padding:.3em .6em;text-align:right}}\
-th{{background:#eee}}td.name,td.check{{text-align:left}}\
+th{{background:#eee}}td.name,td.check{{text-align:left}}td{{white-space:nowrap}}td.check{{white-space:normal}}\
 tr.up td.state{{background:#b6eab6}}tr.down td.state{{background:#f4a6a6}}\
 tr.draining td.state{{background:#f6dc8c}}tr.maint td.state{{background:#a9c8f0}}\
 tr.totals th{{background:#f4f4f4}}div.chart{{margin-bottom:1em}}\
