@@ -19,6 +19,7 @@ mod balancer_port;
 mod config_file;
 mod demo_backend;
 mod failure;
+mod page;
 mod prompt;
 mod proxy_header;
 mod services;
