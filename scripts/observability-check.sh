@@ -8,7 +8,9 @@
 # second: the requests take milliseconds), and for the standard process_*
 # series and each backend's weight and last change; and the stats page loaded in
 # headless Chromium, its rendered DOM checked: a row per backend with the
-# right state, and a stopped backend shown DOWN within two check intervals.
+# right state and every figure (peak, rate, errors by kind, the check's
+# progress, downtime, a totals row, the chart), and a stopped backend shown
+# DOWN within two check intervals.
 #
 #   scripts/observability-check.sh              check; screenshot in target/
 #   SCREENSHOT=docs/stats-page.png scripts/observability-check.sh
@@ -125,6 +127,16 @@ assert total == 40, total
 assert value("rodizio_active") == 0
 assert families["rodizio_queue_wait_seconds"].type == "histogram"
 assert value("rodizio_build_info") == 1
+# The stats page's figures that Prometheus gets too: the peak, errors by
+# kind, the time down.
+assert families["rodizio_backend_connections_peak"].type == "gauge"
+peak = sum(value("rodizio_backend_connections_peak", backend=f"127.0.0.1:{p}") for p in sys.argv[2:])
+assert peak >= 1, peak
+assert families["rodizio_backend_errors"].type == "counter"
+for p in sys.argv[2:]:
+    for kind in ["connect", "reset", "timeout"]:
+        assert value("rodizio_backend_errors", backend=f"127.0.0.1:{p}", kind=kind) == 0, (p, kind)
+assert families["rodizio_backend_down_seconds"].type == "counter"
 # Every histogram: buckets cumulated once (never going down as le rises),
 # le="+Inf" equal to _count. The parser checks the syntax, not this.
 histograms = [f for f in families.values() if f.type == "histogram"]
@@ -157,6 +169,11 @@ for h in ["connection_duration", "queue_wait", "health_check_duration"]:
     p99 = query(f"histogram_quantile(0.99, sum by (le) (rate({name}_bucket{sel}[30s])))")
     assert 0 < p99 < 1, f"{name}: p99 over the last 30 s is {p99} s, not under 1 s"
     print(f"{name}: p99 {p99 * 1000:.2f} ms ({query(f'sum({name}_count{sel})'):.0f} observed)")
+# The page's series, scraped: the peak per backend, errors by 3 kinds each.
+assert query('count(rodizio_backend_connections_peak{job="rodizio"})') == 2
+assert query('sum(rodizio_backend_connections_peak{job="rodizio"})') >= 1
+assert query('count(rodizio_backend_errors_total{job="rodizio"})') == 6
+assert query('count(rodizio_backend_down_seconds_total{job="rodizio"})') == 2
 targets = get("targets")["activeTargets"]
 assert len(targets) == 1, targets
 t = targets[0]
@@ -228,6 +245,20 @@ grep -q '<meta http-equiv="refresh"' "$work/dom.html" || fail "the page does not
 read -r rows state < <(row_state "$p1" <"$work/dom.html")
 [ "$rows" = 2 ] || fail "$rows backend rows, not 2"
 [ "$state" = UP ] || fail "backend $p1 shows $state, not UP"
+for item in '<th>peak</th>' '<th>rate/s</th>' '<th>resets</th>' '<th>timeouts</th>' \
+  '<th>check</th>' '<th>checked</th>' '<th>downtime</th>' 'toward DOWN</td>' ' ago</td>' \
+  '<tr class="totals"><th>total</th><th>2/2 up</th>' '<th>bytes in</th><th>bytes out</th><th>errors</th>' \
+  '<svg class="chart"'; do
+  grep -qF "$item" "$work/dom.html" || fail "the page shows no $item"
+done
+# The chart's lines come with its second sample (one every 5 s).
+deadline=$((SECONDS + 20))
+until [ "$(grep -o '<polyline' "$work/dom.html" | wc -l)" -ge 2 ]; do
+  [ "$SECONDS" -lt "$deadline" ] || fail "the chart has no lines after 20 s"
+  sleep 0.5
+  dom >"$work/dom.html" || true
+done
+grep -q '<script' "$work/dom.html" && fail "the page has a script"
 
 echo "== stop backend $p2 (PID ${backend_pids[1]}): DOWN within two check intervals"
 kill -TERM "${backend_pids[1]}"
@@ -252,7 +283,7 @@ shot=${SCREENSHOT:-target/stats-page.png}
 mkdir -p "$(dirname "$shot")"
 timeout 60 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync \
-  --user-data-dir="$work/chromium" --window-size=1280,560 --hide-scrollbars \
+  --user-data-dir="$work/chromium" --window-size=1600,700 --hide-scrollbars \
   --screenshot="$shot" "http://127.0.0.1:$admin_port/" >/dev/null 2>&1 || fail "no screenshot"
 [ -s "$shot" ] || fail "the screenshot is empty"
 echo "screenshot: $shot"

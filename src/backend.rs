@@ -274,8 +274,6 @@ pub struct Backend {
     bytes_to_backend: AtomicU64,
     /// Bytes sent back to clients by finished connections.
     bytes_to_client: AtomicU64,
-    /// Connect failures on real traffic, ever (not only in a row).
-    connect_failures_total: AtomicU64,
     /// The last active health check: set by the health thread, read by the
     /// admin API.
     last_check: Mutex<Option<CheckRecord>>,
@@ -294,6 +292,9 @@ pub struct Backend {
     pub(crate) own_check: ArcSwap<OwnCheck>,
     /// Backup or primary, and when it last came back (slow start).
     standby: standby::Standby,
+    /// Connect failures ever, resets, timeouts, peak, time down, check
+    /// progress: the stats page's and the metrics' figures (`tally.rs`).
+    pub tally: crate::tally::Tally,
 }
 
 /// The result of one active health check, kept on the backend.
@@ -369,13 +370,13 @@ impl Backend {
             changed_ms: AtomicU64::new(now_ms()),
             bytes_to_backend: AtomicU64::new(0),
             bytes_to_client: AtomicU64::new(0),
-            connect_failures_total: AtomicU64::new(0),
             last_check: Mutex::new(None),
             send_proxy: None,
             connect_failure_log: LogThrottle::new(Duration::from_secs(1)),
             watchers: Watchers::default(),
             own_check: ArcSwap::from_pointee(OwnCheck::default()),
             standby: standby::Standby::default(),
+            tally: Default::default(),
         }
     }
 
@@ -500,7 +501,7 @@ impl Backend {
 
     /// Records a failed connect on real traffic; returns the failures in a row.
     pub fn record_connect_failure(&self) -> u32 {
-        self.connect_failures_total.fetch_add(1, Ordering::Relaxed);
+        self.tally.connect_failed();
         self.connect_failures.fetch_add(1, Ordering::Relaxed) + 1
     }
 
@@ -517,7 +518,7 @@ impl Backend {
 
     /// Connect failures on real traffic since start-up.
     pub fn connect_failures_total(&self) -> u64 {
-        self.connect_failures_total.load(Ordering::Relaxed)
+        self.tally.connect_failures()
     }
 
     /// Counts the bytes a finished connection moved each way.

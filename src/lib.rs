@@ -94,8 +94,10 @@
 //!   (slow start).
 //! - `backend`: one backend, its live state, and [`backend::Backend::connect`];
 //!   `cap` (in `backend/`), its slots: the clients on their way to it and
-//!   its `max_connections`; `dial` (one connect attempt), `standby` (backup
-//!   or primary, and when it came back, for slow start).
+//!   its `max_connections`; `standby` (backup or primary, and when it
+//!   came back, for slow start).
+//! - `tally`: a backend's peak, errors by kind, time down and check
+//!   progress, for the stats page and the metrics.
 //! - `dial`: one TCP connect bounded by a timeout (a worker's, a check's).
 //! - `waitlist`: a service's line of clients waiting for a backend slot
 //!   when every backend is at its `max_connections`.
@@ -114,7 +116,9 @@
 //!   (the endpoints), `server` (hyper on its own thread, every bound),
 //!   `auth` (the token), `metrics` (Prometheus), `process` (its
 //!   `process_*` series, from `/proc/self`), `page` (the stats page),
-//!   `tools` (the reload's dry run, the running configuration as a file).
+//!   `tools` (the reload's dry run, the running configuration as a file),
+//!   `chart` (the stats page's charts, inline SVG) and `sampler` (the
+//!   thread that fills them).
 //! - `reply`: the 429/502/503 replies, written without blocking.
 //! - `stats`: one table of counters and gauges.
 //! - `throttle`: a log line at most once a second for events that repeat.
@@ -217,6 +221,7 @@ pub mod slots;
 pub mod stats;
 pub mod system;
 pub mod systemd;
+pub mod tally;
 pub mod throttle;
 pub mod trace;
 pub mod units;

@@ -287,7 +287,8 @@ fn counters_move_by_exactly_the_connections_made() {
 }
 
 /// A client that resets mid-transfer and a backend that dies mid-transfer
-/// each end their connection; the gauges come back to 0.
+/// each end their connection; the gauges come back to 0, and each
+/// backend counts one reset among its errors by kind.
 #[test]
 fn gauges_come_back_to_zero_after_resets() {
     // A backend that reads a little, then resets.
@@ -329,6 +330,17 @@ fn gauges_come_back_to_zero_after_resets() {
         let name =
             format!("rodizio_backend_connections_total{{service=\"default\",backend=\"{b}\"}}");
         assert_eq!(get(&m, &name), 1.0, "{name}");
+        // The stats page's figures: one connection at most, and the reset
+        // counted on the backend it was with, as an error of that kind.
+        let name =
+            format!("rodizio_backend_connections_peak{{service=\"default\",backend=\"{b}\"}}");
+        assert_eq!(get(&m, &name), 1.0, "{name}");
+        for (kind, n) in [("connect", 0.0), ("reset", 1.0), ("timeout", 0.0)] {
+            let name = format!(
+                "rodizio_backend_errors_total{{service=\"default\",backend=\"{b}\",kind=\"{kind}\"}}"
+            );
+            assert_eq!(get(&m, &name), n, "{name}");
+        }
     }
     lb.stop();
 }

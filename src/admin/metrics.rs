@@ -116,6 +116,7 @@ impl Collector for View {
         }
         backend_up(&mut encoder, &lists)?;
         backend_last_change(&mut encoder, &lists)?;
+        backend_errors(&mut encoder, &lists)?;
         let histograms: Vec<_> = services
             .iter()
             .map(|x| (x.name(), x.stats.histogram_snapshots()))
@@ -296,7 +297,52 @@ const PER_BACKEND: &[PerBackend] = &[
         MetricType::Gauge,
         |b| u64::from(b.is_backup()),
     ),
+    (
+        "backend_connections_peak",
+        "The most connections the backend had at once.",
+        MetricType::Gauge,
+        |b| b.tally.peak(),
+    ),
+    (
+        "backend_down_seconds",
+        "Whole seconds the backend was down, ever (the current spell included).",
+        MetricType::Counter,
+        |b| b.tally.downtime().as_secs(),
+    ),
 ];
+
+/// `backend_errors`: per backend, connections that failed by kind
+/// (`connect`, `reset`, `timeout`).
+fn backend_errors(
+    encoder: &mut DescriptorEncoder,
+    lists: &[(&str, Arc<[Arc<Backend>]>)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(
+        "backend_errors",
+        "Errors with the backend by kind: connect (a failed connect), reset (a connection ended by a reset), timeout (closed by the idle or fin timeout).",
+        None,
+        MetricType::Counter,
+    )?;
+    for (service, backends) in lists {
+        for b in backends.iter() {
+            let t = &b.tally;
+            let kinds = [
+                ("connect", b.connect_failures_total()),
+                ("reset", t.resets()),
+                ("timeout", t.timeouts()),
+            ];
+            for (kind, v) in kinds {
+                let labels = [
+                    ("service", service.to_string()),
+                    ("backend", b.name().to_string()),
+                    ("kind", kind.to_string()),
+                ];
+                ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+            }
+        }
+    }
+    Ok(())
+}
 
 /// `backend_up`: per backend, 1 for its current state and 0 for the others.
 fn backend_up(
@@ -454,6 +500,7 @@ mod tests {
         b.set_healthy(false);
         let a2 = Arc::clone(&a);
         let _held = a2.start_connection();
+        a2.tally.note_active(a2.active());
         let (sources, stats) = sources(vec![a, b]);
         Stats::add(&stats.accepted, 7);
         Stats::add(&sources.stats.reloads_ok, 2);
@@ -479,6 +526,18 @@ mod tests {
         );
         assert!(
             text.contains("rodizio_backend_connections_total{service=\"default\",backend=\"127.0.0.1:8001\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rodizio_backend_connections_peak{service=\"default\",backend=\"127.0.0.1:8001\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rodizio_backend_errors_total{service=\"default\",backend=\"127.0.0.1:8001\",kind=\"reset\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE rodizio_backend_down_seconds_total counter"),
             "{text}"
         );
         assert!(

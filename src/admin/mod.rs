@@ -3,7 +3,8 @@
 //!
 //! The endpoints (`routes.rs`, listed in docs/operations.md, "Admin API") list,
 //! add, reweigh, drain and remove backends, reload the config file, show the
-//! settings, `/metrics` (`metrics.rs`) and the stats page (`page.rs`);
+//! settings, `/metrics` (`metrics.rs`) and the stats page (`page.rs`, with
+//! its charts, `chart.rs`, filled by `sampler.rs`);
 //! `services.rs` lists the services and picks the one a path means. Every
 //! error is `{"error": "..."}` with a 4xx or 5xx status, and `HEAD` is
 //! answered wherever `GET` is. Nothing an admin request does can disturb the
@@ -14,7 +15,8 @@
 //! # Threads
 //!
 //! HTTP is hyper's, on a one-thread runtime of its own (`server.rs`, with its
-//! bounds); the endpoints run on at most [`server::HANDLERS`] threads. The
+//! bounds); the endpoints run on at most [`server::HANDLERS`] threads; a
+//! sampler thread takes the page's chart samples. The
 //! crate's reaper removes deleted backends once drained.
 //!
 //! # Corresponds to the C article
@@ -22,10 +24,12 @@
 //! No C counterpart.
 
 mod auth;
+pub mod chart;
 pub mod metrics;
 pub mod page;
 pub mod process;
 pub mod routes;
+mod sampler;
 mod server;
 mod services;
 mod tools;
@@ -141,6 +145,8 @@ pub struct State {
     pub started: std::time::Instant,
     /// Changes to the lists take turns on this (see `routes.rs`).
     pub(crate) changes: Mutex<()>,
+    /// The page's charts and backend rates, filled by the sampler.
+    pub(crate) charts: Arc<Mutex<chart::Charts>>,
     /// Per service (by its scheduler): where `DELETE` hands a backend to
     /// be removed once drained.
     reapers: Reapers,
@@ -163,6 +169,7 @@ impl State {
             sources,
             started: std::time::Instant::now(),
             changes: Mutex::new(()),
+            charts: Arc::default(),
             reapers: Reapers::new(Owner::Admin, shutdown),
         }
     }
@@ -244,10 +251,14 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
     );
     state.dry_run = parts.dry_run;
     let state = Arc::new(state);
+    let charts = Arc::clone(&state.charts);
+    let running = Arc::clone(&state.running);
     let http = server::Http::new(state, auth::Auth::new(token));
     let server = server::start(listener, http, shutdown)?;
+    let sampler = sampler::spawn(running, charts, shutdown)
+        .map_err(|e| Error::io("starting the stats page's sampler thread", e))?;
     log::info!("admin API listening on {addr}");
     Ok(Admin {
-        threads: vec![server],
+        threads: vec![server, sampler],
     })
 }

@@ -3,10 +3,14 @@
 //!
 //! A table of the process (queue depth, workers, uptime, version), then
 //! per service, as HAProxy's page has one table per proxy, a table of its
-//! listener (addresses, accepted, refused, active, algorithm, rate limit)
-//! and one of its backends (state in colour, weight, connections, bytes,
-//! connect failures, the last check and how long it took, the time since
-//! the last change of state). The page is built from plain rows
+//! listener (addresses, accepted, refused, active, bytes, errors,
+//! algorithm, rate limit), a chart of its connections per second and p99
+//! connection time (inline SVG, `chart.rs`), and one table of its backends
+//! (state in colour, weight, connections now, peak, total and per second,
+//! bytes, errors by kind, the check's progress toward DOWN or UP, the last
+//! check, when it ran and how long it took, the time since the last change
+//! of state and the time down ever) with a totals row; at most
+//! [`MAX_ROWS`] backend rows per service. The page is built from plain rows
 //! ([`Process`], [`Section`], [`BackendRow`]) on the admin listener's
 //! thread; every text is escaped.
 //!
@@ -17,11 +21,13 @@
 use std::fmt::Write;
 use std::time::Duration;
 
+use super::chart::{self, Sample};
+
 /// Seconds between two refreshes of the page (`<meta http-equiv="refresh">`).
 pub const REFRESH_SECS: u32 = 2;
 
 /// What the page shows of one backend.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BackendRow {
     /// Its address as given.
     pub name: String,
@@ -49,6 +55,23 @@ pub struct BackendRow {
     pub check_duration: Option<Duration>,
     /// Time since its state last changed.
     pub since_change: Option<Duration>,
+    /// The most connections at once.
+    pub peak: u64,
+    /// Connections per second over the sampler's last interval.
+    pub rate: Option<f64>,
+    /// Connections ended by a reset.
+    pub resets: u64,
+    /// Connections closed by the idle or fin timeout.
+    pub timeouts: u64,
+    /// The check's streak against its state and the length that flips
+    /// it (`(2, 3)`), once a check ran.
+    pub progress: Option<(u32, u32)>,
+    /// Whether the streak leads up (the backend is down) or down.
+    pub toward_up: bool,
+    /// Time since the last check ended.
+    pub checked_ago: Option<Duration>,
+    /// Time down ever.
+    pub downtime: Duration,
 }
 
 /// The process's row: the pool shared by every service.
@@ -83,6 +106,14 @@ pub struct Section {
     pub algorithm: String,
     /// The rate limit (`20/10s`) or `off`.
     pub rate_limit: String,
+    /// Bytes from its clients to backends.
+    pub bytes_in: u64,
+    /// Bytes from backends to its clients.
+    pub bytes_out: u64,
+    /// Connections that ended in an error, and accept(2) errors.
+    pub errors: u64,
+    /// Its chart's points, oldest first.
+    pub chart: Vec<Sample>,
     /// Its backends.
     pub backends: Vec<BackendRow>,
 }
@@ -146,9 +177,10 @@ pub fn render(process: &Process, sections: &[Section]) -> String {
 body{{font-family:sans-serif;margin:1.5em;color:#222}}\
 table{{border-collapse:collapse;margin-bottom:1.5em}}\
 th,td{{border:1px solid #bbb;padding:.3em .6em;text-align:right}}\
-th{{background:#eee}}td.name,td.check{{text-align:left}}\
+th{{background:#eee}}td.name,td.check{{text-align:left}}td{{white-space:nowrap}}td.check{{white-space:normal}}\
 tr.up td.state{{background:#b6eab6}}tr.down td.state{{background:#f4a6a6}}\
 tr.draining td.state{{background:#f6dc8c}}tr.maint td.state{{background:#a9c8f0}}\
+tr.totals th{{background:#f4f4f4}}div.chart{{margin-bottom:1em}}\
 </style></head><body>\n<h1>rodizio {}</h1>\n",
         esc(env!("CARGO_PKG_VERSION"))
     );
@@ -188,49 +220,120 @@ fn section(html: &mut String, s: &Section, one: bool) {
         html,
         "<h2>Service {name}</h2>\n<table id=\"{listener_id}\" data-service=\"{name}\">\
 <tr><th>address</th><th>accepted</th><th>refused</th><th>active</th><th>waiting for a slot</th>\
+<th>bytes in</th><th>bytes out</th><th>errors</th>\
 <th>algorithm</th><th>rate limit</th></tr>\n<tr><td class=\"name\">{}</td><td>{}</td>\
-<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>\n",
+<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>\n",
         esc(&s.listen),
         s.accepted,
         s.refused,
         s.active,
         s.queued,
+        bytes(s.bytes_in),
+        bytes(s.bytes_out),
+        s.errors,
         esc(&s.algorithm),
         esc(&s.rate_limit)
     );
     let _ = writeln!(
         html,
-        "<table id=\"{backends_id}\" data-service=\"{name}\"><tr><th>backend</th>\
-<th>state</th><th>weight</th><th>active</th><th>total</th><th>bytes in</th><th>bytes out</th>\
-<th>connect failures</th><th>last check</th><th>check took</th><th>since change</th></tr>",
+        "<div class=\"chart\" data-service=\"{name}\">{}</div>",
+        chart::svg(&s.chart, &s.name, esc)
     );
-    for b in &s.backends {
-        let check = b.last_check.as_deref().unwrap_or("-");
-        let took = b.check_duration.map_or("-".to_string(), |d| {
-            format!("{:.1} ms", d.as_secs_f64() * 1000.0)
-        });
-        let since = b.since_change.map_or("-".to_string(), ago);
-        let state = esc(&b.state);
-        let _ =
-            writeln!(
+    let _ = writeln!(
+        html,
+        "<table id=\"{backends_id}\" data-service=\"{name}\"><tr><th>backend</th>\
+<th>state</th><th>weight</th><th>active</th><th>peak</th><th>total</th><th>rate/s</th>\
+<th>bytes in</th><th>bytes out</th><th>connect failures</th><th>resets</th><th>timeouts</th>\
+<th>check</th><th>last check</th><th>checked</th><th>check took</th><th>since change</th>\
+<th>downtime</th></tr>",
+    );
+    let shown = s.backends.len().min(MAX_ROWS);
+    for b in &s.backends[..shown] {
+        backend(html, b);
+    }
+    if shown < s.backends.len() {
+        let _ = writeln!(
             html,
-            "<tr class=\"{state}\" data-backend=\"{bname}\"><td class=\"name\">{bname}{mark}</td>\
-<td class=\"state\">{upper}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-<td>{}</td><td class=\"check\">{}</td><td>{took}</td><td>{since}</td></tr>",
-            b.weight,
-            b.max_connections
-                .map_or(b.active.to_string(), |m| format!("{}/{m}", b.active)),
-            b.total,
-            bytes(b.bytes_in),
-            bytes(b.bytes_out),
-            b.connect_failures,
-            esc(check),
-            bname = esc(&b.name),
-            upper = state.to_uppercase(),
-            mark = if b.backup { " <small>backup</small>" } else { "" },
+            "<tr class=\"more\"><td class=\"name\" colspan=\"18\">{} more backends, \
+not shown (all of them: <a href=\"/backends\">/backends</a>, <a href=\"/metrics\">/metrics</a>)\
+</td></tr>",
+            s.backends.len() - shown
         );
     }
+    totals(html, &s.backends);
     html.push_str("</table>\n");
+}
+
+/// The most backend rows a service's table shows; the totals row still
+/// counts every backend. A page of thousands of rows is neither read nor
+/// quick to build every [`REFRESH_SECS`].
+pub const MAX_ROWS: usize = 200;
+
+/// One backend's row.
+fn backend(html: &mut String, b: &BackendRow) {
+    let check = b.last_check.as_deref().unwrap_or("-");
+    let took = b.check_duration.map_or("-".to_string(), |d| {
+        format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+    });
+    let since = b.since_change.map_or("-".to_string(), ago);
+    let checked = b
+        .checked_ago
+        .map_or("-".to_string(), |d| format!("{} ago", ago(d)));
+    let progress = b.progress.map_or("-".to_string(), |(run, needed)| {
+        let toward = if b.toward_up { "UP" } else { "DOWN" };
+        format!("{run}/{needed} toward {toward}")
+    });
+    let state = esc(&b.state);
+    let _ = writeln!(
+        html,
+        "<tr class=\"{state}\" data-backend=\"{bname}\"><td class=\"name\">{bname}{mark}</td>\
+<td class=\"state\">{upper}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"progress\">{progress}</td>\
+<td class=\"check\">{}</td><td>{checked}</td><td>{took}</td><td>{since}</td><td>{}</td></tr>",
+        b.weight,
+        b.max_connections
+            .map_or(b.active.to_string(), |m| format!("{}/{m}", b.active)),
+        b.peak,
+        b.total,
+        b.rate.map_or("-".to_string(), rate),
+        bytes(b.bytes_in),
+        bytes(b.bytes_out),
+        b.connect_failures,
+        b.resets,
+        b.timeouts,
+        esc(check),
+        ago(b.downtime),
+        bname = esc(&b.name),
+        upper = state.to_uppercase(),
+        mark = if b.backup { " <small>backup</small>" } else { "" },
+    );
+}
+
+/// The totals row of a service's backends.
+fn totals(html: &mut String, backends: &[BackendRow]) {
+    let sum = |f: fn(&BackendRow) -> u64| backends.iter().map(f).sum::<u64>();
+    let rates: f64 = backends.iter().filter_map(|b| b.rate).sum();
+    let up = backends.iter().filter(|b| b.state == "up").count();
+    let _ = writeln!(
+        html,
+        "<tr class=\"totals\"><th>total</th><th>{up}/{} up</th><th></th><th>{}</th><th></th>\
+<th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th>\
+<th colspan=\"6\"></th></tr>",
+        backends.len(),
+        sum(|b| b.active),
+        sum(|b| b.total),
+        rate(rates),
+        bytes(sum(|b| b.bytes_in)),
+        bytes(sum(|b| b.bytes_out)),
+        sum(|b| b.connect_failures),
+        sum(|b| b.resets),
+        sum(|b| b.timeouts),
+    );
+}
+
+/// `12.4`: connections per second.
+fn rate(r: f64) -> String {
+    format!("{r:.1}")
 }
 
 #[cfg(test)]
@@ -252,6 +355,14 @@ mod tests {
             last_check: Some("ok".into()),
             check_duration: Some(Duration::from_micros(1500)),
             since_change: Some(Duration::from_secs(125)),
+            peak: 7,
+            rate: Some(2.5),
+            resets: 3,
+            timeouts: 4,
+            progress: Some((2, 3)),
+            toward_up: false,
+            checked_ago: Some(Duration::from_secs(1)),
+            downtime: Duration::from_secs(65),
         }
     }
 
@@ -274,6 +385,10 @@ mod tests {
             queued: 0,
             algorithm: "round-robin".into(),
             rate_limit: "off".into(),
+            bytes_in: 2048,
+            bytes_out: 4096,
+            errors: 5,
+            chart: vec![],
             backends,
         }
     }
@@ -306,8 +421,8 @@ mod tests {
         let mut s = section("default", vec![capped, row("127.0.0.1:8002", "up")]);
         s.queued = 7;
         let html = render(&process(), &[s]);
-        assert!(html.contains("<td>1</td><td>2/5</td><td>30</td>"), "{html}");
-        assert!(html.contains("<td>1</td><td>2</td><td>30</td>"), "{html}");
+        assert!(html.contains("<td>1</td><td>2/5</td><td>7</td><td>30</td>"), "{html}");
+        assert!(html.contains("<td>1</td><td>2</td><td>7</td><td>30</td>"), "{html}");
         assert!(html.contains("<th>waiting for a slot</th>"), "{html}");
         assert!(html.contains("<td>2</td><td>7</td>"), "{html}");
     }
@@ -354,5 +469,56 @@ mod tests {
         let db = html.split("<h2>Service db</h2>").nth(1).unwrap();
         assert_eq!(db.matches("data-backend=").count(), 2);
         assert!(!db.contains("127.0.0.1:8001"));
+    }
+
+    #[test]
+    fn every_new_figure_a_totals_row_and_a_chart() {
+        let mut down = row("127.0.0.1:8002", "down");
+        down.toward_up = true;
+        down.progress = Some((1, 2));
+        down.rate = None;
+        let mut s = section("default", vec![row("127.0.0.1:8001", "up"), down]);
+        s.chart = (0..10)
+            .map(|i| Sample {
+                rate: i as f64,
+                p99: Some(0.003),
+            })
+            .collect();
+        let html = render(&process(), &[s]);
+        assert!(html.contains("<th>peak</th>") && html.contains("<th>downtime</th>"));
+        assert!(
+            html.contains("<td>2</td><td>7</td><td>30</td><td>2.5</td>"),
+            "{html}"
+        );
+        assert!(html.contains("<td>0</td><td>3</td><td>4</td>"), "{html}");
+        assert!(html.contains("<td class=\"progress\">2/3 toward DOWN</td>"));
+        assert!(html.contains("<td class=\"progress\">1/2 toward UP</td>"));
+        assert!(html.contains("<td>1s ago</td>") && html.contains("<td>1m 5s</td></tr>"));
+        assert!(
+            html.contains(
+                "<tr class=\"totals\"><th>total</th><th>1/2 up</th><th></th><th>4</th><th></th>\
+<th>60</th><th>2.5</th><th>3.0 KiB</th><th>6.0 MiB</th><th>0</th><th>6</th><th>8</th>"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td>2.0 KiB</td><td>4.0 KiB</td><td>5</td>"),
+            "{html}"
+        );
+        assert_eq!(html.matches("<svg class=\"chart\"").count(), 1);
+        assert_eq!(html.matches("<polyline").count(), 2);
+        assert!(!html.contains("<script"));
+    }
+
+    #[test]
+    fn a_service_of_many_backends_shows_at_most_max_rows() {
+        let many: Vec<BackendRow> = (0..1000)
+            .map(|i| row(&format!("10.0.{}.{}:80", i / 250, i % 250), "up"))
+            .collect();
+        let html = render(&process(), &[section("big", many)]);
+        assert_eq!(html.matches("data-backend=").count(), MAX_ROWS);
+        assert!(html.contains("800 more backends, not shown"), "{html}");
+        assert!(html.contains("<th>1000/1000 up</th>"));
+        assert!(html.len() < 200_000, "{}", html.len());
     }
 }

@@ -245,6 +245,7 @@ fn stats_page(state: &State) -> String {
                 .iter()
                 .map(|a| a.to_string())
                 .collect();
+            let charts = state.charts.lock();
             Section {
                 name: service.name().to_string(),
                 listen: listen.join(" "),
@@ -254,12 +255,16 @@ fn stats_page(state: &State) -> String {
                 queued: own.queued,
                 algorithm: service.live.scheduler.algorithm().name().to_string(),
                 rate_limit,
+                bytes_in: own.bytes_to_backends,
+                bytes_out: own.bytes_to_clients,
+                errors: own.errors + own.accept_errors,
+                chart: charts.points(service.name()),
                 backends: service
                     .live
                     .scheduler
                     .snapshot()
                     .iter()
-                    .map(|b| backend_row(b))
+                    .map(|b| backend_row(b, charts.backend_rate(b.id())))
                     .collect(),
             }
         })
@@ -273,10 +278,19 @@ fn stats_page(state: &State) -> String {
     page::render(&process, &sections)
 }
 
-/// A backend's row on the stats page.
-fn backend_row(b: &Backend) -> super::page::BackendRow {
+/// A backend's row on the stats page, with its rate from the sampler.
+fn backend_row(b: &Backend, rate: Option<f64>) -> super::page::BackendRow {
     let check = b.last_check();
+    let tally = &b.tally;
     super::page::BackendRow {
+        peak: tally.peak(),
+        rate,
+        resets: tally.resets(),
+        timeouts: tally.timeouts(),
+        progress: tally.progress(),
+        toward_up: !b.is_healthy(),
+        checked_ago: check.as_ref().map(|c| c.at.elapsed().unwrap_or_default()),
+        downtime: b.tally.downtime(),
         name: b.name().to_string(),
         state: b.state_name().to_string(),
         backup: b.is_backup(),

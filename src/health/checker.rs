@@ -210,7 +210,10 @@ impl Checker {
         probe.set_thresholds(fall, rise);
         // Passive checks may have marked it down since the last round.
         probe.sync(backend.is_healthy());
-        match (probe.observe(verdict), result) {
+        let transition = probe.observe(verdict);
+        let (run, needed) = probe.progress();
+        backend.tally.set_progress(run, needed);
+        match (transition, result) {
             (Some(Transition::Down), Err(failure)) => {
                 let failed = in_a_row(u64::from(fall), "failed check");
                 mark_down(backend, &format!("{failed}, last: {failure}"));

@@ -183,6 +183,7 @@ impl HealthConfig {
 pub(crate) fn mark_down(backend: &Backend, reason: &str) -> bool {
     let was_up = backend.set_healthy(false);
     if was_up {
+        backend.tally.health_changed(false);
         log::warn!("backend {} is now DOWN ({reason})", backend.name());
     }
     was_up
@@ -191,6 +192,7 @@ pub(crate) fn mark_down(backend: &Backend, reason: &str) -> bool {
 /// Marks `backend` up (logging it once).
 pub(crate) fn mark_up(backend: &Backend, reason: &str) {
     if !backend.set_healthy(true) {
+        backend.tally.health_changed(true);
         log::info!("backend {} is now UP ({reason})", backend.name());
     }
 }

@@ -96,6 +96,12 @@ impl Probe {
         self.rise = rise.max(1);
     }
 
+    /// The streak against the state and how long it must grow to flip
+    /// it: `(2, 3)` is two failures of the three that mark it down.
+    pub fn progress(&self) -> (u32, u32) {
+        (self.run, if self.up { self.fall } else { self.rise })
+    }
+
     /// Aligns the probe with a state decided elsewhere (passive checks, an
     /// operator): a backend marked down needs `rise` successes from now on.
     pub fn sync(&mut self, up: bool) {

@@ -135,6 +135,16 @@ pub(crate) struct Served {
     pub started: Instant,
 }
 
+/// The kind of error the backend's tally counts for `end`, if any.
+fn error_kind(end: End) -> Option<crate::tally::ErrorKind> {
+    use crate::tally::ErrorKind;
+    match end {
+        End::ClientReset | End::BackendReset => Some(ErrorKind::Reset),
+        End::IdleTimeout | End::FinTimeout => Some(ErrorKind::Timeout),
+        _ => None,
+    }
+}
+
 /// The `ended_*` counter of each way the pump ends.
 pub(super) fn ended_counter(stats: &Stats, end: End) -> &AtomicU64 {
     match end {
@@ -252,6 +262,9 @@ impl Report {
                 Stats::incr(ended_counter(stats, end));
                 if !end.is_clean() {
                     Stats::incr(&stats.errors);
+                    if let Some(kind) = error_kind(end) {
+                        served.backend.tally.error(kind);
+                    }
                 }
                 Stats::add(&stats.bytes_to_backends, transfer.to_backend);
                 Stats::add(&stats.bytes_to_clients, transfer.to_client);

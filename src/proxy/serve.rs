@@ -84,6 +84,8 @@ impl Proxy {
             return;
         };
         let backend_active = backend.start_connection();
+        // The peak: one load, a store only when it grows.
+        backend.tally.note_active(backend.active());
         // Counted as active now: the pick's reservation (least connections'
         // count of clients on their way) is released.
         drop((pick, held));

@@ -27,6 +27,7 @@ mod client_limits;
 mod config_file;
 mod demo_backend;
 mod failure;
+mod page;
 mod prompt;
 mod proxy_header;
 mod resolve;
