@@ -99,10 +99,10 @@ impl Balancer {
     /// [`Error::Bind`] when an address cannot be listened on, [`Error::Io`]
     /// when `TCP_DEFER_ACCEPT` cannot be set.
     pub fn listen(config: &Config) -> Result<Listeners> {
-        config
-            .service_list()
-            .into_iter()
-            .map(listener::open)
+        let list = config.service_list();
+        // An address shared by SNI is bound once, by the first service.
+        (0..list.len())
+            .map(|i| listener::open_except(list[i], &crate::sni::check::bound_before(&list, i)))
             .collect::<Result<_>>()
             .map(Listeners)
     }
@@ -228,11 +228,14 @@ impl Balancer {
         // known (the first round of checks of each).
         let left = Arc::new(std::sync::atomic::AtomicUsize::new(self.services.len()));
         let listeners = std::mem::take(&mut self.listeners);
-        for (service, listeners) in self.services.iter().zip(listeners) {
+        let list = self.config.service_list();
+        for (i, (service, listeners)) in self.services.iter().zip(listeners).enumerate() {
+            let shared = crate::sni::check::bound_before(&list, i);
             let listeners = service
                 .config
                 .listen_addrs()
                 .into_iter()
+                .filter(|a| !shared.contains(a))
                 .zip(listeners)
                 .collect();
             let ready = {

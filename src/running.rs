@@ -41,6 +41,9 @@ pub struct Running {
     /// by the process's shutdown (see [`Running::stop_with`]).
     shutdown: Shutdown,
     services: Mutex<Vec<Entry>>,
+    /// The addresses shared by SNI, with their routers (fixed at
+    /// start-up).
+    sni: Vec<crate::sni::router::Routed>,
 }
 
 impl std::fmt::Debug for Running {
@@ -111,6 +114,7 @@ impl Running {
             pool,
             shutdown: Shutdown::new(),
             services: Mutex::new(entries),
+            sni: crate::sni::router::routers(services),
         }
     }
 
@@ -223,7 +227,8 @@ impl Running {
             let stop = self.shutdown.child();
             let spawned = service
                 .acceptor(&listener, &self.pool, &stop, self.shared.access_log.clone())
-                .and_then(|acceptor| {
+                .and_then(|mut acceptor| {
+                    acceptor.sni = self.router(service.name(), configured);
                     let addr = listener
                         .local_addr()
                         .map_err(|e| Error::io("reading the listening address", e))?;
@@ -252,6 +257,15 @@ impl Running {
             }
         }
         Ok(loops)
+    }
+
+    /// The SNI router of `addr` when the service `name` binds it for
+    /// services sharing it.
+    fn router(&self, name: &str, addr: SocketAddr) -> Option<Arc<dyn crate::proxy::Divert>> {
+        self.sni
+            .iter()
+            .find(|r| r.addr == addr && &*r.owner == name)
+            .map(|r| Arc::clone(&r.router) as Arc<dyn crate::proxy::Divert>)
     }
 
     /// Adds accept loops on `listeners` to the running service `name`.

@@ -87,6 +87,10 @@ pub enum End {
     Denied,
     /// `queue_timeout`: waited in the queue for a worker too long.
     QueueTimeout,
+    /// `no_service_for_sni`: on an address shared by SNI, no service
+    /// claims the name the client asked for (or it sent none, or no
+    /// ClientHello in time) and none is the default.
+    NoServiceForSni,
     /// `drain_cut`: still in flight at the end of `--drain-timeout`, and cut.
     DrainCut,
     /// `error`: any other failure, with a short reason (one line, e.g. the
@@ -131,6 +135,7 @@ impl End {
             End::RateLimited => "rate_limited",
             End::Denied => "denied",
             End::QueueTimeout => "queue_timeout",
+            End::NoServiceForSni => "no_service_for_sni",
             End::DrainCut => "drain_cut",
             End::Error(_) => "error",
         }

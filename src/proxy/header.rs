@@ -15,6 +15,7 @@
 //! No C counterpart: the C's clients connect to it directly.
 
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{close, Proxy};
@@ -35,6 +36,20 @@ pub enum Route {
     /// `--accept-proxy`: the worker reads the header, then checks the
     /// limiter and picks with the address it carries.
     AfterHeader,
+    /// An address shared by services (SNI routing): the worker hands the
+    /// client to this router, which peeks its ClientHello, chooses the
+    /// service and queues nothing: it serves it there, as [`Route::AfterSni`].
+    Unrouted(Arc<dyn Divert>),
+    /// Chosen by SNI: the allow and deny lists, the limiter and the pick
+    /// run on the worker, as after a PROXY header.
+    AfterSni,
+}
+
+/// What takes a client of a shared address on the worker (`crate::sni`'s
+/// router): a trait, so that this module knows nothing of SNI.
+pub trait Divert: Send + Sync + std::fmt::Debug {
+    /// Serves `job` (routed [`Route::Unrouted`]) to its end.
+    fn divert(&self, job: super::Job);
 }
 
 impl Proxy {
@@ -72,7 +87,35 @@ impl Proxy {
                 return None;
             }
         };
-        let source = origin.source;
+        let (client, pick) = self.gate(client, origin.source, peer)?;
+        Some((client, pick, origin))
+    }
+
+    /// The worker's half of accepting a client routed by SNI: the allow
+    /// and deny lists, limiter, pick, as the accept loop runs them for
+    /// other clients.
+    pub(super) fn after_sni(
+        &self,
+        client: TcpStream,
+        peer: SocketAddr,
+    ) -> Option<(TcpStream, Pick, Origin)> {
+        let (client, pick) = self.gate(client, peer, peer)?;
+        let origin = Origin {
+            source: peer,
+            destination: None,
+        };
+        Some((client, pick, origin))
+    }
+
+    /// The allow and deny lists, the limiter and the pick for the client
+    /// `source` (which came from `peer`): the client and its pick, or
+    /// `None` when it was refused (counted, logged and closed).
+    fn gate(
+        &self,
+        client: TcpStream,
+        source: SocketAddr,
+        peer: SocketAddr,
+    ) -> Option<(TcpStream, Pick)> {
         if !self.settings.load().admits(source.ip()) {
             // The allow and deny lists, with the header's address.
             Stats::incr(&self.stats.denied);
@@ -104,7 +147,7 @@ impl Proxy {
             close(&client);
             return None;
         };
-        Some((client, pick, origin))
+        Some((client, pick))
     }
 
     /// The rate-limit gate, as the accept loop runs it for other clients,

@@ -48,7 +48,7 @@ use crate::proxy_protocol::CidrList;
 use crate::scheduler::Scheduler;
 use crate::stats::Stats;
 
-pub use header::{AcceptProxy, Route};
+pub use header::{AcceptProxy, Divert, Route};
 pub use pump::{pump, splice_pump, End, PumpOptions, Transfer};
 pub(crate) use report::{Access, Fate, Outcome, Refusal, Report};
 
@@ -289,7 +289,7 @@ pub struct Proxy {
     /// `--accept-proxy`: who may send a header and how long it may take.
     pub(crate) accept_proxy: Option<AcceptProxy>,
     /// Where outcomes are counted and logged, with the log throttles.
-    report: Report,
+    pub(crate) report: Report,
     /// The most workers, for the busy warning.
     max_workers: usize,
     /// Clients waiting in the queue now, for the busy warning: set once
@@ -371,6 +371,13 @@ impl Proxy {
     /// Never panics on I/O and never returns an error: whatever happens is
     /// logged and ends only this connection.
     pub fn handle(&self, mut job: Job) {
+        if let Route::Unrouted(router) = &job.route {
+            // A shared address: the router chooses the service, whose
+            // `handle` then serves the client.
+            let router = Arc::clone(router);
+            router.divert(job);
+            return;
+        }
         let slot = job.slot.take();
         let mut outcome = Outcome {
             peer: job.peer,

@@ -239,6 +239,12 @@ impl Proxy {
                 Some((client, pick, origin))
             }
             (Route::AfterHeader, Some(accept)) => self.after_header(accept, client, peer),
+            (Route::AfterSni, _) => self.after_sni(client, peer),
+            (Route::Unrouted(_), _) => {
+                log::error!("client {peer} reached a service before its SNI was read");
+                close(&client);
+                None
+            }
             (Route::AfterHeader, None) => {
                 log::error!("client {peer} queued for a PROXY header with --accept-proxy off");
                 close(&client);
