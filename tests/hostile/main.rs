@@ -22,3 +22,4 @@ mod failure;
 mod prompt;
 mod proxy_header;
 mod services;
+mod sni;
