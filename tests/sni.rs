@@ -17,8 +17,10 @@ use std::time::Duration;
 
 use common::{connect, until, TestBackend, TestBalancer, IO_TIMEOUT};
 use peers::{free_port, free_ports, loopback, need, temp_dir, Peer};
+use rodizio::config::{file, Overrides};
+use rodizio::reload::Reloader;
 use rodizio::sni::client_hello;
-use rodizio::Config;
+use rodizio::{Balancer, Config, Shutdown};
 
 /// One service of a shared address: its name, server names, whether it
 /// is the default, its backend.
@@ -153,8 +155,14 @@ fn openssl_clients_reach_two_services_on_one_port_by_name() {
     lb.stop();
 }
 
-/// A backend that keeps every byte it receives, until the client closes.
+/// A backend that keeps every byte it receives, until the client closes,
+/// then answers `seen`.
 fn recorder() -> (TestBackend, Arc<Mutex<Vec<Vec<u8>>>>) {
+    recorder_saying(b"seen")
+}
+
+/// [`recorder`], answering `reply`.
+fn recorder_saying(reply: &'static [u8]) -> (TestBackend, Arc<Mutex<Vec<Vec<u8>>>>) {
     let seen: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
     let keep = Arc::clone(&seen);
     let backend = TestBackend::start(Arc::new(move |mut s: TcpStream| {
@@ -162,7 +170,7 @@ fn recorder() -> (TestBackend, Arc<Mutex<Vec<Vec<u8>>>>) {
         let mut got = Vec::new();
         s.read_to_end(&mut got)?;
         keep.lock().unwrap().push(got);
-        s.write_all(b"seen")
+        s.write_all(reply)
     }));
     (backend, seen)
 }
@@ -224,4 +232,86 @@ fn backends_receive_the_original_bytes_and_the_default_takes_the_rest() {
         "{s:?}"
     );
     lb.stop();
+}
+
+/// The config file of two services sharing `port` (a.test and b.test),
+/// and a third on it when `third` is set.
+fn sharing_file(port: u16, a: SocketAddr, b: SocketAddr, b_names: &str, third: bool) -> String {
+    let svc = |name: &str, names: &str, backend: SocketAddr| {
+        format!(
+            r#"{{"name": "{name}", "listen": "127.0.0.1:{port}", "backends": ["{backend}"],
+              "server_names": "{names}", "health_check": "off"}}"#
+        )
+    };
+    let mut list = vec![svc("a", "a.test", a), svc("b", b_names, b)];
+    if third {
+        list.push(svc("c", "c.test", b));
+    }
+    format!(r#"{{"services": [{}]}}"#, list.join(","))
+}
+
+/// A reload of an unchanged file keeps routing; a changed `server_names`
+/// is reported as needing a restart and the running names stay; a third
+/// service on the shared address fails the reload, which keeps
+/// everything as it was.
+#[test]
+fn a_reload_keeps_the_routing_and_refuses_a_new_sharer() {
+    let (a, _) = recorder_saying(b"from a");
+    let (b, _) = recorder_saying(b"from b");
+    let port = free_port();
+    let path = temp_dir("sni-reload").join("rodizio.json");
+    std::fs::write(
+        &path,
+        sharing_file(port, a.addr(), b.addr(), "b.test", false),
+    )
+    .unwrap();
+    let config = file::load(&path)
+        .unwrap()
+        .settle(&Overrides::default())
+        .unwrap();
+    let balancer = Balancer::bind(config).expect("bind");
+    let reloader = Reloader::new(&path, Overrides::default(), &balancer);
+    let shutdown = Shutdown::new();
+    let thread = {
+        let shutdown = shutdown.clone();
+        std::thread::spawn(move || balancer.run(&shutdown).unwrap())
+    };
+    let addr = loopback(port);
+    let asks = |name: &str| {
+        let Ok(mut s) = connect(addr) else {
+            return Vec::new();
+        };
+        let _ = s.write_all(&client_hello::build(Some(name), 0));
+        let _ = s.shutdown(Direction::Write);
+        let mut back = Vec::new();
+        let _ = s.read_to_end(&mut back);
+        back
+    };
+    until("a routed", || asks("a.test") == b"from a");
+    assert_eq!(asks("b.test"), b"from b");
+    reloader.reload().expect("an unchanged file");
+    assert_eq!(asks("b.test"), b"from b");
+
+    std::fs::write(
+        &path,
+        sharing_file(port, a.addr(), b.addr(), "x.test", false),
+    )
+    .unwrap();
+    let report = reloader.reload().expect("new names");
+    assert_eq!(report.needs_restart, ["b: server_names"]);
+    assert_eq!(asks("b.test"), b"from b");
+
+    std::fs::write(
+        &path,
+        sharing_file(port, a.addr(), b.addr(), "b.test", true),
+    )
+    .unwrap();
+    let err = reloader.reload().expect_err("a third service").to_string();
+    assert!(err.contains("routed by SNI on 127.0.0.1:"), "{err}");
+    assert!(err.contains("takes a restart"), "{err}");
+    assert_eq!(asks("a.test"), b"from a");
+    assert!(asks("c.test").is_empty());
+    shutdown.trigger();
+    thread.join().unwrap();
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }

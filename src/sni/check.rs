@@ -107,6 +107,65 @@ pub fn bound_before(services: &[&Config], i: usize) -> Vec<SocketAddr> {
         .collect()
 }
 
+/// Each address routed by SNI, with the names of the services on it
+/// (sorted), in the order of the addresses' text.
+fn routing(config: &Config) -> Vec<(SocketAddr, Vec<&str>)> {
+    let mut out: Vec<(SocketAddr, Vec<&str>)> = Vec::new();
+    for s in config.service_list() {
+        if s.sni.server_names.is_none() {
+            continue;
+        }
+        for addr in s.listen_addrs() {
+            match out.iter_mut().find(|(a, _)| *a == addr) {
+                Some((_, names)) => names.push(&s.name),
+                None => out.push((addr, vec![&s.name])),
+            }
+        }
+    }
+    for (_, names) in &mut out {
+        names.sort_unstable();
+    }
+    out.sort_by_key(|(a, _)| a.to_string());
+    out
+}
+
+/// Checks that a reload from `old` to `new` keeps the services routed by
+/// SNI on each address: who binds a shared address and which router
+/// serves it are fixed at start-up.
+///
+/// # Errors
+///
+/// [`Error::InvalidSetting`] on `server_names`, naming the address.
+pub fn same_routing(old: &Config, new: &Config) -> Result<()> {
+    let (was, now) = (routing(old), routing(new));
+    if was == now {
+        return Ok(());
+    }
+    // The first address whose services differ (there is one).
+    let Some(addr) = was
+        .iter()
+        .chain(&now)
+        .find(|entry| !was.contains(entry) || !now.contains(entry))
+        .map(|(a, _)| *a)
+    else {
+        return Ok(());
+    };
+    let on = |r: &[(SocketAddr, Vec<&str>)]| {
+        r.iter()
+            .find(|(a, _)| *a == addr)
+            .map_or_else(|| "none".to_string(), |(_, n)| n.join(", "))
+    };
+    Err(Error::setting(
+        "server_names",
+        format!(
+            "the services routed by SNI on {addr} would change (from {} to {}): \
+             that takes a restart; the running settings are kept",
+            on(&was),
+            on(&now)
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,6 +215,28 @@ mod tests {
             service("b", "0.0.0.0:9443", Some("b.test"), false),
         ]);
         assert!(wild.validate().is_err());
+    }
+
+    #[test]
+    fn a_reload_keeps_who_shares_an_address() {
+        let two = all(vec![
+            service("a", "127.0.0.1:9443", Some("a.test"), false),
+            service("b", "127.0.0.1:9443", Some("b.test"), false),
+        ]);
+        let mut renamed = two.clone();
+        renamed.services[1].sni.server_names = Some("c.test".parse().unwrap());
+        same_routing(&two, &renamed).unwrap();
+        let mut three = two.clone();
+        three
+            .services
+            .push(service("c", "127.0.0.1:9443", Some("c.test"), false));
+        let err = same_routing(&two, &three).unwrap_err().to_string();
+        assert!(
+            err.contains("on 127.0.0.1:9443 would change (from a, b to a, b, c)"),
+            "{err}"
+        );
+        let one = all(vec![service("a", "127.0.0.1:9443", Some("a.test"), false)]);
+        assert!(same_routing(&two, &one).is_err());
     }
 
     #[test]

@@ -620,6 +620,16 @@ mod tests {
                 worker: 1,
                 served: 1,
             },
+            Event::Sni {
+                name: Some("a.test"),
+                why: "",
+                service: Some("a"),
+            },
+            Event::Sni {
+                name: None,
+                why: "not a TLS handshake record",
+                service: None,
+            },
             Event::Picked {
                 algorithm: "least-connections",
                 server_idx: 0,
