@@ -29,6 +29,15 @@ struct Svc<'a>(&'a str, &'a str, bool, SocketAddr);
 /// A balancer whose services all listen on one free loopback port, each
 /// routed by its server names.
 fn shared(services: &[Svc<'_>], timeout: Duration) -> TestBalancer {
+    shared_with(services, timeout, |_| {})
+}
+
+/// [`shared`], with `tweak` applied to the whole configuration.
+fn shared_with(
+    services: &[Svc<'_>],
+    timeout: Duration,
+    tweak: impl FnOnce(&mut Config),
+) -> TestBalancer {
     let listen = loopback(free_port());
     let services = services
         .iter()
@@ -43,11 +52,12 @@ fn shared(services: &[Svc<'_>], timeout: Duration) -> TestBalancer {
             c
         })
         .collect();
-    let config = Config {
+    let mut config = Config {
         services,
         drain_timeout: Duration::from_secs(5),
         ..Config::default()
     };
+    tweak(&mut config);
     let lb = TestBalancer::start(config);
     assert_eq!(lb.addr, listen);
     lb
@@ -175,11 +185,12 @@ fn recorder_saying(reply: &'static [u8]) -> (TestBackend, Arc<Mutex<Vec<Vec<u8>>
     (backend, seen)
 }
 
-/// Sends `bytes`, closes its side, and returns what came back.
+/// Sends `bytes`, closes its side, and returns what came back (nothing
+/// when the balancer closed the connection; a write may then fail).
 fn send(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
     let mut s = connect(addr).unwrap();
-    s.write_all(bytes).unwrap();
-    s.shutdown(Direction::Write).unwrap();
+    let _ = s.write_all(bytes);
+    let _ = s.shutdown(Direction::Write);
     let mut back = Vec::new();
     let _ = s.read_to_end(&mut back);
     back
@@ -314,4 +325,48 @@ fn a_reload_keeps_the_routing_and_refuses_a_new_sharer() {
     shutdown.trigger();
     thread.join().unwrap();
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
+
+/// The access log names the server each client asked for: on the line of
+/// a served client, and on the line of one no service took
+/// (`no_service_for_sni`); a client with no name has no `sni` field.
+#[test]
+fn the_access_log_names_the_server_asked_for() {
+    let (named, _) = recorder();
+    let dir = temp_dir("sni-access-log");
+    let log = dir.join("access.log");
+    let lb = shared_with(
+        &[Svc("named", "a.test", false, named.addr())],
+        Duration::from_secs(5),
+        |c| {
+            c.access_log = Some(rodizio::access_log::Format::Json);
+            c.access_log_file = Some(log.clone());
+        },
+    );
+    assert_eq!(
+        send(lb.addr, &client_hello::build(Some("a.test"), 0)),
+        b"seen"
+    );
+    assert!(send(lb.addr, &client_hello::build(Some("b.test"), 0)).is_empty());
+    assert!(send(lb.addr, &client_hello::build(None, 0)).is_empty());
+    let lines = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    until("three lines", || lines().len() == 3);
+    let all = lines();
+    let line = |sni: &str| all.iter().find(|l| l.contains(sni)).cloned();
+    let served = line(r#""sni":"a.test""#).expect("the served line");
+    assert!(served.contains(r#""end":"client_closed""#), "{served}");
+    let refused = line(r#""sni":"b.test""#).expect("the refused line");
+    assert!(
+        refused.contains(r#""end":"no_service_for_sni""#),
+        "{refused}"
+    );
+    assert_eq!(all.iter().filter(|l| l.contains(r#""sni""#)).count(), 2);
+    lb.stop();
+    let _ = std::fs::remove_dir_all(dir);
 }

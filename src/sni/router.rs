@@ -141,25 +141,35 @@ impl Divert for Router {
             why: how(&peeked),
             service: at.map(|_| &**name),
         });
-        if at.is_none() {
-            Stats::incr(&proxy.stats.sni_refused);
-            log::debug!(
-                "closing client {}: no service for server name {} ({})",
-                job.peer,
-                host.unwrap_or("-"),
-                how(&peeked)
-            );
-            let _ = job.client.shutdown(std::net::Shutdown::Both);
-            proxy.report.log_access(
-                job.peer,
-                None,
-                job.queued_at,
-                Access::refused(access_log::End::NoServiceForSni),
-            );
-            return;
-        }
-        job.service = Arc::clone(proxy);
-        job.route = Route::AfterSni;
-        proxy.handle(job);
+        // The access log lines of this client name the server it asked for.
+        access_log::with_sni(host.map(Box::from), || {
+            if at.is_none() {
+                refuse(proxy, job, host, &peeked);
+                return;
+            }
+            job.service = Arc::clone(proxy);
+            job.route = Route::AfterSni;
+            proxy.handle(job);
+        });
     }
+}
+
+/// No service takes the client: closed, counted, logged at debug level (a
+/// scan would flood the log) and access-logged.
+#[cold]
+fn refuse(proxy: &Proxy, job: Job, host: Option<&str>, peeked: &Peeked) {
+    Stats::incr(&proxy.stats.sni_refused);
+    log::debug!(
+        "closing client {}: no service for server name {} ({})",
+        job.peer,
+        host.unwrap_or("-"),
+        how(peeked)
+    );
+    let _ = job.client.shutdown(std::net::Shutdown::Both);
+    proxy.report.log_access(
+        job.peer,
+        None,
+        job.queued_at,
+        Access::refused(access_log::End::NoServiceForSni),
+    );
 }
