@@ -89,11 +89,11 @@ fn check(name: &str) -> Result<String, String> {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     };
     if name.len() > MAX_NAME || !host.split('.').all(label_fine) {
-        let shown: String = name
-            .chars()
-            .take(MAX_NAME)
-            .flat_map(char::escape_debug)
-            .collect();
+        // Shown clipped: the error is one short line, whatever was written.
+        let mut shown: String = name.chars().take(64).flat_map(char::escape_debug).collect();
+        if name.chars().count() > 64 {
+            shown.push('…');
+        }
         return Err(format!(
             "`{shown}` is not a server name: use a host name such as a.example.com, \
              or *.example.com for every name under example.com"

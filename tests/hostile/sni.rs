@@ -14,6 +14,7 @@ use rodizio::Config;
 
 use crate::balancer_port::{reset, Child};
 use crate::common::{self, connect, until, TestBackend, TestBalancer};
+use crate::config_file::{refused, Scratch};
 use crate::peers::{free_port, loopback};
 
 /// A balancer with one service routed by SNI (`a.test`, no default) on a
@@ -260,4 +261,64 @@ fn a_thousand_bad_clients_hold_no_worker_and_the_binary_stays_bounded() {
     assert_eq!(backend.accepted(), 1);
     let log = child.stderr();
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// Config files that misuse SNI routing are refused by `check-config`
+/// with exit 2 and one line naming the problem: a name that is no host
+/// name, a huge one, a wildcard in the middle, a list of 5000 names, a
+/// number instead of a name, an address shared by a service without
+/// names, two defaults on one address, and a default without names.
+#[test]
+fn bad_sni_settings_are_refused_in_one_line() {
+    let dir = Scratch::new();
+    let svc = |name: &str, extra: &str| {
+        format!(
+            r#"{{"name": "{name}", "listen": "127.0.0.1:9443", "backends": ["127.0.0.1:1"]{extra}}}"#
+        )
+    };
+    let many: Vec<String> = (0..5000).map(|i| format!("\"n{i}.test\"")).collect();
+    let huge = "a".repeat(100_000);
+    let cases = [
+        (
+            svc("a", r#", "server_names": ["a b"]"#),
+            "is not a server name",
+        ),
+        (
+            svc("a", &format!(r#", "server_names": ["{huge}"]"#)),
+            "is not a server name",
+        ),
+        (
+            svc("a", r#", "server_names": "a.*.test""#),
+            "is not a server name",
+        ),
+        (
+            svc("a", &format!(r#", "server_names": [{}]"#, many.join(","))),
+            "at most 1024",
+        ),
+        (svc("a", r#", "server_names": [3]"#), "server_names"),
+        (
+            format!(
+                "{}, {}",
+                svc("a", r#", "server_names": "a.test""#),
+                svc("b", "")
+            ),
+            "both listen there",
+        ),
+        (
+            format!(
+                "{}, {}",
+                svc("a", r#", "server_names": "a.test", "sni_default": true"#),
+                svc("b", r#", "server_names": "b.test", "sni_default": true"#)
+            ),
+            "both the default of 127.0.0.1:9443",
+        ),
+        (svc("a", r#", "sni_default": true"#), "needs `server_names`"),
+    ];
+    for (i, (services, says)) in cases.iter().enumerate() {
+        let text = format!(r#"{{"services": [{services}]}}"#);
+        let path = dir.file(&format!("sni-{i}.json"), text.as_bytes());
+        let line = refused(&path);
+        assert!(line.contains(says), "case {i}: {line}");
+        assert!(line.len() < 600, "case {i}: a line of {} bytes", line.len());
+    }
 }
