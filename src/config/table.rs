@@ -417,7 +417,7 @@ macro_rules! settings_table {
         /// give names. Off by default.
         server_names: ServerNames, "server-names", Service, some(sni.server_names),
             restart[sni.server_names],
-            file ServerNames => take,
+            file MaybeServerNames => take,
             flag Option<ServerNames> [value_name = "NAME,...", value_parser = ServerNames::parse_flag],
             always |c: &Config| or_off(c.sni.server_names.as_ref(), |n| n.to_string());
         /// With --server-names: this service takes the clients of its

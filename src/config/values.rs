@@ -74,7 +74,7 @@ macro_rules! as_is {
         }
     )*};
 }
-as_is!(bool, String, crate::sni::ServerNames);
+as_is!(bool, String);
 
 impl<T> FileValue<T> for Parsed<T> {
     fn given(self) -> Option<T> {
@@ -111,6 +111,12 @@ impl FileValue<Option<Duration>> for MaybeSecs {
 /// Off unless given: `off` is the same as leaving the key out.
 impl FileValue<Duration> for MaybeSecs {
     fn given(self) -> Option<Duration> {
+        self.0
+    }
+}
+
+impl FileValue<crate::sni::ServerNames> for crate::sni::names::MaybeServerNames {
+    fn given(self) -> Option<crate::sni::ServerNames> {
         self.0
     }
 }

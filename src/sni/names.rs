@@ -151,6 +151,26 @@ impl<'de> Deserialize<'de> for ServerNames {
     }
 }
 
+/// The file's `server_names`: names, or `"off"`, `"none"` or `""` (the
+/// same as leaving the key out, as `check-config` prints it).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MaybeServerNames(pub Option<ServerNames>);
+
+impl<'de> Deserialize<'de> for MaybeServerNames {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        if value
+            .as_str()
+            .is_some_and(|t| ["off", "none", ""].contains(&t))
+        {
+            return Ok(MaybeServerNames(None));
+        }
+        ServerNames::deserialize(value)
+            .map(|n| MaybeServerNames(Some(n)))
+            .map_err(de::Error::custom)
+    }
+}
+
 /// How the service of a client was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Chosen {
@@ -244,5 +264,11 @@ mod tests {
         );
         assert!(serde_json::from_str::<ServerNames>("[]").is_err());
         assert!(serde_json::from_str::<ServerNames>("3").is_err());
+        for off in [r#""off""#, r#""none""#, r#""""#] {
+            let m: MaybeServerNames = serde_json::from_str(off).unwrap();
+            assert_eq!(m, MaybeServerNames(None));
+        }
+        let m: MaybeServerNames = serde_json::from_str(r#"["a.test"]"#).unwrap();
+        assert_eq!(m.0.unwrap().names(), ["a.test"]);
     }
 }
