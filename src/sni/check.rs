@@ -103,7 +103,8 @@ pub fn bound_before(services: &[&Config], i: usize) -> Vec<SocketAddr> {
         .map(|s| s.listen_addrs())
         .unwrap_or_default()
         .into_iter()
-        .filter(|a| earlier.iter().any(|e| e.listen_addrs().contains(a)))
+        // Port 0 is "any free port": each service gets its own.
+        .filter(|a| a.port() != 0 && earlier.iter().any(|e| e.listen_addrs().contains(a)))
         .collect()
 }
 
@@ -116,7 +117,8 @@ fn routing(config: &Config) -> Vec<(SocketAddr, Vec<&str>)> {
             continue;
         }
         for addr in s.listen_addrs() {
-            match out.iter_mut().find(|(a, _)| *a == addr) {
+            // Port 0 is never shared: each service's is its own.
+            match out.iter_mut().find(|(a, _)| *a == addr && addr.port() != 0) {
                 Some((_, names)) => names.push(&s.name),
                 None => out.push((addr, vec![&s.name])),
             }
@@ -235,6 +237,13 @@ mod tests {
             err.contains("on 127.0.0.1:9443 would change (from a, b to a, b, c)"),
             "{err}"
         );
+        // Port 0 (any free port) is never shared.
+        let free = all(vec![
+            service("a", "127.0.0.1:0", Some("a.test"), false),
+            service("b", "127.0.0.1:0", Some("b.test"), true),
+        ]);
+        free.validate().unwrap();
+        assert!(bound_before(&free.service_list(), 1).is_empty());
         let one = all(vec![service("a", "127.0.0.1:9443", Some("a.test"), false)]);
         assert!(same_routing(&two, &one).is_err());
     }

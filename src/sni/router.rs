@@ -62,11 +62,13 @@ pub fn routers(services: &[Arc<Service>]) -> Vec<Routed> {
         }
         for addr in owner.config.listen_addrs() {
             let listed = |s: &&Arc<Service>| s.config.listen_addrs().contains(&addr);
-            if services[..i].iter().any(|s| listed(&s)) {
+            if addr.port() != 0 && services[..i].iter().any(|s| listed(&s)) {
                 continue; // an earlier service binds it
             }
+            // Port 0 is "any free port": never shared, the owner alone.
             let group: Vec<&Arc<Service>> = services[i..]
                 .iter()
+                .take(if addr.port() == 0 { 1 } else { services.len() })
                 .filter(listed)
                 .filter(|s| s.config.sni.server_names.is_some())
                 .collect();
