@@ -370,3 +370,37 @@ fn the_access_log_names_the_server_asked_for() {
     lb.stop();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The chosen service's own gates run once the name is read: service a
+/// denies loopback and its clients are closed and counted as denied
+/// there, while service b, on the same port, serves them.
+#[test]
+fn the_chosen_service_s_allow_and_deny_lists_apply() {
+    let (a, a_seen) = recorder();
+    let (b, _) = recorder();
+    let listen = loopback(free_port());
+    let service = |name: &str, names: &str, backend: SocketAddr| {
+        let mut c = common::config(&[backend]);
+        c.name = name.into();
+        c.listen = listen;
+        c.health.interval = Duration::from_secs(3600);
+        c.sni.server_names = Some(names.parse().unwrap());
+        c
+    };
+    let mut denying = service("a", "a.test", a.addr());
+    denying.proxy.deny = Some("127.0.0.0/8".parse().unwrap());
+    let config = Config {
+        services: vec![denying, service("b", "b.test", b.addr())],
+        ..Config::default()
+    };
+    let lb = TestBalancer::start(config);
+    assert!(send(lb.addr, &client_hello::build(Some("a.test"), 0)).is_empty());
+    assert_eq!(
+        send(lb.addr, &client_hello::build(Some("b.test"), 0)),
+        b"seen"
+    );
+    until("denied", || lb.stats.snapshot().denied == 1);
+    assert!(a_seen.lock().unwrap().is_empty());
+    assert_eq!(a.accepted(), 0);
+    lb.stop();
+}
