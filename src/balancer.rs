@@ -38,7 +38,6 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::listener;
 use crate::pool::{self, Pool};
-use crate::proxy::Job;
 use crate::running::Running;
 use crate::scheduler::Scheduler;
 use crate::service::{Service, Shared};
@@ -141,7 +140,7 @@ impl Balancer {
         let pool = Pool::with_config(
             &config,
             Arc::clone(&shared.stats),
-            Arc::new(|job: Job| Arc::clone(&job.service).handle(job)),
+            Arc::new(crate::proxy::run),
         );
         let _ = shared.queue_depth.set(pool.queue_len());
         let access_log = shared.access_log.clone();

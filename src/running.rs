@@ -365,7 +365,7 @@ pub(crate) fn for_tests(
         256 * 1024,
         4,
         Arc::clone(&stats),
-        Arc::new(|job: Job| Arc::clone(&job.service).handle(job)),
+        Arc::new(crate::proxy::run),
     );
     (
         Arc::new(Running::new(shared, Arc::new(pool), &built)),

@@ -41,7 +41,7 @@ use crate::error::{Error, Result};
 use crate::throttle::LogThrottle;
 
 pub use format::Format;
-pub use record::{current_sni, with_sni, End, Record};
+pub use record::{current_sni, set_sni, with_sni, End, Record, SniGuard};
 use writer::{open, Sink, Writer};
 
 /// Most records waiting for the writer; one more is dropped and counted.

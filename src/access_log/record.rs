@@ -24,7 +24,9 @@ thread_local! {
 
 /// Puts the server name back to none when dropped, a panic included, so
 /// that the thread's next client never inherits it.
-struct SniGuard;
+#[must_use = "the server name lasts as long as the guard"]
+#[derive(Debug)]
+pub struct SniGuard(());
 
 impl Drop for SniGuard {
     fn drop(&mut self) {
@@ -32,11 +34,17 @@ impl Drop for SniGuard {
     }
 }
 
-/// Runs `serve` with `sni` as the server name of the access log lines
-/// this thread writes meanwhile (SNI routing names the client's).
-pub fn with_sni<R>(sni: Option<Box<str>>, serve: impl FnOnce() -> R) -> R {
+/// Names `sni` on the access log lines this thread writes until the guard
+/// is dropped (SNI routing names the client's server).
+pub fn set_sni(sni: Option<Box<str>>) -> SniGuard {
     SNI.with(|s| *s.borrow_mut() = sni);
-    let _guard = SniGuard;
+    SniGuard(())
+}
+
+/// Runs `serve` with `sni` as the server name of the access log lines
+/// this thread writes meanwhile.
+pub fn with_sni<R>(sni: Option<Box<str>>, serve: impl FnOnce() -> R) -> R {
+    let _guard = set_sni(sni);
     serve()
 }
 

@@ -45,11 +45,14 @@ pub enum Route {
     AfterSni,
 }
 
-/// What takes a client of a shared address on the worker (`crate::sni`'s
+/// What routes a client of a shared address on the worker (`crate::sni`'s
 /// router): a trait, so that this module knows nothing of SNI.
 pub trait Divert: Send + Sync + std::fmt::Debug {
-    /// Serves `job` (routed [`Route::Unrouted`]) to its end.
-    fn divert(&self, job: super::Job);
+    /// Chooses the service of `job` (routed [`Route::Unrouted`]): the job
+    /// for it ([`Route::AfterSni`]) and what names the client in the
+    /// access log until it ends, or `None` when the client was closed
+    /// (counted and reported there).
+    fn divert(&self, job: super::Job) -> Option<(super::Job, crate::access_log::SniGuard)>;
 }
 
 impl Proxy {

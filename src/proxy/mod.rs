@@ -371,13 +371,6 @@ impl Proxy {
     /// Never panics on I/O and never returns an error: whatever happens is
     /// logged and ends only this connection.
     pub fn handle(&self, mut job: Job) {
-        if let Route::Unrouted(router) = &job.route {
-            // A shared address: the router chooses the service, whose
-            // `handle` then serves the client.
-            let router = Arc::clone(router);
-            router.divert(job);
-            return;
-        }
         let slot = job.slot.take();
         let mut outcome = Outcome {
             peer: job.peer,
@@ -399,6 +392,30 @@ impl Proxy {
 /// Turns on TCP keep-alive on `socket`: first probe after `idle` without
 /// traffic, then every `idle / 3` (at least 1 s), dropped after
 /// [`KEEPALIVE_PROBES`] unanswered. Four `setsockopt` calls.
+/// What the pool runs for each job: its service's [`Proxy::handle`]. A
+/// client of an address shared by SNI is routed first, in a frame of its
+/// own that is gone before the pump runs, so the worker's stack under the
+/// pump is as shallow as for any other client (docs/internals.md, "The
+/// pool").
+#[inline]
+pub fn run(job: Job) {
+    let (job, _sni) = match &job.route {
+        Route::Unrouted(router) => match route(Arc::clone(router), job) {
+            Some((job, sni)) => (job, Some(sni)),
+            None => return,
+        },
+        _ => (job, None),
+    };
+    Arc::clone(&job.service).handle(job);
+}
+
+/// [`run`]'s routing, out of its frame.
+#[cold]
+#[inline(never)]
+fn route(router: Arc<dyn Divert>, job: Job) -> Option<(Job, crate::access_log::SniGuard)> {
+    router.divert(job)
+}
+
 fn keep_alive(socket: &TcpStream, idle: Duration) -> io::Result<()> {
     let interval = (idle / 3).max(Duration::from_secs(1));
     let params = TcpKeepalive::new()

@@ -50,6 +50,7 @@ impl Drop for LowMark {
 
 /// Peeks at `client` until a whole ClientHello is there, it cannot be one,
 /// or `deadline` passes. Consumes nothing.
+#[inline(never)]
 pub fn client_hello(client: &TcpStream, deadline: Instant) -> Peeked {
     let fd = client.as_raw_fd();
     let mut buf = vec![0u8; RECORD_HEADER];

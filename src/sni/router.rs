@@ -121,7 +121,7 @@ fn how(peeked: &Peeked) -> &'static str {
 }
 
 impl Divert for Router {
-    fn divert(&self, mut job: Job) {
+    fn divert(&self, mut job: Job) -> Option<(Job, access_log::SniGuard)> {
         let deadline = Instant::now() + self.timeout;
         let peeked = peek::client_hello(&job.client, deadline);
         let host = match &peeked {
@@ -138,27 +138,36 @@ impl Divert for Router {
         if let Some(c) = counter(&proxy.stats, &peeked, chosen) {
             Stats::incr(c);
         }
-        trace::event(Event::Sni {
-            name: host,
-            why: how(&peeked),
-            service: at.map(|_| &**name),
-        });
+        if trace::on() {
+            trace_sni(host, &peeked, at.map(|_| &**name));
+        }
         // The access log lines of this client name the server it asked for.
-        access_log::with_sni(host.map(Box::from), || {
-            if at.is_none() {
-                refuse(proxy, job, host, &peeked);
-                return;
-            }
-            job.service = Arc::clone(proxy);
-            job.route = Route::AfterSni;
-            proxy.handle(job);
-        });
+        let sni = access_log::set_sni(host.map(Box::from));
+        if at.is_none() {
+            refuse(proxy, job, host, &peeked);
+            return None;
+        }
+        job.service = Arc::clone(proxy);
+        job.route = Route::AfterSni;
+        Some((job, sni))
     }
+}
+
+/// Tells the choice in the trace (`--trace`). Not inlined: its sentence
+/// would sit in the router's frame, under every routed connection's.
+#[inline(never)]
+fn trace_sni(host: Option<&str>, peeked: &Peeked, service: Option<&str>) {
+    trace::event(Event::Sni {
+        name: host,
+        why: how(peeked),
+        service,
+    });
 }
 
 /// No service takes the client: closed, counted, logged at debug level (a
 /// scan would flood the log) and access-logged.
 #[cold]
+#[inline(never)]
 fn refuse(proxy: &Proxy, job: Job, host: Option<&str>, peeked: &Peeked) {
     Stats::incr(&proxy.stats.sni_refused);
     log::debug!(
