@@ -14,7 +14,9 @@
 # Environment: RODIZIO_BIN to test a given binary (default: `cargo build
 # --release` then the release binary); CONNECTIONS (default 50); SNI=1 to
 # route by SNI (`--server-names a.test`), each client sending a TLS
-# ClientHello for a.test instead of its one byte.
+# ClientHello for a.test instead of its one byte; those are allowed 12 KiB
+# (one page more: the peek and the choice run on the worker before the
+# pump, docs/tls.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -161,10 +163,11 @@ if len(stacks) < count or workers < count:
     stop(f"found {len(stacks)} worker stacks and {workers} workers for {count} connections")
 resident = sorted(s["rss_kib"] for s in stacks)
 print(f"worker stacks: {len(stacks)}, resident KiB from {resident[0]} to {resident[-1]}")
-over = [r for r in resident if r > 8]
+limit = 12 if sys.argv[5] == "1" else 8
+over = [r for r in resident if r > limit]
 if over:
     stop(
-        f"{len(over)} worker stacks have more than 8 KiB resident (up to {resident[-1]} KiB): "
+        f"{len(over)} worker stacks have more than {limit} KiB resident (up to {resident[-1]} KiB): "
         "something on the path to the pump runs deeper than before "
         "(docs/internals.md, \"The pool\")"
     )
@@ -172,4 +175,4 @@ for s in clients:
     s.close()
 EOF
 
-echo "stack-check: OK ($CONNECTIONS idle connections, every worker stack at most 8 KiB resident)"
+echo "stack-check: OK ($CONNECTIONS idle connections, every worker stack at most $([ "$SNI" = 1 ] && echo 12 || echo 8) KiB resident)"
