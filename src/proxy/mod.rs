@@ -389,14 +389,10 @@ impl Proxy {
     }
 }
 
-/// Turns on TCP keep-alive on `socket`: first probe after `idle` without
-/// traffic, then every `idle / 3` (at least 1 s), dropped after
-/// [`KEEPALIVE_PROBES`] unanswered. Four `setsockopt` calls.
 /// What the pool runs for each job: its service's [`Proxy::handle`]. A
 /// client of an address shared by SNI is routed first, in a frame of its
-/// own that is gone before the pump runs, so the worker's stack under the
-/// pump is as shallow as for any other client (docs/internals.md, "The
-/// pool").
+/// own that is gone before the pump runs, so the router's frames are not
+/// under the pump (docs/tls.md, "Cost").
 #[inline]
 pub fn run(job: Job) {
     let (job, _sni) = match &job.route {
@@ -416,6 +412,9 @@ fn route(router: Arc<dyn Divert>, job: Job) -> Option<(Job, crate::access_log::S
     router.divert(job)
 }
 
+/// Turns on TCP keep-alive on `socket`: first probe after `idle` without
+/// traffic, then every `idle / 3` (at least 1 s), dropped after
+/// [`KEEPALIVE_PROBES`] unanswered. Four `setsockopt` calls.
 fn keep_alive(socket: &TcpStream, idle: Duration) -> io::Result<()> {
     let interval = (idle / 3).max(Duration::from_secs(1));
     let params = TcpKeepalive::new()
