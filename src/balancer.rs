@@ -38,7 +38,6 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::listener;
 use crate::pool::{self, Pool};
-use crate::proxy::Job;
 use crate::running::Running;
 use crate::scheduler::Scheduler;
 use crate::service::{Service, Shared};
@@ -101,10 +100,10 @@ impl Balancer {
     /// [`Error::Bind`] when an address cannot be listened on, [`Error::Io`]
     /// when `TCP_DEFER_ACCEPT` cannot be set.
     pub fn listen(config: &Config) -> Result<Listeners> {
-        config
-            .service_list()
-            .into_iter()
-            .map(listener::open)
+        let list = config.service_list();
+        // An address shared by SNI is bound once, by the first service.
+        (0..list.len())
+            .map(|i| listener::open_except(list[i], &crate::sni::check::bound_before(&list, i)))
             .collect::<Result<_>>()
             .map(Listeners)
     }
@@ -143,7 +142,7 @@ impl Balancer {
         let pool = Pool::with_config(
             &config,
             Arc::clone(&shared.stats),
-            Arc::new(|job: Job| Arc::clone(&job.service).handle(job)),
+            Arc::new(crate::proxy::run),
         );
         let _ = shared.queue_depth.set(pool.queue_len());
         let access_log = shared.access_log.clone();
@@ -237,11 +236,14 @@ impl Balancer {
         // known (the first round of checks of each).
         let left = Arc::new(std::sync::atomic::AtomicUsize::new(self.services.len()));
         let listeners = std::mem::take(&mut self.listeners);
-        for (service, listeners) in self.services.iter().zip(listeners) {
+        let list = self.config.service_list();
+        for (i, (service, listeners)) in self.services.iter().zip(listeners).enumerate() {
+            let shared = crate::sni::check::bound_before(&list, i);
             let listeners = service
                 .config
                 .listen_addrs()
                 .into_iter()
+                .filter(|a| !shared.contains(a))
                 .zip(listeners)
                 .collect();
             let ready = {

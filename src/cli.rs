@@ -33,6 +33,7 @@ use crate::health::CheckKind;
 use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
+use crate::sni::ServerNames;
 use crate::trace::Lang;
 use crate::units::{parse_duration, parse_size, ByteRate};
 

@@ -74,6 +74,11 @@
 //! - `proxy_protocol/`: the PROXY protocol, `codec` (types, encode),
 //!   `parse`, `read` (off a socket), `cidr` (trusted peers), `accept` and
 //!   `send` (the worker's side of `--accept-proxy` and `--send-proxy`).
+//! - `sni/`: routing TLS clients by the server name of their ClientHello,
+//!   without decrypting (services sharing an address): `client_hello`
+//!   (the parser), `names` (the names and the choice), `peek` (reading it
+//!   off the socket without consuming it), `check` (the configuration's
+//!   rules), `router` (the worker's side).
 //! - `poll`: `poll(2)` waits, written once.
 //! - `access_log/`: one line per connection: `record` (what it says, how
 //!   it ended), `format` (text or JSON), `writer` (the thread that writes).
@@ -218,6 +223,7 @@ pub mod shutdown;
 pub mod signals;
 pub mod simulate;
 pub mod slots;
+pub mod sni;
 pub mod stats;
 pub mod system;
 pub mod systemd;

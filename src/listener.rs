@@ -82,10 +82,21 @@ const SLOT_WAIT: Duration = Duration::from_millis(100);
 /// [`Error::Bind`] when an address cannot be listened on, [`Error::Io`]
 /// when `TCP_DEFER_ACCEPT` cannot be set.
 pub fn open(config: &Config) -> Result<Vec<TcpListener>> {
+    open_except(config, &[])
+}
+
+/// [`open`], leaving out the addresses in `skip` (shared by SNI with a
+/// service that binds them, see `crate::sni::check::bound_before`).
+///
+/// # Errors
+///
+/// As [`open`].
+pub fn open_except(config: &Config, skip: &[SocketAddr]) -> Result<Vec<TcpListener>> {
     let addrs = config.listen_addrs();
     let only_v6 = addrs.len() > 1;
     addrs
         .into_iter()
+        .filter(|a| !skip.contains(a))
         .map(|addr| {
             // A socket systemd opened for this address is taken as it is.
             let listener = match systemd::inherited(addr) {
@@ -253,6 +264,9 @@ pub(crate) struct Acceptor {
     /// accepted as the stop comes is a real one, and is served (the queue
     /// closes only once the loops have left, see `crate::running`).
     pub serves_late: bool,
+    /// An address shared by services (SNI routing): clients are queued
+    /// unrouted to this router, which chooses their service on the worker.
+    pub sni: Option<Arc<dyn crate::proxy::Divert>>,
 }
 
 impl Acceptor {
@@ -354,6 +368,9 @@ impl Acceptor {
     fn dispatch(&self, client: TcpStream, peer: SocketAddr, slot: Option<Slot>) -> bool {
         Stats::incr(&self.service.stats.accepted);
         trace::accepted(peer, client.as_raw_fd());
+        if let Some(router) = &self.sni {
+            return self.dispatch_unrouted(client, peer, slot, router);
+        }
         if self.service.accept_proxy.is_some() {
             return self.dispatch_after_header(client, peer, slot);
         }
@@ -464,6 +481,34 @@ impl Acceptor {
                 slot,
                 place: None,
                 route: Route::AfterHeader,
+                client,
+                peer,
+                queued_at: Instant::now(),
+            })
+            .is_ok()
+    }
+
+    /// An address shared by SNI: which service the client is for comes in
+    /// its ClientHello, and this thread never waits for a client's bytes;
+    /// the worker peeks it, then runs the chosen service's gates and pick
+    /// (`crate::sni::router`).
+    #[cold]
+    fn dispatch_unrouted(
+        &self,
+        client: TcpStream,
+        peer: SocketAddr,
+        slot: Option<Slot>,
+        router: &Arc<dyn crate::proxy::Divert>,
+    ) -> bool {
+        if let Err(err) = client.set_nodelay(true) {
+            log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
+        }
+        self.pool
+            .submit(Job {
+                service: Arc::clone(&self.service),
+                slot,
+                place: None,
+                route: Route::Unrouted(Arc::clone(router)),
                 client,
                 peer,
                 queued_at: Instant::now(),

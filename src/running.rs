@@ -45,6 +45,9 @@ pub struct Running {
     /// The thread that looks the backends' names up again
     /// (`resolve_interval`), once a service asks for it.
     resolver: Resolver,
+    /// The addresses shared by SNI, with their routers (fixed at
+    /// start-up).
+    sni: Vec<crate::sni::router::Routed>,
 }
 
 impl std::fmt::Debug for Running {
@@ -116,6 +119,7 @@ impl Running {
             shutdown: Shutdown::new(),
             services: Mutex::new(entries),
             resolver: Resolver::default(),
+            sni: crate::sni::router::routers(services),
         }
     }
 
@@ -250,7 +254,8 @@ impl Running {
             let stop = self.shutdown.child();
             let spawned = service
                 .acceptor(&listener, &self.pool, &stop, self.shared.access_log.clone())
-                .and_then(|acceptor| {
+                .and_then(|mut acceptor| {
+                    acceptor.sni = self.router(service.name(), configured);
                     let addr = listener
                         .local_addr()
                         .map_err(|e| Error::io("reading the listening address", e))?;
@@ -279,6 +284,15 @@ impl Running {
             }
         }
         Ok(loops)
+    }
+
+    /// The SNI router of `addr` when the service `name` binds it for
+    /// services sharing it.
+    fn router(&self, name: &str, addr: SocketAddr) -> Option<Arc<dyn crate::proxy::Divert>> {
+        self.sni
+            .iter()
+            .find(|r| r.addr == addr && &*r.owner == name)
+            .map(|r| Arc::clone(&r.router) as Arc<dyn crate::proxy::Divert>)
     }
 
     /// Adds accept loops on `listeners` to the running service `name`.
@@ -378,7 +392,7 @@ pub(crate) fn for_tests(
         256 * 1024,
         4,
         Arc::clone(&stats),
-        Arc::new(|job: Job| Arc::clone(&job.service).handle(job)),
+        Arc::new(crate::proxy::run),
     );
     (
         Arc::new(Running::new(shared, Arc::new(pool), &built)),

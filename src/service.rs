@@ -145,6 +145,7 @@ impl Service {
             shutdown: stop.clone(),
             slots: self.slots.clone(),
             report: Report::new(Arc::clone(&self.stats), access_log).for_service(self.name()),
+            sni: None,
         })
     }
 }

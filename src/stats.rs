@@ -228,6 +228,18 @@ counters! {
     admin_idle_closes: Counter,
     /// Rate-limit checks the shared store (Redis) could not answer in time; decided by --rate-limit-store-failure.
     rate_limit_store_failures: Counter,
+    /// SNI routing: ClientHellos whose name matched a service's server_names.
+    sni_matched: Counter,
+    /// SNI routing: ClientHellos whose name matched no service, taken by the default service.
+    sni_default: Counter,
+    /// SNI routing: ClientHellos without a server name.
+    sni_no_sni: Counter,
+    /// SNI routing: clients whose first bytes were not a TLS ClientHello (or one cut short, or over 16 KiB).
+    sni_not_tls: Counter,
+    /// SNI routing: clients with no complete ClientHello within sni_timeout.
+    sni_timeout: Counter,
+    /// SNI routing: clients closed because no service took them (no match and no default).
+    sni_refused: Counter,
 }
 
 impl Stats {

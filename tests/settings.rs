@@ -315,6 +315,7 @@ fn what_describe_prints_reads_back() {
             | "admin_allow_remote"
             | "accept_proxy"
             | "allow_root"
+            | "sni_default"
             | "reuse_port" => value,
             _ => format!("\"{value}\""),
         };

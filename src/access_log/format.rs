@@ -105,6 +105,11 @@ fn text(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
         text_value(out, service)?;
         out.push(b' ');
     }
+    if let Some(sni) = &r.sni {
+        out.extend_from_slice(b"sni=");
+        text_value(out, sni)?;
+        out.push(b' ');
+    }
     out.extend_from_slice(b"backend=");
     match &r.backend {
         Some(backend) => text_value(out, backend)?,
@@ -157,6 +162,8 @@ struct JsonLine<'a> {
     client: std::net::SocketAddr,
     #[serde(skip_serializing_if = "Option::is_none")]
     service: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sni: Option<&'a str>,
     backend: Option<&'a str>,
     queue_us: u64,
     connect_us: Option<u64>,
@@ -182,6 +189,7 @@ fn json(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
         time: Rfc3339(r.time),
         client: r.client,
         service: r.service.as_deref(),
+        sni: r.sni.as_deref(),
         backend: r.backend.as_deref(),
         queue_us: micros(r.queue_wait),
         connect_us: r.connect_time.map(micros),

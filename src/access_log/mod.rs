@@ -41,7 +41,7 @@ use crate::error::{Error, Result};
 use crate::throttle::LogThrottle;
 
 pub use format::Format;
-pub use record::{End, Record};
+pub use record::{current_sni, set_sni, with_sni, End, Record, SniGuard};
 use writer::{open, Sink, Writer};
 
 /// Most records waiting for the writer; one more is dropped and counted.
@@ -278,6 +278,7 @@ mod tests {
             time: at(T),
             client: client(),
             service: None,
+            sni: None,
             backend: backend.map(String::from),
             queue_wait: Duration::from_micros(12),
             connect_time: connect.map(Duration::from_micros),

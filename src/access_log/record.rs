@@ -16,6 +16,43 @@ use std::time::{Duration, SystemTime};
 
 use crate::proxy::pump;
 
+thread_local! {
+    /// The server name of the client this worker serves now, set by SNI
+    /// routing for the connection's lifetime (off the worker's stack).
+    static SNI: std::cell::RefCell<Option<Box<str>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Puts the server name back to none when dropped, a panic included, so
+/// that the thread's next client never inherits it.
+#[must_use = "the server name lasts as long as the guard"]
+#[derive(Debug)]
+pub struct SniGuard(());
+
+impl Drop for SniGuard {
+    fn drop(&mut self) {
+        SNI.with(|s| s.borrow_mut().take());
+    }
+}
+
+/// Names `sni` on the access log lines this thread writes until the guard
+/// is dropped (SNI routing names the client's server).
+pub fn set_sni(sni: Option<Box<str>>) -> SniGuard {
+    SNI.with(|s| *s.borrow_mut() = sni);
+    SniGuard(())
+}
+
+/// Runs `serve` with `sni` as the server name of the access log lines
+/// this thread writes meanwhile.
+pub fn with_sni<R>(sni: Option<Box<str>>, serve: impl FnOnce() -> R) -> R {
+    let _guard = set_sni(sni);
+    serve()
+}
+
+/// The server name set by [`with_sni`] on this thread, if any.
+pub fn current_sni() -> Option<Box<str>> {
+    SNI.with(|s| s.borrow().clone())
+}
+
 /// What is known about one client connection when it ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -27,6 +64,9 @@ pub struct Record {
     /// The service the client came to, when the process names its
     /// services (not on the one service of a flat configuration).
     pub service: Option<std::sync::Arc<str>>,
+    /// The server name the client's TLS ClientHello asked for, on an
+    /// address routed by SNI (see [`with_sni`]); `None` elsewhere.
+    pub sni: Option<Box<str>>,
     /// The backend that served the client, or the one tried last when none
     /// could be reached; `None` when no backend was picked at all.
     pub backend: Option<String>,
@@ -94,6 +134,10 @@ pub enum End {
     /// `queue_full`: every backend was at its `max_connections` and the
     /// service's queue held `max_queue` clients already.
     QueueFull,
+    /// `no_service_for_sni`: on an address shared by SNI, no service
+    /// claims the name the client asked for (or it sent none, or no
+    /// ClientHello in time) and none is the default.
+    NoServiceForSni,
     /// `drain_cut`: still in flight at the end of `--drain-timeout`, and cut.
     DrainCut,
     /// `error`: any other failure, with a short reason (one line, e.g. the
@@ -140,6 +184,7 @@ impl End {
             End::TooManyConnections => "too_many_connections",
             End::QueueTimeout => "queue_timeout",
             End::QueueFull => "queue_full",
+            End::NoServiceForSni => "no_service_for_sni",
             End::DrainCut => "drain_cut",
             End::Error(_) => "error",
         }
@@ -158,5 +203,21 @@ impl End {
 impl fmt::Display for End {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.pad(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_name_lasts_the_call_only_even_through_a_panic() {
+        assert_eq!(current_sni(), None);
+        let inside = with_sni(Some("a.test".into()), current_sni);
+        assert_eq!(inside.as_deref(), Some("a.test"));
+        assert_eq!(current_sni(), None);
+        let caught = std::panic::catch_unwind(|| with_sni(Some("b.test".into()), || panic!("x")));
+        assert!(caught.is_err());
+        assert_eq!(current_sni(), None);
     }
 }

@@ -193,6 +193,9 @@ pub struct Config {
     /// Started as root, go on as root when no `user` is given
     /// (`allow_root`). Default false: refused.
     pub allow_root: bool,
+    /// SNI routing (`server_names`, `sni_default`, `sni_timeout`): see
+    /// [`crate::sni`]. Default off.
+    pub sni: crate::sni::SniConfig,
 }
 
 impl Default for Config {
@@ -232,6 +235,7 @@ impl Default for Config {
             user: None,
             group: None,
             allow_root: false,
+            sni: crate::sni::SniConfig::default(),
         }
     }
 }

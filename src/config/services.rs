@@ -51,7 +51,7 @@ impl Config {
     /// service.
     pub fn validate_services(&self) -> Result<()> {
         let mut names: Vec<&str> = Vec::new();
-        let mut addrs: Vec<(SocketAddr, &str)> = Vec::new();
+        let mut addrs: Vec<(SocketAddr, &Config)> = Vec::new();
         for service in self.service_list() {
             check_name(&service.name)?;
             if names.contains(&service.name.as_str()) {
@@ -64,25 +64,37 @@ impl Config {
                 ));
             }
             names.push(&service.name);
+            crate::sni::check::service(service)?;
             for addr in service.listen_addrs() {
-                if let Some((_, other)) = addrs.iter().find(|(a, _)| same_port(*a, addr)) {
-                    let whose = if *other == service.name {
-                        format!("service `{other}` lists it twice")
+                let taken = addrs.iter().find(|(a, _)| same_port(*a, addr));
+                if let Some((a, other)) = taken {
+                    if *a == addr
+                        && other.name != service.name
+                        && crate::sni::check::may_share(other, service)
+                    {
+                        // Shared by SNI: one service binds it.
+                        continue;
+                    }
+                    let whose = if other.name == service.name {
+                        format!("service `{}` lists it twice", other.name)
                     } else {
                         format!(
-                            "services `{other}` and `{}` both listen there",
-                            service.name
+                            "services `{}` and `{}` both listen there",
+                            other.name, service.name
                         )
                     };
                     return Err(Error::setting(
                         "listen",
-                        format!("{addr} is used twice: {whose}; give each its own address"),
+                        format!(
+                            "{addr} is used twice: {whose}; give each its own address \
+                             (or, to route TLS clients by name, server_names to each)"
+                        ),
                     ));
                 }
-                addrs.push((addr, &service.name));
+                addrs.push((addr, service));
             }
         }
-        Ok(())
+        crate::sni::check::defaults(&self.service_list())
     }
 }
 

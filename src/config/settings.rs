@@ -32,6 +32,8 @@ use crate::health::CheckKind;
 use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
+use crate::sni::names::MaybeServerNames;
+use crate::sni::ServerNames;
 use crate::trace::Lang;
 use crate::units::{format_duration, format_size, ByteRate};
 

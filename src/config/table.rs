@@ -456,6 +456,28 @@ macro_rules! settings_table {
             file bool => take,
             flag bool,
             always |c: &Config| c.allow_root.to_string();
+        /// Route TLS clients to this service by the name their ClientHello
+        /// asks for (SNI), without decrypting: NAME[,NAME...], exact or
+        /// *.example.com; services sharing a listening address must all
+        /// give names. Off by default.
+        server_names: ServerNames, "server-names", Service, some(sni.server_names),
+            restart[sni.server_names],
+            file MaybeServerNames => take,
+            flag Option<ServerNames> [value_name = "NAME,...", value_parser = ServerNames::parse_flag],
+            always |c: &Config| or_off(c.sni.server_names.as_ref(), |n| n.to_string());
+        /// With --server-names: this service takes the clients of its
+        /// addresses that no name matches, that send none, or that are not
+        /// TLS (at most one per address). Off by default: they are closed.
+        sni_default: bool, "sni-default", Service, set(sni.default), restart[sni.default],
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.sni.default.to_string();
+        /// With --server-names: the longest wait for a complete ClientHello;
+        /// then the default service, or the client is closed.
+        sni_timeout: Duration, "sni-timeout", Service, set(sni.timeout), restart[sni.timeout],
+            file Secs => take,
+            flag Option<Duration> [value_name = "DURATION", value_parser = parse_duration],
+            always |c: &Config| format_duration(c.sni.timeout);
         @file_only {
             mode: Parsed<Mode>,
             listen_port: Whole<u16, 0, 65535>,

@@ -115,6 +115,12 @@ impl FileValue<Duration> for MaybeSecs {
     }
 }
 
+impl FileValue<crate::sni::ServerNames> for crate::sni::names::MaybeServerNames {
+    fn given(self) -> Option<crate::sni::ServerNames> {
+        self.0
+    }
+}
+
 impl<T> FileValue<T> for MaybeParsed<T> {
     fn given(self) -> Option<T> {
         self.0

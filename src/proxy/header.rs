@@ -15,6 +15,7 @@
 //! No C counterpart: the C's clients connect to it directly.
 
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{close, PerClient, Proxy};
@@ -38,6 +39,23 @@ pub enum Route {
     /// Every available backend was at its `max_connections`: the worker
     /// waits for a slot in the service's waitlist (`proxy/waiting.rs`).
     Waiting,
+    /// An address shared by services (SNI routing): the worker hands the
+    /// client to this router, which peeks its ClientHello, chooses the
+    /// service and queues nothing: it serves it there, as [`Route::AfterSni`].
+    Unrouted(Arc<dyn Divert>),
+    /// Chosen by SNI: the allow and deny lists, the limiter and the pick
+    /// run on the worker, as after a PROXY header.
+    AfterSni,
+}
+
+/// What routes a client of a shared address on the worker (`crate::sni`'s
+/// router): a trait, so that this module knows nothing of SNI.
+pub trait Divert: Send + Sync + std::fmt::Debug {
+    /// Chooses the service of `job` (routed [`Route::Unrouted`]): the job
+    /// for it ([`Route::AfterSni`]) and what names the client in the
+    /// access log until it ends, or `None` when the client was closed
+    /// (counted and reported there).
+    fn divert(&self, job: super::Job) -> Option<(super::Job, crate::access_log::SniGuard)>;
 }
 
 impl Proxy {
@@ -77,7 +95,37 @@ impl Proxy {
                 return None;
             }
         };
-        let source = origin.source;
+        let (client, pick, place) = self.gate(client, origin.source, peer)?;
+        Some((client, pick, origin, place))
+    }
+
+    /// The worker's half of accepting a client routed by SNI: the allow
+    /// and deny lists, limiter, pick, as the accept loop runs them for
+    /// other clients.
+    pub(super) fn after_sni(
+        &self,
+        client: TcpStream,
+        peer: SocketAddr,
+    ) -> Option<(TcpStream, Option<Pick>, Origin, Option<Place>)> {
+        let (client, pick, place) = self.gate(client, peer, peer)?;
+        let origin = Origin {
+            source: peer,
+            destination: None,
+        };
+        Some((client, pick, origin, place))
+    }
+
+    /// The allow and deny lists, the per-client cap, the limiter and the
+    /// pick for the client `source` (which came from `peer`): the client,
+    /// its pick (`None`: every backend is at its cap, the client is to
+    /// wait) and its per-client place, or `None` when it was refused
+    /// (counted, logged and closed).
+    fn gate(
+        &self,
+        client: TcpStream,
+        source: SocketAddr,
+        peer: SocketAddr,
+    ) -> Option<(TcpStream, Option<Pick>, Option<Place>)> {
         if !self.settings.load().admits(source.ip()) {
             // The allow and deny lists, with the header's address.
             Stats::incr(&self.stats.denied);
@@ -111,7 +159,7 @@ impl Proxy {
             close(&client);
             return None;
         }
-        Some((client, pick, origin, place))
+        Some((client, pick, place))
     }
 
     /// The per-client cap, with the header's address: the client's place,

@@ -52,7 +52,7 @@ use crate::scheduler::Scheduler;
 use crate::stats::Stats;
 use crate::units::ByteRate;
 
-pub use header::{AcceptProxy, Route};
+pub use header::{AcceptProxy, Divert, Route};
 pub(crate) use per_client::PerClient;
 pub use pump::{pump, splice_pump, End, PumpOptions, Transfer};
 pub(crate) use report::{Access, Fate, Outcome, Refusal, Report};
@@ -358,7 +358,7 @@ pub struct Proxy {
     /// `max_connections_per_client` is first on (see `per_client`).
     clients: ArcSwapOption<crate::limiter::ConnTable>,
     /// Where outcomes are counted and logged, with the log throttles.
-    report: Report,
+    pub(crate) report: Report,
     /// The most workers, for the busy warning.
     max_workers: usize,
     /// Clients waiting in the queue now, for the busy warning: set once
@@ -457,6 +457,29 @@ impl Proxy {
     fn queue_depth(&self) -> usize {
         self.queue_depth.get().map_or(0, |f| f())
     }
+}
+
+/// What the pool runs for each job: its service's [`Proxy::handle`]. A
+/// client of an address shared by SNI is routed first, in a frame of its
+/// own that is gone before the pump runs, so the router's frames are not
+/// under the pump (docs/tls.md, "Cost").
+#[inline]
+pub fn run(job: Job) {
+    let (job, _sni) = match &job.route {
+        Route::Unrouted(router) => match route(Arc::clone(router), job) {
+            Some((job, sni)) => (job, Some(sni)),
+            None => return,
+        },
+        _ => (job, None),
+    };
+    Arc::clone(&job.service).handle(job);
+}
+
+/// [`run`]'s routing, out of its frame.
+#[cold]
+#[inline(never)]
+fn route(router: Arc<dyn Divert>, job: Job) -> Option<(Job, crate::access_log::SniGuard)> {
+    router.divert(job)
 }
 
 /// Turns on TCP keep-alive on `socket`: first probe after `idle` without

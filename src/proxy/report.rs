@@ -560,6 +560,7 @@ impl Access {
                 .unwrap_or_else(std::time::SystemTime::now),
             client,
             service: None,
+            sni: access_log::current_sni(),
             backend: backend.map(str::to_string),
             queue_wait: self.queue_wait,
             connect_time: self.connect_time,

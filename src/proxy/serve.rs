@@ -263,6 +263,12 @@ impl Proxy {
             (Route::Picked(pick), _) => Some((client, Some(pick), origin, place)),
             (Route::Waiting, _) => Some((client, None, origin, place)),
             (Route::AfterHeader, Some(accept)) => self.after_header(accept, client, peer),
+            (Route::AfterSni, _) => self.after_sni(client, peer),
+            (Route::Unrouted(_), _) => {
+                log::error!("client {peer} reached a service before its SNI was read");
+                close(&client);
+                None
+            }
             (Route::AfterHeader, None) => {
                 log::error!("client {peer} queued for a PROXY header with --accept-proxy off");
                 close(&client);

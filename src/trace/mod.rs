@@ -154,6 +154,15 @@ pub enum Event<'a> {
     },
     /// No backend is available: the client is closed.
     NoBackend,
+    /// SNI routing read the client's ClientHello and chose its service.
+    Sni {
+        /// The server name asked for, if any.
+        name: Option<&'a str>,
+        /// Why there was no name, in words (empty when there was one).
+        why: &'a str,
+        /// The service chosen; `None`: no service, the client is closed.
+        service: Option<&'a str>,
+    },
     /// The `(server_idx, client)` pair goes into the queue.
     Queued {
         /// Clients already waiting in the queue before this one.
@@ -610,6 +619,16 @@ mod tests {
             Event::Waiting {
                 worker: 1,
                 served: 1,
+            },
+            Event::Sni {
+                name: Some("a.test"),
+                why: "",
+                service: Some("a"),
+            },
+            Event::Sni {
+                name: None,
+                why: "not a TLS handshake record",
+                service: None,
             },
             Event::Picked {
                 algorithm: "least-connections",

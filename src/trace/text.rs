@@ -27,6 +27,8 @@ enum Says {
     PickedRoundRobin,
     Picked,
     NoBackend,
+    Sni,
+    SniNobody,
     QueuedFirst,
     Queued,
     TakenNew,
@@ -71,6 +73,16 @@ const SENTENCES: &[(Says, &str, &str)] = &[
         Says::Picked,
         "{algorithm} chose server_idx {server_idx}: backend {backend}{service}",
         "{algorithm} escolheu server_idx {server_idx}: backend {backend}{service}",
+    ),
+    (
+        Says::Sni,
+        "SNI: the ClientHello asks for {name}: service {service}",
+        "SNI: o ClientHello pede {name}: serviço {service}",
+    ),
+    (
+        Says::SniNobody,
+        "SNI: the ClientHello asks for {name}: no service takes it, client closed",
+        "SNI: o ClientHello pede {name}: nenhum serviço o aceita, cliente fechado",
     ),
     (
         Says::NoBackend,
@@ -307,20 +319,8 @@ fn worker_holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
             to_client,
             took,
             error,
-        } => {
-            let mut holes = vec![
-                ("to_backend", s(&to_backend)),
-                ("to_client", s(&to_client)),
-                ("took", d(took)),
-            ];
-            match error {
-                None => (Says::Closed, holes),
-                Some(e) => {
-                    holes.push(("error", s(e)));
-                    (Says::ClosedByError, holes)
-                }
-            }
-        }
+        } => closed_holes(lang, to_backend, to_client, took, error),
+        Event::Sni { name, why, service } => sni_holes(lang, name, why, service),
         Event::Waiting { worker, served } => (
             Says::Waiting,
             vec![("worker", s(&worker)), ("served", s(&served))],
@@ -333,6 +333,51 @@ fn worker_holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
         | Event::NoBackend
         | Event::Queued { .. }
         | Event::Taken { .. } => holes(lang, event),
+    }
+}
+
+/// The close's sentence and holes: the bytes each way, the time, and
+/// what ended it when not both sides finishing.
+fn closed_holes(
+    lang: Lang,
+    to_backend: u64,
+    to_client: u64,
+    took: Duration,
+    error: Option<&std::io::Error>,
+) -> (Says, Vec<Hole>) {
+    let mut holes = vec![
+        ("to_backend", to_backend.to_string()),
+        ("to_client", to_client.to_string()),
+        ("took", Dur(took, lang).to_string()),
+    ];
+    match error {
+        None => (Says::Closed, holes),
+        Some(e) => {
+            holes.push(("error", e.to_string()));
+            (Says::ClosedByError, holes)
+        }
+    }
+}
+
+/// The SNI routing's sentence and holes: the name asked for (or why
+/// there is none) and the service chosen, if any.
+fn sni_holes(
+    lang: Lang,
+    name: Option<&str>,
+    why: &str,
+    service: Option<&str>,
+) -> (Says, Vec<Hole>) {
+    let name = match (name, lang) {
+        (Some(n), _) => n.to_string(),
+        (None, Lang::En) => format!("no name ({why})"),
+        (None, Lang::Pt) => format!("nenhum nome ({why})"),
+    };
+    match service {
+        Some(svc) => (
+            Says::Sni,
+            vec![("name", name), ("service", svc.to_string())],
+        ),
+        None => (Says::SniNobody, vec![("name", name)]),
     }
 }
 

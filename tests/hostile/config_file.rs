@@ -24,10 +24,10 @@ const WAIT: Duration = Duration::from_secs(10);
 const ADDRESS_SPACE: u64 = 512 << 20;
 
 /// A directory of its own for one test's files, removed on drop.
-struct Scratch(PathBuf);
+pub(crate) struct Scratch(PathBuf);
 
 impl Scratch {
-    fn new() -> Scratch {
+    pub(crate) fn new() -> Scratch {
         static N: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "rodizio-hostile-config-{}-{}",
@@ -39,7 +39,7 @@ impl Scratch {
     }
 
     /// Writes `bytes` to `name` in the directory; its path.
-    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
+    pub(crate) fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
         let path = self.0.join(name);
         std::fs::write(&path, bytes).unwrap();
         path
@@ -102,7 +102,7 @@ fn run(args: &[&str]) -> Ended {
 
 /// `rodizio check-config PATH`: it must exit 2 with one line naming the
 /// file; that line.
-fn refused(path: &Path) -> String {
+pub(crate) fn refused(path: &Path) -> String {
     let path = path.to_str().unwrap();
     let out = run(&["check-config", path]);
     assert_eq!(out.status.code(), Some(2), "{path}: {}", out.stderr);

@@ -32,4 +32,5 @@ mod prompt;
 mod proxy_header;
 mod resolve;
 mod services;
+mod sni;
 mod tools;

@@ -31,6 +31,9 @@ mod smtp;
 mod tls;
 
 use conn::Conn;
+/// The `tls` check's ClientHello, also what the SNI parser's tests read.
+#[cfg(test)]
+pub(crate) use tls::client_hello;
 
 /// The most bytes a send/expect check reads while looking for its
 /// `expect` bytes. A banner or a status line fits many times over; a

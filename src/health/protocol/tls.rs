@@ -72,7 +72,7 @@ fn alert_name(description: u8) -> &'static str {
 ///
 /// The random and the key share are random bytes but need not be secret:
 /// the check never completes the handshake or uses any key.
-pub(super) fn client_hello(server_name: Option<&str>) -> Vec<u8> {
+pub(crate) fn client_hello(server_name: Option<&str>) -> Vec<u8> {
     const CIPHER_SUITES: &[u16] = &[
         0x1301, // TLS_AES_128_GCM_SHA256 (1.3)
         0x1302, // TLS_AES_256_GCM_SHA384 (1.3)

@@ -1,0 +1,324 @@
+//! The TLS ClientHello, read without a TLS library: record header →
+//! handshake header → the ClientHello's fields → its extensions → the
+//! `server_name` extension (RFC 8446 §4.1.2 and §4.2, RFC 6066 §3).
+//!
+//! Every length is checked against what is left before it is used; the
+//! parser never indexes past its input and never allocates. It looks at
+//! the first TLS record only: a ClientHello is one record in practice (the
+//! record's limit, 16 KiB, is far above any real one), and a hello split
+//! over several records is refused as [`Parsed::NotTls`] rather than
+//! buffered without bound.
+//!
+//! # Threads
+//!
+//! Pure functions, called by a worker on the bytes it peeked.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart: the C reads no client bytes before the backend.
+
+/// Bytes of a TLS record header: type, version, length.
+pub const RECORD_HEADER: usize = 5;
+
+/// The largest record payload a peer may send (RFC 8446 §5.1: 2^14).
+pub const MAX_RECORD: usize = 16 * 1024;
+
+/// The most bytes ever needed to read a ClientHello: one full record.
+pub const MAX_HELLO: usize = RECORD_HEADER + MAX_RECORD;
+
+/// The longest host name in `server_name` (RFC 1035: 255 bytes).
+pub const MAX_NAME: usize = 255;
+
+/// What the bytes peeked so far say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed<'a> {
+    /// Not enough yet: the record is this many bytes long in all (or,
+    /// before its header is complete, at least this many).
+    NeedMore(usize),
+    /// A complete ClientHello, and the host name it asks for, if any
+    /// (lower case, without a trailing dot, left to the caller).
+    Hello(Option<&'a str>),
+    /// Not a TLS ClientHello (or one this parser refuses): why, in words.
+    NotTls(&'static str),
+}
+
+/// A cursor over a byte slice whose every read checks its bounds.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if n > self.bytes.len() {
+            return None;
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Some(head)
+    }
+
+    fn u8(&mut self) -> Option<usize> {
+        self.take(1).map(|b| usize::from(b[0]))
+    }
+
+    fn u16(&mut self) -> Option<usize> {
+        self.take(2)
+            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+    }
+
+    fn u24(&mut self) -> Option<usize> {
+        self.take(3)
+            .map(|b| (usize::from(b[0]) << 16) | (usize::from(b[1]) << 8) | usize::from(b[2]))
+    }
+
+    /// A vector behind a length of `len_bytes` (1 or 2) bytes.
+    fn vector(&mut self, len_bytes: usize) -> Option<Reader<'a>> {
+        let len = if len_bytes == 1 {
+            self.u8()?
+        } else {
+            self.u16()?
+        };
+        self.take(len).map(|bytes| Reader { bytes })
+    }
+}
+
+/// Reads `bytes`, the start of what a client sent: a complete ClientHello
+/// with its name, "need more" with the length to wait for, or why it is
+/// not one. Never panics, whatever the bytes.
+pub fn parse(bytes: &[u8]) -> Parsed<'_> {
+    if bytes.len() < RECORD_HEADER {
+        // The bytes seen so far must still be the start of a header.
+        if !bytes.is_empty() && bytes[0] != 0x16 {
+            return Parsed::NotTls("not a TLS handshake record");
+        }
+        if bytes.len() >= 2 && bytes[1] != 3 {
+            return Parsed::NotTls("not a TLS record version");
+        }
+        return Parsed::NeedMore(RECORD_HEADER);
+    }
+    if bytes[0] != 0x16 {
+        return Parsed::NotTls("not a TLS handshake record");
+    }
+    if bytes[1] != 3 {
+        return Parsed::NotTls("not a TLS record version");
+    }
+    let len = usize::from(u16::from_be_bytes([bytes[3], bytes[4]]));
+    if len == 0 || len > MAX_RECORD {
+        return Parsed::NotTls("a TLS record length out of bounds");
+    }
+    let total = RECORD_HEADER + len;
+    if bytes.len() < total {
+        return Parsed::NeedMore(total);
+    }
+    let mut record = Reader {
+        bytes: &bytes[RECORD_HEADER..total],
+    };
+    match handshake(&mut record) {
+        Ok(name) => Parsed::Hello(name),
+        Err(why) => Parsed::NotTls(why),
+    }
+}
+
+/// The handshake message in the record: a ClientHello that fits in it.
+fn handshake<'a>(record: &mut Reader<'a>) -> Result<Option<&'a str>, &'static str> {
+    const SHORT: &str = "a ClientHello cut short";
+    if record.u8().ok_or(SHORT)? != 1 {
+        return Err("a handshake message other than a ClientHello");
+    }
+    let len = record.u24().ok_or(SHORT)?;
+    if len > record.bytes.len() {
+        return Err("a ClientHello longer than its record");
+    }
+    let mut hello = Reader {
+        bytes: record.take(len).ok_or(SHORT)?,
+    };
+    let _version = hello.take(2).ok_or(SHORT)?;
+    let _random = hello.take(32).ok_or(SHORT)?;
+    let session = hello.vector(1).ok_or(SHORT)?;
+    if session.bytes.len() > 32 {
+        return Err("a session id longer than 32 bytes");
+    }
+    let _suites = hello.vector(2).ok_or(SHORT)?;
+    let _compression = hello.vector(1).ok_or(SHORT)?;
+    if hello.bytes.is_empty() {
+        // No extensions at all (an old client): no name.
+        return Ok(None);
+    }
+    let mut extensions = hello.vector(2).ok_or(SHORT)?;
+    while !extensions.bytes.is_empty() {
+        let kind = extensions.u16().ok_or(SHORT)?;
+        let body = extensions.vector(2).ok_or(SHORT)?;
+        if kind == 0 {
+            return server_name(body).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+/// The `server_name` extension's body: the first `host_name` entry.
+fn server_name(mut body: Reader<'_>) -> Result<&str, &'static str> {
+    const BAD: &str = "a malformed server_name extension";
+    let mut list = body.vector(2).ok_or(BAD)?;
+    while !list.bytes.is_empty() {
+        let kind = list.u8().ok_or(BAD)?;
+        let name = list.vector(2).ok_or(BAD)?.bytes;
+        if kind != 0 {
+            continue;
+        }
+        let fine = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_');
+        if name.is_empty() || name.len() > MAX_NAME || !name.iter().all(fine) {
+            return Err("a server name that is not a host name");
+        }
+        // ASCII only, checked just above.
+        return std::str::from_utf8(name).map_err(|_| BAD);
+    }
+    Err(BAD)
+}
+
+/// A ClientHello asking for `server_name` (when given), with a `padding`
+/// extension (RFC 7685) of `padding` bytes: what tests send. Lengths past
+/// a record's are clipped to their field (the result is then not TLS).
+pub fn build(server_name: Option<&str>, padding: usize) -> Vec<u8> {
+    fn push_u16(out: &mut Vec<u8>, n: usize) {
+        out.extend_from_slice(&u16::try_from(n).unwrap_or(u16::MAX).to_be_bytes());
+    }
+    fn extension(out: &mut Vec<u8>, kind: u16, body: &[u8]) {
+        out.extend_from_slice(&kind.to_be_bytes());
+        push_u16(out, body.len());
+        out.extend_from_slice(body);
+    }
+    let mut extensions = Vec::new();
+    if let Some(name) = server_name {
+        let mut list = vec![0];
+        push_u16(&mut list, name.len());
+        list.extend_from_slice(name.as_bytes());
+        let mut body = Vec::new();
+        push_u16(&mut body, list.len());
+        body.extend_from_slice(&list);
+        extension(&mut extensions, 0x0000, &body);
+    }
+    // supported_versions: TLS 1.3 and 1.2.
+    extension(&mut extensions, 0x002b, &[4, 3, 4, 3, 3]);
+    if padding > 0 {
+        extension(&mut extensions, 0x0015, &vec![0; padding]);
+    }
+    let mut hello = vec![3, 3];
+    hello.extend_from_slice(&[0x5a; 32]);
+    hello.push(0);
+    hello.extend_from_slice(&[0, 2, 0x13, 0x01]); // one suite
+    hello.extend_from_slice(&[1, 0]); // null compression
+    push_u16(&mut hello, extensions.len());
+    hello.extend_from_slice(&extensions);
+    let mut handshake = vec![1];
+    handshake.extend_from_slice(&(hello.len() as u32).to_be_bytes()[1..]);
+    handshake.extend_from_slice(&hello);
+    let mut record = vec![0x16, 3, 1];
+    push_u16(&mut record, handshake.len());
+    record.extend_from_slice(&handshake);
+    record
+}
+
+/// [`build`], padded to `len` bytes in all when it can be (at least the
+/// unpadded hello's length plus the padding extension's 4 bytes).
+pub fn build_of_len(server_name: Option<&str>, len: usize) -> Vec<u8> {
+    let bare = build(server_name, 0).len();
+    build(server_name, len.saturating_sub(bare + 4))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_built_hello_gives_its_name_and_none_without() {
+        let hello = build(Some("a.test"), 0);
+        assert_eq!(parse(&hello), Parsed::Hello(Some("a.test")));
+        assert_eq!(parse(&build(None, 100)), Parsed::Hello(None));
+        // The health check's ClientHello, a full modern one, reads too.
+        let real = crate::health::protocol::client_hello(Some("b.example.com"));
+        assert_eq!(parse(&real), Parsed::Hello(Some("b.example.com")));
+    }
+
+    #[test]
+    fn the_largest_record_is_read_and_one_byte_more_is_refused() {
+        let hello = build_of_len(Some("a.test"), MAX_HELLO);
+        assert_eq!(hello.len(), MAX_HELLO);
+        assert_eq!(parse(&hello), Parsed::Hello(Some("a.test")));
+        let mut over = hello.clone();
+        over[3..5].copy_from_slice(&((MAX_RECORD + 1) as u16).to_be_bytes());
+        assert!(matches!(parse(&over), Parsed::NotTls(_)));
+    }
+
+    #[test]
+    fn garbage_and_lies_are_told_apart() {
+        assert!(matches!(parse(b"GET / HTTP/1.1\r\n"), Parsed::NotTls(_)));
+        assert!(matches!(parse(b"G"), Parsed::NotTls(_)));
+        assert_eq!(parse(b""), Parsed::NeedMore(RECORD_HEADER));
+        // A header that claims 16 KiB: wait for all of it.
+        assert_eq!(parse(&[0x16, 3, 1, 0x40, 0]), Parsed::NeedMore(MAX_HELLO));
+        // A handshake length larger than its record.
+        let mut hello = build(Some("a.test"), 0);
+        hello[6] = 0xff;
+        assert_eq!(
+            parse(&hello),
+            Parsed::NotTls("a ClientHello longer than its record")
+        );
+        // A name with a byte no host name has.
+        let bad = build(Some("a\0b"), 0);
+        assert!(matches!(parse(&bad), Parsed::NotTls(_)));
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let _ = parse(&bytes);
+        }
+
+        #[test]
+        fn any_bytes_behind_a_handshake_header_never_panic(
+            body in proptest::collection::vec(any::<u8>(), 0..600)
+        ) {
+            let mut bytes = vec![0x16, 3, 1];
+            bytes.extend_from_slice(&(body.len() as u16).to_be_bytes());
+            bytes.push(1);
+            bytes.extend_from_slice(&body);
+            let _ = parse(&bytes);
+        }
+
+        #[test]
+        fn a_built_name_round_trips(
+            name in "[a-z0-9]{1,20}(\\.[a-z0-9-]{1,20}){0,4}",
+            padding in 0usize..2000,
+        ) {
+            let hello = build(Some(&name), padding);
+            prop_assert_eq!(parse(&hello), Parsed::Hello(Some(name.as_str())));
+        }
+
+        #[test]
+        fn every_truncation_needs_more(
+            name in "[a-z]{1,30}",
+            padding in 0usize..300,
+            cut in 0usize..1000,
+        ) {
+            let hello = build(Some(&name), padding);
+            let cut = cut % hello.len();
+            match parse(&hello[..cut]) {
+                Parsed::NeedMore(n) => prop_assert!(n > cut && n <= hello.len()),
+                other => prop_assert!(false, "cut at {}: {:?}", cut, other),
+            }
+        }
+
+        #[test]
+        fn a_flipped_byte_never_panics(
+            padding in 0usize..100,
+            at in 0usize..400,
+            value in any::<u8>(),
+        ) {
+            let mut hello = build(Some("x.test"), padding);
+            let at = at % hello.len();
+            hello[at] = value;
+            let _ = parse(&hello);
+        }
+    }
+}

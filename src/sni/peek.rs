@@ -1,0 +1,218 @@
+//! Peeking at a client's ClientHello with `recv(MSG_PEEK)`: the bytes
+//! stay in the socket, and the backend later receives them untouched.
+//!
+//! A hello may come in pieces (one byte at a time, even). Polling for
+//! "readable" would return at once while the peeked bytes sit unread, so
+//! the worker raises the socket's `SO_RCVLOWAT` to the bytes it still
+//! needs: `poll(2)` then wakes only once that many have arrived (or the
+//! client closed), and a trickling client costs one wake-up per piece, not
+//! a busy loop. The mark is put back to 1 before anything else reads the
+//! socket (the pump's `poll(2)` relies on it), whatever happens.
+//!
+//! The wait is bounded by a deadline, the size by one TLS record
+//! ([`MAX_HELLO`]), and the buffer is allocated to the record's announced
+//! length only once its header has arrived.
+//!
+//! # Threads
+//!
+//! Worker threads, on the client they hold.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart.
+
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Instant;
+
+use super::client_hello::{self, Parsed, MAX_HELLO, RECORD_HEADER};
+
+/// What the first bytes of a client were.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peeked {
+    /// A complete ClientHello; the name it asks for, lower case.
+    Hello(Option<Box<str>>),
+    /// Not a ClientHello (or it ended before being complete): why.
+    NotTls(&'static str),
+    /// No complete ClientHello by the deadline.
+    Timeout,
+}
+
+/// Puts `SO_RCVLOWAT` back to 1 when dropped.
+struct LowMark(RawFd);
+
+impl Drop for LowMark {
+    fn drop(&mut self) {
+        let _ = set_low_mark(self.0, 1);
+    }
+}
+
+/// Peeks at `client` until a whole ClientHello is there, it cannot be one,
+/// or `deadline` passes. Consumes nothing.
+#[inline(never)]
+pub fn client_hello(client: &TcpStream, deadline: Instant) -> Peeked {
+    let fd = client.as_raw_fd();
+    let mut buf = vec![0u8; RECORD_HEADER];
+    let mut seen = 0;
+    let _mark = LowMark(fd);
+    loop {
+        if let Err(err) = set_low_mark(fd, buf.len()) {
+            log::debug!("cannot set SO_RCVLOWAT on a client: {err}");
+            return Peeked::NotTls("a socket error");
+        }
+        match crate::poll::readable_by(fd, deadline) {
+            Ok(true) => {}
+            Ok(false) => return Peeked::Timeout,
+            Err(_) => return Peeked::NotTls("a socket error"),
+        }
+        let n = match peek(fd, &mut buf) {
+            Ok(0) => return Peeked::NotTls("closed before a ClientHello"),
+            Ok(n) => n,
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return Peeked::NotTls("a socket error"),
+        };
+        match client_hello::parse(&buf[..n]) {
+            Parsed::Hello(name) => return Peeked::Hello(name.map(lower)),
+            Parsed::NotTls(why) => return Peeked::NotTls(why),
+            Parsed::NeedMore(total) => {
+                if n == seen && n < buf.len() {
+                    // Readable with nothing new: the client closed its
+                    // side with its hello incomplete.
+                    return Peeked::NotTls("a ClientHello cut short");
+                }
+                seen = n;
+                if total > buf.len() {
+                    // The parser bounds `total` by one record.
+                    buf.resize(total.min(MAX_HELLO), 0);
+                }
+            }
+        }
+    }
+}
+
+/// `name`, lower case, without a trailing dot.
+fn lower(name: &str) -> Box<str> {
+    name.trim_end_matches('.').to_ascii_lowercase().into()
+}
+
+/// `recv(2)` with `MSG_PEEK`, not waiting.
+fn peek(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: a valid descriptor and a buffer of `buf.len()` writable
+    // bytes that lives for the whole call.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Sets `SO_RCVLOWAT`: `poll(2)` reports the socket readable once this
+/// many bytes are queued (or at its end of stream).
+fn set_low_mark(fd: RawFd, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: a valid descriptor and a pointer to a c_int that lives for
+    // the whole call, with its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        client
+            .set_write_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        (client, server)
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(10)
+    }
+
+    #[test]
+    fn a_hello_in_pieces_is_read_whole_and_left_in_place() {
+        let (mut client, server) = pair();
+        let hello = client_hello::build(Some("A.Test."), 3000);
+        let writer = {
+            let hello = hello.clone();
+            std::thread::spawn(move || {
+                for piece in hello.chunks(700) {
+                    client.write_all(piece).unwrap();
+                    std::thread::yield_now();
+                }
+                client
+            })
+        };
+        assert_eq!(
+            client_hello(&server, soon()),
+            Peeked::Hello(Some("a.test".into()))
+        );
+        let _client = writer.join().unwrap();
+        // Nothing was consumed, and the mark is back at 1.
+        let mut all = vec![0; hello.len()];
+        assert_eq!(peek(server.as_raw_fd(), &mut all).unwrap(), hello.len());
+        assert_eq!(all, hello);
+        let mut mark: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: valid descriptor, pointers to a c_int and its length.
+        let rc = unsafe {
+            libc::getsockopt(
+                server.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&mut mark as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!((rc, mark), (0, 1));
+    }
+
+    #[test]
+    fn garbage_silence_and_a_cut_hello_end_the_wait() {
+        let (mut client, server) = pair();
+        client.write_all(b"SSH-2.0-x\r\n").unwrap();
+        assert!(matches!(client_hello(&server, soon()), Peeked::NotTls(_)));
+        let (_quiet, server) = pair();
+        let short = Instant::now() + Duration::from_millis(50);
+        assert_eq!(client_hello(&server, short), Peeked::Timeout);
+        let (mut client, server) = pair();
+        client
+            .write_all(&client_hello::build(Some("a.test"), 0)[..20])
+            .unwrap();
+        client.shutdown(std::net::Shutdown::Write).unwrap();
+        assert_eq!(
+            client_hello(&server, soon()),
+            Peeked::NotTls("a ClientHello cut short")
+        );
+    }
+}

@@ -1,0 +1,186 @@
+//! The worker's side of SNI routing: a client of a shared address comes
+//! unrouted ([`Route::Unrouted`]); the router peeks its ClientHello,
+//! chooses the service by name, counts how the hello went, and hands the
+//! client to that service's usual path ([`Route::AfterSni`]: its allow and
+//! deny lists, rate limit, scheduler, connect and pump, in that order, on
+//! this same worker). A client no service takes is closed, counted
+//! (`sni_refused`) and access-logged as `no_service_for_sni`.
+//!
+//! # Threads
+//!
+//! Built once at start-up (the services sharing an address are fixed
+//! until a restart); read by workers, with no lock.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart.
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::names::{choose, Chosen, ServerNames};
+use super::peek::{self, Peeked};
+use crate::access_log;
+use crate::proxy::{Access, Divert, Job, Proxy, Route};
+use crate::service::Service;
+use crate::stats::Stats;
+use crate::trace::{self, Event};
+
+/// The services sharing one listening address.
+#[derive(Debug)]
+pub struct Router {
+    /// Each service's names, in the configuration's order.
+    names: Vec<ServerNames>,
+    /// Each service's proxy and name, in the same order.
+    services: Vec<(Arc<Proxy>, Arc<str>)>,
+    /// The default service, when one is.
+    default: Option<usize>,
+    /// The longest wait for the ClientHello.
+    timeout: Duration,
+}
+
+/// The router of one shared address, and the service whose accept loop
+/// runs it (the first listing the address, which binds it).
+#[derive(Debug, Clone)]
+pub struct Routed {
+    /// The service that binds the address.
+    pub owner: Arc<str>,
+    /// The address as configured.
+    pub addr: SocketAddr,
+    /// What its accept loop queues the clients to.
+    pub router: Arc<Router>,
+}
+
+/// The routers of every address where services route by SNI.
+pub fn routers(services: &[Arc<Service>]) -> Vec<Routed> {
+    let mut all = Vec::new();
+    for (i, owner) in services.iter().enumerate() {
+        if owner.config.sni.server_names.is_none() {
+            continue;
+        }
+        for addr in owner.config.listen_addrs() {
+            let listed = |s: &&Arc<Service>| s.config.listen_addrs().contains(&addr);
+            if addr.port() != 0 && services[..i].iter().any(|s| listed(&s)) {
+                continue; // an earlier service binds it
+            }
+            // Port 0 is "any free port": never shared, the owner alone.
+            let group: Vec<&Arc<Service>> = services[i..]
+                .iter()
+                .take(if addr.port() == 0 { 1 } else { services.len() })
+                .filter(listed)
+                .filter(|s| s.config.sni.server_names.is_some())
+                .collect();
+            let router = Router {
+                names: group
+                    .iter()
+                    .map(|s| s.config.sni.server_names.clone().unwrap_or_default())
+                    .collect(),
+                services: group
+                    .iter()
+                    .map(|s| (Arc::clone(&s.proxy), Arc::from(s.name())))
+                    .collect(),
+                default: group.iter().position(|s| s.config.sni.default),
+                timeout: group
+                    .iter()
+                    .map(|s| s.config.sni.timeout)
+                    .max()
+                    .unwrap_or(super::DEFAULT_TIMEOUT),
+            };
+            all.push(Routed {
+                owner: Arc::from(owner.name()),
+                addr,
+                router: Arc::new(router),
+            });
+        }
+    }
+    all
+}
+
+/// The counter a hello raises, given the service it went to.
+fn counter<'s>(stats: &'s Stats, peeked: &Peeked, chosen: Chosen) -> Option<&'s AtomicU64> {
+    match (peeked, chosen) {
+        (Peeked::Hello(Some(_)), Chosen::Matched(_)) => Some(&stats.sni_matched),
+        (Peeked::Hello(Some(_)), Chosen::Default(_)) => Some(&stats.sni_default),
+        (Peeked::Hello(Some(_)), Chosen::Nobody) => None,
+        (Peeked::Hello(None), _) => Some(&stats.sni_no_sni),
+        (Peeked::NotTls(_), _) => Some(&stats.sni_not_tls),
+        (Peeked::Timeout, _) => Some(&stats.sni_timeout),
+    }
+}
+
+/// How the hello went, in the trace's and log's words.
+fn how(peeked: &Peeked) -> &'static str {
+    match peeked {
+        Peeked::Hello(Some(_)) => "",
+        Peeked::Hello(None) => "no server name",
+        Peeked::NotTls(why) => why,
+        Peeked::Timeout => "no complete ClientHello in time",
+    }
+}
+
+impl Divert for Router {
+    fn divert(&self, mut job: Job) -> Option<(Job, access_log::SniGuard)> {
+        let deadline = Instant::now() + self.timeout;
+        let peeked = peek::client_hello(&job.client, deadline);
+        let host = match &peeked {
+            Peeked::Hello(Some(name)) => Some(&**name),
+            _ => None,
+        };
+        let chosen = choose(&self.names, self.default, host);
+        let at = match chosen {
+            Chosen::Matched(i) | Chosen::Default(i) => Some(i),
+            Chosen::Nobody => None,
+        };
+        // The owner's counters when nobody takes the client.
+        let (proxy, name) = &self.services[at.unwrap_or(0)];
+        if let Some(c) = counter(&proxy.stats, &peeked, chosen) {
+            Stats::incr(c);
+        }
+        if trace::on() {
+            trace_sni(host, &peeked, at.map(|_| &**name));
+        }
+        // The access log lines of this client name the server it asked for.
+        let sni = access_log::set_sni(host.map(Box::from));
+        if at.is_none() {
+            refuse(proxy, job, host, &peeked);
+            return None;
+        }
+        job.service = Arc::clone(proxy);
+        job.route = Route::AfterSni;
+        Some((job, sni))
+    }
+}
+
+/// Tells the choice in the trace (`--trace`). Not inlined: its sentence
+/// would sit in the router's frame, under every routed connection's.
+#[inline(never)]
+fn trace_sni(host: Option<&str>, peeked: &Peeked, service: Option<&str>) {
+    trace::event(Event::Sni {
+        name: host,
+        why: how(peeked),
+        service,
+    });
+}
+
+/// No service takes the client: closed, counted, logged at debug level (a
+/// scan would flood the log) and access-logged.
+#[cold]
+#[inline(never)]
+fn refuse(proxy: &Proxy, job: Job, host: Option<&str>, peeked: &Peeked) {
+    Stats::incr(&proxy.stats.sni_refused);
+    log::debug!(
+        "closing client {}: no service for server name {} ({})",
+        job.peer,
+        host.unwrap_or("-"),
+        how(peeked)
+    );
+    let _ = job.client.shutdown(std::net::Shutdown::Both);
+    proxy.report.log_access(
+        job.peer,
+        None,
+        job.queued_at,
+        Access::refused(access_log::End::NoServiceForSni),
+    );
+}
