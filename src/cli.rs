@@ -33,6 +33,7 @@ use crate::health::CheckKind;
 use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
+use crate::tls_term::{CertList, CertPair};
 use crate::trace::Lang;
 use crate::units::{parse_duration, parse_size};
 
@@ -199,6 +200,12 @@ impl FlagValue<bool> for bool {
 impl FlagValue<Vec<BackendSpec>> for Vec<BackendSpec> {
     fn given(&self) -> Option<Vec<BackendSpec>> {
         (!self.is_empty()).then(|| self.clone())
+    }
+}
+
+impl FlagValue<CertList> for Vec<CertPair> {
+    fn given(&self) -> Option<CertList> {
+        (!self.is_empty()).then(|| CertList(self.clone()))
     }
 }
 

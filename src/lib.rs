@@ -95,6 +95,10 @@
 //!   `auth` (the token), `metrics` (Prometheus), `page` (the stats page).
 //! - `reply`: the 429/502/503 replies, written without blocking.
 //! - `stats`: one table of counters and gauges.
+//! - `tls_term/`: TLS termination (off by default): the settings and the
+//!   terminator, `certs` (the PEM files, the choice by SNI), `expiry`
+//!   (a certificate's `notAfter`), `handshake` (the worker's, bounded),
+//!   `pump` (the TLS-aware pump beside the plain and splice ones).
 //! - `throttle`: a log line at most once a second for events that repeat.
 //! - `units`: durations and sizes as people write them.
 //! - `signals`: the signal thread (SIGINT/SIGTERM drain, SIGHUP, SIGUSR1).
@@ -190,6 +194,7 @@ pub mod stats;
 pub mod system;
 pub mod systemd;
 pub mod throttle;
+pub mod tls_term;
 pub mod trace;
 pub mod units;
 

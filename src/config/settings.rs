@@ -32,6 +32,7 @@ use crate::health::CheckKind;
 use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
+use crate::tls_term::CertList;
 use crate::trace::Lang;
 use crate::units::{format_duration, format_size};
 

@@ -314,6 +314,20 @@ macro_rules! settings_table {
             file MaybeParsed<CidrList> => take,
             flag Option<CidrList> [value_name = "CIDR,...", value_parser = parse_cidrs],
             always |c: &Config| or_off(c.proxy.deny.as_ref(), |l| l.to_string());
+        /// Terminate TLS with this certificate chain and key (PEM files, as
+        /// CERT,KEY); repeat for more, chosen by the client's server name
+        /// (SNI), the first the default. Files read again on every reload.
+        /// Off by default.
+        tls_certs: CertList, "tls-cert", Service, set(tls.certs), live,
+            file CertList => take,
+            flag Vec<CertPair> [value_name = "CERT,KEY"],
+            always |c: &Config| c.tls.certs.to_string();
+        /// Longest time a TLS client may take to finish its handshake.
+        tls_handshake_timeout: Duration, "tls-handshake-timeout", Service,
+            set(tls.handshake_timeout), live,
+            file Secs => take,
+            flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
+            always |c: &Config| format_duration(c.tls.handshake_timeout);
         /// Send every backend a PROXY protocol header (v1 or v2) with the
         /// client's address before its bytes; one backend alone takes
         /// `-b HOST:PORT,send-proxy` or `,send-proxy-v2`.

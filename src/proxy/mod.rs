@@ -288,6 +288,9 @@ pub struct Proxy {
     pub(crate) limiter: Arc<ArcSwapOption<Limiter>>,
     /// `--accept-proxy`: who may send a header and how long it may take.
     pub(crate) accept_proxy: Option<AcceptProxy>,
+    /// TLS termination, for a service with `tls_certs`: `None` (plain
+    /// TCP) costs the plain path one test of this field.
+    pub(crate) tls: Option<Arc<ArcSwap<crate::tls_term::Terminator>>>,
     /// Where outcomes are counted and logged, with the log throttles.
     report: Report,
     /// The most workers, for the busy warning.
@@ -334,6 +337,7 @@ impl Proxy {
             process: Arc::clone(&stats),
             stats,
             accept_proxy,
+            tls: None,
             max_workers: 1,
             queue_depth: Arc::default(),
         }
@@ -359,6 +363,11 @@ impl Proxy {
             report: self.report.for_service(name),
             ..self
         }
+    }
+
+    /// Terminates TLS with `tls` (the service's live terminator).
+    pub fn terminating(self, tls: Option<Arc<ArcSwap<crate::tls_term::Terminator>>>) -> Proxy {
+        Proxy { tls, ..self }
     }
 
     /// Counts what every service's accept loop reads in `process`, the

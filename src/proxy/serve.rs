@@ -48,6 +48,8 @@ struct Link {
     started: Instant,
     connect_time: Duration,
     failovers: u32,
+    /// The client's TLS session, for a service that terminates TLS.
+    tls: Option<crate::tls_term::handshake::Session>,
 }
 
 impl Proxy {
@@ -72,6 +74,7 @@ impl Proxy {
             started,
             connect_time,
             failovers,
+            tls,
         }) = self.reach(job, outcome)
         else {
             return;
@@ -87,7 +90,10 @@ impl Proxy {
         if backend.name() == super::PANIC_BACKEND {
             panic!("a test asked for a panic inside a connection");
         }
-        let pumped = pump_both(&client, &backend_sock, &settings, outcome.peer);
+        let pumped = match tls {
+            None => pump_both(&client, &backend_sock, &settings, outcome.peer),
+            Some(session) => pump_tls(session, &client, &backend_sock, &settings, outcome.peer),
+        };
         outcome.fate = Fate::Served(Served {
             backend: Arc::clone(&backend),
             pumped,
@@ -137,6 +143,15 @@ impl Proxy {
         let (client, pick, origin) = self.route(route, client, peer)?;
         // From here on the client is who the header said.
         outcome.peer = origin.source;
+        let tls = match &self.tls {
+            None => None,
+            Some(term) => Some(crate::tls_term::handshake::serve(
+                &term.load(),
+                &client,
+                &self.stats,
+                outcome.peer,
+            )?),
+        };
         let attempt = Attempt {
             client: &client,
             origin,
@@ -157,6 +172,7 @@ impl Proxy {
                 started,
                 connect_time,
                 failovers,
+                tls,
             }),
             Err(error) => {
                 self.refuse_unreachable(outcome, &pick, error, failovers, connect_time, &attempt);
@@ -309,6 +325,20 @@ fn pump_both(
     } else {
         pump::pump(client, backend, settings.buffer_size, &options)
     }
+}
+
+/// [`pump_both`] for a client whose TLS the worker terminates. Not
+/// inlined: the plain path's frame stays as it was.
+#[inline(never)]
+fn pump_tls(
+    mut session: crate::tls_term::handshake::Session,
+    client: &TcpStream,
+    backend: &TcpStream,
+    settings: &ProxyConfig,
+    peer: SocketAddr,
+) -> pump::Outcome {
+    settings.keep_alive(client, backend, peer);
+    crate::tls_term::pump::pump(&mut session, client, backend, &settings.pump_options())
 }
 
 /// Waits until `client` has something to read (bytes, or its end of

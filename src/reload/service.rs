@@ -27,6 +27,7 @@ use crate::reaper::Reaper;
 use crate::running::Running;
 use crate::service::Service;
 use crate::stats::Stats;
+use crate::tls_term::Terminator;
 use crate::units;
 
 use super::ReloadReport;
@@ -45,6 +46,9 @@ pub(super) struct Plan {
     /// Configured addresses no longer listed.
     listen_gone: Vec<SocketAddr>,
     pub needs_restart: Vec<&'static str>,
+    /// The service's TLS terminator with its certificates read again,
+    /// for a service that terminates TLS.
+    tls: Option<Terminator>,
 }
 
 /// Plans the change of `service` (running with `old`) to `new`: what can
@@ -71,6 +75,7 @@ pub(super) fn prepare(
         listen_new: Vec::new(),
         listen_gone: Vec::new(),
         needs_restart: Vec::new(),
+        tls: None,
     };
     for spec in &new.backends {
         let name = spec.name();
@@ -101,6 +106,7 @@ pub(super) fn prepare(
         .filter(|b| !retiring.contains(&b.id()))
         .collect();
     plan.needs_restart = settings::keep_restart_only_in(Scope::Service, &mut new, old);
+    plan.tls = prepare_tls(service, old, &mut new, &mut plan.needs_restart)?;
     let (was, now) = (old.listen_addrs(), new.listen_addrs());
     plan.listen_gone = was.iter().filter(|a| !now.contains(a)).copied().collect();
     for addr in now.into_iter().filter(|a| !was.contains(a)) {
@@ -114,6 +120,26 @@ pub(super) fn prepare(
     }
     plan.config = new;
     Ok(plan)
+}
+
+/// The terminator of a service that terminates TLS, its certificate and
+/// key files read again (certbot renews them in place): a bad one fails
+/// the reload here, before anything changed. Turning TLS on or off needs
+/// a restart: the running value is kept, with the warning.
+fn prepare_tls(
+    service: &Service,
+    old: &Config,
+    new: &mut Config,
+    needs_restart: &mut Vec<&'static str>,
+) -> Result<Option<Terminator>> {
+    if old.tls.on() != new.tls.on() {
+        new.tls.certs = old.tls.certs.clone();
+        needs_restart.push("tls_certs");
+    }
+    match service.live.tls {
+        Some(_) => Terminator::load(&new.tls),
+        None => Ok(None),
+    }
 }
 
 /// Changes the running service as planned, saying each change in
@@ -153,6 +179,10 @@ pub(super) fn apply(
         report,
     );
     apply_settings(live, &plan.service.stats, &before, config, parts, report);
+    if let (Some(running), Some(tls)) = (&live.tls, plan.tls) {
+        running.store(Arc::new(tls));
+        parts.push("certificates read again".into());
+    }
     if !plan.drain.is_empty() {
         let deadline = Instant::now() + config.drain_timeout;
         for b in &plan.drain {

@@ -1,0 +1,196 @@
+//! The worker's TLS handshake with its client: blocking in spirit (one
+//! thread per connection, nothing else to do meanwhile), on a non-blocking
+//! socket with `poll(2)` so that the whole handshake is bounded by
+//! `tls_handshake_timeout`, however the client trickles its bytes.
+//!
+//! # Threads
+//!
+//! The worker thread serving the client; shares only the terminator's
+//! configuration (read-only).
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart.
+
+use std::fmt;
+use std::io::{self, ErrorKind};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustls::ServerConnection;
+
+use super::Terminator;
+use crate::poll::{millis_rounded_up, poll, readable_by};
+use crate::stats::Stats;
+
+/// Why a handshake failed: each has its counter
+/// (`tls_handshake_failures_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// It did not finish within `tls_handshake_timeout`.
+    Timeout,
+    /// The client closed (or reset) before it finished.
+    Closed,
+    /// What came was not TLS (a plain HTTP request, say).
+    NotTls,
+    /// No version, cipher suite or group in common.
+    Incompatible,
+    /// The client refused our certificate (an alert).
+    Refused,
+    /// Any other breach of the protocol.
+    Protocol,
+}
+
+impl Failure {
+    /// Its counter in `stats`.
+    pub(crate) fn counter(self, stats: &Stats) -> &AtomicU64 {
+        match self {
+            Failure::Timeout => &stats.tls_handshake_failures_timeout,
+            Failure::Closed => &stats.tls_handshake_failures_closed,
+            Failure::NotTls => &stats.tls_handshake_failures_not_tls,
+            Failure::Incompatible => &stats.tls_handshake_failures_incompatible,
+            Failure::Refused => &stats.tls_handshake_failures_refused,
+            Failure::Protocol => &stats.tls_handshake_failures_protocol,
+        }
+    }
+
+    /// A rustls error as one of these.
+    fn of(error: &rustls::Error) -> Failure {
+        use rustls::InvalidMessage as M;
+        match error {
+            rustls::Error::InvalidMessage(M::InvalidContentType | M::UnknownProtocolVersion) => {
+                Failure::NotTls
+            }
+            rustls::Error::PeerIncompatible(_) => Failure::Incompatible,
+            rustls::Error::AlertReceived(_) => Failure::Refused,
+            _ => Failure::Protocol,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Failure::Timeout => "the handshake did not finish in time",
+            Failure::Closed => "the client closed during the handshake",
+            Failure::NotTls => "the client does not speak TLS",
+            Failure::Incompatible => "no TLS version or cipher in common",
+            Failure::Refused => "the client refused the handshake",
+            Failure::Protocol => "a TLS protocol error",
+        })
+    }
+}
+
+/// A client whose handshake is done: the connection, with whatever rustls
+/// still has to send (a TLS 1.3 session ticket) left for the pump.
+pub(crate) type Session = Box<ServerConnection>;
+
+/// Does the server side of the handshake on `client` (made non-blocking
+/// here, as the pump wants it), within the terminator's timeout.
+///
+/// # Errors
+///
+/// Why it failed; any alert rustls has for the client was sent (one try,
+/// without waiting).
+pub(crate) fn accept(term: &Terminator, client: &TcpStream) -> Result<Session, Failure> {
+    let mut conn = ServerConnection::new(Arc::clone(&term.config))
+        .map(Box::new)
+        .map_err(|e| Failure::of(&e))?;
+    client.set_nonblocking(true).map_err(|_| Failure::Closed)?;
+    let deadline = Instant::now() + term.handshake_timeout;
+    let mut sock = client;
+    while conn.is_handshaking() {
+        if conn.wants_write() {
+            match conn.write_tls(&mut sock) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => writable_by(client, deadline)?,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Err(Failure::Closed),
+            }
+            continue;
+        }
+        match conn.read_tls(&mut sock) {
+            Ok(0) => return Err(Failure::Closed),
+            Ok(_) => {
+                if let Err(e) = conn.process_new_packets() {
+                    // The alert rustls queued, if the socket takes it now.
+                    let _ = conn.write_tls(&mut sock);
+                    return Err(Failure::of(&e));
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                match readable_by(client.as_raw_fd(), deadline) {
+                    Ok(true) => {}
+                    Ok(false) => return Err(Failure::Timeout),
+                    Err(_) => return Err(Failure::Closed),
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return Err(Failure::Closed),
+        }
+    }
+    Ok(conn)
+}
+
+/// The handshake of a worker's client: counted (`tls_handshakes`, or
+/// the failure's counter) and, when it failed, logged (debug) with the
+/// client closed; `None` then.
+#[cold]
+#[inline(never)]
+pub(crate) fn serve(
+    term: &Terminator,
+    client: &TcpStream,
+    stats: &Stats,
+    peer: std::net::SocketAddr,
+) -> Option<Session> {
+    match accept(term, client) {
+        Ok(session) => {
+            Stats::incr(&stats.tls_handshakes);
+            Some(session)
+        }
+        Err(failure) => {
+            Stats::incr(failure.counter(stats));
+            log::debug!("client {peer}: TLS handshake failed: {failure}");
+            let _ = client.shutdown(std::net::Shutdown::Both);
+            None
+        }
+    }
+}
+
+/// Waits until `client` takes bytes again, or the deadline.
+fn writable_by(client: &TcpStream, deadline: Instant) -> Result<(), Failure> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut fds = [libc::pollfd {
+            fd: client.as_raw_fd(),
+            events: libc::POLLOUT,
+            revents: 0,
+        }];
+        match poll(&mut fds, millis_rounded_up(left)) {
+            Ok(0) if Instant::now() >= deadline => return Err(Failure::Timeout),
+            Ok(0) => continue,
+            Ok(_) => return Ok(()),
+            Err(_) => return Err(Failure::Closed),
+        }
+    }
+}
+
+/// The negotiated version, in the access log's words (`TLSv1.3`).
+pub(crate) fn version(conn: &ServerConnection) -> &'static str {
+    match conn.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+        _ => "-",
+    }
+}
+
+/// An I/O error kind that means the peer went away.
+pub(super) fn is_gone(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe
+    )
+}
