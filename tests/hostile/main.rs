@@ -13,6 +13,8 @@
 mod common;
 #[path = "../peers/mod.rs"]
 mod peers;
+#[path = "../tls_certs/mod.rs"]
+mod tls_certs;
 
 mod admin;
 mod balancer_port;
@@ -22,3 +24,4 @@ mod failure;
 mod prompt;
 mod proxy_header;
 mod services;
+mod tls;
