@@ -1,9 +1,10 @@
 //! TLS termination with real clients: curl, openssl s_client (TLS 1.2 and
 //! 1.3, SNI), ab over TLS, a rustls client for half-close; certificates
 //! swapped by SIGHUP while a connection stays open; a bad certificate at
-//! start-up.
+//! start-up; re-encryption to `openssl s_server`.
 
 mod common;
+mod peers;
 mod tls_certs;
 
 use std::io::{Read, Write};
@@ -27,7 +28,10 @@ fn balancer(backends: &[std::net::SocketAddr], pairs: &[&Pair]) -> TestBalancer 
 fn curl_reaches_plain_backends_over_terminated_tls() {
     let certs = Certs::new();
     let pair = certs.issue("a", &["localhost"], 1);
-    let demos = [Demo::start("127.0.0.1:0", "one"), Demo::start("127.0.0.1:0", "two")];
+    let demos = [
+        Demo::start("127.0.0.1:0", "one"),
+        Demo::start("127.0.0.1:0", "two"),
+    ];
     let b = balancer(&[demos[0].addr, demos[1].addr], &[&pair]);
     let mut seen = Vec::new();
     for _ in 0..4 {
@@ -39,12 +43,20 @@ fn curl_reaches_plain_backends_over_terminated_tls() {
             .output()
             .expect("run curl");
         let body = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(out.status.success(), "{body} {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{body} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         seen.push(body);
     }
     assert!(seen.iter().any(|s| s.contains("one")), "{seen:?}");
     assert!(seen.iter().any(|s| s.contains("two")), "{seen:?}");
-    assert!(wait_for(Duration::from_secs(10), || b.stats.snapshot().tls_handshakes == 4));
+    assert!(wait_for(Duration::from_secs(10), || b
+        .stats
+        .snapshot()
+        .tls_handshakes
+        == 4));
 }
 
 /// openssl s_client negotiates TLS 1.2 and TLS 1.3, and the server name
@@ -64,8 +76,10 @@ fn s_client_gets_both_versions_and_the_certificate_of_its_name() {
         ("other.test", "-tls1_2", "a.test", "TLSv1.2"),
     ] {
         let (got, proto, verify) = served(port, name, &certs.ca(), version);
-        assert!(got.contains(&format!("CN = {subject}")) || got.contains(&format!("CN={subject}")),
-            "{name}: {got}");
+        assert!(
+            got.contains(&format!("CN = {subject}")) || got.contains(&format!("CN={subject}")),
+            "{name}: {got}"
+        );
         assert_eq!(proto, protocol, "{name}");
         assert!(verify.contains("0 (ok)"), "{name}: {verify}");
     }
@@ -79,13 +93,19 @@ fn ab_over_tls() {
     let demo = Demo::start("127.0.0.1:0", "one");
     let b = balancer(&[demo.addr], &[&pair]);
     let out = Command::new("timeout")
-        .args(["60", "ab", "-f", "TLS1.2", "-n", "200", "-c", "10", "-s", "20"])
+        .args([
+            "60", "ab", "-f", "TLS1.2", "-n", "200", "-c", "10", "-s", "20",
+        ])
         .arg(format!("https://127.0.0.1:{}/", b.addr.port()))
         .stdin(Stdio::null())
         .output()
         .expect("run ab");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("Complete requests:      200"), "{text}");
     assert!(text.contains("Failed requests:        0"), "{text}");
 }
@@ -157,14 +177,34 @@ fn a_bad_certificate_at_start_up_exits_2_in_one_line() {
     let b = certs.issue("b", &["localhost"], 2);
     let missing = certs.dir.join("missing.pem");
     let cases = [
-        (format!("{},{}", missing.display(), a.key.display()), "cannot read"),
-        (format!("{},{}", a.key.display(), a.key.display()), "holds no PEM certificate"),
-        (format!("{},{}", a.cert.display(), a.cert.display()), "holds no PEM private key"),
-        (format!("{},{}", a.cert.display(), b.key.display()), "do not make a pair"),
+        (
+            format!("{},{}", missing.display(), a.key.display()),
+            "cannot read",
+        ),
+        (
+            format!("{},{}", a.key.display(), a.key.display()),
+            "holds no PEM certificate",
+        ),
+        (
+            format!("{},{}", a.cert.display(), a.cert.display()),
+            "holds no PEM private key",
+        ),
+        (
+            format!("{},{}", a.cert.display(), b.key.display()),
+            "do not make a pair",
+        ),
     ];
     for (flag, want) in cases {
         let out = Command::new(env!("CARGO_BIN_EXE_rodizio"))
-            .args(["--allow-root", "-l", "127.0.0.1:0", "-b", "127.0.0.1:9", "--tls-cert", &flag])
+            .args([
+                "--allow-root",
+                "-l",
+                "127.0.0.1:0",
+                "-b",
+                "127.0.0.1:9",
+                "--tls-cert",
+                &flag,
+            ])
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -173,4 +213,68 @@ fn a_bad_certificate_at_start_up_exits_2_in_one_line() {
         assert!(err.contains(want), "{flag}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
+}
+
+/// `openssl s_server -www` on a free port with `pair`, listening.
+fn s_server(certs: &Certs, pair: &Pair) -> (peers::Peer, std::net::SocketAddr) {
+    let port = peers::free_port();
+    let mut cmd = Command::new(peers::need("openssl", "openssl"));
+    cmd.args(["s_server", "-www", "-accept"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("-cert")
+        .arg(&pair.cert)
+        .arg("-key")
+        .arg(&pair.key);
+    let mut peer = peers::Peer::spawn("s_server", cmd, libc::SIGTERM, &certs.dir);
+    let addr = peers::loopback(port);
+    peer.wait_listening(addr);
+    (peer, addr)
+}
+
+/// Re-encryption: curl over terminated TLS, then TLS again to `openssl
+/// s_server -www`, whose certificate is verified for the configured name;
+/// a backend whose certificate is not for the name it is reached by is
+/// refused, and the client closed.
+#[test]
+fn re_encryption_to_openssl_s_server() {
+    let certs = Certs::new();
+    let front = certs.issue("front", &["localhost"], 1);
+    let back = certs.issue("back", &["backend.test"], 2);
+    let (_server, addr) = s_server(&certs, &back);
+    let b = TestBalancer::with(&[addr], |c| {
+        c.tls.certs = CertList(vec![front.setting()]);
+        c.tls.backend = true;
+        c.tls.backend_ca = Some(certs.ca());
+        c.tls.backend_server_name = Some("backend.test".into());
+    });
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--cacert"])
+        .arg(certs.ca())
+        .arg(format!("https://localhost:{}/", b.addr.port()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run curl");
+    let body = String::from_utf8_lossy(&out.stdout).to_string();
+    // s_server -www describes the session it had: with rodizio, over TLS.
+    assert!(
+        body.contains("Ciphers supported in s_server binary"),
+        "{body}"
+    );
+    assert!(body.contains("Protocol  : TLSv1.3"), "{body}");
+    // The same backend reached by its address: the name does not match.
+    let wrong = TestBalancer::with(&[addr], |c| {
+        c.tls.backend = true;
+        c.tls.backend_ca = Some(certs.ca());
+    });
+    let mut s = common::connect(wrong.addr).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    assert!(wait_for(Duration::from_secs(10), || wrong
+        .stats
+        .snapshot()
+        .no_backend
+        + wrong.stats.snapshot().connect_failures
+        >= 1));
 }

@@ -328,6 +328,34 @@ macro_rules! settings_table {
             file Secs => take,
             flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
             always |c: &Config| format_duration(c.tls.handshake_timeout);
+        /// Speak TLS to the backends (re-encryption), verifying their
+        /// certificates against --backend-tls-ca. Off by default.
+        backend_tls: bool, "backend-tls", Service, set(tls.backend), live,
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.tls.backend.to_string();
+        /// The CAs (a PEM file) that sign the backends' certificates, with
+        /// --backend-tls; default the system's bundle
+        /// (/etc/ssl/certs/ca-certificates.crt).
+        backend_tls_ca: PathBuf, "backend-tls-ca", Service, some(tls.backend_ca), live,
+            file Text => take,
+            flag Option<PathBuf> [value_name = "FILE"],
+            always |c: &Config| c
+                .tls
+                .backend_ca
+                .as_ref()
+                .map_or_else(|| "system".into(), |p| p.display().to_string());
+        /// The name sent to (SNI) and verified in every backend's
+        /// certificate, with --backend-tls; default each backend's host.
+        backend_tls_server_name: String, "backend-tls-server-name", Service,
+            some(tls.backend_server_name), live,
+            file Text => take,
+            flag Option<String> [value_name = "NAME"],
+            always |c: &Config| c
+                .tls
+                .backend_server_name
+                .clone()
+                .unwrap_or_else(|| "the backend's host".into());
         /// Send every backend a PROXY protocol header (v1 or v2) with the
         /// client's address before its bytes; one backend alone takes
         /// `-b HOST:PORT,send-proxy` or `,send-proxy-v2`.

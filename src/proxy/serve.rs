@@ -143,10 +143,10 @@ impl Proxy {
         let (client, pick, origin) = self.route(route, client, peer)?;
         // From here on the client is who the header said.
         outcome.peer = origin.source;
-        let tls = match &self.tls {
+        let mut tls = match &self.tls {
             None => None,
             Some(term) => Some(crate::tls_term::handshake::serve(
-                &term.load(),
+                term.load_full(),
                 &client,
                 &self.stats,
                 outcome.peer,
@@ -162,6 +162,19 @@ impl Proxy {
         let connecting = Instant::now();
         let connected = self.connect(&pick, &attempt, &mut failovers);
         let connect_time = connecting.elapsed();
+        let connected = match (connected, &mut tls) {
+            (Ok((sock, backend)), Some(tls)) => {
+                match tls.reach_backend(
+                    &sock,
+                    backend.name(),
+                    connecting + settings.connect_timeout,
+                ) {
+                    Ok(()) => Ok((sock, backend)),
+                    Err(e) => Err(Error::io(format!("connecting to {}", backend.name()), e)),
+                }
+            }
+            (connected, _) => connected,
+        };
         match connected {
             Ok((backend_sock, backend)) => Some(Link {
                 client,
@@ -337,8 +350,14 @@ fn pump_tls(
     settings: &ProxyConfig,
     peer: SocketAddr,
 ) -> pump::Outcome {
+    use crate::tls_term::pump::{pump, Side};
     settings.keep_alive(client, backend, peer);
-    crate::tls_term::pump::pump(&mut session, client, backend, &settings.pump_options())
+    let sessions = &mut *session;
+    pump(
+        Side::client(client, sessions.client.as_mut()),
+        Side::backend(backend, sessions.backend.as_mut()),
+        &settings.pump_options(),
+    )
 }
 
 /// Waits until `client` has something to read (bytes, or its end of

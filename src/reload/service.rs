@@ -134,7 +134,12 @@ fn prepare_tls(
 ) -> Result<Option<Terminator>> {
     if old.tls.on() != new.tls.on() {
         new.tls.certs = old.tls.certs.clone();
-        needs_restart.push("tls_certs");
+        new.tls.backend = old.tls.backend;
+        needs_restart.push(if old.tls.terminates() != new.tls.terminates() {
+            "tls_certs"
+        } else {
+            "backend_tls"
+        });
     }
     match service.live.tls {
         Some(_) => Terminator::load(&new.tls),

@@ -102,7 +102,7 @@ fn words(error: &rustls::Error) -> String {
 }
 
 /// Reads `path`, at most [`MAX_PEM_BYTES`].
-fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+pub(super) fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
     let shown = path.display();
     let file = File::open(path).map_err(|e| format!("cannot read {shown}: {}", os_words(&e)))?;
     let mut bytes = Vec::new();
@@ -110,7 +110,9 @@ fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read {shown}: {}", os_words(&e)))?;
     if bytes.len() as u64 > MAX_PEM_BYTES {
-        return Err(format!("{shown} is over 1 MiB: not a PEM certificate or key"));
+        return Err(format!(
+            "{shown} is over 1 MiB: not a PEM certificate or key"
+        ));
     }
     Ok(bytes)
 }

@@ -20,7 +20,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
-use rustls::ServerConnection;
+use rustls::{Connection, ServerConnection};
 
 use super::Terminator;
 use crate::poll::{millis_rounded_up, poll, readable_by};
@@ -84,45 +84,50 @@ impl fmt::Display for Failure {
     }
 }
 
-/// A client whose handshake is done: the connection, with whatever rustls
-/// still has to send (a TLS 1.3 session ticket) left for the pump.
-pub(crate) type Session = Box<ServerConnection>;
+/// A connection's TLS sessions, on the heap (the worker's stack frames
+/// under the pump stay as small as the plain path's): the client's when
+/// its TLS is terminated here, the backend's when it is re-encrypted.
+pub(crate) struct Sessions {
+    /// The service's TLS as it was when the client came.
+    pub(crate) edge: Arc<Terminator>,
+    pub(crate) client: Option<Connection>,
+    pub(crate) backend: Option<Connection>,
+}
 
-/// Does the server side of the handshake on `client` (made non-blocking
-/// here, as the pump wants it), within the terminator's timeout.
+/// Boxed [`Sessions`].
+pub(crate) type Session = Box<Sessions>;
+
+/// Does one side's handshake on `sock` (made non-blocking here, as the
+/// pump wants it) by `deadline`.
 ///
 /// # Errors
 ///
-/// Why it failed; any alert rustls has for the client was sent (one try,
+/// Why it failed; any alert rustls has for the peer was sent (one try,
 /// without waiting).
-pub(crate) fn accept(term: &Terminator, client: &TcpStream) -> Result<Session, Failure> {
-    let mut conn = ServerConnection::new(Arc::clone(&term.config))
-        .map(Box::new)
-        .map_err(|e| Failure::of(&e))?;
-    client.set_nonblocking(true).map_err(|_| Failure::Closed)?;
-    let deadline = Instant::now() + term.handshake_timeout;
-    let mut sock = client;
+fn complete(conn: &mut Connection, sock: &TcpStream, deadline: Instant) -> Result<(), Failure> {
+    sock.set_nonblocking(true).map_err(|_| Failure::Closed)?;
+    let mut io = sock;
     while conn.is_handshaking() {
         if conn.wants_write() {
-            match conn.write_tls(&mut sock) {
+            match conn.write_tls(&mut io) {
                 Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => writable_by(client, deadline)?,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => writable_by(sock, deadline)?,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => return Err(Failure::Closed),
             }
             continue;
         }
-        match conn.read_tls(&mut sock) {
+        match conn.read_tls(&mut io) {
             Ok(0) => return Err(Failure::Closed),
             Ok(_) => {
                 if let Err(e) = conn.process_new_packets() {
                     // The alert rustls queued, if the socket takes it now.
-                    let _ = conn.write_tls(&mut sock);
+                    let _ = conn.write_tls(&mut io);
                     return Err(Failure::of(&e));
                 }
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                match readable_by(client.as_raw_fd(), deadline) {
+                match readable_by(sock.as_raw_fd(), deadline) {
                     Ok(true) => {}
                     Ok(false) => return Err(Failure::Timeout),
                     Err(_) => return Err(Failure::Closed),
@@ -132,24 +137,40 @@ pub(crate) fn accept(term: &Terminator, client: &TcpStream) -> Result<Session, F
             Err(_) => return Err(Failure::Closed),
         }
     }
-    Ok(conn)
+    Ok(())
 }
 
-/// The handshake of a worker's client: counted (`tls_handshakes`, or
-/// the failure's counter) and, when it failed, logged (debug) with the
-/// client closed; `None` then.
+/// The TLS of a worker's client, for a service with TLS on either side:
+/// the client's handshake done (when terminated here), counted
+/// (`tls_handshakes`, or the failure's counter) and, when it failed,
+/// logged (debug) with the client closed; `None` then.
 #[cold]
 #[inline(never)]
 pub(crate) fn serve(
-    term: &Terminator,
+    edge: Arc<Terminator>,
     client: &TcpStream,
     stats: &Stats,
     peer: std::net::SocketAddr,
 ) -> Option<Session> {
-    match accept(term, client) {
-        Ok(session) => {
+    let mut sessions = Box::new(Sessions {
+        edge,
+        client: None,
+        backend: None,
+    });
+    let Some(config) = &sessions.edge.config else {
+        return Some(sessions);
+    };
+    let deadline = Instant::now() + sessions.edge.handshake_timeout;
+    let done = ServerConnection::new(Arc::clone(config))
+        .map_err(|e| Failure::of(&e))
+        .and_then(|conn| {
+            let conn = sessions.client.insert(Connection::Server(conn));
+            complete(conn, client, deadline)
+        });
+    match done {
+        Ok(()) => {
             Stats::incr(&stats.tls_handshakes);
-            Some(session)
+            Some(sessions)
         }
         Err(failure) => {
             Stats::incr(failure.counter(stats));
@@ -157,6 +178,38 @@ pub(crate) fn serve(
             let _ = client.shutdown(std::net::Shutdown::Both);
             None
         }
+    }
+}
+
+impl Sessions {
+    /// Re-encryption: the handshake with the backend `name` on `sock`, by
+    /// `deadline`, when the service asks for it.
+    ///
+    /// # Errors
+    ///
+    /// Why it failed, in words.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn reach_backend(
+        &mut self,
+        sock: &TcpStream,
+        name: &str,
+        deadline: Instant,
+    ) -> io::Result<()> {
+        let Some(tls) = &self.edge.backend else {
+            return Ok(());
+        };
+        let Some(server) = tls.name_for(name) else {
+            return Err(io::Error::new(
+                ErrorKind::InvalidInput,
+                format!("no server name for TLS to {name}: set backend_tls_server_name"),
+            ));
+        };
+        let conn = rustls::ClientConnection::new(Arc::clone(&tls.config), server)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let conn = self.backend.insert(Connection::Client(conn));
+        complete(conn, sock, deadline)
+            .map_err(|f| io::Error::other(format!("TLS handshake with the backend failed: {f}")))
     }
 }
 
@@ -179,7 +232,7 @@ fn writable_by(client: &TcpStream, deadline: Instant) -> Result<(), Failure> {
 }
 
 /// The negotiated version, in the access log's words (`TLSv1.3`).
-pub(crate) fn version(conn: &ServerConnection) -> &'static str {
+pub(crate) fn version(conn: &Connection) -> &'static str {
     match conn.protocol_version() {
         Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
         Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",

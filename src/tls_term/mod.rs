@@ -3,6 +3,7 @@
 //!
 //! - this file: the settings ([`TlsSettings`], [`CertPair`]) and the
 //!   [`Terminator`] built from them, swapped whole by a reload;
+//! - `backend`: re-encryption, TLS from the worker to the backends;
 //! - `certs`: reading the PEM files, the choice of a certificate by the
 //!   client's server name (SNI), and each certificate's `notAfter`;
 //! - `handshake`: the worker's blocking handshake, bounded by
@@ -21,6 +22,7 @@
 //!
 //! No C counterpart: the C proxies plain TCP only.
 
+pub mod backend;
 mod certs;
 mod expiry;
 pub(crate) mod handshake;
@@ -43,6 +45,23 @@ pub use certs::Expiry;
 /// `timeout client`; a real client finishes in a few round trips, so
 /// anything slower is a client that holds a worker for nothing.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The least stack a worker gets when any service speaks TLS: a
+/// handshake (certificate verification, key exchange) runs much deeper
+/// than the plain path. Address space only: a page is resident once
+/// touched, so plain connections cost what they did.
+pub const TLS_WORKER_STACK: usize = 256 * 1024;
+
+/// The workers' stack: `asked` (the setting), raised to
+/// [`TLS_WORKER_STACK`] when any service of `config` speaks TLS.
+pub fn worker_stack(asked: usize, config: &crate::Config) -> usize {
+    let tls = config.tls.on() || config.services.iter().any(|s| s.tls.on());
+    if tls {
+        asked.max(TLS_WORKER_STACK)
+    } else {
+        asked
+    }
+}
 
 /// One certificate chain and its private key, both PEM files.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -105,6 +124,14 @@ pub struct TlsSettings {
     /// Longest time a client may take to finish its handshake
     /// (`tls_handshake_timeout`). Default [`DEFAULT_HANDSHAKE_TIMEOUT`].
     pub handshake_timeout: Duration,
+    /// Speak TLS to the backends (`backend_tls`). Default off.
+    pub backend: bool,
+    /// The CAs that sign the backends' certificates (`backend_tls_ca`).
+    /// Default `None`: [`backend::SYSTEM_CA_BUNDLE`].
+    pub backend_ca: Option<PathBuf>,
+    /// The name sent to and verified in every backend's certificate
+    /// (`backend_tls_server_name`). Default `None`: each backend's host.
+    pub backend_server_name: Option<String>,
 }
 
 impl Default for TlsSettings {
@@ -112,24 +139,36 @@ impl Default for TlsSettings {
         TlsSettings {
             certs: CertList::default(),
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            backend: false,
+            backend_ca: None,
+            backend_server_name: None,
         }
     }
 }
 
 impl TlsSettings {
     /// Whether the service terminates TLS.
-    pub fn on(&self) -> bool {
+    pub fn terminates(&self) -> bool {
         !self.certs.0.is_empty()
+    }
+
+    /// Whether the service speaks TLS on either side.
+    pub fn on(&self) -> bool {
+        self.terminates() || self.backend
     }
 }
 
-/// What a worker needs to terminate TLS for a service: the rustls
+/// What a worker needs for a service's TLS: the rustls server
 /// configuration (certificates loaded, chosen by SNI) and the handshake
-/// timeout. Built again, files read again, by every reload.
+/// timeout, and the client configuration toward the backends. Built
+/// again, files read again, by every reload.
 #[derive(Debug)]
 pub struct Terminator {
-    /// rustls's server side, TLS 1.2 and 1.3 with the `ring` provider.
-    pub(crate) config: Arc<rustls::ServerConfig>,
+    /// rustls's server side, TLS 1.2 and 1.3 with the `ring` provider;
+    /// `None` when only the backends get TLS.
+    pub(crate) config: Option<Arc<rustls::ServerConfig>>,
+    /// TLS toward the backends, when `backend_tls` is on.
+    pub(crate) backend: Option<backend::BackendTls>,
     /// `tls_handshake_timeout`.
     pub(crate) handshake_timeout: Duration,
     /// Each certificate's name and `notAfter`, for `/metrics`.
@@ -150,21 +189,40 @@ impl Terminator {
             return Ok(None);
         }
         if settings.handshake_timeout.is_zero() {
-            return Err(Error::setting("tls_handshake_timeout", "must be more than 0"));
+            return Err(Error::setting(
+                "tls_handshake_timeout",
+                "must be more than 0",
+            ));
         }
-        let (resolver, expiry) =
-            certs::ByName::load(&settings.certs.0).map_err(|m| Error::setting("tls_certs", m))?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(|e| Error::setting("tls_certs", e.to_string()))?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(resolver));
-        Ok(Some(Terminator {
-            config: Arc::new(config),
+        let backend = settings
+            .backend
+            .then(|| {
+                backend::BackendTls::load(
+                    settings.backend_ca.as_deref(),
+                    settings.backend_server_name.as_deref(),
+                )
+            })
+            .transpose()
+            .map_err(|m| Error::setting("backend_tls_ca", m))?;
+        let mut terminator = Terminator {
+            config: None,
+            backend,
             handshake_timeout: settings.handshake_timeout,
-            expiry,
-        }))
+            expiry: Vec::new(),
+        };
+        if settings.terminates() {
+            let (resolver, expiry) = certs::ByName::load(&settings.certs.0)
+                .map_err(|m| Error::setting("tls_certs", m))?;
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ServerConfig::builder_with_provider(provider)
+                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+                .map_err(|e| Error::setting("tls_certs", e.to_string()))?
+                .with_no_client_auth()
+                .with_cert_resolver(Arc::new(resolver));
+            terminator.config = Some(Arc::new(config));
+            terminator.expiry = expiry;
+        }
+        Ok(Some(terminator))
     }
 
     /// Each certificate's first name and the Unix time of its `notAfter`.

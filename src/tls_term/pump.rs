@@ -1,15 +1,14 @@
 //! The TLS-aware pump: the plain pump's rules (never block, `poll(2)` on
 //! both sockets, half-close passed on, idle and fin timeouts) with rustls
-//! between the client's socket and the bytes.
+//! between a socket and its bytes, on the client's side (termination),
+//! the backend's (re-encryption) or both.
 //!
-//! Client to backend: `read_tls` when the client's socket is readable,
-//! `process_new_packets`, then the plain bytes from rustls's reader into
-//! a buffer and on to the backend. The client's `close_notify` (or its
-//! end of stream) becomes `shutdown(Write)` toward the backend.
-//!
-//! Backend to client: a read into a buffer, into rustls's writer, then
-//! `write_tls` when the client's socket is writable. The backend's end of
-//! stream becomes a `close_notify` to the client, then `shutdown(Write)`.
+//! Each [`Side`] reads and writes plain bytes: a plain socket directly; a
+//! TLS one through rustls (`read_tls` when the socket is readable,
+//! `process_new_packets`, its reader; its writer, then `write_tls` when
+//! the socket is writable). A side's end (its `close_notify`, or its end
+//! of stream) is passed on to the other as `shutdown(Write)`, or as a
+//! `close_notify` then `shutdown(Write)` once it has left.
 //!
 //! Unlike the plain pump, any fault ends both directions: a TLS stream
 //! that has failed cannot carry the other direction's bytes either.
@@ -28,7 +27,7 @@ use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 
-use rustls::ServerConnection;
+use rustls::Connection;
 
 use crate::poll::{millis, poll};
 use crate::proxy::pump::{End, Outcome, PumpOptions, Transfer, TURN_BYTES};
@@ -57,45 +56,210 @@ impl Buf {
     }
 }
 
-/// Where the connection stands.
-struct State {
-    up: Buf,
-    down: Buf,
-    /// The client said it is done (`close_notify`, or its end of stream).
-    client_eof: bool,
-    /// The backend was told (`shutdown(Write)`).
-    up_done: bool,
-    backend_eof: bool,
-    /// `close_notify` queued for the client.
-    close_sent: bool,
-    /// Sent, and the client's socket shut for writing.
-    down_done: bool,
-    client_readable: bool,
-    client_writable: bool,
-    backend_readable: bool,
-    backend_writable: bool,
-    /// A direction used up its turn: go round again without waiting.
-    busy: bool,
-    first_close: Option<End>,
+/// One socket of the connection, with its TLS session when it has one.
+pub(crate) struct Side<'a> {
+    sock: &'a TcpStream,
+    tls: Option<&'a mut Connection>,
+    /// Which side it is, for the ends its faults make.
+    client: bool,
+    readable: bool,
+    writable: bool,
+    /// It said it is done (`close_notify`, or its end of stream).
+    eof: bool,
+    /// Its `close_notify` is queued.
+    closing: bool,
+    /// We are done writing to it: `shutdown(Write)` made.
+    shut: bool,
 }
 
 type Fault = (End, Option<io::Error>);
 
-/// Moves the bytes of one terminated connection both ways until both
-/// sides are done or nothing moves for the idle (or fin) timeout. Both
-/// sockets are made non-blocking. Never fails: every end is an [`End`].
-pub(crate) fn pump(
-    conn: &mut ServerConnection,
-    client: &TcpStream,
-    backend: &TcpStream,
-    options: &PumpOptions,
-) -> Outcome {
+impl<'a> Side<'a> {
+    /// The client's socket, `tls` when its TLS is terminated here.
+    pub(crate) fn client(sock: &'a TcpStream, tls: Option<&'a mut Connection>) -> Side<'a> {
+        Side::new(sock, tls, true)
+    }
+
+    /// The backend's socket, `tls` when it is re-encrypted.
+    pub(crate) fn backend(sock: &'a TcpStream, tls: Option<&'a mut Connection>) -> Side<'a> {
+        Side::new(sock, tls, false)
+    }
+
+    fn new(sock: &'a TcpStream, tls: Option<&'a mut Connection>, client: bool) -> Side<'a> {
+        Side {
+            sock,
+            tls,
+            client,
+            readable: true,
+            writable: true,
+            eof: false,
+            closing: false,
+            shut: false,
+        }
+    }
+
+    fn read_failed(&self, e: io::Error) -> Fault {
+        let end = match (self.client, super::handshake::is_gone(&e)) {
+            (true, true) => End::ClientReset,
+            (false, true) => End::BackendReset,
+            _ => End::Error,
+        };
+        (end, Some(e))
+    }
+
+    fn write_failed(&self, e: io::Error) -> Fault {
+        let end = match (self.client, super::handshake::is_gone(&e)) {
+            (true, true) => End::ClientReset,
+            (false, true) => End::BackendReset,
+            (true, false) => End::WriteToClientFailed,
+            (false, false) => End::WriteToBackendFailed,
+        };
+        (end, Some(e))
+    }
+
+    fn wants_write(&self) -> bool {
+        self.tls.as_ref().is_some_and(|c| c.wants_write())
+    }
+
+    /// Sends what rustls holds for the socket, while it takes it.
+    fn flush(&mut self) -> Result<(), Fault> {
+        let Some(conn) = self.tls.as_mut() else {
+            return Ok(());
+        };
+        let mut sock = self.sock;
+        while conn.wants_write() && self.writable {
+            match conn.write_tls(&mut sock) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.writable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.write_failed(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes plain bytes; `Ok(0)`: none taken now (wait for writable).
+    fn write_plain(&mut self, bytes: &[u8]) -> Result<usize, Fault> {
+        let written = match self.tls.as_mut() {
+            None if !self.writable => return Ok(0),
+            None => (&mut &*self.sock).write(bytes),
+            Some(conn) => conn.writer().write(bytes),
+        };
+        match written {
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                self.writable = false;
+                Ok(0)
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(0),
+            Err(e) => Err(self.write_failed(e)),
+        }
+    }
+
+    /// Reads plain bytes: `Ok(None)` when none can come now, `Ok(Some(0))`
+    /// at its end.
+    fn read_plain(&mut self, buf: &mut [u8]) -> Result<Option<usize>, Fault> {
+        loop {
+            let Some(conn) = self.tls.as_mut() else {
+                if !self.readable {
+                    return Ok(None);
+                }
+                return match (&mut &*self.sock).read(buf) {
+                    Ok(n) => Ok(Some(n)),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        self.readable = false;
+                        Ok(None)
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => Err(self.read_failed(e)),
+                };
+            };
+            match conn.reader().read(buf) {
+                Ok(n) => return Ok(Some(n)),
+                // Its end of stream without a close_notify: ended all the same.
+                Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(Some(0)),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => return Err((End::Error, Some(e))),
+            }
+            if !self.readable {
+                return Ok(None);
+            }
+            let mut sock = self.sock;
+            match conn.read_tls(&mut sock) {
+                Ok(0) => return Ok(Some(0)),
+                Ok(_) => {
+                    if let Err(e) = conn.process_new_packets() {
+                        let _ = conn.write_tls(&mut sock);
+                        let error = io::Error::new(ErrorKind::InvalidData, e.to_string());
+                        return Err((End::Error, Some(error)));
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.read_failed(e)),
+            }
+        }
+    }
+
+    /// Passes the other side's end on: `close_notify` first on TLS, then
+    /// `shutdown(Write)` once everything has left.
+    fn close_write(&mut self) -> Result<(), Fault> {
+        if let Some(conn) = self.tls.as_mut() {
+            if !self.closing {
+                conn.send_close_notify();
+                self.closing = true;
+            }
+            self.flush()?;
+            if self.wants_write() {
+                return Ok(());
+            }
+        }
+        self.shut = true;
+        match self.sock.shutdown(Shutdown::Write) {
+            Err(e) if e.kind() != ErrorKind::NotConnected => Err(self.write_failed(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Poll events for this socket: read when `more` (its direction wants
+    /// bytes) and it said it has none; write when bytes wait for it.
+    fn watch(&self, more: bool, toward: &Buf) -> libc::pollfd {
+        let mut events = 0;
+        if more && !self.eof && !self.readable {
+            events |= libc::POLLIN;
+        }
+        if !self.writable && (self.wants_write() || (toward.pending() && !self.shut)) {
+            events |= libc::POLLOUT;
+        }
+        libc::pollfd {
+            fd: if events == 0 {
+                -1
+            } else {
+                self.sock.as_raw_fd()
+            },
+            events,
+            revents: 0,
+        }
+    }
+
+    fn learn(&mut self, fd: &libc::pollfd) {
+        const ANY: libc::c_short = libc::POLLERR | libc::POLLHUP;
+        self.readable |= fd.revents & (libc::POLLIN | ANY) != 0;
+        self.writable |= fd.revents & (libc::POLLOUT | ANY) != 0;
+    }
+}
+
+/// Moves the bytes of one connection both ways until both sides are done
+/// or nothing moves for the idle (or fin) timeout. Both sockets are made
+/// non-blocking. Never fails: every end is an [`End`].
+pub(crate) fn pump(mut client: Side<'_>, mut backend: Side<'_>, options: &PumpOptions) -> Outcome {
     let mut transfer = Transfer::default();
     let (end, error) = match client
+        .sock
         .set_nonblocking(true)
-        .and_then(|()| backend.set_nonblocking(true))
+        .and_then(|()| backend.sock.set_nonblocking(true))
     {
-        Ok(()) => run(conn, client, backend, options, &mut transfer),
+        Ok(()) => run(&mut client, &mut backend, options, &mut transfer),
         Err(e) => (End::Error, Some(e)),
     };
     Outcome {
@@ -106,59 +270,43 @@ pub(crate) fn pump(
 }
 
 fn run(
-    conn: &mut ServerConnection,
-    client: &TcpStream,
-    backend: &TcpStream,
+    client: &mut Side<'_>,
+    backend: &mut Side<'_>,
     options: &PumpOptions,
     transfer: &mut Transfer,
 ) -> Fault {
-    let mut s = State {
-        up: Buf::new(),
-        down: Buf::new(),
-        client_eof: false,
-        up_done: false,
-        backend_eof: false,
-        close_sent: false,
-        down_done: false,
-        client_readable: true,
-        client_writable: true,
-        backend_readable: true,
-        backend_writable: true,
-        busy: false,
-        first_close: None,
-    };
+    let (mut up, mut down) = (Buf::new(), Buf::new());
+    let mut first_close = None;
     let (idle_ms, fin_ms) = (millis(options.idle_timeout), millis(options.fin_timeout));
     loop {
-        s.busy = false;
-        if let Err(fault) = up(&mut s, conn, client, backend, &mut transfer.to_backend)
-            .and_then(|()| down(&mut s, conn, client, backend, &mut transfer.to_client))
-        {
-            return fault;
+        let stepped = step(client, backend, &mut up, &mut transfer.to_backend)
+            .and_then(|b| Ok(b | step(backend, client, &mut down, &mut transfer.to_client)?));
+        let busy = match stepped {
+            Ok(busy) => busy,
+            Err(fault) => return fault,
+        };
+        if client.eof {
+            first_close.get_or_insert(End::ClientClosed);
         }
-        if s.up_done && s.down_done {
-            return (s.first_close.unwrap_or(End::ClientClosed), None);
+        if backend.eof {
+            first_close.get_or_insert(End::BackendClosed);
+        }
+        if client.shut && backend.shut {
+            return (first_close.unwrap_or(End::ClientClosed), None);
         }
         let mut fds = [
-            watch(
-                client,
-                (!s.client_eof && !s.up.pending() && !s.client_readable, libc::POLLIN),
-                (conn.wants_write() && !s.client_writable, libc::POLLOUT),
-            ),
-            watch(
-                backend,
-                (!s.backend_eof && !s.down.pending() && !s.backend_readable, libc::POLLIN),
-                (s.up.pending() && !s.backend_writable, libc::POLLOUT),
-            ),
+            client.watch(!up.pending(), &down),
+            backend.watch(!down.pending(), &up),
         ];
-        let half_closed = s.client_eof || s.backend_eof;
-        let timeout = match (s.busy, half_closed) {
+        let half_closed = client.eof || backend.eof;
+        let timeout = match (busy, half_closed) {
             (true, _) => 0,
             (false, true) => fin_ms,
             (false, false) => idle_ms,
         };
         match poll(&mut fds, timeout) {
             Err(e) => return (End::Error, Some(e)),
-            Ok(0) if !s.busy => {
+            Ok(0) if !busy => {
                 let end = if half_closed {
                     End::FinTimeout
                 } else {
@@ -166,177 +314,48 @@ fn run(
                 };
                 return (end, None);
             }
-            Ok(_) => learn(&fds, &mut s),
+            Ok(_) => {
+                client.learn(&fds[0]);
+                backend.learn(&fds[1]);
+            }
         }
     }
 }
 
-/// A `pollfd` asking for the events whose condition holds (fd -1, skipped,
-/// when none does).
-fn watch(
-    socket: &TcpStream,
-    a: (bool, libc::c_short),
-    b: (bool, libc::c_short),
-) -> libc::pollfd {
-    let events = if a.0 { a.1 } else { 0 } | if b.0 { b.1 } else { 0 };
-    libc::pollfd {
-        fd: if events == 0 { -1 } else { socket.as_raw_fd() },
-        events,
-        revents: 0,
-    }
-}
-
-fn learn(fds: &[libc::pollfd; 2], s: &mut State) {
-    const ANY: libc::c_short = libc::POLLERR | libc::POLLHUP;
-    s.client_readable |= fds[0].revents & (libc::POLLIN | ANY) != 0;
-    s.client_writable |= fds[0].revents & (libc::POLLOUT | ANY) != 0;
-    s.backend_readable |= fds[1].revents & (libc::POLLIN | ANY) != 0;
-    s.backend_writable |= fds[1].revents & (libc::POLLOUT | ANY) != 0;
-}
-
-/// A reset, or another failure, of `side`.
-fn failed(error: io::Error, reset: End, other: End) -> Fault {
-    let end = if super::handshake::is_gone(&error) {
-        reset
-    } else {
-        other
-    };
-    (end, Some(error))
-}
-
-/// Client to backend, for at most one turn.
-fn up(
-    s: &mut State,
-    conn: &mut ServerConnection,
-    client: &TcpStream,
-    backend: &TcpStream,
+/// Moves bytes from `src` to `dst` through `buf` for at most one turn;
+/// whether the turn was used up (go on without waiting).
+fn step(
+    src: &mut Side<'_>,
+    dst: &mut Side<'_>,
+    buf: &mut Buf,
     moved: &mut u64,
-) -> Result<(), Fault> {
+) -> Result<bool, Fault> {
     let turn_ends = *moved + TURN_BYTES;
     loop {
-        while s.up.pending() && s.backend_writable {
-            match (&mut &*backend).write(&s.up.bytes[s.up.start..s.up.end]) {
-                Ok(n) => {
-                    s.up.start += n;
-                    *moved += n as u64;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => s.backend_writable = false,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(failed(e, End::BackendReset, End::WriteToBackendFailed)),
-            }
-        }
-        if s.up.pending() || s.up_done {
-            return Ok(());
-        }
-        if s.client_eof {
-            s.up_done = true;
-            s.first_close.get_or_insert(End::ClientClosed);
-            return match backend.shutdown(Shutdown::Write) {
-                Err(e) if e.kind() != ErrorKind::NotConnected => {
-                    Err(failed(e, End::BackendReset, End::WriteToBackendFailed))
-                }
-                _ => Ok(()),
-            };
-        }
-        if *moved >= turn_ends {
-            s.busy = true;
-            return Ok(());
-        }
-        match conn.reader().read(&mut s.up.bytes) {
-            Ok(0) => s.client_eof = true,
-            Ok(n) => (s.up.start, s.up.end) = (0, n),
-            // Its end of stream without a close_notify: ended all the same.
-            Err(e) if e.kind() == ErrorKind::UnexpectedEof => s.client_eof = true,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if !s.client_readable {
-                    return Ok(());
-                }
-                read_tls(s, conn, client)?;
-            }
-            Err(e) => return Err((End::Error, Some(e))),
-        }
-    }
-}
-
-/// One `read_tls` from the client and the records it brought.
-fn read_tls(s: &mut State, conn: &mut ServerConnection, client: &TcpStream) -> Result<(), Fault> {
-    let mut sock = client;
-    match conn.read_tls(&mut sock) {
-        Ok(0) => s.client_eof = true,
-        Ok(_) => {
-            if let Err(e) = conn.process_new_packets() {
-                let _ = conn.write_tls(&mut sock);
-                let error = io::Error::new(ErrorKind::InvalidData, e.to_string());
-                return Err((End::Error, Some(error)));
-            }
-        }
-        Err(e) if e.kind() == ErrorKind::WouldBlock => s.client_readable = false,
-        Err(e) if e.kind() == ErrorKind::Interrupted => {}
-        Err(e) => return Err(failed(e, End::ClientReset, End::Error)),
-    }
-    Ok(())
-}
-
-/// Backend to client, for at most one turn.
-fn down(
-    s: &mut State,
-    conn: &mut ServerConnection,
-    client: &TcpStream,
-    backend: &TcpStream,
-    moved: &mut u64,
-) -> Result<(), Fault> {
-    let turn_ends = *moved + TURN_BYTES;
-    let mut sock = client;
-    loop {
-        while conn.wants_write() && s.client_writable {
-            match conn.write_tls(&mut sock) {
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => s.client_writable = false,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(failed(e, End::ClientReset, End::WriteToClientFailed)),
-            }
-        }
-        if s.down_done {
-            return Ok(());
-        }
-        if s.close_sent {
-            if !conn.wants_write() {
-                s.down_done = true;
-                let _ = client.shutdown(Shutdown::Write);
-            }
-            return Ok(());
-        }
-        if s.down.pending() {
-            let n = conn
-                .writer()
-                .write(&s.down.bytes[s.down.start..s.down.end])
-                .map_err(|e| (End::Error, Some(e)))?;
-            s.down.start += n;
+        dst.flush()?;
+        if buf.pending() {
+            let n = dst.write_plain(&buf.bytes[buf.start..buf.end])?;
+            buf.start += n;
             *moved += n as u64;
-            if n == 0 && !s.client_writable {
-                return Ok(());
+            if n == 0 && !(dst.wants_write() && dst.writable) {
+                return Ok(false);
             }
             continue;
         }
-        if s.backend_eof {
-            s.first_close.get_or_insert(End::BackendClosed);
-            conn.send_close_notify();
-            s.close_sent = true;
-            continue;
+        if dst.shut {
+            return Ok(false);
         }
-        if !s.backend_readable {
-            return Ok(());
+        if src.eof {
+            dst.close_write()?;
+            return Ok(false);
         }
         if *moved >= turn_ends {
-            s.busy = true;
-            return Ok(());
+            return Ok(true);
         }
-        match (&mut &*backend).read(&mut s.down.bytes) {
-            Ok(0) => s.backend_eof = true,
-            Ok(n) => (s.down.start, s.down.end) = (0, n),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => s.backend_readable = false,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(failed(e, End::BackendReset, End::Error)),
+        match src.read_plain(&mut buf.bytes)? {
+            None => return Ok(false),
+            Some(0) => src.eof = true,
+            Some(n) => (buf.start, buf.end) = (0, n),
         }
     }
 }

@@ -56,7 +56,11 @@ fn garbage_instead_of_a_client_hello() {
     let mut s = raw(b.addr);
     s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let got = until_closed(&mut s);
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     // Nothing but a TLS alert record (type 21), if anything.
     assert!(got.is_empty() || got[0] == 21, "{got:?}");
     assert!(wait_for(Duration::from_secs(10), || {
@@ -72,8 +76,8 @@ fn a_client_hello_trickled_byte_by_byte() {
     let certs = Certs::new();
     let (b, _backend) = start(&certs, Duration::from_secs(20), 16);
     let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
-    let mut conn = rustls::ClientConnection::new(crate::tls_certs::client_config(&certs.ca()), name)
-        .unwrap();
+    let mut conn =
+        rustls::ClientConnection::new(crate::tls_certs::client_config(&certs.ca()), name).unwrap();
     let mut hello = Vec::new();
     conn.write_tls(&mut hello).unwrap();
     let mut s = raw(b.addr);
@@ -198,10 +202,14 @@ fn a_thousand_failed_handshakes() {
     for t in threads {
         t.join().unwrap();
     }
-    assert!(wait_for(Duration::from_secs(20), || {
-        let s = b.stats.snapshot();
-        s.tls_handshake_failures_not_tls + s.tls_handshake_failures_protocol == 1000
-    }), "{:?}", b.stats.snapshot());
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            let s = b.stats.snapshot();
+            s.tls_handshake_failures_not_tls + s.tls_handshake_failures_protocol == 1000
+        }),
+        "{:?}",
+        b.stats.snapshot()
+    );
     let s = b.stats.snapshot();
     assert!(s.tls_handshake_failures_not_tls >= 500, "{s:?}");
     assert!(s.workers <= 32, "{s:?}");
@@ -237,14 +245,18 @@ fn a_reload_with_a_bad_certificate_keeps_the_old_one() {
     std::fs::copy(&other.cert, &good.cert).unwrap();
     r.reload();
     assert!(
-        wait_for(Duration::from_secs(20), || r.log().contains("do not make a pair")),
+        wait_for(Duration::from_secs(20), || r
+            .log()
+            .contains("do not make a pair")),
         "{}",
         r.log()
     );
     std::fs::write(&good.cert, "not a certificate\n").unwrap();
     r.reload();
     assert!(
-        wait_for(Duration::from_secs(20), || r.log().contains("holds no PEM certificate")),
+        wait_for(Duration::from_secs(20), || r
+            .log()
+            .contains("holds no PEM certificate")),
         "{}",
         r.log()
     );

@@ -71,8 +71,21 @@ impl Certs {
         openssl(
             &dir,
             &[
-                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                "-keyout", "ca.key", "-out", "ca.pem", "-days", "30", "-subj", "/CN=rodizio test CA",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-days",
+                "30",
+                "-subj",
+                "/CN=rodizio test CA",
             ],
         );
         Certs { dir }
@@ -100,16 +113,40 @@ impl Certs {
         openssl(
             &self.dir,
             &[
-                "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                "-keyout", &key, "-out", &csr, "-subj", &subject,
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+                "-subj",
+                &subject,
             ],
         );
         let serial = serial.to_string();
         openssl(
             &self.dir,
             &[
-                "x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key", "-set_serial",
-                &serial, "-out", &cert, "-days", "30", "-extfile", &ext,
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-set_serial",
+                &serial,
+                "-out",
+                &cert,
+                "-days",
+                "30",
+                "-extfile",
+                &ext,
             ],
         );
         Pair {
