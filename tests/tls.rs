@@ -278,3 +278,54 @@ fn re_encryption_to_openssl_s_server() {
         + wrong.stats.snapshot().connect_failures
         >= 1));
 }
+
+/// What is seen of TLS: the access log line says the version and the
+/// server name, the handshakes and failures are counted in /metrics, and
+/// each certificate's seconds until notAfter (30 days here) are there.
+#[test]
+fn access_log_and_metrics_tell_the_tls() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["a.test"], 1);
+    let backend = TestBackend::echo();
+    let log = certs.dir.join("access.log");
+    let b = TestBalancer::with(&[backend.addr()], |c| {
+        c.tls.certs = CertList(vec![pair.setting()]);
+        c.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.access_log = Some(rodizio::access_log::Format::Json);
+        c.access_log_file = Some(log.clone());
+    });
+    let mut c = connect(b.addr, "a.test", &certs.ca()).unwrap();
+    c.write_all(b"hi").unwrap();
+    let mut buf = [0u8; 2];
+    c.read_exact(&mut buf).unwrap();
+    c.conn.send_close_notify();
+    c.flush().unwrap();
+    let _ = c.read_to_end(&mut Vec::new());
+    let mut garbage = common::connect(b.addr).unwrap();
+    garbage.write_all(b"SSH-2.0-x\r\n").unwrap();
+    let _ = garbage.read_to_end(&mut Vec::new());
+    assert!(
+        wait_for(Duration::from_secs(10), || std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(r#""tls":"TLSv1.3","sni":"a.test""#)),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let metrics = common::http_get(b.admin.unwrap(), "/metrics").unwrap().body;
+    assert!(
+        metrics.contains("rodizio_tls_handshakes_total{service=\"default\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("rodizio_tls_handshake_failures_not_tls_total{service=\"default\"} 1"),
+        "{metrics}"
+    );
+    let expiry: i64 = metrics
+        .lines()
+        .find(|l| l.starts_with("rodizio_tls_certificate_expiry_seconds{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    let days = expiry / 86_400;
+    assert!((29..=30).contains(&days), "{expiry}");
+}

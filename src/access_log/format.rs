@@ -128,6 +128,13 @@ fn text(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
         out.extend_from_slice(b" reason=");
         text_value(out, reason)?;
     }
+    if let Some(tls) = &r.tls {
+        write!(out, " tls={} sni=", tls.version)?;
+        match &tls.sni {
+            Some(name) => text_value(out, name)?,
+            None => out.push(b'-'),
+        }
+    }
     Ok(())
 }
 
@@ -166,6 +173,10 @@ struct JsonLine<'a> {
     to_client: u64,
     end: &'static str,
     reason: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sni: Option<&'a str>,
 }
 
 /// A field written as the string its `Display` makes.
@@ -191,6 +202,8 @@ fn json(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
         to_client: r.bytes_to_client,
         end: r.end.name(),
         reason: r.end.reason(),
+        tls: r.tls.as_ref().map(|t| t.version),
+        sni: r.tls.as_ref().and_then(|t| t.sni.as_deref()),
     };
     line.serialize(&mut serde_json::Serializer::with_formatter(out, Escaping))
         .map_err(io::Error::from)

@@ -114,6 +114,9 @@ pub(crate) struct Served {
     pub failovers: u32,
     /// When the worker took the client.
     pub started: Instant,
+    /// The client's TLS, when terminated here (boxed: nothing on the
+    /// plain path's frames).
+    pub tls: Option<Box<access_log::TlsNote>>,
 }
 
 /// The `ended_*` counter of each way the pump ends.
@@ -362,6 +365,7 @@ impl Report {
                 failovers: served.failovers,
                 transfer,
                 end: access_log::End::pumped(end, pumped.error.as_ref()),
+                tls: served.tls.as_deref().cloned(),
             };
             let backend = Some(served.backend.name());
             self.log_access(outcome.peer, backend, outcome.queued_at, access);
@@ -459,6 +463,8 @@ pub(crate) struct Access {
     pub transfer: Transfer,
     /// How it ended.
     pub end: access_log::End,
+    /// The client's TLS, when terminated here.
+    pub tls: Option<access_log::TlsNote>,
 }
 
 impl Access {
@@ -470,6 +476,7 @@ impl Access {
             failovers: 0,
             transfer: Transfer::default(),
             end,
+            tls: None,
         }
     }
 
@@ -490,6 +497,7 @@ impl Access {
             bytes_to_backend: self.transfer.to_backend,
             bytes_to_client: self.transfer.to_client,
             end: self.end,
+            tls: self.tls,
         }
     }
 }

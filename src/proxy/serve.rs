@@ -90,8 +90,11 @@ impl Proxy {
         if backend.name() == super::PANIC_BACKEND {
             panic!("a test asked for a panic inside a connection");
         }
-        let pumped = match tls {
-            None => pump_both(&client, &backend_sock, &settings, outcome.peer),
+        let (pumped, tls) = match tls {
+            None => (
+                pump_both(&client, &backend_sock, &settings, outcome.peer),
+                None,
+            ),
             Some(session) => pump_tls(session, &client, &backend_sock, &settings, outcome.peer),
         };
         outcome.fate = Fate::Served(Served {
@@ -100,6 +103,7 @@ impl Proxy {
             connect_time,
             failovers,
             started,
+            tls,
         });
         // Counters before the close, so that whoever sees this connection
         // close also sees it counted; `completed` and then the active
@@ -340,8 +344,9 @@ fn pump_both(
     }
 }
 
-/// [`pump_both`] for a client whose TLS the worker terminates. Not
-/// inlined: the plain path's frame stays as it was.
+/// [`pump_both`] for a connection with TLS on either side, and what the
+/// access log says of the client's TLS. Not inlined: the plain path's
+/// frame stays as it was.
 #[inline(never)]
 fn pump_tls(
     mut session: crate::tls_term::handshake::Session,
@@ -349,15 +354,17 @@ fn pump_tls(
     backend: &TcpStream,
     settings: &ProxyConfig,
     peer: SocketAddr,
-) -> pump::Outcome {
+) -> (pump::Outcome, Option<Box<crate::access_log::TlsNote>>) {
     use crate::tls_term::pump::{pump, Side};
     settings.keep_alive(client, backend, peer);
     let sessions = &mut *session;
-    pump(
+    let note = sessions.note();
+    let pumped = pump(
         Side::client(client, sessions.client.as_mut()),
         Side::backend(backend, sessions.backend.as_mut()),
         &settings.pump_options(),
-    )
+    );
+    (pumped, note)
 }
 
 /// Waits until `client` has something to read (bytes, or its end of

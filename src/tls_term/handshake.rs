@@ -23,8 +23,10 @@ use std::time::Instant;
 use rustls::{Connection, ServerConnection};
 
 use super::Terminator;
+use crate::access_log::TlsNote;
 use crate::poll::{millis_rounded_up, poll, readable_by};
 use crate::stats::Stats;
+use crate::trace;
 
 /// Why a handshake failed: each has its counter
 /// (`tls_handshake_failures_*`).
@@ -170,6 +172,14 @@ pub(crate) fn serve(
     match done {
         Ok(()) => {
             Stats::incr(&stats.tls_handshakes);
+            if trace::on() {
+                if let Some(note) = sessions.note() {
+                    trace::event(trace::Event::TlsHandshake {
+                        version: note.version,
+                        sni: note.sni.as_deref(),
+                    });
+                }
+            }
             Some(sessions)
         }
         Err(failure) => {
@@ -182,6 +192,17 @@ pub(crate) fn serve(
 }
 
 impl Sessions {
+    /// The client's TLS, for the access log: `None` when not terminated.
+    pub(crate) fn note(&self) -> Option<Box<TlsNote>> {
+        let Some(Connection::Server(conn)) = &self.client else {
+            return None;
+        };
+        Some(Box::new(TlsNote {
+            version: version(conn),
+            sni: conn.server_name().map(str::to_string),
+        }))
+    }
+
     /// Re-encryption: the handshake with the backend `name` on `sock`, by
     /// `deadline`, when the service asks for it.
     ///
@@ -232,7 +253,7 @@ fn writable_by(client: &TcpStream, deadline: Instant) -> Result<(), Failure> {
 }
 
 /// The negotiated version, in the access log's words (`TLSv1.3`).
-pub(crate) fn version(conn: &Connection) -> &'static str {
+pub(crate) fn version(conn: &ServerConnection) -> &'static str {
     match conn.protocol_version() {
         Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
         Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",

@@ -178,6 +178,13 @@ pub enum Event<'a> {
         /// Failed connects in a row to it now.
         failures: u32,
     },
+    /// The client's TLS handshake finished (the balancer terminates it).
+    TlsHandshake {
+        /// The version negotiated (`TLSv1.3`).
+        version: &'a str,
+        /// The server name it asked for (SNI), if any.
+        sni: Option<&'a str>,
+    },
     /// Fail-over: the next backend is tried.
     FailOver {
         /// The backend tried next.
@@ -610,6 +617,10 @@ mod tests {
             Event::Waiting {
                 worker: 1,
                 served: 1,
+            },
+            Event::TlsHandshake {
+                version: "TLSv1.3",
+                sni: Some("a.test"),
             },
             Event::Picked {
                 algorithm: "least-connections",

@@ -33,6 +33,7 @@ enum Says {
     TakenReused,
     ConnectFailed,
     FailOver,
+    TlsHandshake,
     Connected,
     Unreachable,
     FirstBytes,
@@ -102,6 +103,11 @@ const SENTENCES: &[(Says, &str, &str)] = &[
         Says::ConnectFailed,
         "connect to backend {backend} failed: {reason} ({failures} in a row)",
         "connect no backend {backend} falhou: {reason} ({failures} seguida(s))",
+    ),
+    (
+        Says::TlsHandshake,
+        "TLS handshake done: {version}, server name {sni}",
+        "handshake TLS feito: {version}, nome do servidor {sni}",
     ),
     (
         Says::FailOver,
@@ -272,6 +278,10 @@ fn worker_holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
             ],
         ),
         Event::FailOver { backend } => (Says::FailOver, vec![("backend", s(&backend))]),
+        Event::TlsHandshake { version, sni } => (
+            Says::TlsHandshake,
+            vec![("version", s(&version)), ("sni", s(&sni.unwrap_or("-")))],
+        ),
         Event::Connected { backend, fd, took } => (
             Says::Connected,
             vec![("backend", s(&backend)), ("fd", s(&fd)), ("took", d(took))],
