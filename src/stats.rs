@@ -232,6 +232,8 @@ counters! {
     tls_handshake_failures_incompatible: Counter,
     /// TLS handshakes the client refused with an alert (our certificate, say).
     tls_handshake_failures_refused: Counter,
+    /// TLS handshakes whose client certificate was missing or not trusted (tls_client_ca).
+    tls_handshake_failures_client_certificate: Counter,
     /// TLS handshakes that broke the protocol in another way.
     tls_handshake_failures_protocol: Counter,
     /// Rate-limit checks the shared store (Redis) could not answer in time; decided by --rate-limit-store-failure.

@@ -329,3 +329,48 @@ fn access_log_and_metrics_tell_the_tls() {
     let days = expiry / 86_400;
     assert!((29..=30).contains(&days), "{expiry}");
 }
+
+/// Mutual TLS: with tls_client_ca, curl with a certificate the CA signed
+/// is served; curl without one is refused, counted as such.
+#[test]
+fn client_certificates_with_tls_client_ca() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["localhost"], 1);
+    let client = certs.issue("client", &["client.test"], 2);
+    let demo = Demo::start("127.0.0.1:0", "one");
+    let b = TestBalancer::with(&[demo.addr], |c| {
+        c.tls.certs = CertList(vec![pair.setting()]);
+        c.tls.client_ca = Some(certs.ca());
+    });
+    let curl = |with_cert: bool| {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "--max-time", "20", "--cacert"])
+            .arg(certs.ca());
+        if with_cert {
+            cmd.arg("--cert")
+                .arg(&client.cert)
+                .arg("--key")
+                .arg(&client.key);
+        }
+        cmd.arg(format!("https://localhost:{}/", b.addr.port()))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run curl")
+    };
+    let ok = curl(true);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("one"));
+    let refused = curl(false);
+    assert!(!refused.status.success());
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            b.stats.snapshot().tls_handshake_failures_client_certificate == 1
+        }),
+        "{:?}",
+        b.stats.snapshot()
+    );
+}

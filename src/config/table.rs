@@ -328,6 +328,12 @@ macro_rules! settings_table {
             file Secs => take,
             flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
             always |c: &Config| format_duration(c.tls.handshake_timeout);
+        /// Ask every TLS client for a certificate signed by these CAs (a PEM
+        /// file): mutual TLS. Off by default.
+        tls_client_ca: PathBuf, "tls-client-ca", Service, some(tls.client_ca), live,
+            file Text => take,
+            flag Option<PathBuf> [value_name = "FILE"],
+            always |c: &Config| or_off(c.tls.client_ca.as_ref(), |p| p.display().to_string());
         /// Speak TLS to the backends (re-encryption), verifying their
         /// certificates against --backend-tls-ca. Off by default.
         backend_tls: bool, "backend-tls", Service, set(tls.backend), live,

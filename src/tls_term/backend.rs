@@ -34,17 +34,7 @@ impl BackendTls {
     /// Reads the CA file and builds the client configuration.
     pub(super) fn load(ca: Option<&Path>, server_name: Option<&str>) -> Result<BackendTls, String> {
         let path: PathBuf = ca.map_or_else(|| SYSTEM_CA_BUNDLE.into(), Path::to_path_buf);
-        let bytes = super::certs::read_pem(&path)?;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&bytes) {
-            let cert = cert.map_err(|e| format!("{} is not PEM: {e}", path.display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("{}: a certificate is not usable: {e}", path.display()))?;
-        }
-        if roots.is_empty() {
-            return Err(format!("{} holds no PEM certificate", path.display()));
-        }
+        let roots = read_roots(&path)?;
         let server_name = server_name
             .map(|n| {
                 ServerName::try_from(n.to_string())
@@ -73,4 +63,20 @@ impl BackendTls {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         ServerName::try_from(host.to_string()).ok()
     }
+}
+
+/// The CA certificates of a PEM file, at least one.
+pub(super) fn read_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
+    let bytes = super::certs::read_pem(path)?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&bytes) {
+        let cert = cert.map_err(|e| format!("{} is not PEM: {e}", path.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("{}: a certificate is not usable: {e}", path.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(roots)
 }

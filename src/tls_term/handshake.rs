@@ -42,6 +42,9 @@ pub enum Failure {
     Incompatible,
     /// The client refused our certificate (an alert).
     Refused,
+    /// The client's certificate was missing or not trusted
+    /// (`tls_client_ca`).
+    ClientCertificate,
     /// Any other breach of the protocol.
     Protocol,
 }
@@ -55,6 +58,7 @@ impl Failure {
             Failure::NotTls => &stats.tls_handshake_failures_not_tls,
             Failure::Incompatible => &stats.tls_handshake_failures_incompatible,
             Failure::Refused => &stats.tls_handshake_failures_refused,
+            Failure::ClientCertificate => &stats.tls_handshake_failures_client_certificate,
             Failure::Protocol => &stats.tls_handshake_failures_protocol,
         }
     }
@@ -68,6 +72,9 @@ impl Failure {
             }
             rustls::Error::PeerIncompatible(_) => Failure::Incompatible,
             rustls::Error::AlertReceived(_) => Failure::Refused,
+            rustls::Error::NoCertificatesPresented | rustls::Error::InvalidCertificate(_) => {
+                Failure::ClientCertificate
+            }
             _ => Failure::Protocol,
         }
     }
@@ -81,6 +88,7 @@ impl fmt::Display for Failure {
             Failure::NotTls => "the client does not speak TLS",
             Failure::Incompatible => "no TLS version or cipher in common",
             Failure::Refused => "the client refused the handshake",
+            Failure::ClientCertificate => "the client's certificate is missing or not trusted",
             Failure::Protocol => "a TLS protocol error",
         })
     }

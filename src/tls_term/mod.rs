@@ -124,6 +124,9 @@ pub struct TlsSettings {
     /// Longest time a client may take to finish its handshake
     /// (`tls_handshake_timeout`). Default [`DEFAULT_HANDSHAKE_TIMEOUT`].
     pub handshake_timeout: Duration,
+    /// Ask every client for a certificate signed by these CAs (a PEM
+    /// file; `tls_client_ca`, mutual TLS). Default `None`: none asked.
+    pub client_ca: Option<PathBuf>,
     /// Speak TLS to the backends (`backend_tls`). Default off.
     pub backend: bool,
     /// The CAs that sign the backends' certificates (`backend_tls_ca`).
@@ -139,6 +142,7 @@ impl Default for TlsSettings {
         TlsSettings {
             certs: CertList::default(),
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            client_ca: None,
             backend: false,
             backend_ca: None,
             backend_server_name: None,
@@ -214,11 +218,24 @@ impl Terminator {
             let (resolver, expiry) = certs::ByName::load(&settings.certs.0)
                 .map_err(|m| Error::setting("tls_certs", m))?;
             let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let config = rustls::ServerConfig::builder_with_provider(provider)
+            let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
                 .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-                .map_err(|e| Error::setting("tls_certs", e.to_string()))?
-                .with_no_client_auth()
-                .with_cert_resolver(Arc::new(resolver));
+                .map_err(|e| Error::setting("tls_certs", e.to_string()))?;
+            let builder = match &settings.client_ca {
+                None => builder.with_no_client_auth(),
+                Some(ca) => {
+                    let roots =
+                        backend::read_roots(ca).map_err(|m| Error::setting("tls_client_ca", m))?;
+                    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                        Arc::new(roots),
+                        provider,
+                    )
+                    .build()
+                    .map_err(|e| Error::setting("tls_client_ca", e.to_string()))?;
+                    builder.with_client_cert_verifier(verifier)
+                }
+            };
+            let config = builder.with_cert_resolver(Arc::new(resolver));
             terminator.config = Some(Arc::new(config));
             terminator.expiry = expiry;
         }
