@@ -9,7 +9,7 @@
 //! - `handshake`: the worker's blocking handshake, bounded by
 //!   `tls_handshake_timeout`, and why one failed;
 //! - `pump`: the TLS-aware pump, beside the plain and splice ones of
-//!   [`crate::proxy::pump`].
+//!   [`mod@crate::proxy::pump`].
 //!
 //! # Threads
 //!
