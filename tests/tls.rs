@@ -374,3 +374,47 @@ fn client_certificates_with_tls_client_ca() {
         b.stats.snapshot()
     );
 }
+
+/// The TLS settings are per service: in a `services` file, check-config
+/// shows each service's own (one terminating, one plain with the defaults).
+#[test]
+fn tls_settings_per_service() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["localhost"], 1);
+    let backend = TestBackend::echo();
+    let file = certs.dir.join("services.json");
+    std::fs::write(
+        &file,
+        format!(
+            r#"{{"services": [
+              {{"name": "web", "listen": "127.0.0.1:0", "backends": ["{b}"],
+                "tls_certs": [{pair}], "tls_handshake_timeout": "3s"}},
+              {{"name": "plain", "listen": "127.0.0.1:0", "backends": ["{b}"]}}
+            ]}}"#,
+            b = backend.addr(),
+            pair = pair.json()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rodizio"))
+        .arg("check-config")
+        .arg(&file)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let web = text.split("[service plain]").next().unwrap();
+    let plain = text.split("[service plain]").nth(1).unwrap();
+    assert!(
+        web.contains(&format!("tls_certs = {}", pair.flag())),
+        "{text}"
+    );
+    assert!(web.contains("tls_handshake_timeout = 3s"), "{text}");
+    assert!(plain.contains("tls_certs = off"), "{text}");
+    assert!(plain.contains("tls_handshake_timeout = 10s"), "{text}");
+}
