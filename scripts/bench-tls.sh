@@ -20,6 +20,7 @@
 # Results go to bench-out/tls.txt. Never part of `make test`: a shared
 # machine gives noisy numbers.
 set -euo pipefail
+[ -n "${BENCH_DEBUG:-}" ] && set -x
 cd "$(dirname "$0")/.."
 PROG=bench-tls
 # shellcheck source=scripts/lib.sh
@@ -169,8 +170,8 @@ for name in rodizio haproxy nginx; do
   cpu_us=$(awk -v t=$((after - before)) -v hz="$hz" -v c="$conns" \
     'BEGIN {if (c > 0) printf "%.0f", t / hz * 1e6 / c; else print "-"}')
   urls=()
-  for _ in $(seq 1 "$BULK_N"); do urls+=("https://localhost:$port/big.bin"); done
-  bulk=$(curl -s --cacert "$work/ca.pem" -o /dev/null -w '%{size_download} %{time_total}\n' "${urls[@]}" |
+  for _ in $(seq 1 "$BULK_N"); do urls+=(-o /dev/null "https://localhost:$port/big.bin"); done
+  bulk=$(curl -s --cacert "$work/ca.pem" -w '%{size_download} %{time_total}\n' "${urls[@]}" |
     awk '{b += $1; t += $2} END {if (t > 0) printf "%.0f", b / t / 1e6; else print "-"}')
   read -ra procs <<<"$(procs_of "$name")"
   rss_before=$(rss_kib "${procs[@]}")
