@@ -333,7 +333,11 @@ macro_rules! settings_table {
         tls_client_ca: PathBuf, "tls-client-ca", Service, some(tls.client_ca), live,
             file Text => take,
             flag Option<PathBuf> [value_name = "FILE"],
-            always |c: &Config| or_off(c.tls.client_ca.as_ref(), |p| p.display().to_string());
+            always |c: &Config| c
+                .tls
+                .client_ca
+                .as_ref()
+                .map_or_else(|| "none".into(), |p| p.display().to_string());
         /// Speak TLS to the backends (re-encryption), verifying their
         /// certificates against --backend-tls-ca. Off by default.
         backend_tls: bool, "backend-tls", Service, set(tls.backend), live,
@@ -341,7 +345,7 @@ macro_rules! settings_table {
             flag bool,
             always |c: &Config| c.tls.backend.to_string();
         /// The CAs (a PEM file) that sign the backends' certificates, with
-        /// --backend-tls; default the system's bundle
+        /// --backend-tls; none: the system's bundle
         /// (/etc/ssl/certs/ca-certificates.crt).
         backend_tls_ca: PathBuf, "backend-tls-ca", Service, some(tls.backend_ca), live,
             file Text => take,
@@ -350,9 +354,9 @@ macro_rules! settings_table {
                 .tls
                 .backend_ca
                 .as_ref()
-                .map_or_else(|| "system".into(), |p| p.display().to_string());
+                .map_or_else(|| "none".into(), |p| p.display().to_string());
         /// The name sent to (SNI) and verified in every backend's
-        /// certificate, with --backend-tls; default each backend's host.
+        /// certificate, with --backend-tls; none: each backend's host.
         backend_tls_server_name: String, "backend-tls-server-name", Service,
             some(tls.backend_server_name), live,
             file Text => take,
@@ -361,7 +365,7 @@ macro_rules! settings_table {
                 .tls
                 .backend_server_name
                 .clone()
-                .unwrap_or_else(|| "the backend's host".into());
+                .unwrap_or_else(|| "none".into());
         /// Send every backend a PROXY protocol header (v1 or v2) with the
         /// client's address before its bytes; one backend alone takes
         /// `-b HOST:PORT,send-proxy` or `,send-proxy-v2`.

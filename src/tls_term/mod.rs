@@ -100,11 +100,32 @@ impl fmt::Display for CertPair {
 
 /// The certificates of a service, the first the default: the value of
 /// `tls_certs` (`"tls_certs": [{"cert": "a.pem", "key": "a.key"}]` in the
-/// file, `--tls-cert CERT,KEY` repeated on the command line). Empty: the
-/// service does not terminate TLS.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
+/// file, or `"off"`; `--tls-cert CERT,KEY` repeated on the command line).
+/// Empty: the service does not terminate TLS.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CertList(pub Vec<CertPair>);
+
+impl<'de> Deserialize<'de> for CertList {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(
+            untagged,
+            expecting = "a list of {\"cert\": FILE, \"key\": FILE}, or \"off\""
+        )]
+        enum Given {
+            List(Vec<CertPair>),
+            Word(String),
+        }
+        match Given::deserialize(d)? {
+            Given::List(pairs) => Ok(CertList(pairs)),
+            Given::Word(w) if w == "off" => Ok(CertList::default()),
+            Given::Word(w) => Err(serde::de::Error::custom(format!(
+                "expected a list of {{\"cert\": FILE, \"key\": FILE}}, or \"off\", got {:?}",
+                w.chars().take(80).collect::<String>()
+            ))),
+        }
+    }
+}
 
 impl fmt::Display for CertList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -22,6 +22,11 @@ fn the_file_lists_pairs_as_objects() {
     assert_eq!(list.to_string(), "a.pem,a.key b,c");
     assert_eq!(CertList::default().to_string(), "off");
     assert!(serde_json::from_str::<CertList>(r#"[{"cert": "a.pem"}]"#).is_err());
+    assert_eq!(
+        serde_json::from_str::<CertList>(r#""off""#).unwrap(),
+        CertList::default()
+    );
+    assert!(serde_json::from_str::<CertList>(r#""a.pem""#).is_err());
     assert!(serde_json::from_str::<CertList>(r#"[{"cert": "a", "key": "b", "x": 1}]"#).is_err());
 }
 
