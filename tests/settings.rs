@@ -314,7 +314,8 @@ fn what_describe_prints_reads_back() {
             | "admin_allow_remote"
             | "accept_proxy"
             | "allow_root"
-            | "reuse_port" => value,
+            | "reuse_port"
+            | "backend_tls" => value,
             _ => format!("\"{value}\""),
         };
         text.push_str(&format!("\"{key}\": {value}"));
