@@ -317,20 +317,7 @@ fn worker_holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
             to_client,
             took,
             error,
-        } => {
-            let mut holes = vec![
-                ("to_backend", s(&to_backend)),
-                ("to_client", s(&to_client)),
-                ("took", d(took)),
-            ];
-            match error {
-                None => (Says::Closed, holes),
-                Some(e) => {
-                    holes.push(("error", s(e)));
-                    (Says::ClosedByError, holes)
-                }
-            }
-        }
+        } => closed_holes(lang, [to_backend, to_client], took, error),
         Event::Waiting { worker, served } => (
             Says::Waiting,
             vec![("worker", s(&worker)), ("served", s(&served))],
@@ -343,6 +330,28 @@ fn worker_holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
         | Event::NoBackend
         | Event::Queued { .. }
         | Event::Taken { .. } => holes(lang, event),
+    }
+}
+
+/// [`holes`] of the close: bytes each way (to the backend, to the client),
+/// the time, and the error that ended it, if any.
+fn closed_holes(
+    lang: Lang,
+    [to_backend, to_client]: [u64; 2],
+    took: Duration,
+    error: Option<&std::io::Error>,
+) -> (Says, Vec<Hole>) {
+    let mut holes = vec![
+        ("to_backend", to_backend.to_string()),
+        ("to_client", to_client.to_string()),
+        ("took", Dur(took, lang).to_string()),
+    ];
+    match error {
+        None => (Says::Closed, holes),
+        Some(e) => {
+            holes.push(("error", e.to_string()));
+            (Says::ClosedByError, holes)
+        }
     }
 }
 
