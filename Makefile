@@ -1,5 +1,5 @@
 # A thin layer over cargo and scripts/: CI runs `make test`, as a person does.
-.PHONY: build release demo run test lint doc bench bench-quick compare-c clean
+.PHONY: build release demo run test lint doc bench bench-quick bench-tls compare-c clean
 
 build:
 	cargo build
@@ -34,6 +34,12 @@ bench:
 
 bench-quick:
 	scripts/bench.sh --quick
+
+# TLS termination beside HAProxy and nginx with the same certificate:
+# handshakes/s, CPU per handshake, bulk MB/s and RSS per TLS connection,
+# into bench-out/tls.txt (scripts/bench-tls.sh --quick for a smoke run).
+bench-tls:
+	scripts/bench-tls.sh
 
 # The article's C beside rodizio, same checks: make compare-c C_DIR=path/to/the/C
 # (without C_DIR, rodizio's side only).

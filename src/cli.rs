@@ -34,6 +34,7 @@ use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MA
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::sni::ServerNames;
+use crate::tls_term::{CertList, CertPair};
 use crate::trace::Lang;
 use crate::units::{parse_duration, parse_size, ByteRate};
 
@@ -247,6 +248,12 @@ impl FlagValue<bool> for bool {
 impl FlagValue<Vec<BackendSpec>> for Vec<BackendSpec> {
     fn given(&self) -> Option<Vec<BackendSpec>> {
         (!self.is_empty()).then(|| self.clone())
+    }
+}
+
+impl FlagValue<CertList> for Vec<CertPair> {
+    fn given(&self) -> Option<CertList> {
+        (!self.is_empty()).then(|| CertList(self.clone()))
     }
 }
 

@@ -132,11 +132,12 @@ impl Error {
 /// The command-line flag of a setting, as the operator types it: the
 /// setting's name in kebab case, except where the flag is spelled
 /// otherwise (`backends` is given with `--backend`, once per backend;
-/// `admin_listen` with `--admin`).
+/// `admin_listen` with `--admin`, `tls_certs` with `--tls-cert`).
 pub fn flag_name(setting: &str) -> String {
     match setting {
         "backends" => "--backend".to_string(),
         "admin_listen" => "--admin".to_string(),
+        "tls_certs" => "--tls-cert".to_string(),
         _ => format!("--{}", setting.replace('_', "-")),
     }
 }

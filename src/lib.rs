@@ -126,6 +126,10 @@
 //!   thread that fills them).
 //! - `reply`: the 429/502/503 replies, written without blocking.
 //! - `stats`: one table of counters and gauges.
+//! - `tls_term/`: TLS termination (off by default): the settings and the
+//!   terminator, `certs` (the PEM files, the choice by SNI), `expiry`
+//!   (a certificate's `notAfter`), `handshake` (the worker's, bounded),
+//!   `pump` (the TLS-aware pump beside the plain and splice ones).
 //! - `throttle`: a log line at most once a second for events that repeat.
 //! - `units`: durations and sizes as people write them.
 //! - `signals`: the signal thread (SIGINT/SIGTERM drain, SIGHUP, SIGUSR1).
@@ -229,6 +233,7 @@ pub mod system;
 pub mod systemd;
 pub mod tally;
 pub mod throttle;
+pub mod tls_term;
 pub mod trace;
 pub mod units;
 pub mod waitlist;

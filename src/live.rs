@@ -33,4 +33,7 @@ pub struct Live {
     pub health: Arc<ArcSwap<HealthConfig>>,
     /// The rate limiter, or none: read by the accept loop once per client.
     pub limiter: Arc<ArcSwapOption<Limiter>>,
+    /// TLS termination, for a service started with `tls_certs`: a reload
+    /// reads the certificates again and swaps it; `None` for plain TCP.
+    pub tls: Option<Arc<ArcSwap<crate::tls_term::Terminator>>>,
 }

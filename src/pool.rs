@@ -84,7 +84,7 @@ impl Sizing {
     pub fn of(config: &Config) -> Sizing {
         Sizing {
             workers: config.workers.max(1),
-            stack_size: config.thread_stack,
+            stack_size: crate::tls_term::worker_stack(config.thread_stack, config),
             waiting: config.queue_capacity,
         }
     }

@@ -94,6 +94,8 @@ impl Service {
             proxy: Arc::new(ArcSwap::from_pointee(config.proxy.clone())),
             health: Arc::new(ArcSwap::from_pointee(config.health.clone())),
             limiter: Arc::new(ArcSwapOption::new(limiter)),
+            tls: crate::tls_term::Terminator::load(&config.tls)?
+                .map(|t| Arc::new(ArcSwap::from_pointee(t))),
         };
         let proxy = Proxy::new(
             Arc::clone(&live.scheduler),
@@ -106,7 +108,8 @@ impl Service {
         )
         .busy_warning(shared.workers, Arc::clone(&shared.queue_depth))
         .process_stats(Arc::clone(&shared.stats))
-        .named(&config.name);
+        .named(&config.name)
+        .terminating(live.tls.clone());
         Ok(Service {
             slots: config.max_connections.map(Slots::new),
             config,

@@ -226,6 +226,22 @@ counters! {
     admin_connections_refused: Counter,
     /// Admin API connections closed because no byte moved either way for 15 s (a client that stopped reading, say).
     admin_idle_closes: Counter,
+    /// TLS handshakes finished with clients (services with tls_certs).
+    tls_handshakes: Counter,
+    /// TLS handshakes that did not finish within tls_handshake_timeout.
+    tls_handshake_failures_timeout: Counter,
+    /// TLS handshakes the client closed or reset before they finished.
+    tls_handshake_failures_closed: Counter,
+    /// TLS handshakes whose client did not speak TLS (a plain request, garbage).
+    tls_handshake_failures_not_tls: Counter,
+    /// TLS handshakes with no version, cipher suite or group in common.
+    tls_handshake_failures_incompatible: Counter,
+    /// TLS handshakes the client refused with an alert (our certificate, say).
+    tls_handshake_failures_refused: Counter,
+    /// TLS handshakes whose client certificate was missing or not trusted (tls_client_ca).
+    tls_handshake_failures_client_certificate: Counter,
+    /// TLS handshakes that broke the protocol in another way.
+    tls_handshake_failures_protocol: Counter,
     /// Rate-limit checks the shared store (Redis) could not answer in time; decided by --rate-limit-store-failure.
     rate_limit_store_failures: Counter,
     /// SNI routing: ClientHellos whose name matched a service's server_names.

@@ -316,7 +316,8 @@ fn what_describe_prints_reads_back() {
             | "accept_proxy"
             | "allow_root"
             | "sni_default"
-            | "reuse_port" => value,
+            | "reuse_port"
+            | "backend_tls" => value,
             _ => format!("\"{value}\""),
         };
         text.push_str(&format!("\"{key}\": {value}"));

@@ -133,6 +133,17 @@ fn text(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
         out.extend_from_slice(b" reason=");
         text_value(out, reason)?;
     }
+    if let Some(tls) = &r.tls {
+        write!(out, " tls={}", tls.version)?;
+        // A client routed by SNI has its name written once, up front.
+        if r.sni.is_none() {
+            out.extend_from_slice(b" sni=");
+            match &tls.sni {
+                Some(name) => text_value(out, name)?,
+                None => out.push(b'-'),
+            }
+        }
+    }
     Ok(())
 }
 
@@ -173,6 +184,8 @@ struct JsonLine<'a> {
     to_client: u64,
     end: &'static str,
     reason: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<&'static str>,
 }
 
 /// A field written as the string its `Display` makes.
@@ -189,7 +202,11 @@ fn json(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
         time: Rfc3339(r.time),
         client: r.client,
         service: r.service.as_deref(),
-        sni: r.sni.as_deref(),
+        // Routed by SNI, or the name a terminated handshake asked for.
+        sni: r
+            .sni
+            .as_deref()
+            .or_else(|| r.tls.as_ref().and_then(|t| t.sni.as_deref())),
         backend: r.backend.as_deref(),
         queue_us: micros(r.queue_wait),
         connect_us: r.connect_time.map(micros),
@@ -199,6 +216,7 @@ fn json(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
         to_client: r.bytes_to_client,
         end: r.end.name(),
         reason: r.end.reason(),
+        tls: r.tls.as_ref().map(|t| t.version),
     };
     line.serialize(&mut serde_json::Serializer::with_formatter(out, Escaping))
         .map_err(io::Error::from)

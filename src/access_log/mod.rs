@@ -41,7 +41,7 @@ use crate::error::{Error, Result};
 use crate::throttle::LogThrottle;
 
 pub use format::Format;
-pub use record::{current_sni, set_sni, with_sni, End, Record, SniGuard};
+pub use record::{current_sni, set_sni, with_sni, End, Record, SniGuard, TlsNote};
 use writer::{open, Sink, Writer};
 
 /// Most records waiting for the writer; one more is dropped and counted.
@@ -287,6 +287,7 @@ mod tests {
             bytes_to_backend: if moved { 77 } else { 0 },
             bytes_to_client: if moved { 612 } else { 0 },
             end,
+            tls: None,
         }
     }
 
@@ -615,6 +616,36 @@ mod tests {
             let _ = std::fs::remove_file(&self.0);
             let _ = std::fs::remove_dir(&self.0);
         }
+    }
+
+    /// A terminated TLS client's line says its version and server name;
+    /// a plain one's says nothing of TLS.
+    #[test]
+    fn tls_version_and_server_name_on_both_formats() {
+        let mut r = record(End::Pumped(pump::End::ClientClosed));
+        let line = |r: &Record, f: Format| {
+            let mut out = Vec::new();
+            f.write(r, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert!(!line(&r, Format::Text).contains("tls="));
+        assert!(!line(&r, Format::Json).contains("\"tls\""));
+        r.tls = Some(TlsNote {
+            version: "TLSv1.3",
+            sni: Some("a.test".into()),
+        });
+        assert!(
+            line(&r, Format::Text).contains(" tls=TLSv1.3 sni=a.test"),
+            "{}",
+            line(&r, Format::Text)
+        );
+        let json = line(&r, Format::Json);
+        assert!(json.contains(r#""tls":"TLSv1.3","sni":"a.test""#), "{json}");
+        r.tls = Some(TlsNote {
+            version: "TLSv1.2",
+            sni: None,
+        });
+        assert!(line(&r, Format::Text).contains(" tls=TLSv1.2 sni=-"));
     }
 
     fn numbered(i: u64) -> Record {

@@ -88,6 +88,18 @@ pub struct Record {
     pub bytes_to_client: u64,
     /// How the connection ended.
     pub end: End,
+    /// The client's TLS, when the balancer terminated it: the version
+    /// negotiated and the server name it asked for.
+    pub tls: Option<TlsNote>,
+}
+
+/// What the access log and the trace say of a terminated TLS client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsNote {
+    /// `TLSv1.3` or `TLSv1.2`.
+    pub version: &'static str,
+    /// The server name (SNI) the client asked for, if any.
+    pub sni: Option<String>,
 }
 
 /// How a connection ended. Each has a stable snake_case name, written in

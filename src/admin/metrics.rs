@@ -117,6 +117,7 @@ impl Collector for View {
         backend_up(&mut encoder, &lists)?;
         backend_last_change(&mut encoder, &lists)?;
         backend_errors(&mut encoder, &lists)?;
+        certificate_expiry(&mut encoder, &services)?;
         let histograms: Vec<_> = services
             .iter()
             .map(|x| (x.name(), x.stats.histogram_snapshots()))
@@ -147,6 +148,44 @@ impl Collector for View {
         ConstGauge::new(1i64).encode(m.encode_family(&labels)?)?;
         Ok(())
     }
+}
+
+/// Seconds until each served certificate's `notAfter` (negative once
+/// expired), labelled `service` and `certificate` (its file); nothing
+/// when no service terminates TLS.
+fn certificate_expiry(
+    encoder: &mut DescriptorEncoder,
+    services: &[Arc<crate::service::Service>],
+) -> Result<(), std::fmt::Error> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let all: Vec<(&str, Arc<crate::tls_term::Terminator>)> = services
+        .iter()
+        .filter_map(|x| x.live.tls.as_ref().map(|t| (x.name(), t.load_full())))
+        .collect();
+    if all.iter().all(|(_, t)| t.expiry().is_empty()) {
+        return Ok(());
+    }
+    let mut m = encoder.encode_descriptor(
+        "tls_certificate_expiry_seconds",
+        "Seconds until each served certificate's notAfter (negative once expired).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (service, term) in &all {
+        for cert in term.expiry() {
+            let Some(not_after) = cert.not_after else {
+                continue;
+            };
+            let labels = [
+                ("service", service.to_string()),
+                ("certificate", cert.file.clone()),
+            ];
+            ConstGauge::new(not_after - now).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
 }
 
 /// Every value of the counters' table: the process's without labels,

@@ -305,7 +305,11 @@ fn backend(html: &mut String, b: &BackendRow) {
         ago(b.downtime),
         bname = esc(&b.name),
         upper = state.to_uppercase(),
-        mark = if b.backup { " <small>backup</small>" } else { "" },
+        mark = if b.backup {
+            " <small>backup</small>"
+        } else {
+            ""
+        },
     );
 }
 
@@ -421,8 +425,14 @@ mod tests {
         let mut s = section("default", vec![capped, row("127.0.0.1:8002", "up")]);
         s.queued = 7;
         let html = render(&process(), &[s]);
-        assert!(html.contains("<td>1</td><td>2/5</td><td>7</td><td>30</td>"), "{html}");
-        assert!(html.contains("<td>1</td><td>2</td><td>7</td><td>30</td>"), "{html}");
+        assert!(
+            html.contains("<td>1</td><td>2/5</td><td>7</td><td>30</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<td>1</td><td>2</td><td>7</td><td>30</td>"),
+            "{html}"
+        );
         assert!(html.contains("<th>waiting for a slot</th>"), "{html}");
         assert!(html.contains("<td>2</td><td>7</td>"), "{html}");
     }

@@ -117,6 +117,9 @@ pub struct Config {
     pub defer_accept: bool,
     /// Connecting and moving bytes: chunk size, timeouts, splice.
     pub proxy: ProxyConfig,
+    /// TLS termination (`tls_certs`, `tls_handshake_timeout`). Default
+    /// off: plain TCP.
+    pub tls: crate::tls_term::TlsSettings,
     /// Health checks (active and passive) and replies when no backend can
     /// serve. Defaults: tcp checks every 5 s.
     pub health: HealthConfig,
@@ -212,6 +215,7 @@ impl Default for Config {
             drain_timeout: Duration::from_secs(30),
             defer_accept: false,
             proxy: ProxyConfig::default(),
+            tls: crate::tls_term::TlsSettings::default(),
             health: HealthConfig::default(),
             rate_limit: None,
             trace: false,

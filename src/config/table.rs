@@ -359,6 +359,58 @@ macro_rules! settings_table {
             file MaybeParsed<ByteRate> => take,
             flag Option<ByteRate> [value_name = "RATE", value_parser = ByteRate::parse],
             always |c: &Config| c.proxy.download_rate.unwrap_or(ByteRate(0)).to_string();
+        /// Terminate TLS with this certificate chain and key (PEM files, as
+        /// CERT,KEY); repeat for more, chosen by the client's server name
+        /// (SNI), the first the default. Files read again on every reload.
+        /// Off by default.
+        tls_certs: CertList, "tls-cert", Service, set(tls.certs), live,
+            file CertList => take,
+            flag Vec<CertPair> [value_name = "CERT,KEY"],
+            always |c: &Config| c.tls.certs.to_string();
+        /// Longest time a TLS client may take to finish its handshake.
+        tls_handshake_timeout: Duration, "tls-handshake-timeout", Service,
+            set(tls.handshake_timeout), live,
+            file Secs => take,
+            flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
+            always |c: &Config| format_duration(c.tls.handshake_timeout);
+        /// Ask every TLS client for a certificate signed by these CAs (a PEM
+        /// file): mutual TLS. Off by default.
+        tls_client_ca: PathBuf, "tls-client-ca", Service, some(tls.client_ca), live,
+            file Text => take,
+            flag Option<PathBuf> [value_name = "FILE"],
+            always |c: &Config| c
+                .tls
+                .client_ca
+                .as_ref()
+                .map_or_else(|| "none".into(), |p| p.display().to_string());
+        /// Speak TLS to the backends (re-encryption), verifying their
+        /// certificates against --backend-tls-ca. Off by default.
+        backend_tls: bool, "backend-tls", Service, set(tls.backend), live,
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.tls.backend.to_string();
+        /// The CAs (a PEM file) that sign the backends' certificates, with
+        /// --backend-tls; none: the system's bundle
+        /// (/etc/ssl/certs/ca-certificates.crt).
+        backend_tls_ca: PathBuf, "backend-tls-ca", Service, some(tls.backend_ca), live,
+            file Text => take,
+            flag Option<PathBuf> [value_name = "FILE"],
+            always |c: &Config| c
+                .tls
+                .backend_ca
+                .as_ref()
+                .map_or_else(|| "none".into(), |p| p.display().to_string());
+        /// The name sent to (SNI) and verified in every backend's
+        /// certificate, with --backend-tls; none: each backend's host.
+        backend_tls_server_name: String, "backend-tls-server-name", Service,
+            some(tls.backend_server_name), live,
+            file Text => take,
+            flag Option<String> [value_name = "NAME"],
+            always |c: &Config| c
+                .tls
+                .backend_server_name
+                .clone()
+                .unwrap_or_else(|| "none".into());
         /// Send every backend a PROXY protocol header (v1 or v2) with the
         /// client's address before its bytes; one backend alone takes
         /// `-b HOST:PORT,send-proxy` or `,send-proxy-v2`.

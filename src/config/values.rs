@@ -74,7 +74,7 @@ macro_rules! as_is {
         }
     )*};
 }
-as_is!(bool, String);
+as_is!(bool, String, crate::tls_term::CertList);
 
 impl<T> FileValue<T> for Parsed<T> {
     fn given(self) -> Option<T> {

@@ -357,6 +357,9 @@ pub struct Proxy {
     /// The connections open per client address, made when
     /// `max_connections_per_client` is first on (see `per_client`).
     clients: ArcSwapOption<crate::limiter::ConnTable>,
+    /// TLS termination, for a service with `tls_certs`: `None` (plain
+    /// TCP) costs the plain path one test of this field.
+    pub(crate) tls: Option<Arc<ArcSwap<crate::tls_term::Terminator>>>,
     /// Where outcomes are counted and logged, with the log throttles.
     pub(crate) report: Report,
     /// The most workers, for the busy warning.
@@ -404,6 +407,7 @@ impl Proxy {
             stats,
             accept_proxy,
             clients: ArcSwapOption::empty(),
+            tls: None,
             max_workers: 1,
             queue_depth: Arc::default(),
         }
@@ -429,6 +433,11 @@ impl Proxy {
             report: self.report.for_service(name),
             ..self
         }
+    }
+
+    /// Terminates TLS with `tls` (the service's live terminator).
+    pub fn terminating(self, tls: Option<Arc<ArcSwap<crate::tls_term::Terminator>>>) -> Proxy {
+        Proxy { tls, ..self }
     }
 
     /// Counts what every service's accept loop reads in `process`, the

@@ -133,6 +133,9 @@ pub(crate) struct Served {
     pub failovers: u32,
     /// When the worker took the client.
     pub started: Instant,
+    /// The client's TLS, when terminated here (boxed: nothing on the
+    /// plain path's frames).
+    pub tls: Option<Box<access_log::TlsNote>>,
 }
 
 /// The kind of error the backend's tally counts for `end`, if any.
@@ -440,6 +443,7 @@ impl Report {
                 failovers: served.failovers,
                 transfer,
                 end: access_log::End::pumped(end, pumped.error.as_ref()),
+                tls: served.tls.as_deref().cloned(),
             };
             let backend = Some(served.backend.name());
             self.log_access(outcome.peer, backend, outcome.queued_at, access);
@@ -537,6 +541,8 @@ pub(crate) struct Access {
     pub transfer: Transfer,
     /// How it ended.
     pub end: access_log::End,
+    /// The client's TLS, when terminated here.
+    pub tls: Option<access_log::TlsNote>,
 }
 
 impl Access {
@@ -548,6 +554,7 @@ impl Access {
             failovers: 0,
             transfer: Transfer::default(),
             end,
+            tls: None,
         }
     }
 
@@ -569,6 +576,7 @@ impl Access {
             bytes_to_backend: self.transfer.to_backend,
             bytes_to_client: self.transfer.to_client,
             end: self.end,
+            tls: self.tls,
         }
     }
 }

@@ -53,6 +53,8 @@ struct Link {
     failovers: u32,
     /// Its place under the per-client cap, held until it is closed.
     place: Option<Place>,
+    /// The client's TLS session, for a service that terminates TLS.
+    tls: Option<crate::tls_term::handshake::Session>,
 }
 
 impl Proxy {
@@ -79,6 +81,7 @@ impl Proxy {
             connect_time,
             failovers,
             place,
+            tls,
         }) = self.reach(job, outcome)
         else {
             return;
@@ -96,13 +99,20 @@ impl Proxy {
         if backend.name() == super::PANIC_BACKEND {
             panic!("a test asked for a panic inside a connection");
         }
-        let pumped = pump_both(&client, &backend_sock, &settings, outcome.peer);
+        let (pumped, tls) = match tls {
+            None => (
+                pump_both(&client, &backend_sock, &settings, outcome.peer),
+                None,
+            ),
+            Some(session) => pump_tls(session, &client, &backend_sock, &settings, outcome.peer),
+        };
         outcome.fate = Fate::Served(Served {
             backend: Arc::clone(&backend),
             pumped,
             connect_time,
             failovers,
             started,
+            tls,
         });
         // Counters before the close, so that whoever sees this connection
         // close also sees it counted; `completed` and then the active
@@ -152,6 +162,15 @@ impl Proxy {
         let (client, pick, origin, place) = self.route(route, client, peer, place)?;
         // From here on the client is who the header said.
         outcome.peer = origin.source;
+        let mut tls = match &self.tls {
+            None => None,
+            Some(term) => Some(crate::tls_term::handshake::serve(
+                term.load_full(),
+                &client,
+                &self.stats,
+                outcome.peer,
+            )?),
+        };
         let pick = match pick {
             Some(pick) => pick,
             None => {
@@ -169,6 +188,19 @@ impl Proxy {
         let connecting = Instant::now();
         let connected = self.connect(&pick, &attempt, &mut failovers);
         let connect_time = connecting.elapsed();
+        let connected = match (connected, &mut tls) {
+            (Ok(Connected(sock, backend, held)), Some(tls)) => {
+                match tls.reach_backend(
+                    &sock,
+                    backend.name(),
+                    connecting + settings.connect_timeout,
+                ) {
+                    Ok(()) => Ok(Connected(sock, backend, held)),
+                    Err(e) => Err(Error::io(format!("connecting to {}", backend.name()), e)),
+                }
+            }
+            (connected, _) => connected,
+        };
         match connected {
             Ok(Connected(backend_sock, backend, held)) => Some(Link {
                 client,
@@ -181,6 +213,7 @@ impl Proxy {
                 connect_time,
                 failovers,
                 place,
+                tls,
             }),
             Err(error) => {
                 self.refuse_unreachable(outcome, &pick, error, failovers, connect_time, &attempt);
@@ -344,6 +377,29 @@ fn pump_both(
     } else {
         pump::pump(client, backend, settings.buffer_size, &options)
     }
+}
+
+/// [`pump_both`] for a connection with TLS on either side, and what the
+/// access log says of the client's TLS. Not inlined: the plain path's
+/// frame stays as it was.
+#[inline(never)]
+fn pump_tls(
+    mut session: crate::tls_term::handshake::Session,
+    client: &TcpStream,
+    backend: &TcpStream,
+    settings: &ProxyConfig,
+    peer: SocketAddr,
+) -> (pump::Outcome, Option<Box<crate::access_log::TlsNote>>) {
+    use crate::tls_term::pump::{pump, Side};
+    settings.keep_alive(client, backend, peer);
+    let sessions = &mut *session;
+    let note = sessions.note();
+    let pumped = pump(
+        Side::client(client, sessions.client.as_mut()),
+        Side::backend(backend, sessions.backend.as_mut()),
+        &settings.pump_options(),
+    );
+    (pumped, note)
 }
 
 /// Waits until `client` has something to read (bytes, or its end of

@@ -31,6 +31,7 @@ use crate::reaper::Reaper;
 use crate::running::Running;
 use crate::service::Service;
 use crate::stats::Stats;
+use crate::tls_term::Terminator;
 use crate::units;
 
 use super::ReloadReport;
@@ -64,6 +65,9 @@ pub(super) struct Plan {
     /// Configured addresses no longer listed.
     listen_gone: Vec<SocketAddr>,
     pub needs_restart: Vec<&'static str>,
+    /// The service's TLS terminator with its certificates read again,
+    /// for a service that terminates TLS.
+    tls: Option<Terminator>,
 }
 
 /// Matches `new`'s backends with `list` (the running ones; `retiring`,
@@ -136,7 +140,8 @@ pub(super) fn prepare(
 ) -> Result<Plan> {
     let list = service.live.scheduler.snapshot();
     let backends = plan_backends(&list, &reaper.watched(), old, &new, file, from_file)?;
-    let needs_restart = settings::keep_restart_only_in(Scope::Service, &mut new, old);
+    let mut needs_restart = settings::keep_restart_only_in(Scope::Service, &mut new, old);
+    let tls = prepare_tls(service, old, &mut new, &mut needs_restart)?;
     let (was, now) = (old.listen_addrs(), new.listen_addrs());
     let listen_gone = was.iter().filter(|a| !now.contains(a)).copied().collect();
     let mut listen_new = Vec::new();
@@ -156,7 +161,33 @@ pub(super) fn prepare(
         listen_new,
         listen_gone,
         needs_restart,
+        tls,
     })
+}
+
+/// The terminator of a service that terminates TLS, its certificate and
+/// key files read again (certbot renews them in place): a bad one fails
+/// the reload here, before anything changed. Turning TLS on or off needs
+/// a restart: the running value is kept, with the warning.
+fn prepare_tls(
+    service: &Service,
+    old: &Config,
+    new: &mut Config,
+    needs_restart: &mut Vec<&'static str>,
+) -> Result<Option<Terminator>> {
+    if old.tls.on() != new.tls.on() {
+        new.tls.certs = old.tls.certs.clone();
+        new.tls.backend = old.tls.backend;
+        needs_restart.push(if old.tls.terminates() != new.tls.terminates() {
+            "tls_certs"
+        } else {
+            "backend_tls"
+        });
+    }
+    match service.live.tls {
+        Some(_) => Terminator::load(&new.tls),
+        None => Ok(None),
+    }
 }
 
 /// The settings `service` runs with now: `old` as the live values say (an
@@ -176,13 +207,17 @@ fn running_settings(service: &Service, old: &Config) -> Config {
 pub(super) fn describe(plan: &Plan, old: &Config, report: &mut ReloadReport) -> Vec<String> {
     let before = running_settings(&plan.service, old);
     let listen_new: Vec<SocketAddr> = plan.listen_new.iter().map(|(a, _)| *a).collect();
-    describe_changes(
+    let mut parts = describe_changes(
         &plan.backends,
         &before,
         &plan.config,
         (&listen_new, &plan.listen_gone),
         report,
-    )
+    );
+    if plan.tls.is_some() {
+        parts.push("certificates read again".into());
+    }
+    parts
 }
 
 /// The parts of a service's change from `before` to `config`, in the
@@ -228,7 +263,11 @@ pub(super) fn describe_changes(
     let show = |cap: Option<usize>| cap.map_or("none".to_string(), |n| n.to_string());
     for (b, cap) in &backends.recap {
         let was = show(b.max_connections());
-        parts.push(format!("max_connections {} {was} → {}", b.name(), show(*cap)));
+        parts.push(format!(
+            "max_connections {} {was} → {}",
+            b.name(),
+            show(*cap)
+        ));
     }
     for (b, backup) in &backends.rerole {
         let now = if *backup { "a backup" } else { "a primary" };
@@ -301,6 +340,9 @@ pub(super) fn apply(plan: Plan, old: &Config, running: &Running, reaper: &Reaper
         live.scheduler.set_backup(b.id(), *backup);
     }
     apply_settings(live, &plan.service.stats, &before, config);
+    if let (Some(running), Some(tls)) = (&live.tls, plan.tls) {
+        running.store(Arc::new(tls));
+    }
     if !backends.drain.is_empty() {
         let deadline = Instant::now() + config.drain_timeout;
         for b in &backends.drain {

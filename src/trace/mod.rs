@@ -187,6 +187,13 @@ pub enum Event<'a> {
         /// Failed connects in a row to it now.
         failures: u32,
     },
+    /// The client's TLS handshake finished (the balancer terminates it).
+    TlsHandshake {
+        /// The version negotiated (`TLSv1.3`).
+        version: &'a str,
+        /// The server name it asked for (SNI), if any.
+        sni: Option<&'a str>,
+    },
     /// Fail-over: the next backend is tried.
     FailOver {
         /// The backend tried next.
@@ -629,6 +636,10 @@ mod tests {
                 name: None,
                 why: "not a TLS handshake record",
                 service: None,
+            },
+            Event::TlsHandshake {
+                version: "TLSv1.3",
+                sni: Some("a.test"),
             },
             Event::Picked {
                 algorithm: "least-connections",

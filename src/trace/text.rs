@@ -35,6 +35,7 @@ enum Says {
     TakenReused,
     ConnectFailed,
     FailOver,
+    TlsHandshake,
     Connected,
     Unreachable,
     FirstBytes,
@@ -114,6 +115,11 @@ const SENTENCES: &[(Says, &str, &str)] = &[
         Says::ConnectFailed,
         "connect to backend {backend} failed: {reason} ({failures} in a row)",
         "connect no backend {backend} falhou: {reason} ({failures} seguida(s))",
+    ),
+    (
+        Says::TlsHandshake,
+        "TLS handshake done: {version}, server name {sni}",
+        "handshake TLS feito: {version}, nome do servidor {sni}",
     ),
     (
         Says::FailOver,
@@ -284,6 +290,10 @@ fn worker_holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
             ],
         ),
         Event::FailOver { backend } => (Says::FailOver, vec![("backend", s(&backend))]),
+        Event::TlsHandshake { version, sni } => (
+            Says::TlsHandshake,
+            vec![("version", s(&version)), ("sni", s(&sni.unwrap_or("-")))],
+        ),
         Event::Connected { backend, fd, took } => (
             Says::Connected,
             vec![("backend", s(&backend)), ("fd", s(&fd)), ("took", d(took))],
@@ -319,7 +329,7 @@ fn worker_holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
             to_client,
             took,
             error,
-        } => closed_holes(lang, to_backend, to_client, took, error),
+        } => closed_holes(lang, [to_backend, to_client], took, error),
         Event::Sni { name, why, service } => sni_holes(lang, name, why, service),
         Event::Waiting { worker, served } => (
             Says::Waiting,
@@ -336,12 +346,11 @@ fn worker_holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
     }
 }
 
-/// The close's sentence and holes: the bytes each way, the time, and
-/// what ended it when not both sides finishing.
+/// [`holes`] of the close: bytes each way (to the backend, to the client),
+/// the time, and the error that ended it, if any.
 fn closed_holes(
     lang: Lang,
-    to_backend: u64,
-    to_client: u64,
+    [to_backend, to_client]: [u64; 2],
     took: Duration,
     error: Option<&std::io::Error>,
 ) -> (Says, Vec<Hole>) {

@@ -17,6 +17,8 @@ mod common;
 mod names;
 #[path = "../peers/mod.rs"]
 mod peers;
+#[path = "../tls_certs/mod.rs"]
+mod tls_certs;
 
 mod admin;
 mod backup;
@@ -33,4 +35,5 @@ mod proxy_header;
 mod resolve;
 mod services;
 mod sni;
+mod tls;
 mod tools;

@@ -1,0 +1,278 @@
+//! The worker's TLS handshake with its client: blocking in spirit (one
+//! thread per connection, nothing else to do meanwhile), on a non-blocking
+//! socket with `poll(2)` so that the whole handshake is bounded by
+//! `tls_handshake_timeout`, however the client trickles its bytes.
+//!
+//! # Threads
+//!
+//! The worker thread serving the client; shares only the terminator's
+//! configuration (read-only).
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart.
+
+use std::fmt;
+use std::io::{self, ErrorKind};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustls::{Connection, ServerConnection};
+
+use super::Terminator;
+use crate::access_log::TlsNote;
+use crate::poll::{millis_rounded_up, poll, readable_by};
+use crate::stats::Stats;
+use crate::trace;
+
+/// Why a handshake failed: each has its counter
+/// (`tls_handshake_failures_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// It did not finish within `tls_handshake_timeout`.
+    Timeout,
+    /// The client closed (or reset) before it finished.
+    Closed,
+    /// What came was not TLS (a plain HTTP request, say).
+    NotTls,
+    /// No version, cipher suite or group in common.
+    Incompatible,
+    /// The client refused our certificate (an alert).
+    Refused,
+    /// The client's certificate was missing or not trusted
+    /// (`tls_client_ca`).
+    ClientCertificate,
+    /// Any other breach of the protocol.
+    Protocol,
+}
+
+impl Failure {
+    /// Its counter in `stats`.
+    pub(crate) fn counter(self, stats: &Stats) -> &AtomicU64 {
+        match self {
+            Failure::Timeout => &stats.tls_handshake_failures_timeout,
+            Failure::Closed => &stats.tls_handshake_failures_closed,
+            Failure::NotTls => &stats.tls_handshake_failures_not_tls,
+            Failure::Incompatible => &stats.tls_handshake_failures_incompatible,
+            Failure::Refused => &stats.tls_handshake_failures_refused,
+            Failure::ClientCertificate => &stats.tls_handshake_failures_client_certificate,
+            Failure::Protocol => &stats.tls_handshake_failures_protocol,
+        }
+    }
+
+    /// A rustls error as one of these.
+    fn of(error: &rustls::Error) -> Failure {
+        use rustls::InvalidMessage as M;
+        match error {
+            rustls::Error::InvalidMessage(M::InvalidContentType | M::UnknownProtocolVersion) => {
+                Failure::NotTls
+            }
+            rustls::Error::PeerIncompatible(_) => Failure::Incompatible,
+            rustls::Error::AlertReceived(_) => Failure::Refused,
+            rustls::Error::NoCertificatesPresented | rustls::Error::InvalidCertificate(_) => {
+                Failure::ClientCertificate
+            }
+            _ => Failure::Protocol,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Failure::Timeout => "the handshake did not finish in time",
+            Failure::Closed => "the client closed during the handshake",
+            Failure::NotTls => "the client does not speak TLS",
+            Failure::Incompatible => "no TLS version or cipher in common",
+            Failure::Refused => "the client refused the handshake",
+            Failure::ClientCertificate => "the client's certificate is missing or not trusted",
+            Failure::Protocol => "a TLS protocol error",
+        })
+    }
+}
+
+/// A connection's TLS sessions, on the heap (the worker's stack frames
+/// under the pump stay as small as the plain path's): the client's when
+/// its TLS is terminated here, the backend's when it is re-encrypted.
+pub(crate) struct Sessions {
+    /// The service's TLS as it was when the client came.
+    pub(crate) edge: Arc<Terminator>,
+    pub(crate) client: Option<Connection>,
+    pub(crate) backend: Option<Connection>,
+}
+
+/// Boxed [`Sessions`].
+pub(crate) type Session = Box<Sessions>;
+
+/// Does one side's handshake on `sock` (made non-blocking here, as the
+/// pump wants it) by `deadline`.
+///
+/// # Errors
+///
+/// Why it failed; any alert rustls has for the peer was sent (one try,
+/// without waiting).
+fn complete(conn: &mut Connection, sock: &TcpStream, deadline: Instant) -> Result<(), Failure> {
+    sock.set_nonblocking(true).map_err(|_| Failure::Closed)?;
+    let mut io = sock;
+    while conn.is_handshaking() {
+        if conn.wants_write() {
+            match conn.write_tls(&mut io) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => writable_by(sock, deadline)?,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Err(Failure::Closed),
+            }
+            continue;
+        }
+        match conn.read_tls(&mut io) {
+            Ok(0) => return Err(Failure::Closed),
+            Ok(_) => {
+                if let Err(e) = conn.process_new_packets() {
+                    // The alert rustls queued, if the socket takes it now.
+                    let _ = conn.write_tls(&mut io);
+                    return Err(Failure::of(&e));
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                match readable_by(sock.as_raw_fd(), deadline) {
+                    Ok(true) => {}
+                    Ok(false) => return Err(Failure::Timeout),
+                    Err(_) => return Err(Failure::Closed),
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return Err(Failure::Closed),
+        }
+    }
+    Ok(())
+}
+
+/// The TLS of a worker's client, for a service with TLS on either side:
+/// the client's handshake done (when terminated here), counted
+/// (`tls_handshakes`, or the failure's counter) and, when it failed,
+/// logged (debug) with the client closed; `None` then.
+#[cold]
+#[inline(never)]
+pub(crate) fn serve(
+    edge: Arc<Terminator>,
+    client: &TcpStream,
+    stats: &Stats,
+    peer: std::net::SocketAddr,
+) -> Option<Session> {
+    let mut sessions = Box::new(Sessions {
+        edge,
+        client: None,
+        backend: None,
+    });
+    let Some(config) = &sessions.edge.config else {
+        return Some(sessions);
+    };
+    let deadline = Instant::now() + sessions.edge.handshake_timeout;
+    let done = ServerConnection::new(Arc::clone(config))
+        .map_err(|e| Failure::of(&e))
+        .and_then(|conn| {
+            let conn = sessions.client.insert(Connection::Server(conn));
+            complete(conn, client, deadline)
+        });
+    match done {
+        Ok(()) => {
+            Stats::incr(&stats.tls_handshakes);
+            if trace::on() {
+                if let Some(note) = sessions.note() {
+                    trace::event(trace::Event::TlsHandshake {
+                        version: note.version,
+                        sni: note.sni.as_deref(),
+                    });
+                }
+            }
+            Some(sessions)
+        }
+        Err(failure) => {
+            Stats::incr(failure.counter(stats));
+            log::debug!("client {peer}: TLS handshake failed: {failure}");
+            let _ = client.shutdown(std::net::Shutdown::Both);
+            None
+        }
+    }
+}
+
+impl Sessions {
+    /// The client's TLS, for the access log: `None` when not terminated.
+    pub(crate) fn note(&self) -> Option<Box<TlsNote>> {
+        let Some(Connection::Server(conn)) = &self.client else {
+            return None;
+        };
+        Some(Box::new(TlsNote {
+            version: version(conn),
+            sni: conn.server_name().map(str::to_string),
+        }))
+    }
+
+    /// Re-encryption: the handshake with the backend `name` on `sock`, by
+    /// `deadline`, when the service asks for it.
+    ///
+    /// # Errors
+    ///
+    /// Why it failed, in words.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn reach_backend(
+        &mut self,
+        sock: &TcpStream,
+        name: &str,
+        deadline: Instant,
+    ) -> io::Result<()> {
+        let Some(tls) = &self.edge.backend else {
+            return Ok(());
+        };
+        let Some(server) = tls.name_for(name) else {
+            return Err(io::Error::new(
+                ErrorKind::InvalidInput,
+                format!("no server name for TLS to {name}: set backend_tls_server_name"),
+            ));
+        };
+        let conn = rustls::ClientConnection::new(Arc::clone(&tls.config), server)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let conn = self.backend.insert(Connection::Client(conn));
+        complete(conn, sock, deadline)
+            .map_err(|f| io::Error::other(format!("TLS handshake with the backend failed: {f}")))
+    }
+}
+
+/// Waits until `client` takes bytes again, or the deadline.
+fn writable_by(client: &TcpStream, deadline: Instant) -> Result<(), Failure> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut fds = [libc::pollfd {
+            fd: client.as_raw_fd(),
+            events: libc::POLLOUT,
+            revents: 0,
+        }];
+        match poll(&mut fds, millis_rounded_up(left)) {
+            Ok(0) if Instant::now() >= deadline => return Err(Failure::Timeout),
+            Ok(0) => continue,
+            Ok(_) => return Ok(()),
+            Err(_) => return Err(Failure::Closed),
+        }
+    }
+}
+
+/// The negotiated version, in the access log's words (`TLSv1.3`).
+pub(crate) fn version(conn: &ServerConnection) -> &'static str {
+    match conn.protocol_version() {
+        Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+        Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+        _ => "-",
+    }
+}
+
+/// An I/O error kind that means the peer went away.
+pub(super) fn is_gone(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe
+    )
+}

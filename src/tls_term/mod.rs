@@ -1,0 +1,273 @@
+//! TLS termination at the edge: a service with `tls_certs` takes TLS
+//! from its clients and speaks plain bytes to its backends.
+//!
+//! - this file: the settings ([`TlsSettings`], [`CertPair`]) and the
+//!   [`Terminator`] built from them, swapped whole by a reload;
+//! - `backend`: re-encryption, TLS from the worker to the backends;
+//! - `certs`: reading the PEM files, the choice of a certificate by the
+//!   client's server name (SNI), and each certificate's `notAfter`;
+//! - `handshake`: the worker's blocking handshake, bounded by
+//!   `tls_handshake_timeout`, and why one failed;
+//! - `pump`: the TLS-aware pump, beside the plain and splice ones of
+//!   [`mod@crate::proxy::pump`].
+//!
+//! # Threads
+//!
+//! A [`Terminator`] is built by the thread that starts the balancer or
+//! reloads it, then read by the worker threads (one `ArcSwap` load per
+//! TLS connection); each worker does its own client's handshake and pump.
+//! A service without `tls_certs` has no terminator and pays nothing.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart: the C proxies plain TCP only.
+
+pub mod backend;
+mod certs;
+mod expiry;
+pub(crate) mod handshake;
+pub(crate) mod pump;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+pub use certs::Expiry;
+
+/// Default of `tls_handshake_timeout`: 10 s, nginx's
+/// `ssl_handshake_timeout` default is 60 s and HAProxy bounds it with
+/// `timeout client`; a real client finishes in a few round trips, so
+/// anything slower is a client that holds a worker for nothing.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The least stack a worker gets when any service speaks TLS: a
+/// handshake (certificate verification, key exchange) runs much deeper
+/// than the plain path. Address space only: a page is resident once
+/// touched, so plain connections cost what they did.
+pub const TLS_WORKER_STACK: usize = 256 * 1024;
+
+/// The workers' stack: `asked` (the setting), raised to
+/// [`TLS_WORKER_STACK`] when any service of `config` speaks TLS.
+pub fn worker_stack(asked: usize, config: &crate::Config) -> usize {
+    let tls = config.tls.on() || config.services.iter().any(|s| s.tls.on());
+    if tls {
+        asked.max(TLS_WORKER_STACK)
+    } else {
+        asked
+    }
+}
+
+/// One certificate chain and its private key, both PEM files.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertPair {
+    /// The certificate chain: the server's certificate first, then the
+    /// intermediates.
+    pub cert: PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+impl FromStr for CertPair {
+    type Err = String;
+
+    /// `CERT.pem,KEY.pem`, as `--tls-cert` takes it.
+    fn from_str(text: &str) -> std::result::Result<Self, Self::Err> {
+        match text.split_once(',') {
+            Some((cert, key)) if !cert.is_empty() && !key.is_empty() => Ok(CertPair {
+                cert: cert.into(),
+                key: key.into(),
+            }),
+            _ => {
+                let shown: String = text.chars().take(80).collect();
+                Err(format!("expected CERT,KEY (two PEM files), got {shown:?}"))
+            }
+        }
+    }
+}
+
+impl fmt::Display for CertPair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{},{}", self.cert.display(), self.key.display())
+    }
+}
+
+/// The certificates of a service, the first the default: the value of
+/// `tls_certs` (`"tls_certs": [{"cert": "a.pem", "key": "a.key"}]` in the
+/// file, or `"off"`; `--tls-cert CERT,KEY` repeated on the command line).
+/// Empty: the service does not terminate TLS.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CertList(pub Vec<CertPair>);
+
+impl<'de> Deserialize<'de> for CertList {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(
+            untagged,
+            expecting = "a list of {\"cert\": FILE, \"key\": FILE}, or \"off\""
+        )]
+        enum Given {
+            List(Vec<CertPair>),
+            Word(String),
+        }
+        match Given::deserialize(d)? {
+            Given::List(pairs) => Ok(CertList(pairs)),
+            Given::Word(w) if w == "off" => Ok(CertList::default()),
+            Given::Word(w) => Err(serde::de::Error::custom(format!(
+                "expected a list of {{\"cert\": FILE, \"key\": FILE}}, or \"off\", got {:?}",
+                w.chars().take(80).collect::<String>()
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for CertList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("off");
+        }
+        let all: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        f.write_str(&all.join(" "))
+    }
+}
+
+/// A service's TLS settings (a part of [`crate::Config`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// Its certificates (`tls_certs`). Default none: plain TCP.
+    pub certs: CertList,
+    /// Longest time a client may take to finish its handshake
+    /// (`tls_handshake_timeout`). Default [`DEFAULT_HANDSHAKE_TIMEOUT`].
+    pub handshake_timeout: Duration,
+    /// Ask every client for a certificate signed by these CAs (a PEM
+    /// file; `tls_client_ca`, mutual TLS). Default `None`: none asked.
+    pub client_ca: Option<PathBuf>,
+    /// Speak TLS to the backends (`backend_tls`). Default off.
+    pub backend: bool,
+    /// The CAs that sign the backends' certificates (`backend_tls_ca`).
+    /// Default `None`: [`backend::SYSTEM_CA_BUNDLE`].
+    pub backend_ca: Option<PathBuf>,
+    /// The name sent to and verified in every backend's certificate
+    /// (`backend_tls_server_name`). Default `None`: each backend's host.
+    pub backend_server_name: Option<String>,
+}
+
+impl Default for TlsSettings {
+    fn default() -> Self {
+        TlsSettings {
+            certs: CertList::default(),
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            client_ca: None,
+            backend: false,
+            backend_ca: None,
+            backend_server_name: None,
+        }
+    }
+}
+
+impl TlsSettings {
+    /// Whether the service terminates TLS.
+    pub fn terminates(&self) -> bool {
+        !self.certs.0.is_empty()
+    }
+
+    /// Whether the service speaks TLS on either side.
+    pub fn on(&self) -> bool {
+        self.terminates() || self.backend
+    }
+}
+
+/// What a worker needs for a service's TLS: the rustls server
+/// configuration (certificates loaded, chosen by SNI) and the handshake
+/// timeout, and the client configuration toward the backends. Built
+/// again, files read again, by every reload.
+#[derive(Debug)]
+pub struct Terminator {
+    /// rustls's server side, TLS 1.2 and 1.3 with the `ring` provider;
+    /// `None` when only the backends get TLS.
+    pub(crate) config: Option<Arc<rustls::ServerConfig>>,
+    /// TLS toward the backends, when `backend_tls` is on.
+    pub(crate) backend: Option<backend::BackendTls>,
+    /// `tls_handshake_timeout`.
+    pub(crate) handshake_timeout: Duration,
+    /// Each certificate's name and `notAfter`, for `/metrics`.
+    pub(crate) expiry: Vec<Expiry>,
+}
+
+impl Terminator {
+    /// Reads every certificate and key of `settings` and builds the
+    /// terminator; `None` when the service has no certificate.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidSetting`] (`tls_certs`) in one line for a file that
+    /// cannot be read, is not PEM, holds no certificate or key, or a key
+    /// that does not match its certificate.
+    pub fn load(settings: &TlsSettings) -> Result<Option<Terminator>> {
+        if !settings.on() {
+            return Ok(None);
+        }
+        if settings.handshake_timeout.is_zero() {
+            return Err(Error::setting(
+                "tls_handshake_timeout",
+                "must be more than 0",
+            ));
+        }
+        let backend = settings
+            .backend
+            .then(|| {
+                backend::BackendTls::load(
+                    settings.backend_ca.as_deref(),
+                    settings.backend_server_name.as_deref(),
+                )
+            })
+            .transpose()
+            .map_err(|m| Error::setting("backend_tls_ca", m))?;
+        let mut terminator = Terminator {
+            config: None,
+            backend,
+            handshake_timeout: settings.handshake_timeout,
+            expiry: Vec::new(),
+        };
+        if settings.terminates() {
+            let (resolver, expiry) = certs::ByName::load(&settings.certs.0)
+                .map_err(|m| Error::setting("tls_certs", m))?;
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+                .map_err(|e| Error::setting("tls_certs", e.to_string()))?;
+            let builder = match &settings.client_ca {
+                None => builder.with_no_client_auth(),
+                Some(ca) => {
+                    let roots =
+                        backend::read_roots(ca).map_err(|m| Error::setting("tls_client_ca", m))?;
+                    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                        Arc::new(roots),
+                        provider,
+                    )
+                    .build()
+                    .map_err(|e| Error::setting("tls_client_ca", e.to_string()))?;
+                    builder.with_client_cert_verifier(verifier)
+                }
+            };
+            let config = builder.with_cert_resolver(Arc::new(resolver));
+            terminator.config = Some(Arc::new(config));
+            terminator.expiry = expiry;
+        }
+        Ok(Some(terminator))
+    }
+
+    /// Each certificate's first name and the Unix time of its `notAfter`.
+    pub fn expiry(&self) -> &[Expiry] {
+        &self.expiry
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,361 @@
+//! The TLS-aware pump: the plain pump's rules (never block, `poll(2)` on
+//! both sockets, half-close passed on, idle and fin timeouts) with rustls
+//! between a socket and its bytes, on the client's side (termination),
+//! the backend's (re-encryption) or both.
+//!
+//! Each [`Side`] reads and writes plain bytes: a plain socket directly; a
+//! TLS one through rustls (`read_tls` when the socket is readable,
+//! `process_new_packets`, its reader; its writer, then `write_tls` when
+//! the socket is writable). A side's end (its `close_notify`, or its end
+//! of stream) is passed on to the other as `shutdown(Write)`, or as a
+//! `close_notify` then `shutdown(Write)` once it has left.
+//!
+//! Unlike the plain pump, any fault ends both directions: a TLS stream
+//! that has failed cannot carry the other direction's bytes either.
+//!
+//! # Threads
+//!
+//! The worker thread serving the connection. The two buffers are its own
+//! (16 KiB each, on the heap, made once per TLS connection): the plain
+//! path's thread-local buffers are left alone.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart.
+
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+
+use rustls::Connection;
+
+use crate::poll::{millis, poll};
+use crate::proxy::pump::{End, Outcome, PumpOptions, Transfer, TURN_BYTES};
+
+/// Bytes per read each way: one TLS record's worth of plain bytes.
+const CHUNK: usize = 16 * 1024;
+
+/// One direction's buffer: bytes `start..end` wait to be written.
+struct Buf {
+    bytes: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl Buf {
+    fn new() -> Buf {
+        Buf {
+            bytes: vec![0; CHUNK].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    fn pending(&self) -> bool {
+        self.start < self.end
+    }
+}
+
+/// One socket of the connection, with its TLS session when it has one.
+pub(crate) struct Side<'a> {
+    sock: &'a TcpStream,
+    tls: Option<&'a mut Connection>,
+    /// Which side it is, for the ends its faults make.
+    client: bool,
+    readable: bool,
+    writable: bool,
+    /// It said it is done (`close_notify`, or its end of stream).
+    eof: bool,
+    /// Its `close_notify` is queued.
+    closing: bool,
+    /// We are done writing to it: `shutdown(Write)` made.
+    shut: bool,
+}
+
+type Fault = (End, Option<io::Error>);
+
+impl<'a> Side<'a> {
+    /// The client's socket, `tls` when its TLS is terminated here.
+    pub(crate) fn client(sock: &'a TcpStream, tls: Option<&'a mut Connection>) -> Side<'a> {
+        Side::new(sock, tls, true)
+    }
+
+    /// The backend's socket, `tls` when it is re-encrypted.
+    pub(crate) fn backend(sock: &'a TcpStream, tls: Option<&'a mut Connection>) -> Side<'a> {
+        Side::new(sock, tls, false)
+    }
+
+    fn new(sock: &'a TcpStream, tls: Option<&'a mut Connection>, client: bool) -> Side<'a> {
+        Side {
+            sock,
+            tls,
+            client,
+            readable: true,
+            writable: true,
+            eof: false,
+            closing: false,
+            shut: false,
+        }
+    }
+
+    fn read_failed(&self, e: io::Error) -> Fault {
+        let end = match (self.client, super::handshake::is_gone(&e)) {
+            (true, true) => End::ClientReset,
+            (false, true) => End::BackendReset,
+            _ => End::Error,
+        };
+        (end, Some(e))
+    }
+
+    fn write_failed(&self, e: io::Error) -> Fault {
+        let end = match (self.client, super::handshake::is_gone(&e)) {
+            (true, true) => End::ClientReset,
+            (false, true) => End::BackendReset,
+            (true, false) => End::WriteToClientFailed,
+            (false, false) => End::WriteToBackendFailed,
+        };
+        (end, Some(e))
+    }
+
+    fn wants_write(&self) -> bool {
+        self.tls.as_ref().is_some_and(|c| c.wants_write())
+    }
+
+    /// Sends what rustls holds for the socket, while it takes it.
+    fn flush(&mut self) -> Result<(), Fault> {
+        let Some(conn) = self.tls.as_mut() else {
+            return Ok(());
+        };
+        let mut sock = self.sock;
+        while conn.wants_write() && self.writable {
+            match conn.write_tls(&mut sock) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.writable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.write_failed(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes plain bytes; `Ok(0)`: none taken now (wait for writable).
+    fn write_plain(&mut self, bytes: &[u8]) -> Result<usize, Fault> {
+        let written = match self.tls.as_mut() {
+            None if !self.writable => return Ok(0),
+            None => (&mut &*self.sock).write(bytes),
+            Some(conn) => conn.writer().write(bytes),
+        };
+        match written {
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                self.writable = false;
+                Ok(0)
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(0),
+            Err(e) => Err(self.write_failed(e)),
+        }
+    }
+
+    /// Reads plain bytes: `Ok(None)` when none can come now, `Ok(Some(0))`
+    /// at its end.
+    fn read_plain(&mut self, buf: &mut [u8]) -> Result<Option<usize>, Fault> {
+        loop {
+            let Some(conn) = self.tls.as_mut() else {
+                if !self.readable {
+                    return Ok(None);
+                }
+                return match (&mut &*self.sock).read(buf) {
+                    Ok(n) => Ok(Some(n)),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        self.readable = false;
+                        Ok(None)
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(e) => Err(self.read_failed(e)),
+                };
+            };
+            match conn.reader().read(buf) {
+                Ok(n) => return Ok(Some(n)),
+                // Its end of stream without a close_notify: ended all the same.
+                Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(Some(0)),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => return Err((End::Error, Some(e))),
+            }
+            if !self.readable {
+                return Ok(None);
+            }
+            let mut sock = self.sock;
+            match conn.read_tls(&mut sock) {
+                Ok(0) => return Ok(Some(0)),
+                Ok(_) => {
+                    if let Err(e) = conn.process_new_packets() {
+                        let _ = conn.write_tls(&mut sock);
+                        let error = io::Error::new(ErrorKind::InvalidData, e.to_string());
+                        return Err((End::Error, Some(error)));
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.readable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.read_failed(e)),
+            }
+        }
+    }
+
+    /// Passes the other side's end on: `close_notify` first on TLS, then
+    /// `shutdown(Write)` once everything has left.
+    fn close_write(&mut self) -> Result<(), Fault> {
+        if let Some(conn) = self.tls.as_mut() {
+            if !self.closing {
+                conn.send_close_notify();
+                self.closing = true;
+            }
+            self.flush()?;
+            if self.wants_write() {
+                return Ok(());
+            }
+        }
+        self.shut = true;
+        match self.sock.shutdown(Shutdown::Write) {
+            Err(e) if e.kind() != ErrorKind::NotConnected => Err(self.write_failed(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Poll events for this socket: read when `more` (its direction wants
+    /// bytes) and it said it has none; write when bytes wait for it.
+    fn watch(&self, more: bool, toward: &Buf) -> libc::pollfd {
+        let mut events = 0;
+        if more && !self.eof && !self.readable {
+            events |= libc::POLLIN;
+        }
+        if !self.writable && (self.wants_write() || (toward.pending() && !self.shut)) {
+            events |= libc::POLLOUT;
+        }
+        libc::pollfd {
+            fd: if events == 0 {
+                -1
+            } else {
+                self.sock.as_raw_fd()
+            },
+            events,
+            revents: 0,
+        }
+    }
+
+    fn learn(&mut self, fd: &libc::pollfd) {
+        const ANY: libc::c_short = libc::POLLERR | libc::POLLHUP;
+        self.readable |= fd.revents & (libc::POLLIN | ANY) != 0;
+        self.writable |= fd.revents & (libc::POLLOUT | ANY) != 0;
+    }
+}
+
+/// Moves the bytes of one connection both ways until both sides are done
+/// or nothing moves for the idle (or fin) timeout. Both sockets are made
+/// non-blocking. Never fails: every end is an [`End`].
+pub(crate) fn pump(mut client: Side<'_>, mut backend: Side<'_>, options: &PumpOptions) -> Outcome {
+    let mut transfer = Transfer::default();
+    let (end, error) = match client
+        .sock
+        .set_nonblocking(true)
+        .and_then(|()| backend.sock.set_nonblocking(true))
+    {
+        Ok(()) => run(&mut client, &mut backend, options, &mut transfer),
+        Err(e) => (End::Error, Some(e)),
+    };
+    Outcome {
+        transfer,
+        end,
+        error,
+    }
+}
+
+fn run(
+    client: &mut Side<'_>,
+    backend: &mut Side<'_>,
+    options: &PumpOptions,
+    transfer: &mut Transfer,
+) -> Fault {
+    let (mut up, mut down) = (Buf::new(), Buf::new());
+    let mut first_close = None;
+    let (idle_ms, fin_ms) = (millis(options.idle_timeout), millis(options.fin_timeout));
+    loop {
+        let stepped = step(client, backend, &mut up, &mut transfer.to_backend)
+            .and_then(|b| Ok(b | step(backend, client, &mut down, &mut transfer.to_client)?));
+        let busy = match stepped {
+            Ok(busy) => busy,
+            Err(fault) => return fault,
+        };
+        if client.eof {
+            first_close.get_or_insert(End::ClientClosed);
+        }
+        if backend.eof {
+            first_close.get_or_insert(End::BackendClosed);
+        }
+        if client.shut && backend.shut {
+            return (first_close.unwrap_or(End::ClientClosed), None);
+        }
+        let mut fds = [
+            client.watch(!up.pending(), &down),
+            backend.watch(!down.pending(), &up),
+        ];
+        let half_closed = client.eof || backend.eof;
+        let timeout = match (busy, half_closed) {
+            (true, _) => 0,
+            (false, true) => fin_ms,
+            (false, false) => idle_ms,
+        };
+        match poll(&mut fds, timeout) {
+            Err(e) => return (End::Error, Some(e)),
+            Ok(0) if !busy => {
+                let end = if half_closed {
+                    End::FinTimeout
+                } else {
+                    End::IdleTimeout
+                };
+                return (end, None);
+            }
+            Ok(_) => {
+                client.learn(&fds[0]);
+                backend.learn(&fds[1]);
+            }
+        }
+    }
+}
+
+/// Moves bytes from `src` to `dst` through `buf` for at most one turn;
+/// whether the turn was used up (go on without waiting).
+fn step(
+    src: &mut Side<'_>,
+    dst: &mut Side<'_>,
+    buf: &mut Buf,
+    moved: &mut u64,
+) -> Result<bool, Fault> {
+    let turn_ends = *moved + TURN_BYTES;
+    loop {
+        dst.flush()?;
+        if buf.pending() {
+            let n = dst.write_plain(&buf.bytes[buf.start..buf.end])?;
+            buf.start += n;
+            *moved += n as u64;
+            if n == 0 && !(dst.wants_write() && dst.writable) {
+                return Ok(false);
+            }
+            continue;
+        }
+        if dst.shut {
+            return Ok(false);
+        }
+        if src.eof {
+            dst.close_write()?;
+            return Ok(false);
+        }
+        if *moved >= turn_ends {
+            return Ok(true);
+        }
+        match src.read_plain(&mut buf.bytes)? {
+            None => return Ok(false),
+            Some(0) => src.eof = true,
+            Some(n) => (buf.start, buf.end) = (0, n),
+        }
+    }
+}

@@ -1,0 +1,420 @@
+//! TLS termination with real clients: curl, openssl s_client (TLS 1.2 and
+//! 1.3, SNI), ab over TLS, a rustls client for half-close; certificates
+//! swapped by SIGHUP while a connection stays open; a bad certificate at
+//! start-up; re-encryption to `openssl s_server`.
+
+mod common;
+mod peers;
+mod tls_certs;
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{wait_for, Demo, TestBackend, TestBalancer};
+use rodizio::tls_term::CertList;
+use tls_certs::{connect, served, subject_of, Certs, Pair, Rodizio};
+
+/// A balancer in front of `backends` terminating TLS with `pairs`.
+fn balancer(backends: &[std::net::SocketAddr], pairs: &[&Pair]) -> TestBalancer {
+    TestBalancer::with(backends, |c| {
+        c.tls.certs = CertList(pairs.iter().map(|p| p.setting()).collect());
+    })
+}
+
+/// `curl --cacert` over terminated TLS reaches both plain demo backends in
+/// turn, and every handshake is counted.
+#[test]
+fn curl_reaches_plain_backends_over_terminated_tls() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["localhost"], 1);
+    let demos = [
+        Demo::start("127.0.0.1:0", "one"),
+        Demo::start("127.0.0.1:0", "two"),
+    ];
+    let b = balancer(&[demos[0].addr, demos[1].addr], &[&pair]);
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "20", "--cacert"])
+            .arg(certs.ca())
+            .arg(format!("https://localhost:{}/", b.addr.port()))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run curl");
+        let body = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{body} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        seen.push(body);
+    }
+    assert!(seen.iter().any(|s| s.contains("one")), "{seen:?}");
+    assert!(seen.iter().any(|s| s.contains("two")), "{seen:?}");
+    assert!(wait_for(Duration::from_secs(10), || b
+        .stats
+        .snapshot()
+        .tls_handshakes
+        == 4));
+}
+
+/// openssl s_client negotiates TLS 1.2 and TLS 1.3, and the server name
+/// picks the certificate (an unknown one gets the first, the default).
+#[test]
+fn s_client_gets_both_versions_and_the_certificate_of_its_name() {
+    let certs = Certs::new();
+    let a = certs.issue("a", &["a.test"], 1);
+    let b_pair = certs.issue("b", &["b.test", "*.b.test"], 2);
+    let backend = TestBackend::echo();
+    let b = balancer(&[backend.addr()], &[&a, &b_pair]);
+    let port = b.addr.port();
+    for (name, version, subject, protocol) in [
+        ("a.test", "-tls1_2", "a.test", "TLSv1.2"),
+        ("b.test", "-tls1_3", "b.test", "TLSv1.3"),
+        ("x.b.test", "-tls1_3", "b.test", "TLSv1.3"),
+        ("other.test", "-tls1_2", "a.test", "TLSv1.2"),
+    ] {
+        let (got, proto, verify) = served(port, name, &certs.ca(), version);
+        assert!(
+            got.contains(&format!("CN = {subject}")) || got.contains(&format!("CN={subject}")),
+            "{name}: {got}"
+        );
+        assert_eq!(proto, protocol, "{name}");
+        assert!(verify.contains("0 (ok)"), "{name}: {verify}");
+    }
+}
+
+/// ab over TLS 1.2: 200 requests, 10 at once, none failed.
+#[test]
+fn ab_over_tls() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["localhost"], 1);
+    let demo = Demo::start("127.0.0.1:0", "one");
+    let b = balancer(&[demo.addr], &[&pair]);
+    let out = Command::new("timeout")
+        .args([
+            "60", "ab", "-f", "TLS1.2", "-n", "200", "-c", "10", "-s", "20",
+        ])
+        .arg(format!("https://127.0.0.1:{}/", b.addr.port()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ab");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("Complete requests:      200"), "{text}");
+    assert!(text.contains("Failed requests:        0"), "{text}");
+}
+
+/// Half-close through TLS: the client's close_notify reaches the backend
+/// as its end of stream; the backend's reply after it comes back, then
+/// its own end as a close_notify.
+#[test]
+fn close_notify_both_ways() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["localhost"], 1);
+    let backend = TestBackend::reply_after_eof();
+    let b = balancer(&[backend.addr()], &[&pair]);
+    let mut client = connect(b.addr, "localhost", &certs.ca()).unwrap();
+    client.write_all(b"the whole request").unwrap();
+    client.conn.send_close_notify();
+    client.flush().unwrap();
+    let mut reply = Vec::new();
+    client.read_to_end(&mut reply).unwrap();
+    assert_eq!(reply, common::after_eof_reply(b"the whole request"));
+}
+
+/// A certificate renewed in place and SIGHUP: the next client gets the new
+/// one, while a connection opened before goes on with its bytes.
+#[test]
+fn sighup_serves_the_new_certificate_and_keeps_open_connections() {
+    let certs = Certs::new();
+    let old = certs.issue("site", &["one.localhost", "localhost"], 1);
+    let backend = TestBackend::echo();
+    let config = certs.dir.join("rodizio.json");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"listen": "127.0.0.1:0", "backends": ["{}"], "tls_certs": [{}]}}"#,
+            backend.addr(),
+            old.json()
+        ),
+    )
+    .unwrap();
+    let r = Rodizio::start(&["-c", config.to_str().unwrap()]);
+    let mut open = connect(r.addr(), "localhost", &certs.ca()).unwrap();
+    assert!(subject_of(&open).contains("one.localhost"));
+    let mut buf = [0u8; 5];
+    open.write_all(b"first").unwrap();
+    open.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"first");
+    // certbot's way: new files at the same paths.
+    certs.issue("site", &["two.localhost", "localhost"], 2);
+    r.reload();
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            connect(r.addr(), "localhost", &certs.ca())
+                .map(|c| subject_of(&c).contains("two.localhost"))
+                .unwrap_or(false)
+        }),
+        "the new certificate was not served: {}",
+        r.log()
+    );
+    open.write_all(b"again").unwrap();
+    open.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"again");
+}
+
+/// A certificate that cannot be used stops the start in one line, exit 2.
+#[test]
+fn a_bad_certificate_at_start_up_exits_2_in_one_line() {
+    let certs = Certs::new();
+    let a = certs.issue("a", &["localhost"], 1);
+    let b = certs.issue("b", &["localhost"], 2);
+    let missing = certs.dir.join("missing.pem");
+    let cases = [
+        (
+            format!("{},{}", missing.display(), a.key.display()),
+            "cannot read",
+        ),
+        (
+            format!("{},{}", a.key.display(), a.key.display()),
+            "holds no PEM certificate",
+        ),
+        (
+            format!("{},{}", a.cert.display(), a.cert.display()),
+            "holds no PEM private key",
+        ),
+        (
+            format!("{},{}", a.cert.display(), b.key.display()),
+            "do not make a pair",
+        ),
+    ];
+    for (flag, want) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_rodizio"))
+            .args([
+                "--allow-root",
+                "-l",
+                "127.0.0.1:0",
+                "-b",
+                "127.0.0.1:9",
+                "--tls-cert",
+                &flag,
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(2), "{flag}: {err}");
+        assert!(err.contains(want), "{flag}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+}
+
+/// `openssl s_server -www` on a free port with `pair`, listening.
+fn s_server(certs: &Certs, pair: &Pair) -> (peers::Peer, std::net::SocketAddr) {
+    let port = peers::free_port();
+    let mut cmd = Command::new(peers::need("openssl", "openssl"));
+    cmd.args(["s_server", "-www", "-accept"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("-cert")
+        .arg(&pair.cert)
+        .arg("-key")
+        .arg(&pair.key);
+    let mut peer = peers::Peer::spawn("s_server", cmd, libc::SIGTERM, &certs.dir);
+    let addr = peers::loopback(port);
+    peer.wait_listening(addr);
+    (peer, addr)
+}
+
+/// Re-encryption: curl over terminated TLS, then TLS again to `openssl
+/// s_server -www`, whose certificate is verified for the configured name;
+/// a backend whose certificate is not for the name it is reached by is
+/// refused, and the client closed.
+#[test]
+fn re_encryption_to_openssl_s_server() {
+    let certs = Certs::new();
+    let front = certs.issue("front", &["localhost"], 1);
+    let back = certs.issue("back", &["backend.test"], 2);
+    let (_server, addr) = s_server(&certs, &back);
+    let b = TestBalancer::with(&[addr], |c| {
+        c.tls.certs = CertList(vec![front.setting()]);
+        c.tls.backend = true;
+        c.tls.backend_ca = Some(certs.ca());
+        c.tls.backend_server_name = Some("backend.test".into());
+    });
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--cacert"])
+        .arg(certs.ca())
+        .arg(format!("https://localhost:{}/", b.addr.port()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run curl");
+    let body = String::from_utf8_lossy(&out.stdout).to_string();
+    // s_server -www describes the session it had: with rodizio, over TLS.
+    assert!(
+        body.contains("Ciphers supported in s_server binary"),
+        "{body}"
+    );
+    assert!(body.contains("Protocol  : TLSv1.3"), "{body}");
+    // The same backend reached by its address: the name does not match.
+    let wrong = TestBalancer::with(&[addr], |c| {
+        c.tls.backend = true;
+        c.tls.backend_ca = Some(certs.ca());
+    });
+    let mut s = common::connect(wrong.addr).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    assert!(wait_for(Duration::from_secs(10), || wrong
+        .stats
+        .snapshot()
+        .no_backend
+        + wrong.stats.snapshot().connect_failures
+        >= 1));
+}
+
+/// What is seen of TLS: the access log line says the version and the
+/// server name, the handshakes and failures are counted in /metrics, and
+/// each certificate's seconds until notAfter (30 days here) are there.
+#[test]
+fn access_log_and_metrics_tell_the_tls() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["a.test"], 1);
+    let backend = TestBackend::echo();
+    let log = certs.dir.join("access.log");
+    let b = TestBalancer::with(&[backend.addr()], |c| {
+        c.tls.certs = CertList(vec![pair.setting()]);
+        c.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.access_log = Some(rodizio::access_log::Format::Json);
+        c.access_log_file = Some(log.clone());
+    });
+    let mut c = connect(b.addr, "a.test", &certs.ca()).unwrap();
+    c.write_all(b"hi").unwrap();
+    let mut buf = [0u8; 2];
+    c.read_exact(&mut buf).unwrap();
+    c.conn.send_close_notify();
+    c.flush().unwrap();
+    let _ = c.read_to_end(&mut Vec::new());
+    let mut garbage = common::connect(b.addr).unwrap();
+    garbage.write_all(b"SSH-2.0-x\r\n").unwrap();
+    let _ = garbage.read_to_end(&mut Vec::new());
+    assert!(
+        wait_for(Duration::from_secs(10), || std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(r#""tls":"TLSv1.3","sni":"a.test""#)),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let metrics = common::http_get(b.admin.unwrap(), "/metrics").unwrap().body;
+    assert!(
+        metrics.contains("rodizio_tls_handshakes_total{service=\"default\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("rodizio_tls_handshake_failures_not_tls_total{service=\"default\"} 1"),
+        "{metrics}"
+    );
+    let expiry: i64 = metrics
+        .lines()
+        .find(|l| l.starts_with("rodizio_tls_certificate_expiry_seconds{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    let days = expiry / 86_400;
+    assert!((29..=30).contains(&days), "{expiry}");
+}
+
+/// Mutual TLS: with tls_client_ca, curl with a certificate the CA signed
+/// is served; curl without one is refused, counted as such.
+#[test]
+fn client_certificates_with_tls_client_ca() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["localhost"], 1);
+    let client = certs.issue("client", &["client.test"], 2);
+    let demo = Demo::start("127.0.0.1:0", "one");
+    let b = TestBalancer::with(&[demo.addr], |c| {
+        c.tls.certs = CertList(vec![pair.setting()]);
+        c.tls.client_ca = Some(certs.ca());
+    });
+    let curl = |with_cert: bool| {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "--max-time", "20", "--cacert"])
+            .arg(certs.ca());
+        if with_cert {
+            cmd.arg("--cert")
+                .arg(&client.cert)
+                .arg("--key")
+                .arg(&client.key);
+        }
+        cmd.arg(format!("https://localhost:{}/", b.addr.port()))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run curl")
+    };
+    let ok = curl(true);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("one"));
+    let refused = curl(false);
+    assert!(!refused.status.success());
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            b.stats.snapshot().tls_handshake_failures_client_certificate == 1
+        }),
+        "{:?}",
+        b.stats.snapshot()
+    );
+}
+
+/// The TLS settings are per service: in a `services` file, check-config
+/// shows each service's own (one terminating, one plain with the defaults).
+#[test]
+fn tls_settings_per_service() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["localhost"], 1);
+    let backend = TestBackend::echo();
+    let file = certs.dir.join("services.json");
+    std::fs::write(
+        &file,
+        format!(
+            r#"{{"services": [
+              {{"name": "web", "listen": "127.0.0.1:0", "backends": ["{b}"],
+                "tls_certs": [{pair}], "tls_handshake_timeout": "3s"}},
+              {{"name": "plain", "listen": "127.0.0.1:0", "backends": ["{b}"]}}
+            ]}}"#,
+            b = backend.addr(),
+            pair = pair.json()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rodizio"))
+        .arg("check-config")
+        .arg(&file)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let web = text.split("[service plain]").next().unwrap();
+    let plain = text.split("[service plain]").nth(1).unwrap();
+    assert!(
+        web.contains(&format!("tls_certs = {}", pair.flag())),
+        "{text}"
+    );
+    assert!(web.contains("tls_handshake_timeout = 3s"), "{text}");
+    assert!(plain.contains("tls_certs = off"), "{text}");
+    assert!(plain.contains("tls_handshake_timeout = 10s"), "{text}");
+}
