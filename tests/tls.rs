@@ -307,7 +307,10 @@ fn access_log_and_metrics_tell_the_tls() {
     assert!(
         wait_for(Duration::from_secs(10), || std::fs::read_to_string(&log)
             .unwrap_or_default()
-            .contains(r#""tls":"TLSv1.3","sni":"a.test""#)),
+            .contains(r#""sni":"a.test","backend""#)
+            && std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains(r#""tls":"TLSv1.3""#)),
         "{}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );

@@ -320,7 +320,7 @@ macro_rules! settings_table {
         /// Ramp the share of a backend that comes back into rotation (health
         /// up, end of maintenance or draining, added at run time) from about
         /// 5% of its weight to all of it over this long (HAProxy's slowstart),
-        /// e.g. 30s; ip-hash is left alone. Off by default.
+        /// e.g. 30s; ip-hash and first are left alone. Off by default.
         slow_start: Duration, "slow-start", Service, some(slow_start), live,
             file MaybeSecs => take,
             flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
