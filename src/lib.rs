@@ -98,7 +98,8 @@
 //!   `backup` (the backends in rotation: primaries, else backups), `ramp`
 //!   (slow start).
 //! - `backend`: one backend, its live state, and [`backend::Backend::connect`];
-//!   `cap` (in `backend/`), its slots: the clients on their way to it and
+//!   `spec` (in `backend/`), the backend as written (`HOST:PORT` and its
+//!   options); `cap`, its slots: the clients on their way to it and
 //!   its `max_connections`; `standby` (backup or primary, and when it
 //!   came back, for slow start).
 //! - `tally`: a backend's peak, errors by kind, time down and check
