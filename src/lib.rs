@@ -123,8 +123,9 @@
 //!   `auth` (the token), `metrics` (Prometheus), `process` (its
 //!   `process_*` series, from `/proc/self`), `page` (the stats page),
 //!   `tools` (the reload's dry run, the running configuration as a file),
-//!   `chart` (the stats page's charts, inline SVG) and `sampler` (the
-//!   thread that fills them).
+//!   `chart` (the stats page's charts, inline SVG), `sampler` (the
+//!   thread that fills them) and `views` (a backend as JSON, its row on
+//!   the stats page, the page's sections).
 //! - `reply`: the 429/502/503 replies, written without blocking.
 //! - `stats`: one table of counters and gauges.
 //! - `tls_term/`: TLS termination (off by default): the settings and the
