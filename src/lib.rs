@@ -45,7 +45,8 @@
 //!   reload), `settings` (what the table generates), `overrides` (the
 //!   [`config::Overrides`] laid over the defaults), `file` (the JSON config
 //!   file), `services` (what spans services: names, addresses), `values`
-//!   (the file's value types), `read` (reading it,
+//!   (the file's value types), `entry` (a backend in the file: a string
+//!   or an object), `read` (reading it,
 //!   bounded), `words` (errors and values in the operator's words),
 //!   `export` (a configuration written back as a file).
 //! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
