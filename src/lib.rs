@@ -45,7 +45,8 @@
 //!   reload), `settings` (what the table generates), `overrides` (the
 //!   [`config::Overrides`] laid over the defaults), `file` (the JSON config
 //!   file), `services` (what spans services: names, addresses), `values`
-//!   (the file's value types), `read` (reading it,
+//!   (the file's value types), `entry` (a backend in the file: a string
+//!   or an object), `read` (reading it,
 //!   bounded), `words` (errors and values in the operator's words),
 //!   `export` (a configuration written back as a file).
 //! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
@@ -96,9 +97,11 @@
 //!   changeable at run time; one file per algorithm: `round_robin`,
 //!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`, `first`;
 //!   `backup` (the backends in rotation: primaries, else backups), `ramp`
-//!   (slow start).
+//!   (slow start), `snapshot` (one version of the list, with what the
+//!   algorithms precompute from it).
 //! - `backend`: one backend, its live state, and [`backend::Backend::connect`];
-//!   `cap` (in `backend/`), its slots: the clients on their way to it and
+//!   `spec` (in `backend/`), the backend as written (`HOST:PORT` and its
+//!   options); `cap`, its slots: the clients on their way to it and
 //!   its `max_connections`; `standby` (backup or primary, and when it
 //!   came back, for slow start).
 //! - `tally`: a backend's peak, errors by kind, time down and check
@@ -122,8 +125,9 @@
 //!   `auth` (the token), `metrics` (Prometheus), `process` (its
 //!   `process_*` series, from `/proc/self`), `page` (the stats page),
 //!   `tools` (the reload's dry run, the running configuration as a file),
-//!   `chart` (the stats page's charts, inline SVG) and `sampler` (the
-//!   thread that fills them).
+//!   `chart` (the stats page's charts, inline SVG), `sampler` (the
+//!   thread that fills them) and `views` (a backend as JSON, its row on
+//!   the stats page, the page's sections).
 //! - `reply`: the 429/502/503 replies, written without blocking.
 //! - `stats`: one table of counters and gauges.
 //! - `tls_term/`: TLS termination (off by default): the settings and the

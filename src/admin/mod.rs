@@ -33,6 +33,7 @@ mod sampler;
 mod server;
 mod services;
 mod tools;
+mod views;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;

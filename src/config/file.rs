@@ -20,10 +20,11 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use super::entry::Backends;
 use super::settings;
 use super::settings::Raw;
 pub use super::values::Mode;
-use super::values::{Backends, Listen, RateSetting, Whole};
+use super::values::{Listen, RateSetting, Whole};
 use super::words::{self, json_error, key_position, object_start};
 use super::{Config, Overrides};
 use crate::error::{Error, Result};

@@ -25,6 +25,7 @@
 //! | `_BUFFER_SIZE 4100` (reads of 4096) | `proxy.buffer_size` (4096)  |
 //! | `_MAX_SERVERS 10`           | [`MAX_PROMPT_SERVERS`] (prompt only; flags take any number) |
 
+mod entry;
 pub mod export;
 pub mod file;
 mod overrides;

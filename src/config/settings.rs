@@ -21,10 +21,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::entry::Backends;
 use super::table::settings_table;
 use super::values::{
-    Backends, Bytes, FileValue, Listen, MaybeAddr, MaybeCount, MaybeParsed, MaybeSecs, Mode,
-    Parsed, RateSetting, Secs, Size, Stdout, Store, Text, Whole,
+    Bytes, FileValue, Listen, MaybeAddr, MaybeCount, MaybeParsed, MaybeSecs, Mode, Parsed,
+    RateSetting, Secs, Size, Stdout, Store, Text, Whole,
 };
 use super::{show_bytes, Config};
 use crate::backend::BackendSpec;

@@ -31,6 +31,7 @@ mod least_connections;
 mod power_of_two;
 mod ramp;
 mod round_robin;
+mod snapshot;
 mod weighted;
 
 use std::net::IpAddr;
@@ -39,12 +40,14 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::{Mutex, RwLock};
 
-use ramp::{Ramp, RampNow};
+use ramp::RampNow;
 
 use crate::availability::AvailabilityWatcher;
 
 use crate::backend::{Backend, Reservation};
 use crate::waitlist::Waitlist;
+
+pub(crate) use snapshot::Snapshot;
 
 /// One way of choosing the backend for a new client.
 ///
@@ -171,80 +174,6 @@ pub struct Pick {
     /// With least connections, counts this client as pending on `backend`
     /// until the pick is dropped (the worker drops it once connected).
     _reservation: Option<Reservation>,
-}
-
-/// One immutable version of the backend list, with what the algorithms
-/// precompute from it and from which backends were available.
-#[derive(Debug)]
-pub(crate) struct Snapshot {
-    /// The backends, in the order given.
-    all: Arc<[Arc<Backend>]>,
-    /// The backends in rotation, those the algorithm picks from: `all`
-    /// itself (the same `Arc`) unless some are backups (`backup.rs`).
-    pub(crate) list: Arc<[Arc<Backend>]>,
-    /// Where each of `list` is in `all`, when `list` is not `all`.
-    places: Option<Box<[usize]>>,
-    /// A slow start under way when this was built (`ramp.rs`), or none.
-    ramp: Option<Ramp>,
-    /// The positions in `list` of the backends available when this
-    /// snapshot was built, in list order.
-    pub(crate) up: Box<[usize]>,
-    /// The smooth weighted round-robin cycle over the backends in `up`:
-    /// positions in `list`, one per unit of weight (after dividing their
-    /// weights by their gcd). Empty when none is available.
-    pub(crate) cycle: Box<[u32]>,
-    /// Per backend, the hash of its name (rendezvous hashing).
-    pub(crate) keys: Box<[u64]>,
-    /// Whether every weight is the same (ip-hash then needs no floats).
-    pub(crate) uniform: bool,
-    /// The algorithm picking from this list (changed like the list).
-    algorithm: Algorithm,
-}
-
-impl Snapshot {
-    /// Reads each backend's state now: build it only once the backends
-    /// tell this scheduler of their flips (see [`Scheduler::change_with`]).
-    /// `ramp_ms` is the slow start (0: off).
-    fn new(all: Arc<[Arc<Backend>]>, algorithm: Algorithm, ramp_ms: u64) -> Snapshot {
-        let (list, places) = backup::rotation(&all);
-        let weights: Vec<u32> = list.iter().map(|b| b.weight()).collect();
-        let up: Box<[usize]> = (0..list.len())
-            .filter(|&i| list[i].is_available())
-            .collect();
-        let up_weights: Vec<u32> = up.iter().map(|&i| weights[i]).collect();
-        let cycle = weighted::smooth_cycle(&up_weights)
-            .into_iter()
-            .map(|k| up[k as usize] as u32)
-            .collect();
-        let keys = list.iter().map(|b| ip_hash::hash_name(b.name())).collect();
-        let uniform = weights.windows(2).all(|w| w[0] == w[1]);
-        let ramp = Ramp::of(&list, ramp_ms);
-        Snapshot {
-            all,
-            list,
-            places,
-            ramp,
-            up,
-            cycle,
-            keys,
-            uniform,
-            algorithm,
-        }
-    }
-
-    /// The available backend whose turn `turn` is, in rotation over the
-    /// available ones: with `m` available, each gets exactly one turn in
-    /// every `m` in a row, whichever others are out.
-    pub(crate) fn in_turn(&self, turn: usize) -> Option<usize> {
-        let start = match self.up.len() {
-            // None was available when this was built; one may have come
-            // back since (its rebuild is on its way): look at them all.
-            0 => turn % self.list.len(),
-            m => self.up[turn % m],
-        };
-        // Checked again: see "Availability" in the module docs.
-        first_available(&self.list, start)
-    }
 }
 
 /// The backend list and the algorithm's shared state.
@@ -528,29 +457,6 @@ impl Shared {
         let snap = Snapshot::new(all, algorithm, self.ramp_ms.load(Ordering::Relaxed));
         *self.current.write() = snap;
         self.waitlist.notify();
-    }
-}
-
-impl Snapshot {
-    /// The pick of `list[idx]`, reserved if the algorithm counts picks.
-    #[inline]
-    /// Where the backend at `idx` of `list` is in the whole list.
-    pub(super) fn place(&self, idx: usize) -> usize {
-        self.places.as_ref().map_or(idx, |places| places[idx])
-    }
-
-    fn pick_at(&self, idx: usize) -> Pick {
-        let backend = Arc::clone(&self.list[idx]);
-        let reservation = self
-            .algorithm
-            .strategy()
-            .reserves()
-            .then(|| backend.reserve());
-        Pick {
-            server_idx: self.place(idx),
-            backend,
-            _reservation: reservation,
-        }
     }
 }
 

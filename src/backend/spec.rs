@@ -1,0 +1,233 @@
+//! A backend as the user wrote it, [`BackendSpec`]: `HOST:PORT` and its
+//! options, parsed, resolved and written back.
+//!
+//! Plain values: parsed at start-up, on a reload or by the admin API, on
+//! the thread that reads the text; no worker parses a backend.
+//!
+//! # Corresponds to the C article
+//!
+//! `servers_entry()` reads each server's address and port; the options
+//! after the port have no C counterpart.
+
+use std::fmt;
+use std::io::ErrorKind;
+use std::net::SocketAddr;
+
+use super::{cap, standby};
+use crate::error::{Error, Result};
+use crate::health::own::OwnCheck;
+use crate::lookup;
+use crate::proxy_protocol::Version;
+
+/// A backend as the user wrote it: `HOST:PORT` with optional `,weight=N`,
+/// `,max_connections=N`, `,send-proxy` / `,send-proxy-v2`, `,backup` and
+/// its own check's options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendSpec {
+    /// The host name or address, as typed (`localhost`, `127.0.0.1`, `::1`).
+    pub host: String,
+    /// The TCP port, 1..=65535.
+    pub port: u16,
+    /// The relative weight for weighted algorithms; 1 unless given.
+    pub weight: u32,
+    /// Send this backend a PROXY protocol header before the client's bytes
+    /// (`,send-proxy` is version 1, `,send-proxy-v2` version 2); `None`
+    /// unless given, and then the balancer-wide `send_proxy` applies.
+    pub send_proxy: Option<Version>,
+    /// Its own check (`,check_port=N`, `,check_address=IP`, `,rise=N`,
+    /// ...): empty unless given, and then the service's settings apply.
+    pub check: OwnCheck,
+    /// Most connections to it at once (`,max_connections=N`, HAProxy's
+    /// server `maxconn`); `None` unless given: no cap.
+    pub max_connections: Option<usize>,
+    /// Served only while no other backend (a primary) is available
+    /// (`,backup`; HAProxy's and nginx's `backup`). False unless given.
+    pub backup: bool,
+}
+
+impl BackendSpec {
+    /// Parses `HOST:PORT[,weight=N][,max_connections=N][,send-proxy|,send-proxy-v2][,backup]`; IPv6
+    /// addresses go in brackets (`[::1]:8001`). The option names are
+    /// HAProxy's `server` keywords.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidBackend`] naming what is wrong.
+    pub fn parse(text: &str) -> Result<BackendSpec> {
+        let text = text.trim();
+        let mut parts = text.split(',');
+        let hostport = parts.next().unwrap_or_default();
+        let (host, port) = split_host_port(hostport).ok_or_else(|| {
+            let example = match hostport.rsplit_once(':') {
+                // An IPv6 literal without brackets.
+                Some((ip, port)) if ip.contains(':') => format!("[{ip}]:{port}"),
+                _ => "127.0.0.1:8001".to_string(),
+            };
+            Error::InvalidBackend(format!("'{text}': expected HOST:PORT, e.g. {example}"))
+        })?;
+        if !host.is_empty()
+            && host.chars().all(|c| c.is_ascii_digit() || c == '.')
+            && host.parse::<std::net::Ipv4Addr>().is_err()
+        {
+            // getaddrinfo would take `3` for 0.0.0.3 and `10.1` for
+            // 10.0.0.1: almost surely not what was meant.
+            return Err(Error::InvalidBackend(format!(
+                "'{text}': '{host}' is not an IPv4 address (four numbers, e.g. 127.0.0.1:8001)"
+            )));
+        }
+        let port = parse_port(port)
+            .ok_or_else(|| Error::InvalidBackend(format!("'{text}': port must be 1..65535")))?;
+        let options = Options::parse(text, parts)?;
+        if host.is_empty() {
+            return Err(Error::InvalidBackend(format!(
+                "'{text}': the host is empty"
+            )));
+        }
+        Ok(BackendSpec {
+            host: host.to_string(),
+            port,
+            weight: options.weight,
+            send_proxy: options.send_proxy,
+            check: options.check,
+            max_connections: options.max_connections,
+            backup: options.backup,
+        })
+    }
+
+    /// Resolves the host name into socket addresses, IPv4 first (see
+    /// [`lookup::addresses`]; a backend keeps [`lookup::MAX_ADDRESSES`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidBackend`] when the name does not resolve.
+    pub fn resolve(&self) -> Result<Vec<SocketAddr>> {
+        match lookup::addresses(&self.host, self.port) {
+            Ok(addrs) => Ok(addrs),
+            Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::InvalidBackend(format!(
+                "'{}' resolves to no address",
+                self.name()
+            ))),
+            Err(e) => Err(Error::InvalidBackend(format!("'{}': {e}", self.name()))),
+        }
+    }
+
+    /// The `HOST:PORT` form used in logs (brackets around IPv6 literals).
+    pub fn name(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl fmt::Display for BackendSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())?;
+        if self.weight != 1 {
+            write!(f, ",weight={}", self.weight)?;
+        }
+        if let Some(n) = self.max_connections {
+            write!(f, ",max_connections={n}")?;
+        }
+        match self.send_proxy {
+            None => {}
+            Some(Version::V1) => f.write_str(",send-proxy")?,
+            Some(Version::V2) => f.write_str(",send-proxy-v2")?,
+        }
+        if self.backup {
+            f.write_str(",backup")?;
+        }
+        write!(f, "{}", self.check)
+    }
+}
+
+/// Splits `host:port`, `[v6]:port`; returns `None` when there is no port.
+fn split_host_port(text: &str) -> Option<(&str, &str)> {
+    if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = after.strip_prefix(':')?;
+        Some((host, port))
+    } else {
+        let (host, port) = text.rsplit_once(':')?;
+        if host.contains(':') {
+            // An IPv6 literal without brackets: ambiguous, refuse it.
+            return None;
+        }
+        Some((host, port))
+    }
+}
+
+/// Parses a TCP port, refusing 0 and anything above 65535.
+pub(crate) fn parse_port(text: &str) -> Option<u16> {
+    text.trim().parse::<u16>().ok().filter(|p| *p != 0)
+}
+
+/// The options after `HOST:PORT`, each at most once where that matters.
+struct Options {
+    weight: u32,
+    send_proxy: Option<Version>,
+    check: OwnCheck,
+    max_connections: Option<usize>,
+    backup: bool,
+}
+
+impl Options {
+    /// Reads the comma-separated options of the backend `text`.
+    fn parse<'a>(text: &str, parts: impl Iterator<Item = &'a str>) -> Result<Options> {
+        let mut weight = 1;
+        let mut send_proxy = None;
+        let mut check = OwnCheck::default();
+        let mut max_connections = None;
+        let mut backup = false;
+        for option in parts {
+            if standby::backup_option(text, option, &mut backup)? {
+                continue;
+            }
+            let version = match option.trim() {
+                "send-proxy" => Some(Version::V1),
+                "send-proxy-v2" => Some(Version::V2),
+                _ => None,
+            };
+            if let Some(version) = version {
+                if send_proxy.is_some() {
+                    return Err(Error::InvalidBackend(format!(
+                        "'{text}': send-proxy is given twice"
+                    )));
+                }
+                send_proxy = Some(version);
+                continue;
+            }
+            match option.split_once('=') {
+                Some(("weight", value)) => {
+                    weight = value
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|w| (1..=1000).contains(w))
+                        .ok_or_else(|| {
+                            Error::InvalidBackend(format!("'{text}': weight must be 1..1000"))
+                        })?;
+                }
+                Some(("max_connections", value)) => {
+                    max_connections = Some(cap::parse(text, value)?);
+                }
+                Some((key, value)) if OwnCheck::takes(key) => check
+                    .set(key, value)
+                    .map_err(|e| Error::InvalidBackend(format!("'{text}': {e}")))?,
+                _ => {
+                    return Err(Error::InvalidBackend(format!(
+                        "'{text}': unknown option '{option}' \
+                         (known: weight=N, max_connections=N, send-proxy, send-proxy-v2, backup, check_port=N, ...)"
+                    )))
+                }
+            }
+        }
+        Ok(Options {
+            weight,
+            send_proxy,
+            check,
+            max_connections,
+            backup,
+        })
+    }
+}
