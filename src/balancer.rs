@@ -142,7 +142,7 @@ impl Balancer {
         let pool = Pool::with_config(
             &config,
             Arc::clone(&shared.stats),
-            Arc::new(crate::proxy::run),
+            Arc::new(|job: crate::proxy::Job| crate::proxy::run(job)),
         );
         let _ = shared.queue_depth.set(pool.queue_len());
         let access_log = shared.access_log.clone();

@@ -474,21 +474,25 @@ impl Proxy {
 /// under the pump (docs/tls.md, "Cost").
 #[inline]
 pub fn run(job: Job) {
-    let (job, _sni) = match &job.route {
-        Route::Unrouted(router) => match route(Arc::clone(router), job) {
-            Some((job, sni)) => (job, Some(sni)),
-            None => return,
-        },
-        _ => (job, None),
-    };
+    if matches!(job.route, Route::Unrouted(_)) {
+        return run_routed(job);
+    }
     Arc::clone(&job.service).handle(job);
 }
 
-/// [`run`]'s routing, out of its frame.
+/// [`run`] for a client of an address shared by SNI: routed, then served
+/// by the service chosen. Out of [`run`]'s frame, so that a plain
+/// connection's worker stack stays as deep as it was.
 #[cold]
 #[inline(never)]
-fn route(router: Arc<dyn Divert>, job: Job) -> Option<(Job, crate::access_log::SniGuard)> {
-    router.divert(job)
+fn run_routed(job: Job) {
+    let Route::Unrouted(router) = &job.route else {
+        return;
+    };
+    let router = Arc::clone(router);
+    if let Some((job, _sni)) = router.divert(job) {
+        Arc::clone(&job.service).handle(job);
+    }
 }
 
 /// Turns on TCP keep-alive on `socket`: first probe after `idle` without

@@ -57,6 +57,16 @@ struct Link {
     tls: Option<crate::tls_term::handshake::Session>,
 }
 
+/// A client ready to be connected: routed, its TLS done, its pick made.
+struct Ready {
+    client: TcpStream,
+    pick: Pick,
+    origin: header::Origin,
+    place: Option<Place>,
+    tls: Option<crate::tls_term::handshake::Session>,
+    started: Instant,
+}
+
 impl Proxy {
     /// Serves one client: wait → route → connect → pump → close, and says
     /// in `outcome` how it ended, counted already (see
@@ -144,6 +154,26 @@ impl Proxy {
     /// [`Proxy::serve`]'s frame, which lasts through the pump.
     #[inline(never)]
     fn reach(&self, job: Job, outcome: &mut Outcome) -> Option<Link> {
+        // Loaded here, in the shallower frame: a worker's first `ArcSwap`
+        // load sets up its thread-local state, one of the deepest calls an
+        // idle worker makes.
+        let settings = self.settings.load_full();
+        let health = self.health.load_full();
+        let ready = self.ready(job, outcome, &settings, &health)?;
+        self.dial(ready, settings, &health, outcome)
+    }
+
+    /// The steps before the connect: wait → route → TLS → a slot. Not
+    /// inlined, so that its locals are gone before the connect, the
+    /// deepest point an idle worker's stack reaches.
+    #[inline(never)]
+    fn ready(
+        &self,
+        job: Job,
+        outcome: &mut Outcome,
+        settings: &ProxyConfig,
+        health: &HealthConfig,
+    ) -> Option<Box<Ready>> {
         let Job {
             route,
             client,
@@ -154,72 +184,106 @@ impl Proxy {
         } = job;
         let started = Instant::now();
         outcome.queue_wait = self.taken(&client, queued_at, started);
-        let settings = self.settings.load_full();
-        let health = self.health.load_full();
-        if self.turned_away(&client, queued_at, outcome, &settings, &health) {
+        if self.turned_away(&client, queued_at, outcome, settings, health) {
             return None;
         }
         let (client, pick, origin, place) = self.route(route, client, peer, place)?;
         // From here on the client is who the header said.
         outcome.peer = origin.source;
-        let mut tls = match &self.tls {
+        let tls = match self.tls {
             None => None,
-            Some(term) => Some(crate::tls_term::handshake::serve(
-                term.load_full(),
-                &client,
-                &self.stats,
-                outcome.peer,
-            )?),
+            Some(_) => Some(self.terminate(&client, outcome.peer)?),
         };
         let pick = match pick {
             Some(pick) => pick,
             None => {
                 let source = origin.source;
-                self.wait_for_slot(&client, source, queued_at, &settings, &health, outcome)?
+                self.wait_for_slot(&client, source, queued_at, settings, health, outcome)?
             }
         };
-        let attempt = Attempt {
-            client: &client,
+        // Boxed: one small allocation keeps it out of the frames the
+        // connect runs under.
+        Some(Box::new(Ready {
+            client,
+            pick,
             origin,
+            place,
+            tls,
+            started,
+        }))
+    }
+
+    /// The connect (with fail-over, and the backend's TLS handshake when
+    /// the service speaks TLS to its backends): the client linked to its
+    /// backend, or `None` when it was refused. Not inlined: the connect
+    /// runs under its frame only.
+    #[inline(never)]
+    // Boxed on purpose: a `Ready` by value would be copied into this frame
+    // and the caller's, under the connect (see `ready`).
+    #[allow(clippy::boxed_local)]
+    fn dial(
+        &self,
+        mut ready: Box<Ready>,
+        settings: Arc<ProxyConfig>,
+        health: &HealthConfig,
+        outcome: &mut Outcome,
+    ) -> Option<Link> {
+        let attempt = Attempt {
+            client: &ready.client,
+            origin: ready.origin,
             settings: &settings,
-            health: &health,
+            health,
         };
         let mut failovers = 0;
         let connecting = Instant::now();
-        let connected = self.connect(&pick, &attempt, &mut failovers);
+        let mut connected = self.connect(&ready.pick, &attempt, &mut failovers);
         let connect_time = connecting.elapsed();
-        let connected = match (connected, &mut tls) {
-            (Ok(Connected(sock, backend, held)), Some(tls)) => {
-                match tls.reach_backend(
-                    &sock,
-                    backend.name(),
-                    connecting + settings.connect_timeout,
-                ) {
-                    Ok(()) => Ok(Connected(sock, backend, held)),
-                    Err(e) => Err(Error::io(format!("connecting to {}", backend.name()), e)),
-                }
-            }
-            (connected, _) => connected,
-        };
+        if let Some(session) = ready.tls.as_mut() {
+            connected = reach_tls(session, connected, connecting + settings.connect_timeout);
+        }
         match connected {
-            Ok(Connected(backend_sock, backend, held)) => Some(Link {
-                client,
-                backend_sock,
-                backend,
-                pick,
-                held,
-                settings,
-                started,
-                connect_time,
-                failovers,
-                place,
-                tls,
-            }),
+            Ok(Connected(backend_sock, backend, held)) => {
+                let Ready {
+                    client,
+                    pick,
+                    place,
+                    tls,
+                    started,
+                    ..
+                } = *ready;
+                Some(Link {
+                    client,
+                    backend_sock,
+                    backend,
+                    pick,
+                    held,
+                    settings,
+                    started,
+                    connect_time,
+                    failovers,
+                    place,
+                    tls,
+                })
+            }
             Err(error) => {
-                self.refuse_unreachable(outcome, &pick, error, failovers, connect_time, &attempt);
+                let pick = &ready.pick;
+                self.refuse_unreachable(outcome, pick, error, failovers, connect_time, &attempt);
                 None
             }
         }
+    }
+
+    /// The TLS handshake with the client of a service that terminates TLS:
+    /// its session, or `None` when it failed (counted there). Not inlined:
+    /// the plain path's frame stays as it was.
+    #[inline(never)]
+    fn terminate(
+        &self,
+        client: &TcpStream,
+        peer: SocketAddr,
+    ) -> Option<crate::tls_term::handshake::Session> {
+        let term = self.tls.as_ref()?.load_full();
+        crate::tls_term::handshake::serve(term, client, &self.stats, peer)
     }
 
     /// Every backend connect failed: the client is refused.
@@ -376,6 +440,22 @@ fn pump_both(
         splice_pump(client, backend, &options)
     } else {
         pump::pump(client, backend, settings.buffer_size, &options)
+    }
+}
+
+/// The TLS handshake with the backend just connected, when the service
+/// speaks TLS to its backends (`backend_tls`), by `deadline`. Not inlined,
+/// as [`Proxy::terminate`].
+#[inline(never)]
+fn reach_tls(
+    session: &mut crate::tls_term::handshake::Session,
+    connected: crate::error::Result<Connected>,
+    deadline: Instant,
+) -> crate::error::Result<Connected> {
+    let Connected(sock, backend, held) = connected?;
+    match session.reach_backend(&sock, backend.name(), deadline) {
+        Ok(()) => Ok(Connected(sock, backend, held)),
+        Err(e) => Err(Error::io(format!("connecting to {}", backend.name()), e)),
     }
 }
 
