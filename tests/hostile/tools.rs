@@ -179,3 +179,53 @@ fn simulate_refuses_absurd_requests() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stdout.contains("1000000 clients"), "{}", out.stdout);
 }
+
+/// Sixteen clients asking for dry runs at once, against a file that adds
+/// a backend: each is told the same change, none applies it, and the API
+/// keeps answering meanwhile (each dry run reads and checks the whole
+/// file under the reloader's lock).
+#[test]
+fn many_dry_runs_at_once_apply_nothing() {
+    let (a, b) = (TestBackend::echo(), TestBackend::echo());
+    let dir = Scratch::new("hostile-dry-many");
+    let text = |backends: &str| {
+        format!(
+            r#"{{"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0", "health_check": "off",
+                "backends": [{backends}]}}"#
+        )
+    };
+    let path = dir.file(
+        "rodizio.json",
+        text(&format!("\"{}\"", a.addr())).as_bytes(),
+    );
+    let r = Rodizio::start(&path, &[]);
+    let (_, before) = r.call("GET", "/backends", "");
+    dir.file(
+        "rodizio.json",
+        text(&format!("\"{}\", \"{}\"", a.addr(), b.addr())).as_bytes(),
+    );
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..16 {
+            s.spawn(|| {
+                for _ in 0..5 {
+                    let (status, body) = r.call("POST", "/reload?dry_run=1", "");
+                    assert_eq!(status, 200, "{body}");
+                    assert!(body.contains(&b.addr().to_string()), "{body}");
+                }
+            });
+        }
+        s.spawn(|| {
+            for _ in 0..20 {
+                assert_eq!(r.call("GET", "/backends", "").0, 200);
+            }
+        });
+    });
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert_eq!(r.call("GET", "/backends", "").1, before);
+    let (_, metrics) = r.call("GET", "/metrics", "");
+    assert!(
+        metrics.contains("\nrodizio_reloads_ok_total 0\n"),
+        "{metrics}"
+    );
+}
