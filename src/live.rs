@@ -43,14 +43,13 @@ impl Live {
     /// `base` with the live values as they are now written over it (an
     /// admin request or a reload may have changed them since `base` was
     /// read): the algorithm, the proxy's, health's and the rate limit's
-    /// settings, and the scheduler's slow start.
+    /// settings, and what the scheduler was tuned with.
     pub fn settings_over(&self, mut base: Config) -> Config {
         base.algorithm = self.scheduler.algorithm();
         base.proxy = ProxyConfig::clone(&self.proxy.load());
         base.health = HealthConfig::clone(&self.health.load());
         base.rate_limit = self.limiter.load().as_ref().map(|l| l.config().clone());
-        // What `service::tune_scheduler` set, as the scheduler has it now.
-        base.slow_start = self.scheduler.ramp();
+        crate::service::tuned(&self.scheduler, &mut base);
         base
     }
 }

@@ -55,6 +55,12 @@ pub(crate) fn tune_scheduler(scheduler: &Scheduler, config: &Config) {
     scheduler.set_ramp(config.slow_start);
 }
 
+/// The other way: writes into `config` what [`tune_scheduler`] set, as
+/// `scheduler` has it now (for the admin API's `/config`).
+pub(crate) fn tuned(scheduler: &Scheduler, config: &mut Config) {
+    config.slow_start = scheduler.ramp();
+}
+
 /// One service, built and bound.
 pub struct Service {
     /// Its settings, as started (a reload changes the live values).
