@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 
-use crate::config::Config;
 use crate::health::HealthConfig;
 use crate::limiter::Limiter;
 use crate::proxy::ProxyConfig;
@@ -37,19 +36,4 @@ pub struct Live {
     /// TLS termination, for a service started with `tls_certs`: a reload
     /// reads the certificates again and swaps it; `None` for plain TCP.
     pub tls: Option<Arc<ArcSwap<crate::tls_term::Terminator>>>,
-}
-
-impl Live {
-    /// `base` with the live values as they are now written over it (an
-    /// admin request or a reload may have changed them since `base` was
-    /// read): the algorithm, the proxy's, health's and the rate limit's
-    /// settings, and what the scheduler was tuned with.
-    pub fn settings_over(&self, mut base: Config) -> Config {
-        base.algorithm = self.scheduler.algorithm();
-        base.proxy = ProxyConfig::clone(&self.proxy.load());
-        base.health = HealthConfig::clone(&self.health.load());
-        base.rate_limit = self.limiter.load().as_ref().map(|l| l.config().clone());
-        crate::service::tuned(&self.scheduler, &mut base);
-        base
-    }
 }

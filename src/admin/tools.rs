@@ -113,7 +113,14 @@ pub(super) fn query_flag(query: &str, name: &str) -> Result<bool, String> {
 
 /// A service's settings, the live ones read as they are now.
 pub(super) fn settings_now(service: &Service) -> crate::config::Config {
-    service.live.settings_over(service.config.clone())
+    let live = &service.live;
+    let mut config = service.config.clone();
+    config.proxy = (**live.proxy.load()).clone();
+    config.health = (**live.health.load()).clone();
+    config.rate_limit = live.limiter.load().as_ref().map(|l| l.config().clone());
+    config.algorithm = live.scheduler.algorithm();
+    crate::service::tuned(&live.scheduler, &mut config);
+    config
 }
 
 #[cfg(test)]

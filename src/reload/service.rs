@@ -193,7 +193,13 @@ fn prepare_tls(
 /// The settings `service` runs with now: `old` as the live values say (an
 /// admin request may have changed them since the last reload).
 fn running_settings(service: &Service, old: &Config) -> Config {
-    service.live.settings_over(old.clone())
+    let live = &service.live;
+    let mut before = old.clone();
+    before.algorithm = live.scheduler.algorithm();
+    before.proxy = current(&live.proxy);
+    before.health = current(&live.health);
+    before.rate_limit = live.limiter.load().as_ref().map(|l| l.config().clone());
+    before
 }
 
 /// What `apply` will do to the service, one part per change, in the words
@@ -434,4 +440,9 @@ fn setting_changes(
             report.settings_changed += 1;
         }
     }
+}
+
+/// A copy of what an `ArcSwap` holds now.
+fn current<T: Clone>(swap: &arc_swap::ArcSwap<T>) -> T {
+    T::clone(&swap.load())
 }
