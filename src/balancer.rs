@@ -119,6 +119,8 @@ impl Balancer {
     pub fn with_listener(config: Config, listeners: Listeners) -> Result<Balancer> {
         config.validate()?;
         pool::check_stack(&config)?;
+        crate::kernel_sched::apply(config.sched_policy)
+            .map_err(|e| Error::io("setting the scheduling policy", e))?;
         let admin = AdminListener::bind(&config)?;
         if config.trace {
             crate::trace::enable(config.trace_lang);

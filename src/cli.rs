@@ -30,6 +30,7 @@ use crate::config::table::settings_table;
 use crate::config::{parse_listen, Config, Overrides, MAX_WORKERS};
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
+use crate::kernel_sched::SchedPolicy;
 use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
@@ -339,6 +340,10 @@ fn parse_check(text: &str) -> std::result::Result<CheckKind, String> {
 }
 
 fn parse_rule(text: &str) -> std::result::Result<RateLimitAlgorithm, String> {
+    text.parse()
+}
+
+fn parse_sched_policy(text: &str) -> std::result::Result<SchedPolicy, String> {
     text.parse()
 }
 

@@ -142,6 +142,8 @@
 //!   within bounds.
 //! - `system`: process settings taken from the OS at start-up (the open
 //!   files limit) and OS errors in words.
+//! - `kernel_sched`: the kernel's scheduling policy for
+//!   every thread (`batch`: no wake-up preemption).
 //! - `simulate`: `rodizio simulate`, the schedulers asked for N picks
 //!   with no socket; each backend's share, and the clients a change moves.
 //! - `preflight/`: `rodizio preflight`, this host's limits against the
@@ -208,6 +210,7 @@ pub mod demo;
 pub mod dial;
 pub mod error;
 pub mod health;
+pub mod kernel_sched;
 pub mod limiter;
 pub mod listener;
 pub mod live;

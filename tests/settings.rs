@@ -244,7 +244,7 @@ fn every_key_in_its_own_name() {
           "rate_limit_max_clients": 1000, "rate_limit_ipv6_prefix": 48,
           "rate_limit_reply": "http",
           "health_user": "monitor", "health_send": "PING\\r\\n", "health_expect": "hex:2b504f4e47",
-          "trace": true, "trace_lang": "pt"
+          "trace": true, "trace_lang": "pt", "sched_policy": "batch"
         }"#,
     )
     .unwrap();
@@ -281,6 +281,7 @@ fn every_key_in_its_own_name() {
     assert_eq!(h.expect.as_deref(), Some(&b"+PONG"[..]));
     assert!(c.trace);
     assert_eq!(c.trace_lang, Lang::Pt);
+    assert_eq!(c.sched_policy, rodizio::kernel_sched::SchedPolicy::Batch);
 }
 
 /// What `check-config` lists reads back, as a file, into the same settings.

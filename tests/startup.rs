@@ -412,3 +412,61 @@ fn an_access_log_on_stdout_keeps_stdout_pure() {
         );
     }
 }
+
+/// The policy of each thread of `pid`, read from `/proc/PID/task/*/sched`.
+fn thread_policies(pid: u32) -> Vec<(String, u32)> {
+    let mut all = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let path = task.unwrap().path();
+        let (Ok(sched), Ok(name)) = (
+            std::fs::read_to_string(path.join("sched")),
+            std::fs::read_to_string(path.join("comm")),
+        ) else {
+            continue; // a thread that ended while the list was read
+        };
+        let policy = sched
+            .lines()
+            .find(|l| l.starts_with("policy"))
+            .and_then(|l| l.split(':').nth(1))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap();
+        all.push((name.trim().to_string(), policy));
+    }
+    all
+}
+
+/// `--sched-policy batch` puts every thread under SCHED_BATCH (3): those
+/// made at start-up and the workers made later for clients; without it
+/// every thread stays SCHED_OTHER (0). A policy it does not know is one
+/// line and exit 2.
+#[test]
+fn sched_policy_batch_reaches_every_thread() {
+    let backend = TestBackend::echo();
+    let b = backend.addr().to_string();
+    for (flags, want) in [(&["--sched-policy", "batch"][..], 3), (&[][..], 0)] {
+        let mut args = vec!["-b", &b];
+        args.extend_from_slice(flags);
+        let (running, addr) = start_on_free_port(&args, &[]);
+        // Clients held open at once, so that workers are made for them.
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let mut c = connect(addr).unwrap();
+            c.write_all(b"x").unwrap();
+            let mut one = [0u8];
+            c.read_exact(&mut one).unwrap();
+            held.push(c);
+        }
+        let threads = thread_policies(running.child.id());
+        let workers = threads
+            .iter()
+            .filter(|(n, _)| n.starts_with("rodizio-worker"))
+            .count();
+        assert!(workers >= 4, "{threads:?}");
+        assert!(
+            threads.iter().all(|&(_, p)| p == want),
+            "{flags:?}: {threads:?}"
+        );
+    }
+    let out = run(&["-b", &b, "--sched-policy", "fifo"]);
+    assert_usage_error(&out, "normal or batch");
+}

@@ -43,6 +43,7 @@ use std::time::Duration;
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::health::HealthConfig;
+use crate::kernel_sched::SchedPolicy;
 use crate::limiter::{RateLimitConfig, StoreConfig};
 use crate::proxy::ProxyConfig;
 use crate::proxy_protocol::{AcceptProxy, CidrList, Version};
@@ -110,6 +111,9 @@ pub struct Config {
     pub worker_idle_timeout: Option<Duration>,
     /// The `listen(2)` backlog (`backlog`). Default 4096.
     pub backlog: i32,
+    /// The kernel's scheduling policy for every thread (`sched_policy`).
+    /// Default [`SchedPolicy::Normal`]: as started.
+    pub sched_policy: SchedPolicy,
     /// Longest wait for connections in flight after a shutdown
     /// (`drain_timeout`). Default 30 s.
     pub drain_timeout: Duration,
@@ -213,6 +217,7 @@ impl Default for Config {
             queue_capacity: 4096,
             worker_idle_timeout: Some(DEFAULT_WORKER_IDLE_TIMEOUT),
             backlog: 4096,
+            sched_policy: SchedPolicy::Normal,
             drain_timeout: Duration::from_secs(30),
             defer_accept: false,
             proxy: ProxyConfig::default(),

@@ -30,6 +30,7 @@ use super::values::{
 use super::{show_bytes, Config};
 use crate::backend::BackendSpec;
 use crate::health::CheckKind;
+use crate::kernel_sched::SchedPolicy;
 use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
@@ -433,6 +434,7 @@ mod tests {
             "workers",
             "worker_idle_timeout",
             "backlog",
+            "sched_policy",
             "admin_listen",
             "admin_token_file",
             "access_log_file",

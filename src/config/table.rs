@@ -80,6 +80,13 @@ macro_rules! settings_table {
             file Whole<i32, 1, { i32::MAX as u64 }> => take,
             flag Option<i32> [value_parser = clap::value_parser!(i32).range(1..)],
             always |c: &Config| c.backlog.to_string();
+        /// How the kernel schedules every thread: normal (as started) or
+        /// batch (SCHED_BATCH: a woken thread does not preempt the running one).
+        sched_policy: SchedPolicy, "sched-policy", Process, set(sched_policy),
+            restart[sched_policy],
+            file Parsed<SchedPolicy> => take,
+            flag Option<SchedPolicy> [value_name = "POLICY", value_parser = parse_sched_policy],
+            always |c: &Config| c.sched_policy.to_string();
         /// Bytes per read in each direction (e.g. 4096, 16k).
         buffer_size: usize, "buffer-size", Service, set(proxy.buffer_size), live,
             file Size => take,
