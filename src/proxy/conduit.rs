@@ -156,7 +156,7 @@ fn splice(from: RawFd, to: RawFd, len: usize, flags: libc::c_uint) -> io::Result
 /// pages are given back to the kernel. Long enough that a busy connection
 /// (or a keep-alive client between requests) never pays for it, short
 /// enough that a thousand idle connections cost no buffer memory.
-pub(super) const RELEASE_AFTER: Duration = Duration::from_millis(500);
+pub(crate) const RELEASE_AFTER: Duration = Duration::from_millis(500);
 
 thread_local! {
     /// This thread's pump buffers, kept for every connection it serves so
@@ -174,16 +174,16 @@ thread_local! {
 /// idle ([`Buffers::release`]), taking them out of the resident set; the
 /// next read finds fresh zeroed pages. A thread that never reads never
 /// touches them, so they cost no memory at all until used.
-pub(super) struct Buffers {
+pub(crate) struct Buffers {
     ptr: NonNull<u8>,
     /// Bytes mapped: `2 * size` rounded up to whole pages.
     len: usize,
     /// Bytes per direction.
-    pub(super) size: usize,
+    pub(crate) size: usize,
 }
 
 impl Buffers {
-    pub(super) fn new(size: usize) -> io::Result<Buffers> {
+    pub(crate) fn new(size: usize) -> io::Result<Buffers> {
         let size = size.max(1);
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
@@ -208,7 +208,7 @@ impl Buffers {
     }
 
     /// The client-to-backend and backend-to-client buffers.
-    pub(super) fn halves(&mut self) -> (&mut [u8], &mut [u8]) {
+    pub(crate) fn halves(&mut self) -> (&mut [u8], &mut [u8]) {
         // SAFETY: the mapping is `len >= 2 * size` bytes, readable and
         // writable, owned by `self` and borrowed mutably for the slices'
         // lifetime, so nothing else reads or writes it meanwhile.
@@ -218,7 +218,7 @@ impl Buffers {
 
     /// Hands the pages back to the kernel; their content (nothing pending,
     /// by the caller's check) reads as zeros from now on.
-    pub(super) fn release(&mut self) {
+    pub(crate) fn release(&mut self) {
         // SAFETY: the range is exactly our own mapping, and no slice into it
         // is alive (`&mut self`). An error only means the pages stay.
         unsafe {

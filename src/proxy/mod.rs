@@ -26,7 +26,7 @@
 //! `proxy_function()` (see `serve`); `get_final_server_socket()` is
 //! [`Backend::connect`](crate::backend::Backend::connect).
 
-mod conduit;
+pub(crate) mod conduit;
 mod connect;
 pub mod header;
 mod per_client;

@@ -9,7 +9,8 @@
 //! - `handshake`: the worker's blocking handshake, bounded by
 //!   `tls_handshake_timeout`, and why one failed;
 //! - `pump`: the TLS-aware pump, beside the plain and splice ones of
-//!   [`mod@crate::proxy::pump`].
+//!   [`mod@crate::proxy::pump`];
+//! - `stack`: the stack pages a handshake touched, handed back after it.
 //!
 //! # Threads
 //!
@@ -27,6 +28,7 @@ mod certs;
 mod expiry;
 pub(crate) mod handshake;
 pub(crate) mod pump;
+mod stack;
 
 use std::fmt;
 use std::path::PathBuf;

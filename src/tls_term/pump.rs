@@ -15,14 +15,19 @@
 //!
 //! # Threads
 //!
-//! The worker thread serving the connection. The two buffers are its own
-//! (16 KiB each, on the heap, made once per TLS connection): the plain
-//! path's thread-local buffers are left alone.
+//! The worker thread serving the connection. The two buffers (16 KiB
+//! each) are the thread's, one mapping kept for every TLS connection it
+//! serves, apart from the plain path's (whose size is the service's
+//! `buffer_size`). Their pages go back to the kernel when the connection
+//! has been idle for the plain pump's `RELEASE_AFTER` and when it ends,
+//! and the stack pages the handshakes touched go back before the first
+//! byte moves (`stack`): an idle TLS connection keeps neither.
 //!
 //! # Corresponds to the C article
 //!
 //! No C counterpart.
 
+use std::cell::RefCell;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
@@ -30,27 +35,27 @@ use std::os::fd::AsRawFd;
 use rustls::Connection;
 
 use crate::poll::{millis, poll};
+use crate::proxy::conduit::{Buffers, RELEASE_AFTER};
 use crate::proxy::pump::{End, Outcome, PumpOptions, Transfer, TURN_BYTES};
 
 /// Bytes per read each way: one TLS record's worth of plain bytes.
 const CHUNK: usize = 16 * 1024;
 
-/// One direction's buffer: bytes `start..end` wait to be written.
+thread_local! {
+    /// This thread's TLS pump buffers, one per direction, kept for every
+    /// TLS connection it serves.
+    static BUFFERS: RefCell<Option<Buffers>> = const { RefCell::new(None) };
+}
+
+/// One direction's place in its buffer: bytes `start..end` wait to be
+/// written.
+#[derive(Default)]
 struct Buf {
-    bytes: Box<[u8]>,
     start: usize,
     end: usize,
 }
 
 impl Buf {
-    fn new() -> Buf {
-        Buf {
-            bytes: vec![0; CHUNK].into_boxed_slice(),
-            start: 0,
-            end: 0,
-        }
-    }
-
     fn pending(&self) -> bool {
         self.start < self.end
     }
@@ -253,13 +258,26 @@ impl<'a> Side<'a> {
 /// or nothing moves for the idle (or fin) timeout. Both sockets are made
 /// non-blocking. Never fails: every end is an [`End`].
 pub(crate) fn pump(mut client: Side<'_>, mut backend: Side<'_>, options: &PumpOptions) -> Outcome {
+    super::stack::trim();
     let mut transfer = Transfer::default();
     let (end, error) = match client
         .sock
         .set_nonblocking(true)
         .and_then(|()| backend.sock.set_nonblocking(true))
     {
-        Ok(()) => run(&mut client, &mut backend, options, &mut transfer),
+        Ok(()) => BUFFERS.with(|cell| {
+            let mut cached = cell.borrow_mut();
+            let buffers = match &mut *cached {
+                Some(b) => b,
+                slot => match Buffers::new(CHUNK) {
+                    Ok(b) => slot.insert(b),
+                    Err(e) => return (End::Error, Some(e)),
+                },
+            };
+            let ended = run(&mut client, &mut backend, buffers, options, &mut transfer);
+            buffers.release();
+            ended
+        }),
         Err(e) => (End::Error, Some(e)),
     };
     Outcome {
@@ -272,15 +290,25 @@ pub(crate) fn pump(mut client: Side<'_>, mut backend: Side<'_>, options: &PumpOp
 fn run(
     client: &mut Side<'_>,
     backend: &mut Side<'_>,
+    buffers: &mut Buffers,
     options: &PumpOptions,
     transfer: &mut Transfer,
 ) -> Fault {
-    let (mut up, mut down) = (Buf::new(), Buf::new());
+    let (mut up, mut down) = (Buf::default(), Buf::default());
     let mut first_close = None;
     let (idle_ms, fin_ms) = (millis(options.idle_timeout), millis(options.fin_timeout));
     loop {
-        let stepped = step(client, backend, &mut up, &mut transfer.to_backend)
-            .and_then(|b| Ok(b | step(backend, client, &mut down, &mut transfer.to_client)?));
+        let (up_bytes, down_bytes) = buffers.halves();
+        let stepped =
+            step(client, backend, &mut up, up_bytes, &mut transfer.to_backend).and_then(|b| {
+                Ok(b | step(
+                    backend,
+                    client,
+                    &mut down,
+                    down_bytes,
+                    &mut transfer.to_client,
+                )?)
+            });
         let busy = match stepped {
             Ok(busy) => busy,
             Err(fault) => return fault,
@@ -304,7 +332,8 @@ fn run(
             (false, true) => fin_ms,
             (false, false) => idle_ms,
         };
-        match poll(&mut fds, timeout) {
+        let idle = !busy && !up.pending() && !down.pending();
+        match wait(&mut fds, timeout, idle.then_some(&mut *buffers)) {
             Err(e) => return (End::Error, Some(e)),
             Ok(0) if !busy => {
                 let end = if half_closed {
@@ -322,19 +351,42 @@ fn run(
     }
 }
 
-/// Moves bytes from `src` to `dst` through `buf` for at most one turn;
-/// whether the turn was used up (go on without waiting).
+/// `poll(2)` for at most `timeout_ms`; with `idle` buffers (both empty),
+/// after [`RELEASE_AFTER`] of silence their pages go back to the kernel
+/// and the wait goes on for the rest of the time.
+fn wait(
+    fds: &mut [libc::pollfd],
+    timeout_ms: i32,
+    idle: Option<&mut Buffers>,
+) -> io::Result<usize> {
+    let release_ms = millis(RELEASE_AFTER);
+    let Some(buffers) = idle.filter(|_| timeout_ms > release_ms) else {
+        return poll(fds, timeout_ms);
+    };
+    match poll(fds, release_ms)? {
+        0 => {
+            buffers.release();
+            poll(fds, timeout_ms - release_ms)
+        }
+        n => Ok(n),
+    }
+}
+
+/// Moves bytes from `src` to `dst` through `buf` (its place in `bytes`)
+/// for at most one turn; whether the turn was used up (go on without
+/// waiting).
 fn step(
     src: &mut Side<'_>,
     dst: &mut Side<'_>,
     buf: &mut Buf,
+    bytes: &mut [u8],
     moved: &mut u64,
 ) -> Result<bool, Fault> {
     let turn_ends = *moved + TURN_BYTES;
     loop {
         dst.flush()?;
         if buf.pending() {
-            let n = dst.write_plain(&buf.bytes[buf.start..buf.end])?;
+            let n = dst.write_plain(&bytes[buf.start..buf.end])?;
             buf.start += n;
             *moved += n as u64;
             if n == 0 && !(dst.wants_write() && dst.writable) {
@@ -352,7 +404,7 @@ fn step(
         if *moved >= turn_ends {
             return Ok(true);
         }
-        match src.read_plain(&mut buf.bytes)? {
+        match src.read_plain(bytes)? {
             None => return Ok(false),
             Some(0) => src.eof = true,
             Some(n) => (buf.start, buf.end) = (0, n),
