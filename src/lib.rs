@@ -88,7 +88,9 @@
 //! - `health/`: the checks; `checker` (the thread), `probe` (rise/fall),
 //!   `check` (tcp, http), `protocol/` (checks that speak the backend's
 //!   protocol, one file each: `redis`, `tls`, `smtp`, `mysql`, `pgsql`,
-//!   `send_expect`, and `conn`, the conversation they share); `survey`
+//!   `send_expect`, and `conn`, the conversation they share;
+//!   `tls_verified`, the `tls` check of a service with `backend_tls`: a
+//!   whole handshake); `survey`
 //!   (`rodizio probe`: every kind once against one server); `kind` (the
 //!   kinds of check); `own` (a backend's own check: `check_port`,
 //!   `check_address`, its `rise`, `fall`, ...); `target` (where a

@@ -421,3 +421,122 @@ fn tls_settings_per_service() {
     assert!(plain.contains("tls_certs = off"), "{text}");
     assert!(plain.contains("tls_handshake_timeout = 10s"), "{text}");
 }
+
+/// A balancer re-encrypting to `addr` (CAs `ca`, name `name`), its `tls`
+/// check every 200 ms, one result enough to flip the backend.
+fn tls_checked(addr: std::net::SocketAddr, ca: &std::path::Path, name: &str) -> TestBalancer {
+    TestBalancer::with(&[addr], |c| {
+        c.tls.backend = true;
+        c.tls.backend_ca = Some(ca.to_path_buf());
+        c.tls.backend_server_name = Some(name.into());
+        c.health.check = rodizio::health::CheckKind::Tls;
+        c.health.interval = Duration::from_millis(200);
+        c.health.timeout = Duration::from_secs(3);
+        c.health.fall = 1;
+        c.health.rise = 1;
+    })
+}
+
+/// Waits until the last check of the backend `addr` of `b` has `ok`
+/// (`None`: passed; `Some(reason)`); that last result.
+fn last_check_until(
+    b: &TestBalancer,
+    addr: std::net::SocketAddr,
+    ok: impl Fn(&Option<String>) -> bool,
+) -> Option<String> {
+    let backend = b.backend(addr);
+    let mut last = None;
+    let held = wait_for(Duration::from_secs(20), || {
+        last = backend.last_check().map(|r| r.error);
+        last.as_ref().is_some_and(&ok)
+    });
+    assert!(held, "last check: {last:?}");
+    last.flatten()
+}
+
+/// With `backend_tls`, the `tls` check is a whole handshake verified as the
+/// re-encryption verifies it: `openssl s_server` with a certificate of the
+/// CA for the name is up; one of another CA, or for another name, is down
+/// with the reason in its last check; without `backend_tls` the same
+/// foreign server passes the lighter check (a ServerHello is enough).
+#[test]
+fn the_tls_check_verifies_the_backend_as_re_encryption_does() {
+    let certs = Certs::new();
+    let other = Certs::new();
+    let good = certs.issue("back", &["backend.test"], 2);
+    let foreign = other.issue("back", &["backend.test"], 3);
+    let (_good_server, good_addr) = s_server(&certs, &good);
+    let (_foreign_server, foreign_addr) = s_server(&other, &foreign);
+
+    let up = tls_checked(good_addr, &certs.ca(), "backend.test");
+    last_check_until(&up, good_addr, Option::is_none);
+    assert!(up.backend(good_addr).is_healthy());
+
+    let untrusted = tls_checked(foreign_addr, &certs.ca(), "backend.test");
+    let reason = last_check_until(&untrusted, foreign_addr, Option::is_some).unwrap();
+    // Both test CAs have one name: the other's signature is found bad.
+    assert!(
+        reason.contains("certificate verification failed: bad signature"),
+        "{reason}"
+    );
+    assert!(wait_for(Duration::from_secs(10), || !untrusted
+        .backend(foreign_addr)
+        .is_healthy()));
+
+    let misnamed = tls_checked(good_addr, &certs.ca(), "other.test");
+    let reason = last_check_until(&misnamed, good_addr, Option::is_some).unwrap();
+    assert!(
+        reason.contains("not valid for the name other.test"),
+        "{reason}"
+    );
+    assert!(wait_for(Duration::from_secs(10), || !misnamed
+        .backend(good_addr)
+        .is_healthy()));
+
+    let light = TestBalancer::with(&[foreign_addr], |c| {
+        c.health.check = rodizio::health::CheckKind::Tls;
+        c.health.interval = Duration::from_millis(200);
+    });
+    last_check_until(&light, foreign_addr, Option::is_none);
+}
+
+/// A reload that changes `backend_tls_ca` changes what the `tls` check
+/// trusts: the backend, down while the CA was another, comes back up.
+#[test]
+fn a_reload_of_backend_tls_ca_applies_to_the_checks() {
+    let certs = Certs::new();
+    let other = Certs::new();
+    let back = certs.issue("back", &["backend.test"], 2);
+    let (_server, addr) = s_server(&certs, &back);
+    let config = certs.dir.join("rodizio.json");
+    let write = |ca: &std::path::Path| {
+        std::fs::write(
+            &config,
+            format!(
+                r#"{{"listen": "127.0.0.1:0", "backends": ["{addr}"],
+                    "backend_tls": true, "backend_tls_ca": "{}",
+                    "backend_tls_server_name": "backend.test",
+                    "health_check": "tls", "health_interval": "200ms",
+                    "fall": 1, "rise": 1}}"#,
+                ca.display()
+            ),
+        )
+        .unwrap()
+    };
+    write(&other.ca());
+    let r = Rodizio::start(&["-c", config.to_str().unwrap()]);
+    assert!(
+        wait_for(Duration::from_secs(20), || r.log().contains(
+            "is now DOWN (1 failed check, last: tls: certificate verification failed"
+        )),
+        "{}",
+        r.log()
+    );
+    write(&certs.ca());
+    r.reload();
+    assert!(
+        wait_for(Duration::from_secs(20), || r.log().contains("is now UP")),
+        "{}",
+        r.log()
+    );
+}

@@ -1,7 +1,8 @@
 //! TLS termination attacked: garbage instead of a ClientHello, a
 //! ClientHello trickled byte by byte, a 16 KiB ClientHello, handshakes
-//! that never finish, a thousand failed handshakes, and a reload with a
-//! bad certificate. Each handshake is bounded by `tls_handshake_timeout`,
+//! that never finish, a thousand failed handshakes, a reload with a
+//! bad certificate, and the `tls` health check of a re-encrypting service
+//! against backends that say nothing, trickle or send garbage. Each handshake is bounded by `tls_handshake_timeout`,
 //! each failure counted by its reason, and no backend is ever connected
 //! for a client that did not finish its handshake.
 
@@ -262,4 +263,145 @@ fn a_reload_with_a_bad_certificate_keeps_the_old_one() {
     );
     let c = connect(r.addr(), "localhost", &certs.ca()).unwrap();
     assert!(subject_of(&c).contains("one.localhost"), "{}", r.log());
+}
+
+/// A backend that accepts and treats each connection with `behave` (on a
+/// thread of its own, every socket with a timeout); stopped when dropped.
+struct FakeBackend {
+    addr: SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl FakeBackend {
+    fn start(behave: fn(TcpStream)) -> FakeBackend {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = std::sync::Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            for s in listener.incoming() {
+                if stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(s) = s else { continue };
+                let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+                let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+                thread::spawn(move || behave(s));
+            }
+        });
+        FakeBackend {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for FakeBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wake the blocked accept.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A re-encrypting balancer over `addr`, its `tls` check every 200 ms
+/// bounded by 1 s, one failure enough to mark it down.
+fn tls_checked(certs: &Certs, addr: SocketAddr) -> TestBalancer {
+    TestBalancer::with(&[addr], |c| {
+        c.tls.backend = true;
+        c.tls.backend_ca = Some(certs.ca());
+        c.tls.backend_server_name = Some("backend.test".into());
+        c.health.check = rodizio::health::CheckKind::Tls;
+        c.health.interval = Duration::from_millis(200);
+        c.health.timeout = Duration::from_secs(1);
+        c.health.fall = 1;
+        c.health.rise = 1;
+    })
+}
+
+/// Waits until `addr`'s backend is down with a last check; its reason and
+/// how long that check took.
+fn down_with(b: &TestBalancer, addr: SocketAddr) -> (String, Duration) {
+    let backend = b.backend(addr);
+    let mut last = None;
+    let held = wait_for(Duration::from_secs(20), || {
+        last = backend.last_check();
+        !backend.is_healthy() && last.as_ref().is_some_and(|r| r.error.is_some())
+    });
+    assert!(held, "{last:?}");
+    let last = last.unwrap();
+    (last.error.unwrap(), last.took)
+}
+
+/// Reads until the peer closes or the read times out.
+fn hold(mut s: TcpStream) {
+    let mut buf = [0u8; 4096];
+    while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+}
+
+/// The `tls` check of a re-encrypting service against a backend that
+/// accepts and says nothing: down, each check ended by the health timeout
+/// (1 s), not held longer.
+#[test]
+fn the_tls_check_against_a_silent_backend_ends_at_its_timeout() {
+    let certs = Certs::new();
+    let silent = FakeBackend::start(hold);
+    let b = tls_checked(&certs, silent.addr);
+    let (reason, took) = down_with(&b, silent.addr);
+    assert!(reason.contains("timed out"), "{reason}");
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
+/// A backend that trickles a handshake record one byte every 100 ms: each
+/// byte would renew a plain socket timeout, but the check is bounded by
+/// its deadline.
+#[test]
+fn the_tls_check_against_a_trickling_backend_ends_at_its_timeout() {
+    let certs = Certs::new();
+    let trickle = FakeBackend::start(|mut s| {
+        let mut record = vec![22, 3, 3, 0x40, 0x00, 2, 0, 0x3f, 0xfc];
+        record.resize(2000, 0);
+        for byte in record {
+            if s.write_all(&[byte]).is_err() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let b = tls_checked(&certs, trickle.addr);
+    let (reason, took) = down_with(&b, trickle.addr);
+    assert!(reason.contains("timed out"), "{reason}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
+/// A backend that answers the ClientHello with garbage (an HTTP error, a
+/// record that lies about its length): down at once, the reason saying it
+/// is not TLS.
+#[test]
+fn the_tls_check_against_a_garbage_backend_is_down() {
+    let certs = Certs::new();
+    let http = FakeBackend::start(|mut s| {
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
+        hold(s);
+    });
+    let b = tls_checked(&certs, http.addr);
+    let (reason, took) = down_with(&b, http.addr);
+    assert!(reason.contains("does not speak TLS"), "{reason}");
+    assert!(took < Duration::from_millis(900), "{took:?}");
+    let liar = FakeBackend::start(|mut s| {
+        // A handshake record announcing 65 535 bytes: more than TLS allows.
+        let _ = s.write_all(&[22, 3, 3, 0xff, 0xff, 2, 0, 0, 1]);
+        hold(s);
+    });
+    let b = tls_checked(&certs, liar.addr);
+    let (reason, _) = down_with(&b, liar.addr);
+    assert!(reason.starts_with("tls: "), "{reason}");
+    assert!(!reason.contains("timed out"), "{reason}");
 }
