@@ -125,7 +125,8 @@
 //!   drain and remove backends, reload, and show the settings; `routes`
 //!   (the endpoints), `server` (hyper on its own thread, every bound),
 //!   `auth` (the token), `metrics` (Prometheus), `process` (its
-//!   `process_*` series, from `/proc/self`), `page` (the stats page),
+//!   `process_*` series, from `/proc/self`), `page` (the stats page), `certificates` (its table of served
+//!   certificates and their expiry),
 //!   `tools` (the reload's dry run, the running configuration as a file),
 //!   `chart` (the stats page's charts, inline SVG), `sampler` (the
 //!   thread that fills them) and `views` (a backend as JSON, its row on

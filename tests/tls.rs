@@ -540,3 +540,41 @@ fn a_reload_of_backend_tls_ca_applies_to_the_checks() {
         r.log()
     );
 }
+
+/// The stats page lists the served certificates: each one's name and the
+/// days left until its notAfter (29 or 30 for a fresh 30-day one), and one
+/// with 5 days left is marked; the page has no script.
+#[test]
+fn the_stats_page_shows_each_certificate_and_its_days_left() {
+    let certs = Certs::new();
+    let fresh = certs.issue("fresh", &["fresh.test"], 1);
+    let near = certs.issue_for_days("near", &["near.test", "*.near.test"], 2, 5);
+    let backend = TestBackend::echo();
+    let b = TestBalancer::with(&[backend.addr()], |c| {
+        c.tls.certs = CertList(vec![fresh.setting(), near.setting()]);
+        c.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+    });
+    let page = common::http_get(b.admin.unwrap(), "/").unwrap().body;
+    assert!(page.contains("<table id=\"certificates\""), "{page}");
+    let row = |name: &str| {
+        page.lines()
+            .find(|l| l.contains(&format!(">{name}</td>")))
+            .unwrap_or_else(|| panic!("no row for {name}: {page}"))
+            .to_string()
+    };
+    let fresh_row = row("fresh.test");
+    assert!(
+        fresh_row.contains(">29 days</td>") || fresh_row.contains(">30 days</td>"),
+        "{fresh_row}"
+    );
+    assert!(fresh_row.contains(&fresh.cert.display().to_string()));
+    assert!(!fresh_row.contains("renew soon"), "{fresh_row}");
+    let near_row = row("near.test");
+    assert!(near_row.contains("class=\"cert near\""), "{near_row}");
+    assert!(
+        near_row.contains("4 days <strong>renew soon</strong>")
+            || near_row.contains("5 days <strong>renew soon</strong>"),
+        "{near_row}"
+    );
+    assert!(!page.contains("<script"), "{page}");
+}
