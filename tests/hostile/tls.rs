@@ -1,8 +1,9 @@
 //! TLS termination attacked: garbage instead of a ClientHello, a
 //! ClientHello trickled byte by byte, a 16 KiB ClientHello, handshakes
 //! that never finish, a thousand failed handshakes, a reload with a
-//! bad certificate, and the `tls` health check of a re-encrypting service
-//! against backends that say nothing, trickle or send garbage. Each handshake is bounded by `tls_handshake_timeout`,
+//! bad certificate, the `tls` health check of a re-encrypting service
+//! against backends that say nothing, trickle or send garbage, and
+//! descriptors run out while handshakes and SNI peeks are pending. Each handshake is bounded by `tls_handshake_timeout`,
 //! each failure counted by its reason, and no backend is ever connected
 //! for a client that did not finish its handshake.
 
@@ -404,4 +405,170 @@ fn the_tls_check_against_a_garbage_backend_is_down() {
     let (reason, _) = down_with(&b, liar.addr);
     assert!(reason.starts_with("tls: "), "{reason}");
     assert!(!reason.contains("timed out"), "{reason}");
+}
+
+/// The rodizio binary with `args` and at most `nofile` descriptors (soft
+/// and hard, set between fork and exec), killed by its PID when dropped.
+struct Limited {
+    child: std::process::Child,
+    addr: SocketAddr,
+    stderr: crate::common::Collected,
+}
+
+impl Limited {
+    fn start(args: &[&str], nofile: libc::rlim_t) -> Limited {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rodizio"));
+        command
+            .arg("--allow-root")
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        crate::common::limit_in_child(&mut command, libc::RLIMIT_NOFILE, nofile);
+        let mut child = command.spawn().expect("start rodizio");
+        let stderr = crate::common::collect(child.stderr.take().unwrap());
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        thread::spawn(move || {
+            let mut sink = String::new();
+            while out.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
+                sink.clear();
+            }
+        });
+        let port: Option<u16> = first
+            .strip_prefix("Load balancer listening on port ")
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|p| p.trim().parse().ok());
+        let Some(port) = port else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no listening line: {first:?} {}", stderr.text());
+        };
+        Limited {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            stderr,
+        }
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Limited {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Opens clients on `addr` until the balancer logs that it is out of
+/// descriptors (every third sends half a ClientHello, the others
+/// nothing: all handshakes or peeks pending); closes them all; the
+/// process is still running, and a fresh TLS client for `name` is served
+/// (echoed) once descriptors are free.
+fn exhaust_then_serve(r: &mut Limited, name: &str, ca: &std::path::Path) {
+    let half = &big_client_hello(200)[..40];
+    let mut open = Vec::new();
+    let mut out_of_fds = false;
+    for i in 0..600 {
+        let Ok(mut s) = TcpStream::connect_timeout(&r.addr, Duration::from_secs(2)) else {
+            break;
+        };
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        if i % 3 == 0 {
+            let _ = s.write_all(half);
+        }
+        open.push(s);
+        if i % 20 == 19 && r.stderr.text().contains("Too many open files") {
+            out_of_fds = true;
+            break;
+        }
+    }
+    assert!(
+        out_of_fds
+            || wait_for(Duration::from_secs(20), || r
+                .stderr
+                .text()
+                .contains("Too many open files")),
+        "never ran out of descriptors with {} clients: {}",
+        open.len(),
+        r.stderr.text()
+    );
+    drop(open);
+    assert!(r.alive(), "{}", r.stderr.text());
+    let mut echoed = false;
+    let served = wait_for(Duration::from_secs(30), || {
+        let Ok(mut c) = connect(r.addr, name, ca) else {
+            return false;
+        };
+        let mut buf = [0u8; 5];
+        echoed = c.write_all(b"fresh").is_ok() && c.read_exact(&mut buf).is_ok();
+        echoed && &buf == b"fresh"
+    });
+    assert!(served, "no fresh client served: {}", r.stderr.text());
+    assert!(r.alive(), "{}", r.stderr.text());
+}
+
+/// Out of descriptors while TLS handshakes are pending: a terminating
+/// balancer limited to 96 descriptors, flooded with clients that never
+/// finish their handshake, logs the accept failures, keeps running, and
+/// serves a fresh TLS client once they are gone.
+#[test]
+fn out_of_descriptors_during_tls_handshakes() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["localhost"], 1);
+    let backend = TestBackend::echo();
+    let mut r = Limited::start(
+        &[
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            &backend.addr().to_string(),
+            "--tls-cert",
+            &pair.flag(),
+            "--tls-handshake-timeout",
+            "60s",
+            "--health-check",
+            "off",
+        ],
+        96,
+    );
+    exhaust_then_serve(&mut r, "localhost", &certs.ca());
+}
+
+/// Out of descriptors while ClientHellos are being peeked (SNI routing,
+/// no termination): the same flood against a balancer routing `a.test`
+/// to a TLS backend; it keeps running and routes a fresh client, whose
+/// handshake is the backend's.
+#[test]
+fn out_of_descriptors_during_sni_peeks() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["a.test"], 1);
+    let echo = TestBackend::echo();
+    let tls_backend = TestBalancer::with(&[echo.addr()], |c| {
+        c.tls.certs = CertList(vec![pair.setting()]);
+    });
+    let mut r = Limited::start(
+        &[
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            &tls_backend.addr.to_string(),
+            "--server-names",
+            "a.test",
+            "--sni-timeout",
+            "60s",
+            "--health-check",
+            "off",
+        ],
+        96,
+    );
+    exhaust_then_serve(&mut r, "a.test", &certs.ca());
 }
