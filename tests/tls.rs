@@ -1,7 +1,10 @@
 //! TLS termination with real clients: curl, openssl s_client (TLS 1.2 and
 //! 1.3, SNI), ab over TLS, a rustls client for half-close; certificates
 //! swapped by SIGHUP while a connection stays open; a bad certificate at
-//! start-up; re-encryption to `openssl s_server`.
+//! start-up; re-encryption to `openssl s_server`, and `redis-cli --tls`
+//! to a TLS-only redis-server; the `tls` health check verifying backends
+//! with the re-encryption's settings, also after a reload; the stats
+//! page's certificates.
 
 mod common;
 mod peers;
@@ -577,4 +580,69 @@ fn the_stats_page_shows_each_certificate_and_its_days_left() {
         "{near_row}"
     );
     assert!(!page.contains("<script"), "{page}");
+}
+
+/// `redis-cli --tls` through termination and re-encryption to a
+/// redis-server that speaks only TLS (`--port 0 --tls-port`): SET then GET
+/// come back; the `tls` check, a verified handshake with the same
+/// settings, keeps the backend up.
+#[test]
+fn redis_cli_over_tls_through_re_encryption_to_redis_server() {
+    let certs = Certs::new();
+    let front = certs.issue("front", &["localhost"], 1);
+    let back = certs.issue("redis", &["redis.test"], 2);
+    let port = peers::free_port();
+    let mut cmd = Command::new(peers::need("redis-server", "redis-server"));
+    cmd.args(["--port", "0", "--bind", "127.0.0.1", "--tls-port"])
+        .arg(port.to_string())
+        .arg("--tls-cert-file")
+        .arg(&back.cert)
+        .arg("--tls-key-file")
+        .arg(&back.key)
+        .arg("--tls-ca-cert-file")
+        .arg(certs.ca())
+        .args([
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(&certs.dir);
+    let mut redis = peers::Peer::spawn("redis-server", cmd, libc::SIGTERM, &certs.dir);
+    let addr = peers::loopback(port);
+    redis.wait_listening(addr);
+    let b = TestBalancer::with(&[addr], |c| {
+        c.tls.certs = CertList(vec![front.setting()]);
+        c.tls.backend = true;
+        c.tls.backend_ca = Some(certs.ca());
+        c.tls.backend_server_name = Some("redis.test".into());
+        c.health.check = rodizio::health::CheckKind::Tls;
+        c.health.interval = Duration::from_millis(200);
+    });
+    let cli = |args: &[&str]| {
+        let out = Command::new("timeout")
+            .arg("20")
+            .arg(peers::need("redis-cli", "redis-tools"))
+            .args(["--tls", "--sni", "localhost", "--cacert"])
+            .arg(certs.ca())
+            .args(["-h", "127.0.0.1", "-p", &b.addr.port().to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli");
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(
+            out.status.success(),
+            "{text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    assert_eq!(cli(&["SET", "greeting", "olá, rodizio"]), "OK");
+    assert_eq!(cli(&["GET", "greeting"]), "olá, rodizio");
+    last_check_until(&b, addr, Option::is_none);
+    assert!(b.backend(addr).is_healthy());
 }
