@@ -19,6 +19,7 @@ has python3 || need+=(python3)
 has curl || need+=(curl)
 has redis-server || need+=(redis-server)
 has redis-benchmark || need+=(redis-tools) # tests/services.rs
+has redis-cli || need+=(redis-tools) # tests/tls.rs (redis-cli --tls)
 has haproxy || need+=(haproxy)
 has nginx || need+=(nginx)
 has openssl || need+=(openssl)

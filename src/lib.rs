@@ -88,7 +88,9 @@
 //! - `health/`: the checks; `checker` (the thread), `probe` (rise/fall),
 //!   `check` (tcp, http), `protocol/` (checks that speak the backend's
 //!   protocol, one file each: `redis`, `tls`, `smtp`, `mysql`, `pgsql`,
-//!   `send_expect`, and `conn`, the conversation they share); `survey`
+//!   `send_expect`, and `conn`, the conversation they share;
+//!   `tls_verified`, the `tls` check of a service with `backend_tls`: a
+//!   whole handshake); `survey`
 //!   (`rodizio probe`: every kind once against one server); `kind` (the
 //!   kinds of check); `own` (a backend's own check: `check_port`,
 //!   `check_address`, its `rise`, `fall`, ...); `target` (where a
@@ -123,7 +125,8 @@
 //!   drain and remove backends, reload, and show the settings; `routes`
 //!   (the endpoints), `server` (hyper on its own thread, every bound),
 //!   `auth` (the token), `metrics` (Prometheus), `process` (its
-//!   `process_*` series, from `/proc/self`), `page` (the stats page),
+//!   `process_*` series, from `/proc/self`), `page` (the stats page), `certificates` (its table of served
+//!   certificates and their expiry),
 //!   `tools` (the reload's dry run, the running configuration as a file),
 //!   `chart` (the stats page's charts, inline SVG), `sampler` (the
 //!   thread that fills them) and `views` (a backend as JSON, its row on

@@ -222,6 +222,7 @@ impl Running {
             Arc::clone(&service.stats),
             stop.clone(),
             first_round,
+            service.live.tls.clone(),
         );
         let entry = Entry {
             service: Arc::clone(&service),

@@ -1,7 +1,10 @@
 //! TLS termination with real clients: curl, openssl s_client (TLS 1.2 and
 //! 1.3, SNI), ab over TLS, a rustls client for half-close; certificates
 //! swapped by SIGHUP while a connection stays open; a bad certificate at
-//! start-up; re-encryption to `openssl s_server`.
+//! start-up; re-encryption to `openssl s_server`, and `redis-cli --tls`
+//! to a TLS-only redis-server; the `tls` health check verifying backends
+//! with the re-encryption's settings, also after a reload; the stats
+//! page's certificates.
 
 mod common;
 mod peers;
@@ -420,4 +423,226 @@ fn tls_settings_per_service() {
     assert!(web.contains("tls_handshake_timeout = 3s"), "{text}");
     assert!(plain.contains("tls_certs = off"), "{text}");
     assert!(plain.contains("tls_handshake_timeout = 10s"), "{text}");
+}
+
+/// A balancer re-encrypting to `addr` (CAs `ca`, name `name`), its `tls`
+/// check every 200 ms, one result enough to flip the backend.
+fn tls_checked(addr: std::net::SocketAddr, ca: &std::path::Path, name: &str) -> TestBalancer {
+    TestBalancer::with(&[addr], |c| {
+        c.tls.backend = true;
+        c.tls.backend_ca = Some(ca.to_path_buf());
+        c.tls.backend_server_name = Some(name.into());
+        c.health.check = rodizio::health::CheckKind::Tls;
+        c.health.interval = Duration::from_millis(200);
+        c.health.timeout = Duration::from_secs(3);
+        c.health.fall = 1;
+        c.health.rise = 1;
+    })
+}
+
+/// Waits until the last check of the backend `addr` of `b` has `ok`
+/// (`None`: passed; `Some(reason)`); that last result.
+fn last_check_until(
+    b: &TestBalancer,
+    addr: std::net::SocketAddr,
+    ok: impl Fn(&Option<String>) -> bool,
+) -> Option<String> {
+    let backend = b.backend(addr);
+    let mut last = None;
+    let held = wait_for(Duration::from_secs(20), || {
+        last = backend.last_check().map(|r| r.error);
+        last.as_ref().is_some_and(&ok)
+    });
+    assert!(held, "last check: {last:?}");
+    last.flatten()
+}
+
+/// With `backend_tls`, the `tls` check is a whole handshake verified as the
+/// re-encryption verifies it: `openssl s_server` with a certificate of the
+/// CA for the name is up; one of another CA, or for another name, is down
+/// with the reason in its last check; without `backend_tls` the same
+/// foreign server passes the lighter check (a ServerHello is enough).
+#[test]
+fn the_tls_check_verifies_the_backend_as_re_encryption_does() {
+    let certs = Certs::new();
+    let other = Certs::new();
+    let good = certs.issue("back", &["backend.test"], 2);
+    let foreign = other.issue("back", &["backend.test"], 3);
+    let (_good_server, good_addr) = s_server(&certs, &good);
+    let (_foreign_server, foreign_addr) = s_server(&other, &foreign);
+
+    let up = tls_checked(good_addr, &certs.ca(), "backend.test");
+    last_check_until(&up, good_addr, Option::is_none);
+    assert!(up.backend(good_addr).is_healthy());
+
+    let untrusted = tls_checked(foreign_addr, &certs.ca(), "backend.test");
+    let reason = last_check_until(&untrusted, foreign_addr, Option::is_some).unwrap();
+    // Both test CAs have one name: the other's signature is found bad.
+    assert!(
+        reason.contains("certificate verification failed: bad signature"),
+        "{reason}"
+    );
+    assert!(wait_for(Duration::from_secs(10), || !untrusted
+        .backend(foreign_addr)
+        .is_healthy()));
+
+    let misnamed = tls_checked(good_addr, &certs.ca(), "other.test");
+    let reason = last_check_until(&misnamed, good_addr, Option::is_some).unwrap();
+    assert!(
+        reason.contains("not valid for the name other.test"),
+        "{reason}"
+    );
+    assert!(wait_for(Duration::from_secs(10), || !misnamed
+        .backend(good_addr)
+        .is_healthy()));
+
+    let light = TestBalancer::with(&[foreign_addr], |c| {
+        c.health.check = rodizio::health::CheckKind::Tls;
+        c.health.interval = Duration::from_millis(200);
+    });
+    last_check_until(&light, foreign_addr, Option::is_none);
+}
+
+/// A reload that changes `backend_tls_ca` changes what the `tls` check
+/// trusts: the backend, down while the CA was another, comes back up.
+#[test]
+fn a_reload_of_backend_tls_ca_applies_to_the_checks() {
+    let certs = Certs::new();
+    let other = Certs::new();
+    let back = certs.issue("back", &["backend.test"], 2);
+    let (_server, addr) = s_server(&certs, &back);
+    let config = certs.dir.join("rodizio.json");
+    let write = |ca: &std::path::Path| {
+        std::fs::write(
+            &config,
+            format!(
+                r#"{{"listen": "127.0.0.1:0", "backends": ["{addr}"],
+                    "backend_tls": true, "backend_tls_ca": "{}",
+                    "backend_tls_server_name": "backend.test",
+                    "health_check": "tls", "health_interval": "200ms",
+                    "fall": 1, "rise": 1}}"#,
+                ca.display()
+            ),
+        )
+        .unwrap()
+    };
+    write(&other.ca());
+    let r = Rodizio::start(&["-c", config.to_str().unwrap()]);
+    assert!(
+        wait_for(Duration::from_secs(20), || r.log().contains(
+            "is now DOWN (1 failed check, last: tls: certificate verification failed"
+        )),
+        "{}",
+        r.log()
+    );
+    write(&certs.ca());
+    r.reload();
+    assert!(
+        wait_for(Duration::from_secs(20), || r.log().contains("is now UP")),
+        "{}",
+        r.log()
+    );
+}
+
+/// The stats page lists the served certificates: each one's name and the
+/// days left until its notAfter (29 or 30 for a fresh 30-day one), and one
+/// with 5 days left is marked; the page has no script.
+#[test]
+fn the_stats_page_shows_each_certificate_and_its_days_left() {
+    let certs = Certs::new();
+    let fresh = certs.issue("fresh", &["fresh.test"], 1);
+    let near = certs.issue_for_days("near", &["near.test", "*.near.test"], 2, 5);
+    let backend = TestBackend::echo();
+    let b = TestBalancer::with(&[backend.addr()], |c| {
+        c.tls.certs = CertList(vec![fresh.setting(), near.setting()]);
+        c.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+    });
+    let page = common::http_get(b.admin.unwrap(), "/").unwrap().body;
+    assert!(page.contains("<table id=\"certificates\""), "{page}");
+    let row = |name: &str| {
+        page.lines()
+            .find(|l| l.contains(&format!(">{name}</td>")))
+            .unwrap_or_else(|| panic!("no row for {name}: {page}"))
+            .to_string()
+    };
+    let fresh_row = row("fresh.test");
+    assert!(
+        fresh_row.contains(">29 days</td>") || fresh_row.contains(">30 days</td>"),
+        "{fresh_row}"
+    );
+    assert!(fresh_row.contains(&fresh.cert.display().to_string()));
+    assert!(!fresh_row.contains("renew soon"), "{fresh_row}");
+    let near_row = row("near.test");
+    assert!(near_row.contains("class=\"cert near\""), "{near_row}");
+    assert!(
+        near_row.contains("4 days <strong>renew soon</strong>")
+            || near_row.contains("5 days <strong>renew soon</strong>"),
+        "{near_row}"
+    );
+    assert!(!page.contains("<script"), "{page}");
+}
+
+/// `redis-cli --tls` through termination and re-encryption to a
+/// redis-server that speaks only TLS (`--port 0 --tls-port`): SET then GET
+/// come back; the `tls` check, a verified handshake with the same
+/// settings, keeps the backend up.
+#[test]
+fn redis_cli_over_tls_through_re_encryption_to_redis_server() {
+    let certs = Certs::new();
+    let front = certs.issue("front", &["localhost"], 1);
+    let back = certs.issue("redis", &["redis.test"], 2);
+    let port = peers::free_port();
+    let mut cmd = Command::new(peers::need("redis-server", "redis-server"));
+    cmd.args(["--port", "0", "--bind", "127.0.0.1", "--tls-port"])
+        .arg(port.to_string())
+        .arg("--tls-cert-file")
+        .arg(&back.cert)
+        .arg("--tls-key-file")
+        .arg(&back.key)
+        .arg("--tls-ca-cert-file")
+        .arg(certs.ca())
+        .args([
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(&certs.dir);
+    let mut redis = peers::Peer::spawn("redis-server", cmd, libc::SIGTERM, &certs.dir);
+    let addr = peers::loopback(port);
+    redis.wait_listening(addr);
+    let b = TestBalancer::with(&[addr], |c| {
+        c.tls.certs = CertList(vec![front.setting()]);
+        c.tls.backend = true;
+        c.tls.backend_ca = Some(certs.ca());
+        c.tls.backend_server_name = Some("redis.test".into());
+        c.health.check = rodizio::health::CheckKind::Tls;
+        c.health.interval = Duration::from_millis(200);
+    });
+    let cli = |args: &[&str]| {
+        let out = Command::new("timeout")
+            .arg("20")
+            .arg(peers::need("redis-cli", "redis-tools"))
+            .args(["--tls", "--sni", "localhost", "--cacert"])
+            .arg(certs.ca())
+            .args(["-h", "127.0.0.1", "-p", &b.addr.port().to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli");
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(
+            out.status.success(),
+            "{text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    assert_eq!(cli(&["SET", "greeting", "olá, rodizio"]), "OK");
+    assert_eq!(cli(&["GET", "greeting"]), "olá, rodizio");
+    last_check_until(&b, addr, Option::is_none);
+    assert!(b.backend(addr).is_healthy());
 }

@@ -24,6 +24,7 @@
 //! No C counterpart.
 
 mod auth;
+pub mod certificates;
 pub mod chart;
 pub mod metrics;
 pub mod page;

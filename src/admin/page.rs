@@ -116,6 +116,8 @@ pub struct Section {
     pub chart: Vec<Sample>,
     /// Its backends.
     pub backends: Vec<BackendRow>,
+    /// The certificates it serves (TLS termination), else none.
+    pub certificates: Vec<super::certificates::CertRow>,
 }
 
 /// Escapes text for HTML.
@@ -180,7 +182,8 @@ th,td{{border:1px solid #bbb;padding:.3em .6em;text-align:right}}\
 th{{background:#eee}}td.name,td.check{{text-align:left}}td{{white-space:nowrap}}td.check{{white-space:normal}}\
 tr.up td.state{{background:#b6eab6}}tr.down td.state{{background:#f4a6a6}}\
 tr.draining td.state{{background:#f6dc8c}}tr.maint td.state{{background:#a9c8f0}}\
-tr.totals th{{background:#f4f4f4}}div.chart{{margin-bottom:1em}}\
+tr.totals th{{background:#f4f4f4}}\
+tr.near td.days{{background:#f6dc8c}}tr.expired td.days{{background:#f4a6a6}}div.chart{{margin-bottom:1em}}\
 </style></head><body>\n<h1>rodizio {}</h1>\n",
         esc(env!("CARGO_PKG_VERSION"))
     );
@@ -262,6 +265,12 @@ not shown (all of them: <a href=\"/backends\">/backends</a>, <a href=\"/metrics\
     }
     totals(html, &s.backends);
     html.push_str("</table>\n");
+    let certs_id = if one {
+        "certificates".to_string()
+    } else {
+        format!("certificates-{name}")
+    };
+    super::certificates::table(html, &s.certificates, &certs_id, esc);
 }
 
 /// The most backend rows a service's table shows; the totals row still
@@ -394,6 +403,7 @@ mod tests {
             errors: 5,
             chart: vec![],
             backends,
+            certificates: vec![],
         }
     }
 

@@ -19,6 +19,9 @@ use crate::backend::Backend;
 pub(super) fn stats_page(state: &State) -> String {
     use super::page::{self, Process, Section};
     let stats = state.sources.stats.snapshot();
+    let now = std::time::SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
     let sections: Vec<Section> = state
         .running
         .list()
@@ -58,6 +61,12 @@ pub(super) fn stats_page(state: &State) -> String {
                     .iter()
                     .map(|b| backend_row(b, charts.backend_rate(b.id())))
                     .collect(),
+                certificates: service
+                    .live
+                    .tls
+                    .as_ref()
+                    .map(|t| super::certificates::rows(&t.load(), now))
+                    .unwrap_or_default(),
             }
         })
         .collect();

@@ -29,6 +29,7 @@ use super::{CheckKind, HealthConfig};
 use crate::backend::Backend;
 use crate::proxy_protocol::{self, Header};
 use crate::system;
+use crate::tls_term::backend::BackendTls;
 
 /// Why a check failed, and whether the backend is to blame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +78,26 @@ impl fmt::Display for CheckFailure {
 /// could not be made here ([`CheckFailure::local`]).
 pub fn check(backend: &Backend, config: &HealthConfig) -> std::result::Result<(), CheckFailure> {
     answer(backend, config).map(drop)
+}
+
+/// [`check`] for a service that re-encrypts: its `tls` check is a whole
+/// handshake with `tls`, the workers' client configuration toward the
+/// backends ([`protocol::tls_verified`]). Without `tls`, [`check`].
+pub(crate) fn check_with(
+    backend: &Backend,
+    config: &HealthConfig,
+    tls: Option<&BackendTls>,
+) -> std::result::Result<(), CheckFailure> {
+    match tls {
+        Some(tls) if config.check == CheckKind::Tls => {
+            let deadline = Instant::now() + config.timeout;
+            let mut stream = dial(backend, config.timeout)?;
+            protocol::tls_verified::handshake(tls, backend.name(), &mut stream, deadline)
+                .map(drop)
+                .map_err(|reason| CheckFailure::from(format!("tls: {reason}")))
+        }
+        _ => check(backend, config),
+    }
 }
 
 /// [`check`], saying on success what the backend answered, in a few

@@ -33,19 +33,22 @@ use std::time::{Duration, Instant, SystemTime};
 use arc_swap::ArcSwap;
 use crossbeam_channel::RecvTimeoutError;
 
-use super::check::CheckFailure;
-use super::{
-    check, in_a_row, mark_down, mark_up, CheckKind, HealthConfig, Probe, Transition, Verdict,
-};
+use super::check::{check_with, CheckFailure};
+use super::{in_a_row, mark_down, mark_up, CheckKind, HealthConfig, Probe, Transition, Verdict};
 use crate::backend::{Backend, CheckRecord};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 use crate::throttle::{self, LogThrottle};
+use crate::tls_term::backend::BackendTls;
+use crate::tls_term::Terminator;
 
 /// A backend due this little after a round starts is checked in it, not
 /// in a round of its own a moment later.
 const DUE_SLACK: Duration = Duration::from_millis(10);
+
+/// A probe thread's stack: a check's I/O and parsing are shallow.
+const PROBE_STACK: usize = 128 * 1024;
 
 /// Shortest time between two warnings about checks that failed here.
 const LOCAL_FAILURE_LOG_EVERY: Duration = Duration::from_secs(1);
@@ -66,11 +69,20 @@ pub(super) struct Checker {
     local_log: LogThrottle,
     /// Probe threads that could not be started: one line a second at most.
     spawn_log: LogThrottle,
+    /// The service's TLS, when it has any: with `backend_tls` on, its `tls`
+    /// checks are whole handshakes with the workers' client configuration,
+    /// loaded at each round (a reload swaps it).
+    tls: Option<Arc<ArcSwap<Terminator>>>,
 }
 
 impl Checker {
-    pub(super) fn new(config: Arc<ArcSwap<HealthConfig>>, stats: Arc<Stats>) -> Checker {
+    pub(super) fn new(
+        config: Arc<ArcSwap<HealthConfig>>,
+        stats: Arc<Stats>,
+        tls: Option<Arc<ArcSwap<Terminator>>>,
+    ) -> Checker {
         Checker {
+            tls,
             config,
             stats,
             probes: HashMap::new(),
@@ -165,7 +177,9 @@ impl Checker {
             next = next.min(*due);
         }
         self.cooldown(&resting, config.cooldown);
-        let results = probe_all(&checked, &self.spawn_log);
+        let edge = self.tls.as_ref().map(|t| t.load_full());
+        let backend_tls = edge.as_deref().and_then(|t| t.backend.as_ref());
+        let results = probe_all(&checked, backend_tls, &self.spawn_log);
         for ((backend, settings), (result, took)) in checked.iter().zip(results) {
             self.judge(backend, settings, result, took);
         }
@@ -269,9 +283,9 @@ impl Checker {
 type Timed = (std::result::Result<(), CheckFailure>, Duration);
 
 /// One check, timed.
-fn timed_check(backend: &Backend, config: &HealthConfig) -> Timed {
+fn timed_check(backend: &Backend, config: &HealthConfig, tls: Option<&BackendTls>) -> Timed {
     let started = Instant::now();
-    let result = check(backend, config);
+    let result = check_with(backend, config, tls);
     (result, started.elapsed())
 }
 
@@ -280,7 +294,17 @@ fn timed_check(backend: &Backend, config: &HealthConfig) -> Timed {
 /// this host: threads, memory) is replaced by probing inline, and said in
 /// `log` (at most once a second): the check is slower, not lost, and the
 /// backend not blamed.
-fn probe_all(list: &[(Arc<Backend>, Cow<HealthConfig>)], log: &LogThrottle) -> Vec<Timed> {
+fn probe_all(
+    list: &[(Arc<Backend>, Cow<HealthConfig>)],
+    tls: Option<&BackendTls>,
+    log: &LogThrottle,
+) -> Vec<Timed> {
+    // A verified TLS handshake runs deeper than the other checks.
+    let stack = if tls.is_some() {
+        crate::tls_term::TLS_WORKER_STACK
+    } else {
+        PROBE_STACK
+    };
     thread::scope(|scope| {
         let handles: Vec<_> = list
             .iter()
@@ -288,8 +312,8 @@ fn probe_all(list: &[(Arc<Backend>, Cow<HealthConfig>)], log: &LogThrottle) -> V
                 let config: &HealthConfig = config;
                 thread::Builder::new()
                     .name("rodizio-probe".into())
-                    .stack_size(128 * 1024)
-                    .spawn_scoped(scope, move || timed_check(backend, config))
+                    .stack_size(stack)
+                    .spawn_scoped(scope, move || timed_check(backend, config, tls))
                     .map_err(|err| (backend, config, err))
             })
             .collect();
@@ -308,7 +332,7 @@ fn probe_all(list: &[(Arc<Backend>, Cow<HealthConfig>)], log: &LogThrottle) -> V
                             throttle::more(others)
                         );
                     }
-                    timed_check(backend, config)
+                    timed_check(backend, config, tls)
                 }
             })
             .collect()

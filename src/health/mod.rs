@@ -254,6 +254,8 @@ pub type FirstRound = Box<dyn FnOnce() + Send>;
 /// or passive checks that need the cool-down); returns its handle. The
 /// thread exits when `shutdown` is triggered. `first_round` runs once the
 /// first round of checks is done, or at once when active checks are off.
+/// `tls`, the service's TLS when it has any, makes its `tls` checks whole
+/// handshakes when it re-encrypts (`backend_tls`).
 ///
 /// # Errors
 ///
@@ -264,6 +266,7 @@ pub fn spawn(
     stats: Arc<Stats>,
     shutdown: Shutdown,
     first_round: FirstRound,
+    tls: Option<Arc<ArcSwap<crate::tls_term::Terminator>>>,
 ) -> Result<Option<JoinHandle<()>>> {
     let mut first_round = Some(first_round);
     {
@@ -290,7 +293,9 @@ pub fn spawn(
     }
     thread::Builder::new()
         .name("rodizio-health".into())
-        .spawn(move || checker::Checker::new(config, stats).run(&scheduler, &shutdown, first_round))
+        .spawn(move || {
+            checker::Checker::new(config, stats, tls).run(&scheduler, &shutdown, first_round)
+        })
         .map(Some)
         .map_err(|e| Error::io("starting the health thread", e))
 }
@@ -378,6 +383,7 @@ mod tests {
             Arc::default(),
             shutdown.clone(),
             Box::new(move || done.store(true, std::sync::atomic::Ordering::SeqCst)),
+            None,
         )
         .unwrap()
         .unwrap();
@@ -416,9 +422,16 @@ mod tests {
         let first_round = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let done = Arc::clone(&first_round);
         let hook = Box::new(move || done.store(true, std::sync::atomic::Ordering::SeqCst));
-        let handle = spawn(s, live(config), Arc::default(), shutdown.clone(), hook)
-            .unwrap()
-            .unwrap();
+        let handle = spawn(
+            s,
+            live(config),
+            Arc::default(),
+            shutdown.clone(),
+            hook,
+            None,
+        )
+        .unwrap()
+        .unwrap();
         // Checks off: nothing to wait for.
         assert!(first_round.load(std::sync::atomic::Ordering::SeqCst));
         let err = io::Error::from(ErrorKind::ConnectionRefused);
@@ -443,7 +456,8 @@ mod tests {
             live(off),
             Arc::default(),
             Shutdown::new(),
-            Box::new(|| {})
+            Box::new(|| {}),
+            None
         )
         .unwrap()
         .is_none());

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::expiry::not_after;
 use super::CertPair;
@@ -33,6 +33,8 @@ const MAX_PEM_BYTES: u64 = 1024 * 1024;
 pub struct Expiry {
     /// The certificate file, as configured.
     pub file: String,
+    /// Its first DNS name (`subjectAltName`), when it has one.
+    pub name: Option<String>,
     /// Its `notAfter`, in seconds since the Unix epoch (`None`: the date
     /// could not be read).
     pub not_after: Option<i64>,
@@ -41,7 +43,17 @@ pub struct Expiry {
 /// The certificates of a service, chosen by the client's server name.
 #[derive(Debug)]
 pub(super) struct ByName {
-    keys: Vec<Arc<CertifiedKey>>,
+    keys: Vec<Served>,
+}
+
+/// One certificate and the DNS names it is valid for, read once when it
+/// is loaded, so a handshake compares strings and parses no DER.
+#[derive(Debug)]
+struct Served {
+    key: Arc<CertifiedKey>,
+    /// Its `subjectAltName`s of type DNS, as written (`*.example.com`
+    /// included).
+    names: Vec<String>,
 }
 
 impl ByName {
@@ -61,24 +73,27 @@ impl ByName {
                     words(&e)
                 )
             })?;
+            let names = certified.cert.first().map(dns_names).unwrap_or_default();
             expiry.push(Expiry {
                 file: pair.cert.display().to_string(),
+                name: names.first().cloned(),
                 not_after: certified.cert.first().and_then(|c| not_after(c)),
             });
-            keys.push(Arc::new(certified));
+            keys.push(Served {
+                key: Arc::new(certified),
+                names,
+            });
         }
         Ok((ByName { keys }, expiry))
     }
 
-    /// The first certificate valid for `name`, if any.
+    /// The first certificate valid for `name`, if any: from the names
+    /// read at load time, no parsing here.
     fn for_name(&self, name: &str) -> Option<&Arc<CertifiedKey>> {
-        let name = ServerName::try_from(name).ok()?;
-        self.keys.iter().find(|k| {
-            k.cert.first().is_some_and(|der| {
-                webpki::EndEntityCert::try_from(der)
-                    .is_ok_and(|ee| ee.verify_is_valid_for_subject_name(&name).is_ok())
-            })
-        })
+        self.keys
+            .iter()
+            .find(|s| s.names.iter().any(|n| covers(n, name)))
+            .map(|s| &s.key)
     }
 }
 
@@ -89,7 +104,29 @@ impl ResolvesServerCert for ByName {
                 return Some(Arc::clone(key));
             }
         }
-        self.keys.first().cloned()
+        self.keys.first().map(|s| Arc::clone(&s.key))
+    }
+}
+
+/// The DNS names of a certificate's `subjectAltName`, wildcards included;
+/// none when its DER cannot be read. Only to choose which certificate to
+/// serve: the client verifies the one it gets.
+fn dns_names(der: &CertificateDer<'_>) -> Vec<String> {
+    webpki::EndEntityCert::try_from(der)
+        .map(|ee| ee.valid_dns_names().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// Whether the certificate name `pattern` covers the host `name`, as a
+/// TLS client checks it (RFC 6125): equal without regard to ASCII case,
+/// or `*.example.com` for exactly one label more (`a.example.com`, not
+/// `example.com` nor `a.b.example.com`).
+fn covers(pattern: &str, name: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => name
+            .split_once('.')
+            .is_some_and(|(label, rest)| !label.is_empty() && rest.eq_ignore_ascii_case(suffix)),
+        None => pattern.eq_ignore_ascii_case(name),
     }
 }
 
@@ -143,4 +180,81 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     let bytes = read_pem(path)?;
     PrivateKeyDer::from_pem_slice(&bytes)
         .map_err(|_| format!("{} holds no PEM private key", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key that signs nothing: the choice of a certificate never signs.
+    #[derive(Debug)]
+    struct NoKey;
+
+    impl rustls::sign::SigningKey for NoKey {
+        fn choose_scheme(
+            &self,
+            _: &[rustls::SignatureScheme],
+        ) -> Option<Box<dyn rustls::sign::Signer>> {
+            None
+        }
+
+        fn algorithm(&self) -> rustls::SignatureAlgorithm {
+            rustls::SignatureAlgorithm::ECDSA
+        }
+    }
+
+    /// Certificates whose DER is one byte `i` (not a certificate at all)
+    /// with the names given: the choice uses only the names read at load.
+    fn by_name(all: &[&[&str]]) -> ByName {
+        let keys = all
+            .iter()
+            .enumerate()
+            .map(|(i, names)| Served {
+                key: Arc::new(CertifiedKey::new(
+                    vec![CertificateDer::from(vec![i as u8])],
+                    Arc::new(NoKey),
+                )),
+                names: names.iter().map(|n| n.to_string()).collect(),
+            })
+            .collect();
+        ByName { keys }
+    }
+
+    fn chosen(certs: &ByName, name: &str) -> Option<u8> {
+        certs.for_name(name).map(|k| k.cert[0].as_ref()[0])
+    }
+
+    #[test]
+    fn the_first_certificate_whose_names_cover_the_name_is_chosen() {
+        let certs = by_name(&[
+            &["a.test"],
+            &["b.test", "*.b.test"],
+            &["*.b.test", "c.test"],
+        ]);
+        assert_eq!(chosen(&certs, "a.test"), Some(0));
+        assert_eq!(chosen(&certs, "A.Test"), Some(0));
+        assert_eq!(chosen(&certs, "b.test"), Some(1));
+        assert_eq!(chosen(&certs, "x.b.test"), Some(1));
+        assert_eq!(chosen(&certs, "c.test"), Some(2));
+        assert_eq!(chosen(&certs, "y.x.b.test"), None);
+        assert_eq!(chosen(&certs, "other.test"), None);
+        assert_eq!(chosen(&certs, ""), None);
+    }
+
+    #[test]
+    fn a_wildcard_covers_one_label() {
+        assert!(covers("*.example.com", "a.example.com"));
+        assert!(covers("*.example.com", "A.EXAMPLE.com"));
+        assert!(!covers("*.example.com", "example.com"));
+        assert!(!covers("*.example.com", ".example.com"));
+        assert!(!covers("*.example.com", "a.b.example.com"));
+        assert!(!covers("example.com", "a.example.com"));
+        assert!(covers("example.com", "Example.COM"));
+        assert!(!covers("a.test", "a.test."));
+    }
+
+    #[test]
+    fn names_of_garbage_der_are_none() {
+        assert!(dns_names(&CertificateDer::from(vec![0x30, 0x01])).is_empty());
+    }
 }

@@ -1,7 +1,9 @@
 //! TLS termination attacked: garbage instead of a ClientHello, a
 //! ClientHello trickled byte by byte, a 16 KiB ClientHello, handshakes
-//! that never finish, a thousand failed handshakes, and a reload with a
-//! bad certificate. Each handshake is bounded by `tls_handshake_timeout`,
+//! that never finish, a thousand failed handshakes, a reload with a
+//! bad certificate, the `tls` health check of a re-encrypting service
+//! against backends that say nothing, trickle or send garbage, and
+//! descriptors run out while handshakes and SNI peeks are pending. Each handshake is bounded by `tls_handshake_timeout`,
 //! each failure counted by its reason, and no backend is ever connected
 //! for a client that did not finish its handshake.
 
@@ -262,4 +264,311 @@ fn a_reload_with_a_bad_certificate_keeps_the_old_one() {
     );
     let c = connect(r.addr(), "localhost", &certs.ca()).unwrap();
     assert!(subject_of(&c).contains("one.localhost"), "{}", r.log());
+}
+
+/// A backend that accepts and treats each connection with `behave` (on a
+/// thread of its own, every socket with a timeout); stopped when dropped.
+struct FakeBackend {
+    addr: SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl FakeBackend {
+    fn start(behave: fn(TcpStream)) -> FakeBackend {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = std::sync::Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            for s in listener.incoming() {
+                if stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(s) = s else { continue };
+                let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+                let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
+                thread::spawn(move || behave(s));
+            }
+        });
+        FakeBackend {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for FakeBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wake the blocked accept.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A re-encrypting balancer over `addr`, its `tls` check every 200 ms
+/// bounded by 1 s, one failure enough to mark it down.
+fn tls_checked(certs: &Certs, addr: SocketAddr) -> TestBalancer {
+    TestBalancer::with(&[addr], |c| {
+        c.tls.backend = true;
+        c.tls.backend_ca = Some(certs.ca());
+        c.tls.backend_server_name = Some("backend.test".into());
+        c.health.check = rodizio::health::CheckKind::Tls;
+        c.health.interval = Duration::from_millis(200);
+        c.health.timeout = Duration::from_secs(1);
+        c.health.fall = 1;
+        c.health.rise = 1;
+    })
+}
+
+/// Waits until `addr`'s backend is down with a last check; its reason and
+/// how long that check took.
+fn down_with(b: &TestBalancer, addr: SocketAddr) -> (String, Duration) {
+    let backend = b.backend(addr);
+    let mut last = None;
+    let held = wait_for(Duration::from_secs(20), || {
+        last = backend.last_check();
+        !backend.is_healthy() && last.as_ref().is_some_and(|r| r.error.is_some())
+    });
+    assert!(held, "{last:?}");
+    let last = last.unwrap();
+    (last.error.unwrap(), last.took)
+}
+
+/// Reads until the peer closes or the read times out.
+fn hold(mut s: TcpStream) {
+    let mut buf = [0u8; 4096];
+    while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+}
+
+/// The `tls` check of a re-encrypting service against a backend that
+/// accepts and says nothing: down, each check ended by the health timeout
+/// (1 s), not held longer.
+#[test]
+fn the_tls_check_against_a_silent_backend_ends_at_its_timeout() {
+    let certs = Certs::new();
+    let silent = FakeBackend::start(hold);
+    let b = tls_checked(&certs, silent.addr);
+    let (reason, took) = down_with(&b, silent.addr);
+    assert!(reason.contains("timed out"), "{reason}");
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
+/// A backend that trickles a handshake record one byte every 100 ms: each
+/// byte would renew a plain socket timeout, but the check is bounded by
+/// its deadline.
+#[test]
+fn the_tls_check_against_a_trickling_backend_ends_at_its_timeout() {
+    let certs = Certs::new();
+    let trickle = FakeBackend::start(|mut s| {
+        let mut record = vec![22, 3, 3, 0x40, 0x00, 2, 0, 0x3f, 0xfc];
+        record.resize(2000, 0);
+        for byte in record {
+            if s.write_all(&[byte]).is_err() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let b = tls_checked(&certs, trickle.addr);
+    let (reason, took) = down_with(&b, trickle.addr);
+    assert!(reason.contains("timed out"), "{reason}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
+/// A backend that answers the ClientHello with garbage (an HTTP error, a
+/// record that lies about its length): down at once, the reason saying it
+/// is not TLS.
+#[test]
+fn the_tls_check_against_a_garbage_backend_is_down() {
+    let certs = Certs::new();
+    let http = FakeBackend::start(|mut s| {
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
+        hold(s);
+    });
+    let b = tls_checked(&certs, http.addr);
+    let (reason, took) = down_with(&b, http.addr);
+    assert!(reason.contains("does not speak TLS"), "{reason}");
+    assert!(took < Duration::from_millis(900), "{took:?}");
+    let liar = FakeBackend::start(|mut s| {
+        // A handshake record announcing 65 535 bytes: more than TLS allows.
+        let _ = s.write_all(&[22, 3, 3, 0xff, 0xff, 2, 0, 0, 1]);
+        hold(s);
+    });
+    let b = tls_checked(&certs, liar.addr);
+    let (reason, _) = down_with(&b, liar.addr);
+    assert!(reason.starts_with("tls: "), "{reason}");
+    assert!(!reason.contains("timed out"), "{reason}");
+}
+
+/// The rodizio binary with `args` and at most `nofile` descriptors (soft
+/// and hard, set between fork and exec), killed by its PID when dropped.
+struct Limited {
+    child: std::process::Child,
+    addr: SocketAddr,
+    stderr: crate::common::Collected,
+}
+
+impl Limited {
+    fn start(args: &[&str], nofile: libc::rlim_t) -> Limited {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rodizio"));
+        command
+            .arg("--allow-root")
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        crate::common::limit_in_child(&mut command, libc::RLIMIT_NOFILE, nofile);
+        let mut child = command.spawn().expect("start rodizio");
+        let stderr = crate::common::collect(child.stderr.take().unwrap());
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        thread::spawn(move || {
+            let mut sink = String::new();
+            while out.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
+                sink.clear();
+            }
+        });
+        let port: Option<u16> = first
+            .strip_prefix("Load balancer listening on port ")
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|p| p.trim().parse().ok());
+        let Some(port) = port else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no listening line: {first:?} {}", stderr.text());
+        };
+        Limited {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            stderr,
+        }
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Limited {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Opens clients on `addr` until the balancer logs that it is out of
+/// descriptors (every third sends half a ClientHello, the others
+/// nothing: all handshakes or peeks pending); closes them all; the
+/// process is still running, and a fresh TLS client for `name` is served
+/// (echoed) once descriptors are free.
+fn exhaust_then_serve(r: &mut Limited, name: &str, ca: &std::path::Path) {
+    let half = &big_client_hello(200)[..40];
+    let mut open = Vec::new();
+    let mut out_of_fds = false;
+    for i in 0..600 {
+        let Ok(mut s) = TcpStream::connect_timeout(&r.addr, Duration::from_secs(2)) else {
+            break;
+        };
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        if i % 3 == 0 {
+            let _ = s.write_all(half);
+        }
+        open.push(s);
+        if i % 20 == 19 && r.stderr.text().contains("Too many open files") {
+            out_of_fds = true;
+            break;
+        }
+    }
+    assert!(
+        out_of_fds
+            || wait_for(Duration::from_secs(20), || r
+                .stderr
+                .text()
+                .contains("Too many open files")),
+        "never ran out of descriptors with {} clients: {}",
+        open.len(),
+        r.stderr.text()
+    );
+    drop(open);
+    assert!(r.alive(), "{}", r.stderr.text());
+    let mut echoed = false;
+    let served = wait_for(Duration::from_secs(30), || {
+        let Ok(mut c) = connect(r.addr, name, ca) else {
+            return false;
+        };
+        let mut buf = [0u8; 5];
+        echoed = c.write_all(b"fresh").is_ok() && c.read_exact(&mut buf).is_ok();
+        echoed && &buf == b"fresh"
+    });
+    assert!(served, "no fresh client served: {}", r.stderr.text());
+    assert!(r.alive(), "{}", r.stderr.text());
+}
+
+/// Out of descriptors while TLS handshakes are pending: a terminating
+/// balancer limited to 96 descriptors, flooded with clients that never
+/// finish their handshake, logs the accept failures, keeps running, and
+/// serves a fresh TLS client once they are gone.
+#[test]
+fn out_of_descriptors_during_tls_handshakes() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["localhost"], 1);
+    let backend = TestBackend::echo();
+    let mut r = Limited::start(
+        &[
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            &backend.addr().to_string(),
+            "--tls-cert",
+            &pair.flag(),
+            "--tls-handshake-timeout",
+            "60s",
+            "--health-check",
+            "off",
+        ],
+        96,
+    );
+    exhaust_then_serve(&mut r, "localhost", &certs.ca());
+}
+
+/// Out of descriptors while ClientHellos are being peeked (SNI routing,
+/// no termination): the same flood against a balancer routing `a.test`
+/// to a TLS backend; it keeps running and routes a fresh client, whose
+/// handshake is the backend's.
+#[test]
+fn out_of_descriptors_during_sni_peeks() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["a.test"], 1);
+    let echo = TestBackend::echo();
+    let tls_backend = TestBalancer::with(&[echo.addr()], |c| {
+        c.tls.certs = CertList(vec![pair.setting()]);
+    });
+    let mut r = Limited::start(
+        &[
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            &tls_backend.addr.to_string(),
+            "--server-names",
+            "a.test",
+            "--sni-timeout",
+            "60s",
+            "--health-check",
+            "off",
+        ],
+        96,
+    );
+    exhaust_then_serve(&mut r, "a.test", &certs.ca());
 }

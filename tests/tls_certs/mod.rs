@@ -99,6 +99,11 @@ impl Certs {
     /// A server certificate `file`.pem (key `file`.key) for `names`
     /// (its subject is the first, its serial `serial`), signed by the CA.
     pub fn issue(&self, file: &str, names: &[&str], serial: u32) -> Pair {
+        self.issue_for_days(file, names, serial, 30)
+    }
+
+    /// [`Certs::issue`], valid for `days` days from now.
+    pub fn issue_for_days(&self, file: &str, names: &[&str], serial: u32, days: u32) -> Pair {
         let key = format!("{file}.key");
         let csr = format!("{file}.csr");
         let cert = format!("{file}.pem");
@@ -128,6 +133,7 @@ impl Certs {
             ],
         );
         let serial = serial.to_string();
+        let days = days.to_string();
         openssl(
             &self.dir,
             &[
@@ -144,7 +150,7 @@ impl Certs {
                 "-out",
                 &cert,
                 "-days",
-                "30",
+                &days,
                 "-extfile",
                 &ext,
             ],
