@@ -80,6 +80,25 @@ impl Failure {
     }
 }
 
+impl Failure {
+    /// In words, when the peer is a backend (re-encryption): the words of
+    /// [`fmt::Display`] name the client.
+    fn backend_words(self) -> &'static str {
+        match self {
+            Failure::Timeout => "the handshake did not finish in time",
+            Failure::Closed => "the backend closed during the handshake",
+            Failure::NotTls => "the backend does not speak TLS",
+            Failure::Incompatible => "no TLS version or cipher in common",
+            Failure::Refused => "the backend refused the handshake",
+            Failure::ClientCertificate => {
+                "the backend's certificate is not trusted (backend_tls_ca) \
+                 or does not name it (backend_tls_server_name)"
+            }
+            Failure::Protocol => "a TLS protocol error",
+        }
+    }
+}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -237,8 +256,10 @@ impl Sessions {
         let conn = rustls::ClientConnection::new(Arc::clone(&tls.config), server)
             .map_err(|e| io::Error::other(e.to_string()))?;
         let conn = self.backend.insert(Connection::Client(conn));
-        complete(conn, sock, deadline)
-            .map_err(|f| io::Error::other(format!("TLS handshake with the backend failed: {f}")))
+        complete(conn, sock, deadline).map_err(|f| {
+            let words = f.backend_words();
+            io::Error::other(format!("TLS handshake with the backend failed: {words}"))
+        })
     }
 }
 
@@ -275,4 +296,25 @@ pub(super) fn is_gone(error: &io::Error) -> bool {
         error.kind(),
         ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Failure;
+
+    /// A failed handshake with a backend is told in the backend's words,
+    /// not the client's.
+    #[test]
+    fn a_backend_failure_names_the_backend() {
+        for f in [
+            Failure::Closed,
+            Failure::NotTls,
+            Failure::Refused,
+            Failure::ClientCertificate,
+        ] {
+            let words = f.backend_words();
+            assert!(words.contains("backend"), "{words}");
+            assert!(!words.contains("client"), "{words}");
+        }
+    }
 }
