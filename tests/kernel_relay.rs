@@ -536,10 +536,24 @@ fn a_chatty_connection_is_promoted_once_and_stays_exact() {
 }
 
 /// Connections that make fewer exchanges than the threshold, and one that
-/// sends a large request but gets one reply, are never promoted.
+/// uploads 1 MiB and gets one reply, are never promoted. (A bulk echo is:
+/// each chunk back after a chunk sent is an exchange.)
 #[test]
 fn a_short_connection_is_never_promoted() {
-    let backend = TestBackend::echo();
+    let backend = TestBackend::start(Arc::new(|mut s: TcpStream| {
+        let mut first = [0u8; 1];
+        s.read_exact(&mut first)?;
+        if first[0] == b'U' {
+            let mut upload = vec![0u8; MIB];
+            s.read_exact(&mut upload)?;
+            s.write_all(b"thanks")?;
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest)?;
+            return s.shutdown(Shutdown::Write);
+        }
+        s.write_all(&first)?;
+        common::echo(s)
+    }));
     let lb = promoting_over(&backend, |_| {});
     for _ in 0..5 {
         let mut s = connect(lb.addr).unwrap();
@@ -549,9 +563,14 @@ fn a_short_connection_is_never_promoted() {
         s.shutdown(Shutdown::Write).unwrap();
         assert!(is_closed(&mut s));
     }
-    let big = Arc::new(test_data(MIB, 3));
-    let back = echo_through(connect(lb.addr).unwrap(), big.clone()).unwrap();
-    assert!(back == *big);
+    let mut s = connect(lb.addr).unwrap();
+    s.write_all(b"U").unwrap();
+    s.write_all(&test_data(MIB, 3)).unwrap();
+    let mut thanks = [0u8; 6];
+    s.read_exact(&mut thanks).unwrap();
+    assert_eq!(&thanks, b"thanks");
+    s.shutdown(Shutdown::Write).unwrap();
+    assert!(is_closed(&mut s));
     wait_completed(&lb, 6);
     let st = lb.stats.snapshot();
     assert_eq!(
@@ -759,4 +778,78 @@ fn the_backlog_bound_after_the_promotion() {
     assert_eq!(st.bytes_to_clients, TOTAL + u64::from(AFTER) * 13, "{st:?}");
     assert_eq!(st.kernel_relayed, 1, "{st:?}");
     lb.stop();
+}
+
+/// `kernel_relay` is live: a connection opened after it is turned on is
+/// promoted, one opened after it is turned off again is not, while the
+/// first, already promoted, carries on exact.
+#[test]
+fn the_relay_is_turned_on_and_off_live_for_new_connections() {
+    let backend = TestBackend::echo();
+    let lb = TestBalancer::start(common::config(&[backend.addr()]));
+    let chat = |lb: &TestBalancer| {
+        let mut s = connect(lb.addr).unwrap();
+        for i in 0..AFTER as usize {
+            exchange(&mut s, i);
+        }
+        s
+    };
+    let on = rodizio::proxy::ProxyConfig {
+        kernel_relay: true,
+        kernel_relay_after: AFTER,
+        ..lb.live.proxy.load().as_ref().clone()
+    };
+    let off = rodizio::proxy::ProxyConfig {
+        kernel_relay: false,
+        ..on.clone()
+    };
+    lb.live.proxy.store(Arc::new(off.clone()));
+    let mut before = chat(&lb);
+    lb.live.proxy.store(Arc::new(on));
+    let mut promoted = chat(&lb);
+    wait_relayed(&lb, 1);
+    lb.live.proxy.store(Arc::new(off));
+    let mut after = chat(&lb);
+    for s in [&mut before, &mut promoted, &mut after] {
+        exchange(s, 50);
+        s.shutdown(Shutdown::Write).unwrap();
+        assert!(is_closed(s));
+    }
+    wait_completed(&lb, 3);
+    let st = lb.stats.snapshot();
+    assert_eq!((st.kernel_relayed, st.errors), (1, 0), "{st:?}");
+    lb.stop();
+}
+
+/// A service with an upload or a download rate keeps its connections on
+/// the copy pump (the caps live in its token buckets): never promoted, and
+/// no fall-back counted either.
+#[test]
+fn a_rate_keeps_the_copy_pump() {
+    use rodizio::units::ByteRate;
+    let backend = TestBackend::echo();
+    for up in [true, false] {
+        let lb = promoting_over(&backend, |c| {
+            let rate = Some(ByteRate(10 << 20));
+            if up {
+                c.proxy.upload_rate = rate;
+            } else {
+                c.proxy.download_rate = rate;
+            }
+        });
+        let mut s = connect(lb.addr).unwrap();
+        for i in 0..3 * AFTER as usize {
+            exchange(&mut s, i);
+        }
+        s.shutdown(Shutdown::Write).unwrap();
+        assert!(is_closed(&mut s));
+        wait_completed(&lb, 1);
+        let st = lb.stats.snapshot();
+        assert_eq!(
+            (st.kernel_relayed, st.kernel_relay_fallbacks),
+            (0, 0),
+            "{st:?}"
+        );
+        lb.stop();
+    }
 }

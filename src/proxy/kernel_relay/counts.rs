@@ -121,6 +121,16 @@ impl Way {
     }
 }
 
+/// Bytes received on `socket` and not yet read (`FIONREAD`).
+pub(super) fn unread(socket: &TcpStream) -> io::Result<u64> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::FIONREAD, &mut n) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n.max(0) as u64)
+}
+
 /// The socket's cookie (`SO_COOKIE`), its key in the maps.
 pub(super) fn cookie(socket: &TcpStream) -> io::Result<u64> {
     let mut value = 0u64;

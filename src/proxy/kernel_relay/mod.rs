@@ -64,7 +64,7 @@ use std::time::{Duration, Instant};
 use crate::stats::Stats;
 
 use bpf::{kernel, map_delete, map_lookup, map_update, Kernel};
-use counts::{cookie, poll, push_queued, Counts, Way, TCP_CLOSE, TCP_ESTABLISHED};
+use counts::{cookie, poll, push_queued, unread, Counts, Way, TCP_CLOSE, TCP_ESTABLISHED};
 
 mod bpf;
 mod counts;
@@ -87,6 +87,10 @@ const MIN_CHECK: Duration = Duration::from_millis(1);
 /// Longest pause between two looks while an end of stream waits for the
 /// last bytes to reach the other side.
 const MAX_DELIVERY_CHECK: Duration = Duration::from_millis(20);
+
+/// Tries at reading the counters at rest before the connection is left on
+/// the copy pump (see `Link::start_counts`).
+const START_TRIES: usize = 8;
 
 /// Loads the program if it is not loaded yet and logs, once, whether the
 /// kernel path is available; whether it is. Called at start-up and on
@@ -266,7 +270,7 @@ impl<'a> Link<'a> {
     /// `verdicts` (backend first, client last), then pushes bytes that were
     /// already queued through the program.
     fn insert(&mut self) -> io::Result<()> {
-        let counts = [Counts::of(self.sockets[0])?, Counts::of(self.sockets[1])?];
+        let (counts, unread) = self.start_counts()?;
         for c in &counts {
             if c.state != TCP_ESTABLISHED {
                 return Err(io::Error::other("a socket is no longer ESTABLISHED"));
@@ -274,8 +278,9 @@ impl<'a> Link<'a> {
         }
         for i in 0..2 {
             self.cookies[i] = cookie(self.sockets[i])?;
-            // Way i goes from socket i to socket 1 - i.
-            self.ways[i].in_base = counts[i].data_in();
+            // Way i goes from socket i to socket 1 - i. Bytes received but
+            // not yet read are still to be relayed: the program takes them.
+            self.ways[i].in_base = counts[i].data_in() - unread[i].min(counts[i].data_in());
             self.ways[i].out_base = counts[1 - i].handed();
         }
         for i in 0..2 {
@@ -296,6 +301,24 @@ impl<'a> Link<'a> {
             push_queued(socket);
         }
         Ok(())
+    }
+
+    /// Both sockets' counters with the bytes each holds unread, taken
+    /// together: the unread counts are read between two samples that
+    /// agree on the bytes received, so no byte arrived in between.
+    fn start_counts(&self) -> io::Result<([Counts; 2], [u64; 2])> {
+        let [a, b] = self.sockets;
+        for _ in 0..START_TRIES {
+            let first = [Counts::of(a)?, Counts::of(b)?];
+            let unread = [unread(a)?, unread(b)?];
+            let then = [Counts::of(a)?, Counts::of(b)?];
+            if (0..2).all(|i| first[i].received == then[i].received) {
+                return Ok((then, unread));
+            }
+        }
+        Err(io::Error::other(
+            "bytes kept arriving while the counters were read",
+        ))
     }
 
     /// Waits while the kernel moves the bytes, passes each end of stream

@@ -270,6 +270,17 @@ fn pump_with(
     let idle_ms = millis(options.idle_timeout);
     let fin_ms = millis(options.fin_timeout);
     let release_ms = millis(RELEASE_AFTER);
+    if options.promote && options.promote_after == 0 {
+        // From the start: before the first byte is read, so that a peer
+        // that answers at once finds both sockets on the kernel path.
+        let (halves, sockets) = ([&mut up, &mut down], [client, backend]);
+        let kernel = promote::promote(
+            conduits, halves, &mut story, sockets, options, transfer, [0; 2],
+        );
+        if let Some(ended) = kernel {
+            return ended;
+        }
+    }
     loop {
         let (up_before, down_before) = (transfer.to_backend, transfer.to_client);
         step_both(
