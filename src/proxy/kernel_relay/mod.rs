@@ -92,6 +92,10 @@ const MAX_DELIVERY_CHECK: Duration = Duration::from_millis(20);
 /// the copy pump (see `Link::start_counts`).
 const START_TRIES: usize = 8;
 
+/// Longest wait, after one socket failed, for the bytes the program took
+/// from it to reach the other side.
+const FAULT_GRACE: Duration = Duration::from_secs(1);
+
 /// Loads the program if it is not loaded yet and logs, once, whether the
 /// kernel path is available; whether it is. Called at start-up and on
 /// reload when a service asks for the kernel relay, so that the operator
@@ -209,7 +213,12 @@ pub fn relay(
                 Err(Fault(socket, error)) => Relayed::Failed { socket, error },
             }
         }
-        Err(Fault(socket, error)) => Relayed::Failed { socket, error },
+        Err(Fault(socket, error)) => {
+            if let Some(i) = socket {
+                link.deliver_from(i, moved);
+            }
+            Relayed::Failed { socket, error }
+        }
     }
 }
 
@@ -319,6 +328,31 @@ impl<'a> Link<'a> {
         Err(io::Error::other(
             "bytes kept arriving while the counters were read",
         ))
+    }
+
+    /// After socket `i` failed (a reset), waits a little for what the
+    /// program took from it to reach the other side's send path: a
+    /// backend's early answer before its reset still reaches the client,
+    /// as on the copy pump. Bounded by [`FAULT_GRACE`]; errors end it.
+    fn deliver_from(&mut self, i: usize, moved: &mut [u64; 2]) {
+        let deadline = Instant::now() + FAULT_GRACE;
+        while Instant::now() < deadline {
+            let (Ok(src), Ok(dst)) = (Counts::of(self.sockets[i]), Counts::of(self.sockets[1 - i]))
+            else {
+                return;
+            };
+            let way = &self.ways[i];
+            moved[i] = way.sent(&dst);
+            if way.backlog(&src, &dst) == 0 || dst.state == TCP_CLOSE {
+                return;
+            }
+            let mut none = [libc::pollfd {
+                fd: -1,
+                events: 0,
+                revents: 0,
+            }; 2];
+            let _ = poll(&mut none, MIN_CHECK);
+        }
     }
 
     /// Waits while the kernel moves the bytes, passes each end of stream
