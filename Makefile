@@ -1,5 +1,5 @@
 # A thin layer over cargo and scripts/: CI runs `make test`, as a person does.
-.PHONY: build release demo run test lint doc bench bench-quick bench-tls compare-c clean
+.PHONY: build release demo run test test-kernel-relay lint doc bench bench-quick bench-tls compare-c clean
 
 build:
 	cargo build
@@ -17,6 +17,15 @@ run:
 
 test:
 	scripts/test.sh
+
+# The copy pump's tests again with the kernel relay on (from the start, then
+# after four exchanges), and its own tests; needs root, as the relay does.
+test-kernel-relay:
+	cargo test --test kernel_relay
+	for after in 0 4; do \
+		RODIZIO_TEST_KERNEL_RELAY=$$after cargo test --test duplex --test half_close \
+			--test keep_alive --test early_reply --test idle_timeout || exit 1; \
+	done
 
 lint:
 	cargo fmt --all -- --check

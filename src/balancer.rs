@@ -125,6 +125,11 @@ impl Balancer {
         if config.trace {
             crate::trace::enable(config.trace_lang);
         }
+        if config.service_list().iter().any(|c| c.proxy.kernel_relay) {
+            // Loads the program now, so the log says at start which path
+            // promoted connections take.
+            crate::proxy::kernel_relay::prepare();
+        }
         let shared = Shared {
             stats: Arc::new(Stats::default()),
             access_log: start_access_log(&config)?,

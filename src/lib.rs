@@ -68,7 +68,10 @@
 //!   client waiting for a backend slot), `report` (the one
 //!   place an outcome becomes counters, access log, trace and log lines);
 //!   `pump` (the duplex copy, with `half`, one direction, `wait`, its
-//!   `poll(2)` side, and `bucket`, a direction's bandwidth cap); `conduit` (the thread's buffers and pipes); `header`
+//!   `poll(2)` side, `bucket`, a direction's bandwidth cap, and `promote`,
+//!   the hand-over to the kernel relay); `kernel_relay/` (an eBPF sockmap
+//!   program moves a promoted connection's bytes: `bpf`, the program and
+//!   its maps, `counts`, the sockets' `TCP_INFO` counters); `conduit` (the thread's buffers and pipes); `header`
 //!   (a client behind `--accept-proxy`: its header, then the limiter and
 //!   the pick); `per_client` (the cap on connections open per client
 //!   address).

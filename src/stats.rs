@@ -178,6 +178,10 @@ counters! {
     worker_panics: Counter,
     /// Worker threads that could not be started (resource limits).
     worker_spawn_failures: Counter,
+    /// Connections handed to the kernel relay after their exchanges on the copy pump (kernel_relay).
+    kernel_relayed: Counter,
+    /// Connections due for the kernel relay that stayed on (or came back to) the copy pump: the program did not load, a socket could not be inserted, or the backlog bound.
+    kernel_relay_fallbacks: Counter,
     /// Clients closed unserved after waiting longer than queue_timeout for a worker or a backend slot.
     queue_timeouts: Counter,
     /// Clients waiting now for a slot under the backends' max_connections (the service's queue).

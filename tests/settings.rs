@@ -309,6 +309,8 @@ fn what_describe_prints_reads_back() {
             | "rate_limit_max_clients"
             | "rate_limit_ipv6_prefix"
             | "splice"
+            | "kernel_relay"
+            | "kernel_relay_after"
             | "defer_accept"
             | "yield_before_poll"
             | "http_replies"

@@ -116,6 +116,22 @@ macro_rules! settings_table {
             file bool => take,
             flag bool,
             always |c: &Config| c.proxy.splice.to_string();
+        /// Let the kernel move the bytes of a long-lived connection (an eBPF
+        /// sockmap program) once it has made --kernel-relay-after exchanges on
+        /// the copy pump; needs root or CAP_BPF and CAP_NET_ADMIN, else the
+        /// copy pump goes on. Not with --splice, a rate or TLS termination.
+        /// Off by default.
+        kernel_relay: bool, "kernel-relay", Service, set(proxy.kernel_relay), live,
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.proxy.kernel_relay.to_string();
+        /// Exchanges (bytes to the backend, then bytes back) a connection makes
+        /// on the copy pump before --kernel-relay takes it over; 0: from the
+        /// start.
+        kernel_relay_after: u32, "kernel-relay-after", Service, set(proxy.kernel_relay_after), live,
+            file Whole<u32, 0, { u32::MAX as u64 }> => take,
+            flag Option<u32> [value_name = "N", value_parser = whole::<u32, 0, { u32::MAX as u64 }>],
+            always |c: &Config| c.proxy.kernel_relay_after.to_string();
         /// Hand a client to a worker only once its first bytes have arrived
         /// (TCP_DEFER_ACCEPT): fewer wake-ups per short connection. Off by
         /// default: clients of protocols where the server speaks first (SMTP,

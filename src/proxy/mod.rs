@@ -29,6 +29,7 @@
 pub(crate) mod conduit;
 mod connect;
 pub mod header;
+pub mod kernel_relay;
 mod per_client;
 pub mod pump;
 mod report;
@@ -154,7 +155,20 @@ pub struct ProxyConfig {
     /// (`download_rate`, nginx's `proxy_download_rate`). Default `None`
     /// (or 0): no cap.
     pub download_rate: Option<ByteRate>,
+    /// Hand a long-lived, chatty connection to the kernel relay
+    /// (`kernel_relay`, see [`kernel_relay`]): an eBPF sockmap program
+    /// then moves its bytes. Default off.
+    pub kernel_relay: bool,
+    /// Exchanges (a request and its reply) a connection makes on the copy
+    /// pump before the hand-over (`kernel_relay_after`); 0: from the
+    /// start. Default [`DEFAULT_KERNEL_RELAY_AFTER`].
+    pub kernel_relay_after: u32,
 }
+
+/// Default of `kernel_relay_after`: past the few exchanges of a short
+/// connection (a handshake, one request), so that only connections that
+/// go on talking pay the hand-over.
+pub const DEFAULT_KERNEL_RELAY_AFTER: u32 = 4;
 
 /// Shortest `resolve_interval`: a lookup per backend more often than once
 /// a second would load a DNS server for nothing (records live for seconds
@@ -196,6 +210,8 @@ impl Default for ProxyConfig {
             max_connections_per_client: None,
             upload_rate: None,
             download_rate: None,
+            kernel_relay: false,
+            kernel_relay_after: DEFAULT_KERNEL_RELAY_AFTER,
         }
     }
 }
@@ -317,6 +333,12 @@ impl ProxyConfig {
             yield_before_poll: self.yield_before_poll,
             up_rate: self.upload_rate.and_then(ByteRate::per_second),
             down_rate: self.download_rate.and_then(ByteRate::per_second),
+            // A capped direction keeps its bucket on the copy pump.
+            promote: self.kernel_relay
+                && !self.splice
+                && self.upload_rate.and_then(ByteRate::per_second).is_none()
+                && self.download_rate.and_then(ByteRate::per_second).is_none(),
+            promote_after: self.kernel_relay_after,
         }
     }
 }

@@ -32,6 +32,7 @@ use crate::health::HealthConfig;
 use crate::limiter::Place;
 use crate::reply;
 use crate::scheduler::Pick;
+use crate::stats::Stats;
 use crate::trace;
 
 /// A client connected to its backend: what the pump needs, and what the
@@ -111,7 +112,7 @@ impl Proxy {
         }
         let (pumped, tls) = match tls {
             None => (
-                pump_both(&client, &backend_sock, &settings, outcome.peer),
+                pump_both(&client, &backend_sock, &settings, outcome.peer, &self.stats),
                 None,
             ),
             Some(session) => pump_tls(session, &client, &backend_sock, &settings, outcome.peer),
@@ -433,8 +434,12 @@ fn pump_both(
     backend: &TcpStream,
     settings: &ProxyConfig,
     peer: SocketAddr,
+    stats: &Arc<Stats>,
 ) -> pump::Outcome {
     settings.keep_alive(client, backend, peer);
+    if settings.kernel_relay {
+        super::kernel_relay::count_for(stats);
+    }
     let options = settings.pump_options();
     if settings.splice {
         splice_pump(client, backend, &options)

@@ -235,6 +235,12 @@ pub enum Event<'a> {
         /// The side that finished sending.
         from: Side,
     },
+    /// The copy pump handed the connection to the kernel relay
+    /// (`kernel_relay`).
+    Promoted {
+        /// Exchanges it had made on the copy pump.
+        exchanges: u32,
+    },
     /// `shutdown(SHUT_RDWR)` then `close` on both sockets.
     Closed {
         /// Bytes delivered to the backend.
@@ -494,6 +500,23 @@ fn tell_flow(id: u64, from: Side, flow: &mut Flow) {
     }
 }
 
+/// The copy pump handed the connection to the kernel relay after
+/// `exchanges` exchanges. Told once per connection, off the pump's path.
+#[cold]
+pub fn promoted(exchanges: u32) {
+    if on() {
+        let id = CONN.with(|c| {
+            let mut c = c.borrow_mut();
+            let id = c.id;
+            for (flow, side) in c.flows.iter_mut().zip([Side::Client, Side::Backend]) {
+                tell_flow(id, side, flow);
+            }
+            id
+        });
+        write(id, &Event::Promoted { exchanges });
+    }
+}
+
 /// Both sockets were shut down and closed after `to_backend` and
 /// `to_client` bytes; `error` ended it, if anything did.
 #[inline]
@@ -617,6 +640,7 @@ mod tests {
             Event::HalfClose {
                 from: Side::Backend,
             },
+            Event::Promoted { exchanges: 4 },
             Event::Closed {
                 to_backend: 78,
                 to_client: 160,

@@ -41,6 +41,7 @@ enum Says {
     FirstBytes,
     Flow,
     HalfClose,
+    Promoted,
     Closed,
     ClosedByError,
     Waiting,
@@ -152,6 +153,13 @@ const SENTENCES: &[(Says, &str, &str)] = &[
          shutdown(SHUT_WR) toward the {other}",
         "o {end} terminou de enviar (read devolveu 0): half-close repassado, \
          shutdown(SHUT_WR) no socket do {other}",
+    ),
+    (
+        Says::Promoted,
+        "moved to the kernel relay after {exchanges} exchanges: the kernel moves \
+         the bytes now, the worker waits for the end",
+        "passou para o relay do kernel depois de {exchanges} trocas: o kernel move \
+         os bytes agora, o worker espera o fim",
     ),
     (
         Says::Closed,
@@ -324,6 +332,7 @@ fn worker_holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
                 vec![("end", s(&end.word(lang))), ("other", s(&other.word(lang)))],
             )
         }
+        Event::Promoted { exchanges } => (Says::Promoted, vec![("exchanges", s(&exchanges))]),
         Event::Closed {
             to_backend,
             to_client,

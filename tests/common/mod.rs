@@ -231,18 +231,33 @@ pub fn specs(backends: &[SocketAddr]) -> Vec<BackendSpec> {
         .collect()
 }
 
+/// `RODIZIO_TEST_KERNEL_RELAY=N`: `kernel_relay` on, after N exchanges.
+fn kernel_relay_from_env(proxy: &mut ProxyConfig) {
+    if let Some(after) = std::env::var("RODIZIO_TEST_KERNEL_RELAY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        proxy.kernel_relay = true;
+        proxy.kernel_relay_after = after;
+    }
+}
+
 /// A config for tests: listens on `127.0.0.1:0`, short timeouts, the
-/// article's defaults otherwise.
+/// article's defaults otherwise. `RODIZIO_TEST_KERNEL_RELAY=N` in the
+/// environment turns `kernel_relay` on with `kernel_relay_after` N, to run
+/// the pump's tests with the kernel relay (`make test-kernel-relay`).
 pub fn config(backends: &[SocketAddr]) -> Config {
+    let mut proxy = ProxyConfig {
+        connect_timeout: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(30),
+        ..ProxyConfig::default()
+    };
+    kernel_relay_from_env(&mut proxy);
     Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         backends: specs(backends),
         drain_timeout: Duration::from_secs(10),
-        proxy: ProxyConfig {
-            connect_timeout: Duration::from_secs(2),
-            idle_timeout: Duration::from_secs(30),
-            ..ProxyConfig::default()
-        },
+        proxy,
         ..Config::default()
     }
 }
@@ -345,6 +360,7 @@ impl TestBalancer {
             drain_timeout: Duration::from_secs(5),
             ..Config::default()
         };
+        kernel_relay_from_env(&mut config.proxy);
         tweak(&mut config);
         TestBalancer::start(config)
     }

@@ -271,6 +271,13 @@ impl Half {
 pub(super) struct Story {
     fault: Option<(End, Option<io::Error>)>,
     first_close: Option<End>,
+    /// With `kernel_relay`: exchanges completed so far (see
+    /// `promote.rs`), whether bytes went toward the backend since the last
+    /// ones back, and whether the hand-over was tried. Small enough to sit
+    /// in the room the fields above leave.
+    pub(super) exchanges: u32,
+    pub(super) asked: bool,
+    pub(super) tried: bool,
 }
 
 impl Story {

@@ -34,6 +34,7 @@ use wait::{interest, learn, wait, watch, WaitFor};
 
 mod bucket;
 mod half;
+mod promote;
 #[cfg(test)]
 mod tests;
 mod wait;
@@ -152,6 +153,13 @@ pub struct PumpOptions {
     /// Most bytes a second read from the backend (the service's download
     /// rate); `None`: no cap.
     pub down_rate: Option<u64>,
+    /// Hand the connection to the kernel relay once it has made
+    /// [`promote_after`](Self::promote_after) exchanges (`kernel_relay`);
+    /// the copy pump only, never the splice pump, and never with a rate.
+    pub promote: bool,
+    /// Exchanges (bytes toward the backend, then bytes back) before the
+    /// hand-over (`kernel_relay_after`); 0: at once.
+    pub promote_after: u32,
 }
 
 /// Copies bytes both ways between `client` and `backend` until both
@@ -244,21 +252,35 @@ pub fn splice_pump(client: &TcpStream, backend: &TcpStream, options: &PumpOption
     })
 }
 
-/// The pump's loop. Returns the end, its error, and whether a buffer or
+/// What [`pump_with`] returns: the end, its error, and whether a buffer or
 /// pipe was left holding bytes (dropped by a stopped direction).
+type Ended = (End, Option<io::Error>, bool);
+
+/// The pump's loop.
 fn pump_with(
     conduits: &mut Conduits,
     client: &TcpStream,
     backend: &TcpStream,
     options: &PumpOptions,
     transfer: &mut Transfer,
-) -> (End, Option<io::Error>, bool) {
+) -> Ended {
     let mut up = Half::capped(options.up_rate); // client -> backend
     let mut down = Half::capped(options.down_rate); // backend -> client
     let mut story = Story::default();
     let idle_ms = millis(options.idle_timeout);
     let fin_ms = millis(options.fin_timeout);
     let release_ms = millis(RELEASE_AFTER);
+    if options.promote && options.promote_after == 0 {
+        // From the start: before the first byte is read, so that a peer
+        // that answers at once finds both sockets on the kernel path.
+        let (halves, sockets) = ([&mut up, &mut down], [client, backend]);
+        let kernel = promote::promote(
+            conduits, halves, &mut story, sockets, options, transfer, [0; 2],
+        );
+        if let Some(ended) = kernel {
+            return ended;
+        }
+    }
     loop {
         let (up_before, down_before) = (transfer.to_backend, transfer.to_client);
         step_both(
@@ -280,6 +302,17 @@ fn pump_with(
             return finish(story, &up, &down);
         }
         uncork_both(&mut up, &mut down, client, backend, &mut story);
+        if options.promote {
+            let before = [up_before, down_before];
+            let sockets = [client, backend];
+            let halves = [&mut up, &mut down];
+            let kernel = promote::promote(
+                conduits, halves, &mut story, sockets, options, transfer, before,
+            );
+            if let Some(ended) = kernel {
+                return ended;
+            }
+        }
         let busy = up.busy || down.busy;
         // A half that used up its turn goes on next round. The other half
         // goes first if it can; if it waits for `poll`, it needs a look.
@@ -362,7 +395,7 @@ fn tokens_back(up: &mut Half, down: &mut Half) -> Option<i32> {
 
 /// The end `story` tells, its error, and whether a half was left holding
 /// bytes (dropped by a stopped direction).
-fn finish(story: Story, up: &Half, down: &Half) -> (End, Option<io::Error>, bool) {
+fn finish(story: Story, up: &Half, down: &Half) -> Ended {
     let (end, error) = story.end();
     let stale = up.start < up.end || down.start < down.end;
     (end, error, stale)

@@ -12,6 +12,8 @@ fn options(idle_ms: u64) -> PumpOptions {
         yield_before_poll: false,
         up_rate: None,
         down_rate: None,
+        promote: false,
+        promote_after: 0,
     }
 }
 
@@ -305,6 +307,8 @@ fn the_fin_timeout_closes_a_half_closed_connection() {
         yield_before_poll: false,
         up_rate: None,
         down_rate: None,
+        promote: false,
+        promote_after: 0,
     };
     client.write_all(b"bye").unwrap();
     client.shutdown(net::Shutdown::Write).unwrap();

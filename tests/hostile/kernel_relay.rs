@@ -1,0 +1,256 @@
+//! The kernel relay after a promotion (`--kernel-relay
+//! --kernel-relay-after 4`), attacked: resets on either side once the
+//! kernel moves the bytes, 200 promoted connections reset at once, a slow
+//! reader behind a fast writer. The balancer runs as a child process, so
+//! its descriptors and memory are its own to count. Needs root (or
+//! CAP_BPF + CAP_NET_ADMIN), as the relay does: each test checks the
+//! promotions counted, so without the kernel path it fails.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use socket2::SockRef;
+
+use crate::balancer_port::Child;
+use crate::common::{connect, is_closed, test_data, until, wait_for, TestBackend};
+
+/// Exchanges before the hand-over.
+const AFTER: usize = 4;
+
+/// A balancer child that promotes after four exchanges, in front of
+/// `backend`, with its admin API for the counters.
+fn promoting(backend: &TestBackend) -> Child {
+    let addr = backend.addr().to_string();
+    Child::start(
+        &[
+            "-b",
+            &addr,
+            "--kernel-relay",
+            "--kernel-relay-after",
+            "4",
+            "--admin",
+            "127.0.0.1:0",
+            "--workers",
+            "512",
+        ],
+        |_| {},
+    )
+}
+
+/// Makes the four exchanges of a promotion through an echo backend.
+fn chat(s: &mut TcpStream) {
+    for i in 0..AFTER {
+        let line = format!("hello {i:06}\n");
+        s.write_all(line.as_bytes()).unwrap();
+        let mut back = vec![0u8; line.len()];
+        s.read_exact(&mut back).unwrap();
+        assert_eq!(back, line.as_bytes());
+    }
+}
+
+/// Resets a socket: `SO_LINGER` 0, then close.
+fn reset(s: TcpStream) {
+    SockRef::from(&s).set_linger(Some(Duration::ZERO)).unwrap();
+    drop(s);
+}
+
+/// A client that resets once the kernel moves its bytes, in the middle of
+/// a transfer, then a backend that does the same: each ends as its reset,
+/// the process stays up and serves the next client.
+#[test]
+fn resets_on_either_side_after_the_promotion() {
+    let backend = TestBackend::start(Arc::new(|mut s: TcpStream| {
+        let mut line = [0u8; 13];
+        for _ in 0..AFTER {
+            s.read_exact(&mut line)?;
+            s.write_all(&line)?;
+        }
+        let mut what = [0u8; 1];
+        s.read_exact(&mut what)?;
+        if what[0] == b'R' {
+            // The backend resets in the middle of its reply.
+            s.write_all(&test_data(100_000, 1))?;
+            reset(s);
+            return Ok(());
+        }
+        crate::common::echo(s)
+    }));
+    let mut child = promoting(&backend);
+    // The client resets mid-way through a transfer.
+    let mut c = connect(child.addr).unwrap();
+    chat(&mut c);
+    until("the promotion", || {
+        child.metric("kernel_relayed_total") == 1
+    });
+    c.write_all(b"E").unwrap();
+    c.write_all(&test_data(500_000, 2)).unwrap();
+    reset(c);
+    until("the client's reset", || {
+        child.metric("ended_client_reset_total") == 1
+    });
+    // The backend resets mid-way through its reply.
+    let mut c = connect(child.addr).unwrap();
+    chat(&mut c);
+    until("the second promotion", || {
+        child.metric("kernel_relayed_total") == 2
+    });
+    c.write_all(b"R").unwrap();
+    let mut sink = Vec::new();
+    let _ = c.read_to_end(&mut sink);
+    assert!(sink.len() <= 100_000, "more bytes than the backend sent");
+    until("the backend's reset", || {
+        child.metric("ended_backend_reset_total") == 1
+    });
+    assert!(child.alive(), "the balancer died: {}", child.stderr());
+    // And the next client is served, promoted, whole.
+    let mut c = connect(child.addr).unwrap();
+    chat(&mut c);
+    c.write_all(b"Eagain").unwrap();
+    let mut back = [0u8; 5];
+    c.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"again");
+    until("the third promotion", || {
+        child.metric("kernel_relayed_total") == 3
+    });
+}
+
+/// 200 connections promoted to the kernel path, then all reset at once
+/// by their clients: the process stays up, and its descriptors go back to
+/// where they were (the sockets, hence their entries in the kernel's maps,
+/// are gone); the program's own maps stay loaded for the next ones.
+#[test]
+fn two_hundred_promoted_connections_reset_at_once() {
+    const N: usize = 200;
+    let backend = TestBackend::echo();
+    let mut child = promoting(&backend);
+    // One promotion first, so the program and its maps are loaded before
+    // the count starts.
+    let mut first = connect(child.addr).unwrap();
+    chat(&mut first);
+    until("the first promotion", || {
+        child.metric("kernel_relayed_total") == 1
+    });
+    first.shutdown(Shutdown::Write).unwrap();
+    assert!(is_closed(&mut first));
+    until("the first connection's end", || {
+        child.metric("completed_total") == 1
+    });
+    let start = child.open_fds();
+    let mut clients: Vec<TcpStream> = (0..N)
+        .map(|_| {
+            let mut c = connect(child.addr).unwrap();
+            chat(&mut c);
+            c
+        })
+        .collect();
+    until("200 promotions", || {
+        child.metric("kernel_relayed_total") == 1 + N as u64
+    });
+    assert!(
+        child.open_fds() >= start + N,
+        "the connections are not open"
+    );
+    for c in clients.drain(..) {
+        reset(c);
+    }
+    until("every connection's end", || {
+        child.metric("completed_total") == 1 + N as u64
+    });
+    assert!(
+        wait_for(Duration::from_secs(10), || child.open_fds() <= start),
+        "descriptors left: {} against {start} before",
+        child.open_fds()
+    );
+    assert!(child.alive(), "the balancer died: {}", child.stderr());
+    assert_eq!(child.metric("kernel_relay_fallbacks_total"), 0);
+    // The kernel path still takes new connections.
+    let mut c = connect(child.addr).unwrap();
+    chat(&mut c);
+    until("a promotion after the resets", || {
+        child.metric("kernel_relayed_total") == 2 + N as u64
+    });
+}
+
+/// Resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// After the promotion, a backend streams 256 MiB as fast as it can to a
+/// client that reads nothing: the kernel's queue toward the client passes
+/// the 4 MiB bound, the connection goes back to the copy pump (counted),
+/// TCP holds the backend back, and the balancer's memory stays small. The
+/// client then reads every byte.
+#[test]
+fn a_slow_reader_behind_a_fast_writer_after_the_promotion() {
+    const TOTAL: u64 = 256 << 20;
+    let written = Arc::new(AtomicU64::new(0));
+    let backend = {
+        let written = written.clone();
+        TestBackend::start(Arc::new(move |mut s: TcpStream| {
+            let mut line = [0u8; 13];
+            for _ in 0..AFTER {
+                s.read_exact(&mut line)?;
+                s.write_all(&line)?;
+            }
+            s.read_exact(&mut [0u8; 1])?;
+            let chunk = vec![7u8; 256 * 1024];
+            let mut at = 0u64;
+            while at < TOTAL {
+                s.write_all(&chunk)?;
+                at += chunk.len() as u64;
+                written.store(at, Ordering::SeqCst);
+            }
+            s.shutdown(Shutdown::Write)
+        }))
+    };
+    let mut child = promoting(&backend);
+    let rss_before = rss_kib(child.pid());
+    let mut c = connect(child.addr).unwrap();
+    SockRef::from(&c).set_recv_buffer_size(64 * 1024).unwrap();
+    chat(&mut c);
+    until("the promotion", || {
+        child.metric("kernel_relayed_total") == 1
+    });
+    c.write_all(b"G").unwrap();
+    until("the fall-back to the copy pump", || {
+        child.metric("kernel_relay_fallbacks_total") == 1
+    });
+    // Held back: the count stops growing, far below the total.
+    let (mut last, mut same_since) = (u64::MAX, Instant::now());
+    assert!(wait_for(Duration::from_secs(20), || {
+        let now = written.load(Ordering::SeqCst);
+        if now != last {
+            (last, same_since) = (now, Instant::now());
+        }
+        same_since.elapsed() > Duration::from_millis(500)
+    }));
+    let held = written.load(Ordering::SeqCst);
+    assert!(
+        held < TOTAL / 2,
+        "{} MiB written: nothing held it back",
+        held >> 20
+    );
+    let grown = rss_kib(child.pid()).saturating_sub(rss_before);
+    assert!(grown < 32 * 1024, "the balancer grew by {grown} KiB");
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut got = 0u64;
+    loop {
+        let n = c.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        assert!(buf[..n].iter().all(|&b| b == 7), "a wrong byte");
+        got += n as u64;
+    }
+    assert_eq!(got, TOTAL);
+    assert!(child.alive(), "the balancer died: {}", child.stderr());
+}
