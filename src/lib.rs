@@ -139,7 +139,8 @@
 //! - `tls_term/`: TLS termination (off by default): the settings and the
 //!   terminator, `certs` (the PEM files, the choice by SNI), `expiry`
 //!   (a certificate's `notAfter`), `handshake` (the worker's, bounded),
-//!   `pump` (the TLS-aware pump beside the plain and splice ones).
+//!   `pump` (the TLS-aware pump beside the plain and splice ones),
+//!   `stack` (the stack pages a handshake touched, handed back after it).
 //! - `throttle`: a log line at most once a second for events that repeat.
 //! - `units`: durations and sizes as people write them.
 //! - `signals`: the signal thread (SIGINT/SIGTERM drain, SIGHUP, SIGUSR1).
