@@ -68,7 +68,10 @@ fn duplex(len: usize, seed: u64) -> rodizio::stats::StatsSnapshot {
     let backend = TestBackend::echo();
     let lb = relay_over(&backend, |_| {});
     let data = Arc::new(test_data(len, seed));
-    let back = echo_through(connect(lb.addr).unwrap(), data.clone()).expect("transfer");
+    let back = match echo_through(connect(lb.addr).unwrap(), data.clone()) {
+        Ok(back) => back,
+        Err(e) => panic!("transfer: {e}; {:?}", lb.stats.snapshot()),
+    };
     assert_eq!(back.len(), data.len(), "lost or added bytes");
     if let Some(i) = back.iter().zip(data.iter()).position(|(a, b)| a != b) {
         panic!("first difference at byte {i}");

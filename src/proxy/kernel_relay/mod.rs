@@ -479,45 +479,62 @@ impl<'a> Link<'a> {
         }
     }
 
-    /// Takes the connection out of the kernel path with nothing lost: stops
-    /// the program on both sockets, waits for runs still in flight, waits
-    /// until what the program took from each side is in the other's send
-    /// path, then drops the sockets' kernel state. The copy pump can go on
-    /// from there, and `moved` then says what was delivered.
+    /// Takes the connection out of the kernel path with nothing lost, one
+    /// direction at a time, the one with more bytes in flight first: stops
+    /// the program on that direction's source, waits for runs still in
+    /// flight, waits until what the program took from it is in the other
+    /// side's send path, then does the same for the other direction, and
+    /// drops the sockets' kernel state. The copy pump can go on from
+    /// there, and `moved` then says what was delivered.
+    ///
+    /// Why one at a time: a peer that echoes (or any peer whose writes
+    /// hold up its reads) stops reading while its own bytes toward us are
+    /// not taken. With both directions stopped at once, the bytes still on
+    /// their way to it could never be delivered; with the other direction
+    /// still relayed by the kernel, its writes flow and it reads on.
     fn unwind(&mut self, idle_timeout: Duration, moved: &mut [u64; 2]) -> Result<(), Fault> {
-        for i in 0..2 {
+        let counts = self.sample()?;
+        let backlog = |i: usize| self.ways[i].backlog(&counts[i], &counts[1 - i]);
+        let order = if backlog(1) > backlog(0) {
+            [1, 0]
+        } else {
+            [0, 1]
+        };
+        for i in order {
             if self.in_verdicts[i] {
                 map_delete(&self.kernel.verdicts, self.cookies[i])?;
                 self.in_verdicts[i] = false;
             }
-        }
-        // The program runs under RCU: after a grace period no run that
-        // started before the deletes can still be adding to `moved` or
-        // queueing bytes.
-        membarrier()?;
-        let mut taken = [0u64; 2];
-        for (i, taken) in taken.iter_mut().enumerate() {
-            if self.in_moved[i] {
-                *taken = map_lookup(&self.kernel.moved, self.cookies[i])?;
+            // The program runs under RCU: after a grace period no run that
+            // started before the delete can still be adding to `moved` or
+            // queueing bytes.
+            membarrier()?;
+            let taken = if self.in_moved[i] {
+                map_lookup(&self.kernel.moved, self.cookies[i])?
+            } else {
+                0
+            };
+            self.delivered(i, taken, idle_timeout)?;
+            if !self.ways[i].done {
+                moved[i] = taken;
             }
         }
+        self.forget();
+        Ok(())
+    }
+
+    /// Waits until the `taken` bytes of way `i` are in the other side's
+    /// send path (or the way was done before), at most `idle_timeout`
+    /// without progress.
+    fn delivered(&mut self, i: usize, taken: u64, idle_timeout: Duration) -> Result<(), Fault> {
         let mut last = None;
         let mut last_move = Instant::now();
         let mut wait = Duration::from_micros(250);
         loop {
             let counts = self.sample()?;
-            let delivered = (0..2).all(|i| {
-                let way = &self.ways[i];
-                way.done || way.sent(&counts[1 - i]) >= taken[i]
-            });
-            if delivered {
-                // Exactly what the program took has reached the other side.
-                for (i, moved) in moved.iter_mut().enumerate() {
-                    if !self.ways[i].done {
-                        *moved = taken[i];
-                    }
-                }
-                break;
+            let way = &self.ways[i];
+            if way.done || way.sent(&counts[1 - i]) >= taken {
+                return Ok(());
             }
             let now_key = counts.map(|c| (c.acked, c.outq));
             if last != Some(now_key) {
@@ -534,8 +551,6 @@ impl<'a> Link<'a> {
             poll(&mut none, wait)?;
             wait = (wait * 2).min(MAX_DELIVERY_CHECK);
         }
-        self.forget();
-        Ok(())
     }
 
     /// Deletes what is left of the connection in the maps. Once both
