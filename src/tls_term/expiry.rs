@@ -114,6 +114,25 @@ mod tests {
         assert_eq!(parse_time(GENERALIZED_TIME, "700101000000Z"), None);
     }
 
+    proptest::proptest! {
+        /// Any bytes, and a certificate-shaped sequence with lying lengths
+        /// inside, give a date or None: no panic, no read past the end.
+        #[test]
+        fn any_bytes_give_a_date_or_none(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = not_after(&bytes);
+            let mut wrapped = vec![SEQUENCE, 0x82, 0xff, 0xff, SEQUENCE, 0x84, 0x7f, 0xff, 0xff, 0xff];
+            wrapped.extend_from_slice(&bytes);
+            proptest::prop_assert_eq!(not_after(&wrapped), None);
+        }
+
+        /// Any text after either time tag: a time or None.
+        #[test]
+        fn any_time_text_gives_a_time_or_none(text in ".{0,20}") {
+            let _ = parse_time(UTC_TIME, &text);
+            let _ = parse_time(GENERALIZED_TIME, &text);
+        }
+    }
+
     #[test]
     fn garbage_and_truncated_der_give_none() {
         assert_eq!(not_after(&[]), None);
