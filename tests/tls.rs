@@ -457,6 +457,22 @@ fn last_check_until(
     last.flatten()
 }
 
+/// The `tls` check against `addr`, verified with `ca` for `name`: its last
+/// check gives a reason containing `wanted`, and the backend goes down.
+fn refused_by_the_check(
+    addr: std::net::SocketAddr,
+    ca: &std::path::Path,
+    name: &str,
+    wanted: &str,
+) {
+    let lb = tls_checked(addr, ca, name);
+    let reason = last_check_until(&lb, addr, Option::is_some).unwrap();
+    assert!(reason.contains(wanted), "{reason}");
+    assert!(wait_for(Duration::from_secs(10), || !lb
+        .backend(addr)
+        .is_healthy()));
+}
+
 /// With `backend_tls`, the `tls` check is a whole handshake verified as the
 /// re-encryption verifies it: `openssl s_server` with a certificate of the
 /// CA for the name is up; one of another CA, or for another name, is down
@@ -475,26 +491,11 @@ fn the_tls_check_verifies_the_backend_as_re_encryption_does() {
     last_check_until(&up, good_addr, Option::is_none);
     assert!(up.backend(good_addr).is_healthy());
 
-    let untrusted = tls_checked(foreign_addr, &certs.ca(), "backend.test");
-    let reason = last_check_until(&untrusted, foreign_addr, Option::is_some).unwrap();
     // Both test CAs have one name: the other's signature is found bad.
-    assert!(
-        reason.contains("certificate verification failed: bad signature"),
-        "{reason}"
-    );
-    assert!(wait_for(Duration::from_secs(10), || !untrusted
-        .backend(foreign_addr)
-        .is_healthy()));
-
-    let misnamed = tls_checked(good_addr, &certs.ca(), "other.test");
-    let reason = last_check_until(&misnamed, good_addr, Option::is_some).unwrap();
-    assert!(
-        reason.contains("not valid for the name other.test"),
-        "{reason}"
-    );
-    assert!(wait_for(Duration::from_secs(10), || !misnamed
-        .backend(good_addr)
-        .is_healthy()));
+    let wanted = "certificate verification failed: bad signature";
+    refused_by_the_check(foreign_addr, &certs.ca(), "backend.test", wanted);
+    let wanted = "not valid for the name other.test";
+    refused_by_the_check(good_addr, &certs.ca(), "other.test", wanted);
 
     let light = TestBalancer::with(&[foreign_addr], |c| {
         c.health.check = rodizio::health::CheckKind::Tls;
