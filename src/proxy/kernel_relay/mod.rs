@@ -33,7 +33,8 @@
 //!   (`TCP_INFO` and `SIOCOUTQ`, `counts`).
 //! - Behind a slow reader the kernel's queue toward it has no bound. The
 //!   thread samples that queue and, above [`BACKLOG_BOUND`], leaves the
-//!   kernel path with nothing lost (`Link::unwind`) and hands the
+//!   kernel path with nothing lost, one direction at a time, the fuller
+//!   first (`Link::unwind`), and hands the
 //!   connection back to the copy pump, whose buffer bounds memory again.
 //!   The sampling interval shrinks with the observed rate (1 ms at the
 //!   fastest), so the queue overshoots the bound by about a millisecond's
