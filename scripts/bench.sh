@@ -228,6 +228,17 @@ cpu_ticks() {
   echo "$total"
 }
 
+# Busy CPU ticks of the whole machine (every core: user, nice, system,
+# irq, softirq, steal; not idle nor iowait), from /proc/stat's first line.
+# On loopback the kernel's share of a relay (softirq, kworkers) runs on
+# whichever thread sent the packet and is charged to no proxy's
+# /proc/PID/stat: this counts it wherever it ran.
+machine_ticks() {
+  local _ user nice system idle iowait irq softirq steal
+  read -r _ user nice system idle iowait irq softirq steal _ </proc/stat
+  echo $((user + nice + system + irq + softirq + steal))
+}
+
 # sched_snap PIDS: one line per live thread of the PIDs, "tid run_ns
 # wait_ns" from /proc/PID/task/TID/schedstat (time on the CPU, time waiting
 # in the run queue), then a line "-". A thread may end while it is read: it
@@ -341,6 +352,7 @@ pids_for() {  # workload proxy
 # the load generators' outputs.
 measure() {
   local round=$1 wl=$2 proxy=$3 port pids f before=0 after=0 hwm=0 sched="0 0 0" watch
+  local machine_before machine_after
   port=$(port_for "$wl" "$proxy")
   pids=$(pids_for "$wl" "$proxy")
   f=$OUT/logs/$wl-$proxy-r$round
@@ -352,7 +364,9 @@ measure() {
     watch=$!
     STARTED+=("$watch")
   fi
+  machine_before=$(machine_ticks)
   "load_$wl" "$f.txt" "$port"
+  machine_after=$(machine_ticks)
   if [ -n "$pids" ]; then
     kill "$watch" 2>/dev/null || true
     wait "$watch" 2>/dev/null || true
@@ -362,8 +376,9 @@ measure() {
     sched=$(sched_delta "$f.sched0" "$f.sched")
     hwm=$(status_sum "$pids" VmHWM)
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$wl" "$proxy" "$f.txt" "$(expected "$wl")" \
-    "$((after - before))" "$(echo "$sched" | tr ' ' '\t')" "$hwm" >>"$OUT/pending.tsv"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$wl" "$proxy" "$f.txt" "$(expected "$wl")" \
+    "$((after - before))" "$(echo "$sched" | tr ' ' '\t')" "$hwm" \
+    "$((machine_after - machine_before))" >>"$OUT/pending.tsv"
 }
 
 # flush: reads the load generators' outputs of the measures pending (one
@@ -510,7 +525,7 @@ done
 
 # ---- the rounds
 log "$ROUNDS rounds: ${WORKLOADS[*]} x ${PROXIES[*]}"
-printf 'round\tworkload\tproxy\tthroughput\tp50_ms\tp99_ms\tp999_ms\terrors\tunits\tcpu_ticks\trun_ns\twait_ns\tthreads\thwm_kib\n' >"$OUT/raw.tsv"
+printf 'round\tworkload\tproxy\tthroughput\tp50_ms\tp99_ms\tp999_ms\terrors\tunits\tcpu_ticks\trun_ns\twait_ns\tthreads\thwm_kib\tmachine_ticks\n' >"$OUT/raw.tsv"
 : >"$OUT/pending.tsv"
 for round in $(seq "$ROUNDS"); do
   for wl in "${WORKLOADS[@]}"; do

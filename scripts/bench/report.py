@@ -94,18 +94,22 @@ def main():
     lines = (out / "raw.tsv").read_text().splitlines()[1:]
     for line in lines:
         (r, wl, proxy, thr, p50, p99, p999, errs, units, ticks, run_ns, wait_ns, threads,
-         hwm) = line.split("\t")
+         hwm, *machine) = line.split("\t")
         rows[(wl, proxy)].append(
             dict(thr=num(thr), p50=num(p50), p99=num(p99), p999=num(p999), errs=int(errs),
                  units=num(units), ticks=num(ticks), run=num(run_ns) / 1e9,
-                 wait=num(wait_ns) / 1e9, hwm=num(hwm), threads=num(threads))
+                 wait=num(wait_ns) / 1e9, hwm=num(hwm), threads=num(threads),
+                 # Older raw.tsv files have no machine column.
+                 machine=num(machine[0]) if machine else float("nan"))
         )
 
     summary = {}
     for (wl, proxy), rs in rows.items():
         scale = WORKLOADS[wl][3]
-        cpu, wait, cover = [], [], []
+        cpu, wait, cover, machine = [], [], [], []
         for x in rs:
+            if x["units"] > 0:
+                machine.append(per_unit(x["machine"] / tck, x["units"], scale))
             if proxy == "direct" or x["units"] <= 0:
                 continue
             secs = x["ticks"] / tck
@@ -121,6 +125,7 @@ def main():
             p99_worst=worst([x["p99"] for x in rs]),
             errs=sum(x["errs"] for x in rs),
             cpu=med(cpu),
+            machine=med(machine),
             wait=med(wait),
             wait_partial=bool(cover) and med(cover) < COVERAGE,
             hwm=max(x["hwm"] for x in rs),
@@ -146,6 +151,13 @@ def main():
         if not sa or not sb or not sb["thr"]:
             return float("nan")
         return sa["thr"] / sb["thr"]
+
+    def marginal(wl, proxy):
+        """Whole-machine CPU per unit through `proxy` less the same through no proxy."""
+        s, d = summary.get((wl, proxy)), summary.get((wl, "direct"))
+        if not s or not d:
+            return float("nan")
+        return s["machine"] - d["machine"]
 
     p = print
     p("# Benchmarks")
@@ -210,6 +222,15 @@ def main():
     p("  is flagged ⚠.")
     p("- **CPU** is the proxy's user+system time (all its threads and processes, from")
     p("  `/proc/PID/stat`) divided by the requests or bytes served.")
+    p("- **Machine CPU** is the busy time of every core (user, nice, system, irq, softirq,")
+    p("  steal from `/proc/stat`) while the workload ran, divided by the requests or bytes")
+    p("  served: the proxy, the load generator, the backends and the kernel's work for all")
+    p("  of them. On loopback a relay's kernel work (softirq, the kernel relay's sockmap")
+    p("  program) runs on whichever thread sent the packet and is charged to no proxy's")
+    p("  `/proc/PID/stat`, so the proxy's own CPU flatters a proxy that moves bytes in the")
+    p("  kernel; this figure does not. **Over direct** is the machine CPU per unit through")
+    p("  the proxy less the same with no proxy at all: what putting the proxy in the path")
+    p("  costs the machine, whoever pays it.")
     p("- **Run-queue wait** is the time the proxy's threads were ready to run but waiting for")
     p("  a CPU, summed over its threads (the second field of `/proc/PID/task/*/schedstat`,")
     p("  read before each workload, every quarter of a second during it and after it), per")
@@ -241,6 +262,19 @@ def main():
         p(f"| {WORKLOADS[wl][0]} | {fmt(ratio(wl, 'rodizio', 'haproxy'), 2)} | "
           f"{fmt(ratio(wl, 'nginx', 'haproxy'), 2)} | {fmt(rb, 2)} | {fmt(sb, 2)} | "
           f"{fmt(ratio(wl, 'rodizio', 'naive'), 2)} | {fmt(ratio(wl, 'rodizio', 'direct'), 2)} |")
+    p()
+    p("### What each proxy costs the whole machine")
+    p()
+    p("Machine CPU per request (per GB for bulk and iperf3) through the proxy, less the same")
+    p("with no proxy: every core's busy time, the kernel's work on loopback included (see")
+    p("\"Machine CPU\" above). The proxy's own CPU is in each workload's table below.")
+    p()
+    costed = [x for x in PROXIES if x != "direct" and any((wl, x) in summary for wl in WORKLOADS)]
+    p("| workload | " + " | ".join(NAMES[x] for x in costed) + " |")
+    p("|---|" + "---:|" * len(costed))
+    for wl, (title, unit, per, _) in WORKLOADS.items():
+        pdig = 1 if unit == "req/s" else 2
+        p(f"| {title} ({per}) | " + " | ".join(fmt(marginal(wl, x), pdig) for x in costed) + " |")
     p()
     p("### Tail latency: p99")
     p()
@@ -278,8 +312,9 @@ def main():
         p(f"`{meta[wl]}`")
         p()
         p(f"| proxy | {unit} | p50 ms | p99 ms | p99.9 ms | worst p99 ms | errors | CPU {per} | "
+          f"machine CPU {per} | over direct {per} | "
           f"run-queue wait {per} | peak RSS MiB | threads | × HAProxy | × direct |")
-        p("|---|" + "---:|" * 12)
+        p("|---|" + "---:|" * 14)
         for proxy in PROXIES:
             s = summary.get((wl, proxy))
             if not s:
@@ -293,7 +328,8 @@ def main():
                 wait = "≥ " + wait
             p(f"| {NAMES[proxy]} | {fmt(s['thr'], digits)} | {ms(s['p50'])} | "
               f"{ms(s['p99'])}{flag} | {ms(s['p999'])} | {ms(s['p99_worst'])} | {s['errs']} | "
-              f"{fmt(s['cpu'], pdig) if proc else '–'} | {wait} | "
+              f"{fmt(s['cpu'], pdig) if proc else '–'} | {fmt(s['machine'], pdig)} | "
+              f"{fmt(marginal(wl, proxy), pdig) if proc else '–'} | {wait} | "
               f"{fmt(s['hwm'] / 1024, 1) if proc else '–'} | "
               f"{fmt(s['threads']) if proc else '–'} | "
               f"{fmt(ratio(wl, proxy, 'haproxy'), 2)} | {fmt(ratio(wl, proxy, 'direct'), 2)} |")
