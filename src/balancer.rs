@@ -90,6 +90,25 @@ impl Balancer {
         Balancer::with_listener(config, listeners)
     }
 
+    /// Reads every file `config` names, as start-up would, and binds
+    /// nothing: each service's certificates and keys (`tls_certs`, the
+    /// key matched to its certificate), `tls_client_ca`, `backend_tls_ca`,
+    /// and the admin token file. What `rodizio check-config` runs, so that
+    /// a file that would stop a start (or a reload) is found before it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidSetting`] naming the setting and the file.
+    pub fn check_files(config: &Config) -> Result<()> {
+        for service in config.service_list() {
+            crate::tls_term::Terminator::load(&service.tls)?;
+        }
+        if let Some(path) = &config.admin_token_file {
+            admin::read_token(path)?;
+        }
+        Ok(())
+    }
+
     /// Binds every service's listening sockets as `config` asks (address,
     /// backlog, `TCP_DEFER_ACCEPT`): the first half of [`Balancer::bind`],
     /// for a caller that binds before the backends are known (the binary

@@ -245,6 +245,7 @@ fn blame(err: Error, file: Option<&ConfigFile>, flags: &Overrides) -> Error {
         (Error::InvalidBackend(msg), Some(file)) if !flags.given().contains(&"backends") => {
             file.error_at("backends", msg)
         }
+        (err @ Error::InvalidSetting { .. }, file) => blame_setting(err, file, flags),
         (err, _) => err.worded_as_flag(),
     }
 }
@@ -277,6 +278,8 @@ fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
                 spec.resolve().map_err(|e| blame(e, Some(&file), flags))?;
             }
         }
+        // The files it names, read as a start would read them.
+        Balancer::check_files(&config).map_err(|e| blame(e, Some(&file), flags))?;
         if config.services.is_empty() {
             lines.extend(config.describe());
         } else {

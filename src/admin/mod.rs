@@ -94,22 +94,11 @@ impl AdminListener {
         let Some(addr) = config.admin_listen else {
             return Ok(None);
         };
-        let token = match &config.admin_token_file {
-            None => None,
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    Error::setting("admin_token_file", format!("{}: {e}", path.display()))
-                })?;
-                let token = text.trim();
-                if token.is_empty() {
-                    return Err(Error::setting(
-                        "admin_token_file",
-                        format!("{} is empty", path.display()),
-                    ));
-                }
-                Some(token.to_string())
-            }
-        };
+        let token = config
+            .admin_token_file
+            .as_deref()
+            .map(read_token)
+            .transpose()?;
         let listener = match crate::systemd::inherited(addr) {
             Some(listener) => listener,
             None => TcpListener::bind(addr).map_err(|source| Error::Bind { addr, source })?,
@@ -263,4 +252,24 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
     Ok(Admin {
         threads: vec![server, sampler],
     })
+}
+
+/// The admin API's bearer token, read from `path` (`admin_token_file`):
+/// its text without the surrounding white space.
+///
+/// # Errors
+///
+/// [`Error::InvalidSetting`] (`admin_token_file`) when the file cannot be
+/// read or holds only white space.
+pub fn read_token(path: &std::path::Path) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::setting("admin_token_file", format!("{}: {e}", path.display())))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(Error::setting(
+            "admin_token_file",
+            format!("{} is empty", path.display()),
+        ));
+    }
+    Ok(token.to_string())
 }
