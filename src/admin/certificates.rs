@@ -18,9 +18,9 @@ use std::fmt::Write;
 
 use crate::tls_term::Terminator;
 
-/// Under this many days left, a certificate is marked: about when
-/// certbot renews (30 days before) has failed twice over.
-pub const NEAR_DAYS: i64 = 14;
+/// Under this many days left, a certificate is marked (and was warned of
+/// when loaded).
+pub use crate::tls_term::NEAR_DAYS;
 
 /// One served certificate, as the page shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

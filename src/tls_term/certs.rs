@@ -182,8 +182,69 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
         .map_err(|_| format!("{} holds no PEM private key", path.display()))
 }
 
+/// Under this many days left, a certificate is warned of when loaded and
+/// marked on the stats page: about when certbot renews (30 days before)
+/// has failed twice over.
+pub const NEAR_DAYS: i64 = 14;
+
+/// Seconds in a day.
+const DAY: i64 = 24 * 3600;
+
+/// What a load says of certificates that have expired or expire within
+/// [`NEAR_DAYS`] at `now` (Unix seconds): one sentence each.
+pub(super) fn expiring(expiry: &[Expiry], now: i64) -> Vec<String> {
+    let mut words = Vec::new();
+    for cert in expiry {
+        let Some(end) = cert.not_after else { continue };
+        let name = cert.name.as_deref().unwrap_or("no DNS name");
+        let left = end - now;
+        if left <= 0 {
+            words.push(format!(
+                "TLS certificate {} ({name}) expired {} day(s) ago: clients will refuse it",
+                cert.file,
+                -left / DAY
+            ));
+        } else if left < NEAR_DAYS * DAY {
+            words.push(format!(
+                "TLS certificate {} ({name}) expires in {} day(s): renew it",
+                cert.file,
+                left / DAY
+            ));
+        }
+    }
+    words
+}
+
 #[cfg(test)]
 mod tests {
+    /// A certificate past its date or within [`NEAR_DAYS`] of it is
+    /// worded; one further away, or with no date read, is not.
+    #[test]
+    fn expired_and_near_certificates_are_worded_at_load() {
+        let cert = |file: &str, not_after| Expiry {
+            file: file.into(),
+            name: Some("a.test".into()),
+            not_after,
+        };
+        let now = 1_000_000_000;
+        let words = super::expiring(
+            &[
+                cert("old.pem", Some(now - 3 * DAY)),
+                cert("near.pem", Some(now + 5 * DAY)),
+                cert("fine.pem", Some(now + NEAR_DAYS * DAY)),
+                cert("unread.pem", None),
+            ],
+            now,
+        );
+        assert_eq!(
+            words,
+            [
+                "TLS certificate old.pem (a.test) expired 3 day(s) ago: clients will refuse it",
+                "TLS certificate near.pem (a.test) expires in 5 day(s): renew it",
+            ]
+        );
+    }
+
     use super::*;
 
     /// A key that signs nothing: the choice of a certificate never signs.

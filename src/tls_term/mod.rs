@@ -40,7 +40,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 
-pub use certs::Expiry;
+pub use certs::{Expiry, NEAR_DAYS};
 
 /// Default of `tls_handshake_timeout`: 10 s, nginx's
 /// `ssl_handshake_timeout` default is 60 s and HAProxy bounds it with
@@ -260,6 +260,12 @@ impl Terminator {
             };
             let config = builder.with_cert_resolver(Arc::new(resolver));
             terminator.config = Some(Arc::new(config));
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            for words in certs::expiring(&expiry, now) {
+                log::warn!("{words}");
+            }
             terminator.expiry = expiry;
         }
         Ok(Some(terminator))
