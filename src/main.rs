@@ -456,12 +456,21 @@ fn balance(
         // logrotate renames the file, then sends SIGUSR1.
         signals.on_reopen(move || log.reopen());
     }
-    if let Some(file) = file {
-        // A language taken from LANG stays what it was at start-up.
-        if !file.given().contains(&"trace_lang") {
-            flags.trace_lang = Some(balancer.config().trace_lang);
-        }
-        let reloader = Reloader::new(file.path, flags, &balancer);
+    // A language taken from LANG stays what it was at start-up.
+    if !file
+        .as_ref()
+        .is_some_and(|f| f.given().contains(&"trace_lang"))
+    {
+        flags.trace_lang = Some(balancer.config().trace_lang);
+    }
+    {
+        // With a file, a reload reads it again; without one, the flags
+        // are applied again, and the files they name (certificates, CAs,
+        // the token) read again.
+        let reloader = match file {
+            Some(file) => Reloader::new(file.path, flags, &balancer),
+            None => Reloader::flags_only(flags, &balancer),
+        };
         // The admin API's `POST /reload` does what SIGHUP does.
         let for_api = reloader.clone();
         balancer.set_reload(std::sync::Arc::new(move || {

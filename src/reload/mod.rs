@@ -96,8 +96,9 @@ pub struct Reloader {
 
 #[derive(Debug)]
 struct Inner {
-    /// The config file, read again at each reload.
-    path: PathBuf,
+    /// The config file, read again at each reload; `None` when the
+    /// balancer was started with flags alone, which are applied again.
+    path: Option<PathBuf>,
     /// The flags given at start-up (and backends typed at the prompt):
     /// they still win over the file.
     flags: Overrides,
@@ -142,9 +143,20 @@ impl Reloader {
     /// A reloader for `balancer`, reading `path` under `flags` (the
     /// start-up flags, with the prompt's backends if it asked).
     pub fn new(path: impl Into<PathBuf>, flags: Overrides, balancer: &Balancer) -> Reloader {
+        Reloader::reading(Some(path.into()), flags, balancer)
+    }
+
+    /// A reloader for `balancer` started without a config file: each
+    /// reload applies `flags` again, reading again the files they name
+    /// (certificates, keys, CAs, the admin token).
+    pub fn flags_only(flags: Overrides, balancer: &Balancer) -> Reloader {
+        Reloader::reading(None, flags, balancer)
+    }
+
+    fn reading(path: Option<PathBuf>, flags: Overrides, balancer: &Balancer) -> Reloader {
         Reloader {
             inner: Arc::new(Inner {
-                path: path.into(),
+                path,
                 flags,
                 running: balancer.running(),
                 stats: balancer.stats(),
@@ -157,9 +169,9 @@ impl Reloader {
         }
     }
 
-    /// The config file it reads.
-    pub fn path(&self) -> &Path {
-        &self.inner.path
+    /// The config file it reads (`None`: the flags alone).
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
     }
 
     /// What [`Reloader::reload`] would do now, without doing it: the file
@@ -230,7 +242,10 @@ impl Reloader {
     /// bind new addresses. A `dry` plan builds no new service.
     fn prepare(&self, state: &State, dry: bool) -> Result<Plan> {
         let inner = &self.inner;
-        let file = file::load(&inner.path)?;
+        let file = match &inner.path {
+            Some(path) => file::load(path)?,
+            None => file::parse(Path::new("the command line"), "{}")?,
+        };
         let mut config = file.settle(&inner.flags)?;
         file.require_backends(&config)?;
         let from_file = !inner.flags.given().contains(&"backends");
