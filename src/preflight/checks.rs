@@ -197,6 +197,12 @@ pub fn local_ports(d: &Demand, h: &Host) -> Line {
         numbers.push_str(", more with net.ipv4.tcp_tw_reuse=1");
         return Line::ok(WHAT, numbers);
     }
+    if h.tw_reuse == Some(2) && d.loopback_backends {
+        // The kernel's default: TIME_WAIT ports are reused for loopback
+        // connections, which is all this configuration makes.
+        numbers.push_str(", more to loopback backends with net.ipv4.tcp_tw_reuse=2");
+        return Line::ok(WHAT, numbers);
+    }
     let mut short = Vec::new();
     if rate < MIN_RATE {
         short.push(format!("under {MIN_RATE}/s"));
@@ -360,6 +366,7 @@ mod tests {
             admin: false,
             access_log: false,
             backends: 2,
+            loopback_backends: false,
             checks: true,
         }
     }
@@ -586,6 +593,20 @@ mod tests {
             ..debian
         };
         assert_eq!(local_ports(&d, &reuse).verdict, Verdict::Ok);
+        // The kernel's default reuse (2) covers loopback backends only.
+        let loopback_only = Host {
+            tw_reuse: Some(2),
+            port_range: Some((32768, 60999)),
+            ..Host::default()
+        };
+        assert_eq!(local_ports(&d, &loopback_only).verdict, Verdict::Warn);
+        let on_loopback = Demand {
+            loopback_backends: true,
+            ..demand()
+        };
+        let line = local_ports(&on_loopback, &loopback_only);
+        assert_eq!(line.verdict, Verdict::Ok, "{line}");
+        assert!(line.numbers.ends_with("tcp_tw_reuse=2"), "{line}");
     }
 
     #[test]

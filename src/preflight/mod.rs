@@ -176,9 +176,32 @@ pub struct Demand {
     pub access_log: bool,
     /// Backends known at start-up.
     pub backends: u64,
+    /// Every backend known at start-up is on this host's loopback
+    /// (`127.0.0.0/8`, `::1`, `localhost`): `tcp_tw_reuse=2`, the kernel's
+    /// default, then lets their connects reuse ports in TIME_WAIT.
+    pub loopback_backends: bool,
     /// Active health checks run: each round, one thread and one socket
     /// per backend.
     pub checks: bool,
+}
+
+/// Whether every backend of every service of `config` is written as a
+/// loopback address or `localhost` (and there is at least one).
+fn on_loopback(config: &Config) -> bool {
+    let mut specs = config
+        .service_list()
+        .into_iter()
+        .flat_map(|s| &s.backends)
+        .peekable();
+    specs.peek().is_some()
+        && specs.all(|spec| {
+            spec.host == "localhost"
+                || spec
+                    .host
+                    .trim_matches(|c| c == '[' || c == ']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        })
 }
 
 impl Demand {
@@ -196,6 +219,7 @@ impl Demand {
             admin: config.admin_listen.is_some(),
             access_log: config.access_log.is_some(),
             backends: config.backends.len() as u64,
+            loopback_backends: on_loopback(config),
             checks: config.health.check != CheckKind::Off,
         }
     }
