@@ -212,6 +212,7 @@ pub(crate) mod availability;
 pub mod backend;
 pub mod balancer;
 pub mod cli;
+pub mod conduit;
 pub mod config;
 pub mod demo;
 pub mod dial;

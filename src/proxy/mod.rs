@@ -26,7 +26,6 @@
 //! `proxy_function()` (see `serve`); `get_final_server_socket()` is
 //! [`Backend::connect`](crate::backend::Backend::connect).
 
-pub(crate) mod conduit;
 mod connect;
 pub mod header;
 pub mod kernel_relay;
@@ -45,6 +44,7 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use socket2::{SockRef, TcpKeepalive};
 
 use crate::access_log::AccessLog;
+pub(crate) use crate::conduit;
 use crate::error::{Error, Result};
 use crate::health::HealthConfig;
 use crate::limiter::Limiter;
