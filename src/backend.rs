@@ -16,6 +16,8 @@
 //! (a typo fails before the first client; a worker never calls the
 //! resolver); [`Backend::connect`] is `get_final_server_socket()`.
 
+mod check_kind;
+pub mod own_check;
 mod spec;
 mod standby;
 
@@ -32,12 +34,13 @@ use parking_lot::Mutex;
 use crate::availability::{AvailabilityWatcher, Watchers};
 use crate::dial;
 use crate::error::Result;
-use crate::health::own::OwnCheck;
 use crate::lookup::Addresses;
 use crate::proxy_protocol::Version;
 use crate::throttle::LogThrottle;
 
 pub use cap::Reservation;
+pub use check_kind::CheckKind;
+pub use own_check::OwnCheck;
 pub(crate) use spec::parse_port;
 pub use spec::BackendSpec;
 pub use standby::{coarse_now_ms, RAMP_FULL};

@@ -26,8 +26,6 @@
 
 pub mod check;
 mod checker;
-mod kind;
-pub mod own;
 pub mod probe;
 pub mod protocol;
 pub mod survey;
@@ -50,9 +48,10 @@ use crate::system;
 use crate::throttle;
 use crate::units;
 
+/// A backend's own check, kept with the backend it belongs to.
+pub use crate::backend::own_check as own;
+pub use crate::backend::{CheckKind, OwnCheck};
 pub use check::{check, CheckFailure};
-pub use kind::CheckKind;
-pub use own::OwnCheck;
 pub use probe::{Probe, Transition, Verdict};
 
 /// Health settings (a part of [`crate::Config`]). Every field may change
