@@ -243,6 +243,7 @@ pub mod signals;
 pub mod simulate;
 pub mod slots;
 pub mod sni;
+pub mod sni_router;
 pub mod stats;
 pub mod system;
 pub mod systemd;

@@ -32,6 +32,7 @@ mod overrides;
 mod read;
 mod services;
 pub mod settings;
+pub mod sni_check;
 pub(crate) mod table;
 mod values;
 pub mod words;

@@ -64,13 +64,13 @@ impl Config {
                 ));
             }
             names.push(&service.name);
-            crate::sni::check::service(service)?;
+            super::sni_check::service(service)?;
             for addr in service.listen_addrs() {
                 let taken = addrs.iter().find(|(a, _)| same_port(*a, addr));
                 if let Some((a, other)) = taken {
                     if *a == addr
                         && other.name != service.name
-                        && crate::sni::check::may_share(other, service)
+                        && super::sni_check::may_share(other, service)
                     {
                         // Shared by SNI: one service binds it.
                         continue;
@@ -94,7 +94,7 @@ impl Config {
                 addrs.push((addr, service));
             }
         }
-        crate::sni::check::defaults(&self.service_list())
+        super::sni_check::defaults(&self.service_list())
     }
 }
 

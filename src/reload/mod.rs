@@ -240,7 +240,7 @@ impl Reloader {
                 .map(String::from)
                 .collect();
         settings::share_process(&mut config);
-        crate::sni::check::same_routing(&state.config, &config)?;
+        crate::config::sni_check::same_routing(&state.config, &config)?;
         if file.mode != state.mode {
             needs_restart.push("mode".into());
         }
