@@ -19,7 +19,7 @@ use super::Config;
 use crate::error::{Error, Result};
 
 /// The name of the one service of a configuration without `services`.
-pub const DEFAULT_NAME: &str = "default";
+pub use crate::access_log::DEFAULT_SERVICE as DEFAULT_NAME;
 
 /// Longest service name: it is a URL path segment and a metric label.
 pub const MAX_NAME: usize = 64;
