@@ -54,17 +54,6 @@ pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// touched, so plain connections cost what they did.
 pub const TLS_WORKER_STACK: usize = 256 * 1024;
 
-/// The workers' stack: `asked` (the setting), raised to
-/// [`TLS_WORKER_STACK`] when any service of `config` speaks TLS.
-pub fn worker_stack(asked: usize, config: &crate::Config) -> usize {
-    let tls = config.tls.on() || config.services.iter().any(|s| s.tls.on());
-    if tls {
-        asked.max(TLS_WORKER_STACK)
-    } else {
-        asked
-    }
-}
-
 /// One certificate chain and its private key, both PEM files.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
