@@ -10,6 +10,18 @@
 //! no worker touches it. A flip of its state also tells the schedulers
 //! holding it, on the flipping thread (see `availability.rs`).
 //!
+//! # Parts
+//!
+//! - this file: [`Backend`], its live state and [`Backend::connect`];
+//! - `spec`: the backend as written ([`BackendSpec`]: `HOST:PORT` and its
+//!   options);
+//! - `cap`: its slots, the clients on their way to it and its
+//!   `max_connections`;
+//! - `standby`: backup or primary, and when it came back (slow start);
+//! - `own_check`: its own health check settings (`check_port`, `rise`,
+//!   ...), and `check_kind`, the kinds of check they name; both kept here,
+//!   below `health`, which re-exports them.
+//!
 //! # Corresponds to the C article
 //!
 //! `struct server_info servers[_MAX_SERVERS]`, resolved here at start-up

@@ -8,8 +8,10 @@
 //! local port left) counts neither way. Health is the probes' opinion,
 //! draining the operator's: separate flags. Parts: this file
 //! ([`HealthConfig`], [`connect_failed`], [`spawn`]), [`probe`],
-//! [`mod@check`], [`protocol`], `checker`, and [`survey`] (`rodizio
-//! probe`: every kind once against one server). The details:
+//! [`mod@check`], [`protocol`], `checker`, `target` (where a backend's
+//! checks go), and [`survey`] (`rodizio probe`: every kind once against
+//! one server); a backend's own check settings are `backend`'s
+//! ([`OwnCheck`], [`CheckKind`]). The details:
 //! docs/health-checks.md, "Inside the checker".
 //!
 //! # Threads

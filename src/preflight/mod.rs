@@ -6,7 +6,7 @@
 //!
 //! Two parts meet here: [`Demand`], what the settings ask at their fullest
 //! (every worker busy, the queue full), and [`Host`], what the system
-//! gives, read from `getrlimit(2)`, `/proc` and the cgroup files. The
+//! gives (`host`), read from `getrlimit(2)`, `/proc` and the cgroup files. The
 //! checks ([`checks`]) take both as plain numbers and do no I/O, so their
 //! tests feed them any host they like. The counts behind [`Demand`] are
 //! explained in docs/operations.md, "`preflight`".

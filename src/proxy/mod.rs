@@ -6,11 +6,14 @@
 //!
 //! - this file: [`Job`], the settings ([`ProxyConfig`]) and [`Proxy`];
 //! - `serve`: the chain wait → route → connect → pump → close;
-//! - `connect`: the backend connect, with fail-over;
+//! - `connect`: the backend connect, with fail-over; `waiting`: a client
+//!   waiting for a backend slot;
 //! - `report`: the connection's `Outcome` and the one
 //!   place it becomes counters, access log, trace and log lines;
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;
-//! - `conduit`: the thread's buffers and pipes the pump moves bytes through;
+//!   `kernel_relay/`: the eBPF sockmap relay a connection is promoted to;
+//! - [`crate::conduit`] (below, re-exported here): the thread's buffers
+//!   and pipes the pump moves bytes through;
 //! - [`mod@header`]: the PROXY protocol on the worker;
 //! - `per_client`: the cap on connections open per client address.
 //!

@@ -16,7 +16,8 @@
 //! (`config/table.rs`), and the file's `mode`, keep their running value
 //! with one warning. systemd, when it listens, hears "reloading" then
 //! "ready" around each reload. No connection is cut; `docs/operations.md`
-//! (Reloading: SIGHUP) tells the whole story.
+//! (Reloading: SIGHUP) tells the whole story. `diff` is
+//! `check-config --diff OLD NEW`: two files compared in the same words.
 //!
 //! # Threads
 //!

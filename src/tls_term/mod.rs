@@ -1,11 +1,13 @@
 //! TLS termination at the edge: a service with `tls_certs` takes TLS
-//! from its clients and speaks plain bytes to its backends.
+//! from its clients and speaks plain bytes to its backends, or TLS again
+//! with `backend_tls` (`backend`).
 //!
 //! - this file: the settings ([`TlsSettings`], [`CertPair`]) and the
 //!   [`Terminator`] built from them, swapped whole by a reload;
 //! - `backend`: re-encryption, TLS from the worker to the backends;
 //! - `certs`: reading the PEM files, the choice of a certificate by the
-//!   client's server name (SNI), and each certificate's `notAfter`;
+//!   client's server name (SNI), and each certificate's `notAfter`, read
+//!   by `expiry`;
 //! - `handshake`: the worker's blocking handshake, bounded by
 //!   `tls_handshake_timeout`, and why one failed;
 //! - `pump`: the TLS-aware pump, beside the plain and splice ones of

@@ -9,7 +9,9 @@
 //! connection's [`End`] comes back with its exact [`Transfer`]. Why each
 //! rule (no `write_all`, `MSG_MORE`, turns of [`TURN_BYTES`], idle buffers
 //! handed back, `--yield-before-poll`): docs/moving-bytes.md, "The pump".
-//! `half` holds one direction and its step, `wait` the `poll(2)` side.
+//! `half` holds one direction and its step, `wait` the `poll(2)` side,
+//! `bucket` a direction's bandwidth cap, `promote` the hand-over to the
+//! kernel relay.
 //!
 //! # Threads
 //!
