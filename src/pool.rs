@@ -36,6 +36,11 @@ use crate::error::Error;
 use crate::queue::{Popped, Queue};
 use crate::stats::{GaugeGuard, Stats};
 
+/// The number of the worker thread calling it; kept by the trace, which
+/// reads it (to name the worker that took a client), so the connection's
+/// code below the pool asks the trace, not the pool.
+pub use crate::trace::worker_number;
+
 /// What a worker does with each entry.
 pub type Handler<T> = dyn Fn(T) + Send + Sync + 'static;
 
@@ -86,18 +91,6 @@ impl Sizing {
             stack_size: worker_stack(config.thread_stack, config),
             waiting: config.queue_capacity,
         }
-    }
-}
-
-/// The workers' stack (here, not in `tls_term`, which the configuration
-/// reads from above): `asked` (the setting), raised to
-/// [`TLS_WORKER_STACK`](crate::tls_term::TLS_WORKER_STACK) when any service of `config` speaks TLS.
-pub fn worker_stack(asked: usize, config: &Config) -> usize {
-    let tls = config.tls.on() || config.services.iter().any(|s| s.tls.on());
-    if tls {
-        asked.max(crate::tls_term::TLS_WORKER_STACK)
-    } else {
-        asked
     }
 }
 
@@ -336,10 +329,18 @@ fn give_memory_back() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn give_memory_back() {}
 
-/// The number of the worker thread calling it; kept by the trace, the one
-/// that reads it (to name the worker that took a client), so the
-/// connection's code below the pool asks the trace, not the pool.
-pub use crate::trace::worker_number;
+/// The workers' stack: `asked` (the setting), raised to
+/// [`TLS_WORKER_STACK`](crate::tls_term::TLS_WORKER_STACK) when any
+/// service of `config` speaks TLS. Here, beside its one caller, because
+/// `tls_term` sits below the [`Config`] it reads.
+pub fn worker_stack(asked: usize, config: &Config) -> usize {
+    let tls = config.tls.on() || config.services.iter().any(|s| s.tls.on());
+    if tls {
+        asked.max(crate::tls_term::TLS_WORKER_STACK)
+    } else {
+        asked
+    }
+}
 
 impl<T: Send + 'static> Pool<T> {
     /// A pool with no thread yet.
