@@ -114,7 +114,7 @@ pub struct Backend {
     connect_failure_log: LogThrottle,
     /// The schedulers to tell when it is taken out of rotation or put back.
     watchers: Watchers,
-    /// Its own check (see `health/own.rs`): read by the health thread once
+    /// Its own check (see `own_check.rs`): read by the health thread once
     /// per check, replaced by a reload; no worker reads it.
     pub(crate) own_check: ArcSwap<OwnCheck>,
     /// Backup or primary, and when it last came back (slow start).

@@ -124,7 +124,7 @@ impl fmt::Display for Line {
 /// and the backend's.
 pub const PER_CONNECTION: u64 = 2;
 /// Descriptors a worker keeps with `--splice`: its two pipes, one per
-/// direction, two ends each (`proxy/conduit.rs`, `Pipe`), made on its first
+/// direction, two ends each (`conduit/mod.rs`, `Pipe`), made on its first
 /// connection and kept while it lives.
 pub const PER_SPLICE_WORKER: u64 = 4;
 /// Descriptors open whatever the settings: standard input, output, error.
