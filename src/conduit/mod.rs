@@ -18,7 +18,7 @@
 //!
 //! # Parts
 //!
-//! - this file: the buffers ([`Buffers`]) and pipes, and the thread-locals
+//! - this file: the buffers (`Buffers`) and pipes, and the thread-locals
 //!   that keep them;
 //! - `outcome`: what a pump is told ([`PumpOptions`](outcome::PumpOptions))
 //!   and tells back ([`Outcome`](outcome::Outcome): the

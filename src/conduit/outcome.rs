@@ -3,7 +3,7 @@
 //! access log, the TLS pump, the report) reads them from below: the
 //! [`PumpOptions`] in, the [`Outcome`] out ([`Transfer`], [`End`]), and
 //! the turn size [`TURN_BYTES`] both pumps share. The pumps are
-//! [`crate::proxy::pump`] (plain and splice) and `tls_term::pump`.
+//! [`mod@crate::proxy::pump`] (plain and splice) and `tls_term::pump`.
 //!
 //! # Threads
 //!
