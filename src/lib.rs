@@ -253,13 +253,66 @@ mod tests {
         })
     }
 
+    /// Every `.rs` file under `dir`, at any depth.
+    fn rs_files(dir: &Path, all: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rs_files(&path, all);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                all.push(path);
+            }
+        }
+    }
+
+    /// The modules only the tests compile (`#[cfg(test)] mod name;` in a
+    /// file of `src/`), as the paths they may have: `name.rs` and `name/`.
+    fn test_only() -> BTreeSet<PathBuf> {
+        let mut all = Vec::new();
+        rs_files(&src(), &mut all);
+        let mut found = BTreeSet::new();
+        for file in all {
+            let text = read(&file);
+            let mut lines = text.lines().map(str::trim);
+            while let Some(line) = lines.next() {
+                let Some(rest) = line.strip_prefix("#[cfg(test)]") else {
+                    continue;
+                };
+                let item = Some(rest.trim())
+                    .filter(|r| !r.is_empty())
+                    .or_else(|| lines.by_ref().find(|l| !l.starts_with("#[")));
+                let Some(name) = item
+                    .filter(|l| l.contains("mod "))
+                    .and_then(|l| l.strip_suffix(';'))
+                    .and_then(|l| l.split_whitespace().last())
+                else {
+                    continue;
+                };
+                let stem = file.file_stem().unwrap().to_string_lossy();
+                let base = if ["lib", "main", "mod"].contains(&stem.as_ref()) {
+                    file.parent().unwrap().to_path_buf()
+                } else {
+                    file.with_extension("")
+                };
+                found.insert(base.join(format!("{name}.rs")));
+                found.insert(base.join(name));
+            }
+        }
+        found
+    }
+
     /// The modules a directory holds: its `name.rs` files (not `mod.rs`,
-    /// `tests.rs`, nor the crate roots) and its sub-directories.
+    /// nor the crate roots) and its sub-directories, test-only modules
+    /// (`tests.rs`, a test helper) aside.
     fn parts(dir: &Path) -> BTreeSet<String> {
+        let skip = test_only();
         let mut parts = BTreeSet::new();
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            if skip.contains(&path) {
+                continue;
+            }
             if path.is_dir()
                 || path.extension().is_some_and(|e| e == "rs")
                     && !["lib", "main", "mod", "tests"].contains(&name.as_str())
@@ -418,14 +471,23 @@ mod tests {
         roots
     }
 
-    /// Every file of `src/` with the top-level module it belongs to.
-    fn files(dir: &Path, top: Option<&str>, all: &mut Vec<(String, PathBuf)>) {
+    /// Every file of `src/` with the top-level module it belongs to,
+    /// test-only modules aside.
+    fn files(
+        dir: &Path,
+        top: Option<&str>,
+        skip: &BTreeSet<PathBuf>,
+        all: &mut Vec<(String, PathBuf)>,
+    ) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             let name = path.file_stem().unwrap().to_string_lossy().into_owned();
             let module = top.unwrap_or(&name).to_string();
+            if skip.contains(&path) {
+                continue;
+            }
             if path.is_dir() {
-                files(&path, Some(&module), all);
+                files(&path, Some(&module), skip, all);
             } else if path.extension().is_some_and(|e| e == "rs")
                 && !["lib", "tests"].contains(&name.as_str())
             {
@@ -456,7 +518,7 @@ mod tests {
 
         let roots = root_exports();
         let mut all = Vec::new();
-        files(&src(), None, &mut all);
+        files(&src(), None, &test_only(), &mut all);
         let mut upward = Vec::new();
         let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (module, path) in &all {
