@@ -411,12 +411,12 @@ mod tests {
         let mut lines = text.lines();
         while let Some(line) = lines.next() {
             if let Some(rest) = line.trim_start().strip_prefix("#[cfg(test)]") {
-                let mut depth = 0i64;
+                let (mut depth, mut opened) = (0i64, false);
                 let same_line = Some(rest).filter(|r| !r.trim().is_empty());
                 for item in same_line.into_iter().chain(lines.by_ref()) {
                     depth += item.matches('{').count() as i64;
                     depth -= item.matches('}').count() as i64;
-                    let opened = depth > 0 || item.contains('{');
+                    opened |= item.contains('{');
                     if (!opened && item.trim_end().ends_with(';')) || (opened && depth <= 0) {
                         break;
                     }
@@ -545,6 +545,31 @@ mod tests {
                 panic!("a circle on one floor of # Layers: {}", path.join(" -> "));
             }
         }
+    }
+
+    /// The code after a test item still counts: a block ends at its
+    /// closing brace, a `mod tests;` at its line.
+    #[test]
+    fn without_tests_keeps_the_code_around_test_items() {
+        let text = [
+            "use a;",
+            "#[cfg(test)]",
+            "mod tests;",
+            "use b;",
+            "#[cfg(test)]",
+            "fn f() {",
+            "    g();",
+            "}",
+            "use c; // d",
+            "#[cfg(test)] use e;",
+            "use f;",
+        ]
+        .join("\n");
+        let out = without_tests(&text);
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            ["use a;", "use b;", "use c; ", "use f;"]
+        );
     }
 
     /// A path of `graph` from `start` back to it, if there is one.
