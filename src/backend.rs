@@ -10,12 +10,26 @@
 //! no worker touches it. A flip of its state also tells the schedulers
 //! holding it, on the flipping thread (see `availability.rs`).
 //!
+//! # Parts
+//!
+//! - this file: [`Backend`], its live state and [`Backend::connect`];
+//! - `spec`: the backend as written ([`BackendSpec`]: `HOST:PORT` and its
+//!   options);
+//! - `cap`: its slots, the clients on their way to it and its
+//!   `max_connections`;
+//! - `standby`: backup or primary, and when it came back (slow start);
+//! - `own_check`: its own health check settings (`check_port`, `rise`,
+//!   ...), and `check_kind`, the kinds of check they name; both kept here,
+//!   below `health`, which re-exports them.
+//!
 //! # Corresponds to the C article
 //!
 //! `struct server_info servers[_MAX_SERVERS]`, resolved here at start-up
 //! (a typo fails before the first client; a worker never calls the
 //! resolver); [`Backend::connect`] is `get_final_server_socket()`.
 
+mod check_kind;
+pub mod own_check;
 mod spec;
 mod standby;
 
@@ -32,12 +46,13 @@ use parking_lot::Mutex;
 use crate::availability::{AvailabilityWatcher, Watchers};
 use crate::dial;
 use crate::error::Result;
-use crate::health::own::OwnCheck;
 use crate::lookup::Addresses;
 use crate::proxy_protocol::Version;
 use crate::throttle::LogThrottle;
 
 pub use cap::Reservation;
+pub use check_kind::CheckKind;
+pub use own_check::OwnCheck;
 pub(crate) use spec::parse_port;
 pub use spec::BackendSpec;
 pub use standby::{coarse_now_ms, RAMP_FULL};
@@ -99,7 +114,7 @@ pub struct Backend {
     connect_failure_log: LogThrottle,
     /// The schedulers to tell when it is taken out of rotation or put back.
     watchers: Watchers,
-    /// Its own check (see `health/own.rs`): read by the health thread once
+    /// Its own check (see `own_check.rs`): read by the health thread once
     /// per check, replaced by a reload; no worker reads it.
     pub(crate) own_check: ArcSwap<OwnCheck>,
     /// Backup or primary, and when it last came back (slow start).

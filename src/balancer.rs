@@ -122,7 +122,9 @@ impl Balancer {
         let list = config.service_list();
         // An address shared by SNI is bound once, by the first service.
         (0..list.len())
-            .map(|i| listener::open_except(list[i], &crate::sni::check::bound_before(&list, i)))
+            .map(|i| {
+                listener::open_except(list[i], &crate::config::sni_check::bound_before(&list, i))
+            })
             .collect::<Result<_>>()
             .map(Listeners)
     }
@@ -264,7 +266,7 @@ impl Balancer {
         let listeners = std::mem::take(&mut self.listeners);
         let list = self.config.service_list();
         for (i, (service, listeners)) in self.services.iter().zip(listeners).enumerate() {
-            let shared = crate::sni::check::bound_before(&list, i);
+            let shared = crate::config::sni_check::bound_before(&list, i);
             let listeners = service
                 .config
                 .listen_addrs()

@@ -31,137 +31,85 @@
 //!                 backend
 //! ```
 //!
-//! # Layout
+//! # Map
 //!
-//! Dependencies point one way, from the top of this list to the bottom:
-//! `main` → `cli`/`config` → `balancer` → `listener` → `pool`/`queue` →
-//! `proxy` → `health`, `scheduler`, `backend` → the leaves (`reply`,
-//! `units`, `stats`, `error`), which any module may use. Every module file
-//! of `src/` is named here (a test checks it).
+//! By directory: each directory's own doc (its `mod.rs`, or `backend.rs`
+//! for `backend/`) lists its files. A test checks both levels.
 //!
-//! - `cli`: command-line flags (clap, and only here) into [`config::Overrides`].
-//! - `config/`: [`Config`], the settings and their defaults (the C
-//!   `#define`s); `table` (every setting declared once: key, flag, scope,
-//!   reload), `settings` (what the table generates), `overrides` (the
-//!   [`config::Overrides`] laid over the defaults), `file` (the JSON config
-//!   file), `services` (what spans services: names, addresses), `values`
-//!   (the file's value types), `entry` (a backend in the file: a string
-//!   or an object), `read` (reading it,
-//!   bounded), `words` (errors and values in the operator's words),
-//!   `export` (a configuration written back as a file).
-//! - `prompt`: [`prompt::servers_entry`], the article's interactive questions.
+//! **The data path**, a client's bytes from accept to close:
+//! - `listener`: the listening sockets, one accept loop per address.
+//! - `queue`, `pool`: the article's FIFO and its fixed-stack worker threads.
+//! - `proxy/`: one connection's life: the PROXY header, connect and
+//!   fail-over, the wait for a backend slot, the pump (`pump/`,
+//!   `kernel_relay/`) and the one report of how it ended.
+//! - `conduit/`: a worker's buffers and pipes; what a pump is told and
+//!   tells back.
+//! - `tls_term/`: TLS termination: certificates, handshake, the TLS pump.
+//! - `sni/`: a ClientHello's server name, parsed and peeked;
+//!   `sni_router`: the worker's choice of a service by it.
+//! - `proxy_protocol/`: the PROXY protocol, read and sent.
+//! - `limiter/`: per-client rate limits and connection caps, at accept.
+//! - `backend` (and `backend/`): one backend, its live state, its connect.
+//! - `scheduler/`: which backend gets the next client, one file per algorithm.
+//! - `access_log/`: one line per connection; `trace/`: `--trace`, the
+//!   narrated life of every connection.
+//!
+//! **The control plane**, threads beside the data path:
+//! - `health/`: the active checks (their thread) and the passive ones.
+//! - `service`, `live`, `running`: one service at run time, its settings
+//!   read live, the services running now.
 //! - `balancer`: [`Balancer`] wires the parts together; the drain.
-//! - `service`: one service at run time (its listeners, live settings,
-//!   counters); `slots`, its `max_connections`; `running`, the services
-//!   running now with their accept loops and health threads.
-//! - `live`: the settings read live (`ArcSwap`s) and the scheduler.
-//! - `listener`: the listening socket and the accept loop.
-//! - `limiter/`: per-client-IP rate limiting at accept time (off by
-//!   default): the facade, `settings` (rate, algorithm, reply), `rule`
-//!   (three ways to count), `table` (the bounded table), `store` (the
-//!   counts kept in Redis, shared by several balancers), `conns` (the
-//!   connections open per client address, for its cap).
-//! - `queue`: the FIFO between the accept loop and the workers.
-//! - `pool`: the worker threads.
-//! - `proxy/`: a connection's life: `serve` (wait, route, connect, pump,
-//!   close, into one `Outcome`), `connect` (fail-over), `waiting` (a
-//!   client waiting for a backend slot), `report` (the one
-//!   place an outcome becomes counters, access log, trace and log lines);
-//!   `pump` (the duplex copy, with `half`, one direction, `wait`, its
-//!   `poll(2)` side, `bucket`, a direction's bandwidth cap, and `promote`,
-//!   the hand-over to the kernel relay); `kernel_relay/` (an eBPF sockmap
-//!   program moves a promoted connection's bytes: `bpf`, the program and
-//!   its maps, `counts`, the sockets' `TCP_INFO` counters); `conduit` (the thread's buffers and pipes); `header`
-//!   (a client behind `--accept-proxy`: its header, then the limiter and
-//!   the pick); `per_client` (the cap on connections open per client
-//!   address).
-//! - `proxy_protocol/`: the PROXY protocol, `codec` (types, encode),
-//!   `parse`, `read` (off a socket), `cidr` (trusted peers), `accept` and
-//!   `send` (the worker's side of `--accept-proxy` and `--send-proxy`).
-//! - `sni/`: routing TLS clients by the server name of their ClientHello,
-//!   without decrypting (services sharing an address): `client_hello`
-//!   (the parser), `names` (the names and the choice), `peek` (reading it
-//!   off the socket without consuming it), `check` (the configuration's
-//!   rules), `router` (the worker's side).
-//! - `poll`: `poll(2)` waits, written once.
-//! - `access_log/`: one line per connection: `record` (what it says, how
-//!   it ended), `format` (text or JSON), `writer` (the thread that writes).
-//! - `trace/`: `--trace`, the narrated trace of every connection (off by
-//!   default); `text`, its sentences in both languages, one table.
-//! - `health/`: the checks; `checker` (the thread), `probe` (rise/fall),
-//!   `check` (tcp, http), `protocol/` (checks that speak the backend's
-//!   protocol, one file each: `redis`, `tls`, `smtp`, `mysql`, `pgsql`,
-//!   `send_expect`, and `conn`, the conversation they share;
-//!   `tls_verified`, the `tls` check of a service with `backend_tls`: a
-//!   whole handshake); `survey`
-//!   (`rodizio probe`: every kind once against one server); `kind` (the
-//!   kinds of check); `own` (a backend's own check: `check_port`,
-//!   `check_address`, its `rise`, `fall`, ...); `target` (where a
-//!   backend's checks go).
-//! - `scheduler/`: which backend gets the next client; the backend list,
-//!   changeable at run time; one file per algorithm: `round_robin`,
-//!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`, `first`;
-//!   `backup` (the backends in rotation: primaries, else backups), `ramp`
-//!   (slow start), `snapshot` (one version of the list, with what the
-//!   algorithms precompute from it).
-//! - `backend`: one backend, its live state, and [`backend::Backend::connect`];
-//!   `spec` (in `backend/`), the backend as written (`HOST:PORT` and its
-//!   options); `cap`, its slots: the clients on their way to it and
-//!   its `max_connections`; `standby` (backup or primary, and when it
-//!   came back, for slow start).
-//! - `tally`: a backend's peak, errors by kind, time down and check
-//!   progress, for the stats page and the metrics.
-//! - `dial`: one TCP connect bounded by a timeout (a worker's, a check's).
-//! - `waitlist`: a service's line of clients waiting for a backend slot
-//!   when every backend is at its `max_connections`.
-//! - `availability`: how a backend tells the schedulers holding it that it
-//!   left the rotation or came back (a leaf: no import of its own).
-//! - `lookup`: a backend's host name and its lookups (IPv4 first, at most
-//!   16 addresses, the last result); `resolver`, the thread that looks
-//!   the names up again every `resolve_interval`.
-//! - `reaper`: removes drained backends once their last connection ends.
-//! - `reload/`: [`reload::Reloader`], the config file applied again to a
-//!   running balancer (SIGHUP), or only described (a dry run); `service`
-//!   (one service's part), `diff` (`check-config --diff OLD NEW`, two
-//!   files compared with the same words).
-//! - `admin/`: the admin API (`--admin`): JSON over HTTP to list, add,
-//!   drain and remove backends, reload, and show the settings; `routes`
-//!   (the endpoints), `server` (hyper on its own thread, every bound),
-//!   `auth` (the token), `metrics` (Prometheus), `process` (its
-//!   `process_*` series, from `/proc/self`), `page` (the stats page), `certificates` (its table of served
-//!   certificates and their expiry),
-//!   `tools` (the reload's dry run, the running configuration as a file),
-//!   `chart` (the stats page's charts, inline SVG), `sampler` (the
-//!   thread that fills them) and `views` (a backend as JSON, its row on
-//!   the stats page, the page's sections).
-//! - `reply`: the 429/502/503 replies, written without blocking.
-//! - `stats`: one table of counters and gauges.
-//! - `tls_term/`: TLS termination (off by default): the settings and the
-//!   terminator, `certs` (the PEM files, the choice by SNI), `expiry`
-//!   (a certificate's `notAfter`), `handshake` (the worker's, bounded),
-//!   `pump` (the TLS-aware pump beside the plain and splice ones),
-//!   `stack` (the stack pages a handshake touched, handed back after it).
-//! - `throttle`: a log line at most once a second for events that repeat.
-//! - `units`: durations and sizes as people write them.
-//! - `signals`: the signal thread (SIGINT/SIGTERM drain, SIGHUP, SIGUSR1).
-//! - `shutdown`: the stop trigger.
-//! - `demo/`: the built-in demo HTTP backend; `request` reads a request
-//!   within bounds.
-//! - `system`: process settings taken from the OS at start-up (the open
-//!   files limit) and OS errors in words.
-//! - `kernel_sched`: the kernel's scheduling policy for
-//!   every thread (`batch`: no wake-up preemption).
-//! - `simulate`: `rodizio simulate`, the schedulers asked for N picks
-//!   with no socket; each backend's share, and the clients a change moves.
-//! - `preflight/`: `rodizio preflight`, this host's limits against the
-//!   settings (also logged at start-up); `host` (what the system gives,
-//!   read once), `checks` (one line each, from plain numbers).
-//! - `systemd`: running as a systemd service: readiness, reload and stop
-//!   notifications (`NOTIFY_SOCKET`) and the listening sockets it passes
-//!   (`LISTEN_FDS`).
-//! - `privileges`: `user` and `group`, taken once every socket is bound;
-//!   no serving as root unless told to.
-//! - `error`: [`Error`].
+//! - `reload/`: the configuration applied again (SIGHUP), or compared.
+//! - `admin/`: the admin API, the metrics and the stats page.
+//! - `signals`, `systemd`: the signal thread; systemd's readiness,
+//!   reload and stop notifications and the sockets it passes.
+//! - `resolver`, `reaper`: backend names looked up again; drained
+//!   backends removed once their last connection ends.
+//!
+//! **Configuration**:
+//! - `config/`: [`Config`], every setting declared once with its default
+//!   (the C `#define`s), the file, the checks that span services.
+//! - `cli`: the command-line flags (clap, only here); `prompt`: the
+//!   article's interactive questions; `privileges`: `user` and `group`.
+//!
+//! **Tools**: `simulate` (the schedulers asked for N picks, no socket),
+//! `preflight/` (this host's limits against the settings), `demo/` (the
+//! built-in demo HTTP backend).
+//!
+//! **Leaves**, which import no module above them: `error` ([`Error`]),
+//! `units` (durations and sizes as people write them), `stats` (one table
+//! of counters), `tally` (a backend's peak and errors by kind), `throttle`
+//! (a log line at most once a second), `reply` (the 429/502/503 replies),
+//! `poll` (`poll(2)` waits), `dial` (one bounded TCP connect), `system`
+//! (the OS's limits, its errors in words), `kernel_sched` (the threads'
+//! scheduling policy), `lookup` (a backend's host name and addresses),
+//! `availability` (a backend's flips, told to the schedulers holding it),
+//! `waitlist` (clients waiting for a backend slot), `slots` (a service's
+//! `max_connections`), `shutdown` (the stop trigger, [`Shutdown`]).
+//!
+//! # Layers
+//!
+//! Dependencies point one way: a module uses the modules of its own floor
+//! or of the floors below it, never above, and no two modules of a floor
+//! use each other in a circle. Each floor owns its settings types;
+//! `config` (floor 6) gathers them into one [`Config`]. A test
+//! (`the_layers_point_one_way`) reads this list and every `crate::` path of
+//! `src/` outside the tests.
+//!
+//! 1. leaves: `error`, `units`, `stats`, `tally`, `throttle`, `reply`,
+//!    `poll`, `dial`, `system`, `kernel_sched`, `lookup`, `availability`,
+//!    `waitlist`, `slots`, `shutdown`, `queue`, `conduit`, `privileges`
+//! 2. the backend and its choice: `backend`, `scheduler`,
+//!    `proxy_protocol` (the codec a backend's spec names)
+//! 3. what the data path calls: `access_log`, `trace`, `limiter`,
+//!    `reaper`, `resolver`, `systemd`
+//! 4. protocol pieces and checks: `tls_term`, `sni`, `health`
+//! 5. the connection: `proxy`
+//! 6. the settings gathered: `config`, `live`
+//! 7. the article's machine: `listener`, `pool`
+//! 8. a service at run time: `service`, `running`, `sni_router`
+//! 9. the running balancer: `admin`, `balancer`, `reload`, `signals`
+//! 10. the program: `cli`, `prompt`, `preflight`, `simulate`, `demo`, `main`
 //!
 //! Every module is public, on purpose: this crate is also read as a
 //! companion to the article, and its tests and readers reach every part
@@ -212,6 +160,7 @@ pub(crate) mod availability;
 pub mod backend;
 pub mod balancer;
 pub mod cli;
+pub mod conduit;
 pub mod config;
 pub mod demo;
 pub mod dial;
@@ -242,6 +191,7 @@ pub mod signals;
 pub mod simulate;
 pub mod slots;
 pub mod sni;
+pub mod sni_router;
 pub mod stats;
 pub mod system;
 pub mod systemd;
@@ -259,51 +209,388 @@ pub use shutdown::Shutdown;
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
-    use std::path::Path;
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::{Path, PathBuf};
 
-    /// The names of the module files under `dir`: `name.rs` and `name/`
-    /// (with its `mod.rs`), not `lib.rs`, `main.rs` nor `tests.rs`.
-    fn module_names(dir: &Path, names: &mut BTreeSet<String>) {
+    fn src() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+    }
+
+    fn read(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// The `//!` lines at the top of a module file, joined.
+    fn inner_doc(path: &Path) -> String {
+        read(path)
+            .lines()
+            .map(str::trim_start)
+            .skip_while(|l| l.is_empty())
+            .map_while(|l| l.strip_prefix("//!"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The lines of `doc` under `# title`, up to the next `# ` heading.
+    fn section(doc: &str, title: &str) -> String {
+        let text: Vec<&str> = doc
+            .lines()
+            .skip_while(|l| l.trim() != format!("# {title}"))
+            .skip(1)
+            .take_while(|l| !l.trim_start().starts_with("# "))
+            .collect();
+        assert!(!text.is_empty(), "no # {title} section in src/lib.rs");
+        text.join("\n")
+    }
+
+    /// Whether `doc` names the module `part`: `` `part` ``, `` `part/` ``,
+    /// `` `part.rs` `` or `` `mod@part` `` (an intra-doc link).
+    fn names(doc: &str, part: &str) -> bool {
+        ["", "mod@"].iter().any(|pre| {
+            ["", "/", ".rs"]
+                .iter()
+                .any(|post| doc.contains(&format!("`{pre}{part}{post}`")))
+        })
+    }
+
+    /// Every `.rs` file under `dir`, at any depth.
+    fn rs_files(dir: &Path, all: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
-            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
             if path.is_dir() {
-                names.insert(name);
-                module_names(&path, names);
-            } else if path.extension().is_some_and(|e| e == "rs")
-                && !["lib", "main", "mod", "tests"].contains(&name.as_str())
-            {
-                names.insert(name);
+                rs_files(&path, all);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                all.push(path);
             }
         }
     }
 
-    /// The crate map (`# Layout` in this file's doc) names every module
-    /// file of `src/`, as `` `name` `` or `` `name/` ``: a module added or
-    /// renamed without its line in the map fails here.
+    /// The modules only the tests compile (`#[cfg(test)] mod name;` in a
+    /// file of `src/`), as the paths they may have: `name.rs` and `name/`.
+    fn test_only() -> BTreeSet<PathBuf> {
+        let mut all = Vec::new();
+        rs_files(&src(), &mut all);
+        let mut found = BTreeSet::new();
+        for file in all {
+            let text = read(&file);
+            let mut lines = text.lines().map(str::trim);
+            while let Some(line) = lines.next() {
+                let Some(rest) = line.strip_prefix("#[cfg(test)]") else {
+                    continue;
+                };
+                let item = Some(rest.trim())
+                    .filter(|r| !r.is_empty())
+                    .or_else(|| lines.by_ref().find(|l| !l.starts_with("#[")));
+                let Some(name) = item
+                    .filter(|l| l.contains("mod "))
+                    .and_then(|l| l.strip_suffix(';'))
+                    .and_then(|l| l.split_whitespace().last())
+                else {
+                    continue;
+                };
+                let stem = file.file_stem().unwrap().to_string_lossy();
+                let base = if ["lib", "main", "mod"].contains(&stem.as_ref()) {
+                    file.parent().unwrap().to_path_buf()
+                } else {
+                    file.with_extension("")
+                };
+                found.insert(base.join(format!("{name}.rs")));
+                found.insert(base.join(name));
+            }
+        }
+        found
+    }
+
+    /// The modules a directory holds: its `name.rs` files (not `mod.rs`,
+    /// nor the crate roots) and its sub-directories, test-only modules
+    /// (`tests.rs`, a test helper) aside.
+    fn parts(dir: &Path) -> BTreeSet<String> {
+        let skip = test_only();
+        let mut parts = BTreeSet::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            if skip.contains(&path) {
+                continue;
+            }
+            if path.is_dir()
+                || path.extension().is_some_and(|e| e == "rs")
+                    && !["lib", "main", "mod", "tests"].contains(&name.as_str())
+            {
+                parts.insert(name);
+            }
+        }
+        parts
+    }
+
+    /// Every directory under `dir`, at any depth.
+    fn directories(dir: &Path, all: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                all.push(path.clone());
+                directories(&path, all);
+            }
+        }
+    }
+
+    /// The crate map (`# Map` in this file's doc) names every top-level
+    /// module: a module added or renamed without its place in the map
+    /// fails here. The files inside a directory are its own doc's to list.
     #[test]
-    fn the_crate_map_names_every_module() {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
-        let map: String = lib
-            .lines()
-            .filter_map(|l| l.strip_prefix("//!"))
-            .skip_while(|l| l.trim() != "# Layout")
-            .skip(1)
-            .take_while(|l| !l.trim_start().starts_with("# "))
-            .collect::<Vec<_>>()
-            .join("\n");
-        assert!(map.contains("- `cli`"), "no # Layout section found");
-        let mut names = BTreeSet::new();
-        module_names(&src, &mut names);
-        let missing: Vec<&String> = names
-            .iter()
-            .filter(|n| !map.contains(&format!("`{n}`")) && !map.contains(&format!("`{n}/`")))
+    fn the_crate_map_names_every_top_level_module() {
+        let map = section(&inner_doc(&src().join("lib.rs")), "Map");
+        let missing: Vec<String> = parts(&src())
+            .into_iter()
+            .filter(|m| !names(&map, m))
             .collect();
         assert!(
             missing.is_empty(),
             "not in the crate map of src/lib.rs: {missing:?}"
         );
+    }
+
+    /// Each directory's own doc (`x/mod.rs`, or `x.rs` beside `x/`) names
+    /// every file and sub-directory of `x/`.
+    #[test]
+    fn each_directory_doc_names_its_files() {
+        let mut dirs = Vec::new();
+        directories(&src(), &mut dirs);
+        let mut missing = Vec::new();
+        for dir in dirs {
+            let own = match dir.join("mod.rs") {
+                m if m.exists() => m,
+                _ => dir.with_extension("rs"),
+            };
+            let doc = inner_doc(&own);
+            for part in parts(&dir) {
+                if !names(&doc, &part) {
+                    missing.push(format!(
+                        "{}: {part}",
+                        own.strip_prefix(src()).unwrap().display()
+                    ));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "parts not named in their directory's doc: {missing:#?}"
+        );
+    }
+
+    /// The floors of `# Layers` in this file's doc: module to floor number.
+    fn floors() -> BTreeMap<String, usize> {
+        let layers = section(&inner_doc(&src().join("lib.rs")), "Layers");
+        let mut floors = BTreeMap::new();
+        let mut floor = 0;
+        for line in layers.lines().map(str::trim) {
+            if let Some((n, _)) = line.split_once(". ") {
+                if let Ok(n) = n.parse::<usize>() {
+                    floor = n;
+                }
+            }
+            if floor == 0 {
+                continue; // the prose before the list
+            }
+            if line.is_empty() {
+                break; // the list's end
+            }
+            for name in line.split('`').skip(1).step_by(2) {
+                let name = name.trim_end_matches('/');
+                let before = floors.insert(name.to_string(), floor);
+                assert!(before.is_none(), "{name} is on two floors of # Layers");
+            }
+        }
+        floors
+    }
+
+    /// `text` without its comments and its `#[cfg(test)]` items (a
+    /// `mod tests;` line, or a block up to its closing brace).
+    fn without_tests(text: &str) -> String {
+        let mut out = String::new();
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            if let Some(rest) = line.trim_start().strip_prefix("#[cfg(test)]") {
+                let (mut depth, mut opened) = (0i64, false);
+                let same_line = Some(rest).filter(|r| !r.trim().is_empty());
+                for item in same_line.into_iter().chain(lines.by_ref()) {
+                    depth += item.matches('{').count() as i64;
+                    depth -= item.matches('}').count() as i64;
+                    opened |= item.contains('{');
+                    if (!opened && item.trim_end().ends_with(';')) || (opened && depth <= 0) {
+                        break;
+                    }
+                }
+                continue;
+            }
+            out.push_str(line.split("//").next().unwrap_or(""));
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The top-level modules `text` uses: every `crate::name` path (an
+    /// item the crate root re-exports, such as `crate::Config`, counts as
+    /// its module).
+    fn uses(text: &str, roots: &BTreeMap<String, String>) -> BTreeSet<(String, String)> {
+        let prefix = "crate::";
+        let mut found = BTreeSet::new();
+        for (at, _) in text.match_indices(&prefix) {
+            let rest = &text[at + prefix.len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let module = roots.get(&name).cloned().unwrap_or(name.clone());
+            let path: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            found.insert((module, format!("{prefix}{path}")));
+        }
+        found
+    }
+
+    /// The items the crate root re-exports (`pub use config::Config;`):
+    /// item name to module.
+    fn root_exports() -> BTreeMap<String, String> {
+        let mut roots = BTreeMap::new();
+        for line in read(&src().join("lib.rs")).lines() {
+            let Some(rest) = line.strip_prefix("pub use ") else {
+                continue;
+            };
+            let Some((module, items)) = rest.split_once("::") else {
+                continue;
+            };
+            for item in items.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+                if !item.is_empty() {
+                    roots.insert(item.to_string(), module.to_string());
+                }
+            }
+        }
+        roots
+    }
+
+    /// Every file of `src/` with the top-level module it belongs to,
+    /// test-only modules aside.
+    fn files(
+        dir: &Path,
+        top: Option<&str>,
+        skip: &BTreeSet<PathBuf>,
+        all: &mut Vec<(String, PathBuf)>,
+    ) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            let module = top.unwrap_or(&name).to_string();
+            if skip.contains(&path) {
+                continue;
+            }
+            if path.is_dir() {
+                files(&path, Some(&module), skip, all);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && !["lib", "tests"].contains(&name.as_str())
+            {
+                all.push((module, path));
+            }
+        }
+    }
+
+    /// `# Layers` is true: every top-level module is on one floor, no
+    /// code (tests aside) uses a module of a floor above its own, and the
+    /// modules of a floor use each other without a circle.
+    #[test]
+    fn the_layers_point_one_way() {
+        let floors = floors();
+        let modules = parts(&src());
+        let unplaced: Vec<&str> = modules
+            .iter()
+            .map(String::as_str)
+            .chain(["main"])
+            .filter(|m| !floors.contains_key(*m))
+            .collect();
+        assert!(unplaced.is_empty(), "on no floor of # Layers: {unplaced:?}");
+        let stale: Vec<&String> = floors
+            .keys()
+            .filter(|m| *m != "main" && !modules.contains(*m))
+            .collect();
+        assert!(stale.is_empty(), "in # Layers, but no module: {stale:?}");
+
+        let roots = root_exports();
+        let mut all = Vec::new();
+        files(&src(), None, &test_only(), &mut all);
+        let mut upward = Vec::new();
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (module, path) in &all {
+            for (used, import) in uses(&without_tests(&read(path)), &roots) {
+                let (Some(&from), Some(&to)) = (floors.get(module), floors.get(&used)) else {
+                    continue;
+                };
+                if to > from {
+                    upward.push(format!(
+                        "{} (floor {from}) uses {import} (floor {to})",
+                        path.strip_prefix(src()).unwrap().display()
+                    ));
+                } else if to == from && used != *module {
+                    graph.entry(module.clone()).or_default().insert(used);
+                }
+            }
+        }
+        assert!(
+            upward.is_empty(),
+            "imports against # Layers in src/lib.rs: {upward:#?}"
+        );
+        for start in graph.keys() {
+            if let Some(path) = circle(&graph, start) {
+                panic!("a circle on one floor of # Layers: {}", path.join(" -> "));
+            }
+        }
+    }
+
+    /// The code after a test item still counts: a block ends at its
+    /// closing brace, a `mod tests;` at its line.
+    #[test]
+    fn without_tests_keeps_the_code_around_test_items() {
+        let text = [
+            "use a;",
+            "#[cfg(test)]",
+            "mod tests;",
+            "use b;",
+            "#[cfg(test)]",
+            "fn f() {",
+            "    g();",
+            "}",
+            "use c; // d",
+            "#[cfg(test)] use e;",
+            "use f;",
+        ]
+        .join("\n");
+        let out = without_tests(&text);
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            ["use a;", "use b;", "use c; ", "use f;"]
+        );
+    }
+
+    /// A path of `graph` from `start` back to it, if there is one.
+    fn circle(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Option<Vec<String>> {
+        let mut stack = vec![vec![start.to_string()]];
+        let mut seen = BTreeSet::new();
+        while let Some(path) = stack.pop() {
+            let last = path.last().unwrap();
+            for next in graph.get(last).into_iter().flatten() {
+                if next == start {
+                    let mut found = path.clone();
+                    found.push(next.clone());
+                    return Some(found);
+                }
+                if seen.insert(next.clone()) {
+                    let mut longer = path.clone();
+                    longer.push(next.clone());
+                    stack.push(longer);
+                }
+            }
+        }
+        None
     }
 }

@@ -86,7 +86,7 @@ pub fn open(config: &Config) -> Result<Vec<TcpListener>> {
 }
 
 /// [`open`], leaving out the addresses in `skip` (shared by SNI with a
-/// service that binds them, see `crate::sni::check::bound_before`).
+/// service that binds them, see `crate::config::sni_check::bound_before`).
 ///
 /// # Errors
 ///
@@ -491,7 +491,7 @@ impl Acceptor {
     /// An address shared by SNI: which service the client is for comes in
     /// its ClientHello, and this thread never waits for a client's bytes;
     /// the worker peeks it, then runs the chosen service's gates and pick
-    /// (`crate::sni::router`).
+    /// (`crate::sni_router`).
     #[cold]
     fn dispatch_unrouted(
         &self,

@@ -22,7 +22,6 @@
 //! it, blocking the accept loop, and `exit()`s on the 4096th connection; here
 //! nothing ever waits on a particular thread.
 
-use std::cell::Cell;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,6 +35,11 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::queue::{Popped, Queue};
 use crate::stats::{GaugeGuard, Stats};
+
+/// The number of the worker thread calling it; kept by the trace, which
+/// reads it (to name the worker that took a client), so the connection's
+/// code below the pool asks the trace, not the pool.
+pub use crate::trace::worker_number;
 
 /// What a worker does with each entry.
 pub type Handler<T> = dyn Fn(T) + Send + Sync + 'static;
@@ -84,7 +88,7 @@ impl Sizing {
     pub fn of(config: &Config) -> Sizing {
         Sizing {
             workers: config.workers.max(1),
-            stack_size: crate::tls_term::worker_stack(config.thread_stack, config),
+            stack_size: worker_stack(config.thread_stack, config),
             waiting: config.queue_capacity,
         }
     }
@@ -122,11 +126,6 @@ struct Shared {
     >,
 }
 
-thread_local! {
-    /// This thread's worker number; 0 on a thread that is not a worker.
-    static WORKER_NUMBER: Cell<usize> = const { Cell::new(0) };
-}
-
 /// What one worker thread owns: its share of the pool and its settings.
 struct Worker<T: Send + 'static> {
     queue: Arc<Queue<T>>,
@@ -144,7 +143,7 @@ impl<T: Send + 'static> Worker<T> {
     /// The thread's body: take and handle entries until the queue closes
     /// or, with an idle timeout, until it retires.
     fn run(self) {
-        WORKER_NUMBER.with(|n| n.set(self.number));
+        crate::trace::set_worker_number(self.number);
         let stats = &self.stats;
         let shared = &self.shared;
         let mut alive = Some(stats.hold(&stats.workers));
@@ -330,11 +329,17 @@ fn give_memory_back() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn give_memory_back() {}
 
-/// The number of the worker thread calling it (1 for the first worker a
-/// pool started, 2 for the next, ...), or 0 on any other thread. The
-/// trace uses it to say which worker took a client.
-pub fn worker_number() -> usize {
-    WORKER_NUMBER.with(Cell::get)
+/// The workers' stack: `asked` (the setting), raised to
+/// [`TLS_WORKER_STACK`](crate::tls_term::TLS_WORKER_STACK) when any
+/// service of `config` speaks TLS. Here, beside its one caller, because
+/// `tls_term` sits below the [`Config`] it reads.
+pub fn worker_stack(asked: usize, config: &Config) -> usize {
+    let tls = config.tls.on() || config.services.iter().any(|s| s.tls.on());
+    if tls {
+        asked.max(crate::tls_term::TLS_WORKER_STACK)
+    } else {
+        asked
+    }
 }
 
 impl<T: Send + 'static> Pool<T> {

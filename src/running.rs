@@ -47,7 +47,7 @@ pub struct Running {
     resolver: Resolver,
     /// The addresses shared by SNI, with their routers (fixed at
     /// start-up).
-    sni: Vec<crate::sni::router::Routed>,
+    sni: Vec<crate::sni_router::Routed>,
 }
 
 impl std::fmt::Debug for Running {
@@ -119,7 +119,7 @@ impl Running {
             shutdown: Shutdown::new(),
             services: Mutex::new(entries),
             resolver: Resolver::default(),
-            sni: crate::sni::router::routers(services),
+            sni: crate::sni_router::routers(services),
         }
     }
 

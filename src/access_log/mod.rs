@@ -51,6 +51,13 @@ use writer::{open, Sink, Writer};
 /// allocates all its slots at start-up: about 200 bytes each, under 2 MiB.
 pub const CHANNEL_CAPACITY: usize = 8192;
 
+/// The name of the one service of a configuration without `services`
+/// (`config::DEFAULT_SERVICE` re-exports it). Its lines carry no service
+/// name ([`Record::service`]): a flat configuration's log reads as before
+/// services existed. Declared here, below the connection's report and the
+/// configuration that both name it.
+pub const DEFAULT_SERVICE: &str = "default";
+
 /// The writer's buffer: lines are collected here and written in one call.
 const WRITE_BUFFER: usize = 64 * 1024;
 

@@ -14,7 +14,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
-use crate::proxy::pump;
+use crate::conduit::outcome as pump;
 
 thread_local! {
     /// The server name of the client this worker serves now, set by SNI

@@ -12,6 +12,12 @@
 //! next reload from the config file, as with HAProxy's runtime API. Who may
 //! call it: `auth.rs`.
 //!
+//! The other parts: `process.rs` (the `process_*` series, from
+//! `/proc/self`), `certificates.rs` (the table of served certificates and
+//! their expiry), `tools.rs` (the reload's dry run, the running
+//! configuration as a file) and `views.rs` (a backend as JSON, its row on
+//! the stats page, the page's sections).
+//!
 //! # Threads
 //!
 //! HTTP is hyper's, on a one-thread runtime of its own (`server.rs`, with its

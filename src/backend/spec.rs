@@ -13,9 +13,9 @@ use std::fmt;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
 
+use super::own_check::OwnCheck;
 use super::{cap, standby};
 use crate::error::{Error, Result};
-use crate::health::own::OwnCheck;
 use crate::lookup;
 use crate::proxy_protocol::Version;
 

@@ -12,6 +12,23 @@
 //! starts; [`crate::Balancer::bind`] then shares the parts that may change
 //! as live values.
 //!
+//! # Parts
+//!
+//! - this file: [`Config`], its defaults (the C `#define`s) and validation;
+//! - `table`: every setting declared once (key, flag, scope, reload);
+//!   `settings`: what the table generates; `overrides`: the [`Overrides`]
+//!   laid over the defaults;
+//! - `file`: the JSON config file; `values`: its value types; `entry`: a
+//!   backend in the file (a string or an object); `read`: reading it,
+//!   bounded;
+//! - `services`: what spans services (names, addresses); `sni_check`: the
+//!   rules of SNI routing (who may share an address);
+//! - `words`: errors and values in the operator's words; `export`: a
+//!   configuration written back as a file.
+//!
+//! Each part of the balancer owns its settings type, below this module;
+//! `config` gathers them (see `# Layers` in the crate doc).
+//!
 //! # Corresponds to the C article
 //!
 //! The `#define`s at the top of the C file:
@@ -32,6 +49,7 @@ mod overrides;
 mod read;
 mod services;
 pub mod settings;
+pub mod sni_check;
 pub(crate) mod table;
 mod values;
 pub mod words;

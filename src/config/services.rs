@@ -19,7 +19,7 @@ use super::Config;
 use crate::error::{Error, Result};
 
 /// The name of the one service of a configuration without `services`.
-pub const DEFAULT_NAME: &str = "default";
+pub use crate::access_log::DEFAULT_SERVICE as DEFAULT_NAME;
 
 /// Longest service name: it is a URL path segment and a metric label.
 pub const MAX_NAME: usize = 64;
@@ -64,13 +64,13 @@ impl Config {
                 ));
             }
             names.push(&service.name);
-            crate::sni::check::service(service)?;
+            super::sni_check::service(service)?;
             for addr in service.listen_addrs() {
                 let taken = addrs.iter().find(|(a, _)| same_port(*a, addr));
                 if let Some((a, other)) = taken {
                     if *a == addr
                         && other.name != service.name
-                        && crate::sni::check::may_share(other, service)
+                        && super::sni_check::may_share(other, service)
                     {
                         // Shared by SNI: one service binds it.
                         continue;
@@ -94,7 +94,7 @@ impl Config {
                 addrs.push((addr, service));
             }
         }
-        crate::sni::check::defaults(&self.service_list())
+        super::sni_check::defaults(&self.service_list())
     }
 }
 

@@ -8,8 +8,10 @@
 //! local port left) counts neither way. Health is the probes' opinion,
 //! draining the operator's: separate flags. Parts: this file
 //! ([`HealthConfig`], [`connect_failed`], [`spawn`]), [`probe`],
-//! [`mod@check`], [`protocol`], `checker`, and [`survey`] (`rodizio
-//! probe`: every kind once against one server). The details:
+//! [`mod@check`], [`protocol`], `checker`, `target` (where a backend's
+//! checks go), and [`survey`] (`rodizio probe`: every kind once against
+//! one server); a backend's own check settings are `backend`'s
+//! ([`OwnCheck`], [`CheckKind`]). The details:
 //! docs/health-checks.md, "Inside the checker".
 //!
 //! # Threads
@@ -26,8 +28,6 @@
 
 pub mod check;
 mod checker;
-mod kind;
-pub mod own;
 pub mod probe;
 pub mod protocol;
 pub mod survey;
@@ -50,9 +50,10 @@ use crate::system;
 use crate::throttle;
 use crate::units;
 
+/// A backend's own check, kept with the backend it belongs to.
+pub use crate::backend::own_check as own;
+pub use crate::backend::{CheckKind, OwnCheck};
 pub use check::{check, CheckFailure};
-pub use kind::CheckKind;
-pub use own::OwnCheck;
 pub use probe::{Probe, Transition, Verdict};
 
 /// Health settings (a part of [`crate::Config`]). Every field may change

@@ -6,7 +6,7 @@
 //!
 //! Two parts meet here: [`Demand`], what the settings ask at their fullest
 //! (every worker busy, the queue full), and [`Host`], what the system
-//! gives, read from `getrlimit(2)`, `/proc` and the cgroup files. The
+//! gives (`host`), read from `getrlimit(2)`, `/proc` and the cgroup files. The
 //! checks ([`checks`]) take both as plain numbers and do no I/O, so their
 //! tests feed them any host they like. The counts behind [`Demand`] are
 //! explained in docs/operations.md, "`preflight`".
@@ -124,7 +124,7 @@ impl fmt::Display for Line {
 /// and the backend's.
 pub const PER_CONNECTION: u64 = 2;
 /// Descriptors a worker keeps with `--splice`: its two pipes, one per
-/// direction, two ends each (`proxy/conduit.rs`, `Pipe`), made on its first
+/// direction, two ends each (`conduit/mod.rs`, `Pipe`), made on its first
 /// connection and kept while it lives.
 pub const PER_SPLICE_WORKER: u64 = 4;
 /// Descriptors open whatever the settings: standard input, output, error.

@@ -138,7 +138,9 @@ impl Proxy {
         let mut pause = OUT_OF_DESCRIPTORS_FIRST_PAUSE;
         loop {
             let connected = backend.connect(timeout).and_then(|stream| {
-                header::send(backend, &stream, || attempt.origin.header(attempt.client))?;
+                header::send(backend.send_proxy(), &stream, || {
+                    attempt.origin.header(attempt.client)
+                })?;
                 Ok(stream)
             });
             match connected {

@@ -6,11 +6,14 @@
 //!
 //! - this file: [`Job`], the settings ([`ProxyConfig`]) and [`Proxy`];
 //! - `serve`: the chain wait → route → connect → pump → close;
-//! - `connect`: the backend connect, with fail-over;
+//! - `connect`: the backend connect, with fail-over; `waiting`: a client
+//!   waiting for a backend slot;
 //! - `report`: the connection's `Outcome` and the one
 //!   place it becomes counters, access log, trace and log lines;
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;
-//! - `conduit`: the thread's buffers and pipes the pump moves bytes through;
+//!   `kernel_relay/`: the eBPF sockmap relay a connection is promoted to;
+//! - [`crate::conduit`] (below, re-exported here): the thread's buffers
+//!   and pipes the pump moves bytes through;
 //! - [`mod@header`]: the PROXY protocol on the worker;
 //! - `per_client`: the cap on connections open per client address.
 //!
@@ -26,7 +29,6 @@
 //! `proxy_function()` (see `serve`); `get_final_server_socket()` is
 //! [`Backend::connect`](crate::backend::Backend::connect).
 
-pub(crate) mod conduit;
 mod connect;
 pub mod header;
 pub mod kernel_relay;
@@ -45,6 +47,7 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use socket2::{SockRef, TcpKeepalive};
 
 use crate::access_log::AccessLog;
+pub(crate) use crate::conduit;
 use crate::error::{Error, Result};
 use crate::health::HealthConfig;
 use crate::limiter::Limiter;

@@ -234,7 +234,7 @@ impl Report {
     /// Names `service` on the access log lines (not `default`).
     pub(crate) fn for_service(self, service: &str) -> Report {
         Report {
-            service: (service != crate::config::DEFAULT_SERVICE).then(|| service.into()),
+            service: (service != crate::access_log::DEFAULT_SERVICE).then(|| service.into()),
             ..self
         }
     }

@@ -333,7 +333,7 @@ impl Proxy {
     #[inline(never)]
     fn taken(&self, client: &TcpStream, queued_at: Instant, started: Instant) -> Duration {
         if trace::on() {
-            trace::taken(client.as_raw_fd(), crate::pool::worker_number());
+            trace::taken(client.as_raw_fd(), trace::worker_number());
         }
         let queue_wait = started.saturating_duration_since(queued_at);
         self.stats.histograms.queue_wait.observe(queue_wait);

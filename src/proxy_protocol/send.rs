@@ -10,10 +10,10 @@
 use std::io::{self, Write};
 use std::net::TcpStream;
 
-use super::{encode, Header};
-use crate::backend::Backend;
+use super::{encode, Header, Version};
 
-/// Writes the PROXY protocol header `backend` takes, if any, on its fresh
+/// Writes the PROXY protocol header a backend takes (`version`, its
+/// [`send_proxy`](crate::backend::Backend::send_proxy)), if any, on its fresh
 /// connection: before any client byte. The header is at most a few hundred
 /// bytes into an empty send buffer, so the write does not wait; the
 /// connect's write timeout (`SO_SNDTIMEO`) still bounds it.
@@ -26,11 +26,11 @@ use crate::backend::Backend;
 /// The write's error.
 #[inline(never)]
 pub(crate) fn send(
-    backend: &Backend,
+    version: Option<Version>,
     mut stream: &TcpStream,
     header: impl FnOnce() -> io::Result<Header>,
 ) -> io::Result<()> {
-    let Some(version) = backend.send_proxy() else {
+    let Some(version) = version else {
         return Ok(());
     };
     let bytes = encode(version, &header()?);

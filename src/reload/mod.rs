@@ -16,7 +16,8 @@
 //! (`config/table.rs`), and the file's `mode`, keep their running value
 //! with one warning. systemd, when it listens, hears "reloading" then
 //! "ready" around each reload. No connection is cut; `docs/operations.md`
-//! (Reloading: SIGHUP) tells the whole story.
+//! (Reloading: SIGHUP) tells the whole story. `diff` is
+//! `check-config --diff OLD NEW`: two files compared in the same words.
 //!
 //! # Threads
 //!
@@ -255,7 +256,7 @@ impl Reloader {
                 .map(String::from)
                 .collect();
         settings::share_process(&mut config);
-        crate::sni::check::same_routing(&state.config, &config)?;
+        crate::config::sni_check::same_routing(&state.config, &config)?;
         if file.mode != state.mode {
             needs_restart.push("mode".into());
         }

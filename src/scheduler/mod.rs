@@ -10,6 +10,15 @@
 //! How each algorithm, availability and the list at run time work:
 //! docs/scheduling.md, "Inside the scheduler".
 //!
+//! # Parts
+//!
+//! - this file: [`Scheduler`], the list and the `algorithms!` table;
+//! - one file per algorithm: `round_robin`, `weighted`,
+//!   `least_connections`, `power_of_two`, `ip_hash`, `first`;
+//! - `backup`: the backends in rotation (primaries, else backups);
+//!   `ramp`: slow start; `snapshot`: one version of the list, with what
+//!   the algorithms precompute from it.
+//!
 //! # Threads
 //!
 //! The accept loop calls [`Scheduler::pick`] once per client: a few dozen

@@ -11,26 +11,26 @@
 //!   `sni_default`, `sni_timeout`);
 //! - `client_hello`: the parser, bounds checked, with property tests;
 //! - `names`: the names a service claims, and the choice among services;
-//! - `peek`: reading the hello off the socket without consuming it;
-//! - `check`: what the configuration must say (who may share an address);
-//! - `router`: the worker's side, from the peeked name to the chosen
-//!   service's usual path.
+//! - `peek`: reading the hello off the socket without consuming it.
+//!
+//! The worker's side, from the peeked name to the chosen service's usual
+//! path, is [`crate::sni_router`], above the services it chooses among;
+//! what the configuration must say (who may share an address) is
+//! [`crate::config::sni_check`], beside the configuration it reads.
 //!
 //! # Threads
 //!
 //! The accept loop of a shared address queues each client unrouted; the
-//! worker that takes it peeks, chooses and serves (`router`). Nothing here
+//! worker that takes it peeks, chooses and serves (`sni_router`). Nothing here
 //! takes a lock.
 //!
 //! # Corresponds to the C article
 //!
 //! No C counterpart: the C serves one port with one list of backends.
 
-pub mod check;
 pub mod client_hello;
 pub mod names;
 pub mod peek;
-pub mod router;
 
 use std::time::Duration;
 

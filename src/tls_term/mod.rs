@@ -1,11 +1,13 @@
 //! TLS termination at the edge: a service with `tls_certs` takes TLS
-//! from its clients and speaks plain bytes to its backends.
+//! from its clients and speaks plain bytes to its backends, or TLS again
+//! with `backend_tls` (`backend`).
 //!
 //! - this file: the settings ([`TlsSettings`], [`CertPair`]) and the
 //!   [`Terminator`] built from them, swapped whole by a reload;
 //! - `backend`: re-encryption, TLS from the worker to the backends;
 //! - `certs`: reading the PEM files, the choice of a certificate by the
-//!   client's server name (SNI), and each certificate's `notAfter`;
+//!   client's server name (SNI), and each certificate's `notAfter`, read
+//!   by `expiry`;
 //! - `handshake`: the worker's blocking handshake, bounded by
 //!   `tls_handshake_timeout`, and why one failed;
 //! - `pump`: the TLS-aware pump, beside the plain and splice ones of
@@ -53,17 +55,6 @@ pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// than the plain path. Address space only: a page is resident once
 /// touched, so plain connections cost what they did.
 pub const TLS_WORKER_STACK: usize = 256 * 1024;
-
-/// The workers' stack: `asked` (the setting), raised to
-/// [`TLS_WORKER_STACK`] when any service of `config` speaks TLS.
-pub fn worker_stack(asked: usize, config: &crate::Config) -> usize {
-    let tls = config.tls.on() || config.services.iter().any(|s| s.tls.on());
-    if tls {
-        asked.max(TLS_WORKER_STACK)
-    } else {
-        asked
-    }
-}
 
 /// One certificate chain and its private key, both PEM files.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -34,9 +34,9 @@ use std::os::fd::AsRawFd;
 
 use rustls::Connection;
 
+use crate::conduit::outcome::{End, Outcome, PumpOptions, Transfer, TURN_BYTES};
+use crate::conduit::{Buffers, RELEASE_AFTER};
 use crate::poll::{millis, poll};
-use crate::proxy::conduit::{Buffers, RELEASE_AFTER};
-use crate::proxy::pump::{End, Outcome, PumpOptions, Transfer, TURN_BYTES};
 
 /// Bytes per read each way: one TLS record's worth of plain bytes.
 const CHUNK: usize = 16 * 1024;

@@ -24,7 +24,7 @@
 
 mod text;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
@@ -305,6 +305,21 @@ struct Flow {
 
 thread_local! {
     static CONN: RefCell<Conn> = RefCell::new(Conn::default());
+    /// This thread's worker number; 0 on a thread that is not a worker.
+    static WORKER_NUMBER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The number of the worker thread calling it (1 for the first worker a
+/// pool started, 2 for the next, ...), or 0 on any other thread. The
+/// trace uses it to say which worker took a client.
+pub fn worker_number() -> usize {
+    WORKER_NUMBER.with(Cell::get)
+}
+
+/// Numbers the calling thread as worker `number` (the pool's workers, once
+/// each at their start).
+pub(crate) fn set_worker_number(number: usize) {
+    WORKER_NUMBER.with(|n| n.set(number));
 }
 
 /// Whether tracing is on: one relaxed load, the only cost of a hook when

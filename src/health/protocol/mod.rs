@@ -5,7 +5,8 @@
 //! (MariaDB, sshd, iperf3). Each [`ProtocolCheck`] opens the conversation
 //! the way a client would and ends it the way the protocol says a session
 //! ends, as HAProxy's `redis-check`, `mysql-check` and the others do; one
-//! file per protocol, the shared conversation in `conn.rs`; `tls_verified`,
+//! file per protocol (`redis`, `tls`, `smtp`, `mysql`, `pgsql`,
+//! `send_expect`), the shared conversation in `conn.rs`; `tls_verified`,
 //! the `tls` check of a service that re-encrypts (a whole handshake).
 //! `docs/health-checks.md` says which check suits which server and why.
 //!

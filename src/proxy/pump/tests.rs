@@ -3,6 +3,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{self, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Pump options with this idle timeout (and the same fin timeout).
 fn options(idle_ms: u64) -> PumpOptions {

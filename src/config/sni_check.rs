@@ -10,10 +10,14 @@
 //! # Corresponds to the C article
 //!
 //! No C counterpart.
+//!
+//! The settings themselves are `sni`'s ([`crate::sni::SniConfig`]); their
+//! rules sit here, with the [`Config`] they read, so that `sni` needs
+//! nothing of `config` above it.
 
 use std::net::SocketAddr;
 
-use crate::config::Config;
+use super::Config;
 use crate::error::{Error, Result};
 
 /// Checks one service's SNI settings against its others.

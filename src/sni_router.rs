@@ -14,17 +14,21 @@
 //! # Corresponds to the C article
 //!
 //! No C counterpart.
+//!
+//! A room of its own above `service`, not a part of `sni/`: it reads the
+//! services and hands their clients to `proxy`, while `sni/` (the hello,
+//! the names, the peek) sits below both.
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::names::{choose, Chosen, ServerNames};
-use super::peek::{self, Peeked};
 use crate::access_log;
 use crate::proxy::{Access, Divert, Job, Proxy, Route};
 use crate::service::Service;
+use crate::sni::names::{choose, Chosen, ServerNames};
+use crate::sni::peek::{self, Peeked};
 use crate::stats::Stats;
 use crate::trace::{self, Event};
 
@@ -86,7 +90,7 @@ pub fn routers(services: &[Arc<Service>]) -> Vec<Routed> {
                     .iter()
                     .map(|s| s.config.sni.timeout)
                     .max()
-                    .unwrap_or(super::DEFAULT_TIMEOUT),
+                    .unwrap_or(crate::sni::DEFAULT_TIMEOUT),
             };
             all.push(Routed {
                 owner: Arc::from(owner.name()),

@@ -15,6 +15,14 @@
 //!
 //! The C's `char buffer[_BUFFER_SIZE]` on the stack of each thread, used for
 //! one read of the request and the copy of the reply.
+//!
+//! # Parts
+//!
+//! - this file: the buffers (`Buffers`) and pipes, and the thread-locals
+//!   that keep them;
+//! - `outcome`: what a pump is told ([`PumpOptions`](outcome::PumpOptions))
+//!   and tells back ([`Outcome`](outcome::Outcome): the
+//!   [`Transfer`](outcome::Transfer) and the [`End`](outcome::End)).
 
 use std::cell::RefCell;
 use std::io;
@@ -24,15 +32,17 @@ use std::os::unix::io::{AsRawFd, RawFd};
 use std::ptr::NonNull;
 use std::time::Duration;
 
+pub mod outcome;
+
 /// The conduits of one pump, one per direction, as the thread keeps them.
-pub(super) enum Conduits<'a> {
+pub(crate) enum Conduits<'a> {
     Buffers(&'a mut Buffers),
     Pipes(&'a [Pipe; 2]),
 }
 
 impl Conduits<'_> {
     /// Client-to-backend and backend-to-client.
-    pub(super) fn halves(&mut self) -> (Conduit<'_>, Conduit<'_>) {
+    pub(crate) fn halves(&mut self) -> (Conduit<'_>, Conduit<'_>) {
         match self {
             Conduits::Buffers(b) => {
                 let (up, down) = b.halves();
@@ -44,7 +54,7 @@ impl Conduits<'_> {
 
     /// Gives memory back while the connection is idle. A drained pipe holds
     /// no pages, so only buffers have anything to give.
-    pub(super) fn release(&mut self) {
+    pub(crate) fn release(&mut self) {
         if let Conduits::Buffers(b) = self {
             b.release();
         }
@@ -53,7 +63,7 @@ impl Conduits<'_> {
 
 /// One direction's conduit: where its bytes wait between the read and
 /// the write.
-pub(super) enum Conduit<'a> {
+pub(crate) enum Conduit<'a> {
     /// User memory: `recv` copies into it and `send` copies out of it.
     Buffer(&'a mut [u8]),
     /// A pipe: `splice` moves socket pages in and out, no copy.
@@ -62,7 +72,7 @@ pub(super) enum Conduit<'a> {
 
 impl Conduit<'_> {
     /// The most one read can take.
-    pub(super) fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         match self {
             Conduit::Buffer(buf) => buf.len(),
             Conduit::Pipe(pipe) => pipe.capacity,
@@ -71,7 +81,7 @@ impl Conduit<'_> {
 
     /// Reads at most `max` bytes (at most its capacity) from `src` into
     /// the (empty) buffer or pipe.
-    pub(super) fn fill(&mut self, src: &TcpStream, max: usize) -> io::Result<usize> {
+    pub(crate) fn fill(&mut self, src: &TcpStream, max: usize) -> io::Result<usize> {
         match self {
             Conduit::Buffer(buf) => {
                 let n = max.min(buf.len());
@@ -88,7 +98,7 @@ impl Conduit<'_> {
 
     /// Writes the bytes `start..end` of what `fill` read on to `dst`.
     /// `more`: more bytes will follow at once (`MSG_MORE`).
-    pub(super) fn drain(
+    pub(crate) fn drain(
         &mut self,
         dst: &TcpStream,
         start: usize,
@@ -107,7 +117,7 @@ impl Conduit<'_> {
 }
 
 /// A non-blocking pipe used by [`splice_pump`] for one direction.
-pub(super) struct Pipe {
+pub(crate) struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
     /// Bytes it holds at most (`F_GETPIPE_SZ`, 64 KiB by default).
@@ -115,7 +125,7 @@ pub(super) struct Pipe {
 }
 
 impl Pipe {
-    pub(super) fn new() -> io::Result<Pipe> {
+    pub(crate) fn new() -> io::Result<Pipe> {
         let mut fds = [0 as libc::c_int; 2];
         // SAFETY: `fds` is a valid array of two ints for the call.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
@@ -161,9 +171,9 @@ pub(crate) const RELEASE_AFTER: Duration = Duration::from_millis(500);
 thread_local! {
     /// This thread's pump buffers, kept for every connection it serves so
     /// none is allocated (and zeroed) per connection.
-    pub(super) static BUFFERS: RefCell<Option<Buffers>> = const { RefCell::new(None) };
+    pub(crate) static BUFFERS: RefCell<Option<Buffers>> = const { RefCell::new(None) };
     /// This thread's pipes for `--splice`, one per direction.
-    pub(super) static PIPES: RefCell<Option<[Pipe; 2]>> = const { RefCell::new(None) };
+    pub(crate) static PIPES: RefCell<Option<[Pipe; 2]>> = const { RefCell::new(None) };
 }
 
 /// The two buffers of the pump (one per direction) in one anonymous,

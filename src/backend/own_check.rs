@@ -30,7 +30,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use super::kind::CheckKind;
+use super::check_kind::CheckKind;
 use crate::units::{format_duration, parse_duration};
 
 /// The keys of a backend's own check, in the order they are written out.

@@ -1,8 +1,10 @@
 //! The kinds of active check (`tcp`, `http`, `redis`, ...) and their
 //! names in flags and files.
 //!
-//! A leaf of `health/`: it imports nothing of the crate, so a backend's own
-//! check settings (`own`) can name a kind without an import circle.
+//! A leaf: it imports nothing of the crate. It sits in `backend/`, beside
+//! the backend's own check settings (`own_check`) that name a kind, so
+//! that `backend` needs nothing of `health/` above it; `health` re-exports
+//! it as [`crate::health::CheckKind`].
 //!
 //! # Corresponds to the C article
 //!
