@@ -245,3 +245,63 @@ fn round_robin_passes_a_full_backend_over() {
     drop(held);
     lb.stop();
 }
+
+/// A primary at its cap keeps its clients, a backup does not take them:
+/// `A,max_connections=1`, `B` dead (a refusing port, not yet marked down)
+/// and `C,backup`, with one connection held on A. Six new clients wait in
+/// A's queue (those whose turn fell on B fail over to A's queue, not to
+/// the backup), then A serves them one by one; the backup gets none.
+/// With passive health on (3 failures) and off (0, B stays in rotation).
+#[test]
+fn a_full_primary_queues_its_clients_instead_of_the_backup() {
+    for passive_failures in [3, 0] {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let on_backup = Arc::new(Mutex::new(Vec::new()));
+        let a = held_backend(Arc::clone(&order), Arc::default());
+        let c = held_backend(Arc::clone(&on_backup), Arc::default());
+        let mut cfg = common::config(&[]);
+        cfg.backends = vec![
+            BackendSpec::parse(&format!("{},max_connections=1", a.addr())).unwrap(),
+            BackendSpec::parse(&common::closed_port().to_string()).unwrap(),
+            BackendSpec::parse(&format!("{},backup", c.addr())).unwrap(),
+        ];
+        cfg.health.passive_failures = passive_failures;
+        let lb = TestBalancer::start(cfg);
+        let first = holder(&lb, 0);
+        let clients: Vec<_> = (1..=6u8)
+            .map(|id| {
+                let mut s = connect(lb.addr).unwrap();
+                s.write_all(&[id]).unwrap();
+                (id, s)
+            })
+            .collect();
+        until("six clients wait in the queue", || {
+            lb.stats.snapshot().queued == 6
+        });
+        assert_eq!(c.accepted(), 0, "the backup took a client");
+        drop(first);
+        // Each reads its echo and leaves, freeing A's slot for the next.
+        let served: Vec<_> = clients
+            .into_iter()
+            .map(|(id, mut s)| {
+                thread::spawn(move || {
+                    let mut b = [0u8];
+                    s.read_exact(&mut b).map(|()| b[0] == id)
+                })
+            })
+            .collect();
+        for (i, s) in served.into_iter().enumerate() {
+            assert!(s.join().unwrap().unwrap(), "client {i} got another's echo");
+        }
+        let mut seen = order.lock().unwrap().clone();
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            [0, 1, 2, 3, 4, 5, 6],
+            "passive_failures {passive_failures}"
+        );
+        assert!(on_backup.lock().unwrap().is_empty());
+        assert_eq!(c.accepted(), 0, "0 of 6 on the backup");
+        lb.stop();
+    }
+}
