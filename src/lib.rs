@@ -103,7 +103,8 @@
 //!   `weighted`, `least_connections`, `power_of_two`, `ip_hash`, `first`;
 //!   `backup` (the backends in rotation: primaries, else backups), `ramp`
 //!   (slow start), `snapshot` (one version of the list, with what the
-//!   algorithms precompute from it).
+//!   algorithms precompute from it), `failover` (the next backend to try
+//!   after a failed connect).
 //! - `backend`: one backend, its live state, and [`backend::Backend::connect`];
 //!   `spec` (in `backend/`), the backend as written (`HOST:PORT` and its
 //!   options); `cap`, its slots: the clients on their way to it and

@@ -61,6 +61,9 @@ pub(super) struct Attempt<'a> {
     pub queued_at: Instant,
 }
 
+/// A backend fail-over tries, with the place reserved on it.
+type Candidate = (Arc<Backend>, Option<Reservation>);
+
 /// How the connects for one client went, beside their result: the
 /// failed connects, and the refusal of a wait for a full primary's slot
 /// when fail-over waited for one and was refused (its queue was full, its
@@ -158,7 +161,7 @@ impl Proxy {
         attempt: &Attempt<'_>,
         peer: IpAddr,
         tried: &[u64],
-    ) -> std::result::Result<Option<(Arc<Backend>, Option<Reservation>)>, Refusal> {
+    ) -> std::result::Result<Option<Candidate>, Refusal> {
         let settings = attempt.settings;
         self.wait_in_line(
             attempt.client,

@@ -186,9 +186,9 @@ impl Reloader {
     ///
     /// # Errors
     ///
-    /// [`Error::ConfigFile`](crate::Error::ConfigFile) (or another usage
+    /// [`Error::ConfigFile`] (or another usage
     /// error) when the file cannot be read or is not valid, or
-    /// [`Error::Bind`](crate::Error::Bind) when a new listening
+    /// [`Error::Bind`] when a new listening
     /// address cannot be bound; nothing was changed then.
     pub fn reload(&self) -> Result<ReloadReport> {
         let inner = &self.inner;
@@ -371,9 +371,10 @@ impl Reloader {
 
     /// The addresses of `new` that a service stopped by this reload
     /// listens on, with that service's name: those `new` takes over. Not
-    /// with `reuse_port` on either side: such a socket is woken from its
-    /// accept by shutting it down, which would end it for the new service
-    /// too, and a second socket binds beside it anyway.
+    /// when either side shares its port ([`listener::shares_port`]): such
+    /// a socket is woken from its accept by shutting it down, which would
+    /// end it for the new service too, and a second socket binds beside it
+    /// anyway.
     fn taken_over(&self, new: &Config, leaving: &[&Config]) -> Vec<(SocketAddr, String)> {
         if listener::shares_port(new) {
             return Vec::new();
