@@ -305,3 +305,41 @@ fn a_full_primary_queues_its_clients_instead_of_the_backup() {
         lb.stop();
     }
 }
+
+/// A client failed over from a dead backend to a full primary waits in
+/// its queue as any other, and past `queue_timeout` gets the queue's 503
+/// (not the 502 of a backend that could not be reached); the backup gets
+/// nothing.
+#[test]
+fn a_fail_over_that_waits_past_queue_timeout_gets_the_queue_s_503() {
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let on_backup = Arc::new(Mutex::new(Vec::new()));
+    let a = held_backend(Arc::clone(&order), Arc::default());
+    let c = held_backend(Arc::clone(&on_backup), Arc::default());
+    let dead = common::closed_port();
+    let mut cfg = common::config(&[]);
+    cfg.backends = vec![
+        BackendSpec::parse(&format!("{},max_connections=1", a.addr())).unwrap(),
+        BackendSpec::parse(&dead.to_string()).unwrap(),
+        BackendSpec::parse(&format!("{},backup", c.addr())).unwrap(),
+    ];
+    cfg.health.passive_failures = 0;
+    cfg.health.http_replies = true;
+    cfg.proxy.queue_timeout = Duration::from_millis(300);
+    let lb = TestBalancer::start(cfg);
+    let first = holder(&lb, 0);
+    // Round robin over A and B: two clients, so one of them is B's turn.
+    for _ in 0..2 {
+        let mut late = connect(lb.addr).unwrap();
+        late.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        let mut got = String::new();
+        late.read_to_string(&mut got).unwrap();
+        assert!(got.starts_with("HTTP/1.1 503 "), "{got:?}");
+    }
+    let s = lb.stats.snapshot();
+    assert_eq!((s.queue_timeouts, s.queued), (2, 0));
+    assert!(s.connect_failures >= 1, "no client had B's turn");
+    assert_eq!(c.accepted(), 0, "the backup took a client");
+    drop(first);
+    lb.stop();
+}

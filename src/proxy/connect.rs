@@ -72,8 +72,9 @@ type Candidate = (Arc<Backend>, Option<Reservation>);
 pub(super) struct Tries {
     /// Failed connects.
     pub failed: u32,
-    /// Why a wait for a slot during fail-over ended the client.
-    pub refused: Option<Refusal>,
+    /// Why a wait for a slot during fail-over ended the client (boxed:
+    /// this lives in the frame every connect runs under, and is rare).
+    pub refused: Option<Box<Refusal>>,
 }
 
 impl Proxy {
@@ -133,7 +134,7 @@ impl Proxy {
                     Ok(Some(next)) => next,
                     Ok(None) => return Err(last),
                     Err(refusal) => {
-                        tries.refused = Some(refusal);
+                        tries.refused = Some(Box::new(refusal));
                         return Err(last);
                     }
                 },

@@ -273,7 +273,7 @@ impl Proxy {
             Err(error) => {
                 if let Some(refusal) = tries.refused {
                     // Fail-over waited for a full primary's slot, in vain.
-                    self.refuse(outcome, refusal, attempt.client, attempt.health);
+                    self.refuse(outcome, *refusal, attempt.client, attempt.health);
                     return None;
                 }
                 let pick = &ready.pick;
