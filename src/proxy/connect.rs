@@ -79,8 +79,9 @@ pub(super) struct Tries {
 
 impl Proxy {
     /// Connects to the picked backend or, failing that, to the backends
-    /// fail-over chooses ([`crate::scheduler::Scheduler::fail_over`]), each once, until one
-    /// answers or none is left; `tries` says how it went.
+    /// fail-over chooses ([`crate::scheduler::Scheduler::fail_over`]),
+    /// each once, until one answers or none is left; `tries` says how it
+    /// went.
     ///
     /// Each attempt gets the whole `connect_timeout`, not a share of one
     /// total: a black-holed backend then costs a client one connect timeout,
