@@ -72,6 +72,11 @@ struct Loop {
     configured: SocketAddr,
     /// The address bound (its real port).
     addr: SocketAddr,
+    /// The listening socket, a second descriptor of the loop's: a reload
+    /// that renames the service hands it to the new one (see
+    /// [`Running::socket_of`]), since binding the address again would fail
+    /// while this one holds it.
+    socket: TcpListener,
     stop: Shutdown,
     thread: JoinHandle<()>,
 }
@@ -260,12 +265,16 @@ impl Running {
                     let addr = listener
                         .local_addr()
                         .map_err(|e| Error::io("reading the listening address", e))?;
+                    let socket = listener
+                        .try_clone()
+                        .map_err(|e| Error::io("duplicating the listening socket", e))?;
                     std::thread::Builder::new()
                         .name("rodizio-accept".into())
                         .spawn(move || acceptor.run(&listener))
                         .map(|thread| Loop {
                             configured,
                             addr,
+                            socket,
                             stop: stop.clone(),
                             thread,
                         })
@@ -315,6 +324,46 @@ impl Running {
             e.loops.extend(loops);
         }
         Ok(())
+    }
+
+    /// The listening socket of the service `name` on the configured
+    /// address `configured` (a new descriptor of it), for a service that
+    /// takes the address over once `name` is stopped (a reload that renames
+    /// a service keeps its address: the socket, its backlog and the
+    /// clients waiting in it go on). `None` when `name` does not listen
+    /// there.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when the socket cannot be duplicated.
+    pub(crate) fn socket_of(
+        &self,
+        name: &str,
+        configured: SocketAddr,
+    ) -> Result<Option<TcpListener>> {
+        let services = self.services.lock();
+        let Some(l) = services
+            .iter()
+            .filter(|e| e.service.name() == name)
+            .flat_map(|e| e.loops.iter())
+            .find(|l| l.configured == configured)
+        else {
+            return Ok(None);
+        };
+        l.socket
+            .try_clone()
+            .map(Some)
+            .map_err(|e| Error::io("duplicating the listening socket", e))
+    }
+
+    /// The configured addresses the service `name` listens on.
+    pub(crate) fn configured_addrs(&self, name: &str) -> Vec<SocketAddr> {
+        self.services
+            .lock()
+            .iter()
+            .filter(|e| e.service.name() == name)
+            .flat_map(|e| e.loops.iter().map(|l| l.configured))
+            .collect()
     }
 
     /// Stops the accept loops of the service `name` on `addrs`.

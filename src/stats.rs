@@ -78,6 +78,7 @@ pub const PROCESS_WIDE: &[&str] = &[
     "admin_slow_bodies",
     "admin_connections_refused",
     "admin_idle_closes",
+    "admin_evictions",
 ];
 
 impl Stats {
@@ -230,6 +231,8 @@ counters! {
     admin_connections_refused: Counter,
     /// Admin API connections closed because no byte moved either way for 15 s (a client that stopped reading, say).
     admin_idle_closes: Counter,
+    /// Admin API connections closed while they waited for a request head, the oldest first, to make room for a new one when the most it serves at once were open (a flood of slow heads cannot keep the operator out).
+    admin_evictions: Counter,
     /// TLS handshakes finished with clients (services with tls_certs).
     tls_handshakes: Counter,
     /// TLS handshakes that did not finish within tls_handshake_timeout.

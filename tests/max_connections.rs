@@ -245,3 +245,101 @@ fn round_robin_passes_a_full_backend_over() {
     drop(held);
     lb.stop();
 }
+
+/// A primary at its cap keeps its clients, a backup does not take them:
+/// `A,max_connections=1`, `B` dead (a refusing port, not yet marked down)
+/// and `C,backup`, with one connection held on A. Six new clients wait in
+/// A's queue (those whose turn fell on B fail over to A's queue, not to
+/// the backup), then A serves them one by one; the backup gets none.
+/// With passive health on (3 failures) and off (0, B stays in rotation).
+#[test]
+fn a_full_primary_queues_its_clients_instead_of_the_backup() {
+    for passive_failures in [3, 0] {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let on_backup = Arc::new(Mutex::new(Vec::new()));
+        let a = held_backend(Arc::clone(&order), Arc::default());
+        let c = held_backend(Arc::clone(&on_backup), Arc::default());
+        let mut cfg = common::config(&[]);
+        cfg.backends = vec![
+            BackendSpec::parse(&format!("{},max_connections=1", a.addr())).unwrap(),
+            BackendSpec::parse(&common::closed_port().to_string()).unwrap(),
+            BackendSpec::parse(&format!("{},backup", c.addr())).unwrap(),
+        ];
+        cfg.health.passive_failures = passive_failures;
+        let lb = TestBalancer::start(cfg);
+        let first = holder(&lb, 0);
+        let clients: Vec<_> = (1..=6u8)
+            .map(|id| {
+                let mut s = connect(lb.addr).unwrap();
+                s.write_all(&[id]).unwrap();
+                (id, s)
+            })
+            .collect();
+        until("six clients wait in the queue", || {
+            lb.stats.snapshot().queued == 6
+        });
+        assert_eq!(c.accepted(), 0, "the backup took a client");
+        drop(first);
+        // Each reads its echo and leaves, freeing A's slot for the next.
+        let served: Vec<_> = clients
+            .into_iter()
+            .map(|(id, mut s)| {
+                thread::spawn(move || {
+                    let mut b = [0u8];
+                    s.read_exact(&mut b).map(|()| b[0] == id)
+                })
+            })
+            .collect();
+        for (i, s) in served.into_iter().enumerate() {
+            assert!(s.join().unwrap().unwrap(), "client {i} got another's echo");
+        }
+        let mut seen = order.lock().unwrap().clone();
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            [0, 1, 2, 3, 4, 5, 6],
+            "passive_failures {passive_failures}"
+        );
+        assert!(on_backup.lock().unwrap().is_empty());
+        assert_eq!(c.accepted(), 0, "0 of 6 on the backup");
+        lb.stop();
+    }
+}
+
+/// A client failed over from a dead backend to a full primary waits in
+/// its queue as any other, and past `queue_timeout` gets the queue's 503
+/// (not the 502 of a backend that could not be reached); the backup gets
+/// nothing.
+#[test]
+fn a_fail_over_that_waits_past_queue_timeout_gets_the_queue_s_503() {
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let on_backup = Arc::new(Mutex::new(Vec::new()));
+    let a = held_backend(Arc::clone(&order), Arc::default());
+    let c = held_backend(Arc::clone(&on_backup), Arc::default());
+    let dead = common::closed_port();
+    let mut cfg = common::config(&[]);
+    cfg.backends = vec![
+        BackendSpec::parse(&format!("{},max_connections=1", a.addr())).unwrap(),
+        BackendSpec::parse(&dead.to_string()).unwrap(),
+        BackendSpec::parse(&format!("{},backup", c.addr())).unwrap(),
+    ];
+    cfg.health.passive_failures = 0;
+    cfg.health.http_replies = true;
+    cfg.proxy.queue_timeout = Duration::from_millis(300);
+    let lb = TestBalancer::start(cfg);
+    let first = holder(&lb, 0);
+    // Round robin over A and B: two clients, so one of them is B's turn.
+    for _ in 0..2 {
+        let mut late = connect(lb.addr).unwrap();
+        late.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        let mut got = String::new();
+        late.read_to_string(&mut got).unwrap();
+        assert!(got.starts_with("HTTP/1.1 503 "), "{got:?}");
+    }
+    let s = lb.stats.snapshot();
+    assert_eq!((s.queue_timeouts, s.queued), (2, 0));
+    assert!(s.connect_failures >= 1, "no client had B's turn");
+    assert_eq!(c.accepted(), 0, "the backup took a client");
+    drop(first);
+    lb.stop();
+}

@@ -2,8 +2,9 @@
 //! backends) on one service and Redis (redis-benchmark against two
 //! redis-servers) on another, at the same time; a reload under load that
 //! stops one service, changes another and starts a third; a reload that
-//! cannot bind keeps everything; and `max_connections` keeping one
-//! flooded service from taking every worker.
+//! cannot bind keeps everything; a service renamed with its address kept;
+//! and `max_connections` keeping one flooded service from taking every
+//! worker.
 
 mod common;
 mod peers;
@@ -387,4 +388,43 @@ fn max_connections_keeps_a_flood_from_taking_every_worker() {
         b.metric("rodizio_service_connections_held{service=\"slow\"}") == 0.0
     });
     assert!(gone, "{}", http_get(b.admin, "/metrics").unwrap().body);
+}
+
+/// A service renamed with its address kept: the reload takes the old
+/// service's listening socket over instead of binding the address again
+/// (which failed, "Address already in use", on rodizio's own socket); the
+/// address answers with the renamed service's backend, and a dry run
+/// says the same.
+#[test]
+fn a_service_renamed_keeps_its_address() {
+    let one = Demo::start("127.0.0.1:0", "one");
+    let two = Demo::start("127.0.0.1:0", "two");
+    let listen = peers::loopback(free_port());
+    let service = |name: &str, backend: SocketAddr| {
+        format!(
+            r#"{{"admin_listen": "127.0.0.1:0", "services": [
+                {{"name": "{name}", "listen": "{listen}", "health_check": "off",
+                  "backends": ["{backend}"]}}]}}"#
+        )
+    };
+    let b = Running1::start("services-rename", &service("old", one.addr));
+    assert_eq!(b.addr("old"), listen);
+    assert_eq!(request(listen).unwrap(), "one");
+    b.write(&service("new", two.addr));
+    b.reloader.dry_run().expect("a dry run of the rename");
+    let report = b.reloader.reload().expect("the rename");
+    assert_eq!(
+        (report.services_added, report.services_removed),
+        (1, 1),
+        "{report:?}"
+    );
+    assert_eq!(b.addr("new"), listen);
+    assert!(b.running.find("old").is_none());
+    for _ in 0..5 {
+        assert_eq!(request(listen).unwrap(), "two");
+    }
+    // And back, under the first name.
+    b.write(&service("old", one.addr));
+    b.reloader.reload().expect("the rename back");
+    assert_eq!(request(listen).unwrap(), "one");
 }

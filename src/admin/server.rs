@@ -1,7 +1,10 @@
 //! The admin listener's HTTP server: hyper's HTTP/1 on a one-thread tokio
 //! runtime of its own, so that nothing a client of the admin port sends can
 //! crash the process or stall the proxying, and a slow or hostile client
-//! holds one of a bounded number of connections for a bounded time.
+//! holds one of a bounded number of connections for a bounded time. When
+//! they are all taken, a new connection closes the oldest one still
+//! waiting for its request head (a slow head, a keep-alive between two
+//! requests), so that a flood of slow heads cannot keep the operator out.
 //!
 //! # Threads
 //!
@@ -22,6 +25,7 @@
 //!
 //! No C counterpart.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fs::File;
 use std::io;
@@ -79,18 +83,24 @@ pub const GRACE: Duration = Duration::from_secs(1);
 pub const RESERVE: usize = 4;
 /// How often a connection looks at its idle time and the stop flag.
 const TICK: Duration = Duration::from_millis(250);
-/// What a client beyond [`MAX_CONNECTIONS`] gets before the close.
+/// Longest the accept loop waits for the connection it closed to make
+/// room (the same thread runs it: a few polls, in practice).
+const ROOM_WAIT: Duration = Duration::from_millis(100);
+/// What a client beyond [`MAX_CONNECTIONS`] gets before the close, when no
+/// connection could be closed to make room for it (all of them busy with
+/// a request).
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n\
 Content-Length: 51\r\nConnection: close\r\n\r\n{\"error\": \"too many admin connections, try again\"}\n";
 
 /// What every connection shares: the endpoints' state, the token, the
-/// stop flag and the descriptor reserve.
+/// stop flag, the descriptor reserve and the connections open.
 pub(crate) struct Http {
     pub(crate) state: Arc<State>,
     pub(crate) auth: Auth,
     stopping: AtomicBool,
     stop: Notify,
     reserve: Reserve,
+    open: Open,
 }
 
 impl Http {
@@ -101,6 +111,7 @@ impl Http {
             stopping: AtomicBool::new(false),
             stop: Notify::new(),
             reserve: Reserve::new(RESERVE),
+            open: Open::default(),
         }
     }
 }
@@ -157,9 +168,13 @@ async fn accept_loop(listener: TcpListener, http: Arc<Http>) {
         };
         let pause = match accepted {
             Ok((stream, _)) => {
-                match Arc::clone(&slots).try_acquire_owned() {
-                    Ok(slot) => drop(tokio::spawn(serve(stream, Arc::clone(&http), slot))),
-                    Err(_) => {
+                let slot = match Arc::clone(&slots).try_acquire_owned() {
+                    Ok(slot) => Some(slot),
+                    Err(_) => make_room(&http, &slots).await,
+                };
+                match slot {
+                    Some(slot) => drop(tokio::spawn(serve(stream, Arc::clone(&http), slot))),
+                    None => {
                         Stats::incr(&http.state.sources.stats.admin_connections_refused);
                         // Best effort and never waits: the answer fits in
                         // an empty socket buffer.
@@ -191,18 +206,45 @@ async fn accept_loop(listener: TcpListener, http: Arc<Http>) {
     let _ = tokio::time::timeout(GRACE + TICK, slots.acquire_many(all)).await;
 }
 
+/// Every connection is open: closes the oldest one waiting for a request
+/// head and gives its slot, or `None` when each is busy with a request
+/// (or the slot did not come back within [`ROOM_WAIT`]).
+async fn make_room(http: &Http, slots: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
+    let victim = http.open.oldest_waiting()?;
+    Stats::incr(&http.state.sources.stats.admin_evictions);
+    victim.close.notify_one();
+    let freed = tokio::time::timeout(ROOM_WAIT, Arc::clone(slots).acquire_owned()).await;
+    freed.ok()?.ok()
+}
+
 /// Serves one connection until it closes, goes quiet for
-/// [`IDLE_TIMEOUT`], or the API stops.
+/// [`IDLE_TIMEOUT`], the API stops, or it is closed to make room (see
+/// [`make_room`]).
 async fn serve(stream: TcpStream, http: Arc<Http>, slot: OwnedSemaphorePermit) {
+    let (id, me) = http.open.enter();
+    serve_open(stream, &http, &me).await;
+    http.open.leave(id);
+    http.reserve.refill();
+    drop(slot);
+}
+
+/// [`serve`], once the connection is listed among those open.
+async fn serve_open(stream: TcpStream, http: &Arc<Http>, me: &Arc<Conn>) {
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Watched {
         stream,
         activity: Arc::clone(&activity),
     });
-    let handler = Arc::clone(&http);
+    let handler = Arc::clone(http);
+    let conn = Arc::clone(me);
     let service = service_fn(move |request| {
         let http = Arc::clone(&handler);
-        async move { Ok::<_, Infallible>(answer(&http, request).await) }
+        let conn = Arc::clone(&conn);
+        async move {
+            // Its head is in: not closed to make room until it is answered.
+            let _busy = Busy::on(&conn);
+            Ok::<_, Infallible>(answer(&http, request).await)
+        }
     });
     let mut builder = http1::Builder::new();
     builder
@@ -217,6 +259,10 @@ async fn serve(stream: TcpStream, http: Arc<Http>, slot: OwnedSemaphorePermit) {
     loop {
         tokio::select! {
             _ = connection.as_mut() => break,
+            // Chosen to make room; a head that came in since is answered.
+            _ = me.close.notified() => if !me.busy.load(Ordering::SeqCst) {
+                break;
+            },
             _ = tokio::time::sleep(TICK) => {}
         }
         match closing {
@@ -233,11 +279,71 @@ async fn serve(stream: TcpStream, http: Arc<Http>, slot: OwnedSemaphorePermit) {
             _ => {}
         }
     }
-    // The socket is closed here (with the connection), then its
-    // descriptor's place is taken back into the reserve if it was used.
+    // The socket is closed here (with the connection), then (in `serve`)
+    // its descriptor's place is taken back into the reserve if it was used.
     drop(connection);
-    http.reserve.refill();
-    drop(slot);
+}
+
+/// The connections open, in the order they came, for [`make_room`].
+#[derive(Default)]
+struct Open {
+    /// By a number given in order: the first is the oldest.
+    conns: Mutex<BTreeMap<u64, Arc<Conn>>>,
+    next: AtomicU64,
+}
+
+/// One open connection, as [`make_room`] sees it.
+#[derive(Default)]
+struct Conn {
+    /// A request is being answered (its head is in).
+    busy: AtomicBool,
+    /// Chosen to make room already: not chosen again.
+    chosen: AtomicBool,
+    /// Tells the connection to close.
+    close: Notify,
+}
+
+impl Open {
+    /// Lists a new connection; its number and its entry.
+    fn enter(&self) -> (u64, Arc<Conn>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(Conn::default());
+        self.conns.lock().insert(id, Arc::clone(&conn));
+        (id, conn)
+    }
+
+    /// Takes the connection `id` off the list.
+    fn leave(&self, id: u64) {
+        self.conns.lock().remove(&id);
+    }
+
+    /// The oldest connection waiting for a request head and not chosen
+    /// yet, now chosen. At most [`MAX_CONNECTIONS`] to look through.
+    fn oldest_waiting(&self) -> Option<Arc<Conn>> {
+        let conns = self.conns.lock();
+        let conn = conns
+            .values()
+            .find(|c| !c.busy.load(Ordering::SeqCst) && !c.chosen.swap(true, Ordering::SeqCst))?;
+        Some(Arc::clone(conn))
+    }
+}
+
+/// Marks a connection busy with a request while it lives.
+struct Busy<'a>(&'a Conn);
+
+impl<'a> Busy<'a> {
+    fn on(conn: &'a Conn) -> Busy<'a> {
+        conn.busy.store(true, Ordering::SeqCst);
+        Busy(conn)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        // Answered: it may be chosen again (a keep-alive gone quiet).
+        self.0.chosen.store(false, Ordering::SeqCst);
+        self.0.busy.store(false, Ordering::SeqCst);
+    }
 }
 
 /// One request: the token, the body (bounded in size and time), the

@@ -1,6 +1,8 @@
-//! Reaching a backend for one client: the picked one first, then each
-//! other available one once (fail-over), each attempt counted in the stats
-//! and in the backend's passive health.
+//! Reaching a backend for one client: the picked one first, then the
+//! others as the scheduler chooses them after a failed connect (fail-over:
+//! `scheduler/failover.rs`), each once, primaries before backups, waiting
+//! in line when the primaries left are full; each attempt counted in the
+//! stats and in the backend's passive health.
 //!
 //! # Threads
 //!
@@ -12,16 +14,18 @@
 //! `get_final_server_socket()`, which is [`Backend::connect`]; the C has no
 //! fail-over and `exit()`s when a connect fails.
 
-use std::net::TcpStream;
+use std::net::{IpAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::report::Refusal;
+use super::waiting::Look;
 use super::{header, Proxy, ProxyConfig};
-use crate::backend::Backend;
+use crate::backend::{Backend, Reservation};
 use crate::error::{Error, Result};
 use crate::health::{self, HealthConfig};
-use crate::scheduler::Pick;
+use crate::scheduler::{Next, Pick};
 use crate::stats::Stats;
 use crate::system;
 use crate::trace::{self, Event};
@@ -52,12 +56,32 @@ pub(super) struct Attempt<'a> {
     pub settings: &'a ProxyConfig,
     /// Passive health.
     pub health: &'a HealthConfig,
+    /// When the client was accepted: a wait for a slot during fail-over
+    /// ends at `queue_timeout` after it.
+    pub queued_at: Instant,
+}
+
+/// A backend fail-over tries, with the place reserved on it.
+type Candidate = (Arc<Backend>, Option<Reservation>);
+
+/// How the connects for one client went, beside their result: the
+/// failed connects, and the refusal of a wait for a full primary's slot
+/// when fail-over waited for one and was refused (its queue was full, its
+/// time ran out, or the client left).
+#[derive(Debug, Default)]
+pub(super) struct Tries {
+    /// Failed connects.
+    pub failed: u32,
+    /// Why a wait for a slot during fail-over ended the client (boxed:
+    /// this lives in the frame every connect runs under, and is rare).
+    pub refused: Option<Box<Refusal>>,
 }
 
 impl Proxy {
-    /// Connects to the picked backend or, failing that, to each other
-    /// available backend once, in list order; `failed` counts the failed
-    /// connects.
+    /// Connects to the picked backend or, failing that, to the backends
+    /// fail-over chooses ([`crate::scheduler::Scheduler::fail_over`]),
+    /// each once, until one answers or none is left; `tries` says how it
+    /// went.
     ///
     /// Each attempt gets the whole `connect_timeout`, not a share of one
     /// total: a black-holed backend then costs a client one connect timeout,
@@ -69,22 +93,27 @@ impl Proxy {
     ///
     /// Not inlined, nor the fail-over: every connect runs under this
     /// frame and the caller's, so they hold little (docs/internals.md,
-    /// "The pool").
+    /// "The pool"). The first connect that succeeds pays nothing for the
+    /// fail-over: no allocation, no lock.
     #[inline(never)]
     pub(super) fn connect(
         &self,
         pick: &Pick,
         attempt: &Attempt<'_>,
-        failed: &mut u32,
+        tries: &mut Tries,
     ) -> Result<Connected> {
         match self.try_backend(&pick.backend, attempt) {
             Ok(stream) => Ok(Connected(stream, Arc::clone(&pick.backend), None)),
-            Err(first) => self.fail_over(first, pick, attempt, failed),
+            Err(first) => self.fail_over(first, pick, attempt, tries),
         }
     }
 
-    /// The picked backend failed with `first`: each other available one,
-    /// once, in list order; the error is the last one's.
+    /// The picked backend failed with `first`: the next one as the
+    /// scheduler would have chosen had the failed ones been marked down
+    /// (primaries first, then backups), until one answers or every
+    /// candidate was tried; the error is the last one's. When the
+    /// primaries left are all at their cap, the client waits in line for
+    /// a slot, as at its pick.
     #[cold]
     #[inline(never)]
     fn fail_over(
@@ -92,31 +121,60 @@ impl Proxy {
         first: Error,
         pick: &Pick,
         attempt: &Attempt<'_>,
-        failed: &mut u32,
+        tries: &mut Tries,
     ) -> Result<Connected> {
-        *failed += 1;
+        tries.failed += 1;
+        let peer = attempt.origin.source.ip();
+        let mut tried = vec![pick.backend.id()];
         let mut last = first;
-        for backend in self.scheduler.failover_order(&pick.backend) {
-            // A capped one only with a place reserved under its cap.
-            let held = match backend.is_capped() {
-                true => match backend.try_reserve() {
-                    Some(reservation) => Some(reservation),
-                    None => continue,
+        loop {
+            let (backend, held) = match self.scheduler.fail_over(peer, &tried, false) {
+                Next::Try(backend, held) => (backend, held),
+                Next::Done => return Err(last),
+                Next::Wait => match self.wait_to_fail_over(attempt, peer, &tried) {
+                    Ok(Some(next)) => next,
+                    Ok(None) => return Err(last),
+                    Err(refusal) => {
+                        tries.refused = Some(Box::new(refusal));
+                        return Err(last);
+                    }
                 },
-                false => None,
             };
+            tried.push(backend.id());
             trace::event(Event::FailOver {
                 backend: backend.name(),
             });
             match self.try_backend(&backend, attempt) {
                 Ok(stream) => return Ok(Connected(stream, backend, held)),
                 Err(err) => {
-                    *failed += 1;
+                    tries.failed += 1;
                     last = err;
                 }
             }
         }
-        Err(last)
+    }
+
+    /// Fail-over found the primaries left at their cap: waits in the
+    /// service's line (`waiting.rs`) for a slot on one of them, and gives
+    /// the backend to try with its place reserved, or `None` when no
+    /// candidate is left (a refusal: the wait ended the client).
+    fn wait_to_fail_over(
+        &self,
+        attempt: &Attempt<'_>,
+        peer: IpAddr,
+        tried: &[u64],
+    ) -> std::result::Result<Option<Candidate>, Refusal> {
+        let settings = attempt.settings;
+        self.wait_in_line(
+            attempt.client,
+            attempt.queued_at,
+            settings,
+            |first| match self.scheduler.fail_over(peer, tried, first) {
+                Next::Try(backend, held) => Look::Taken((backend, held)),
+                Next::Wait => Look::Full,
+                Next::Done => Look::Nothing,
+            },
+        )
     }
 
     /// One connect attempt, counted in the stats and (unless it failed for a

@@ -23,7 +23,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::connect::{Attempt, Connected};
+use super::connect::{Attempt, Connected, Tries};
 use super::report::{Fate, Outcome, Refusal, Served};
 use super::{close, header, pump, splice_pump, Job, Proxy, ProxyConfig, Route, REPLY_LINGER};
 use crate::backend::Backend;
@@ -66,6 +66,7 @@ struct Ready {
     place: Option<Place>,
     tls: Option<crate::tls_term::handshake::Session>,
     started: Instant,
+    queued_at: Instant,
 }
 
 impl Proxy {
@@ -211,6 +212,7 @@ impl Proxy {
             place,
             tls,
             started,
+            queued_at,
         }))
     }
 
@@ -234,10 +236,12 @@ impl Proxy {
             origin: ready.origin,
             settings: &settings,
             health,
+            queued_at: ready.queued_at,
         };
-        let mut failovers = 0;
+        let mut tries = Tries::default();
         let connecting = Instant::now();
-        let mut connected = self.connect(&ready.pick, &attempt, &mut failovers);
+        let mut connected = self.connect(&ready.pick, &attempt, &mut tries);
+        let failovers = tries.failed;
         let connect_time = connecting.elapsed();
         if let Some(session) = ready.tls.as_mut() {
             connected = reach_tls(session, connected, connecting + settings.connect_timeout);
@@ -267,6 +271,11 @@ impl Proxy {
                 })
             }
             Err(error) => {
+                if let Some(refusal) = tries.refused {
+                    // Fail-over waited for a full primary's slot, in vain.
+                    self.refuse(outcome, *refusal, attempt.client, attempt.health);
+                    return None;
+                }
                 let pick = &ready.pick;
                 self.refuse_unreachable(outcome, pick, error, failovers, connect_time, &attempt);
                 None

@@ -3,7 +3,10 @@
 //! waitlist (`waitlist.rs`) until a slot frees and its turn comes, up to
 //! `queue_timeout` since it was accepted and with at most `max_queue`
 //! clients waiting; otherwise it gets the service's refusal (closed, or
-//! 503 with `http_replies`).
+//! 503 with `http_replies`). A worker whose connect failed and whose
+//! fail-over finds the primaries left at their cap waits in the same line
+//! (`connect.rs`): a full primary queues its clients, the backups are for
+//! primaries that are gone.
 //!
 //! While it waits the worker looks at its client now and then: one that
 //! closed without sending anything leaves the line (a client that sent a
@@ -66,6 +69,38 @@ impl Proxy {
         queued_at: Instant,
         settings: &ProxyConfig,
     ) -> Result<Pick, Refusal> {
+        let scheduler = &self.scheduler;
+        let taken = self.wait_in_line(client, queued_at, settings, |first| {
+            if first {
+                // Taken while the ticket is held: the next in line sees
+                // the slot gone.
+                if let Some(pick) = scheduler.pick_for_first_waiting(peer.ip()) {
+                    return Look::Taken(pick);
+                }
+            }
+            match scheduler.any_available() {
+                true => Look::Full,
+                false => Look::Nothing,
+            }
+        })?;
+        taken.ok_or_else(|| Refusal::NoBackend {
+            scheduler: Arc::clone(&self.scheduler),
+        })
+    }
+
+    /// Waits in the service's line until `look`, asked whether this client
+    /// is the first in line, takes a slot (`Some`) or finds nothing left
+    /// to wait for (`None`); refused at `queue_timeout` since `queued_at`,
+    /// when `max_queue` clients wait already, or when the client leaves.
+    /// Fail-over waits here too, for a full primary's slot
+    /// (`connect.rs`).
+    pub(super) fn wait_in_line<T>(
+        &self,
+        client: &TcpStream,
+        queued_at: Instant,
+        settings: &ProxyConfig,
+        mut look: impl FnMut(bool) -> Look<T>,
+    ) -> Result<Option<T>, Refusal> {
         let waitlist = self.scheduler.waitlist();
         let max = settings.max_queue;
         let Some(ticket) = waitlist.join(max) else {
@@ -75,16 +110,10 @@ impl Proxy {
         let deadline = queued_at + settings.queue_timeout;
         loop {
             let (first, seen) = ticket.first();
-            if first {
-                // Taken while the ticket is held: the next in line sees
-                // the slot gone.
-                if let Some(pick) = self.scheduler.pick_for_first_waiting(peer.ip()) {
-                    return Ok(pick);
-                }
-            }
-            if !self.scheduler.any_available() {
-                let scheduler = Arc::clone(&self.scheduler);
-                return Err(Refusal::NoBackend { scheduler });
+            match look(first) {
+                Look::Taken(taken) => return Ok(Some(taken)),
+                Look::Nothing => return Ok(None),
+                Look::Full => {}
             }
             let now = Instant::now();
             if now >= deadline {
@@ -98,6 +127,16 @@ impl Proxy {
             ticket.wait(seen, deadline.min(now + LOOK_EVERY));
         }
     }
+}
+
+/// What a client in line finds when it looks at the backends.
+pub(super) enum Look<T> {
+    /// A slot, taken.
+    Taken(T),
+    /// None free for it yet, but one to wait for.
+    Full,
+    /// Nothing left to wait for.
+    Nothing,
 }
 
 /// Whether the client closed (or reset) its connection without leaving a

@@ -47,7 +47,7 @@ use crate::balancer::Balancer;
 use crate::config::file::{self, Mode};
 use crate::config::settings::{self, Scope};
 use crate::config::{Config, Overrides};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::listener;
 use crate::reaper::{self, Owner, Reaper, Reapers};
 use crate::running::{Bound, Running};
@@ -199,9 +199,9 @@ impl Reloader {
     ///
     /// # Errors
     ///
-    /// [`Error::ConfigFile`](crate::Error::ConfigFile) (or another usage
+    /// [`Error::ConfigFile`] (or another usage
     /// error) when the file cannot be read or is not valid, or
-    /// [`Error::Bind`](crate::Error::Bind) when a new listening
+    /// [`Error::Bind`] when a new listening
     /// address cannot be bound; nothing was changed then.
     pub fn reload(&self) -> Result<ReloadReport> {
         let inner = &self.inner;
@@ -269,6 +269,10 @@ impl Reloader {
             removed: Vec::new(),
             needs_restart,
         };
+        let leaving: Vec<&Config> = old_list
+            .iter()
+            .filter(|o| !config.service_list().iter().any(|n| n.name == o.name))
+            .collect();
         for new in config.service_list() {
             let name = new.name.as_str();
             let running = inner.running.find(name);
@@ -286,7 +290,7 @@ impl Reloader {
                     }));
                     plan.changed.push(one);
                 }
-                _ => plan.added.push(self.prepare_new(new, dry)?),
+                _ => plan.added.push(self.prepare_new(new, dry, &leaving)?),
             }
         }
         let names: Vec<&str> = config
@@ -341,10 +345,16 @@ impl Reloader {
     }
 
     /// A service the file adds: its addresses bound and its backends
-    /// resolved; built, unless `dry`.
-    fn prepare_new(&self, new: &Config, dry: bool) -> Result<Added> {
-        let bound = listener::open(new)?;
+    /// resolved; built, unless `dry`. An address that a service stopped
+    /// by this reload (`leaving`) listens on is taken over: its socket is
+    /// handed on once that service has stopped, since binding it again
+    /// would fail while the old one holds it (a service renamed with its
+    /// address kept).
+    fn prepare_new(&self, new: &Config, dry: bool, leaving: &[&Config]) -> Result<Added> {
         let addrs = new.listen_addrs();
+        let taken = self.taken_over(new, leaving);
+        let held: Vec<SocketAddr> = taken.iter().map(|(addr, _)| *addr).collect();
+        let bound = listener::open_except(new, &held)?;
         let start = if dry {
             for spec in &new.backends {
                 spec.resolve()?;
@@ -352,14 +362,49 @@ impl Reloader {
             None
         } else {
             let service = Service::build(new.clone(), &self.inner.running.shared)?;
-            let bound = addrs.iter().copied().zip(bound).collect();
-            Some((Arc::new(service), bound))
+            let mut bound = bound.into_iter();
+            let mut listeners = Vec::new();
+            for &addr in &addrs {
+                let socket = match taken.iter().find(|(a, _)| *a == addr) {
+                    Some((_, owner)) => self.inner.running.socket_of(owner, addr)?,
+                    // `open_except` bound the others, in the same order.
+                    None => bound.next(),
+                };
+                let socket = socket.ok_or_else(|| Error::Bind {
+                    addr,
+                    source: std::io::ErrorKind::AddrNotAvailable.into(),
+                })?;
+                listeners.push((addr, socket));
+            }
+            Some((Arc::new(service), listeners))
         };
         Ok(Added {
             name: new.name.clone(),
             addrs,
             start,
         })
+    }
+
+    /// The addresses of `new` that a service stopped by this reload
+    /// listens on, with that service's name: those `new` takes over. Not
+    /// when either side shares its port ([`listener::shares_port`]): such
+    /// a socket is woken from its accept by shutting it down, which would
+    /// end it for the new service too, and a second socket binds beside it
+    /// anyway.
+    fn taken_over(&self, new: &Config, leaving: &[&Config]) -> Vec<(SocketAddr, String)> {
+        if listener::shares_port(new) {
+            return Vec::new();
+        }
+        let running = &self.inner.running;
+        let mut taken = Vec::new();
+        for old in leaving.iter().filter(|o| !listener::shares_port(o)) {
+            for addr in running.configured_addrs(&old.name) {
+                if addr.port() != 0 && new.listen_addrs().contains(&addr) {
+                    taken.push((addr, old.name.clone()));
+                }
+            }
+        }
+        taken
     }
 
     /// Changes the services as planned; cannot fail (a thread that cannot

@@ -5,8 +5,8 @@
 //! snapshot with the primaries again: new clients go to them at once,
 //! while those on a backup finish there.
 //!
-//! Runs where a snapshot is built (a writer, or the thread that flipped a
-//! backend) and in a worker's fail-over, never per pick.
+//! Runs where a snapshot is built (a writer, the thread that flipped a
+//! backend, a worker's fail-over: `failover.rs`), never per pick.
 //!
 //! # Corresponds to the C article
 //!
@@ -55,15 +55,6 @@ pub(crate) fn rotation(all: &List) -> (List, Option<Box<[usize]>>) {
     };
     let list: List = chosen.iter().map(|&i| Arc::clone(&all[i])).collect();
     (list, Some(chosen.into_boxed_slice()))
-}
-
-/// The fail-over candidates `others` (available, in order), primaries
-/// only when there is one: a backup is tried only when no primary is.
-pub(crate) fn primaries_first(mut others: Vec<Arc<Backend>>) -> Vec<Arc<Backend>> {
-    if others.iter().any(|b| !b.is_backup()) {
-        others.retain(|b| !b.is_backup());
-    }
-    others
 }
 
 #[cfg(test)]
@@ -123,19 +114,5 @@ mod tests {
         let list = mixed(&[true, true]);
         let s = Scheduler::new(list);
         assert_eq!(tally(&s, 10), vec![5, 5]);
-    }
-
-    #[test]
-    fn fail_over_tries_primaries_then_backups() {
-        let list = mixed(&[false, true, false, true]);
-        let s = Scheduler::new(list.clone());
-        let names = |v: Vec<Arc<Backend>>| -> Vec<String> {
-            v.iter().map(|b| b.name().to_string()).collect()
-        };
-        assert_eq!(names(s.failover_order(&list[0])), ["b2"]);
-        list[2].set_maint(true);
-        assert_eq!(names(s.failover_order(&list[0])), ["b1", "b3"]);
-        // From a backup: a primary is available again, so only it.
-        assert_eq!(names(s.failover_order(&list[1])), ["b0"]);
     }
 }

@@ -17,13 +17,14 @@
 //!   `least_connections`, `power_of_two`, `ip_hash`, `first`;
 //! - `backup`: the backends in rotation (primaries, else backups);
 //!   `ramp`: slow start; `snapshot`: one version of the list, with what
-//!   the algorithms precompute from it.
+//!   the algorithms precompute from it; `failover`: the next backend to
+//!   try after a failed connect, as the algorithm would choose it.
 //!
 //! # Threads
 //!
 //! The accept loop calls [`Scheduler::pick`] once per client: a few dozen
 //! nanoseconds under the read lock, no I/O. Workers read the list for
-//! fail-over ([`Scheduler::failover_order`]), the health thread each round;
+//! fail-over ([`Scheduler::fail_over`]), the health thread each round;
 //! writers (a reload, the admin API, tests) take turns on a `Mutex` and hold
 //! the write lock only for the swap.
 //!
@@ -34,6 +35,7 @@
 //! gives the same sequence and stays exact when many threads pick.
 
 mod backup;
+mod failover;
 mod first;
 mod ip_hash;
 mod least_connections;
@@ -56,6 +58,7 @@ use crate::availability::AvailabilityWatcher;
 use crate::backend::{Backend, Reservation};
 use crate::waitlist::Waitlist;
 
+pub use failover::Next;
 pub(crate) use snapshot::Snapshot;
 
 /// One way of choosing the backend for a new client.
@@ -204,6 +207,10 @@ struct Shared {
     writer: Mutex<()>,
     /// The next turn (round robin, the weighted cycle, tie rotation).
     next: AtomicUsize,
+    /// The next turn of fail-over (`failover.rs`): its own, so that the
+    /// tries after a failed connect do not shift the rotation of new
+    /// clients.
+    failover_next: AtomicUsize,
     /// The clients waiting for a slot when every available backend is at
     /// its `max_connections` (see `waitlist.rs`).
     waitlist: Waitlist,
@@ -225,6 +232,7 @@ impl Scheduler {
                 current: RwLock::new(Snapshot::new(Arc::new([]), algorithm, 0)),
                 writer: Mutex::new(()),
                 next: AtomicUsize::new(0),
+                failover_next: AtomicUsize::new(0),
                 waitlist: Waitlist::default(),
                 ramp_ms: AtomicU64::new(0),
             }),
@@ -330,21 +338,6 @@ impl Scheduler {
     /// The clients waiting for a slot under the backends' caps.
     pub fn waitlist(&self) -> &Waitlist {
         &self.shared.waitlist
-    }
-
-    /// The backends to try after `first` failed to connect: the others in
-    /// list order from it, each once, skipping those unavailable or at
-    /// their cap (the caller reserves a place on a capped one).
-    pub fn failover_order(&self, first: &Backend) -> Vec<Arc<Backend>> {
-        let list = self.snapshot();
-        let start = list.iter().position(|b| b.id() == first.id()).unwrap_or(0);
-        let n = list.len();
-        let others = (1..=n)
-            .map(|i| &list[(start + i) % n])
-            .filter(|b| b.id() != first.id() && b.is_available() && b.has_free_slot())
-            .cloned()
-            .collect();
-        backup::primaries_first(others)
     }
 
     /// Adds a backend at the end of the list. New clients may be sent to it
@@ -717,22 +710,6 @@ mod tests {
     }
 
     #[test]
-    fn fail_over_skips_a_full_backend() {
-        let list = backends(3);
-        list[1].set_max_connections(Some(1));
-        let s = Scheduler::new(list.clone());
-        let r = list[1].try_reserve().unwrap();
-        let order: Vec<String> = s
-            .failover_order(&list[0])
-            .iter()
-            .map(|b| b.name().to_string())
-            .collect();
-        assert_eq!(order, ["b2"]);
-        drop(r);
-        assert_eq!(s.failover_order(&list[0]).len(), 2);
-    }
-
-    #[test]
     fn round_robin_is_a_b_c_a_b_c() {
         let s = Scheduler::new(backends(3));
         let seq: Vec<usize> = (0..7).map(|_| s.pick(PEER).unwrap().server_idx).collect();
@@ -939,18 +916,6 @@ mod tests {
             .filter(|&i| s.pick(ip(i)).unwrap().server_idx == 0)
             .count();
         assert!((5600..=6400).contains(&heavy), "{heavy} of 8000");
-    }
-
-    #[test]
-    fn failover_order_follows_the_rotation() {
-        let list = backends(4);
-        let s = Scheduler::new(list.clone());
-        let order: Vec<String> = s
-            .failover_order(&list[2])
-            .iter()
-            .map(|b| b.name().to_string())
-            .collect();
-        assert_eq!(order, ["b3", "b0", "b1"]);
     }
 
     #[test]

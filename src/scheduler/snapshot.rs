@@ -36,7 +36,8 @@ pub(crate) struct Snapshot {
     pub(crate) up: Box<[usize]>,
     /// The smooth weighted round-robin cycle over the backends in `up`:
     /// positions in `list`, one per unit of weight (after dividing their
-    /// weights by their gcd). Empty when none is available.
+    /// weights by their gcd). Empty when none is available, or when the
+    /// algorithm is not weighted round robin.
     pub(crate) cycle: Box<[u32]>,
     /// Per backend, the hash of its name (rendezvous hashing).
     pub(crate) keys: Box<[u64]>,
@@ -56,11 +57,20 @@ impl Snapshot {
         let up: Box<[usize]> = (0..list.len())
             .filter(|&i| list[i].is_available())
             .collect();
-        let up_weights: Vec<u32> = up.iter().map(|&i| weights[i]).collect();
-        let cycle = weighted::smooth_cycle(&up_weights)
-            .into_iter()
-            .map(|k| up[k as usize] as u32)
-            .collect();
+        // Only weighted round robin reads the cycle, the costly part (a
+        // change of algorithm builds a new snapshot): fail-over builds
+        // snapshots of its own (`failover.rs`) and pays only for its
+        // algorithm's.
+        let cycle = match algorithm {
+            Algorithm::WeightedRoundRobin => {
+                let up_weights: Vec<u32> = up.iter().map(|&i| weights[i]).collect();
+                weighted::smooth_cycle(&up_weights)
+                    .into_iter()
+                    .map(|k| up[k as usize] as u32)
+                    .collect()
+            }
+            _ => Box::default(),
+        };
         let keys = list.iter().map(|b| ip_hash::hash_name(b.name())).collect();
         let uniform = weights.windows(2).all(|w| w[0] == w[1]);
         let ramp = Ramp::of(&list, ramp_ms);
