@@ -84,14 +84,7 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 
 /// Equal bytes, compared in a time that depends on the lengths only.
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut diff = 0u8;
-    for (x, y) in a.iter().zip(b) {
-        diff |= x ^ y;
-    }
-    diff == 0
+    subtle::ConstantTimeEq::ct_eq(a, b).into()
 }
 
 #[cfg(test)]
