@@ -267,57 +267,19 @@ impl fmt::Display for Short {
 
 /// A `SystemTime` as RFC 3339 in UTC with milliseconds:
 /// `2026-12-01T09:53:20.123Z`. Truncated to the millisecond (rounding up
-/// could turn 23:59:59.9999 into the next day).
+/// could turn 23:59:59.9999 into the next day), as jiff prints a
+/// timestamp at a given precision; jiff keeps the calendar.
 pub(super) struct Rfc3339(pub(super) SystemTime);
 
 impl fmt::Display for Rfc3339 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const MS_PER_DAY: i128 = 86_400_000;
-        let ms = unix_millis(self.0);
-        // Every `SystemTime` is within ±2^63 seconds, so its days fit an i64.
-        let days = ms.div_euclid(MS_PER_DAY) as i64;
-        let ms_of_day = ms.rem_euclid(MS_PER_DAY);
-        let (year, month, day) = civil_from_days(days);
-        let secs = ms_of_day / 1_000;
-        write!(
-            f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-            secs / 3_600,
-            secs / 60 % 60,
-            secs % 60,
-            ms_of_day % 1_000
-        )
+        // jiff covers the years -9999 to 9999; a clock outside them is
+        // wrong anyway, and is printed as the nearest end of that range.
+        let time = jiff::Timestamp::try_from(self.0).unwrap_or(if self.0 < UNIX_EPOCH {
+            jiff::Timestamp::MIN
+        } else {
+            jiff::Timestamp::MAX
+        });
+        write!(f, "{time:.3}")
     }
-}
-
-/// Milliseconds since 1970-01-01T00:00:00Z, rounded down (towards the past,
-/// also before 1970).
-fn unix_millis(t: SystemTime) -> i128 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(after) => after.as_millis() as i128,
-        Err(before) => -(before.duration().as_nanos().div_ceil(1_000_000) as i128),
-    }
-}
-
-/// The proleptic Gregorian date `(year, month 1..=12, day 1..=31)` of the
-/// day `days` after 1970-01-01 (negative: before it).
-///
-/// Howard Hinnant's `civil_from_days`
-/// (<https://howardhinnant.github.io/date_algorithms.html>): counting from
-/// 0000-03-01, so that the leap day is the last day of its year, the
-/// calendar repeats every 400-year *era* of 146 097 days; inside an era the
-/// year comes from the day count corrected for the leap days of every 4th,
-/// 100th and 400th year, and a month from a line through the month lengths
-/// of March to February (31 30 31 30 31 31 30 31 30 31 31 28/29).
-pub(super) fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468; // days since 0000-03-01
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // day of era, 0..=146_096
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365; // 0..=399
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // day of the March year, 0..=365
-    let mp = (5 * doy + 2) / 153; // month from March, 0..=11
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }

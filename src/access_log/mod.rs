@@ -245,7 +245,7 @@ impl Drop for Inner {
 #[cfg(test)]
 mod tests {
 
-    use super::format::{civil_from_days, Rfc3339, Short};
+    use super::format::{Rfc3339, Short};
     use super::*;
     use crate::proxy::pump;
     use std::fs::File;
@@ -330,34 +330,49 @@ mod tests {
         }
     }
 
-    /// civil_from_days agrees with a calendar walked one day at a time, 400
-    /// years each way from 1970 (a whole era, so every leap rule is crossed).
+    /// The date printed agrees with a calendar walked one day at a time,
+    /// 400 years each way from 1970 (a whole era, so every leap rule is
+    /// crossed), at the day's first and last millisecond.
     #[test]
-    fn civil_from_days_matches_a_day_by_day_walk() {
-        let (mut y, mut m, mut d) = (1970, 1, 1);
-        for days in 0..146_097 {
-            assert_eq!(civil_from_days(days), (y, m, d), "day {days}");
-            d += 1;
-            if d > month_len(y, m) {
-                d = 1;
-                m += 1;
-                if m > 12 {
-                    m = 1;
-                    y += 1;
+    fn dates_match_a_day_by_day_walk() {
+        let day = |days: i64, ms_of_day: u64| {
+            let start = Duration::from_secs(days.unsigned_abs() * 86_400);
+            let midnight = if days < 0 {
+                UNIX_EPOCH - start
+            } else {
+                UNIX_EPOCH + start
+            };
+            rfc3339(midnight + Duration::from_millis(ms_of_day))
+        };
+        for (range, step) in [(0..=146_097i64, 1), (-146_097..=0, -1)] {
+            let (mut y, mut m, mut d) = (1970, 1, 1);
+            let days: Vec<i64> = if step > 0 {
+                range.collect()
+            } else {
+                range.rev().collect()
+            };
+            for days in days {
+                let date = format!("{y:04}-{m:02}-{d:02}");
+                assert_eq!(day(days, 0), format!("{date}T00:00:00.000Z"));
+                assert_eq!(day(days, 86_399_999), format!("{date}T23:59:59.999Z"));
+                if step > 0 {
+                    d += 1;
+                    if d > month_len(y, m) {
+                        (d, m) = (1, m + 1);
+                        if m > 12 {
+                            (m, y) = (1, y + 1);
+                        }
+                    }
+                } else {
+                    d -= 1;
+                    if d == 0 {
+                        m -= 1;
+                        if m == 0 {
+                            (m, y) = (12, y - 1);
+                        }
+                        d = month_len(y, m);
+                    }
                 }
-            }
-        }
-        let (mut y, mut m, mut d) = (1970, 1, 1);
-        for days in (-146_097..=0).rev() {
-            assert_eq!(civil_from_days(days), (y, m, d), "day {days}");
-            d -= 1;
-            if d == 0 {
-                m -= 1;
-                if m == 0 {
-                    m = 12;
-                    y -= 1;
-                }
-                d = month_len(y, m);
             }
         }
     }

@@ -56,42 +56,20 @@ fn credential(value: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-/// Standard base64 (RFC 4648, padding optional); `None` when malformed.
+/// Standard base64 (RFC 4648), padding optional; `None` when malformed,
+/// non-canonical trailing bits included.
 fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let text = text.trim_end_matches('=');
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in text.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    // Six bits left over can come from no valid encoding.
-    (bits < 6).then_some(out)
+    use base64::engine::{general_purpose, DecodePaddingMode, Engine as _, GeneralPurpose};
+    const STANDARD_ANY_PADDING: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        general_purpose::PAD.with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    STANDARD_ANY_PADDING.decode(text).ok()
 }
 
 /// Equal bytes, compared in a time that depends on the lengths only.
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut diff = 0u8;
-    for (x, y) in a.iter().zip(b) {
-        diff |= x ^ y;
-    }
-    diff == 0
+    subtle::ConstantTimeEq::ct_eq(a, b).into()
 }
 
 #[cfg(test)]
@@ -149,5 +127,7 @@ mod tests {
         assert_eq!(base64_decode("Zm9vYmFy").unwrap(), b"foobar");
         assert!(base64_decode("Z").is_none());
         assert!(base64_decode("Zm9v YmFy").is_none());
+        // "Zg==" with its unused low bits set.
+        assert!(base64_decode("Zh==").is_none());
     }
 }

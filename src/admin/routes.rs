@@ -496,25 +496,14 @@ fn typed(text: &str) -> Value {
     }
 }
 
-/// `%XX` sequences decoded (an IPv6 backend is `%5B::1%5D:8001` in a URL);
-/// `None` when the result is not UTF-8.
+/// `%XX` sequences decoded (an IPv6 backend is `%5B::1%5D:8001` in a URL),
+/// a `%` not followed by two hex digits kept as it is; `None` when the
+/// result is not UTF-8.
 fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8(out).ok()
+    let decoded = percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .ok()?;
+    Some(decoded.into_owned())
 }
 
 #[cfg(test)]

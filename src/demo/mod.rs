@@ -4,53 +4,78 @@
 //! work with nothing else installed, and `rodizio backend --listen ADDR`
 //! runs one alone (the "backend role" of the health-check article). Every
 //! request gets `200 OK` with `Handled by server NAME\n`; `GET /health`
-//! gets `OK\n`; `HEAD` gets the headers only. This file is the accept loop
-//! and the answers; `request.rs` reads a request within its bounds (8 KiB a
-//! line, 16 KiB a head) and refuses what it cannot read with `400`, `414`,
-//! `431`, `501` or `505`. `docs/security.md` ("The demo backend") lists
-//! its bounds.
+//! gets `OK\n`; `HEAD` gets the headers only. HTTP/1 is hyper's, as on the
+//! admin listener: it reads each head within [`MAX_HEAD`] and answers what
+//! it cannot read with `400` or `431`; this file accepts, bounds and
+//! answers. `docs/security.md` ("The demo backend") lists its bounds.
 //!
 //! # Threads
 //!
-//! One accept thread, and one thread per connection as in the balancer, at
-//! most [`DEFAULT_MAX_CONNECTIONS`] at once (a client over it gets `503`
-//! from the accept thread, with one non-blocking write); a request must
-//! arrive within 60 s. Accept errors are logged at most once a second.
+//! One thread (`rodizio-demo`) runs a one-thread tokio runtime: the accept
+//! loop and every connection, interleaved, none of them blocking; at most
+//! [`DEFAULT_MAX_CONNECTIONS`] connections at once (a client over it gets
+//! `503` from the accept loop, with one non-blocking write). A request's
+//! head must arrive within 60 s, and its body within 60 s more; answers
+//! the client takes no byte of for 60 s end its connection. Accept errors are
+//! logged at most once a second. On shutdown the listener closes and the
+//! connections already accepted finish on a thread of their own
+//! (`rodizio-demo-rest`).
 //!
 //! # Corresponds to the C article
 //!
 //! No C counterpart: the article uses `python3 -m http.server 8001` (and
 //! 8002, 8003) as its backends. Those still work; this one saves the setup.
 
-mod request;
-
-use std::io::{self, BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode, Version};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
 
 use crate::error::{Error, Result};
 use crate::reply;
 use crate::shutdown::Shutdown;
 use crate::throttle::{self, LogThrottle};
-use request::{read_head, skip_body, Deadline, Stop};
 
-/// A demo connection idle this long is closed, and a request, head and
-/// body, must have arrived this long after the backend began waiting for
-/// it (see [`DemoBackend::request_timeout`]): a client trickling a byte now
-/// and then cannot keep a connection, and its thread, for ever.
+/// How long a request's head may take to arrive, counted from when the
+/// backend begins waiting for it (a keep-alive connection idle that long
+/// is closed), its body after the head, and an answer to be taken by the
+/// client (see [`DemoBackend::request_timeout`]). A client trickling a
+/// byte now and then, or never reading, cannot keep a connection for ever.
 const IDLE: Duration = Duration::from_secs(60);
-/// After refusing a request, how long what the client still sends is read
+/// After a connection ends, how long what the client still sends is read
 /// and discarded before the socket is closed (see [`linger`]).
 const LINGER: Duration = Duration::from_secs(2);
 
-/// Most connections one demo backend serves at once, one thread each
-/// (see [`DemoBackend::max_connections`]). 1024 is the usual soft limit of
-/// open files (`ulimit -n`), which the process would reach about there
-/// anyway, and far more than `ab -c` or `wrk -c` use in the article.
+/// Largest request head (request line and header lines), and largest
+/// trailer section of a chunked body, in bytes; also the most a connection
+/// buffers (hyper's smallest read buffer is 8 KiB).
+pub const MAX_HEAD: usize = 16 * 1024;
+
+/// Most connections one demo backend serves at once (see
+/// [`DemoBackend::max_connections`]). 1024 is the usual soft limit of open
+/// files (`ulimit -n`), which the process would reach about there anyway,
+/// and far more than `ab -c` or `wrk -c` use in the article.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// Stack of the thread that runs the runtime: hyper's state lives in the
+/// tasks, on the heap, but is polled on this stack (as the admin thread's).
+const STACK: usize = 1024 * 1024;
 
 /// Pause after an `accept(2)` error that is not the client's doing
 /// (`EMFILE`): retrying at once would spin on it.
@@ -64,32 +89,10 @@ too many connections, retry\r\n";
 /// A bound demo backend, ready to [`serve`](DemoBackend::serve).
 #[derive(Debug)]
 pub struct DemoBackend {
-    listener: TcpListener,
+    listener: std::net::TcpListener,
     name: Arc<str>,
     max_connections: usize,
     request_timeout: Duration,
-}
-
-/// One connection's place among the [`DemoBackend::max_connections`]:
-/// given back when dropped, however its thread ends (or if it never
-/// starts).
-struct Slot(Arc<AtomicUsize>);
-
-impl Slot {
-    /// Takes a place if fewer than `max` are taken.
-    fn take(open: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
-        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < max).then_some(n + 1)
-        })
-        .ok()
-        .map(|_| Slot(Arc::clone(open)))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl DemoBackend {
@@ -99,7 +102,8 @@ impl DemoBackend {
     ///
     /// [`Error::Bind`] when the address cannot be bound.
     pub fn bind(addr: SocketAddr, name: Option<String>) -> Result<DemoBackend> {
-        let listener = TcpListener::bind(addr).map_err(|source| Error::Bind { addr, source })?;
+        let listener =
+            std::net::TcpListener::bind(addr).map_err(|source| Error::Bind { addr, source })?;
         let local = listener
             .local_addr()
             .map_err(|e| Error::io("reading the demo backend's address", e))?;
@@ -111,9 +115,10 @@ impl DemoBackend {
         })
     }
 
-    /// Closes a connection whose next request has not wholly arrived (head
-    /// and body) `timeout` after the backend began waiting for it, instead
-    /// of 60 s.
+    /// Closes a connection whose next request head has not wholly arrived
+    /// `timeout` after the backend began waiting for it, whose body has not
+    /// `timeout` after its head, or whose client has taken no byte of its
+    /// answers for `timeout`, instead of 60 s.
     pub fn request_timeout(mut self, timeout: Duration) -> DemoBackend {
         self.request_timeout = timeout;
         self
@@ -122,7 +127,9 @@ impl DemoBackend {
     /// Serves at most `n` connections at once (at least 1) instead of
     /// [`DEFAULT_MAX_CONNECTIONS`].
     pub fn max_connections(mut self, n: usize) -> DemoBackend {
-        self.max_connections = n.max(1);
+        // A semaphore's and `acquire_many`'s own bounds, far above any
+        // number of descriptors.
+        self.max_connections = n.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
         self
     }
 
@@ -137,64 +144,38 @@ impl DemoBackend {
             .map_err(|e| Error::io("reading the demo backend's address", e))
     }
 
-    /// Serves until `shutdown` is triggered.
+    /// Serves until `shutdown` is triggered; the connections already
+    /// accepted then finish on a thread of their own.
     pub fn serve(self, shutdown: &Shutdown) {
-        if let Ok(addr) = self.listener.local_addr() {
-            shutdown.wake_on_trigger(addr);
-        }
-        let open = Arc::new(AtomicUsize::new(0));
-        let errors_log = LogThrottle::new(Duration::from_secs(1));
-        let busy_log = LogThrottle::new(Duration::from_secs(1));
-        for conn in self.listener.incoming() {
-            if shutdown.is_triggered() {
-                break;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build();
+        let runtime = match runtime {
+            Ok(runtime) => runtime,
+            Err(err) => {
+                log::error!("demo backend {}: cannot start: {err}", self.name);
+                return;
             }
-            let stream = match conn {
-                Ok(stream) => stream,
-                Err(err) => {
-                    if !matches!(
-                        err.kind(),
-                        io::ErrorKind::ConnectionAborted | io::ErrorKind::Interrupted
-                    ) {
-                        if let Some(others) = errors_log.event(Instant::now()) {
-                            log::error!(
-                                "demo backend: accept failed: {err}; retrying every \
-                                 {ACCEPT_BACKOFF:?}{}",
-                                throttle::more(others)
-                            );
-                        }
-                        thread::sleep(ACCEPT_BACKOFF);
-                    }
-                    continue;
-                }
-            };
-            let Some(slot) = Slot::take(&open, self.max_connections) else {
-                if let Some(others) = busy_log.event(Instant::now()) {
-                    log::warn!(
-                        "demo backend {}: {} connections at once, the most it serves; \
-                         answering 503{}",
-                        self.name,
-                        self.max_connections,
-                        throttle::more(others)
-                    );
-                }
-                reply::reply_at_once(&stream, REPLY_BUSY);
-                continue;
-            };
-            let name = Arc::clone(&self.name);
-            let timeout = self.request_timeout;
-            let spawned = thread::Builder::new()
-                .name("rodizio-demo".into())
-                .stack_size(64 * 1024)
-                .spawn(move || {
-                    let _slot = slot;
-                    if let Err(err) = serve_connection(stream, &name, timeout) {
-                        log::debug!("demo backend {name}: {err}");
-                    }
-                });
-            if let Err(err) = spawned {
-                log::warn!("demo backend: cannot start a thread: {err}");
-            }
+        };
+        let stop = Arc::new(Notify::new());
+        let hook = Arc::clone(&stop);
+        // `notify_one` keeps its wake-up for a loop not waiting yet.
+        shutdown.on_trigger(move || hook.notify_one());
+        let slots = Arc::new(Semaphore::new(self.max_connections));
+        let all = self.max_connections as u32;
+        runtime.block_on(self.accept_loop(&stop, &slots));
+        let rest = move || {
+            runtime.block_on(async move {
+                let _ = slots.acquire_many(all).await;
+            });
+        };
+        let finishing = thread::Builder::new()
+            .name("rodizio-demo-rest".into())
+            .stack_size(STACK)
+            .spawn(rest);
+        if let Err(err) = finishing {
+            log::debug!("demo backend: its open connections are cut: {err}");
         }
     }
 
@@ -205,94 +186,289 @@ impl DemoBackend {
     /// [`Error::Io`] when the thread cannot be started.
     pub fn spawn(self, shutdown: Shutdown) -> Result<thread::JoinHandle<()>> {
         thread::Builder::new()
-            .name("rodizio-demo-accept".into())
+            .name("rodizio-demo".into())
+            .stack_size(STACK)
             .spawn(move || self.serve(&shutdown))
             .map_err(|e| Error::io("starting a demo backend", e))
     }
-}
 
-/// Answers requests on one connection until the client closes, asks to
-/// close, sends something it refuses, or does not send a whole request
-/// within `timeout`.
-fn serve_connection(stream: TcpStream, name: &str, timeout: Duration) -> io::Result<()> {
-    stream.set_write_timeout(Some(IDLE))?;
-    stream.set_nodelay(true)?;
-    let mut writer = stream.try_clone()?;
-    let mut reader = BufReader::new(Deadline {
-        stream,
-        until: Instant::now(),
-    });
-    // One line buffer for the whole connection; it never grows past
-    // MAX_LINE bytes of content.
-    let mut line = Vec::new();
-    loop {
-        reader.get_mut().until = Instant::now() + timeout;
-        match serve_request(&mut reader, &mut writer, &mut line, name) {
-            Ok(true) => {}
-            Ok(false) | Err(Stop::Closed) => return Ok(()),
-            Err(Stop::Io(err)) => return Err(err),
-            Err(Stop::Reject(reject)) => {
-                let status = reject.status();
-                respond(&mut writer, status, &format!("{status}\n"), false, true)?;
-                linger(&writer);
-                return Ok(());
+    /// Accepts until `stop`, each connection a task holding one of
+    /// `slots`; the listener is closed on return.
+    async fn accept_loop(self, stop: &Notify, slots: &Arc<Semaphore>) {
+        let listener = match self
+            .listener
+            .set_nonblocking(true)
+            .and_then(|()| TcpListener::from_std(self.listener))
+        {
+            Ok(listener) => listener,
+            Err(err) => {
+                log::error!("demo backend {}: cannot listen: {err}", self.name);
+                return;
+            }
+        };
+        let site = Arc::new(Site {
+            name: self.name,
+            request_timeout: self.request_timeout,
+        });
+        let errors_log = LogThrottle::new(Duration::from_secs(1));
+        let busy_log = LogThrottle::new(Duration::from_secs(1));
+        loop {
+            let accepted = tokio::select! {
+                () = stop.notified() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let err = match accepted {
+                Ok((stream, _)) => {
+                    match Arc::clone(slots).try_acquire_owned() {
+                        Ok(slot) => drop(tokio::spawn(serve_connection(
+                            stream,
+                            Arc::clone(&site),
+                            slot,
+                        ))),
+                        Err(_) => {
+                            if let Some(others) = busy_log.event(Instant::now()) {
+                                log::warn!(
+                                    "demo backend {}: {} connections at once, the most it \
+                                     serves; answering 503{}",
+                                    site.name,
+                                    self.max_connections,
+                                    throttle::more(others)
+                                );
+                            }
+                            if let Ok(stream) = stream.into_std() {
+                                reply::reply_at_once(&stream, REPLY_BUSY);
+                            }
+                        }
+                    }
+                    continue;
+                }
+                Err(err) => err,
+            };
+            if matches!(
+                err.kind(),
+                io::ErrorKind::ConnectionAborted | io::ErrorKind::Interrupted
+            ) {
+                continue;
+            }
+            if let Some(others) = errors_log.event(Instant::now()) {
+                log::error!(
+                    "demo backend: accept failed: {err}; retrying every \
+                     {ACCEPT_BACKOFF:?}{}",
+                    throttle::more(others)
+                );
+            }
+            tokio::select! {
+                () = stop.notified() => return,
+                () = tokio::time::sleep(ACCEPT_BACKOFF) => {}
             }
         }
     }
 }
 
-/// Reads one request, its body included, and answers it. Returns whether
-/// the connection stays open for another.
-fn serve_request<R: BufRead>(
-    reader: &mut R,
-    writer: &mut TcpStream,
-    line: &mut Vec<u8>,
-    name: &str,
-) -> std::result::Result<bool, Stop> {
-    let head = read_head(reader, line)?;
-    skip_body(reader, head.body, line)?;
-    let body = if head.request.target == "/health" {
+/// What every connection of one demo backend shares.
+struct Site {
+    name: Arc<str>,
+    request_timeout: Duration,
+}
+
+/// Serves one connection with hyper until the client closes, asks to
+/// close, sends something refused, or is too slow; then lingers.
+async fn serve_connection(stream: TcpStream, site: Arc<Site>, _slot: OwnedSemaphorePermit) {
+    // Small answers, each written whole: they should not wait on Nagle's
+    // algorithm at the client's end.
+    let _ = stream.set_nodelay(true);
+    let timeout = site.request_timeout;
+    let mut client = Client {
+        stream,
+        timeout,
+        stalled: None,
+    };
+    let name = Arc::clone(&site.name);
+    let service = service_fn(move |request| {
+        let site = Arc::clone(&site);
+        async move { answer(&site, request).await }
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeout)
+        .max_buf_size(MAX_HEAD)
+        .max_header_size(MAX_HEAD)
+        .title_case_headers(true)
+        .auto_date_header(false);
+    let served = builder
+        .serve_connection(TokioIo::new(&mut client), service)
+        .await;
+    if let Err(err) = served {
+        log::debug!("demo backend {name}: {err}");
+    }
+    linger(&mut client.stream).await;
+}
+
+/// One request: its body read and discarded (so that the next request is
+/// read from where it starts), then the answer. An `Err` closes the
+/// connection without one: the client left, or was too slow.
+async fn answer(site: &Site, request: Request<Incoming>) -> io::Result<Response<Full<Bytes>>> {
+    let keep_alive = keeps_alive(&request);
+    let health = request.uri() == "/health";
+    let mut body = request.into_body();
+    let skip = async {
+        while let Some(frame) = body.frame().await {
+            frame?;
+        }
+        Ok::<(), hyper::Error>(())
+    };
+    match tokio::time::timeout(site.request_timeout, skip).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) if is_malformed(&err) => {
+            return Ok(respond(StatusCode::BAD_REQUEST, None, false));
+        }
+        Ok(Err(err)) => return Err(io::Error::other(err)),
+        Err(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the request body did not arrive in time",
+            ))
+        }
+    }
+    let text = if health {
         "OK\n".to_string()
     } else {
-        format!("Handled by server {name}\n")
+        format!("Handled by server {}\n", site.name)
     };
-    let keep_alive = head.keep_alive();
-    let send_body = head.request.method != "HEAD";
-    respond(writer, "200 OK", &body, keep_alive, send_body)?;
-    Ok(keep_alive)
+    // hyper sends no body to a `HEAD`; the `Content-Length` set here stays.
+    Ok(respond(StatusCode::OK, Some(text), keep_alive))
 }
 
-/// Writes one response. `send_body` is false for `HEAD`, which gets the
-/// headers a `GET` would get, `Content-Length` included, and no body.
-fn respond(
-    out: &mut TcpStream,
-    status: &str,
-    body: &str,
-    keep_alive: bool,
-    send_body: bool,
-) -> io::Result<()> {
+/// Whether a body error is the client's bytes (a bad chunk), answered
+/// `400`, rather than the connection ending or failing.
+fn is_malformed(err: &hyper::Error) -> bool {
+    let source = std::error::Error::source(err);
+    source
+        .and_then(|s| s.downcast_ref::<io::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e.kind(),
+                io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData
+            )
+        })
+}
+
+/// Whether the connection stays open after the answer: by default on
+/// HTTP/1.1, on request on HTTP/1.0, never after `Connection: close`.
+fn keeps_alive(request: &Request<Incoming>) -> bool {
+    let (mut close, mut asked) = (false, false);
+    let values = request.headers().get_all(CONNECTION).into_iter();
+    for value in values.filter_map(|v| v.to_str().ok()) {
+        for option in value.split(',').map(str::trim) {
+            close |= option.eq_ignore_ascii_case("close");
+            asked |= option.eq_ignore_ascii_case("keep-alive");
+        }
+    }
+    !close && (request.version() >= Version::HTTP_11 || asked)
+}
+
+/// An answer with `text` (or the status line's words and a newline), as
+/// plain text, with its length and the `Connection` it keeps.
+fn respond(status: StatusCode, text: Option<String>, keep_alive: bool) -> Response<Full<Bytes>> {
+    let text = text.unwrap_or_else(|| format!("{status}\n"));
+    let length = text.len();
+    let mut response = Response::new(Full::new(Bytes::from(text)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
     let connection = if keep_alive { "keep-alive" } else { "close" };
-    let mut response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
-         Connection: {connection}\r\n\r\n",
-        body.len()
-    );
-    if send_body {
-        response.push_str(body);
-    }
-    // One write for the whole response: headers and body in separate small
-    // writes would wait on Nagle's algorithm at the client's end.
-    out.write_all(response.as_bytes())?;
-    if !keep_alive {
-        let _ = out.shutdown(std::net::Shutdown::Write);
-    }
-    Ok(())
+    headers.insert(CONNECTION, HeaderValue::from_static(connection));
+    response
 }
 
-/// Reads and discards what the client still sends, until it closes or
-/// [`LINGER`] has passed: see [`crate::reply::drain_until`].
-fn linger(stream: &TcpStream) {
-    crate::reply::drain_until(stream, Instant::now() + LINGER);
+/// Shuts the write side, then reads and discards what the client still
+/// sends, until it closes or [`LINGER`] has passed: closing with unread
+/// bytes would make the kernel send a reset, which can destroy the last
+/// answer (a refusal, most often) before the client reads it.
+async fn linger(stream: &mut TcpStream) {
+    let _ = socket2::SockRef::from(&*stream).shutdown(std::net::Shutdown::Write);
+    let mut sink = [0u8; 2048];
+    let drain = async {
+        while stream.readable().await.is_ok() {
+            match stream.try_read(&mut sink) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => break,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
+}
+
+/// The client's socket as hyper sees it: a write (or flush) that makes no
+/// progress for the request timeout fails, so a client that sends requests and never
+/// reads the answers cannot hold its connection for ever.
+struct Client {
+    stream: TcpStream,
+    timeout: Duration,
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl Client {
+    /// The socket could not take more: waits, up to `timeout` since it first
+    /// could not.
+    fn stall<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(self.timeout)));
+        match stalled.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client has not read its answers",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncRead for Client {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Client {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        match Pin::new(&mut me.stream).poll_write(cx, buf) {
+            Poll::Pending => me.stall(cx),
+            done => {
+                me.stalled = None;
+                done
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        match Pin::new(&mut me.stream).poll_flush(cx) {
+            Poll::Pending => me.stall(cx),
+            done => {
+                me.stalled = None;
+                done
+            }
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
 }
 
 #[cfg(test)]

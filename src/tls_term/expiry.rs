@@ -1,5 +1,4 @@
-//! A certificate's `notAfter`, read by a small DER walk to the validity
-//! field (RFC 5280, 4.1): no X.509 library is pulled in for one date.
+//! A certificate's `notAfter` (RFC 5280, 4.1), read with x509-cert.
 //!
 //! # Threads
 //!
@@ -9,109 +8,61 @@
 //!
 //! No C counterpart.
 
-/// One DER element: its tag and contents, and what follows it.
-fn element(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = der.split_first()?;
-    let (&first, mut rest) = rest.split_first()?;
-    let len = if first < 0x80 {
-        usize::from(first)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let mut len = 0usize;
-        for &b in &rest[..n] {
-            len = (len << 8) | usize::from(b);
-        }
-        rest = &rest[n..];
-        len
-    };
-    if rest.len() < len {
-        return None;
-    }
-    Some((tag, &rest[..len], &rest[len..]))
-}
+use x509_cert::der::Decode;
+use x509_cert::Certificate;
 
-const SEQUENCE: u8 = 0x30;
-const UTC_TIME: u8 = 0x17;
-const GENERALIZED_TIME: u8 = 0x18;
-
-/// The `notAfter` of a DER certificate, in seconds since the Unix epoch.
+/// The `notAfter` of a DER certificate, in seconds since the Unix epoch;
+/// `None` when the bytes are not one certificate.
 pub(super) fn not_after(der: &[u8]) -> Option<i64> {
-    let (SEQUENCE, cert, _) = element(der)? else {
-        return None;
-    };
-    let (SEQUENCE, mut tbs, _) = element(cert)? else {
-        return None;
-    };
-    // [0] version, when present.
-    if tbs.first() == Some(&0xa0) {
-        tbs = element(tbs)?.2;
-    }
-    // serialNumber, signature, issuer.
-    for _ in 0..3 {
-        tbs = element(tbs)?.2;
-    }
-    let (SEQUENCE, validity, _) = element(tbs)? else {
-        return None;
-    };
-    let (_, _, rest) = element(validity)?; // notBefore
-    let (tag, time, _) = element(rest)?;
-    parse_time(tag, std::str::from_utf8(time).ok()?)
-}
-
-/// `YYMMDDHHMMSSZ` (UTCTime, 1950..2049) or `YYYYMMDDHHMMSSZ`
-/// (GeneralizedTime) in seconds since the epoch.
-fn parse_time(tag: u8, text: &str) -> Option<i64> {
-    let digits = text.strip_suffix('Z')?;
-    if !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let (year, rest) = match (tag, digits.len()) {
-        (UTC_TIME, 12) => {
-            let yy: i64 = digits[..2].parse().ok()?;
-            (if yy < 50 { 2000 + yy } else { 1900 + yy }, &digits[2..])
-        }
-        (GENERALIZED_TIME, 14) => (digits[..4].parse().ok()?, &digits[4..]),
-        _ => return None,
-    };
-    let field = |i: usize| rest[i..i + 2].parse::<i64>().ok();
-    let (month, day) = (field(0)?, field(2)?);
-    let (hour, minute, second) = (field(4)?, field(6)?, field(8)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
-        return None;
-    }
-    Some(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second)
-}
-
-/// Days since 1970-01-01 of a date of the proleptic Gregorian calendar
-/// (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let cert = Certificate::from_der(der).ok()?;
+    let not_after = cert.tbs_certificate.validity.not_after;
+    i64::try_from(not_after.to_unix_duration().as_secs()).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+
+    /// Self-signed P-256 certificates made with `openssl req -x509`:
+    /// `notAfter` 2036-11-30T19:27:59Z, a UTCTime.
+    const UTC_TIME: &str = "\
+-----BEGIN CERTIFICATE-----
+MIIBgjCCASegAwIBAgIUfwj1rNXlxJ1S4BknhEG1QIA6jzAwCgYIKoZIzj0EAwIw
+FjEUMBIGA1UEAwwLZXhwaXJ5LnRlc3QwHhcNMjYxMjAzMTkyNzU5WhcNMzYxMTMw
+MTkyNzU5WjAWMRQwEgYDVQQDDAtleHBpcnkudGVzdDBZMBMGByqGSM49AgEGCCqG
+SM49AwEHA0IABJo+2WVWUk334KSjOy1RsEMsvBU//Z/s2JRbzi6j/hxB9Og4YRzC
+tU+nc0IbsoIX6PWAkMRNLIYniPskGgvqXlGjUzBRMB0GA1UdDgQWBBTQTLoTdJ66
+lfRb3Kqr4cq7kxjvAzAfBgNVHSMEGDAWgBTQTLoTdJ66lfRb3Kqr4cq7kxjvAzAP
+BgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0kAMEYCIQDaxXrDr/KlH+UNJbCu
+kJWgrURLClao4c9pqbyC0YfVngIhAL2jlAiUtVB2s/KH2oE5VncCuW/EDOTfLH/r
+oXwiv4QA
+-----END CERTIFICATE-----";
+    /// `notAfter` 2109-01-22T19:27:59Z, a GeneralizedTime (after 2049).
+    const GENERALIZED_TIME: &str = "\
+-----BEGIN CERTIFICATE-----
+MIIBgzCCASmgAwIBAgIUGPu+BXpwkk9K+09m04uWhf9FKNIwCgYIKoZIzj0EAwIw
+FjEUMBIGA1UEAwwLZXhwaXJ5LnRlc3QwIBcNMjYxMjAzMTkyNzU5WhgPMjEwOTAx
+MjIxOTI3NTlaMBYxFDASBgNVBAMMC2V4cGlyeS50ZXN0MFkwEwYHKoZIzj0CAQYI
+KoZIzj0DAQcDQgAECm+NnMlhYFmIiceyxmR7moy5T60HMqqUUIqLqazR1o0MvXAO
+pwVDktaRfCGlFnIoA5mPmAdNY00VR1I6NScUSqNTMFEwHQYDVR0OBBYEFIm/d2Q4
+Gq5eKWdQgSZ6+eXvFeI+MB8GA1UdIwQYMBaAFIm/d2Q4Gq5eKWdQgSZ6+eXvFeI+
+MA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDSAAwRQIgGf9MwPW11Nq3hEjs
+ZAAOvV88MVUfASb5y6EUe/oGfGQCIQCoXEHW5myO2vDXuRChvoYfy0V2hzkhpha/
+Nr8Tdv15BQ==
+-----END CERTIFICATE-----";
+
+    fn der(pem: &str) -> Vec<u8> {
+        CertificateDer::from_pem_slice(pem.as_bytes())
+            .unwrap()
+            .to_vec()
+    }
 
     #[test]
     fn dates_in_both_notations() {
-        assert_eq!(parse_time(UTC_TIME, "700101000000Z"), Some(0));
-        assert_eq!(parse_time(UTC_TIME, "491231235959Z"), Some(2_524_607_999));
-        assert_eq!(
-            parse_time(GENERALIZED_TIME, "20380119031408Z"),
-            Some(2_147_483_648)
-        );
-        assert_eq!(parse_time(UTC_TIME, "70010100000Z"), None);
-        assert_eq!(parse_time(UTC_TIME, "701301000000Z"), None);
-        assert_eq!(parse_time(GENERALIZED_TIME, "700101000000Z"), None);
+        assert_eq!(not_after(&der(UTC_TIME)), Some(2_111_686_079));
+        assert_eq!(not_after(&der(GENERALIZED_TIME)), Some(4_388_326_079));
     }
 
     proptest::proptest! {
@@ -120,16 +71,24 @@ mod tests {
         #[test]
         fn any_bytes_give_a_date_or_none(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
             let _ = not_after(&bytes);
-            let mut wrapped = vec![SEQUENCE, 0x82, 0xff, 0xff, SEQUENCE, 0x84, 0x7f, 0xff, 0xff, 0xff];
+            let mut wrapped = vec![0x30, 0x82, 0xff, 0xff, 0x30, 0x84, 0x7f, 0xff, 0xff, 0xff];
             wrapped.extend_from_slice(&bytes);
             proptest::prop_assert_eq!(not_after(&wrapped), None);
         }
 
-        /// Any text after either time tag: a time or None.
+        /// A real certificate cut anywhere, or with any one byte changed:
+        /// a date or None, no panic.
         #[test]
-        fn any_time_text_gives_a_time_or_none(text in ".{0,20}") {
-            let _ = parse_time(UTC_TIME, &text);
-            let _ = parse_time(GENERALIZED_TIME, &text);
+        fn a_damaged_certificate_gives_a_date_or_none(
+            at in 0usize..1000,
+            byte in proptest::num::u8::ANY,
+        ) {
+            let cert = der(UTC_TIME);
+            let at = at % cert.len();
+            proptest::prop_assert_eq!(not_after(&cert[..at]), None);
+            let mut changed = cert.clone();
+            changed[at] = byte;
+            let _ = not_after(&changed);
         }
     }
 
