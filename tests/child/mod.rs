@@ -1,9 +1,11 @@
-//! The rodizio binary as a child process with its admin API, for the tests
-//! of the operator's tools (`tests/runtime_config.rs`, `tests/hostile/
-//! tools.rs`): started with a config file, its ports learned from what it
-//! prints (both are port 0), killed by its PID on drop; plain HTTP/1.1
-//! calls to its admin API; and one-shot runs of the binary with a
-//! deadline.
+//! The rodizio binary as a child process, for every test that runs the
+//! binary: [`BIN`]; [`command`] (the binary with its pipes set);
+//! [`Child`], started and stopped by its PID, its ports learned from what
+//! it prints (`-l 127.0.0.1:0`), its output printed when a test fails;
+//! [`run`], a one-shot run with a deadline; [`Scratch`], a directory of a
+//! test's own; and [`Rodizio`], a child with its admin API and plain
+//! HTTP/1.1 calls to it (`tests/runtime_config.rs`,
+//! `tests/hostile/tools.rs`).
 
 // Each test binary that includes it uses a part.
 #![allow(dead_code)]
@@ -11,20 +13,26 @@
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::common::{collect, connect, wait_for, Collected};
 
+/// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 /// Longest a start, a call or a one-shot run may take (a loaded machine).
 pub const WAIT: Duration = Duration::from_secs(30);
+/// The line the balancer prints on standard output once it listens:
+/// `Load balancer listening on port N (ADDR)`.
+pub const LISTENING: &str = "Load balancer listening on port ";
 
 /// A directory of its own for one test's files, removed on drop.
 pub struct Scratch(PathBuf);
 
 impl Scratch {
+    /// A new empty directory under the temporary directory, named after
+    /// `what`, the process and a counter.
     pub fn new(what: &str) -> Scratch {
         static N: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
@@ -32,8 +40,14 @@ impl Scratch {
             std::process::id(),
             N.fetch_add(1, Ordering::SeqCst)
         ));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.0
     }
 
     /// The path of `name` in the directory (written or not).
@@ -43,11 +57,20 @@ impl Scratch {
 
     /// Writes `text` to `name` in the directory (whole, then renamed into
     /// place, as an editor does); its path.
-    pub fn file(&self, name: &str, text: &[u8]) -> PathBuf {
+    pub fn file(&self, name: &str, text: impl AsRef<[u8]>) -> PathBuf {
         let path = self.0.join(name);
         let tmp = self.0.join(format!("{name}.tmp"));
         std::fs::write(&tmp, text).unwrap();
         std::fs::rename(&tmp, &path).unwrap();
+        path
+    }
+
+    /// A FIFO called `name` that nobody writes to; its path.
+    pub fn fifo(&self, name: &str) -> PathBuf {
+        let path = self.0.join(name);
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         path
     }
 }
@@ -58,7 +81,230 @@ impl Drop for Scratch {
     }
 }
 
-/// The balancer binary, running; killed by its PID on drop.
+/// `rodizio ARGS` with standard input closed, both outputs piped and
+/// `RUST_LOG=info` (a test adds to it, then hands it to [`Child::start`],
+/// [`Child::spawn`] or [`run_command`]).
+pub fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// The address after `marker` in `text`, up to a space, `)` or the end of
+/// the line.
+pub fn addr_after(text: &str, marker: &str) -> Option<SocketAddr> {
+    let rest = &text[text.find(marker)? + marker.len()..];
+    let end = rest.find([' ', ')', '\n']).unwrap_or(rest.len());
+    rest[..end].trim().parse().ok()
+}
+
+/// Where the balancer listens, from its `Load balancer listening on port
+/// N (ADDR)` line in `stdout`: ADDR, or `127.0.0.1:N` when the line has no
+/// address.
+pub fn listening_addr(stdout: &str) -> Option<SocketAddr> {
+    let line = stdout.lines().find_map(|l| l.strip_prefix(LISTENING))?;
+    let addr = line
+        .split_once('(')
+        .and_then(|(_, rest)| rest.split(')').next()?.parse().ok());
+    let port = line.split_whitespace().next()?.parse::<u16>().ok()?;
+    Some(addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], port))))
+}
+
+/// The binary running as a child process: stopped (killed) by its PID and
+/// reaped on drop; both outputs collected as they come, and printed when
+/// the test that started it fails.
+pub struct Child {
+    process: std::process::Child,
+    /// Its standard output so far.
+    pub stdout: Collected,
+    /// Its standard error (the log) so far.
+    pub stderr: Collected,
+    /// Where its balancer listens ([`Child::start`]; `0.0.0.0:0` after
+    /// [`Child::spawn`] until [`Child::listening`]).
+    pub addr: SocketAddr,
+    /// How far [`Child::next_log`] has read the log.
+    seen: usize,
+}
+
+impl Child {
+    /// Spawns `command` (its outputs piped here) without waiting for
+    /// anything.
+    pub fn spawn(command: &mut Command) -> Child {
+        let mut process = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rodizio");
+        let stdout = collect(process.stdout.take().unwrap());
+        let stderr = collect(process.stderr.take().unwrap());
+        Child {
+            process,
+            stdout,
+            stderr,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            seen: 0,
+        }
+    }
+
+    /// Spawns `command` and waits (at most [`WAIT`]) for its listening
+    /// line; fails the test with its output when it exits or stays silent.
+    pub fn start(command: &mut Command) -> Child {
+        let mut child = Child::spawn(command);
+        child.listening();
+        child
+    }
+
+    /// `rodizio --allow-root ARGS` ([`command`]), started.
+    pub fn balancer(args: &[&str]) -> Child {
+        Child::start(&mut command(&[&["--allow-root"], args].concat()))
+    }
+
+    /// Waits (at most [`WAIT`]) for the listening line; its address, kept
+    /// in [`Child::addr`]. Fails the test with the output when the child
+    /// exits or stays silent.
+    pub fn listening(&mut self) -> SocketAddr {
+        let mut addr = None;
+        let up = wait_for(WAIT, || {
+            addr = listening_addr(&self.stdout.text());
+            addr.is_some() || !self.alive()
+        });
+        match addr.filter(|_| up) {
+            Some(addr) => {
+                self.addr = addr;
+                addr
+            }
+            None => panic!(
+                "rodizio did not start:\n{}{}",
+                self.stdout.text(),
+                self.stderr.text()
+            ),
+        }
+    }
+
+    /// Its process ID.
+    pub fn pid(&self) -> u32 {
+        self.process.id()
+    }
+
+    /// Sends `signal` to it, by its PID.
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on the child this test started, by its PID.
+        assert_eq!(unsafe { libc::kill(self.pid() as libc::pid_t, signal) }, 0);
+    }
+
+    /// Whether it is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.process.try_wait(), Ok(None))
+    }
+
+    /// Waits at most `timeout` for it to exit; how it ended, or `None`
+    /// while it still runs.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let mut status = None;
+        wait_for(timeout, || {
+            status = self.process.try_wait().ok().flatten();
+            status.is_some()
+        });
+        status
+    }
+
+    /// SIGTERM, then waits (at most [`WAIT`]) for the exit and the end of
+    /// both outputs; how it ended.
+    pub fn stop(&mut self) -> ExitStatus {
+        self.signal(libc::SIGTERM);
+        let status = self
+            .wait_exit(WAIT)
+            .unwrap_or_else(|| panic!("rodizio did not exit: {}", self.stderr.text()));
+        self.stdout.wait_end(WAIT);
+        self.stderr.wait_end(WAIT);
+        status
+    }
+
+    /// What it wrote on standard error so far.
+    pub fn log(&self) -> String {
+        self.stderr.text()
+    }
+
+    /// The next whole log line, after those this has returned, that
+    /// contains `needle`; fails the test after [`WAIT`].
+    pub fn next_log(&mut self, needle: &str) -> String {
+        let mut found = None;
+        let seen = &mut self.seen;
+        let stderr = &self.stderr;
+        wait_for(WAIT, || {
+            found = stderr.next_line(seen, needle);
+            found.is_some()
+        });
+        found.unwrap_or_else(|| panic!("no {needle:?} in the log:\n{}", self.stderr.text()))
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if let Ok(None) = self.process.try_wait() {
+            let _ = self.process.kill();
+        }
+        let _ = self.process.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- rodizio (pid {}) stdout ---\n{}--- stderr ---\n{}---",
+                self.process.id(),
+                self.stdout.text(),
+                self.stderr.text()
+            );
+        }
+    }
+}
+
+/// How a one-shot run ended.
+pub struct Ended {
+    pub status: ExitStatus,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `rodizio ARGS` (with `RUST_LOG=warn`) to its end; see
+/// [`run_command`].
+pub fn run(args: &[&str]) -> Ended {
+    run_command(command(args).env("RUST_LOG", "warn"))
+}
+
+/// Runs `command` to its end, with a deadline: killed by its PID, and the
+/// test failed with what it wrote, past [`WAIT`].
+pub fn run_command(command: &mut Command) -> Ended {
+    run_within(command, WAIT)
+}
+
+/// Runs `command` to its end, with a deadline: killed by its PID, and the
+/// test failed with what it wrote, past `limit`.
+pub fn run_within(command: &mut Command, limit: Duration) -> Ended {
+    let mut child = Child::spawn(command);
+    let Some(status) = child.wait_exit(limit) else {
+        panic!(
+            "{command:?} still running after {limit:?}:\n{}{}",
+            child.stdout.text(),
+            child.stderr.text()
+        );
+    };
+    child.stdout.wait_end(WAIT);
+    child.stderr.wait_end(WAIT);
+    Ended {
+        status,
+        code: status.code(),
+        stdout: child.stdout.text(),
+        stderr: child.stderr.text(),
+    }
+}
+
+/// The balancer binary with its admin API, running; killed by its PID on
+/// drop.
 pub struct Rodizio {
     child: Child,
     pub stderr: Collected,
@@ -68,60 +314,25 @@ pub struct Rodizio {
     pub admin: SocketAddr,
 }
 
-impl Drop for Rodizio {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// The address after `marker` in `text`, up to a space or `)`.
-fn addr_after(text: &str, marker: &str) -> Option<SocketAddr> {
-    let rest = &text[text.find(marker)? + marker.len()..];
-    let end = rest.find([' ', ')', '\n']).unwrap_or(rest.len());
-    rest[..end].parse().ok()
-}
-
 impl Rodizio {
     /// Starts `rodizio --allow-root ARGS -c CONFIG` (the file turns the
     /// admin API on, on port 0) and waits for both of its ports.
     pub fn start(config: &Path, args: &[&str]) -> Rodizio {
-        let mut child = Command::new(BIN)
-            .arg("--allow-root")
-            .args(args)
-            .arg("-c")
-            .arg(config)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start rodizio");
-        let stdout = collect(child.stdout.take().unwrap());
-        let stderr = collect(child.stderr.take().unwrap());
-        let mut ports = None;
+        let mut command = command(&[&["--allow-root"], args, &["-c"]].concat());
+        let child = Child::start(command.arg(config));
+        let mut admin = None;
         let up = wait_for(WAIT, || {
-            let out = stdout.text();
-            let addr = addr_after(&out, "Load balancer listening on port ").or_else(|| {
-                // `... on port N (ADDR)`: the address in parentheses.
-                addr_after(&out, "(")
-            });
-            let admin = addr_after(&stderr.text(), "admin API listening on ");
-            ports = addr.zip(admin);
-            ports.is_some() || matches!(child.try_wait(), Ok(Some(_)))
+            admin = addr_after(&child.log(), "admin API listening on ");
+            admin.is_some()
         });
-        let Some((addr, admin)) = ports.filter(|_| up) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("rodizio did not start: {}{}", stdout.text(), stderr.text());
+        let Some(admin) = admin.filter(|_| up) else {
+            panic!("rodizio's admin API did not start: {}", child.log());
         };
         Rodizio {
-            child,
-            stderr,
-            addr,
+            stderr: child.stderr.clone(),
+            addr: child.addr,
             admin,
+            child,
         }
     }
 
@@ -132,7 +343,7 @@ impl Rodizio {
 
     /// The process's ID.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.pid()
     }
 }
 
@@ -158,46 +369,4 @@ pub fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Str
         Ok((status, body.to_string()))
     };
     attempt().unwrap_or_else(|e| (0, e.to_string()))
-}
-
-/// How a one-shot run ended.
-pub struct Ended {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-/// Runs `rodizio ARGS` to its end; killed by its PID, and the test failed,
-/// past [`WAIT`].
-pub fn run(args: &[&str]) -> Ended {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start rodizio");
-    let stdout = collect(child.stdout.take().unwrap());
-    let stderr = collect(child.stderr.take().unwrap());
-    let mut code = None;
-    let ended = wait_for(WAIT, || match child.try_wait() {
-        Ok(Some(status)) => {
-            code = status.code();
-            true
-        }
-        _ => false,
-    });
-    if !ended {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("rodizio {args:?} still running after {WAIT:?}");
-    }
-    stdout.wait_end(WAIT);
-    stderr.wait_end(WAIT);
-    Ended {
-        code,
-        stdout: stdout.text(),
-        stderr: stderr.text(),
-    }
 }
