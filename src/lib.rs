@@ -162,6 +162,8 @@
 //! - `privileges`: `user` and `group`, taken once every socket is bound;
 //!   no serving as root unless told to.
 //! - `error`: [`Error`].
+//! - `test_support` (tests only): what the unit tests share, a loopback
+//!   socket pair.
 //!
 //! Every module is public, on purpose: this crate is also read as a
 //! companion to the article, and its tests and readers reach every part
@@ -251,6 +253,9 @@ pub mod tls_term;
 pub mod trace;
 pub mod units;
 pub mod waitlist;
+
+#[cfg(test)]
+mod test_support;
 
 pub use balancer::Balancer;
 pub use config::Config;
