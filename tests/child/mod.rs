@@ -165,6 +165,36 @@ impl Child {
         Child::start(&mut command(&[&["--allow-root"], args].concat()))
     }
 
+    /// `rodizio -l 127.0.0.1:0 --allow-root ARGS`, after `prepare` has
+    /// adjusted the command (resource limits, say), started.
+    pub fn on_loopback(args: &[&str], prepare: impl FnOnce(&mut Command)) -> Child {
+        let mut command = command(&[&["-l", "127.0.0.1:0", "--allow-root"], args].concat());
+        prepare(&mut command);
+        Child::start(&mut command)
+    }
+
+    /// Waits (at most [`WAIT`]) for `marker ADDR` on its standard output
+    /// (`Demo backend listening on `, say); ADDR, kept in [`Child::addr`].
+    /// Fails the test with the output when the child exits or stays silent.
+    pub fn printed(&mut self, marker: &str) -> SocketAddr {
+        let mut addr = None;
+        let up = wait_for(WAIT, || {
+            addr = addr_after(&self.stdout.text(), marker);
+            addr.is_some() || !self.alive()
+        });
+        match addr.filter(|_| up) {
+            Some(addr) => {
+                self.addr = addr;
+                addr
+            }
+            None => panic!(
+                "no {marker:?} from rodizio:\n{}{}",
+                self.stdout.text(),
+                self.stderr.text()
+            ),
+        }
+    }
+
     /// Waits (at most [`WAIT`]) for the listening line; its address, kept
     /// in [`Child::addr`]. Fails the test with the output when the child
     /// exits or stays silent.
@@ -224,6 +254,45 @@ impl Child {
         self.stdout.wait_end(WAIT);
         self.stderr.wait_end(WAIT);
         status
+    }
+
+    /// Its open descriptors now.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .unwrap()
+            .count()
+    }
+
+    /// Its threads now.
+    pub fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid()))
+            .unwrap()
+            .count()
+    }
+
+    /// Where its admin API listens, as its log says (with `--admin`).
+    pub fn admin(&self) -> SocketAddr {
+        let mut admin = None;
+        wait_for(WAIT, || {
+            admin = addr_after(&self.log(), "admin API listening on ");
+            admin.is_some()
+        });
+        admin.unwrap_or_else(|| panic!("no admin API address in the log: {}", self.log()))
+    }
+
+    /// One counter of its admin API's `/metrics` (`rodizio_NAME`).
+    pub fn metric(&self, name: &str) -> u64 {
+        let body = crate::common::http_get(self.admin(), "/metrics")
+            .unwrap()
+            .body;
+        let wanted = format!("rodizio_{name}");
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| {
+                let (key, value) = l.split_once(' ')?;
+                (key.split('{').next()? == wanted).then(|| value.trim().parse().ok())?
+            })
+            .unwrap_or_else(|| panic!("no {wanted} in /metrics:\n{body}"))
     }
 
     /// What it wrote on standard error so far.

@@ -2,82 +2,30 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::balancer_port::{reset, BIN};
-use crate::common::{self, connect, request, until, wait_for, Demo};
+use crate::balancer_port::reset;
+use crate::child::{self, Child};
+use crate::common::{self, connect, request, until, Demo};
 
-/// `rodizio backend --listen 127.0.0.1:0` as a child, killed (by its PID)
-/// and reaped on drop.
-struct DemoChild {
-    child: std::process::Child,
-    addr: SocketAddr,
-    stderr: common::Collected,
+/// `rodizio backend --listen 127.0.0.1:0` as a child, after `prepare` has
+/// adjusted the command; returns once it says where it listens.
+fn start_demo(prepare: impl FnOnce(&mut Command)) -> Child {
+    let mut command = child::command(&["backend", "--listen", "127.0.0.1:0", "--name", "child"]);
+    prepare(&mut command);
+    let mut demo = Child::spawn(&mut command);
+    demo.printed("Demo backend listening on ");
+    demo
 }
 
-impl DemoChild {
-    /// Starts it after `prepare` has adjusted the command; returns once it
-    /// says where it listens.
-    fn start(prepare: impl FnOnce(&mut Command)) -> DemoChild {
-        let mut command = Command::new(BIN);
-        command
-            .args(["backend", "--listen", "127.0.0.1:0", "--name", "child"])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        prepare(&mut command);
-        let mut child = command.spawn().expect("start rodizio backend");
-        let stderr = common::collect(child.stderr.take().unwrap());
-        let stdout = common::collect(child.stdout.take().unwrap());
-        let find = || {
-            stdout
-                .text()
-                .lines()
-                .find_map(|l| l.strip_prefix("Demo backend listening on "))
-                .and_then(|a| a.trim().parse::<SocketAddr>().ok())
-        };
-        let mut demo = DemoChild {
-            child,
-            addr: "127.0.0.1:1".parse().unwrap(),
-            stderr,
-        };
-        if !wait_for(Duration::from_secs(20), || find().is_some()) {
-            panic!("rodizio backend did not start: {}", demo.stderr.text());
-        }
-        demo.addr = find().unwrap();
-        demo
-    }
-
-    /// Its threads now.
-    fn threads(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
-            .unwrap()
-            .count()
-    }
-
-    /// User plus system CPU time so far, in clock ticks.
-    fn cpu_ticks(&self) -> u64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        let rest = &stat[stat.rfind(')').unwrap() + 1..];
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-    }
-
-    fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for DemoChild {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
+/// User plus system CPU time of `child` so far, in clock ticks.
+fn cpu_ticks(child: &Child) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.pid())).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
 /// Sends `bytes` and reads everything until the demo backend closes;
@@ -158,9 +106,9 @@ fn rss(pid: u32) -> u64 {
 /// Its resident memory grows by less than 4 MiB for all that.
 #[test]
 fn huge_request_heads_are_refused_with_bounded_memory() {
-    let demo = DemoChild::start(|_| {});
+    let demo = start_demo(|_| {});
     assert_eq!(request(demo.addr).unwrap(), "child");
-    let before = rss(demo.child.id());
+    let before = rss(demo.pid());
     for (start, fill, expected) in [
         (&b"GET /"[..], &b"aaaaaaaa"[..], "HTTP/1.1 414 URI Too Long"),
         (
@@ -176,7 +124,7 @@ fn huge_request_heads_are_refused_with_bounded_memory() {
             "still taking bytes after {took:?}"
         );
     }
-    let grown = rss(demo.child.id()).saturating_sub(before);
+    let grown = rss(demo.pid()).saturating_sub(before);
     assert!(grown < 4 * 1024 * 1024, "grew by {grown} bytes");
     assert_eq!(request(demo.addr).unwrap(), "child");
 }
@@ -290,7 +238,7 @@ fn lying_content_lengths_are_refused_or_cut() {
 /// the next client.
 #[test]
 fn resets_mid_request_leave_it_serving() {
-    let mut demo = DemoChild::start(|_| {});
+    let mut demo = start_demo(|_| {});
     let idle = demo.threads();
     for i in 0..50 {
         let mut s = connect(demo.addr).unwrap();
@@ -316,7 +264,7 @@ const DEMO_MAX_CONNECTIONS: usize = 1024;
 /// each. Once the idle ones leave, it serves again.
 #[test]
 fn many_idle_connections_are_bounded() {
-    let mut demo = DemoChild::start(|_| {});
+    let mut demo = start_demo(|_| {});
     let idle = demo.threads();
     let mut held: Vec<TcpStream> = Vec::new();
     for _ in 0..DEMO_MAX_CONNECTIONS {
@@ -353,16 +301,16 @@ fn many_idle_connections_are_bounded() {
 /// again.
 #[test]
 fn out_of_descriptors_it_backs_off_and_recovers() {
-    let mut demo = DemoChild::start(|c| common::limit_in_child(c, libc::RLIMIT_NOFILE, 32));
+    let mut demo = start_demo(|c| common::limit_in_child(c, libc::RLIMIT_NOFILE, 32));
     let held: Vec<TcpStream> = (0..40).map(|_| connect(demo.addr).unwrap()).collect();
     until("out of descriptors", || {
         demo.stderr.text().contains("Too many open files")
     });
-    let (ticks, started) = (demo.cpu_ticks(), Instant::now());
+    let (ticks, started) = (cpu_ticks(&demo), Instant::now());
     let second = Duration::from_secs(1);
     // Measuring over a second of wall time is the point here.
     thread::sleep(second);
-    let used = demo.cpu_ticks() - ticks;
+    let used = cpu_ticks(&demo) - ticks;
     let elapsed_ticks = started.elapsed().as_millis() as u64 / 10;
     assert!(
         used * 2 < elapsed_ticks,
