@@ -206,7 +206,7 @@ fn log_until(child: &mut Child, needle: &str) -> Vec<String> {
 
 /// SIGTERM, then all of its log up to the exit.
 fn stop(mut child: Child) -> Vec<String> {
-    child.stop();
+    assert!(child.stop().is_some(), "rodizio did not exit");
     child.log().lines().map(String::from).collect()
 }
 

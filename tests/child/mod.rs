@@ -244,16 +244,26 @@ impl Child {
         status
     }
 
-    /// SIGTERM, then waits (at most [`WAIT`]) for the exit and the end of
-    /// both outputs; how it ended.
-    pub fn stop(&mut self) -> ExitStatus {
-        self.signal(libc::SIGTERM);
-        let status = self
-            .wait_exit(WAIT)
-            .unwrap_or_else(|| panic!("rodizio did not exit: {}", self.stderr.text()));
+    /// SIGTERM, then waits (at most [`WAIT`]) for the exit, killing it by
+    /// its PID past that, and for the end of both outputs; how it ended
+    /// (`None`: it had to be killed).
+    pub fn stop(&mut self) -> Option<ExitStatus> {
+        if self.alive() {
+            self.signal(libc::SIGTERM);
+        }
+        let status = self.wait_exit(WAIT);
+        if status.is_none() {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+        }
         self.stdout.wait_end(WAIT);
         self.stderr.wait_end(WAIT);
         status
+    }
+
+    /// Both of its outputs so far: standard output, then the log.
+    pub fn output(&self) -> String {
+        format!("{}{}", self.stdout.text(), self.stderr.text())
     }
 
     /// Its open descriptors now.

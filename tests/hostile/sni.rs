@@ -14,8 +14,9 @@ use rodizio::Config;
 
 use crate::balancer_port::reset;
 use crate::child::Child;
+use crate::child::Scratch;
 use crate::common::{self, connect, until, TestBackend, TestBalancer};
-use crate::config_file::{refused, Scratch};
+use crate::config_file::refused;
 use crate::peers::{free_port, loopback};
 
 /// A balancer with one service routed by SNI (`a.test`, no default) on a
@@ -271,7 +272,7 @@ fn a_thousand_bad_clients_hold_no_worker_and_the_binary_stays_bounded() {
 /// names, two defaults on one address, and a default without names.
 #[test]
 fn bad_sni_settings_are_refused_in_one_line() {
-    let dir = Scratch::new();
+    let dir = Scratch::new("hostile-sni");
     let svc = |name: &str, extra: &str| {
         format!(
             r#"{{"name": "{name}", "listen": "127.0.0.1:9443", "backends": ["127.0.0.1:1"]{extra}}}"#
