@@ -132,15 +132,27 @@ pub struct Child {
 }
 
 impl Child {
-    /// Spawns `command` (its outputs piped here) without waiting for
-    /// anything.
+    /// Spawns `command` (its outputs piped here, its standard input
+    /// empty) without waiting for anything.
     pub fn spawn(command: &mut Command) -> Child {
+        Child::spawn_fed(command, Vec::new())
+    }
+
+    /// Spawns `command` with `input` on its standard input, written by a
+    /// thread of the test and then closed (a failed write is fine: the
+    /// child may exit before it reads it all).
+    pub fn spawn_fed(command: &mut Command, input: Vec<u8>) -> Child {
         let mut process = command
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start rodizio");
+        if let Some(mut stdin) = process.stdin.take() {
+            std::thread::spawn(move || {
+                let _ = stdin.write_all(&input);
+            });
+        }
         let stdout = collect(process.stdout.take().unwrap());
         let stderr = collect(process.stderr.take().unwrap());
         Child {
@@ -364,10 +376,21 @@ pub fn run_command(command: &mut Command) -> Ended {
 /// Runs `command` to its end, with a deadline: killed by its PID, and the
 /// test failed with what it wrote, past `limit`.
 pub fn run_within(command: &mut Command, limit: Duration) -> Ended {
-    let mut child = Child::spawn(command);
+    finish(Child::spawn(command), limit)
+}
+
+/// Runs `command` with `input` on its standard input (written by a thread,
+/// then closed) to its end, with a deadline, as [`run_within`].
+pub fn run_fed(command: &mut Command, input: Vec<u8>, limit: Duration) -> Ended {
+    finish(Child::spawn_fed(command, input), limit)
+}
+
+/// Waits at most `limit` for `child` to exit, then for the end of its
+/// outputs.
+fn finish(mut child: Child, limit: Duration) -> Ended {
     let Some(status) = child.wait_exit(limit) else {
         panic!(
-            "{command:?} still running after {limit:?}:\n{}{}",
+            "rodizio still running after {limit:?}:\n{}{}",
             child.stdout.text(),
             child.stderr.text()
         );
