@@ -361,6 +361,18 @@ pub struct Ended {
     pub stderr: String,
 }
 
+impl Ended {
+    /// The same as the standard library's `Output` (for a test that reads
+    /// the bytes).
+    pub fn output(self) -> std::process::Output {
+        std::process::Output {
+            status: self.status,
+            stdout: self.stdout.into_bytes(),
+            stderr: self.stderr.into_bytes(),
+        }
+    }
+}
+
 /// Runs `rodizio ARGS` (with `RUST_LOG=warn`) to its end; see
 /// [`run_command`].
 pub fn run(args: &[&str]) -> Ended {
