@@ -292,6 +292,15 @@ impl Child {
             .count()
     }
 
+    /// User plus system CPU time of the whole process so far, in clock
+    /// ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        let rest = &stat[stat.rfind(')').unwrap() + 1..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    }
+
     /// Where its admin API listens, as its log says (with `--admin`).
     pub fn admin(&self) -> SocketAddr {
         let mut admin = None;

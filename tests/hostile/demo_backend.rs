@@ -20,14 +20,6 @@ fn start_demo(prepare: impl FnOnce(&mut Command)) -> Child {
     demo
 }
 
-/// User plus system CPU time of `child` so far, in clock ticks.
-fn cpu_ticks(child: &Child) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.pid())).unwrap();
-    let rest = &stat[stat.rfind(')').unwrap() + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
 /// Sends `bytes` and reads everything until the demo backend closes;
 /// returns the status line of the first response (or `""`).
 fn first_status(addr: SocketAddr, bytes: &[u8]) -> String {
@@ -306,11 +298,11 @@ fn out_of_descriptors_it_backs_off_and_recovers() {
     until("out of descriptors", || {
         demo.stderr.text().contains("Too many open files")
     });
-    let (ticks, started) = (cpu_ticks(&demo), Instant::now());
+    let (ticks, started) = (demo.cpu_ticks(), Instant::now());
     let second = Duration::from_secs(1);
     // Measuring over a second of wall time is the point here.
     thread::sleep(second);
-    let used = cpu_ticks(&demo) - ticks;
+    let used = demo.cpu_ticks() - ticks;
     let elapsed_ticks = started.elapsed().as_millis() as u64 / 10;
     assert!(
         used * 2 < elapsed_ticks,
