@@ -216,11 +216,7 @@ fn the_file_form_and_probe_name_the_check_target() {
         ep.port()
     );
     std::fs::write(&path, text).unwrap();
-    let out = Command::new(BIN)
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = child::output(Command::new(BIN).arg("check-config").arg(&path));
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -245,11 +241,7 @@ fn the_file_form_and_probe_name_the_check_target() {
         ep.port()
     );
     std::fs::write(&path, services).unwrap();
-    let out = Command::new(BIN)
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = child::output(Command::new(BIN).arg("check-config").arg(&path));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -258,10 +250,14 @@ fn the_file_form_and_probe_name_the_check_target() {
     );
     assert!(err.contains("health_expect"), "{err}");
     let spec = format!("{db},check_port={}", ep.port());
-    let out = Command::new(BIN)
-        .args(["probe", &spec, "--timeout", "2s", "--path", "/primary"])
-        .output()
-        .unwrap();
+    let out = child::output(Command::new(BIN).args([
+        "probe",
+        &spec,
+        "--timeout",
+        "2s",
+        "--path",
+        "/primary",
+    ]));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.contains(&format!(

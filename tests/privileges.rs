@@ -148,18 +148,18 @@ fn the_group_named_replaces_the_users_own() {
 #[test]
 fn root_with_no_user_is_refused() {
     assert_root();
-    let out = Command::new(BIN)
-        .args([
-            "-l",
-            "127.0.0.1:0",
-            "-b",
-            "127.0.0.1:1",
-            "--health-check",
-            "off",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run rodizio");
+    let out = child::output(
+        Command::new(BIN)
+            .args([
+                "-l",
+                "127.0.0.1:0",
+                "-b",
+                "127.0.0.1:1",
+                "--health-check",
+                "off",
+            ])
+            .stdin(Stdio::null()),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -214,18 +214,18 @@ fn a_reload_reads_the_file_as_the_new_user() {
 /// A user this host does not know is refused before anything is bound.
 #[test]
 fn an_unknown_user_is_refused_in_one_line() {
-    let out = Command::new(BIN)
-        .args([
-            "-l",
-            "127.0.0.1:0",
-            "-b",
-            "127.0.0.1:1",
-            "--user",
-            "no-such-user-here",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run rodizio");
+    let out = child::output(
+        Command::new(BIN)
+            .args([
+                "-l",
+                "127.0.0.1:0",
+                "-b",
+                "127.0.0.1:1",
+                "--user",
+                "no-such-user-here",
+            ])
+            .stdin(Stdio::null()),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(

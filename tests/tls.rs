@@ -16,6 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use child::Child;
+use child::BIN;
 use common::{wait_for, Demo, TestBackend, TestBalancer};
 use rodizio::tls_term::CertList;
 use tls_certs::{connect, served, subject_of, Certs, Pair};
@@ -200,19 +201,19 @@ fn a_bad_certificate_at_start_up_exits_2_in_one_line() {
         ),
     ];
     for (flag, want) in cases {
-        let out = Command::new(child::BIN)
-            .args([
-                "--allow-root",
-                "-l",
-                "127.0.0.1:0",
-                "-b",
-                "127.0.0.1:9",
-                "--tls-cert",
-                &flag,
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let out = child::output(
+            Command::new(BIN)
+                .args([
+                    "--allow-root",
+                    "-l",
+                    "127.0.0.1:0",
+                    "-b",
+                    "127.0.0.1:9",
+                    "--tls-cert",
+                    &flag,
+                ])
+                .stdin(Stdio::null()),
+        );
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         assert_eq!(out.status.code(), Some(2), "{flag}: {err}");
         assert!(err.contains(want), "{flag}: {err}");
@@ -404,12 +405,12 @@ fn tls_settings_per_service() {
         ),
     )
     .unwrap();
-    let out = Command::new(child::BIN)
-        .arg("check-config")
-        .arg(&file)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = child::output(
+        Command::new(BIN)
+            .arg("check-config")
+            .arg(&file)
+            .stdin(Stdio::null()),
+    );
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),

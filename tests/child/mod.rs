@@ -394,6 +394,12 @@ pub fn run_command(command: &mut Command) -> Ended {
     run_within(command, WAIT)
 }
 
+/// `command.output()` with a deadline ([`run_command`]): standard input
+/// empty, both outputs captured.
+pub fn output(command: &mut Command) -> std::process::Output {
+    run_command(command).output()
+}
+
 /// Runs `command` to its end, with a deadline: killed by its PID, and the
 /// test failed with what it wrote, past `limit`.
 pub fn run_within(command: &mut Command, limit: Duration) -> Ended {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::common::{self, http_get, limit_in_child, wait_for, TestBackend, IO_TIMEOUT};
 use crate::peers::temp_dir;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
+use crate::child::BIN;
 
 /// A file of `n` services on `127.0.0.1:0`, each in front of `backend`,
 /// with the admin API on.
@@ -194,7 +194,7 @@ fn names_and_nesting_made_to_hurt_are_refused_in_one_line() {
         ),
     ] {
         std::fs::write(&path, &text).unwrap();
-        let out = Command::new(BIN).arg("check-config").arg(&path).output().unwrap();
+        let out = crate::child::output(Command::new(BIN).arg("check-config").arg(&path));
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains(words), "{words}: {}", &err[..err.len().min(400)]);
