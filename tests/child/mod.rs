@@ -189,31 +189,22 @@ impl Child {
     /// (`Demo backend listening on `, say); ADDR, kept in [`Child::addr`].
     /// Fails the test with the output when the child exits or stays silent.
     pub fn printed(&mut self, marker: &str) -> SocketAddr {
-        let mut addr = None;
-        let up = wait_for(WAIT, || {
-            addr = addr_after(&self.stdout.text(), marker);
-            addr.is_some() || !self.alive()
-        });
-        match addr.filter(|_| up) {
-            Some(addr) => {
-                self.addr = addr;
-                addr
-            }
-            None => panic!(
-                "no {marker:?} from rodizio:\n{}{}",
-                self.stdout.text(),
-                self.stderr.text()
-            ),
-        }
+        self.wait_addr(marker, |out| addr_after(out, marker))
     }
 
     /// Waits (at most [`WAIT`]) for the listening line; its address, kept
     /// in [`Child::addr`]. Fails the test with the output when the child
     /// exits or stays silent.
     pub fn listening(&mut self) -> SocketAddr {
+        self.wait_addr(LISTENING, listening_addr)
+    }
+
+    /// Waits (at most [`WAIT`]) until `find` gives an address from its
+    /// standard output; that address, kept in [`Child::addr`].
+    fn wait_addr(&mut self, what: &str, find: impl Fn(&str) -> Option<SocketAddr>) -> SocketAddr {
         let mut addr = None;
         let up = wait_for(WAIT, || {
-            addr = listening_addr(&self.stdout.text());
+            addr = find(&self.stdout.text());
             addr.is_some() || !self.alive()
         });
         match addr.filter(|_| up) {
@@ -222,7 +213,7 @@ impl Child {
                 addr
             }
             None => panic!(
-                "rodizio did not start:\n{}{}",
+                "no {what:?} from rodizio:\n{}{}",
                 self.stdout.text(),
                 self.stderr.text()
             ),
