@@ -138,7 +138,7 @@ fn reloads_under_load_lose_nothing() {
 
     dir.file(
         "rodizio.json",
-        &file(
+        file(
             &format!(r#""{a_addr}", "{b_addr}""#),
             "weighted-round-robin",
         ),
@@ -180,7 +180,7 @@ fn reloads_under_load_lose_nothing() {
     at(500);
     dir.file(
         "rodizio.json",
-        &file(
+        file(
             &format!(r#""{a_addr},weight=2", "{b_addr}", "{c_addr}""#),
             "weighted-round-robin",
         ),
@@ -200,7 +200,7 @@ fn reloads_under_load_lose_nothing() {
     at(1000);
     dir.file(
         "rodizio.json",
-        &file(
+        file(
             &format!(r#""{a_addr},weight=2", "{c_addr}""#),
             "weighted-round-robin",
         ),
@@ -221,7 +221,7 @@ fn reloads_under_load_lose_nothing() {
     at(2000);
     dir.file(
         "rodizio.json",
-        &file(
+        file(
             &format!(r#""{a_addr}", "{c_addr},weight=3""#),
             "least_connections",
         ),
