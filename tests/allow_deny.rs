@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 
-use child::BIN;
+use child::{Scratch, BIN};
 use common::{until, TestBackend, TestBalancer, IO_TIMEOUT};
 use peers::connect_from;
 use rodizio::proxy_protocol::CidrList;
@@ -134,13 +134,13 @@ fn bad_networks_are_refused_in_words() {
         err.contains("'10.0.0.0/33': the prefix length must be 0..=32"),
         "{err}"
     );
-    let dir = peers::temp_dir("allow-deny");
+    let dir = Scratch::new("allow-deny");
     for (value, words) in [
         (r#""nonsense""#, "is not an IPv4 or IPv6 address"),
         ("5", "expected a string"),
         (r#""10.0.0.0/8,""#, "allow"),
     ] {
-        let path = dir.join("bad.json");
+        let path = dir.path("bad.json");
         std::fs::write(
             &path,
             format!(r#"{{"backends": ["127.0.0.1:1"], "allow": {value}}}"#),
@@ -159,5 +159,4 @@ fn bad_networks_are_refused_in_words() {
         );
         assert_eq!(err.lines().count(), 1, "{err}");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }

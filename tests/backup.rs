@@ -14,9 +14,9 @@ use std::net::SocketAddr;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use child::Child;
+use child::{Child, Scratch};
 use common::*;
-use peers::{free_port, loopback, need, temp_dir};
+use peers::{free_port, loopback, need};
 use rodizio::backend::BackendSpec;
 use rodizio::health::{CheckKind, HealthConfig};
 use rodizio::scheduler::Algorithm;
@@ -257,8 +257,8 @@ fn a_reload_turns_slow_start_on_and_the_backend_it_adds_ramps() {
     let b = Demo::start("127.0.0.1:0", "b");
     let c = Demo::start("127.0.0.1:0", "c");
     let admin = loopback(free_port());
-    let dir = temp_dir("backup-reload");
-    let path = dir.join("rodizio.json");
+    let dir = Scratch::new("backup-reload");
+    let path = dir.path("rodizio.json");
     let write = |extra: &str, backends: &str| {
         let text = format!(
             "{{\"listen\": \"127.0.0.1:0\", \"admin_listen\": \"{admin}\", \
@@ -309,5 +309,4 @@ fn a_reload_turns_slow_start_on_and_the_backend_it_adds_ramps() {
     }
     assert_eq!(total(admin, c.addr), 10);
     drop(rodizio);
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 
-use child::BIN;
+use child::{Scratch, BIN};
 use common::{until, TestBackend, TestBalancer, IO_TIMEOUT};
 use peers::connect_from;
 use rodizio::limiter::{RateLimitConfig, RateLimitReply};
@@ -171,9 +171,9 @@ fn bad_caps_are_refused_in_words() {
             "{value}: {err}"
         );
     }
-    let dir = peers::temp_dir("per-client");
+    let dir = Scratch::new("per-client");
     for value in ["0", "-3", r#""lots""#, "1.5"] {
-        let path = dir.join("bad.json");
+        let path = dir.path("bad.json");
         std::fs::write(
             &path,
             format!(r#"{{"backends": ["127.0.0.1:1"], "max_connections_per_client": {value}}}"#),
@@ -192,7 +192,6 @@ fn bad_caps_are_refused_in_words() {
         );
         assert_eq!(err.lines().count(), 1, "{err}");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Runs the binary with `args`, expecting it to refuse them at start-up:

@@ -16,7 +16,7 @@ use crate::peers::{free_ports, loopback};
 use rodizio::admin::{BODY_DEADLINE, HEAD_DEADLINE, IDLE_TIMEOUT, MAX_BODY, MAX_CONNECTIONS};
 use rodizio::Config;
 
-use crate::child::Child;
+use crate::child::{Child, Scratch};
 
 /// A socket with short timeouts: an attack that hangs the server fails
 /// the test instead of hanging it.
@@ -122,8 +122,8 @@ fn echo_ok(addr: SocketAddr, n: usize) -> bool {
 #[test]
 fn a_lying_content_length_is_answered_and_the_process_lives() {
     let echo = TestBackend::echo();
-    let dir = crate::peers::temp_dir("hostile-admin-token");
-    let token = dir.join("token");
+    let dir = Scratch::new("hostile-admin-token");
+    let token = dir.path("token");
     std::fs::write(&token, "tok\n").unwrap();
     for extra in [vec![], vec!["--admin-token-file", token.to_str().unwrap()]] {
         let mut lb = Rodizio::start(echo.addr(), &extra, None);

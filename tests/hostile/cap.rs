@@ -16,9 +16,8 @@ use rodizio::backend::BackendSpec;
 use rodizio::Config;
 
 use crate::common::{self, connect, http_get, until, wait_for, TestBackend, TestBalancer};
-use crate::peers::temp_dir;
 
-use crate::child::BIN;
+use crate::child::{Scratch, BIN};
 
 /// A backend that holds every connection until `gate` opens, then answers
 /// `ok` and closes (the gate is polled: nothing waits on a sleep's order).
@@ -106,8 +105,8 @@ fn caps_of_zero_huge_and_garbage_are_refused_in_one_line() {
             .args(["--max-queue", "99999999"]),
     );
     assert_eq!(out.status.code(), Some(2));
-    let dir = temp_dir("hostile-cap-file");
-    let path = dir.join("bad.json");
+    let dir = Scratch::new("hostile-cap-file");
+    let path = dir.path("bad.json");
     for bad in ["0", "100000000000000000000", "\"x\"", "-1", "1.5"] {
         let text = format!(
             r#"{{"backends": [{{"host": "127.0.0.1", "port": 9, "max_connections": {bad}}}]}}"#
@@ -120,7 +119,6 @@ fn caps_of_zero_huge_and_garbage_are_refused_in_one_line() {
         assert!(err.contains("max_connections"), "{bad}: {err}");
         assert!(!err.contains("usize"), "{bad}: {err}");
     }
-    let _ = std::fs::remove_dir_all(dir);
     // The admin API: 400 in one line, nothing added.
     let backend = TestBackend::echo();
     let lb = capped(backend.addr(), 1, 4);

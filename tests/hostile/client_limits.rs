@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::child::BIN;
+use crate::child::{Scratch, BIN};
 use crate::common::{until, wait_for, TestBackend, TestBalancer, IO_TIMEOUT};
 use crate::peers::connect_from;
 use rodizio::limiter::{Rate, RateLimitConfig};
@@ -152,8 +152,8 @@ fn a_throttled_slow_reader_that_resets_frees_its_worker_and_place() {
 /// one line and exit 2, as flags and as keys of the file.
 #[test]
 fn bad_rates_and_caps_are_refused_in_one_line() {
-    let dir = crate::peers::temp_dir("client-limits");
-    let path = dir.join("bad.json");
+    let dir = Scratch::new("client-limits");
+    let path = dir.path("bad.json");
     for (key, value) in [
         ("download_rate", r#""fast""#),
         ("download_rate", r#""-1""#),
@@ -179,7 +179,6 @@ fn bad_rates_and_caps_are_refused_in_one_line() {
         assert!(err.contains(&format!("`{key}`")), "{key} {value}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
     }
-    let _ = std::fs::remove_dir_all(dir);
     for flag in [
         "--download-rate=-1",
         "--upload-rate=lots",
@@ -209,8 +208,8 @@ fn refused_at_start(args: &[&str]) -> (Option<i32>, String) {
 fn a_bad_reload_keeps_the_running_caps() {
     use rodizio::config::{file, Overrides};
     use rodizio::reload::Reloader;
-    let dir = crate::peers::temp_dir("client-limits-reload");
-    let path = dir.join("rodizio.json");
+    let dir = Scratch::new("client-limits-reload");
+    let path = dir.path("rodizio.json");
     let good = r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"],
         "download_rate": "1MB", "max_connections_per_client": 4}"#;
     std::fs::write(&path, good).unwrap();
@@ -242,5 +241,4 @@ fn a_bad_reload_keeps_the_running_caps() {
     assert_eq!(running().upload_rate, Some(ByteRate(65536)));
     assert_eq!(running().download_rate, None);
     assert_eq!(running().max_connections_per_client, None);
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -11,9 +11,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::common::{http_get, limit_in_child, TestBackend, IO_TIMEOUT};
-use crate::peers::temp_dir;
 
-use crate::child::{self, Child, BIN};
+use crate::child::{self, Child, Scratch, BIN};
 
 /// A file of `n` services on `127.0.0.1:0`, each in front of `backend`,
 /// with the admin API on.
@@ -43,8 +42,8 @@ fn command(path: &Path) -> Command {
 #[test]
 fn a_hundred_services_under_a_small_descriptor_limit_fail_in_one_line() {
     let backend = TestBackend::echo();
-    let dir = temp_dir("hostile-services-fd");
-    let path = dir.join("many.json");
+    let dir = Scratch::new("hostile-services-fd");
+    let path = dir.path("many.json");
     many(&path, 100, backend.addr());
     let mut c = command(&path);
     limit_in_child(&mut c, libc::RLIMIT_NOFILE, 64);
@@ -54,14 +53,13 @@ fn a_hundred_services_under_a_small_descriptor_limit_fail_in_one_line() {
     let last = err.lines().last().unwrap_or_default();
     assert!(last.contains("Too many open files"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_hundred_services_each_serve_alone_with_one_accept_thread_each() {
     let backend = TestBackend::echo();
-    let dir = temp_dir("hostile-services-many");
-    let path = dir.join("many.json");
+    let dir = Scratch::new("hostile-services-many");
+    let path = dir.path("many.json");
     many(&path, 100, backend.addr());
     let mut child = Child::spawn(&mut command(&path));
     let admin = child.admin();
@@ -114,13 +112,12 @@ fn a_hundred_services_each_serve_alone_with_one_accept_thread_each() {
     let status = child.wait_exit(Duration::from_secs(20));
     let status = status.unwrap_or_else(|| panic!("did not stop: {}", child.log()));
     assert_eq!(status.code(), Some(0), "{}", child.log());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn names_and_nesting_made_to_hurt_are_refused_in_one_line() {
-    let dir = temp_dir("hostile-services-names");
-    let path = dir.join("bad.json");
+    let dir = Scratch::new("hostile-services-names");
+    let path = dir.path("bad.json");
     let long = "n".repeat(100_000);
     let mut nested =
         String::from(r#"{"name": "x", "listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"]}"#);
@@ -152,5 +149,4 @@ fn names_and_nesting_made_to_hurt_are_refused_in_one_line() {
         // The message is clipped: a long name is not echoed whole.
         assert!(err.len() < 2000, "{} bytes", err.len());
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
