@@ -1,11 +1,15 @@
-//! The rodizio binary as a child process, for every test that runs the
-//! binary: [`BIN`]; [`command`] (the binary with its pipes set);
-//! [`Child`], started and stopped by its PID, its ports learned from what
-//! it prints (`-l 127.0.0.1:0`), its output printed when a test fails;
-//! [`run`], a one-shot run with a deadline; [`Scratch`], a directory of a
-//! test's own; and [`Rodizio`], a child with its admin API and plain
-//! HTTP/1.1 calls to it (`tests/runtime_config.rs`,
-//! `tests/hostile/tools.rs`).
+//! The rodizio binary as a child process, for every test that runs it:
+//! [`BIN`] and [`command`] (the binary with its pipes set); [`Child`],
+//! started and stopped by its PID, its address learned from what it
+//! prints (`-l 127.0.0.1:0`), its log read in order, and both of its
+//! outputs printed when the test that started it fails; [`run`],
+//! [`run_within`], [`run_fed`] and [`output`], one-shot runs with a
+//! deadline; [`Scratch`], a directory of a test's own; and [`Rodizio`], a
+//! child with its admin API and plain HTTP/1.1 calls to it.
+//!
+//! Every child is read by threads (`common::collect`) and waited for with
+//! a deadline, so a child that hangs fails its test instead of the suite.
+//! It needs `mod common;` beside it.
 
 // Each test binary that includes it uses a part.
 #![allow(dead_code)]
