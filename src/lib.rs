@@ -202,6 +202,10 @@ pub mod trace;
 pub mod units;
 pub mod waitlist;
 
+/// What the unit tests share: a loopback pair of sockets.
+#[cfg(test)]
+mod test_support;
+
 pub use balancer::Balancer;
 pub use config::Config;
 pub use error::{Error, Result};

@@ -83,16 +83,9 @@ pub fn millis_rounded_up(d: Duration) -> i32 {
 mod tests {
     use super::*;
     use std::io::Write;
-    use std::net::{TcpListener, TcpStream};
     use std::os::unix::io::AsRawFd;
 
-    fn pair() -> (TcpStream, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (b, _) = listener.accept().unwrap();
-        a.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
-        (a, b)
-    }
+    use crate::test_support::pair;
 
     #[test]
     fn a_silent_socket_is_not_readable_by_its_deadline() {

@@ -3,6 +3,7 @@
 //! client is closed at once, counted and holds no worker; both lists are
 //! live.
 
+mod child;
 mod common;
 mod peers;
 
@@ -10,6 +11,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 
+use child::{Scratch, BIN};
 use common::{until, TestBackend, TestBalancer, IO_TIMEOUT};
 use peers::connect_from;
 use rodizio::proxy_protocol::CidrList;
@@ -119,34 +121,36 @@ fn behind_a_proxy_the_header_address_is_checked() {
 /// Bad networks are refused at start-up in words, as a flag and as a key.
 #[test]
 fn bad_networks_are_refused_in_words() {
-    let bin = env!("CARGO_BIN_EXE_rodizio");
-    let out = std::process::Command::new(bin)
-        .args(["--allow-root", "--deny", "10.0.0.0/33", "-b", "127.0.0.1:1"])
-        .output()
-        .unwrap();
+    let out = child::output(std::process::Command::new(BIN).args([
+        "--allow-root",
+        "--deny",
+        "10.0.0.0/33",
+        "-b",
+        "127.0.0.1:1",
+    ]));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
         err.contains("'10.0.0.0/33': the prefix length must be 0..=32"),
         "{err}"
     );
-    let dir = peers::temp_dir("allow-deny");
+    let dir = Scratch::new("allow-deny");
     for (value, words) in [
         (r#""nonsense""#, "is not an IPv4 or IPv6 address"),
         ("5", "expected a string"),
         (r#""10.0.0.0/8,""#, "allow"),
     ] {
-        let path = dir.join("bad.json");
+        let path = dir.path("bad.json");
         std::fs::write(
             &path,
             format!(r#"{{"backends": ["127.0.0.1:1"], "allow": {value}}}"#),
         )
         .unwrap();
-        let out = std::process::Command::new(bin)
-            .arg("check-config")
-            .arg(&path)
-            .output()
-            .unwrap();
+        let out = child::output(
+            std::process::Command::new(BIN)
+                .arg("check-config")
+                .arg(&path),
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{value}: {err}");
         assert!(
@@ -155,5 +159,4 @@ fn bad_networks_are_refused_in_words() {
         );
         assert_eq!(err.lines().count(), 1, "{err}");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -5,17 +5,18 @@
 //! back in rotation under `slow_start` gets a small share at first and its
 //! full share once the ramp is over.
 
+mod child;
 mod common;
 mod peers;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use child::{Child, Scratch};
 use common::*;
-use peers::{free_port, loopback, need, temp_dir};
+use peers::{free_port, loopback, need};
 use rodizio::backend::BackendSpec;
 use rodizio::health::{CheckKind, HealthConfig};
 use rodizio::scheduler::Algorithm;
@@ -247,73 +248,6 @@ fn slow_start_ramps_a_backend_added_at_run_time() {
     lb.stop();
 }
 
-/// The rodizio binary with a config file, killed by its PID on drop; its
-/// log lines come through a channel.
-struct Binary {
-    child: Child,
-    log: crossbeam_channel::Receiver<String>,
-    addr: SocketAddr,
-}
-
-impl Binary {
-    fn start(config: &Path) -> Binary {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rodizio"))
-            .args(["--allow-root", "-c"])
-            .arg(config)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start rodizio");
-        let lines = |pipe: Box<dyn Read + Send>| {
-            let (tx, rx) = crossbeam_channel::unbounded();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-            rx
-        };
-        let stdout = lines(Box::new(child.stdout.take().unwrap()));
-        let log = lines(Box::new(child.stderr.take().unwrap()));
-        let first = stdout.recv_timeout(IO_TIMEOUT).expect("the listening line");
-        let port: u16 = first
-            .strip_prefix("Load balancer listening on port ")
-            .and_then(|rest| rest.split(' ').next())
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("{first}"));
-        Binary {
-            child,
-            log,
-            addr: loopback(port),
-        }
-    }
-
-    /// Waits (bounded) for a log line containing `needle`.
-    fn wait_log(&self, needle: &str) -> String {
-        let deadline = Instant::now() + IO_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.log.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("no {needle:?} in the log"),
-            }
-        }
-    }
-}
-
-impl Drop for Binary {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A reload that turns slow start on and adds a backend: the reload says
 /// so, and the new backend ramps (a small share of real traffic, shown
 /// `ramping`); the file's object form takes `"backup": true`.
@@ -323,8 +257,8 @@ fn a_reload_turns_slow_start_on_and_the_backend_it_adds_ramps() {
     let b = Demo::start("127.0.0.1:0", "b");
     let c = Demo::start("127.0.0.1:0", "c");
     let admin = loopback(free_port());
-    let dir = temp_dir("backup-reload");
-    let path = dir.join("rodizio.json");
+    let dir = Scratch::new("backup-reload");
+    let path = dir.path("rodizio.json");
     let write = |extra: &str, backends: &str| {
         let text = format!(
             "{{\"listen\": \"127.0.0.1:0\", \"admin_listen\": \"{admin}\", \
@@ -339,7 +273,7 @@ fn a_reload_turns_slow_start_on_and_the_backend_it_adds_ramps() {
         c.addr.port()
     );
     write("", &format!("\"{}\", {backup}", a.addr));
-    let rodizio = Binary::start(&path);
+    let mut rodizio = Child::start(child::command(&["--allow-root", "-c"]).arg(&path));
     until("the admin API", || http_get(admin, "/backends").is_ok());
     assert_eq!(one(admin, c.addr)["backup"], true);
 
@@ -347,12 +281,8 @@ fn a_reload_turns_slow_start_on_and_the_backend_it_adds_ramps() {
         "\"slow_start\": \"1h\",",
         &format!("\"{}\", \"{}\", {backup}", a.addr, b.addr),
     );
-    // SAFETY: kill(2) on the child this test started.
-    assert_eq!(
-        unsafe { libc::kill(rodizio.child.id() as i32, libc::SIGHUP) },
-        0
-    );
-    let line = rodizio.wait_log("slow_start off → 1h");
+    rodizio.signal(libc::SIGHUP);
+    let line = rodizio.next_log("slow_start off → 1h");
     assert!(line.contains(&b.addr.to_string()), "{line}");
     let shown = one(admin, b.addr);
     assert_eq!(shown["ramping"], true, "{shown}");
@@ -370,12 +300,8 @@ fn a_reload_turns_slow_start_on_and_the_backend_it_adds_ramps() {
     // in place, and it serves at once.
     let primary = format!("\"{}\"", c.addr);
     write("", &format!("\"{}\", \"{}\", {primary}", a.addr, b.addr));
-    // SAFETY: as above.
-    assert_eq!(
-        unsafe { libc::kill(rodizio.child.id() as i32, libc::SIGHUP) },
-        0
-    );
-    let line = rodizio.wait_log("now a primary");
+    rodizio.signal(libc::SIGHUP);
+    let line = rodizio.next_log("now a primary");
     assert!(line.contains("slow_start 1h → off"), "{line}");
     assert_eq!(one(admin, c.addr)["backup"], false);
     for _ in 0..30 {
@@ -383,5 +309,4 @@ fn a_reload_turns_slow_start_on_and_the_backend_it_adds_ramps() {
     }
     assert_eq!(total(admin, c.addr), 10);
     drop(rodizio);
-    let _ = std::fs::remove_dir_all(dir);
 }

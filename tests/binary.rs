@@ -2,171 +2,85 @@
 //! standard input, exit codes, one-line errors, signals, running out of
 //! file descriptors, the `demo` and `backend` subcommands, and the log.
 
+mod child;
 mod common;
 
 use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
-
+use child::Child;
 use common::{connect, http_get, wait_for, TestBackend};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 const WAIT: Duration = Duration::from_secs(10);
-
-/// A running `rodizio`, killed on drop if still alive. Its standard output
-/// and error are read by threads into channels, so no read can hang a test.
-struct Running {
-    child: Child,
-    stdout: Receiver<Vec<u8>>,
-    out: Vec<u8>,
-    stderr: Receiver<Vec<u8>>,
-    err: Vec<u8>,
-}
 
 /// `rodizio ARGS`, logging warnings and errors only; allowed to serve as
 /// root (the tests run as root on CI), unless ARGS runs `backend`, which
 /// takes no balancer flag.
 fn command(args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    if args.first() != Some(&"backend") {
-        command.arg("--allow-root");
-    }
-    command.args(args).env("RUST_LOG", "warn");
+    let root: &[&str] = if args.first() == Some(&"backend") {
+        &[]
+    } else {
+        &["--allow-root"]
+    };
+    let mut command = child::command(&[root, args].concat());
+    command.env("RUST_LOG", "warn");
     command
 }
 
-impl Running {
-    fn start(args: &[&str], input: &[u8]) -> Running {
-        Running::spawn(command(args), input)
-    }
-
-    fn spawn(mut command: Command, input: &[u8]) -> Running {
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start rodizio");
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(input).unwrap();
-        // Closing stdin here: the prompt sees end of input after `input`.
-        drop(stdin);
-        let stdout = pipe_reader(child.stdout.take().unwrap());
-        let stderr = pipe_reader(child.stderr.take().unwrap());
-        Running {
-            child,
-            stdout,
-            out: Vec::new(),
-            stderr,
-            err: Vec::new(),
-        }
-    }
-
-    /// Waits until standard output contains `needle`; returns all of it so far.
-    fn wait_stdout(&mut self, needle: &str) -> String {
-        self.wait_stdout_until(needle, |text| text.contains(needle))
-    }
-
-    /// Waits for the whole `Load balancer listening on port N` line and
-    /// returns N and the output so far.
-    fn wait_listening(&mut self) -> (u16, String) {
-        const LINE: &str = "Load balancer listening on port ";
-        let out = self.wait_stdout_until(LINE, |text| {
-            text.split(LINE)
-                .nth(1)
-                .is_some_and(|rest| rest.contains('\n'))
-        });
-        // `N (ADDR)`: the article's words, then the address.
-        let rest = out.split(LINE).nth(1).unwrap().lines().next().unwrap();
-        let (port, addr) = rest.split_once(' ').expect("the port, then the address");
-        let port: u16 = port.parse().expect("a port number");
-        let addr: std::net::SocketAddr = addr
-            .trim_start_matches('(')
-            .trim_end_matches(')')
-            .parse()
-            .expect("the address in brackets");
-        assert_eq!(addr.port(), port, "{rest}");
-        (port, out)
-    }
-
-    /// Waits until `done` holds for standard output; returns all of it.
-    fn wait_stdout_until(&mut self, needle: &str, done: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let text = String::from_utf8_lossy(&self.out).into_owned();
-            if done(&text) {
-                return text;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.stdout.recv_timeout(left) {
-                Ok(chunk) => self.out.extend(chunk),
-                Err(RecvTimeoutError::Timeout) => panic!("no {needle:?} in time; got {text:?}"),
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("stdout closed before {needle:?}; got {text:?}")
-                }
-            }
-        }
-    }
-
-    /// Waits until standard error contains `needle`; returns all of it so far.
-    fn wait_stderr(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let text = String::from_utf8_lossy(&self.err).into_owned();
-            if text.contains(needle) {
-                return text;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.stderr.recv_timeout(left) {
-                Ok(chunk) => self.err.extend(chunk),
-                Err(_) => panic!("no {needle:?} on stderr in time; got {text:?}"),
-            }
-        }
-    }
-
-    /// Waits for the exit (bounded) and returns the status and standard error.
-    fn wait_exit(mut self) -> (ExitStatus, String) {
-        let mut status = None;
-        assert!(
-            wait_for(WAIT, || {
-                status = self.child.try_wait().unwrap();
-                status.is_some()
-            }),
-            "rodizio did not exit"
-        );
-        let mut err = std::mem::take(&mut self.err);
-        while let Ok(chunk) = self.stderr.recv_timeout(WAIT) {
-            err.extend(chunk);
-        }
-        (status.unwrap(), String::from_utf8_lossy(&err).into_owned())
-    }
+/// `rodizio ARGS` with `input` on its standard input, then end of input.
+fn start(args: &[&str], input: &[u8]) -> Child {
+    Child::spawn_fed(&mut command(args), input.to_vec())
 }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// Waits until standard output contains `needle`; returns all of it so far.
+fn wait_stdout(rodizio: &Child, needle: &str) -> String {
+    wait_stdout_until(rodizio, needle, |text| text.contains(needle))
 }
 
-/// Sends what `pipe` yields into a channel, chunk by chunk, until it closes.
-fn pipe_reader(mut pipe: impl Read + Send + 'static) -> Receiver<Vec<u8>> {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = pipe.read(&mut buf) {
-            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                break;
-            }
-        }
+/// Waits for the whole `Load balancer listening on port N (ADDR)` line,
+/// checks that ADDR has port N, and returns N and the output so far.
+fn wait_listening(rodizio: &Child) -> (u16, String) {
+    const LINE: &str = child::LISTENING;
+    let out = wait_stdout_until(rodizio, LINE, |text| {
+        text.split(LINE)
+            .nth(1)
+            .is_some_and(|rest| rest.contains('\n'))
     });
-    rx
+    // `N (ADDR)`: the article's words, then the address.
+    let rest = out.split(LINE).nth(1).unwrap().lines().next().unwrap();
+    let (port, addr) = rest.split_once(' ').expect("the port, then the address");
+    let port: u16 = port.parse().expect("a port number");
+    let addr: std::net::SocketAddr = addr
+        .trim_start_matches('(')
+        .trim_end_matches(')')
+        .parse()
+        .expect("the address in brackets");
+    assert_eq!(addr.port(), port, "{rest}");
+    (port, out)
+}
+
+/// Waits until `done` holds for standard output; returns all of it.
+fn wait_stdout_until(rodizio: &Child, needle: &str, done: impl Fn(&str) -> bool) -> String {
+    let held = wait_for(WAIT, || done(&rodizio.stdout.text()));
+    let text = rodizio.stdout.text();
+    assert!(held, "no {needle:?} in time; got {text:?}");
+    text
+}
+
+/// Waits until standard error contains `needle`; returns all of it so far.
+fn wait_stderr(rodizio: &Child, needle: &str) -> String {
+    let held = wait_for(WAIT, || rodizio.log().contains(needle));
+    let text = rodizio.log();
+    assert!(held, "no {needle:?} on stderr in time; got {text:?}");
+    text
+}
+
+/// Waits for the exit (bounded) and returns the status and standard error.
+fn wait_exit(mut rodizio: Child) -> (ExitStatus, String) {
+    let status = rodizio.wait_exit(WAIT).expect("rodizio did not exit");
+    rodizio.stderr.wait_end(WAIT);
+    (status, rodizio.log())
 }
 
 /// The article's session: invalid answers are re-asked with
@@ -177,8 +91,8 @@ fn prompt_end_to_end_with_piped_stdin() {
     let backend = TestBackend::http(7);
     let port = backend.addr().port().to_string();
     let input = format!("abc\n0\n11\n\n1\nbad/host\n127.0.0.1\n0\n70000\nhttp\n{port}\n");
-    let mut rodizio = Running::start(&["-l", "127.0.0.1:0"], input.as_bytes());
-    let (port, out) = rodizio.wait_listening();
+    let rodizio = start(&["-l", "127.0.0.1:0"], input.as_bytes());
+    let (port, out) = wait_listening(&rodizio);
     let expected_prompts = "Enter the number of servers (1 <= number_of_servers <= 10): \
                             Invalid input.\n"
         .repeat(4)
@@ -215,8 +129,8 @@ fn prompt_end_to_end_with_piped_stdin() {
 #[test]
 fn end_of_input_during_the_prompt_exits_2() {
     for input in ["", "2\n127.0.0.1\n", "abc\n"] {
-        let rodizio = Running::start(&["-l", "127.0.0.1:0"], input.as_bytes());
-        let (status, err) = rodizio.wait_exit();
+        let rodizio = start(&["-l", "127.0.0.1:0"], input.as_bytes());
+        let (status, err) = wait_exit(rodizio);
         assert_eq!(status.code(), Some(2), "input {input:?}, stderr {err:?}");
         assert_eq!(err.lines().count(), 1, "input {input:?}, stderr {err:?}");
     }
@@ -231,8 +145,8 @@ fn bad_flags_exit_2_with_one_line() {
         &["--connect-timeout", "3 parsecs"],
         &["--no-such-flag"],
     ] {
-        let rodizio = Running::start(args, b"");
-        let (status, err) = rodizio.wait_exit();
+        let rodizio = start(args, b"");
+        let (status, err) = wait_exit(rodizio);
         assert_eq!(status.code(), Some(2), "{args:?}: {err:?}");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err:?}");
         assert!(err.starts_with("rodizio: "), "{args:?}: {err:?}");
@@ -242,13 +156,13 @@ fn bad_flags_exit_2_with_one_line() {
 /// `--help` and `--version` print and exit 0.
 #[test]
 fn help_and_version_exit_0() {
-    let mut rodizio = Running::start(&["--help"], b"");
-    let out = rodizio.wait_stdout("--connect-timeout");
+    let rodizio = start(&["--help"], b"");
+    let out = wait_stdout(&rodizio, "--connect-timeout");
     assert!(out.contains("Usage:"), "{out}");
-    assert_eq!(rodizio.wait_exit().0.code(), Some(0));
-    let mut rodizio = Running::start(&["--version"], b"");
-    rodizio.wait_stdout(env!("CARGO_PKG_VERSION"));
-    assert_eq!(rodizio.wait_exit().0.code(), Some(0));
+    assert_eq!(wait_exit(rodizio).0.code(), Some(0));
+    let rodizio = start(&["--version"], b"");
+    wait_stdout(&rodizio, env!("CARGO_PKG_VERSION"));
+    assert_eq!(wait_exit(rodizio).0.code(), Some(0));
 }
 
 /// SIGTERM to a running balancer: it drains and exits 0.
@@ -256,15 +170,15 @@ fn help_and_version_exit_0() {
 fn sigterm_exits_0() {
     let backend = TestBackend::http(0);
     let backend_flag = backend.addr().to_string();
-    let mut rodizio = Running::start(&["-l", "127.0.0.1:0", "-b", &backend_flag], b"");
-    let (port, _) = rodizio.wait_listening();
+    let rodizio = start(&["-l", "127.0.0.1:0", "-b", &backend_flag], b"");
+    let (port, _) = wait_listening(&rodizio);
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
     assert_eq!(http_get(addr, "/").unwrap().body, "backend 0\n");
-    let pid = rodizio.child.id() as libc::pid_t;
+    let pid = rodizio.pid() as libc::pid_t;
     // SAFETY: sending a signal to our own child, which is still running
     // (it has not been waited for).
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let (status, err) = rodizio.wait_exit();
+    let (status, err) = wait_exit(rodizio);
     assert_eq!(status.code(), Some(0), "stderr: {err}");
 }
 
@@ -277,22 +191,9 @@ fn running_out_of_descriptors_is_not_fatal() {
     let backend = TestBackend::echo();
     let backend_flag = backend.addr().to_string();
     let mut command = command(&["-l", "127.0.0.1:0", "-b", &backend_flag]);
-    // SAFETY: setrlimit is async-signal-safe; nothing else runs in the
-    // child between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: 24,
-                rlim_max: 24,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut rodizio = Running::spawn(command, b"");
-    let (port, _) = rodizio.wait_listening();
+    common::limit_in_child(&mut command, libc::RLIMIT_NOFILE, 24);
+    let mut rodizio = Child::spawn(&mut command);
+    let (port, _) = wait_listening(&rodizio);
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut held = Vec::new();
     for _ in 0..40 {
@@ -300,7 +201,7 @@ fn running_out_of_descriptors_is_not_fatal() {
         s.write_all(b"x").unwrap();
         held.push(s);
     }
-    rodizio.wait_stderr("Too many open files");
+    wait_stderr(&rodizio, "Too many open files");
     drop(held);
     // Served again once the descriptors are free (the accept loop retries
     // after a short back-off).
@@ -312,10 +213,7 @@ fn running_out_of_descriptors_is_not_fatal() {
         s.write_all(b"ping").is_ok() && s.read_exact(&mut b).is_ok() && &b == b"ping"
     });
     assert!(served, "not serving after the descriptors were freed");
-    assert!(
-        rodizio.child.try_wait().unwrap().is_none(),
-        "rodizio exited"
-    );
+    assert!(rodizio.alive(), "rodizio exited");
 }
 
 /// The first SIGTERM drains: the connection in flight keeps working and
@@ -326,10 +224,10 @@ fn running_out_of_descriptors_is_not_fatal() {
 fn first_sigterm_drains_second_exits_at_once() {
     let backend = TestBackend::echo();
     let backend_flag = backend.addr().to_string();
-    let mut rodizio = Running::start(&["-l", "127.0.0.1:0", "-b", &backend_flag], b"");
-    let (port, _) = rodizio.wait_listening();
+    let mut rodizio = start(&["-l", "127.0.0.1:0", "-b", &backend_flag], b"");
+    let (port, _) = wait_listening(&rodizio);
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
-    let pid = rodizio.child.id() as libc::pid_t;
+    let pid = rodizio.pid() as libc::pid_t;
 
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
     let open_files: Vec<&str> = limits
@@ -356,10 +254,10 @@ fn first_sigterm_drains_second_exits_at_once() {
     held.write_all(b"b").unwrap();
     held.read_exact(&mut b).unwrap();
     assert_eq!(&b, b"b", "the connection in flight was cut by the drain");
-    assert!(rodizio.child.try_wait().unwrap().is_none());
+    assert!(rodizio.alive());
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let (status, err) = rodizio.wait_exit();
+    let (status, err) = wait_exit(rodizio);
     assert_eq!(status.code(), Some(143), "stderr: {err}");
 }
 
@@ -367,8 +265,8 @@ fn first_sigterm_drains_second_exits_at_once() {
 /// the balancer; three requests are answered by three different backends.
 #[test]
 fn demo_subcommand_round_robins_over_three_backends() {
-    let mut rodizio = Running::start(&["-l", "127.0.0.1:0", "demo", "--first-port", "0"], b"");
-    let (port, out) = rodizio.wait_listening();
+    let rodizio = start(&["-l", "127.0.0.1:0", "demo", "--first-port", "0"], b"");
+    let (port, out) = wait_listening(&rodizio);
     assert_eq!(out.matches("Demo backend ").count(), 3, "{out}");
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut bodies: Vec<String> = (0..3).map(|_| http_get(addr, "/").unwrap().body).collect();
@@ -385,8 +283,8 @@ fn demo_subcommand_round_robins_over_three_backends() {
 /// answering with its name and serving `/health`.
 #[test]
 fn backend_subcommand_serves_alone() {
-    let mut rodizio = Running::start(&["backend", "--listen", "127.0.0.1:0", "--name", "B"], b"");
-    let out = rodizio.wait_stdout_until("Demo backend listening on ", |t| {
+    let rodizio = start(&["backend", "--listen", "127.0.0.1:0", "--name", "B"], b"");
+    let out = wait_stdout_until(&rodizio, "Demo backend listening on ", |t| {
         t.split("Demo backend listening on ")
             .nth(1)
             .is_some_and(|rest| rest.contains('\n'))
@@ -417,13 +315,13 @@ fn debug_log_has_one_line_per_connection() {
     let backend_flag = backend.addr().to_string();
     let mut command = command(&["-l", "127.0.0.1:0", "-b", &backend_flag]);
     command.env("RUST_LOG", "debug");
-    let mut rodizio = Running::spawn(command, b"");
-    let (port, _) = rodizio.wait_listening();
+    let rodizio = Child::spawn(&mut command);
+    let (port, _) = wait_listening(&rodizio);
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
     let back =
         common::echo_through(connect(addr).unwrap(), std::sync::Arc::new(vec![7; 1234])).unwrap();
     assert_eq!(back.len(), 1234);
-    let err = rodizio.wait_stderr("connection finished");
+    let err = wait_stderr(&rodizio, "connection finished");
     let line = err
         .lines()
         .find(|l| l.contains("connection finished"))

@@ -4,6 +4,7 @@
 //! backend at its own interval, rise and fall, and the check target shown
 //! by `/backends`, `check-config` and `rodizio probe`.
 
+mod child;
 mod common;
 
 use std::io::{Read, Write};
@@ -13,11 +14,10 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use child::{Child, BIN};
 use common::{closed_port, connect, http_get, time_until, TestBackend, TestBalancer};
 use rodizio::backend::BackendSpec;
 use rodizio::health::{CheckKind, HealthConfig};
-
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 
 /// Patroni's REST API, reduced: an HTTP server answering every request
 /// with the status it is told (200 primary, 503 replica), counting them.
@@ -216,11 +216,7 @@ fn the_file_form_and_probe_name_the_check_target() {
         ep.port()
     );
     std::fs::write(&path, text).unwrap();
-    let out = Command::new(BIN)
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = child::output(Command::new(BIN).arg("check-config").arg(&path));
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -245,11 +241,7 @@ fn the_file_form_and_probe_name_the_check_target() {
         ep.port()
     );
     std::fs::write(&path, services).unwrap();
-    let out = Command::new(BIN)
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = child::output(Command::new(BIN).arg("check-config").arg(&path));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -258,10 +250,14 @@ fn the_file_form_and_probe_name_the_check_target() {
     );
     assert!(err.contains("health_expect"), "{err}");
     let spec = format!("{db},check_port={}", ep.port());
-    let out = Command::new(BIN)
-        .args(["probe", &spec, "--timeout", "2s", "--path", "/primary"])
-        .output()
-        .unwrap();
+    let out = child::output(Command::new(BIN).args([
+        "probe",
+        &spec,
+        "--timeout",
+        "2s",
+        "--path",
+        "/primary",
+    ]));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.contains(&format!(
@@ -274,23 +270,6 @@ fn the_file_form_and_probe_name_the_check_target() {
     assert!(http.contains("pass") && http.contains("200"), "{said}");
     assert_eq!(out.status.code(), Some(0), "{said}");
     let _ = std::fs::remove_dir_all(dir);
-}
-
-/// The balancer binary on a config file, killed (by its PID) and reaped
-/// when dropped; its log collected.
-struct Child {
-    child: std::process::Child,
-    log: common::Collected,
-    _stdout: common::Collected,
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
 }
 
 /// A reload that moves a kept backend's check to another port changes it
@@ -313,31 +292,9 @@ fn a_reload_moves_the_check_in_place() {
         )
     };
     std::fs::write(&path, file(replica.port())).unwrap();
-    let mut child = Command::new(BIN)
-        .args(["--allow-root", "-c"])
-        .arg(&path)
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let child = Child {
-        log: common::collect(child.stderr.take().unwrap()),
-        _stdout: common::collect(child.stdout.take().unwrap()),
-        child,
-    };
+    let child = Child::start(child::command(&["--allow-root", "-c"]).arg(&path));
+    let admin = child.admin();
     let limit = Duration::from_secs(20);
-    let admin = || {
-        child
-            .log
-            .text()
-            .lines()
-            .find_map(|l| l.split("admin API listening on ").nth(1))
-            .and_then(|a| a.trim().parse::<SocketAddr>().ok())
-    };
-    time_until(limit, || admin().is_some()).unwrap_or_else(|| panic!("{}", child.log.text()));
-    let admin = admin().unwrap();
     let backend = || -> serde_json::Value {
         let body = http_get(admin, "/backends").unwrap().body;
         serde_json::from_str::<serde_json::Value>(&body).unwrap()[0].clone()
@@ -348,14 +305,10 @@ fn a_reload_moves_the_check_in_place() {
         format!("127.0.0.1:{}", replica.port())
     );
     std::fs::write(&path, file(primary.port())).unwrap();
-    // SAFETY: kill(2) on the child this test started.
-    assert_eq!(
-        unsafe { libc::kill(child.child.id() as i32, libc::SIGHUP) },
-        0
-    );
+    child.signal(libc::SIGHUP);
     time_until(limit, || backend()["state"] == "up")
-        .unwrap_or_else(|| panic!("not up again: {}", child.log.text()));
-    let log = child.log.text();
+        .unwrap_or_else(|| panic!("not up again: {}", child.log()));
+    let log = child.log();
     assert!(
         log.contains(&format!(
             "checks of {}: check_port={},health_check=http",

@@ -3,104 +3,49 @@
 //! seed-style keys, settings checked before the prompt asks anything, and
 //! `"mode": "backend"`.
 
+mod child;
 mod common;
 
-use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
 use std::time::Duration;
 
+use child::{Child, Ended, Scratch};
 use common::{http_get, wait_for};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 const WAIT: Duration = Duration::from_secs(10);
 
-/// A file in the temporary directory, removed on drop.
-struct TempFile(PathBuf);
+/// A config file in a scratch directory of its own, removed on drop.
+struct TempFile {
+    /// Kept for its drop.
+    _dir: Scratch,
+    path: String,
+}
 
 impl TempFile {
     fn new(text: &str) -> TempFile {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "rodizio-config-{}-{}.json",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::write(&path, text).unwrap();
-        TempFile(path)
+        let dir = Scratch::new("config");
+        let path = dir.file("rodizio.json", text);
+        let path = path.to_str().unwrap().to_string();
+        TempFile { _dir: dir, path }
     }
 
     fn path(&self) -> &str {
-        self.0.to_str().unwrap()
+        &self.path
     }
 }
 
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// What a finished run printed.
-struct Output {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `rodizio ARGS` with `input` on standard input, killing it if it
-/// has not exited within [`WAIT`].
-fn run(args: &[&str], input: &[u8]) -> Output {
+/// Runs `rodizio ARGS` with `input` on standard input, killing it by its
+/// PID (and failing the test) if it has not exited within [`WAIT`].
+fn run(args: &[&str], input: &[u8]) -> Ended {
     // The tests run as root on CI; check-config's listing stays the file's.
-    let root = if args.contains(&"check-config") {
-        None
+    let root: &[&str] = if args.contains(&"check-config") {
+        &[]
     } else {
-        Some("--allow-root")
+        &["--allow-root"]
     };
-    let mut child = Command::new(BIN)
-        .args(root)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start rodizio");
-    // The child may exit before reading (that is what some tests check).
-    let _ = child.stdin.take().unwrap().write_all(input);
-    let out = reader(child.stdout.take().unwrap());
-    let err = reader(child.stderr.take().unwrap());
-    let status = wait_exit(&mut child);
-    Output {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    }
-}
-
-fn reader(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<String> {
-    thread::spawn(move || {
-        let mut text = String::new();
-        let _ = pipe.read_to_string(&mut text);
-        text
-    })
-}
-
-fn wait_exit(child: &mut Child) -> ExitStatus {
-    let mut status = None;
-    let exited = wait_for(WAIT, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    if !exited {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("rodizio did not exit in time");
-    }
-    status.unwrap()
+    let mut command = child::command(&[root, args].concat());
+    command.env("RUST_LOG", "warn");
+    child::run_fed(&mut command, input.to_vec(), WAIT)
 }
 
 /// Runs `rodizio -c FILE` on `text` and checks it exits 2 with exactly one
@@ -374,39 +319,17 @@ fn the_example_file_passes_check_config() {
 #[test]
 fn backend_mode_runs_the_demo_backend() {
     let file = TempFile::new(r#"{"mode": "backend", "listen": "127.0.0.1:0"}"#);
-    let mut child = Command::new(BIN)
-        .args(["-c", file.path()])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    thread::spawn(move || {
-        let mut line = Vec::new();
-        let mut byte = [0u8; 1];
-        while stdout.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
-            line.push(byte[0]);
-        }
-        let _ = tx.send(String::from_utf8_lossy(&line).into_owned());
-    });
-    let line = rx.recv_timeout(WAIT).expect("a first line");
-    let addr = line
-        .strip_prefix("Demo backend listening on ")
-        .unwrap_or_else(|| panic!("{line}"))
-        .parse()
-        .unwrap();
+    let mut command = child::command(&["-c", file.path()]);
+    command.env("RUST_LOG", "warn");
+    let mut demo = Child::spawn(&mut command);
+    let addr = demo.printed("Demo backend listening on ");
     let reply = http_get(addr, "/").unwrap();
     assert!(reply.status.contains(" 200 "), "{}", reply.status);
-    // SAFETY: a plain kill(2) on the child this test started.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(wait_exit(&mut child).success());
+    assert!(demo.stop().is_some_and(|status| status.success()));
 }
 
 /// `rodizio check-config FILE` on `text` with `flags` before it.
-fn check(text: &str, flags: &[&str]) -> (Output, TempFile) {
+fn check(text: &str, flags: &[&str]) -> (Ended, TempFile) {
     let file = TempFile::new(text);
     let mut args = flags.to_vec();
     args.extend(["check-config", file.path()]);
@@ -583,30 +506,25 @@ fn which_backends_win_is_said_at_start_up_and_on_reload() {
     let file = TempFile::new(
         "{\"listen\": \"127.0.0.1:0\", \"health_check\": \"off\", \"backends\": [\"127.0.0.1:29001\"]}",
     );
-    let mut child = Command::new(BIN)
-        .args(["--allow-root", "-c", file.path(), "-b", "127.0.0.1:29002"])
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = common::collect(child.stderr.take().unwrap());
-    let stdout = common::collect(child.stdout.take().unwrap());
+    let rodizio = Child::spawn(&mut child::command(&[
+        "--allow-root",
+        "-c",
+        file.path(),
+        "-b",
+        "127.0.0.1:29002",
+    ]));
+    let stderr = &rodizio.stderr;
     let said = || stderr.text().matches("win over the file's").count();
     // The listening line comes once SIGHUP reloads: a signal sent before
     // it would find no reload to run.
     let started = wait_for(WAIT, || {
-        said() == 1 && stdout.text().contains("Load balancer listening on port")
+        said() == 1 && rodizio.stdout.text().contains(child::LISTENING)
     });
     let reloads = || stderr.text().matches("reload: no change").count();
     let reloaded = started && {
-        // SAFETY: a plain kill(2) on the child this test started.
-        unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+        rodizio.signal(libc::SIGHUP);
         wait_for(WAIT, || reloads() == 1)
     };
-    let _ = child.kill();
-    let _ = child.wait();
     assert!(started, "{}", stderr.text());
     assert!(reloaded, "{}", stderr.text());
     assert_eq!(said(), 2, "{}", stderr.text());

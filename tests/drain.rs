@@ -1,12 +1,14 @@
 //! Graceful drain: shutdown stops accepting but finishes what is in flight.
 
+mod child;
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::TcpStream;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use child::Child;
 use common::{connect, echo_through, is_closed, test_data, wait_for, TestBackend, TestBalancer};
 
 const HALF: usize = 1024 * 1024;
@@ -65,25 +67,63 @@ fn transfer_in_flight_completes_after_shutdown() {
     );
 }
 
-/// With nothing in flight, `run` returns at once after the trigger, and
-/// so does it when a client holds a connection open past `drain_timeout`
-/// (that connection is cut).
+/// The drain waits for the connections open when it begins, and cuts
+/// those still open at `drain_timeout`, through the binary (SIGTERM), as a
+/// client sees it: two clients hold connections, each served once. During
+/// the drain both are still served; one ends its exchange (its last bytes
+/// and end of stream come back: served to its end), the other stays idle
+/// and sees its connection end no sooner than the drain timeout after the
+/// signal, when the process exits, saying it cut one.
 #[test]
-fn run_returns_after_the_drain_timeout() {
+fn the_drain_serves_open_connections_and_cuts_the_idle_one_at_its_timeout() {
+    const DRAIN: Duration = Duration::from_secs(1);
     let backend = TestBackend::echo();
-    let mut cfg = common::config(&[backend.addr()]);
-    cfg.drain_timeout = Duration::from_millis(300);
-    let lb = TestBalancer::start(cfg);
+    let mut lb = Child::balancer(&[
+        "-l",
+        "127.0.0.1:0",
+        "-b",
+        &backend.addr().to_string(),
+        "--health-check",
+        "off",
+        "--drain-timeout",
+        "1s",
+    ]);
+    let round_trip = |s: &mut TcpStream, byte: u8| {
+        s.write_all(&[byte]).unwrap();
+        let mut b = [0u8];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(b[0], byte);
+    };
     let mut idle = connect(lb.addr).unwrap();
-    idle.write_all(b"x").unwrap();
-    let mut b = [0u8];
-    idle.read_exact(&mut b).unwrap();
-    lb.shutdown.trigger();
+    round_trip(&mut idle, b'x');
+    let mut busy = connect(lb.addr).unwrap();
+    round_trip(&mut busy, b'x');
+
+    let signalled = Instant::now();
+    lb.signal(libc::SIGTERM);
+    lb.next_log("draining 2 connections in flight");
+
+    // Both are still served while the drain waits.
+    round_trip(&mut idle, b'y');
+    let rest = Arc::new(test_data(64 * 1024, 3));
+    let back = echo_through(busy, rest.clone()).expect("the busy client's exchange");
+    assert!(back == *rest, "the busy client was not served to its end");
+
+    // The idle one is cut, at the drain timeout and not before.
     assert!(
-        lb.wait_stopped(Duration::from_secs(5)),
-        "run ignored the drain timeout"
+        is_closed(&mut idle),
+        "the idle client's connection stayed open"
     );
-    let _ = idle.shutdown(Shutdown::Both);
+    let cut = signalled.elapsed();
+    assert!(
+        cut >= DRAIN,
+        "the idle client was cut {cut:?} after SIGTERM"
+    );
+    assert!(
+        lb.wait_exit(child::WAIT).is_some(),
+        "rodizio still runs after the drain"
+    );
+    lb.next_log("drain timeout: 1 connection still open is cut");
 }
 
 /// Shutdown while the accept loop waits for room in a full queue (one

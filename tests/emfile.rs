@@ -5,112 +5,37 @@
 //! descriptors free up, and the descriptor count comes back to where it
 //! was. A test binary of its own: it measures the child's CPU time.
 
+mod child;
 mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+
 use std::thread;
 use std::time::{Duration, Instant};
 
+use child::Child;
 use common::{wait_for, TestBackend};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 const NOFILE: libc::rlim_t = 256;
 const CLIENTS: usize = 400;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The child, killed on drop if still running; its standard error is
-/// collected by a thread.
-struct Rodizio {
-    child: Child,
-    stderr: common::Collected,
-}
-
-impl Drop for Rodizio {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-impl Rodizio {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn child_alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.text()
-    }
-
-    fn open_fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
-            .unwrap()
-            .count()
-    }
-
-    /// User plus system CPU time of the whole process, in clock ticks.
-    fn cpu_ticks(&self) -> u64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
-        let rest = &stat[stat.rfind(')').unwrap() + 1..];
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-    }
-}
-
 /// `rodizio -l 127.0.0.1:0 -b BACKEND` with the open-files limit set to
 /// [`NOFILE`] (soft and hard) between fork and exec; returns it with the
-/// port it listens on.
-fn start(backend: SocketAddr) -> (Rodizio, SocketAddr) {
-    let mut command = Command::new(BIN);
-    command
-        // No active checks: their sockets would come and go while the
-        // descriptors are counted.
-        .args(["-l", "127.0.0.1:0", "--health-check", "off", "--allow-root"])
-        .args(["-b", &backend.to_string()])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    common::limit_in_child(&mut command, libc::RLIMIT_NOFILE, NOFILE);
-    let mut child = command.spawn().expect("start rodizio");
-    let stderr = common::collect(child.stderr.take().unwrap());
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    {
-        let mut pipe = child.stdout.take().unwrap();
-        thread::spawn(move || {
-            let mut out = String::new();
-            let mut buf = [0u8; 256];
-            let mut sent = false;
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                out.push_str(&String::from_utf8_lossy(&buf[..n]));
-                if !sent && out.contains('\n') {
-                    let _ = tx.send(out.clone());
-                    sent = true;
-                }
-            }
-        });
-    }
-    let child = Rodizio { child, stderr };
-    let line = rx
-        .recv_timeout(TIMEOUT)
-        .unwrap_or_else(|_| panic!("no listening line; stderr: {}", child.stderr()));
-    let port: u16 = line
-        .split_whitespace()
-        .nth(5)
-        .unwrap()
-        .parse()
-        .unwrap_or_else(|_| panic!("{line:?}"));
-    (child, SocketAddr::from(([127, 0, 0, 1], port)))
+/// address it listens on.
+fn start(backend: SocketAddr) -> (Child, SocketAddr) {
+    // No active checks: their sockets would come and go while the
+    // descriptors are counted.
+    let rodizio = Child::on_loopback(
+        &["--health-check", "off", "-b", &backend.to_string()],
+        |command| {
+            command.env("RUST_LOG", "warn");
+            common::limit_in_child(command, libc::RLIMIT_NOFILE, NOFILE);
+        },
+    );
+    let addr = rodizio.addr;
+    (rodizio, addr)
 }
 
 fn connect(addr: SocketAddr) -> TcpStream {
@@ -152,9 +77,9 @@ fn out_of_descriptors_logs_little_spins_never_and_serves_everyone() {
         })
         .collect();
     assert!(
-        wait_for(TIMEOUT, || rodizio.stderr().contains("Too many open files")),
+        wait_for(TIMEOUT, || rodizio.log().contains("Too many open files")),
         "never ran out of descriptors; stderr: {}",
-        rodizio.stderr()
+        rodizio.log()
     );
     // Stuck at the limit for a second: the back-off keeps the CPU idle.
     let before = rodizio.cpu_ticks();
@@ -176,7 +101,7 @@ fn out_of_descriptors_logs_little_spins_never_and_serves_everyone() {
         assert!(started.elapsed() < 3 * TIMEOUT, "too slow");
     }
     let elapsed = started.elapsed();
-    let log = rodizio.stderr();
+    let log = rodizio.log();
     let accept_lines = lines_with(&log, "accept failed");
     eprintln!(
         "served {served}/{CLIENTS} in {elapsed:?}; {accept_lines} accept-error lines, {} log lines in all",
@@ -205,5 +130,5 @@ fn out_of_descriptors_logs_little_spins_never_and_serves_everyone() {
         "descriptors: {} now, {baseline} before",
         rodizio.open_fds()
     );
-    assert!(rodizio.child_alive());
+    assert!(rodizio.alive());
 }

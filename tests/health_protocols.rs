@@ -14,6 +14,8 @@
 //! installs them all. Finding programs, temporary directories, free
 //! ports and reading logs are `tests/peers`' helpers.
 
+mod child;
+mod common;
 mod peers;
 
 use std::fs::{self, File};
@@ -929,33 +931,16 @@ impl Probed {
     }
 }
 
-/// Runs `rodizio probe ARGS` to its end (stopped by PID past 30 s).
+/// Runs `rodizio probe ARGS` to its end (stopped by PID, failing the
+/// test, past 30 s).
 fn probe(args: &[&str]) -> Probed {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rodizio"))
-        .arg("probe")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < until && matches!(child.try_wait(), Ok(None)) {
-        thread::sleep(Duration::from_millis(20));
-    }
-    // Past the deadline it is killed (no exit code then); once exited,
-    // kill does nothing and wait gives its status.
-    let _ = child.kill();
-    let code = child.wait().ok().and_then(|s| s.code());
-    // A few lines: they fit in the pipes, read once the child is gone.
-    let mut stdout = String::new();
-    let mut stderr = String::new();
-    let _ = io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout);
-    let _ = io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr);
+    let mut command = child::command(&[&["probe"], args].concat());
+    command.env_remove("RUST_LOG");
+    let out = child::run_within(&mut command, Duration::from_secs(30));
     Probed {
-        code,
-        stdout,
-        stderr,
+        code: out.code,
+        stdout: out.stdout,
+        stderr: out.stderr,
     }
 }
 

@@ -4,6 +4,7 @@
 //! 429), is counted and holds no worker; a closed connection frees a
 //! place; the PROXY header's address is the one counted; the cap is live.
 
+mod child;
 mod common;
 mod peers;
 
@@ -11,6 +12,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 
+use child::{Scratch, BIN};
 use common::{until, TestBackend, TestBalancer, IO_TIMEOUT};
 use peers::connect_from;
 use rodizio::limiter::{RateLimitConfig, RateLimitReply};
@@ -155,7 +157,6 @@ fn the_cap_is_live() {
 /// Bad values are refused at start-up in one line, as a flag and as a key.
 #[test]
 fn bad_caps_are_refused_in_words() {
-    let bin = env!("CARGO_BIN_EXE_rodizio");
     for value in ["0", "-1", "x", "99999999999999999999"] {
         let (code, err) = refused_at_start(&[
             "-l",
@@ -170,19 +171,19 @@ fn bad_caps_are_refused_in_words() {
             "{value}: {err}"
         );
     }
-    let dir = peers::temp_dir("per-client");
+    let dir = Scratch::new("per-client");
     for value in ["0", "-3", r#""lots""#, "1.5"] {
-        let path = dir.join("bad.json");
+        let path = dir.path("bad.json");
         std::fs::write(
             &path,
             format!(r#"{{"backends": ["127.0.0.1:1"], "max_connections_per_client": {value}}}"#),
         )
         .unwrap();
-        let out = std::process::Command::new(bin)
-            .arg("check-config")
-            .arg(&path)
-            .output()
-            .unwrap();
+        let out = child::output(
+            std::process::Command::new(BIN)
+                .arg("check-config")
+                .arg(&path),
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{value}: {err}");
         assert!(
@@ -191,39 +192,14 @@ fn bad_caps_are_refused_in_words() {
         );
         assert_eq!(err.lines().count(), 1, "{err}");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Runs the binary with `args`, expecting it to refuse them at start-up:
 /// its exit code and standard error. One that starts serving instead is
 /// killed (by its PID) after 10 s, and the test fails.
 pub fn refused_at_start(args: &[&str]) -> (Option<i32>, String) {
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rodizio"))
-        .arg("--allow-root")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > IO_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{args:?} was not refused: the balancer started");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    (status.code(), err)
+    let mut command = child::command(&[&["--allow-root"], args].concat());
+    command.env_remove("RUST_LOG");
+    let out = child::run_within(&mut command, IO_TIMEOUT);
+    (out.code, out.stderr)
 }

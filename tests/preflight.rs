@@ -5,66 +5,27 @@
 //! code is 0; a bad file exits 2. The balancer started under the low limit
 //! logs the failing line as a warning and starts anyway.
 
+mod child;
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{closed_port, collect, limit_in_child, wait_for};
+use child::{Child, Ended};
+use common::{closed_port, limit_in_child, wait_for};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 /// Longest a run may take: preflight reads a few files and exits.
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// The low limit: far below what 4096 workers need.
 const LOW: libc::rlim_t = 256;
 
-/// What a finished run printed, and its exit code.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
 /// Runs `rodizio ARGS` with `RLIMIT_NOFILE` set to `nofile` (soft and
-/// hard) in the child; kills it by PID if it outlives [`TIMEOUT`].
-fn run(args: &[&str], nofile: libc::rlim_t) -> Run {
-    let mut command = Command::new(BIN);
-    command
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+/// hard) in the child; kills it by PID, failing the test, if it outlives
+/// [`TIMEOUT`].
+fn run(args: &[&str], nofile: libc::rlim_t) -> Ended {
+    let mut command = child::command(args);
+    command.env("RUST_LOG", "warn");
     limit_in_child(&mut command, libc::RLIMIT_NOFILE, nofile);
-    let mut child = command.spawn().expect("start rodizio");
-    let stdout = collect(child.stdout.take().unwrap());
-    let stderr = collect(child.stderr.take().unwrap());
-    let status = wait_exit(&mut child);
-    stdout.wait_end(TIMEOUT);
-    stderr.wait_end(TIMEOUT);
-    Run {
-        code: status,
-        stdout: stdout.text(),
-        stderr: stderr.text(),
-    }
-}
-
-/// Waits for `child` to exit (polling, at most [`TIMEOUT`]); kills it by
-/// PID past that. Its exit code, if it exited by itself.
-fn wait_exit(child: &mut Child) -> Option<i32> {
-    let mut code = None;
-    let exited = wait_for(TIMEOUT, || match child.try_wait() {
-        Ok(Some(status)) => {
-            code = status.code();
-            true
-        }
-        _ => false,
-    });
-    if !exited {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    code
+    child::run_within(&mut command, TIMEOUT)
 }
 
 /// This process's hard open-files limit: a child may be given it without
@@ -161,27 +122,24 @@ fn a_config_file_is_weighed_and_a_bad_one_exits_2() {
 #[test]
 fn the_balancer_logs_the_failing_line_at_start_up_and_starts() {
     let backend = closed_port().to_string();
-    let mut command = Command::new(BIN);
-    command
-        .args(["-l", "127.0.0.1:0", "--health-check", "off", "-b", &backend])
-        .arg("--allow-root")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut command = child::command(&[
+        "-l",
+        "127.0.0.1:0",
+        "--health-check",
+        "off",
+        "-b",
+        &backend,
+        "--allow-root",
+    ]);
+    command.env("RUST_LOG", "warn");
     limit_in_child(&mut command, libc::RLIMIT_NOFILE, LOW);
-    let mut child = command.spawn().expect("start rodizio");
-    let stdout = collect(child.stdout.take().unwrap());
-    let stderr = collect(child.stderr.take().unwrap());
+    let mut rodizio = Child::start(&mut command);
     let started = wait_for(TIMEOUT, || {
-        stdout.text().contains("Load balancer listening on port")
-            && stderr.text().contains("preflight: fail  open files")
+        rodizio.log().contains("preflight: fail  open files")
     });
-    // SAFETY: a plain kill(2) on the child this test started.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let code = wait_exit(&mut child);
-    let err = stderr.text();
-    assert!(started, "stdout: {}\nstderr: {err}", stdout.text());
+    let code = rodizio.stop().and_then(|status| status.code());
+    let err = rodizio.log();
+    assert!(started, "stdout: {}\nstderr: {err}", rodizio.stdout.text());
     assert_eq!(code, Some(0), "{err}");
     let warned: Vec<&str> = err.lines().filter(|l| l.contains("preflight: ")).collect();
     assert!(

@@ -4,16 +4,16 @@
 //! refuses to serve at all. These tests need root and say so when run
 //! without it.
 
+mod child;
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use child::{Child, BIN};
 use common::{request, time_until, Demo};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 const WAIT: Duration = Duration::from_secs(10);
 
 /// Fails the test at once unless it runs as root: what it checks is what
@@ -58,36 +58,24 @@ struct Rodizio {
 
 impl Rodizio {
     fn start(backend: SocketAddr, extra: &[&str]) -> Rodizio {
-        let mut child = Command::new(BIN)
-            .args(["-l", "127.0.0.1:0", "-b", &backend.to_string()])
-            .args(["--health-check", "off"])
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start rodizio");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(WAIT).expect("the listening line");
-        let addr = line
-            .split(['(', ')'])
-            .nth(1)
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        let mut command = child::command(&[
+            "-l",
+            "127.0.0.1:0",
+            "-b",
+            &backend.to_string(),
+            "--health-check",
+            "off",
+        ]);
+        command.args(extra).env("RUST_LOG", "warn");
+        let child = Child::start(&mut command);
+        let addr = child.addr;
         Rodizio { child, addr }
     }
 
     /// The `Uid:`, `Gid:` and `Groups:` lines of `/proc/PID/status`, and
     /// the `Uid:` line of every thread's.
     fn ids(&self) -> (String, Vec<String>) {
-        let pid = self.child.id();
+        let pid = self.child.pid();
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         let lines: Vec<&str> = status
             .lines()
@@ -108,20 +96,9 @@ impl Rodizio {
     }
 
     fn stop(mut self) -> Option<i32> {
-        // SAFETY: kill(2) on our own child's PID.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let ended = time_until(WAIT, || matches!(self.child.try_wait(), Ok(Some(_))));
-        assert!(ended.is_some(), "rodizio did not exit after SIGTERM");
-        self.child.wait().unwrap().code()
-    }
-}
-
-impl Drop for Rodizio {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        self.child.signal(libc::SIGTERM);
+        let status = self.child.wait_exit(WAIT);
+        status.expect("rodizio did not exit after SIGTERM").code()
     }
 }
 
@@ -171,18 +148,18 @@ fn the_group_named_replaces_the_users_own() {
 #[test]
 fn root_with_no_user_is_refused() {
     assert_root();
-    let out = Command::new(BIN)
-        .args([
-            "-l",
-            "127.0.0.1:0",
-            "-b",
-            "127.0.0.1:1",
-            "--health-check",
-            "off",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run rodizio");
+    let out = child::output(
+        Command::new(BIN)
+            .args([
+                "-l",
+                "127.0.0.1:0",
+                "-b",
+                "127.0.0.1:1",
+                "--health-check",
+                "off",
+            ])
+            .stdin(Stdio::null()),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -213,25 +190,11 @@ fn a_reload_reads_the_file_as_the_new_user() {
     .unwrap();
     let mode = |m| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
     mode(0o600);
-    let mut child = Command::new(BIN)
-        .arg("-c")
-        .arg(&path)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start rodizio");
-    let out = common::collect(child.stdout.take().unwrap());
-    let log = common::collect(child.stderr.take().unwrap());
+    let mut rodizio = Child::start(child::command(&["-c"]).arg(&path));
+    let log = rodizio.stderr.clone();
     let said = |what: &str| time_until(WAIT, || log.text().contains(what)).is_some();
-    let signal = |signo| {
-        // SAFETY: kill(2) on our own child's PID.
-        unsafe { libc::kill(child.id() as libc::pid_t, signo) };
-    };
-    // The listening line comes once SIGHUP reloads.
-    let listening = time_until(WAIT, || out.text().contains("listening on port"));
-    assert!(listening.is_some(), "{}", log.text());
+    let signal = |signo| rodizio.signal(signo);
+    // The listening line came once SIGHUP reloads.
     // Its own pipe, read by its own thread: it may come a little after.
     assert!(said("running as user nobody"), "{}", log.text());
     signal(libc::SIGHUP);
@@ -243,27 +206,26 @@ fn a_reload_reads_the_file_as_the_new_user() {
     signal(libc::SIGHUP);
     assert!(said("reload: no change"), "{}", log.text());
     signal(libc::SIGTERM);
-    let ended = time_until(WAIT, || matches!(child.try_wait(), Ok(Some(_))));
+    let ended = rodizio.wait_exit(WAIT);
     let _ = std::fs::remove_file(&path);
-    assert!(ended.is_some(), "rodizio did not exit");
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(ended.expect("rodizio did not exit").code(), Some(0));
 }
 
 /// A user this host does not know is refused before anything is bound.
 #[test]
 fn an_unknown_user_is_refused_in_one_line() {
-    let out = Command::new(BIN)
-        .args([
-            "-l",
-            "127.0.0.1:0",
-            "-b",
-            "127.0.0.1:1",
-            "--user",
-            "no-such-user-here",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run rodizio");
+    let out = child::output(
+        Command::new(BIN)
+            .args([
+                "-l",
+                "127.0.0.1:0",
+                "-b",
+                "127.0.0.1:1",
+                "--user",
+                "no-such-user-here",
+            ])
+            .stdin(Stdio::null()),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(

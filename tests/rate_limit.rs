@@ -3,12 +3,14 @@
 //! backend that counts the connections it accepts, and a long window (60 s)
 //! so no check can straddle a window boundary.
 
+mod child;
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
+use child::BIN;
 use common::{specs, until, TestBackend, TestBalancer};
 use rodizio::limiter::{Rate, RateLimitConfig, RateLimitReply};
 use rodizio::Config;
@@ -175,11 +177,11 @@ fn bad_flags_exit_2_with_one_line() {
         &["--rate-limit", "10/1s", "--rate-limit-ipv6-prefix", "129"],
         &["--rate-limit-reply", "http"],
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rodizio"))
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
+        let out = child::output(
+            std::process::Command::new(BIN)
+                .args(args)
+                .stdin(std::process::Stdio::null()),
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");

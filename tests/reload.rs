@@ -3,12 +3,12 @@
 //! 30 clients keep connecting; no request fails, a removed backend gets no
 //! new connection, and a connection in flight on it finishes byte for byte.
 
+mod child;
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
@@ -16,10 +16,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use child::{Child, Scratch, WAIT};
 use common::{connect, request, test_data, wait_for, Demo, Handler, TestBackend};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
-const WAIT: Duration = Duration::from_secs(20);
 /// Requests in all, and clients sending them at once.
 const REQUESTS: usize = 3000;
 const CLIENTS: usize = 30;
@@ -28,99 +27,10 @@ const LOAD_LIMIT: Duration = Duration::from_secs(120);
 /// The slow stream: this many bytes before the reloads, as many after.
 const HALF: usize = 64 * 1024;
 
-/// The balancer binary, killed on drop if still running; its log lines
-/// (standard error) come through a channel.
-struct Balancer {
-    child: Child,
-    log: Receiver<String>,
-    seen: Vec<String>,
-    port: u16,
-}
-
-impl Balancer {
-    fn start(config: &Path) -> Balancer {
-        let mut child = Command::new(BIN)
-            .args(["--allow-root", "-c"])
-            .arg(config)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start rodizio");
-        let stdout = lines(child.stdout.take().unwrap());
-        let log = lines(child.stderr.take().unwrap());
-        let first = stdout.recv_timeout(WAIT).expect("the listening line");
-        let port = first
-            .strip_prefix("Load balancer listening on port ")
-            .and_then(|rest| rest.split(' ').next())
-            .unwrap_or_else(|| panic!("{first}"))
-            .parse()
-            .unwrap();
-        Balancer {
-            child,
-            log,
-            seen: Vec::new(),
-            port,
-        }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        // SAFETY: kill(2) on the child this test started.
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
-    }
-
-    /// The next log line containing `needle` (bounded wait).
-    fn wait_log(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.log.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!("no {needle:?} in the log; saw {:#?}", self.seen),
-            }
-        }
-    }
-}
-
-impl Drop for Balancer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Sends each line `pipe` yields into a channel.
-fn lines(pipe: impl Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    thread::spawn(move || {
-        for line in BufReader::new(pipe).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-/// Writes the config file whole, then renames it into place, as an
-/// operator's editor or configuration tool does.
-fn write_config(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
+/// The balancer binary with `-c CONFIG`.
+fn start(config: &Path) -> Child {
+    let mut command = child::command(&["--allow-root", "-c"]);
+    Child::start(command.arg(config))
 }
 
 /// A backend that answers like the demo backend (`Handled by server
@@ -208,9 +118,8 @@ struct Results {
 /// connection soon after the SIGHUP that adds it.
 #[test]
 fn reloads_under_load_lose_nothing() {
-    let dir = std::env::temp_dir().join(format!("rodizio-reload-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path: PathBuf = dir.join("rodizio.json");
+    let dir = Scratch::new("reload");
+    let path = dir.path("rodizio.json");
     let data = Arc::new(test_data(2 * HALF, 7));
 
     let a = Demo::start("127.0.0.1:0", "A");
@@ -227,15 +136,15 @@ fn reloads_under_load_lose_nothing() {
         )
     };
 
-    write_config(
-        &path,
-        &file(
+    dir.file(
+        "rodizio.json",
+        file(
             &format!(r#""{a_addr}", "{b_addr}""#),
             "weighted-round-robin",
         ),
     );
-    let mut balancer = Balancer::start(&path);
-    let addr = balancer.addr();
+    let mut balancer = start(&path);
+    let addr = balancer.addr;
     let mut stream = open_stream(addr, &data);
 
     let next = Arc::new(AtomicUsize::new(0));
@@ -269,16 +178,16 @@ fn reloads_under_load_lose_nothing() {
 
     // 1. C added, A's weight changed.
     at(500);
-    write_config(
-        &path,
-        &file(
+    dir.file(
+        "rodizio.json",
+        file(
             &format!(r#""{a_addr},weight=2", "{b_addr}", "{c_addr}""#),
             "weighted-round-robin",
         ),
     );
     let hup = Instant::now();
     balancer.signal(libc::SIGHUP);
-    let line = balancer.wait_log("reload: ");
+    let line = balancer.next_log("reload: ");
     assert!(line.contains(&format!("+1 backend ({c_addr})")), "{line}");
     assert!(line.contains(&format!("weight {a_addr} 1 → 2")), "{line}");
     assert!(
@@ -289,36 +198,36 @@ fn reloads_under_load_lose_nothing() {
 
     // 2. B removed while the stream is in flight on it.
     at(1000);
-    write_config(
-        &path,
-        &file(
+    dir.file(
+        "rodizio.json",
+        file(
             &format!(r#""{a_addr},weight=2", "{c_addr}""#),
             "weighted-round-robin",
         ),
     );
     balancer.signal(libc::SIGHUP);
-    let line = balancer.wait_log("reload: ");
+    let line = balancer.next_log("reload: ");
     assert!(line.contains(&format!("draining {b_addr} (")), "{line}");
     let b_drained = Instant::now();
 
     // 3. A bad file: refused, nothing changes.
     at(1500);
-    write_config(&path, "{\n  \"backends\": [\"127.0.0.1:1\"],,\n}");
+    dir.file("rodizio.json", "{\n  \"backends\": [\"127.0.0.1:1\"],,\n}");
     balancer.signal(libc::SIGHUP);
-    let line = balancer.wait_log("reload refused");
+    let line = balancer.next_log("reload refused");
     assert!(line.contains("line 2, column"), "{line}");
 
     // 4. Weights changed again, and the algorithm.
     at(2000);
-    write_config(
-        &path,
-        &file(
+    dir.file(
+        "rodizio.json",
+        file(
             &format!(r#""{a_addr}", "{c_addr},weight=3""#),
             "least_connections",
         ),
     );
     balancer.signal(libc::SIGHUP);
-    let line = balancer.wait_log("reload: ");
+    let line = balancer.next_log("reload: ");
     assert!(line.contains(&format!("weight {c_addr} 1 → 3")), "{line}");
     assert!(
         line.contains("algorithm weighted-round-robin → least-connections"),
@@ -333,7 +242,7 @@ fn reloads_under_load_lose_nothing() {
     assert!(rest == data[HALF..], "the stream's second half differs");
     // B has half-closed; the connection ends when the client closes too.
     drop(stream);
-    balancer.wait_log(&format!("reload: {b_addr} drained and removed"));
+    balancer.next_log(&format!("reload: {b_addr} drained and removed"));
 
     for client in clients {
         client.join().unwrap();
@@ -364,9 +273,5 @@ fn reloads_under_load_lose_nothing() {
     assert!(to_first < Duration::from_secs(5), "{to_first:?}");
 
     balancer.signal(libc::SIGTERM);
-    assert!(
-        wait_for(WAIT, || matches!(balancer.child.try_wait(), Ok(Some(_)))),
-        "did not stop"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(balancer.wait_exit(WAIT).is_some(), "did not stop");
 }

@@ -8,22 +8,22 @@
 //! it for its network namespace while it runs and puts the old value back
 //! (docs/scaling.md tells what happens without it).
 
+mod child;
 mod common;
 mod peers;
 
 use std::fs;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use child::Child;
 use common::{connect, TestBackend};
-use peers::{free_port, loopback, read, temp_dir, Peer};
+use peers::{free_port, loopback};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 const MIGRATE: &str = "/proc/sys/net/ipv4/tcp_migrate_req";
 
 /// Sets `net.ipv4.tcp_migrate_req` to 1 and puts the old value back when
@@ -47,30 +47,19 @@ impl Drop for MigrateReq {
 }
 
 /// A rodizio process on `port` with `--reuse-port`, ready to serve.
-fn rodizio(name: &str, port: u16, backend: SocketAddr) -> Peer {
-    let dir = temp_dir(name);
-    let mut cmd = Command::new(BIN);
-    cmd.args(["--allow-root", "-l", &format!("127.0.0.1:{port}")])
-        .args(["-b", &backend.to_string()])
-        .args([
-            "--reuse-port",
-            "--health-check",
-            "off",
-            "--drain-timeout",
-            "5s",
-        ]);
-    let mut peer = Peer::spawn(name, cmd, libc::SIGTERM, &dir);
-    let until = Instant::now() + peers::STARTUP;
-    while !peer.output().contains("Load balancer listening on port") {
-        assert!(!peer.exited(), "{name} exited:\n{}", peer.output());
-        assert!(
-            Instant::now() < until,
-            "{name} did not start:\n{}",
-            peer.output()
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
-    peer
+fn rodizio(port: u16, backend: SocketAddr) -> Child {
+    Child::start(&mut child::command(&[
+        "--allow-root",
+        "-l",
+        &format!("127.0.0.1:{port}"),
+        "-b",
+        &backend.to_string(),
+        "--reuse-port",
+        "--health-check",
+        "off",
+        "--drain-timeout",
+        "5s",
+    ]))
 }
 
 /// One request through `addr`; whether a whole 200 came back.
@@ -97,7 +86,7 @@ fn a_second_process_takes_over_without_a_failed_request() {
     let web = TestBackend::http(1);
     let port = free_port();
     let addr = loopback(port);
-    let mut old = rodizio("rodizio-old", port, web.addr());
+    let mut old = rodizio(port, web.addr());
 
     let done = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -127,14 +116,12 @@ fn a_second_process_takes_over_without_a_failed_request() {
         );
     };
     wait_more(200);
-    let new = rodizio("rodizio-new", port, web.addr());
+    let new = rodizio(port, web.addr());
     wait_more(500);
     old.signal(libc::SIGTERM);
-    assert!(
-        old.wait_exit(Duration::from_secs(15)),
-        "the old process did not exit"
-    );
-    let status = old.status().unwrap();
+    let status = old
+        .wait_exit(Duration::from_secs(15))
+        .expect("the old process did not exit");
     assert!(status.success(), "old process: {status}\n{}", old.output());
     wait_more(500);
     stop.store(true, Ordering::SeqCst);
@@ -147,7 +134,7 @@ fn a_second_process_takes_over_without_a_failed_request() {
         failed.len(),
         &failed[..failed.len().min(5)],
         old.output(),
-        read(&new.out)
+        new.output()
     );
     eprintln!("{total} requests, none failed");
     drop(new);

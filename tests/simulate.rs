@@ -4,52 +4,29 @@
 //! simulation prints for the same settings (within 1 point). The binary's
 //! output is read as an operator would read it.
 
+mod child;
 mod common;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+
 use std::time::Duration;
 
-use common::{collect, connect, wait_for, TestBackend, TestBalancer};
+use common::{connect, wait_for, TestBackend, TestBalancer};
 use rodizio::backend::BackendSpec;
 use rodizio::health::CheckKind;
 use rodizio::scheduler::Algorithm;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 /// Longest a simulation may take (a loaded machine, a debug build).
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// Clients in the real run.
 const CLIENTS: usize = 2000;
 
-/// Runs `rodizio ARGS`, killed by PID past [`TIMEOUT`]; its exit code,
-/// standard output and standard error.
+/// Runs `rodizio ARGS`, killed by PID (failing the test) past
+/// [`TIMEOUT`]; its exit code, standard output and standard error.
 fn run(args: &[&str]) -> (Option<i32>, String, String) {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start rodizio");
-    let stdout = collect(child.stdout.take().unwrap());
-    let stderr = collect(child.stderr.take().unwrap());
-    let mut code = None;
-    let exited = wait_for(TIMEOUT, || match child.try_wait() {
-        Ok(Some(status)) => {
-            code = status.code();
-            true
-        }
-        _ => false,
-    });
-    if !exited {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    stdout.wait_end(TIMEOUT);
-    stderr.wait_end(TIMEOUT);
-    (code, stdout.text(), stderr.text())
+    let out = child::run_within(child::command(args).env("RUST_LOG", "warn"), TIMEOUT);
+    (out.code, out.stdout, out.stderr)
 }
 
 /// The percentage `simulate` printed for `backend`.

@@ -5,6 +5,7 @@
 //! unknown name or no TLS at all go to the default service, or are closed
 //! and counted when there is none.
 
+mod child;
 mod common;
 mod peers;
 
@@ -15,6 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use child::Scratch;
 use common::{connect, until, TestBackend, TestBalancer, IO_TIMEOUT};
 use peers::{free_port, free_ports, loopback, need, temp_dir, Peer};
 use rodizio::config::{file, Overrides};
@@ -270,7 +272,8 @@ fn a_reload_keeps_the_routing_and_refuses_a_new_sharer() {
     let (a, _) = recorder_saying(b"from a");
     let (b, _) = recorder_saying(b"from b");
     let port = free_port();
-    let path = temp_dir("sni-reload").join("rodizio.json");
+    let dir = Scratch::new("sni-reload");
+    let path = dir.path("rodizio.json");
     std::fs::write(
         &path,
         sharing_file(port, a.addr(), b.addr(), "b.test", false),
@@ -324,7 +327,6 @@ fn a_reload_keeps_the_routing_and_refuses_a_new_sharer() {
     assert!(asks("c.test").is_empty());
     shutdown.trigger();
     thread.join().unwrap();
-    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
 
 /// The access log names the server each client asked for: on the line of
@@ -333,8 +335,8 @@ fn a_reload_keeps_the_routing_and_refuses_a_new_sharer() {
 #[test]
 fn the_access_log_names_the_server_asked_for() {
     let (named, _) = recorder();
-    let dir = temp_dir("sni-access-log");
-    let log = dir.join("access.log");
+    let dir = Scratch::new("sni-access-log");
+    let log = dir.path("access.log");
     let lb = shared_with(
         &[Svc("named", "a.test", false, named.addr())],
         Duration::from_secs(5),
@@ -368,7 +370,6 @@ fn the_access_log_names_the_server_asked_for() {
     );
     assert_eq!(all.iter().filter(|l| l.contains(r#""sni""#)).count(), 2);
     lb.stop();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The chosen service's own gates run once the name is read: service a

@@ -3,37 +3,36 @@
 //! high), a log filter that would silence everything, a closed standard
 //! output, and exit codes that are the same every time.
 
+mod child;
 mod common;
 
 use std::io::{Read, Write};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
+use child::BIN;
 use common::{closed_port, connect, wait_for, TestBackend};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 const WAIT: Duration = Duration::from_secs(10);
 
-/// Runs `rodizio ARGS` to its end (it must end by itself), stdin closed;
-/// a balancer is allowed to serve as root, so that the error a test looks
-/// for is not the refusal to (the tests run as root on CI).
+/// Runs `rodizio ARGS` to its end (it must end by itself), stdin closed,
+/// `RUST_LOG` as the test's; a balancer is allowed to serve as root, so
+/// that the error a test looks for is not the refusal to (the tests run as
+/// root on CI).
 fn run(args: &[&str]) -> Output {
     let subcommand = matches!(args.first(), Some(&("demo" | "backend")));
-    let mut child = Command::new(BIN)
-        .args((!subcommand).then_some("--allow-root"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let ended = wait_for(WAIT, || child.try_wait().unwrap().is_some());
-    if !ended {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("rodizio {args:?} did not end");
-    }
-    child.wait_with_output().unwrap()
+    let root: &[&str] = if subcommand { &[] } else { &["--allow-root"] };
+    let mut command = child::command(&[root, args].concat());
+    inherit_log_filter(&mut command);
+    child::run_within(&mut command, WAIT).output()
+}
+
+/// `RUST_LOG` as this process has it (or none), not [`child::command`]'s.
+fn inherit_log_filter(command: &mut Command) {
+    match std::env::var_os("RUST_LOG") {
+        Some(filter) => command.env("RUST_LOG", filter),
+        None => command.env_remove("RUST_LOG"),
+    };
 }
 
 /// Asserts a usage error: exit 2, one line on stderr containing `wanted`.
@@ -146,7 +145,7 @@ fn a_thread_stack_the_system_refuses_is_a_start_up_error() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     common::limit_in_child(&mut command, libc::RLIMIT_AS, 600 << 20);
-    let out = command.output().unwrap();
+    let out = child::run_within(&mut command, WAIT).output();
     assert_usage_error(&out, "--thread-stack cannot start a worker thread");
     for big in ["65536m", "18446744073709551615"] {
         let out = run(&[

@@ -4,95 +4,46 @@
 //! `systemd-socket-activate` (Debian package systemd) and by the test
 //! itself through a restart, with no client refused.
 
+mod child;
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{self, UnixDatagram};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use child::{Child, BIN};
 use common::{closed_port, request, time_until, Demo, IO_TIMEOUT};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 /// Longest wait for any message or exit.
 const WAIT: Duration = Duration::from_secs(15);
 
-/// A child process (rodizio, or a program that becomes it), killed by its
-/// PID and reaped on drop; its standard error collected as it comes.
-struct Running {
-    child: Child,
-    log: Arc<Mutex<String>>,
+/// A child process (rodizio, or a program that becomes it) with
+/// `RUST_LOG=info`, as a [`Child`]: killed by its PID and reaped on drop.
+fn spawn(mut command: Command) -> Child {
+    Child::spawn(command.env("RUST_LOG", "info"))
 }
 
-impl Running {
-    fn spawn(mut command: Command) -> Running {
-        let mut child = command
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the child");
-        let log = Arc::new(Mutex::new(String::new()));
-        let stderr = child.stderr.take().expect("stderr");
-        let sink = Arc::clone(&log);
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let mut log = sink.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        Running { child, log }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn signal(&self, signo: libc::c_int) {
-        // SAFETY: kill(2) on our own child's PID with a valid signal.
-        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, signo) };
-        assert_eq!(rc, 0, "kill failed");
-    }
-
-    /// Waits for the exit (polling with a deadline); its code.
-    fn wait_exit(&mut self) -> Option<i32> {
-        let mut code = None;
-        let ended = time_until(WAIT, || match self.child.try_wait() {
-            Ok(Some(status)) => {
-                code = status.code();
-                true
-            }
-            _ => false,
-        });
-        assert!(ended.is_some(), "did not exit; log:\n{}", self.log());
-        code
-    }
-
-    /// Waits until the log has `what`.
-    fn wait_log(&self, what: &str) {
-        let seen = time_until(WAIT, || self.log().contains(what));
-        assert!(seen.is_some(), "no {what:?} in the log:\n{}", self.log());
-    }
+/// Waits for the exit of `child` (bounded); its code.
+fn exit_code(child: &mut Child) -> Option<i32> {
+    let status = child.wait_exit(WAIT);
+    status
+        .unwrap_or_else(|| panic!("did not exit; log:\n{}", child.log()))
+        .code()
 }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// Waits until the log of `child` has `what`.
+fn wait_log(child: &Child, what: &str) {
+    let seen = time_until(WAIT, || child.log().contains(what));
+    assert!(seen.is_some(), "no {what:?} in the log:\n{}", child.log());
 }
 
 /// A notification socket bound by the test, removed on drop when it is a
@@ -189,7 +140,7 @@ fn notifications_follow_the_start_a_reload_and_the_stop() {
         .arg("-c")
         .arg(&config)
         .env("NOTIFY_SOCKET", &notify.name);
-    let mut rodizio = Running::spawn(command);
+    let mut rodizio = spawn(command);
 
     let ready = notify.next();
     assert!(ready.starts_with("READY=1\n"), "{ready:?}");
@@ -219,7 +170,7 @@ fn notifications_follow_the_start_a_reload_and_the_stop() {
     rodizio.signal(libc::SIGTERM);
     let stopping = notify.next();
     assert!(stopping.starts_with("STOPPING=1\n"), "{stopping:?}");
-    assert_eq!(rodizio.wait_exit(), Some(0), "{}", rodizio.log());
+    assert_eq!(exit_code(&mut rodizio), Some(0), "{}", rodizio.log());
     let _ = std::fs::remove_file(&config);
 }
 
@@ -233,7 +184,7 @@ fn an_abstract_notify_socket_hears_ready_with_checks_off() {
         .args(["-l", "127.0.0.1:0", "-b", &closed_port().to_string()])
         .args(["--health-check", "off", "--allow-root"])
         .env("NOTIFY_SOCKET", &notify.name);
-    let mut rodizio = Running::spawn(command);
+    let mut rodizio = spawn(command);
     let ready = notify.next();
     assert_eq!(
         ready, "READY=1\nSTATUS=0 connections, 1 of 1 backend up",
@@ -241,7 +192,7 @@ fn an_abstract_notify_socket_hears_ready_with_checks_off() {
     );
     rodizio.signal(libc::SIGTERM);
     assert!(notify.next().starts_with("STOPPING=1\n"));
-    assert_eq!(rodizio.wait_exit(), Some(0));
+    assert_eq!(exit_code(&mut rodizio), Some(0));
 }
 
 /// A free port on loopback, for `systemd-socket-activate`, which cannot
@@ -268,8 +219,8 @@ fn systemd_socket_activate_hands_over_its_socket_and_first_client() {
         .args(["-l", &addr.to_string(), "--fdname=web", BIN])
         .args(["-l", &addr.to_string(), "-b", &demo.addr.to_string()])
         .args(["--health-check", "off", "--allow-root"]);
-    let mut activator = Running::spawn(command);
-    activator.wait_log("Listening on");
+    let mut activator = spawn(command);
+    wait_log(&activator, "Listening on");
     // rodizio is not running yet: the tool waits for this client.
     let mut client = TcpStream::connect_timeout(&addr, IO_TIMEOUT).expect("connect");
     client.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
@@ -281,17 +232,20 @@ fn systemd_socket_activate_hands_over_its_socket_and_first_client() {
         .expect("the first client's reply");
     assert!(reply.contains("Handled by server A"), "{reply:?}");
     drop(client);
-    activator.wait_log("through the socket systemd passed (descriptor 3, named web)");
+    wait_log(
+        &activator,
+        "through the socket systemd passed (descriptor 3, named web)",
+    );
     assert_eq!(request(addr).expect("a second client"), "A");
     activator.signal(libc::SIGTERM);
-    assert_eq!(activator.wait_exit(), Some(0), "{}", activator.log());
+    assert_eq!(exit_code(&mut activator), Some(0), "{}", activator.log());
 }
 
 /// rodizio on `listener`, passed as descriptor 3 with `LISTEN_FDS=1`, as
 /// systemd passes it. `LISTEN_PID` must be rodizio's own PID, known only
 /// in the child: `sh` sets it to its own (`$$`), then `exec`s rodizio,
 /// which keeps that PID.
-fn start_on(listener: &TcpListener, backend: SocketAddr) -> Running {
+fn start_on(listener: &TcpListener, backend: SocketAddr) -> Child {
     let addr = listener.local_addr().unwrap().to_string();
     let fd = listener.as_raw_fd();
     let mut command = Command::new("sh");
@@ -316,7 +270,7 @@ fn start_on(listener: &TcpListener, backend: SocketAddr) -> Running {
             Ok(())
         });
     }
-    Running::spawn(command)
+    spawn(command)
 }
 
 /// The test holds the listening socket, as systemd does: a client that
@@ -341,7 +295,10 @@ fn a_restart_on_a_passed_socket_refuses_no_client() {
         .expect("the early client's reply");
     assert!(reply.contains("Handled by server A"), "{reply:?}");
     drop(early);
-    first.wait_log("through the socket systemd passed (descriptor 3, named test)");
+    wait_log(
+        &first,
+        "through the socket systemd passed (descriptor 3, named test)",
+    );
 
     let served = Arc::new(AtomicUsize::new(0));
     let failures = Arc::new(Mutex::new(Vec::new()));
@@ -370,7 +327,7 @@ fn a_restart_on_a_passed_socket_refuses_no_client() {
     };
     at_least(50);
     first.signal(libc::SIGTERM);
-    assert_eq!(first.wait_exit(), Some(0), "{}", first.log());
+    assert_eq!(exit_code(&mut first), Some(0), "{}", first.log());
     let before_second = served.load(Ordering::SeqCst);
     let mut second = start_on(&listener, demo.addr);
     at_least(before_second + 50);
@@ -390,5 +347,5 @@ fn a_restart_on_a_passed_socket_refuses_no_client() {
         &failures[..failures.len().min(5)]
     );
     second.signal(libc::SIGTERM);
-    assert_eq!(second.wait_exit(), Some(0), "{}", second.log());
+    assert_eq!(exit_code(&mut second), Some(0), "{}", second.log());
 }

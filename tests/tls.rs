@@ -6,6 +6,7 @@
 //! with the re-encryption's settings, also after a reload; the stats
 //! page's certificates.
 
+mod child;
 mod common;
 mod peers;
 mod tls_certs;
@@ -14,9 +15,11 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use child::Child;
+use child::BIN;
 use common::{wait_for, Demo, TestBackend, TestBalancer};
 use rodizio::tls_term::CertList;
-use tls_certs::{connect, served, subject_of, Certs, Pair, Rodizio};
+use tls_certs::{connect, served, subject_of, Certs, Pair};
 
 /// A balancer in front of `backends` terminating TLS with `pairs`.
 fn balancer(backends: &[std::net::SocketAddr], pairs: &[&Pair]) -> TestBalancer {
@@ -148,8 +151,8 @@ fn sighup_serves_the_new_certificate_and_keeps_open_connections() {
         ),
     )
     .unwrap();
-    let r = Rodizio::start(&["-c", config.to_str().unwrap()]);
-    let mut open = connect(r.addr(), "localhost", &certs.ca()).unwrap();
+    let r = Child::balancer(&["-c", config.to_str().unwrap()]);
+    let mut open = connect(r.addr, "localhost", &certs.ca()).unwrap();
     assert!(subject_of(&open).contains("one.localhost"));
     let mut buf = [0u8; 5];
     open.write_all(b"first").unwrap();
@@ -157,10 +160,10 @@ fn sighup_serves_the_new_certificate_and_keeps_open_connections() {
     assert_eq!(&buf, b"first");
     // certbot's way: new files at the same paths.
     certs.issue("site", &["two.localhost", "localhost"], 2);
-    r.reload();
+    r.signal(libc::SIGHUP);
     assert!(
         wait_for(Duration::from_secs(20), || {
-            connect(r.addr(), "localhost", &certs.ca())
+            connect(r.addr, "localhost", &certs.ca())
                 .map(|c| subject_of(&c).contains("two.localhost"))
                 .unwrap_or(false)
         }),
@@ -198,19 +201,19 @@ fn a_bad_certificate_at_start_up_exits_2_in_one_line() {
         ),
     ];
     for (flag, want) in cases {
-        let out = Command::new(env!("CARGO_BIN_EXE_rodizio"))
-            .args([
-                "--allow-root",
-                "-l",
-                "127.0.0.1:0",
-                "-b",
-                "127.0.0.1:9",
-                "--tls-cert",
-                &flag,
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let out = child::output(
+            Command::new(BIN)
+                .args([
+                    "--allow-root",
+                    "-l",
+                    "127.0.0.1:0",
+                    "-b",
+                    "127.0.0.1:9",
+                    "--tls-cert",
+                    &flag,
+                ])
+                .stdin(Stdio::null()),
+        );
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         assert_eq!(out.status.code(), Some(2), "{flag}: {err}");
         assert!(err.contains(want), "{flag}: {err}");
@@ -402,12 +405,12 @@ fn tls_settings_per_service() {
         ),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rodizio"))
-        .arg("check-config")
-        .arg(&file)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = child::output(
+        Command::new(BIN)
+            .arg("check-config")
+            .arg(&file)
+            .stdin(Stdio::null()),
+    );
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
@@ -528,7 +531,7 @@ fn a_reload_of_backend_tls_ca_applies_to_the_checks() {
         .unwrap()
     };
     write(&other.ca());
-    let r = Rodizio::start(&["-c", config.to_str().unwrap()]);
+    let r = Child::balancer(&["-c", config.to_str().unwrap()]);
     assert!(
         wait_for(Duration::from_secs(20), || r.log().contains(
             "is now DOWN (1 failed check, last: tls: certificate verification failed"
@@ -537,7 +540,7 @@ fn a_reload_of_backend_tls_ca_applies_to_the_checks() {
         r.log()
     );
     write(&certs.ca());
-    r.reload();
+    r.signal(libc::SIGHUP);
     assert!(
         wait_for(Duration::from_secs(20), || r.log().contains("is now UP")),
         "{}",

@@ -4,14 +4,16 @@
 //! connection that moved bytes and then went quiet costs its TLS session
 //! and a few pages of stack, not its handshake's depth and its buffers.
 
+mod child;
 mod common;
 mod tls_certs;
 
 use std::io::{Read, Write};
 use std::time::Duration;
 
+use child::Child;
 use common::{wait_for, TestBackend};
-use tls_certs::{connect, Certs, Rodizio};
+use tls_certs::{connect, Certs};
 
 const CONNS: usize = 200;
 
@@ -37,7 +39,7 @@ fn idle_tls_connections_give_back_their_buffers_and_handshake_stack() {
     let backend = TestBackend::echo();
     let b = backend.addr().to_string();
     let cert = site.flag();
-    let rodizio = Rodizio::start(&[
+    let rodizio = Child::balancer(&[
         "-l",
         "127.0.0.1:0",
         "-b",
@@ -47,7 +49,7 @@ fn idle_tls_connections_give_back_their_buffers_and_handshake_stack() {
         "--tls-cert",
         &cert,
     ]);
-    let pid = rodizio.child.id();
+    let pid = rodizio.pid();
     let talk = |c: &mut tls_certs::Client| {
         c.write_all(b"hello").unwrap();
         let mut back = [0u8; 5];
@@ -56,7 +58,7 @@ fn idle_tls_connections_give_back_their_buffers_and_handshake_stack() {
     };
     // One connection first, so the process's own one-time costs (the
     // first worker, rustls's tables) are in the baseline.
-    let mut first = connect(rodizio.addr(), "a.test", &certs.ca()).unwrap();
+    let mut first = connect(rodizio.addr, "a.test", &certs.ca()).unwrap();
     talk(&mut first);
     let settled = |rss: &dyn Fn() -> u64| {
         let mut last = rss();
@@ -73,7 +75,7 @@ fn idle_tls_connections_give_back_their_buffers_and_handshake_stack() {
     let before = settled(&rss);
     let mut held = Vec::new();
     for _ in 0..CONNS {
-        let mut c = connect(rodizio.addr(), "a.test", &certs.ca()).unwrap();
+        let mut c = connect(rodizio.addr, "a.test", &certs.ca()).unwrap();
         talk(&mut c);
         held.push(c);
     }

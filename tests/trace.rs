@@ -1,6 +1,7 @@
 //! `--trace`: one connection through a demo backend, narrated step by step
 //! in the order of the data path, in English and in Portuguese.
 
+mod child;
 mod common;
 
 use std::io::{Read, Write};
@@ -8,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use child::Child;
 use common::{connect, until, Demo, TestBalancer};
 use rodizio::limiter::{Rate, RateLimitConfig};
 use rodizio::trace::{self, Lang};
@@ -190,99 +192,22 @@ fn the_trace_speaks_portuguese() {
     lb.stop();
 }
 
-/// The binary: standard output and standard error of a `rodizio` run,
-/// read by threads into one channel each, killed on drop if still alive.
-struct Run {
-    child: std::process::Child,
-    out: crossbeam_channel::Receiver<String>,
-    err: crossbeam_channel::Receiver<String>,
+/// `rodizio --allow-root ARGS` with `LANG=lang`, listening.
+fn start(args: &[&str], lang: &str) -> Child {
+    let mut command = child::command(&[&["--allow-root"], args].concat());
+    Child::start(command.env("LANG", lang))
 }
 
-impl Run {
-    fn start(args: &[&str], lang: &str) -> Run {
-        use std::io::{BufRead, BufReader};
-        use std::process::{Command, Stdio};
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rodizio"))
-            // The tests run as root on CI.
-            .arg("--allow-root")
-            .args(args)
-            .env("LANG", lang)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start rodizio");
-        let lines = |pipe: Box<dyn std::io::Read + Send>| {
-            let (tx, rx) = crossbeam_channel::unbounded();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines() {
-                    let Ok(line) = line else { break };
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-            rx
-        };
-        let out = lines(Box::new(child.stdout.take().unwrap()));
-        let err = lines(Box::new(child.stderr.take().unwrap()));
-        Run { child, out, err }
-    }
-
-    /// The balancer's address, from its `Load balancer listening` line.
-    fn balancer(&self) -> SocketAddr {
-        loop {
-            let line = self
-                .out
-                .recv_timeout(common::IO_TIMEOUT)
-                .expect("the listening line in time");
-            if let Some(rest) = line.strip_prefix("Load balancer listening on port ") {
-                let port = rest.split(' ').next().unwrap_or_default();
-                return format!("127.0.0.1:{port}").parse().unwrap();
-            }
-        }
-    }
-
-    /// Standard error until a line contains `needle` (bounded).
-    fn err_until(&self, needle: &str) -> Vec<String> {
-        let mut got = Vec::new();
-        while !got.last().is_some_and(|l: &String| l.contains(needle)) {
-            match self.err.recv_timeout(common::IO_TIMEOUT) {
-                Ok(line) => got.push(line),
-                Err(_) => panic!("no {needle:?} on stderr in time: {got:#?}"),
-            }
-        }
-        got
-    }
-
-    /// SIGTERM, then all of standard error up to the exit (bounded).
-    fn stop(mut self) -> Vec<String> {
-        let pid = self.child.id() as libc::pid_t;
-        // SAFETY: signalling the child this test started, by its PID.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-        let mut got = Vec::new();
-        while let Ok(line) = self.err.recv_timeout(common::IO_TIMEOUT) {
-            got.push(line);
-        }
-        assert!(
-            common::wait_for(common::IO_TIMEOUT, || self
-                .child
-                .try_wait()
-                .is_ok_and(|s| s.is_some())),
-            "rodizio did not exit"
-        );
-        got
-    }
+/// Its log's lines, to the first that contains `needle` (at least).
+fn log_until(child: &mut Child, needle: &str) -> Vec<String> {
+    child.next_log(needle);
+    child.log().lines().map(String::from).collect()
 }
 
-impl Drop for Run {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// SIGTERM, then all of its log up to the exit.
+fn stop(mut child: Child) -> Vec<String> {
+    assert!(child.stop().is_some(), "rodizio did not exit");
+    child.log().lines().map(String::from).collect()
 }
 
 /// `LANG=pt_BR.UTF-8 rodizio --trace demo`: the binary narrates in
@@ -291,18 +216,18 @@ impl Drop for Run {
 #[test]
 fn the_binary_traces_on_stderr_in_the_language_of_lang() {
     let demo = ["demo", "--backends", "1", "--first-port", "0"];
-    let traced = Run::start(
+    let mut traced = start(
         &[&["-l", "127.0.0.1:0", "--trace"], &demo[..]].concat(),
         "pt_BR.UTF-8",
     );
-    let addr = traced.balancer();
+    let addr = traced.addr;
     let mut s = connect(addr).unwrap();
     let client = s.local_addr().unwrap();
     s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
     let mut reply = String::new();
     s.read_to_string(&mut reply).unwrap();
     drop(s);
-    let err = traced.err_until("volta a esperar na fila");
+    let err = log_until(&mut traced, "volta a esperar na fila");
     let accepted = err
         .iter()
         .find(|l| l.contains(&format!("cliente {client} aceito")))
@@ -313,12 +238,12 @@ fn the_binary_traces_on_stderr_in_the_language_of_lang() {
             .any(|l| l.contains("conectado ao backend 127.0.0.1:")),
         "{err:#?}"
     );
-    traced.stop();
+    stop(traced);
 
-    let quiet = Run::start(&[&["-l", "127.0.0.1:0"], &demo[..]].concat(), "pt_BR.UTF-8");
-    let addr = quiet.balancer();
+    let quiet = start(&[&["-l", "127.0.0.1:0"], &demo[..]].concat(), "pt_BR.UTF-8");
+    let addr = quiet.addr;
     assert!(common::request(addr).is_ok());
-    let err = quiet.stop();
+    let err = stop(quiet);
     assert!(
         !err.iter().any(|l| l.contains("rodizio::trace")),
         "{err:#?}"

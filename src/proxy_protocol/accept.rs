@@ -183,16 +183,9 @@ mod tests {
     use super::*;
     use crate::proxy_protocol::{encode, Version};
     use std::io::Write;
-    use std::net::{Ipv4Addr, TcpListener};
+    use std::net::Ipv4Addr;
 
-    /// A connected pair: the client's end and the accepted end with its peer.
-    fn pair() -> (TcpStream, TcpStream, SocketAddr) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let (s, peer) = l.accept().unwrap();
-        (c, s, peer)
-    }
+    use crate::test_support::pair;
 
     fn trusting_loopback(timeout: Duration) -> AcceptProxy {
         AcceptProxy::new(CidrList::loopback(), timeout)
@@ -200,7 +193,8 @@ mod tests {
 
     #[test]
     fn a_trusted_header_gives_the_client_and_leaves_its_bytes() {
-        let (mut c, s, peer) = pair();
+        let (mut c, s) = pair();
+        let peer = c.local_addr().unwrap();
         c.write_all(b"PROXY TCP4 192.0.2.7 198.51.100.1 40000 443\r\nGET /")
             .unwrap();
         let origin = receive(&trusting_loopback(Duration::from_secs(5)), &s, peer).unwrap();
@@ -222,7 +216,8 @@ mod tests {
 
     #[test]
     fn a_local_header_keeps_the_connection_s_own_ends() {
-        let (mut c, s, peer) = pair();
+        let (mut c, s) = pair();
+        let peer = c.local_addr().unwrap();
         c.write_all(&encode(Version::V2, &Header::Local)).unwrap();
         let origin = receive(&trusting_loopback(Duration::from_secs(5)), &s, peer).unwrap();
         assert_eq!(origin.source, peer);
@@ -238,7 +233,8 @@ mod tests {
 
     #[test]
     fn an_untrusted_peer_is_refused_before_anything_is_read() {
-        let (mut c, s, peer) = pair();
+        let (mut c, s) = pair();
+        let peer = c.local_addr().unwrap();
         c.write_all(b"PROXY TCP4 192.0.2.7 198.51.100.1 40000 443\r\n")
             .unwrap();
         let only_ten: CidrList = "10.0.0.0/8".parse().unwrap();
@@ -251,14 +247,16 @@ mod tests {
     #[test]
     fn a_malformed_or_oversized_header_is_refused() {
         let accept = trusting_loopback(Duration::from_secs(5));
-        let (mut c, s, peer) = pair();
+        let (mut c, s) = pair();
+        let peer = c.local_addr().unwrap();
         c.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
         let err = receive(&accept, &s, peer).unwrap_err();
         assert!(
             matches!(err, Refusal::Header(HeaderError::NoSignature)),
             "{err}"
         );
-        let (mut c, s, peer) = pair();
+        let (mut c, s) = pair();
+        let peer = c.local_addr().unwrap();
         c.write_all(b"PROXY TCP4 192.0.2.7 nonsense 1 2\r\n")
             .unwrap();
         let err = receive(&accept, &s, peer).unwrap_err();
@@ -266,7 +264,8 @@ mod tests {
             matches!(err, Refusal::Header(HeaderError::V1Syntax(_))),
             "{err}"
         );
-        let (mut c, s, peer) = pair();
+        let (mut c, s) = pair();
+        let peer = c.local_addr().unwrap();
         let mut long = b"PROXY TCP4 ".to_vec();
         long.extend(std::iter::repeat(b'1').take(200));
         c.write_all(&long).unwrap();
@@ -280,7 +279,8 @@ mod tests {
     #[test]
     fn a_silent_or_half_header_times_out_within_the_bound() {
         let accept = trusting_loopback(Duration::from_millis(200));
-        let (mut c, s, peer) = pair();
+        let (mut c, s) = pair();
+        let peer = c.local_addr().unwrap();
         c.write_all(b"PROXY TCP4 192.0").unwrap();
         let started = Instant::now();
         let err = receive(&accept, &s, peer).unwrap_err();

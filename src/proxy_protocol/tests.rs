@@ -4,12 +4,14 @@
 use super::codec::{ends, Ends, V1_PREFIX};
 use super::*;
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
-use std::net::{Shutdown, TcpListener};
+use std::net::Shutdown;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
+
+use crate::test_support::pair;
 
 fn addr(text: &str) -> SocketAddr {
     text.parse().unwrap()
@@ -374,25 +376,12 @@ fn cidr_list_parses_and_defaults_to_loopback() {
 
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A connected pair on loopback: (the client's end, the server's end).
-fn socket_pair() -> (TcpStream, TcpStream) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-    let (server, _) = listener.accept().unwrap();
-    for socket in [&client, &server] {
-        socket.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
-        socket.set_write_timeout(Some(SOCKET_TIMEOUT)).unwrap();
-        socket.set_nodelay(true).unwrap();
-    }
-    (client, server)
-}
-
 /// The bytes after the header stay in the socket, for v1 and v2, sent
 /// together with the header in one write.
 #[test]
 fn read_header_leaves_the_clients_bytes() {
     for version in [Version::V1, Version::V2] {
-        let (mut client, mut server) = socket_pair();
+        let (mut client, mut server) = pair();
         let header = proxy("192.0.2.1:5000", "198.51.100.7:80");
         let mut bytes = encode(version, &header);
         bytes.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
@@ -411,7 +400,7 @@ fn read_header_leaves_the_clients_bytes() {
 #[test]
 fn read_header_assembles_a_header_sent_byte_by_byte() {
     for version in [Version::V1, Version::V2] {
-        let (mut client, mut server) = socket_pair();
+        let (mut client, mut server) = pair();
         let header = proxy("[2001:db8::1]:5000", "[2001:db8::2]:80");
         let mut bytes = encode(version, &header);
         bytes.extend_from_slice(b"hello");
@@ -432,7 +421,7 @@ fn read_header_assembles_a_header_sent_byte_by_byte() {
 /// A client that connects and says nothing costs the timeout, no more.
 #[test]
 fn read_header_times_out_on_a_silent_client() {
-    let (mut client, server) = socket_pair();
+    let (mut client, server) = pair();
     client.write_all(b"PROXY TCP4 ").unwrap();
     let timeout = Duration::from_millis(200);
     let started = Instant::now();
@@ -449,14 +438,14 @@ fn read_header_times_out_on_a_silent_client() {
 /// Headers over the bound are refused at once, not waited for.
 #[test]
 fn read_header_refuses_a_header_too_long() {
-    let (mut client, server) = socket_pair();
+    let (mut client, server) = pair();
     let mut line = b"PROXY UNKNOWN ".to_vec();
     line.resize(V1_MAX_LEN + 10, b'x');
     client.write_all(&line).unwrap();
     let err = read_header(&server, SOCKET_TIMEOUT).unwrap_err();
     assert!(matches!(err, HeaderError::TooLong { .. }), "{err}");
 
-    let (mut client, server) = socket_pair();
+    let (mut client, server) = pair();
     client.write_all(&V2_SIGNATURE).unwrap();
     client.write_all(&[0x21, 0x11, 0xff, 0xff]).unwrap();
     let err = read_header(&server, SOCKET_TIMEOUT).unwrap_err();
@@ -466,13 +455,13 @@ fn read_header_refuses_a_header_too_long() {
 /// A client that closes mid-header, or sends no header, is told apart.
 #[test]
 fn read_header_reports_a_close_and_a_missing_header() {
-    let (mut client, server) = socket_pair();
+    let (mut client, server) = pair();
     client.write_all(&V2_TCP4[..20]).unwrap();
     client.shutdown(Shutdown::Write).unwrap();
     let err = read_header(&server, SOCKET_TIMEOUT).unwrap_err();
     assert!(matches!(err, HeaderError::Closed { received: 20 }), "{err}");
 
-    let (mut client, server) = socket_pair();
+    let (mut client, server) = pair();
     client.write_all(b"GET / HTTP/1.1\r\n").unwrap();
     let err = read_header(&server, SOCKET_TIMEOUT).unwrap_err();
     assert!(matches!(err, HeaderError::NoSignature), "{err}");

@@ -142,18 +142,9 @@ fn set_low_mark(fd: RawFd, bytes: usize) -> io::Result<()> {
 mod tests {
     use super::*;
     use std::io::Write;
-    use std::net::TcpListener;
     use std::time::Duration;
 
-    fn pair() -> (TcpStream, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server, _) = listener.accept().unwrap();
-        client
-            .set_write_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        (client, server)
-    }
+    use crate::test_support::pair;
 
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(10)

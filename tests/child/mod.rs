@@ -1,9 +1,15 @@
-//! The rodizio binary as a child process with its admin API, for the tests
-//! of the operator's tools (`tests/runtime_config.rs`, `tests/hostile/
-//! tools.rs`): started with a config file, its ports learned from what it
-//! prints (both are port 0), killed by its PID on drop; plain HTTP/1.1
-//! calls to its admin API; and one-shot runs of the binary with a
-//! deadline.
+//! The rodizio binary as a child process, for every test that runs it:
+//! [`BIN`] and [`command`] (the binary with its pipes set); [`Child`],
+//! started and stopped by its PID, its address learned from what it
+//! prints (`-l 127.0.0.1:0`), its log read in order, and both of its
+//! outputs printed when the test that started it fails; [`run`],
+//! [`run_within`], [`run_fed`] and [`output`], one-shot runs with a
+//! deadline; [`Scratch`], a directory of a test's own; and [`Rodizio`], a
+//! child with its admin API and plain HTTP/1.1 calls to it.
+//!
+//! Every child is read by threads (`common::collect`) and waited for with
+//! a deadline, so a child that hangs fails its test instead of the suite.
+//! It needs `mod common;` beside it.
 
 // Each test binary that includes it uses a part.
 #![allow(dead_code)]
@@ -11,20 +17,26 @@
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::common::{collect, connect, wait_for, Collected};
 
+/// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 /// Longest a start, a call or a one-shot run may take (a loaded machine).
 pub const WAIT: Duration = Duration::from_secs(30);
+/// The line the balancer prints on standard output once it listens:
+/// `Load balancer listening on port N (ADDR)`.
+pub const LISTENING: &str = "Load balancer listening on port ";
 
 /// A directory of its own for one test's files, removed on drop.
 pub struct Scratch(PathBuf);
 
 impl Scratch {
+    /// A new empty directory under the temporary directory, named after
+    /// `what`, the process and a counter.
     pub fn new(what: &str) -> Scratch {
         static N: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
@@ -32,8 +44,14 @@ impl Scratch {
             std::process::id(),
             N.fetch_add(1, Ordering::SeqCst)
         ));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.0
     }
 
     /// The path of `name` in the directory (written or not).
@@ -43,11 +61,20 @@ impl Scratch {
 
     /// Writes `text` to `name` in the directory (whole, then renamed into
     /// place, as an editor does); its path.
-    pub fn file(&self, name: &str, text: &[u8]) -> PathBuf {
+    pub fn file(&self, name: &str, text: impl AsRef<[u8]>) -> PathBuf {
         let path = self.0.join(name);
         let tmp = self.0.join(format!("{name}.tmp"));
         std::fs::write(&tmp, text).unwrap();
         std::fs::rename(&tmp, &path).unwrap();
+        path
+    }
+
+    /// A FIFO called `name` that nobody writes to; its path.
+    pub fn fifo(&self, name: &str) -> PathBuf {
+        let path = self.0.join(name);
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         path
     }
 }
@@ -58,7 +85,350 @@ impl Drop for Scratch {
     }
 }
 
-/// The balancer binary, running; killed by its PID on drop.
+/// `rodizio ARGS` with standard input closed, both outputs piped and
+/// `RUST_LOG=info` (a test adds to it, then hands it to [`Child::start`],
+/// [`Child::spawn`] or [`run_command`]).
+pub fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// The address after `marker` in `text`, up to a space, `)` or the end of
+/// the line.
+pub fn addr_after(text: &str, marker: &str) -> Option<SocketAddr> {
+    let rest = &text[text.find(marker)? + marker.len()..];
+    let end = rest.find([' ', ')', '\n']).unwrap_or(rest.len());
+    rest[..end].trim().parse().ok()
+}
+
+/// Where the balancer listens, from its `Load balancer listening on port
+/// N (ADDR)` line in `stdout`: ADDR, or `127.0.0.1:N` when the line has no
+/// address.
+pub fn listening_addr(stdout: &str) -> Option<SocketAddr> {
+    let line = stdout.lines().find_map(|l| l.strip_prefix(LISTENING))?;
+    let addr = line
+        .split_once('(')
+        .and_then(|(_, rest)| rest.split(')').next()?.parse().ok());
+    let port = line.split_whitespace().next()?.parse::<u16>().ok()?;
+    Some(addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], port))))
+}
+
+/// The binary running as a child process: stopped (killed) by its PID and
+/// reaped on drop; both outputs collected as they come, and printed when
+/// the test that started it fails.
+pub struct Child {
+    process: std::process::Child,
+    /// Its standard output so far.
+    pub stdout: Collected,
+    /// Its standard error (the log) so far.
+    pub stderr: Collected,
+    /// Where its balancer listens ([`Child::start`]; `0.0.0.0:0` after
+    /// [`Child::spawn`] until [`Child::listening`]).
+    pub addr: SocketAddr,
+    /// How far [`Child::next_log`] has read the log.
+    seen: usize,
+}
+
+impl Child {
+    /// Spawns `command` (its outputs piped here, its standard input
+    /// empty) without waiting for anything.
+    pub fn spawn(command: &mut Command) -> Child {
+        Child::spawn_fed(command, Vec::new())
+    }
+
+    /// Spawns `command` with `input` on its standard input, written by a
+    /// thread of the test and then closed (a failed write is fine: the
+    /// child may exit before it reads it all).
+    pub fn spawn_fed(command: &mut Command, input: Vec<u8>) -> Child {
+        let mut process = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rodizio");
+        if let Some(mut stdin) = process.stdin.take() {
+            std::thread::spawn(move || {
+                let _ = stdin.write_all(&input);
+            });
+        }
+        let stdout = collect(process.stdout.take().unwrap());
+        let stderr = collect(process.stderr.take().unwrap());
+        Child {
+            process,
+            stdout,
+            stderr,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            seen: 0,
+        }
+    }
+
+    /// Spawns `command` and waits (at most [`WAIT`]) for its listening
+    /// line; fails the test with its output when it exits or stays silent.
+    pub fn start(command: &mut Command) -> Child {
+        let mut child = Child::spawn(command);
+        child.listening();
+        child
+    }
+
+    /// `rodizio --allow-root ARGS` ([`command`]), started.
+    pub fn balancer(args: &[&str]) -> Child {
+        Child::start(&mut command(&[&["--allow-root"], args].concat()))
+    }
+
+    /// `rodizio -l 127.0.0.1:0 --allow-root ARGS`, after `prepare` has
+    /// adjusted the command (resource limits, say), started.
+    pub fn on_loopback(args: &[&str], prepare: impl FnOnce(&mut Command)) -> Child {
+        let mut command = command(&[&["-l", "127.0.0.1:0", "--allow-root"], args].concat());
+        prepare(&mut command);
+        Child::start(&mut command)
+    }
+
+    /// Waits (at most [`WAIT`]) for `marker ADDR` on its standard output
+    /// (`Demo backend listening on `, say); ADDR, kept in [`Child::addr`].
+    /// Fails the test with the output when the child exits or stays silent.
+    pub fn printed(&mut self, marker: &str) -> SocketAddr {
+        self.wait_addr(marker, |out| addr_after(out, marker))
+    }
+
+    /// Waits (at most [`WAIT`]) for the listening line; its address, kept
+    /// in [`Child::addr`]. Fails the test with the output when the child
+    /// exits or stays silent.
+    pub fn listening(&mut self) -> SocketAddr {
+        self.wait_addr(LISTENING, listening_addr)
+    }
+
+    /// Waits (at most [`WAIT`]) until `find` gives an address from its
+    /// standard output; that address, kept in [`Child::addr`].
+    fn wait_addr(&mut self, what: &str, find: impl Fn(&str) -> Option<SocketAddr>) -> SocketAddr {
+        let mut addr = None;
+        let up = wait_for(WAIT, || {
+            addr = find(&self.stdout.text());
+            addr.is_some() || !self.alive()
+        });
+        match addr.filter(|_| up) {
+            Some(addr) => {
+                self.addr = addr;
+                addr
+            }
+            None => panic!(
+                "no {what:?} from rodizio:\n{}{}",
+                self.stdout.text(),
+                self.stderr.text()
+            ),
+        }
+    }
+
+    /// Its process ID.
+    pub fn pid(&self) -> u32 {
+        self.process.id()
+    }
+
+    /// Sends `signal` to it, by its PID.
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on the child this test started, by its PID.
+        assert_eq!(unsafe { libc::kill(self.pid() as libc::pid_t, signal) }, 0);
+    }
+
+    /// Whether it is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.process.try_wait(), Ok(None))
+    }
+
+    /// Waits at most `timeout` for it to exit; how it ended, or `None`
+    /// while it still runs.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let mut status = None;
+        wait_for(timeout, || {
+            status = self.process.try_wait().ok().flatten();
+            status.is_some()
+        });
+        status
+    }
+
+    /// SIGTERM, then waits (at most [`WAIT`]) for the exit, killing it by
+    /// its PID past that, and for the end of both outputs; how it ended
+    /// (`None`: it had to be killed).
+    pub fn stop(&mut self) -> Option<ExitStatus> {
+        if self.alive() {
+            self.signal(libc::SIGTERM);
+        }
+        let status = self.wait_exit(WAIT);
+        if status.is_none() {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+        }
+        self.stdout.wait_end(WAIT);
+        self.stderr.wait_end(WAIT);
+        status
+    }
+
+    /// Both of its outputs so far: standard output, then the log.
+    pub fn output(&self) -> String {
+        format!("{}{}", self.stdout.text(), self.stderr.text())
+    }
+
+    /// Its open descriptors now.
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .unwrap()
+            .count()
+    }
+
+    /// Its threads now.
+    pub fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid()))
+            .unwrap()
+            .count()
+    }
+
+    /// User plus system CPU time of the whole process so far, in clock
+    /// ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        let rest = &stat[stat.rfind(')').unwrap() + 1..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    }
+
+    /// Where its admin API listens, as its log says (with `--admin`).
+    pub fn admin(&self) -> SocketAddr {
+        let mut admin = None;
+        wait_for(WAIT, || {
+            admin = addr_after(&self.log(), "admin API listening on ");
+            admin.is_some()
+        });
+        admin.unwrap_or_else(|| panic!("no admin API address in the log: {}", self.log()))
+    }
+
+    /// One counter of its admin API's `/metrics` (`rodizio_NAME`).
+    pub fn metric(&self, name: &str) -> u64 {
+        let body = crate::common::http_get(self.admin(), "/metrics")
+            .unwrap()
+            .body;
+        let wanted = format!("rodizio_{name}");
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| {
+                let (key, value) = l.split_once(' ')?;
+                (key.split('{').next()? == wanted).then(|| value.trim().parse().ok())?
+            })
+            .unwrap_or_else(|| panic!("no {wanted} in /metrics:\n{body}"))
+    }
+
+    /// What it wrote on standard error so far.
+    pub fn log(&self) -> String {
+        self.stderr.text()
+    }
+
+    /// The next whole log line, after those this has returned, that
+    /// contains `needle`; fails the test after [`WAIT`].
+    pub fn next_log(&mut self, needle: &str) -> String {
+        let mut found = None;
+        let seen = &mut self.seen;
+        let stderr = &self.stderr;
+        wait_for(WAIT, || {
+            found = stderr.next_line(seen, needle);
+            found.is_some()
+        });
+        found.unwrap_or_else(|| panic!("no {needle:?} in the log:\n{}", self.stderr.text()))
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if let Ok(None) = self.process.try_wait() {
+            let _ = self.process.kill();
+        }
+        let _ = self.process.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- rodizio (pid {}) stdout ---\n{}--- stderr ---\n{}---",
+                self.process.id(),
+                self.stdout.text(),
+                self.stderr.text()
+            );
+        }
+    }
+}
+
+/// How a one-shot run ended.
+pub struct Ended {
+    pub status: ExitStatus,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ended {
+    /// The same as the standard library's `Output` (for a test that reads
+    /// the bytes).
+    pub fn output(self) -> std::process::Output {
+        std::process::Output {
+            status: self.status,
+            stdout: self.stdout.into_bytes(),
+            stderr: self.stderr.into_bytes(),
+        }
+    }
+}
+
+/// Runs `rodizio ARGS` (with `RUST_LOG=warn`) to its end; see
+/// [`run_command`].
+pub fn run(args: &[&str]) -> Ended {
+    run_command(command(args).env("RUST_LOG", "warn"))
+}
+
+/// Runs `command` to its end, with a deadline: killed by its PID, and the
+/// test failed with what it wrote, past [`WAIT`].
+pub fn run_command(command: &mut Command) -> Ended {
+    run_within(command, WAIT)
+}
+
+/// `command.output()` with a deadline ([`run_command`]): standard input
+/// empty, both outputs captured.
+pub fn output(command: &mut Command) -> std::process::Output {
+    run_command(command).output()
+}
+
+/// Runs `command` to its end, with a deadline: killed by its PID, and the
+/// test failed with what it wrote, past `limit`.
+pub fn run_within(command: &mut Command, limit: Duration) -> Ended {
+    finish(Child::spawn(command), limit)
+}
+
+/// Runs `command` with `input` on its standard input (written by a thread,
+/// then closed) to its end, with a deadline, as [`run_within`].
+pub fn run_fed(command: &mut Command, input: Vec<u8>, limit: Duration) -> Ended {
+    finish(Child::spawn_fed(command, input), limit)
+}
+
+/// Waits at most `limit` for `child` to exit, then for the end of its
+/// outputs.
+fn finish(mut child: Child, limit: Duration) -> Ended {
+    let Some(status) = child.wait_exit(limit) else {
+        panic!(
+            "rodizio still running after {limit:?}:\n{}{}",
+            child.stdout.text(),
+            child.stderr.text()
+        );
+    };
+    child.stdout.wait_end(WAIT);
+    child.stderr.wait_end(WAIT);
+    Ended {
+        status,
+        code: status.code(),
+        stdout: child.stdout.text(),
+        stderr: child.stderr.text(),
+    }
+}
+
+/// The balancer binary with its admin API, running; killed by its PID on
+/// drop.
 pub struct Rodizio {
     child: Child,
     pub stderr: Collected,
@@ -68,60 +438,25 @@ pub struct Rodizio {
     pub admin: SocketAddr,
 }
 
-impl Drop for Rodizio {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// The address after `marker` in `text`, up to a space or `)`.
-fn addr_after(text: &str, marker: &str) -> Option<SocketAddr> {
-    let rest = &text[text.find(marker)? + marker.len()..];
-    let end = rest.find([' ', ')', '\n']).unwrap_or(rest.len());
-    rest[..end].parse().ok()
-}
-
 impl Rodizio {
     /// Starts `rodizio --allow-root ARGS -c CONFIG` (the file turns the
     /// admin API on, on port 0) and waits for both of its ports.
     pub fn start(config: &Path, args: &[&str]) -> Rodizio {
-        let mut child = Command::new(BIN)
-            .arg("--allow-root")
-            .args(args)
-            .arg("-c")
-            .arg(config)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start rodizio");
-        let stdout = collect(child.stdout.take().unwrap());
-        let stderr = collect(child.stderr.take().unwrap());
-        let mut ports = None;
+        let mut command = command(&[&["--allow-root"], args, &["-c"]].concat());
+        let child = Child::start(command.arg(config));
+        let mut admin = None;
         let up = wait_for(WAIT, || {
-            let out = stdout.text();
-            let addr = addr_after(&out, "Load balancer listening on port ").or_else(|| {
-                // `... on port N (ADDR)`: the address in parentheses.
-                addr_after(&out, "(")
-            });
-            let admin = addr_after(&stderr.text(), "admin API listening on ");
-            ports = addr.zip(admin);
-            ports.is_some() || matches!(child.try_wait(), Ok(Some(_)))
+            admin = addr_after(&child.log(), "admin API listening on ");
+            admin.is_some()
         });
-        let Some((addr, admin)) = ports.filter(|_| up) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("rodizio did not start: {}{}", stdout.text(), stderr.text());
+        let Some(admin) = admin.filter(|_| up) else {
+            panic!("rodizio's admin API did not start: {}", child.log());
         };
         Rodizio {
-            child,
-            stderr,
-            addr,
+            stderr: child.stderr.clone(),
+            addr: child.addr,
             admin,
+            child,
         }
     }
 
@@ -132,7 +467,7 @@ impl Rodizio {
 
     /// The process's ID.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.pid()
     }
 }
 
@@ -158,46 +493,4 @@ pub fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Str
         Ok((status, body.to_string()))
     };
     attempt().unwrap_or_else(|e| (0, e.to_string()))
-}
-
-/// How a one-shot run ended.
-pub struct Ended {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-/// Runs `rodizio ARGS` to its end; killed by its PID, and the test failed,
-/// past [`WAIT`].
-pub fn run(args: &[&str]) -> Ended {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start rodizio");
-    let stdout = collect(child.stdout.take().unwrap());
-    let stderr = collect(child.stderr.take().unwrap());
-    let mut code = None;
-    let ended = wait_for(WAIT, || match child.try_wait() {
-        Ok(Some(status)) => {
-            code = status.code();
-            true
-        }
-        _ => false,
-    });
-    if !ended {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("rodizio {args:?} still running after {WAIT:?}");
-    }
-    stdout.wait_end(WAIT);
-    stderr.wait_end(WAIT);
-    Ended {
-        code,
-        stdout: stdout.text(),
-        stderr: stderr.text(),
-    }
 }

@@ -658,6 +658,23 @@ impl Collected {
     pub fn wait_end(&self, timeout: Duration) -> bool {
         wait_for(timeout, || self.ended.load(Ordering::SeqCst))
     }
+
+    /// The first whole line past byte `from` that contains `needle`, if
+    /// one has come; `from` moves past it (and past every whole line
+    /// looked at), so lines are taken in order, each once.
+    pub fn next_line(&self, from: &mut usize, needle: &str) -> Option<String> {
+        let text = self.text.lock().unwrap();
+        for line in text[*from..].split_inclusive('\n') {
+            if !line.ends_with('\n') {
+                break;
+            }
+            *from += line.len();
+            if line.contains(needle) {
+                return Some(line.trim_end().to_string());
+            }
+        }
+        None
+    }
 }
 
 /// Collects everything `pipe` gives (a child's standard error, say) on a

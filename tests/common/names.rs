@@ -1,58 +1,50 @@
 //! The rodizio binary run with a hosts file the test controls: the child
-//! runs in a private mount namespace (`unshare --mount`, root only) where
-//! the test's file is bind-mounted over `/etc/hosts` and an
-//! `nsswitch.conf` saying `hosts: files` over `/etc/nsswitch.conf`, so its
-//! resolver (`getaddrinfo`) reads names from that file only, never asks a
-//! DNS server, and the host's own files are not touched. The test rewrites
-//! the file in place (same inode, so the bind mount sees it).
+//! runs in a user namespace of its own, where it is root, with a private
+//! mount namespace (`unshare --user --map-root-user --mount`: no root
+//! needed outside, none of the host's files touched) in which the test's
+//! file is bind-mounted over `/etc/hosts` and an `nsswitch.conf` saying
+//! `hosts: files` over `/etc/nsswitch.conf`, so its resolver
+//! (`getaddrinfo`) reads names from that file only and never asks a DNS
+//! server. The test rewrites the file in place (same inode, so the bind
+//! mount sees it). Where user namespaces are not allowed, the child fails
+//! to start and the test fails with what `unshare` said.
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
+use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
+use crate::child::{Child, Scratch, BIN};
+use crate::common::wait_for;
+
 /// Longest wait for the child's start-up lines.
-pub const WAIT: Duration = Duration::from_secs(30);
-
-/// Whether this test can run: mount namespaces need root. Not root: the
-/// test says so and passes without running (CI runs as root).
-pub fn can_run() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: a private mount namespace needs root");
-        return false;
-    }
-    true
-}
+pub const WAIT: Duration = crate::child::WAIT;
 
 /// A scratch directory with the hosts file, the nsswitch file and the
 /// config file; removed on drop.
 pub struct Files {
-    pub dir: PathBuf,
+    scratch: Scratch,
 }
 
 impl Files {
     pub fn new(name: &str) -> Files {
-        let dir = std::env::temp_dir().join(format!("rodizio-names-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("nsswitch.conf"), "hosts: files\n").unwrap();
-        std::fs::write(dir.join("hosts"), "").unwrap();
-        Files { dir }
+        let scratch = Scratch::new(&format!("names-{name}"));
+        std::fs::write(scratch.path("nsswitch.conf"), "hosts: files\n").unwrap();
+        std::fs::write(scratch.path("hosts"), "").unwrap();
+        Files { scratch }
     }
 
     pub fn hosts(&self) -> PathBuf {
-        self.dir.join("hosts")
+        self.scratch.path("hosts")
     }
 
     pub fn config(&self) -> PathBuf {
-        self.dir.join("rodizio.json")
+        self.scratch.path("rodizio.json")
     }
 
     /// Rewrites the hosts file in place (truncate and write: the same
@@ -67,25 +59,28 @@ impl Files {
     }
 }
 
-impl Drop for Files {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// The command that runs rodizio `args` under the test's hosts file.
 pub fn command(files: &Files, args: &[&str]) -> Command {
     let mut c = Command::new("unshare");
-    c.args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(
-            "mount --bind \"$1\" /etc/hosts && mount --bind \"$2\" /etc/nsswitch.conf \
-             && shift 2 && exec \"$@\"",
-        )
-        .arg("sh")
-        .arg(files.hosts())
-        .arg(files.dir.join("nsswitch.conf"))
-        .arg(BIN)
-        .args(args);
+    c.args([
+        "--user",
+        "--map-root-user",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+    ])
+    .arg(
+        "mount --bind \"$1\" /etc/hosts && mount --bind \"$2\" /etc/nsswitch.conf \
+         && shift 2 && exec \"$@\"",
+    )
+    .arg("sh")
+    .arg(files.hosts())
+    .arg(files.scratch.path("nsswitch.conf"))
+    .arg(BIN)
+    .args(args)
+    .env("RUST_LOG", "info");
     c
 }
 
@@ -93,55 +88,29 @@ pub fn command(files: &Files, args: &[&str]) -> Command {
 /// PID and reaped on drop. Its standard error is collected.
 pub struct NamedBalancer {
     child: Child,
-    log: Arc<Mutex<Vec<String>>>,
-    pub port: u16,
 }
 
 impl NamedBalancer {
     pub fn start(files: &Files) -> NamedBalancer {
         let config = files.config();
-        let mut child = command(files, &["--allow-root", "-c", config.to_str().unwrap()])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start unshare");
-        let log = lines(child.stderr.take().unwrap());
-        let mut balancer = NamedBalancer {
-            child,
-            log,
-            port: 0,
-        };
-        let mut stdout = BufReader::new(balancer.child.stdout.take().unwrap());
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        thread::spawn(move || {
-            let mut first = String::new();
-            let _ = stdout.read_line(&mut first);
-            let _ = tx.send(first);
-            // Keep reading, so the child never blocks on a full pipe.
-            let _ = std::io::copy(&mut stdout, &mut std::io::sink());
-        });
-        let first = rx.recv_timeout(WAIT).unwrap_or_default();
-        balancer.port = first
-            .strip_prefix("Load balancer listening on port ")
-            .and_then(|rest| rest.split(' ').next())
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no listening line: {first:?}; log {:#?}", balancer.log()));
-        balancer
+        let child = Child::start(&mut command(
+            files,
+            &["--allow-root", "-c", config.to_str().unwrap()],
+        ));
+        NamedBalancer { child }
     }
 
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+        self.child.addr
     }
 
     pub fn pid(&self) -> i32 {
-        self.child.id() as i32
+        self.child.pid() as i32
     }
 
     /// Every log line so far.
     pub fn log(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
+        self.child.log().lines().map(String::from).collect()
     }
 
     /// Log lines containing `needle`, so far.
@@ -151,18 +120,12 @@ impl NamedBalancer {
 
     /// Waits (bounded) for a log line containing `needle`.
     pub fn wait_log(&self, needle: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(line) = self.log().into_iter().find(|l| l.contains(needle)) {
-                return line;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {needle:?} in the log: {:#?}",
-                self.log()
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
+        let mut line = None;
+        wait_for(timeout, || {
+            line = self.log().into_iter().find(|l| l.contains(needle));
+            line.is_some()
+        });
+        line.unwrap_or_else(|| panic!("no {needle:?} in the log: {:#?}", self.log()))
     }
 
     /// The admin API's address, from its log line.
@@ -173,8 +136,7 @@ impl NamedBalancer {
     }
 
     pub fn signal(&self, signal: libc::c_int) {
-        // SAFETY: kill(2) on the child this test started.
-        assert_eq!(unsafe { libc::kill(self.pid(), signal) }, 0);
+        self.child.signal(signal);
     }
 
     /// Resident memory of the child, in KiB (`VmRSS`).
@@ -186,28 +148,6 @@ impl NamedBalancer {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap()
     }
-}
-
-impl Drop for NamedBalancer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
-/// Collects each line `pipe` yields.
-fn lines(pipe: impl Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
-    let out: Arc<Mutex<Vec<String>>> = Arc::default();
-    let sink = Arc::clone(&out);
-    thread::spawn(move || {
-        for line in BufReader::new(pipe).lines() {
-            let Ok(line) = line else { break };
-            sink.lock().unwrap().push(line);
-        }
-    });
-    out
 }
 
 /// Binds the same free port on each of `ips` (loopback addresses), for

@@ -5,7 +5,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -16,7 +16,7 @@ use crate::peers::{free_ports, loopback};
 use rodizio::admin::{BODY_DEADLINE, HEAD_DEADLINE, IDLE_TIMEOUT, MAX_BODY, MAX_CONNECTIONS};
 use rodizio::Config;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
+use crate::child::{Child, Scratch};
 
 /// A socket with short timeouts: an attack that hangs the server fails
 /// the test instead of hanging it.
@@ -60,7 +60,8 @@ fn answered_within(admin: SocketAddr, limit: Duration) -> Option<Duration> {
     time_until(limit, || get(admin, "/backends") == Some(200))
 }
 
-/// The balancer binary, a child with its admin API; killed on drop.
+/// The balancer binary, a child with its admin API, on ports chosen here;
+/// killed on drop.
 struct Rodizio {
     child: Child,
     stderr: Collected,
@@ -68,36 +69,27 @@ struct Rodizio {
     admin: SocketAddr,
 }
 
-impl Drop for Rodizio {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 impl Rodizio {
     fn start(backend: SocketAddr, extra: &[&str], nofile: Option<libc::rlim_t>) -> Rodizio {
         let ports = free_ports(2);
         let (addr, admin) = (loopback(ports[0]), loopback(ports[1]));
-        let mut command = Command::new(BIN);
-        command
-            .args(["-l", &addr.to_string(), "-b", &backend.to_string()])
-            .args(["--admin", &admin.to_string(), "--allow-root"])
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        let mut command = crate::child::command(&[
+            "-l",
+            &addr.to_string(),
+            "-b",
+            &backend.to_string(),
+            "--admin",
+            &admin.to_string(),
+            "--allow-root",
+        ]);
+        command.args(extra).env("RUST_LOG", "warn");
         if let Some(n) = nofile {
             limit_in_child(&mut command, libc::RLIMIT_NOFILE, n);
         }
-        let mut child = command.spawn().expect("start rodizio");
-        let stderr = collect(child.stderr.take().unwrap());
+        let child = Child::spawn(&mut command);
         let me = Rodizio {
+            stderr: child.stderr.clone(),
             child,
-            stderr,
             addr,
             admin,
         };
@@ -110,7 +102,7 @@ impl Rodizio {
     }
 
     fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        self.child.alive()
     }
 }
 
@@ -130,8 +122,8 @@ fn echo_ok(addr: SocketAddr, n: usize) -> bool {
 #[test]
 fn a_lying_content_length_is_answered_and_the_process_lives() {
     let echo = TestBackend::echo();
-    let dir = crate::peers::temp_dir("hostile-admin-token");
-    let token = dir.join("token");
+    let dir = Scratch::new("hostile-admin-token");
+    let token = dir.path("token");
     std::fs::write(&token, "tok\n").unwrap();
     for extra in [vec![], vec!["--admin-token-file", token.to_str().unwrap()]] {
         let mut lb = Rodizio::start(echo.addr(), &extra, None);
@@ -577,7 +569,7 @@ fn a_fuzzer_while_traffic_flows() {
     const REQUESTS: usize = 1200;
     let echo = TestBackend::echo();
     let mut lb = Rodizio::start(echo.addr(), &[], None);
-    let pid = lb.child.id();
+    let pid = lb.child.pid();
     assert!(echo_ok(lb.addr, 20_000));
     let (threads0, rss0) = (proc_status(pid, "Threads:"), proc_status(pid, "VmRSS:"));
     let stop = Arc::new(AtomicBool::new(false));

@@ -11,17 +11,17 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::{collect, config, connect, wait_for, TestBackend, TestBalancer};
+use crate::child::{self, Scratch};
+use crate::common::{config, connect, TestBackend, TestBalancer};
 use rodizio::backend::BackendSpec;
 use rodizio::scheduler::Algorithm;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 /// Longest a refusal may take.
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -29,28 +29,11 @@ const WAIT: Duration = Duration::from_secs(10);
 /// standard error, naming no Rust type; that line. A child still running
 /// is killed by its PID and fails the test.
 fn refused(args: &[&str]) -> String {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start rodizio");
-    let stderr = collect(child.stderr.take().unwrap());
-    let mut status = None;
-    let ended = wait_for(WAIT, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    if !ended {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("rodizio {args:?} still running: {}", stderr.text());
-    }
-    assert!(stderr.wait_end(WAIT));
-    let text = stderr.text();
-    assert_eq!(status.unwrap().code(), Some(2), "{args:?}: {text}");
+    let mut command = child::command(args);
+    command.env("RUST_LOG", "warn");
+    let out = child::run_within(&mut command, WAIT);
+    let (status, text) = (out.status, out.stderr);
+    assert_eq!(status.code(), Some(2), "{args:?}: {text}");
     assert_eq!(text.lines().count(), 1, "{args:?}: {text}");
     for rust in ["u64", "u32", "Duration", "bool`", "Option"] {
         assert!(!text.contains(rust), "{args:?}: {text}");
@@ -58,32 +41,11 @@ fn refused(args: &[&str]) -> String {
     text
 }
 
-/// A config file in a directory of its own, removed on drop.
-struct File(std::path::PathBuf);
-
-impl File {
-    fn new(text: &str) -> File {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "rodizio-hostile-backup-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("rodizio.json");
-        std::fs::write(&path, text).unwrap();
-        File(path)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for File {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(self.0.parent().unwrap());
-    }
+/// `check-config` on a file holding `text`: the one line of its refusal.
+fn refused_file(text: &str) -> String {
+    let dir = Scratch::new("hostile-backup");
+    let path = dir.file("rodizio.json", text);
+    refused(&["check-config", path.to_str().unwrap()])
 }
 
 /// `backup` twice, with a value, misspelt: one line each, at start-up.
@@ -128,8 +90,7 @@ fn absurd_slow_starts_are_refused() {
              \"backends\": [\"127.0.0.1:9\"], \"slow_start\": {value}}}]}}"
         );
         for text in [flat, nested] {
-            let file = File::new(&text);
-            let line = refused(&["check-config", file.path()]);
+            let line = refused_file(&text);
             assert!(line.contains("slow_start"), "{text}: {line}");
             assert!(line.len() < 300, "{line}");
         }
@@ -144,14 +105,10 @@ fn backup_garbage_in_a_file_is_refused() {
         let text = format!(
             "{{\"backends\": [{{\"host\": \"127.0.0.1\", \"port\": 9, \"backup\": {value}}}]}}"
         );
-        let file = File::new(&text);
-        let line = refused(&["check-config", file.path()]);
+        let line = refused_file(&text);
         assert!(line.contains("backup"), "{text}: {line}");
     }
-    let line = refused(&[
-        "check-config",
-        File::new("{\"backends\": [\"127.0.0.1:9,backup=1\"]}").path(),
-    ]);
+    let line = refused_file("{\"backends\": [\"127.0.0.1:9,backup=1\"]}");
     assert!(line.contains("no value"), "{line}");
 }
 

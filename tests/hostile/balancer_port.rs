@@ -2,7 +2,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{self, SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -10,126 +10,10 @@ use std::time::{Duration, Instant};
 
 use socket2::SockRef;
 
+use crate::child::Child;
 use crate::common::{
     self, connect, echo_through, test_data, until, wait_for, TestBackend, TestBalancer,
 };
-
-/// The binary under test.
-pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
-
-/// The binary as a child process, killed (by its PID) and reaped on drop;
-/// its standard error is collected as it comes.
-pub(crate) struct Child {
-    child: std::process::Child,
-    /// Where its balancer listens.
-    pub addr: SocketAddr,
-    stderr: common::Collected,
-}
-
-impl Child {
-    /// Starts `rodizio ARGS -l 127.0.0.1:0` (with `RUST_LOG=info`), after
-    /// `prepare` has adjusted the command (resource limits); returns once
-    /// it says which port it listens on.
-    pub(crate) fn start(args: &[&str], prepare: impl FnOnce(&mut Command)) -> Child {
-        let mut command = Command::new(BIN);
-        command
-            .args(["-l", "127.0.0.1:0", "--allow-root"])
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        prepare(&mut command);
-        let mut child = command.spawn().expect("start rodizio");
-        let stderr = common::collect(child.stderr.take().unwrap());
-        let stdout = common::collect(child.stdout.take().unwrap());
-        let mut port = None;
-        let found = wait_for(Duration::from_secs(20), || {
-            port = stdout
-                .text()
-                .lines()
-                .find_map(|l| l.strip_prefix("Load balancer listening on port "))
-                .and_then(|p| p.split_whitespace().next()?.parse::<u16>().ok());
-            port.is_some() || stdout.wait_end(Duration::ZERO)
-        });
-        let mut child = Child {
-            child,
-            addr: "127.0.0.1:1".parse().unwrap(),
-            stderr,
-        };
-        match port {
-            Some(port) if found => child.addr = SocketAddr::from(([127, 0, 0, 1], port)),
-            _ => panic!("rodizio did not start: {}", child.stderr()),
-        }
-        child
-    }
-
-    /// Its process id.
-    pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Whether it is still running.
-    pub(crate) fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// What it wrote on standard error so far.
-    pub(crate) fn stderr(&self) -> String {
-        self.stderr.text()
-    }
-
-    /// Its open descriptors now.
-    pub(crate) fn open_fds(&self) -> usize {
-        open_fds_of(&format!("/proc/{}", self.pid()))
-    }
-
-    /// Its threads now.
-    pub(crate) fn threads(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/task", self.pid()))
-            .unwrap()
-            .count()
-    }
-
-    /// Where its admin API listens, as its log said (with `--admin`).
-    pub(crate) fn admin(&self) -> SocketAddr {
-        let find = || {
-            self.stderr()
-                .lines()
-                .find_map(|l| l.split("admin API listening on ").nth(1))
-                .and_then(|a| a.trim().parse::<SocketAddr>().ok())
-        };
-        until("the admin API's address in the log", || find().is_some());
-        find().unwrap()
-    }
-
-    /// One counter of the admin API's `/metrics` (`rodizio_NAME`).
-    pub(crate) fn metric(&self, name: &str) -> u64 {
-        let body = common::http_get(self.admin(), "/metrics").unwrap().body;
-        let wanted = format!("rodizio_{name}");
-        body.lines()
-            .filter(|l| !l.starts_with('#'))
-            .find_map(|l| {
-                let (key, value) = l.split_once(' ')?;
-                (key.split('{').next()? == wanted).then(|| value.trim().parse().ok())?
-            })
-            .unwrap_or_else(|| panic!("no {wanted} in /metrics:\n{body}"))
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
-/// Open descriptors of the process whose `/proc` directory is `proc`.
-pub(crate) fn open_fds_of(proc: &str) -> usize {
-    std::fs::read_dir(format!("{proc}/fd")).unwrap().count()
-}
 
 /// Open TCP sockets on IPv4 (listening ones aside, and those in
 /// `TIME_WAIT`, which hold no descriptor) with one end on one of `ports`.
@@ -340,7 +224,7 @@ fn two_thousand_idle_clients_are_bounded_and_leave_nothing_behind() {
     const IDLE: u64 = 2000;
     let backend = TestBackend::echo();
     let b = backend.addr().to_string();
-    let child = Child::start(
+    let child = Child::on_loopback(
         &[
             "-b",
             &b,
@@ -431,7 +315,7 @@ fn a_client_that_never_reads_stalls_the_backend_and_times_out() {
 fn slowloris_clients_are_closed_by_the_first_byte_timeout() {
     let backend = TestBackend::echo();
     let b = backend.addr().to_string();
-    let child = Child::start(
+    let child = Child::on_loopback(
         &[
             "-b",
             &b,
@@ -446,7 +330,7 @@ fn slowloris_clients_are_closed_by_the_first_byte_timeout() {
     );
     let mut silent: Vec<TcpStream> = (0..40).map(|_| connect(child.addr).unwrap()).collect();
     let started = Instant::now();
-    assert!(serves(child.addr), "{}", child.stderr());
+    assert!(serves(child.addr), "{}", child.log());
     assert!(started.elapsed() < Duration::from_secs(5));
     for s in &mut silent {
         assert!(common::is_closed(s));
@@ -454,7 +338,7 @@ fn slowloris_clients_are_closed_by_the_first_byte_timeout() {
     // No health checks: the real client alone reached the backend.
     assert_eq!(backend.accepted(), 1);
     until("the first-byte timeout logged", || {
-        child.stderr().contains("first byte")
+        child.log().contains("first byte")
     });
 }
 
@@ -550,7 +434,7 @@ fn half_open_peers_lose_no_byte() {
 fn after_running_out_of_descriptors_it_serves_at_once() {
     let backend = TestBackend::echo();
     let b = backend.addr().to_string();
-    let mut child = Child::start(&["-b", &b, "--health-interval", "100ms"], |c| {
+    let mut child = Child::on_loopback(&["-b", &b, "--health-interval", "100ms"], |c| {
         c.env("RUST_LOG", "info,rodizio::health=debug");
         common::limit_in_child(c, libc::RLIMIT_NOFILE, 64)
     });
@@ -560,7 +444,7 @@ fn after_running_out_of_descriptors_it_serves_at_once() {
     // Three check rounds fall in the shortage (a backend goes down after
     // three failed checks in a row, by default).
     until("three checks in the shortage", || {
-        let log = child.stderr();
+        let log = child.log();
         log.matches("not counted").count() >= 3 || log.contains("is now DOWN")
     });
     drop(held);
@@ -568,7 +452,7 @@ fn after_running_out_of_descriptors_it_serves_at_once() {
         let started = Instant::now();
         let mut s = connect(child.addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        assert!(round_trip(&mut s, i), "client {i}: {}", child.stderr());
+        assert!(round_trip(&mut s, i), "client {i}: {}", child.log());
         assert!(
             started.elapsed() < Duration::from_secs(2),
             "client {i} waited"
@@ -581,7 +465,7 @@ fn after_running_out_of_descriptors_it_serves_at_once() {
         child.open_fds()
     );
     assert!(child.alive());
-    assert!(!child.stderr().contains("panicked"), "{}", child.stderr());
+    assert!(!child.log().contains("panicked"), "{}", child.log());
 }
 
 /// Lowers the address-space limit of the running process `pid` to `bytes`
@@ -637,7 +521,7 @@ fn when_no_thread_can_start_it_stays_up_counts_and_recovers() {
     let backend = TestBackend::echo();
     let b = backend.addr().to_string();
     let stack = BIG_STACK.to_string();
-    let mut child = Child::start(
+    let mut child = Child::on_loopback(
         &[
             "-b",
             &b,
@@ -663,15 +547,15 @@ fn when_no_thread_can_start_it_stays_up_counts_and_recovers() {
     }
     until("five failed spawns", || {
         child
-            .stderr()
+            .log()
             .matches("could not start a worker thread")
             .count()
             >= 5
     });
-    assert!(child.alive(), "{}", child.stderr());
+    assert!(child.alive(), "{}", child.log());
     limit_address_space(pid, libc::RLIM_INFINITY).unwrap();
     assert_eq!(child.metric("worker_spawn_failures_total"), 5);
-    assert!(serves(child.addr), "{}", child.stderr());
+    assert!(serves(child.addr), "{}", child.log());
     for (i, s) in waiting.iter_mut().enumerate() {
         let mut b = [0u8];
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -681,5 +565,5 @@ fn when_no_thread_can_start_it_stays_up_counts_and_recovers() {
         );
     }
     assert!(child.alive());
-    assert!(!child.stderr().contains("panicked"), "{}", child.stderr());
+    assert!(!child.log().contains("panicked"), "{}", child.log());
 }

@@ -16,9 +16,8 @@ use rodizio::backend::BackendSpec;
 use rodizio::Config;
 
 use crate::common::{self, connect, http_get, until, wait_for, TestBackend, TestBalancer};
-use crate::peers::temp_dir;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
+use crate::child::{Scratch, BIN};
 
 /// A backend that holds every connection until `gate` opens, then answers
 /// `ok` and closes (the gate is polled: nothing waits on a sleep's order).
@@ -90,41 +89,36 @@ fn post(admin: SocketAddr, path: &str, body: &str) -> String {
 #[test]
 fn caps_of_zero_huge_and_garbage_are_refused_in_one_line() {
     for bad in ["0", "1000001", "99999999999999999999999", "-3", "lots", ""] {
-        let out = Command::new(BIN)
-            .args(["--allow-root", "-l", "127.0.0.1:0", "-b"])
-            .arg(format!("127.0.0.1:9,max_connections={bad}"))
-            .output()
-            .unwrap();
+        let out = crate::child::output(
+            Command::new(BIN)
+                .args(["--allow-root", "-l", "127.0.0.1:0", "-b"])
+                .arg(format!("127.0.0.1:9,max_connections={bad}")),
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{bad:?}: {err}");
         assert!(err.contains("max_connections must be"), "{bad:?}: {err}");
     }
-    let out = Command::new(BIN)
-        .args(["--allow-root", "-l", "127.0.0.1:0", "-b", "127.0.0.1:9"])
-        .args(["--max-queue", "99999999"])
-        .output()
-        .unwrap();
+    let out = crate::child::output(
+        Command::new(BIN)
+            .args(["--allow-root", "-l", "127.0.0.1:0", "-b", "127.0.0.1:9"])
+            .args(["--max-queue", "99999999"]),
+    );
     assert_eq!(out.status.code(), Some(2));
-    let dir = temp_dir("hostile-cap-file");
-    let path = dir.join("bad.json");
+    let dir = Scratch::new("hostile-cap-file");
+    let path = dir.path("bad.json");
     for bad in ["0", "100000000000000000000", "\"x\"", "-1", "1.5"] {
         let text = format!(
             r#"{{"backends": [{{"host": "127.0.0.1", "port": 9, "max_connections": {bad}}}]}}"#
         );
         std::fs::write(&path, text).unwrap();
-        let out = Command::new(BIN)
-            .arg("check-config")
-            .arg(&path)
-            .output()
-            .unwrap();
+        let out = crate::child::output(Command::new(BIN).arg("check-config").arg(&path));
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{bad}: {err}");
         assert!(err.contains("max_connections"), "{bad}: {err}");
         assert!(!err.contains("usize"), "{bad}: {err}");
     }
-    let _ = std::fs::remove_dir_all(dir);
     // The admin API: 400 in one line, nothing added.
     let backend = TestBackend::echo();
     let lb = capped(backend.addr(), 1, 4);

@@ -15,7 +15,7 @@ use crate::common::{time_until, TestBackend, TestBalancer};
 use rodizio::backend::BackendSpec;
 use rodizio::health::{CheckKind, HealthConfig};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
+use crate::child::BIN;
 
 /// Every bad own check, in the string form (in a file and as the argument
 /// of `rodizio probe`) and the object form: exit 2, one line naming what
@@ -56,11 +56,7 @@ fn bad_own_checks_are_refused_in_one_line() {
     let path = dir.join("bad.json");
     for (backend, words) in &cases {
         std::fs::write(&path, format!(r#"{{"backends": [{backend}]}}"#)).unwrap();
-        let out = Command::new(BIN)
-            .arg("check-config")
-            .arg(&path)
-            .output()
-            .unwrap();
+        let out = crate::child::output(Command::new(BIN).arg("check-config").arg(&path));
         let err = String::from_utf8_lossy(&out.stderr);
         let shown = &backend[..backend.len().min(80)];
         assert_eq!(out.status.code(), Some(2), "{shown}: {err}");
@@ -74,7 +70,7 @@ fn bad_own_checks_are_refused_in_one_line() {
         ("127.0.0.1:5432,check_address=db.invalid", "IP address"),
         ("127.0.0.1:5432,rise=1,rise=2", "given twice"),
     ] {
-        let out = Command::new(BIN).args(["probe", spec]).output().unwrap();
+        let out = crate::child::output(Command::new(BIN).args(["probe", spec]));
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{spec}: {err}");
         assert!(err.contains(words), "{spec}: {err}");

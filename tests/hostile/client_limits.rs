@@ -8,6 +8,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::child::{Scratch, BIN};
 use crate::common::{until, wait_for, TestBackend, TestBalancer, IO_TIMEOUT};
 use crate::peers::connect_from;
 use rodizio::limiter::{Rate, RateLimitConfig};
@@ -151,9 +152,8 @@ fn a_throttled_slow_reader_that_resets_frees_its_worker_and_place() {
 /// one line and exit 2, as flags and as keys of the file.
 #[test]
 fn bad_rates_and_caps_are_refused_in_one_line() {
-    let bin = env!("CARGO_BIN_EXE_rodizio");
-    let dir = crate::peers::temp_dir("client-limits");
-    let path = dir.join("bad.json");
+    let dir = Scratch::new("client-limits");
+    let path = dir.path("bad.json");
     for (key, value) in [
         ("download_rate", r#""fast""#),
         ("download_rate", r#""-1""#),
@@ -169,17 +169,16 @@ fn bad_rates_and_caps_are_refused_in_one_line() {
             format!(r#"{{"backends": ["127.0.0.1:1"], "{key}": {value}}}"#),
         )
         .unwrap();
-        let out = std::process::Command::new(bin)
-            .arg("check-config")
-            .arg(&path)
-            .output()
-            .unwrap();
+        let out = crate::child::output(
+            std::process::Command::new(BIN)
+                .arg("check-config")
+                .arg(&path),
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{key} {value}: {err}");
         assert!(err.contains(&format!("`{key}`")), "{key} {value}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
     }
-    let _ = std::fs::remove_dir_all(dir);
     for flag in [
         "--download-rate=-1",
         "--upload-rate=lots",
@@ -197,29 +196,10 @@ fn bad_rates_and_caps_are_refused_in_one_line() {
 /// its exit code and standard error. One that starts serving instead is
 /// killed (by its PID) after 10 s, and the test fails.
 fn refused_at_start(args: &[&str]) -> (Option<i32>, String) {
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rodizio"))
-        .arg("--allow-root")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let exited = wait_for(IO_TIMEOUT, || child.try_wait().unwrap().is_some());
-    if !exited {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("{args:?} was not refused: the balancer started");
-    }
-    let status = child.wait().unwrap();
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    (status.code(), err)
+    let mut command = crate::child::command(&[&["--allow-root"], args].concat());
+    command.env_remove("RUST_LOG");
+    let out = crate::child::run_within(&mut command, IO_TIMEOUT);
+    (out.code, out.stderr)
 }
 
 /// A reload with a bad rate or cap is refused whole: the running values
@@ -228,8 +208,8 @@ fn refused_at_start(args: &[&str]) -> (Option<i32>, String) {
 fn a_bad_reload_keeps_the_running_caps() {
     use rodizio::config::{file, Overrides};
     use rodizio::reload::Reloader;
-    let dir = crate::peers::temp_dir("client-limits-reload");
-    let path = dir.join("rodizio.json");
+    let dir = Scratch::new("client-limits-reload");
+    let path = dir.path("rodizio.json");
     let good = r#"{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"],
         "download_rate": "1MB", "max_connections_per_client": 4}"#;
     std::fs::write(&path, good).unwrap();
@@ -261,5 +241,4 @@ fn a_bad_reload_keeps_the_running_caps() {
     assert_eq!(running().upload_rate, Some(ByteRate(65536)));
     assert_eq!(running().download_rate, None);
     assert_eq!(running().max_connections_per_client, None);
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -10,94 +10,26 @@
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::common::{self, collect, connect, limit_in_child, wait_for, TestBackend};
+use crate::child::{self, Child, Ended, Scratch};
+use crate::common::{connect, limit_in_child, wait_for, TestBackend};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 /// Longest a refusal may take: reading and refusing a file is quick.
 const WAIT: Duration = Duration::from_secs(10);
 /// The child's address space: far above what rodizio needs to read a
 /// config file, far below what an unbounded read of a device would take.
 const ADDRESS_SPACE: u64 = 512 << 20;
 
-/// A directory of its own for one test's files, removed on drop.
-pub(crate) struct Scratch(PathBuf);
-
-impl Scratch {
-    pub(crate) fn new() -> Scratch {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "rodizio-hostile-config-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    /// Writes `bytes` to `name` in the directory; its path.
-    pub(crate) fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, bytes).unwrap();
-        path
-    }
-
-    /// A FIFO called `name` that nobody writes to; its path.
-    fn fifo(&self, name: &str) -> PathBuf {
-        let path = self.0.join(name);
-        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-        // SAFETY: a NUL-terminated path that lives across the call.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// How a child ended and what it wrote to standard error.
-struct Ended {
-    status: ExitStatus,
-    stderr: String,
-}
-
 /// Runs `rodizio ARGS` to its end with the address space capped; kills it
 /// by its PID and fails if it is still running after [`WAIT`].
 fn run(args: &[&str]) -> Ended {
-    let mut command = Command::new(BIN);
-    command
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    let mut command = child::command(args);
+    command.env("RUST_LOG", "warn");
     limit_in_child(&mut command, libc::RLIMIT_AS, ADDRESS_SPACE);
-    let mut child = command.spawn().expect("start rodizio");
-    let stderr = collect(child.stderr.take().unwrap());
-    let mut status = None;
-    let ended = wait_for(WAIT, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    if !ended {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!(
-            "rodizio {args:?} still running after {WAIT:?}: {}",
-            stderr.text()
-        );
-    }
-    assert!(stderr.wait_end(WAIT));
-    Ended {
-        status: status.unwrap(),
-        stderr: stderr.text(),
-    }
+    child::run_within(&mut command, WAIT)
 }
 
 /// `rodizio check-config PATH`: it must exit 2 with one line naming the
@@ -119,7 +51,7 @@ pub(crate) fn refused(path: &Path) -> String {
 /// A file far over the size cap is refused at once, in bounded memory.
 #[test]
 fn a_huge_file_is_refused_without_reading_it_all() {
-    let dir = Scratch::new();
+    let dir = Scratch::new("hostile-config");
     let mut spaces = vec![b' '; 50 << 20];
     spaces[0] = b'{';
     let path = dir.file("huge.json", &spaces);
@@ -132,7 +64,7 @@ fn a_huge_file_is_refused_without_reading_it_all() {
 /// A string or a key of most of a megabyte is refused with a short line.
 #[test]
 fn a_huge_string_is_echoed_short() {
-    let dir = Scratch::new();
+    let dir = Scratch::new("hostile-config");
     let long = "a".repeat(900 << 10);
     for text in [
         format!("{{\"{long}\": 1}}"),
@@ -148,7 +80,7 @@ fn a_huge_string_is_echoed_short() {
 /// Nesting 100,000 deep is a clear error, not a stack overflow.
 #[test]
 fn deep_nesting_is_an_error_not_a_crash() {
-    let dir = Scratch::new();
+    let dir = Scratch::new("hostile-config");
     let deep = 100_000;
     for text in [
         "[".repeat(deep),
@@ -167,7 +99,7 @@ fn deep_nesting_is_an_error_not_a_crash() {
 /// NUL bytes and invalid UTF-8, anywhere, are one line each.
 #[test]
 fn nul_bytes_and_invalid_utf8_are_refused() {
-    let dir = Scratch::new();
+    let dir = Scratch::new("hostile-config");
     let cases: [&[u8]; 5] = [
         b"{\"backends\": [\"127.0.0.1:1\"]}\0",
         b"\0{\"backends\": [\"127.0.0.1:1\"]}",
@@ -186,7 +118,7 @@ fn nul_bytes_and_invalid_utf8_are_refused() {
 /// A byte order mark is skipped; a second one, invisible, is named.
 #[test]
 fn byte_order_marks() {
-    let dir = Scratch::new();
+    let dir = Scratch::new("hostile-config");
     let good = "\u{feff}{\"backends\": [\"127.0.0.1:1\"]}";
     let out = run(&[
         "check-config",
@@ -201,7 +133,7 @@ fn byte_order_marks() {
 /// A key written twice, and unknown keys, are named.
 #[test]
 fn duplicate_and_unknown_keys_are_named() {
-    let dir = Scratch::new();
+    let dir = Scratch::new("hostile-config");
     let line = refused(&dir.file(
         "dup.json",
         b"{\"backends\": [\"127.0.0.1:1\"], \"workers\": 4, \"workers\": 8}",
@@ -218,7 +150,7 @@ fn duplicate_and_unknown_keys_are_named() {
 /// huge in exponent notation: one short line naming the key, no Rust type.
 #[test]
 fn huge_and_negative_numbers_for_every_numeric_key() {
-    let dir = Scratch::new();
+    let dir = Scratch::new("hostile-config");
     let keys = [
         "workers",
         "queue_capacity",
@@ -285,11 +217,11 @@ fn huge_and_negative_numbers_for_every_numeric_key() {
 /// refused at once; none hangs or grows.
 #[test]
 fn paths_that_are_not_a_regular_file_are_refused_at_once() {
-    let dir = Scratch::new();
+    let dir = Scratch::new("hostile-config");
     let fifo = dir.fifo("fifo.json");
-    let missing = dir.0.join("missing.json");
+    let missing = dir.path("missing.json");
     for (path, why) in [
-        (dir.0.clone(), "Is a directory"),
+        (dir.dir().to_path_buf(), "Is a directory"),
         (fifo, "not a regular file"),
         (PathBuf::from("/dev/zero"), "not a regular file"),
         (PathBuf::from("/dev/urandom"), "not a regular file"),
@@ -303,76 +235,29 @@ fn paths_that_are_not_a_regular_file_are_refused_at_once() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
 }
 
-/// A balancer started with a good file, its output read by threads.
-struct Balancer {
-    child: Child,
-    addr: SocketAddr,
-    stderr: common::Collected,
+/// A balancer started with a good file.
+fn start(config: &Path) -> Child {
+    let mut command = child::command(&["--allow-root", "-c", config.to_str().unwrap()]);
+    Child::start(&mut command)
 }
 
-impl Balancer {
-    fn start(config: &Path) -> Balancer {
-        let mut child = Command::new(BIN)
-            .args(["--allow-root", "-c", config.to_str().unwrap()])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start rodizio");
-        let stdout = collect(child.stdout.take().unwrap());
-        let stderr = collect(child.stderr.take().unwrap());
-        const LINE: &str = "Load balancer listening on port ";
-        let listening = wait_for(WAIT, || stdout.text().contains(")\n"));
-        let text = stdout.text();
-        let mut balancer = Balancer {
-            child,
-            addr: "127.0.0.1:1".parse().unwrap(),
-            stderr,
-        };
-        assert!(
-            listening,
-            "no listening line: {text} {}",
-            balancer.stderr.text()
-        );
-        let port = text
-            .split(LINE)
-            .nth(1)
-            .and_then(|rest| rest.split(' ').next())
-            .expect("the port");
-        balancer.addr = format!("127.0.0.1:{port}").parse().unwrap();
+/// SIGHUP, then waits for the reload's `n`th refusal; that line.
+fn reload_refused(balancer: &Child, n: usize) -> String {
+    balancer.signal(libc::SIGHUP);
+    let refusals = || {
         balancer
-    }
-
-    /// SIGHUP, then waits for the reload's `n`th refusal; that line.
-    fn reload_refused(&self, n: usize) -> String {
-        // SAFETY: a signal to our own child, not yet waited for.
-        assert_eq!(
-            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGHUP) },
-            0
-        );
-        let refusals = || {
-            self.stderr
-                .text()
-                .lines()
-                .filter(|l| l.contains("reload refused"))
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        };
-        assert!(
-            wait_for(WAIT, || refusals().len() >= n),
-            "no refusal {n} in time: {}",
-            self.stderr.text()
-        );
-        refusals()[n - 1].clone()
-    }
-}
-
-impl Drop for Balancer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+            .log()
+            .lines()
+            .filter(|l| l.contains("reload refused"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        wait_for(WAIT, || refusals().len() >= n),
+        "no refusal {n} in time: {}",
+        balancer.log()
+    );
+    refusals()[n - 1].clone()
 }
 
 /// Sends a few bytes through the balancer and reads them back.
@@ -389,14 +274,14 @@ fn echo_through(addr: SocketAddr) {
 /// the reload, so the next one still runs.
 #[test]
 fn a_reload_with_each_bad_file_keeps_the_old_settings() {
-    let dir = Scratch::new();
+    let dir = Scratch::new("hostile-config");
     let backend = TestBackend::echo();
     let good = format!(
         "{{\"listen\": \"127.0.0.1:0\", \"backends\": [\"{}\"]}}",
         backend.addr()
     );
     let path = dir.file("rodizio.json", good.as_bytes());
-    let balancer = Balancer::start(&path);
+    let balancer = start(&path);
     echo_through(balancer.addr);
     // Clients all along, bounded in count and time.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -436,7 +321,7 @@ fn a_reload_with_each_bad_file_keeps_the_old_settings() {
     for (what, bytes) in bad {
         std::fs::write(&path, &bytes).unwrap();
         n += 1;
-        let line = balancer.reload_refused(n);
+        let line = reload_refused(&balancer, n);
         assert!(line.len() < 400, "{what}: {line}");
         if what == "duplicate" {
             assert!(line.contains("names one server twice"), "{line}");
@@ -447,26 +332,22 @@ fn a_reload_with_each_bad_file_keeps_the_old_settings() {
     std::fs::remove_file(&path).unwrap();
     let fifo = dir.fifo("rodizio.json");
     n += 1;
-    assert!(balancer.reload_refused(n).contains("not a regular file"));
+    assert!(reload_refused(&balancer, n).contains("not a regular file"));
     echo_through(balancer.addr);
     std::fs::remove_file(&fifo).unwrap();
     std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
     n += 1;
-    assert!(balancer.reload_refused(n).contains("not a regular file"));
+    assert!(reload_refused(&balancer, n).contains("not a regular file"));
     echo_through(balancer.addr);
     std::fs::remove_file(&path).unwrap();
     std::fs::create_dir(&path).unwrap();
     n += 1;
-    assert!(balancer.reload_refused(n).contains("Is a directory"));
+    assert!(reload_refused(&balancer, n).contains("Is a directory"));
     echo_through(balancer.addr);
     // The good file back: the reload is taken, with nothing to change.
     std::fs::remove_dir(&path).unwrap();
     std::fs::write(&path, good.as_bytes()).unwrap();
-    // SAFETY: a signal to our own child, not yet waited for.
-    assert_eq!(
-        unsafe { libc::kill(balancer.child.id() as libc::pid_t, libc::SIGHUP) },
-        0
-    );
+    balancer.signal(libc::SIGHUP);
     assert!(
         wait_for(WAIT, || balancer
             .stderr

@@ -2,89 +2,22 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::balancer_port::{reset, BIN};
-use crate::common::{self, connect, request, until, wait_for, Demo};
+use crate::balancer_port::reset;
+use crate::child::{self, Child};
+use crate::common::{self, connect, request, until, Demo};
 
-/// `rodizio backend --listen 127.0.0.1:0` as a child, killed (by its PID)
-/// and reaped on drop.
-struct DemoChild {
-    child: std::process::Child,
-    addr: SocketAddr,
-    stderr: common::Collected,
-}
-
-impl DemoChild {
-    /// Starts it after `prepare` has adjusted the command; returns once it
-    /// says where it listens.
-    fn start(prepare: impl FnOnce(&mut Command)) -> DemoChild {
-        let mut command = Command::new(BIN);
-        command
-            .args(["backend", "--listen", "127.0.0.1:0", "--name", "child"])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        prepare(&mut command);
-        let mut child = command.spawn().expect("start rodizio backend");
-        let stderr = common::collect(child.stderr.take().unwrap());
-        let stdout = common::collect(child.stdout.take().unwrap());
-        let find = || {
-            stdout
-                .text()
-                .lines()
-                .find_map(|l| l.strip_prefix("Demo backend listening on "))
-                .and_then(|a| a.trim().parse::<SocketAddr>().ok())
-        };
-        let mut demo = DemoChild {
-            child,
-            addr: "127.0.0.1:1".parse().unwrap(),
-            stderr,
-        };
-        if !wait_for(Duration::from_secs(20), || find().is_some()) {
-            panic!("rodizio backend did not start: {}", demo.stderr.text());
-        }
-        demo.addr = find().unwrap();
-        demo
-    }
-
-    /// Its threads now.
-    fn threads(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
-            .unwrap()
-            .count()
-    }
-
-    /// Its open descriptors now: one per connection it holds.
-    fn descriptors(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
-            .unwrap()
-            .count()
-    }
-
-    /// User plus system CPU time so far, in clock ticks.
-    fn cpu_ticks(&self) -> u64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        let rest = &stat[stat.rfind(')').unwrap() + 1..];
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-    }
-
-    fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for DemoChild {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
+/// `rodizio backend --listen 127.0.0.1:0` as a child, after `prepare` has
+/// adjusted the command; returns once it says where it listens.
+fn start_demo(prepare: impl FnOnce(&mut Command)) -> Child {
+    let mut command = child::command(&["backend", "--listen", "127.0.0.1:0", "--name", "child"]);
+    prepare(&mut command);
+    let mut demo = Child::spawn(&mut command);
+    demo.printed("Demo backend listening on ");
+    demo
 }
 
 /// Sends `bytes` and reads everything until the demo backend closes;
@@ -165,9 +98,9 @@ fn rss(pid: u32) -> u64 {
 /// Its resident memory grows by less than 4 MiB for all that.
 #[test]
 fn huge_request_heads_are_refused_with_bounded_memory() {
-    let demo = DemoChild::start(|_| {});
+    let demo = start_demo(|_| {});
     assert_eq!(request(demo.addr).unwrap(), "child");
-    let before = rss(demo.child.id());
+    let before = rss(demo.pid());
     for (start, fill, expected) in [
         (
             &b"GET /"[..],
@@ -187,7 +120,7 @@ fn huge_request_heads_are_refused_with_bounded_memory() {
             "still taking bytes after {took:?}"
         );
     }
-    let grown = rss(demo.child.id()).saturating_sub(before);
+    let grown = rss(demo.pid()).saturating_sub(before);
     assert!(grown < 4 * 1024 * 1024, "grew by {grown} bytes");
     assert_eq!(request(demo.addr).unwrap(), "child");
 }
@@ -305,8 +238,8 @@ fn lying_content_lengths_are_refused_or_cut() {
 /// thread for them, and serves the next client.
 #[test]
 fn resets_mid_request_leave_it_serving() {
-    let mut demo = DemoChild::start(|_| {});
-    let (threads, idle) = (demo.threads(), demo.descriptors());
+    let mut demo = start_demo(|_| {});
+    let (threads, idle) = (demo.threads(), demo.open_fds());
     for i in 0..50 {
         let mut s = connect(demo.addr).unwrap();
         let bytes: &[u8] = if i % 2 == 0 {
@@ -318,7 +251,7 @@ fn resets_mid_request_leave_it_serving() {
         reset(s);
     }
     until("the reset connections closed", || {
-        demo.descriptors() <= idle
+        demo.open_fds() <= idle
     });
     assert_eq!(demo.threads(), threads);
     assert_eq!(request(demo.addr).unwrap(), "child");
@@ -334,14 +267,14 @@ const DEMO_MAX_CONNECTIONS: usize = 1024;
 /// each. Once the idle ones leave, it serves again.
 #[test]
 fn many_idle_connections_are_bounded() {
-    let mut demo = DemoChild::start(|_| {});
-    let (idle, descriptors) = (demo.threads(), demo.descriptors());
+    let mut demo = start_demo(|_| {});
+    let (idle, descriptors) = (demo.threads(), demo.open_fds());
     let mut held: Vec<TcpStream> = Vec::new();
     for _ in 0..DEMO_MAX_CONNECTIONS {
         held.push(connect(demo.addr).unwrap());
     }
     until("a descriptor for each held connection", || {
-        demo.descriptors() >= descriptors + DEMO_MAX_CONNECTIONS
+        demo.open_fds() >= descriptors + DEMO_MAX_CONNECTIONS
     });
     let started = Instant::now();
     for _ in 0..100 {
@@ -356,7 +289,7 @@ fn many_idle_connections_are_bounded() {
     );
     drop(held);
     until("the idle connections closed", || {
-        demo.descriptors() <= descriptors
+        demo.open_fds() <= descriptors
     });
     assert_eq!(request(demo.addr).unwrap(), "child");
     assert!(demo.alive());
@@ -371,7 +304,7 @@ fn many_idle_connections_are_bounded() {
 /// again.
 #[test]
 fn out_of_descriptors_it_backs_off_and_recovers() {
-    let mut demo = DemoChild::start(|c| common::limit_in_child(c, libc::RLIMIT_NOFILE, 32));
+    let mut demo = start_demo(|c| common::limit_in_child(c, libc::RLIMIT_NOFILE, 32));
     let held: Vec<TcpStream> = (0..40).map(|_| connect(demo.addr).unwrap()).collect();
     until("out of descriptors", || {
         demo.stderr.text().contains("Too many open files")

@@ -11,13 +11,10 @@
 mod health_and_failure_logs {
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpStream};
-    use std::process::Command;
     use std::time::{Duration, Instant};
 
+    use crate::child::Child;
     use crate::common::{self, wait_for, TestBackend};
-    use crate::peers::{self, Peer};
-
-    const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
     /// Small enough for a few dozen clients to use every descriptor.
     const NOFILE: libc::rlim_t = 64;
     /// More clients than the limit lets in: the others wait in the backlog.
@@ -29,28 +26,15 @@ mod health_and_failure_logs {
 
     /// The binary listening on `127.0.0.1:0` with `args`, and
     /// `RLIMIT_NOFILE` at `nofile` if given (soft and hard, so it cannot
-    /// raise it); returns it with the port it listens on.
-    fn start(args: &[&str], nofile: Option<libc::rlim_t>) -> (Peer, SocketAddr) {
-        let dir = peers::temp_dir("health-and-failure-logs");
-        let mut cmd = Command::new(BIN);
-        cmd.args(["-l", "127.0.0.1:0", "--allow-root"])
-            .args(args)
-            .env("RUST_LOG", "info");
-        if let Some(nofile) = nofile {
-            common::limit_in_child(&mut cmd, libc::RLIMIT_NOFILE, nofile);
-        }
-        let rodizio = Peer::spawn("rodizio", cmd, libc::SIGTERM, &dir);
-        let mut port = None;
-        let found = wait_for(TIMEOUT, || {
-            port = rodizio
-                .output()
-                .lines()
-                .find_map(|l| l.strip_prefix("Load balancer listening on port "))
-                .and_then(|p| p.split_whitespace().next()?.parse::<u16>().ok());
-            port.is_some()
+    /// raise it); returns it with the address it listens on.
+    fn start(args: &[&str], nofile: Option<libc::rlim_t>) -> (Child, SocketAddr) {
+        let rodizio = Child::on_loopback(args, |cmd| {
+            if let Some(nofile) = nofile {
+                common::limit_in_child(cmd, libc::RLIMIT_NOFILE, nofile);
+            }
         });
-        assert!(found, "no listening line:\n{}", rodizio.output());
-        (rodizio, peers::loopback(port.unwrap_or_default()))
+        let addr = rodizio.addr;
+        (rodizio, addr)
     }
 
     /// One byte through the balancer and back from the echo backend.
@@ -325,7 +309,6 @@ mod spread_over_the_rest {
 
 mod pool_after_a_flood {
     use std::net::{SocketAddr, TcpListener, TcpStream};
-    use std::process::Command;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
     use std::thread::{self, JoinHandle};
@@ -333,11 +316,10 @@ mod pool_after_a_flood {
 
     use socket2::{Domain, Socket, Type};
 
-    use crate::common::{connect, wait_for, IO_TIMEOUT};
-    use crate::peers::{read, temp_dir, Peer};
+    use crate::child::Child;
+    use crate::common::{connect, wait_for};
     use rodizio::pool::WORKER_FLOOR;
 
-    const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
     /// Idle connections held at once.
     const CLIENTS: usize = 2000;
     /// Longest wait for the flood to be up, and for the pool to shrink.
@@ -443,25 +425,24 @@ mod pool_after_a_flood {
 
     /// The binary with a one-second worker idle timeout in front of
     /// `backend`, and the address it listens on.
-    fn start(backend: SocketAddr) -> (Peer, SocketAddr) {
-        let dir = temp_dir("pool-after-a-flood");
-        let mut cmd = Command::new(BIN);
-        cmd.args(["-l", "127.0.0.1:0", "--health-check", "off", "--allow-root"])
-            .args(["-b", &backend.to_string()])
-            .args(["--worker-idle-timeout", "1s", "--connect-timeout", "10s"])
-            .env("RUST_LOG", "warn");
-        let peer = Peer::spawn("rodizio", cmd, libc::SIGTERM, &dir);
-        let mut port = None;
-        let up = wait_for(IO_TIMEOUT, || {
-            port = read(&peer.out)
-                .lines()
-                .find_map(|l| l.strip_prefix("Load balancer listening on port "))
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|p| p.parse::<u16>().ok());
-            port.is_some()
-        });
-        assert!(up, "not listening: {}", peer.output());
-        (peer, SocketAddr::from(([127, 0, 0, 1], port.unwrap())))
+    fn start(backend: SocketAddr) -> (Child, SocketAddr) {
+        let rodizio = Child::on_loopback(
+            &[
+                "--health-check",
+                "off",
+                "-b",
+                &backend.to_string(),
+                "--worker-idle-timeout",
+                "1s",
+                "--connect-timeout",
+                "10s",
+            ],
+            |cmd| {
+                cmd.env("RUST_LOG", "warn");
+            },
+        );
+        let addr = rodizio.addr;
+        (rodizio, addr)
     }
 
     /// 2,000 idle connections held through the binary raise its thread
@@ -475,7 +456,7 @@ mod pool_after_a_flood {
     fn the_pool_shrinks_back_after_a_flood_of_idle_connections() {
         let backend = Holder::start(CLIENTS);
         let (mut rodizio, addr) = start(backend.addr);
-        let pid = rodizio.pid;
+        let pid = rodizio.pid() as i32;
         let (threads_before, workers_before, rss_before) = threads_workers_rss(pid);
         let started = Instant::now();
         let mut clients = Vec::with_capacity(CLIENTS);
@@ -520,7 +501,7 @@ mod pool_after_a_flood {
             threads_after - workers_after <= threads_peak - workers_peak,
             "threads {threads_peak} → {threads_after}"
         );
-        assert!(!rodizio.exited(), "rodizio exited: {}", rodizio.output());
+        assert!(rodizio.alive(), "rodizio exited: {}", rodizio.output());
         rodizio.stop();
     }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use socket2::SockRef;
 
-use crate::balancer_port::Child;
+use crate::child::Child;
 use crate::common::{connect, is_closed, test_data, until, wait_for, TestBackend};
 
 /// Exchanges before the hand-over.
@@ -24,7 +24,7 @@ const AFTER: usize = 4;
 /// `backend`, with its admin API for the counters.
 fn promoting(backend: &TestBackend) -> Child {
     let addr = backend.addr().to_string();
-    Child::start(
+    Child::on_loopback(
         &[
             "-b",
             &addr,
@@ -104,7 +104,7 @@ fn resets_on_either_side_after_the_promotion() {
     until("the backend's reset", || {
         child.metric("ended_backend_reset_total") == 1
     });
-    assert!(child.alive(), "the balancer died: {}", child.stderr());
+    assert!(child.alive(), "the balancer died: {}", child.log());
     // And the next client is served, promoted, whole.
     let mut c = connect(child.addr).unwrap();
     chat(&mut c);
@@ -164,7 +164,7 @@ fn two_hundred_promoted_connections_reset_at_once() {
         "descriptors left: {} against {start} before",
         child.open_fds()
     );
-    assert!(child.alive(), "the balancer died: {}", child.stderr());
+    assert!(child.alive(), "the balancer died: {}", child.log());
     assert_eq!(child.metric("kernel_relay_fallbacks_total"), 0);
     // The kernel path still takes new connections.
     let mut c = connect(child.addr).unwrap();
@@ -254,5 +254,5 @@ fn a_slow_reader_behind_a_fast_writer_after_the_promotion() {
         got += n as u64;
     }
     assert_eq!(got, TOTAL);
-    assert!(child.alive(), "the balancer died: {}", child.stderr());
+    assert!(child.alive(), "the balancer died: {}", child.log());
 }

@@ -6,63 +6,24 @@
 //! within a deadline and a capped address space; it is killed by its PID
 //! otherwise.
 
-use std::io::Write;
-use std::process::{Command, ExitStatus, Stdio};
-use std::thread;
 use std::time::Duration;
 
-use crate::common::{collect, limit_in_child, wait_for};
+use crate::child::{self, Ended};
+use crate::common::limit_in_child;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
 /// Longest a run may take: even 100 MB of input goes by in seconds.
 const WAIT: Duration = Duration::from_secs(30);
 /// The child's address space: plenty for rodizio at the prompt, too
 /// little to keep a 100 MB line.
 const ADDRESS_SPACE: u64 = 128 << 20;
 
-/// How a run ended and what it printed.
-struct Ended {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
 /// Runs `rodizio -l 127.0.0.1:0` with `input` on standard input, then
 /// standard input closed.
 fn run(input: Vec<u8>) -> Ended {
-    let mut command = Command::new(BIN);
-    command
-        .args(["-l", "127.0.0.1:0", "--allow-root"])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut command = child::command(&["-l", "127.0.0.1:0", "--allow-root"]);
+    command.env("RUST_LOG", "warn");
     limit_in_child(&mut command, libc::RLIMIT_AS, ADDRESS_SPACE);
-    let mut child = command.spawn().expect("start rodizio");
-    let mut stdin = child.stdin.take().unwrap();
-    // The child may exit before reading all of it: a failed write is fine.
-    let feeder = thread::spawn(move || {
-        let _ = stdin.write_all(&input);
-    });
-    let stdout = collect(child.stdout.take().unwrap());
-    let stderr = collect(child.stderr.take().unwrap());
-    let mut status = None;
-    let ended = wait_for(WAIT, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    if !ended {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("rodizio still running after {WAIT:?}: {}", stderr.text());
-    }
-    let _ = feeder.join();
-    assert!(stdout.wait_end(WAIT) && stderr.wait_end(WAIT));
-    Ended {
-        status: status.unwrap(),
-        stdout: stdout.text(),
-        stderr: stderr.text(),
-    }
+    child::run_fed(&mut command, input, WAIT)
 }
 
 /// Checks that the input ran out: exit 2, and one line saying so.

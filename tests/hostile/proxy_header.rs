@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use rodizio::proxy_protocol::{V1_MAX_LEN, V2_SIGNATURE};
 
-use crate::balancer_port::{reset, Child};
+use crate::balancer_port::reset;
+use crate::child::Child;
 use crate::common::{self, connect, until, TestBackend, TestBalancer};
 
 /// What a valid version 1 header looks like here.
@@ -313,7 +314,7 @@ fn many_clients_stalled_mid_header_are_bounded_by_workers_and_timeout() {
 fn the_binary_refuses_hostile_headers_and_keeps_serving() {
     let backend = TestBackend::echo();
     let b = backend.addr().to_string();
-    let mut child = Child::start(
+    let mut child = Child::on_loopback(
         &[
             "-b",
             &b,
@@ -335,15 +336,15 @@ fn the_binary_refuses_hostile_headers_and_keeps_serving() {
         assert!(closed_after(child.addr, &bytes) < Duration::from_secs(3));
     }
     let mut silent: Vec<TcpStream> = (0..20).map(|_| connect(child.addr).unwrap()).collect();
-    assert!(served(child.addr, GOOD_V1), "{}", child.stderr());
+    assert!(served(child.addr, GOOD_V1), "{}", child.log());
     for s in &mut silent {
         assert!(common::is_closed(s));
     }
     assert!(child.alive());
     until("the refusals logged", || {
-        child.stderr().contains("closing client 127.0.0.1:")
+        child.log().contains("closing client 127.0.0.1:")
     });
-    let log = child.stderr();
+    let log = child.log();
     assert!(!log.contains("panicked"), "{log}");
     for type_name in ["HeaderError", "TooLong", "Timeout {", "usize", "Refusal"] {
         assert!(!log.contains(type_name), "{type_name} in: {log}");

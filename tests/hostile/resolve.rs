@@ -4,52 +4,22 @@
 //! forever, for 50 names at once, grow neither the log nor the memory.
 //!
 //! The balancer runs under a hosts file the test controls
-//! (`common/names.rs`: a private mount namespace, root only).
+//! (`common/names.rs`: a user and mount namespace of its own).
 
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::child;
 use crate::common::{self, wait_for};
 use crate::names::{self, round_trip, same_port, Echo, Files, NamedBalancer};
 
 /// Longest a refusal may take.
 const WAIT: Duration = Duration::from_secs(10);
 
-/// A child killed by its PID and reaped if the test ends first.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
-    }
-}
-
 /// Runs `rodizio ARGS` (under the test's hosts file) to its end: its exit
 /// code and standard error. Fails if it is still running after [`WAIT`].
 fn run(files: &Files, args: &[&str]) -> (Option<i32>, String) {
-    let child = names::command(files, args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut guard = Guard(child);
-    let stderr = common::collect(guard.0.stderr.take().unwrap());
-    let mut status = None;
-    assert!(
-        wait_for(WAIT, || {
-            status = guard.0.try_wait().unwrap();
-            status.is_some()
-        }),
-        "rodizio {args:?} still runs: {}",
-        stderr.text()
-    );
-    stderr.wait_end(WAIT);
-    (status.unwrap().code(), stderr.text())
+    let ended = child::run_within(names::command(files, args).env("RUST_LOG", "warn"), WAIT);
+    (ended.code, ended.stderr)
 }
 
 /// Zero, under a second, garbage, negative and over a day: refused with
@@ -57,9 +27,6 @@ fn run(files: &Files, args: &[&str]) -> (Option<i32>, String) {
 /// file (a `services` entry too); `off` and `30s` pass.
 #[test]
 fn bad_resolve_intervals_are_refused() {
-    if !names::can_run() {
-        return;
-    }
     let files = Files::new("hostile-bad");
     for bad in [
         "0",
@@ -134,9 +101,6 @@ fn bad_resolve_intervals_are_refused() {
 /// when the first 15 refuse, and the 17th is never tried.
 #[test]
 fn a_name_with_100_addresses_keeps_16() {
-    if !names::can_run() {
-        return;
-    }
     let mut pair = same_port(&[[127, 0, 1, 16], [127, 0, 1, 17]]);
     let port = pair[0].local_addr().unwrap().port();
     let beyond = Echo::on(pair.pop().unwrap());
@@ -186,9 +150,6 @@ fn a_name_with_100_addresses_keeps_16() {
 /// still served at the last addresses.
 #[test]
 fn lookups_failing_forever_grow_neither_log_nor_memory() {
-    if !names::can_run() {
-        return;
-    }
     const N: usize = 50;
     let ips: Vec<[u8; 4]> = (1..=N as u8).map(|i| [127, 0, 2, i]).collect();
     let listeners = same_port(&ips);

@@ -7,13 +7,12 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use crate::common::{self, http_get, limit_in_child, wait_for, TestBackend, IO_TIMEOUT};
-use crate::peers::temp_dir;
+use crate::common::{http_get, limit_in_child, TestBackend, IO_TIMEOUT};
 
-const BIN: &str = env!("CARGO_BIN_EXE_rodizio");
+use crate::child::{self, Child, Scratch, BIN};
 
 /// A file of `n` services on `127.0.0.1:0`, each in front of `backend`,
 /// with the admin API on.
@@ -33,80 +32,37 @@ fn many(path: &Path, n: usize, backend: SocketAddr) {
     std::fs::write(path, text).unwrap();
 }
 
-/// The child, killed (by its PID) and reaped when dropped, so a failing
-/// test leaves no process behind.
-struct Guard(std::process::Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
-    }
-}
-
+/// `rodizio --allow-root -c PATH`.
 fn command(path: &Path) -> Command {
-    let mut c = Command::new(BIN);
-    c.args(["--allow-root", "-c"])
-        .arg(path)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut c = child::command(&["--allow-root", "-c"]);
+    c.arg(path);
     c
 }
 
 #[test]
 fn a_hundred_services_under_a_small_descriptor_limit_fail_in_one_line() {
     let backend = TestBackend::echo();
-    let dir = temp_dir("hostile-services-fd");
-    let path = dir.join("many.json");
+    let dir = Scratch::new("hostile-services-fd");
+    let path = dir.path("many.json");
     many(&path, 100, backend.addr());
     let mut c = command(&path);
     limit_in_child(&mut c, libc::RLIMIT_NOFILE, 64);
-    let mut child = c.spawn().unwrap();
-    let stderr = common::collect(child.stderr.take().unwrap());
-    let ended = wait_for(Duration::from_secs(20), || {
-        matches!(child.try_wait(), Ok(Some(_)))
-    });
-    if !ended {
-        let _ = child.kill();
-    }
-    let status = child.wait().unwrap();
-    assert!(stderr.wait_end(Duration::from_secs(5)));
-    let err = stderr.text();
-    assert!(ended, "still running: {err}");
-    assert_eq!(status.code(), Some(1), "{err}");
+    let out = child::run_within(&mut c, Duration::from_secs(20));
+    let err = out.stderr;
+    assert_eq!(out.code, Some(1), "{err}");
     let last = err.lines().last().unwrap_or_default();
     assert!(last.contains("Too many open files"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_hundred_services_each_serve_alone_with_one_accept_thread_each() {
     let backend = TestBackend::echo();
-    let dir = temp_dir("hostile-services-many");
-    let path = dir.join("many.json");
+    let dir = Scratch::new("hostile-services-many");
+    let path = dir.path("many.json");
     many(&path, 100, backend.addr());
-    let mut guard = Guard(command(&path).spawn().unwrap());
-    let child = &mut guard.0;
-    let stderr = common::collect(child.stderr.take().unwrap());
-    let _stdout = common::collect(child.stdout.take().unwrap());
-    let admin = || {
-        stderr
-            .text()
-            .lines()
-            .find_map(|l| l.split("admin API listening on ").nth(1))
-            .and_then(|a| a.trim().parse::<SocketAddr>().ok())
-    };
-    assert!(
-        wait_for(Duration::from_secs(20), || admin().is_some()),
-        "{}",
-        stderr.text()
-    );
-    let admin = admin().unwrap();
+    let mut child = Child::spawn(&mut command(&path));
+    let admin = child.admin();
     let body = http_get(admin, "/services").unwrap().body;
     let list: serde_json::Value = serde_json::from_str(&body).unwrap();
     let list = list.as_array().unwrap();
@@ -150,27 +106,18 @@ fn a_hundred_services_each_serve_alone_with_one_accept_thread_each() {
     }
     // Per service, its accept loop and its health thread (passive checks'
     // cool-down), and the rest fixed: nothing grows with the clients.
-    let threads = std::fs::read_dir(format!("/proc/{}/task", child.id()))
-        .unwrap()
-        .count();
+    let threads = child.threads();
     assert!(threads < 2 * 100 + 40, "{threads} threads");
-    // SAFETY: a plain kill(2) on the child this test started.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let ended = wait_for(Duration::from_secs(20), || {
-        matches!(child.try_wait(), Ok(Some(_)))
-    });
-    if !ended {
-        let _ = child.kill();
-    }
-    assert!(ended, "did not stop: {}", stderr.text());
-    assert_eq!(child.wait().unwrap().code(), Some(0), "{}", stderr.text());
-    let _ = std::fs::remove_dir_all(dir);
+    child.signal(libc::SIGTERM);
+    let status = child.wait_exit(Duration::from_secs(20));
+    let status = status.unwrap_or_else(|| panic!("did not stop: {}", child.log()));
+    assert_eq!(status.code(), Some(0), "{}", child.log());
 }
 
 #[test]
 fn names_and_nesting_made_to_hurt_are_refused_in_one_line() {
-    let dir = temp_dir("hostile-services-names");
-    let path = dir.join("bad.json");
+    let dir = Scratch::new("hostile-services-names");
+    let path = dir.path("bad.json");
     let long = "n".repeat(100_000);
     let mut nested =
         String::from(r#"{"name": "x", "listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"]}"#);
@@ -194,7 +141,7 @@ fn names_and_nesting_made_to_hurt_are_refused_in_one_line() {
         ),
     ] {
         std::fs::write(&path, &text).unwrap();
-        let out = Command::new(BIN).arg("check-config").arg(&path).output().unwrap();
+        let out = crate::child::output(Command::new(BIN).arg("check-config").arg(&path));
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains(words), "{words}: {}", &err[..err.len().min(400)]);
@@ -202,5 +149,4 @@ fn names_and_nesting_made_to_hurt_are_refused_in_one_line() {
         // The message is clipped: a long name is not echoed whole.
         assert!(err.len() < 2000, "{} bytes", err.len());
     }
-    let _ = std::fs::remove_dir_all(dir);
 }

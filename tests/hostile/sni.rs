@@ -12,9 +12,11 @@ use std::time::{Duration, Instant};
 use rodizio::sni::client_hello::{self, MAX_HELLO};
 use rodizio::Config;
 
-use crate::balancer_port::{reset, Child};
+use crate::balancer_port::reset;
+use crate::child::Child;
+use crate::child::Scratch;
 use crate::common::{self, connect, until, TestBackend, TestBalancer};
-use crate::config_file::{refused, Scratch};
+use crate::config_file::refused;
 use crate::peers::{free_port, loopback};
 
 /// A balancer with one service routed by SNI (`a.test`, no default) on a
@@ -219,7 +221,7 @@ fn status(pid: u32, key: &str) -> u64 {
 fn a_thousand_bad_clients_hold_no_worker_and_the_binary_stays_bounded() {
     let backend = TestBackend::echo();
     let b = backend.addr().to_string();
-    let mut child = Child::start(
+    let mut child = Child::on_loopback(
         &[
             "-b",
             &b,
@@ -256,10 +258,10 @@ fn a_thousand_bad_clients_hold_no_worker_and_the_binary_stays_bounded() {
     let rss_kib = status(pid, "VmRSS");
     eprintln!("1000 bad clients: {took:?}, at most {most_threads} threads, {rss_kib} KiB resident");
     assert!(rss_kib < 64 * 1024, "{rss_kib} KiB resident");
-    assert!(echoed(child.addr, &hello(0)), "{}", child.stderr());
+    assert!(echoed(child.addr, &hello(0)), "{}", child.log());
     assert!(child.alive());
     assert_eq!(backend.accepted(), 1);
-    let log = child.stderr();
+    let log = child.log();
     assert!(!log.contains("panicked"), "{log}");
 }
 
@@ -270,7 +272,7 @@ fn a_thousand_bad_clients_hold_no_worker_and_the_binary_stays_bounded() {
 /// names, two defaults on one address, and a default without names.
 #[test]
 fn bad_sni_settings_are_refused_in_one_line() {
-    let dir = Scratch::new();
+    let dir = Scratch::new("hostile-sni");
     let svc = |name: &str, extra: &str| {
         format!(
             r#"{{"name": "{name}", "listen": "127.0.0.1:9443", "backends": ["127.0.0.1:1"]{extra}}}"#

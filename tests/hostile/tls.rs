@@ -12,8 +12,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::child::{self, Child};
 use crate::common::{wait_for, TestBackend, TestBalancer};
-use crate::tls_certs::{connect, subject_of, Certs, Rodizio};
+use crate::tls_certs::{connect, subject_of, Certs};
 use rodizio::tls_term::CertList;
 
 /// A TLS balancer over an echo backend, handshakes bounded by `timeout`,
@@ -242,10 +243,10 @@ fn a_reload_with_a_bad_certificate_keeps_the_old_one() {
         ),
     )
     .unwrap();
-    let r = Rodizio::start(&["-c", config.to_str().unwrap()]);
+    let r = Child::balancer(&["-c", config.to_str().unwrap()]);
     // The certificate renewed wrong: another's key, then garbage.
     std::fs::copy(&other.cert, &good.cert).unwrap();
-    r.reload();
+    r.signal(libc::SIGHUP);
     assert!(
         wait_for(Duration::from_secs(20), || r
             .log()
@@ -254,7 +255,7 @@ fn a_reload_with_a_bad_certificate_keeps_the_old_one() {
         r.log()
     );
     std::fs::write(&good.cert, "not a certificate\n").unwrap();
-    r.reload();
+    r.signal(libc::SIGHUP);
     assert!(
         wait_for(Duration::from_secs(20), || r
             .log()
@@ -262,7 +263,7 @@ fn a_reload_with_a_bad_certificate_keeps_the_old_one() {
         "{}",
         r.log()
     );
-    let c = connect(r.addr(), "localhost", &certs.ca()).unwrap();
+    let c = connect(r.addr, "localhost", &certs.ca()).unwrap();
     assert!(subject_of(&c).contains("one.localhost"), "{}", r.log());
 }
 
@@ -407,64 +408,14 @@ fn the_tls_check_against_a_garbage_backend_is_down() {
     assert!(!reason.contains("timed out"), "{reason}");
 }
 
-/// The rodizio binary with `args` and at most `nofile` descriptors (soft
-/// and hard, set between fork and exec), killed by its PID when dropped.
-struct Limited {
-    child: std::process::Child,
-    addr: SocketAddr,
-    stderr: crate::common::Collected,
-}
-
-impl Limited {
-    fn start(args: &[&str], nofile: libc::rlim_t) -> Limited {
-        use std::io::BufRead;
-        use std::process::{Command, Stdio};
-        let mut command = Command::new(env!("CARGO_BIN_EXE_rodizio"));
-        command
-            .arg("--allow-root")
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        crate::common::limit_in_child(&mut command, libc::RLIMIT_NOFILE, nofile);
-        let mut child = command.spawn().expect("start rodizio");
-        let stderr = crate::common::collect(child.stderr.take().unwrap());
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut first = String::new();
-        out.read_line(&mut first).unwrap();
-        thread::spawn(move || {
-            let mut sink = String::new();
-            while out.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
-                sink.clear();
-            }
-        });
-        let port: Option<u16> = first
-            .strip_prefix("Load balancer listening on port ")
-            .and_then(|rest| rest.split(' ').next())
-            .and_then(|p| p.trim().parse().ok());
-        let Some(port) = port else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("no listening line: {first:?} {}", stderr.text());
-        };
-        Limited {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            stderr,
-        }
-    }
-
-    fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for Limited {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The rodizio binary with `args` (and `RUST_LOG=warn`) and at most
+/// `nofile` descriptors (soft and hard, set between fork and exec),
+/// listening.
+fn limited(args: &[&str], nofile: libc::rlim_t) -> Child {
+    let mut command = child::command(&[&["--allow-root"], args].concat());
+    command.env("RUST_LOG", "warn");
+    crate::common::limit_in_child(&mut command, libc::RLIMIT_NOFILE, nofile);
+    Child::start(&mut command)
 }
 
 /// Opens clients on `addr` until the balancer logs that it is out of
@@ -472,7 +423,7 @@ impl Drop for Limited {
 /// nothing: all handshakes or peeks pending); closes them all; the
 /// process is still running, and a fresh TLS client for `name` is served
 /// (echoed) once descriptors are free.
-fn exhaust_then_serve(r: &mut Limited, name: &str, ca: &std::path::Path) {
+fn exhaust_then_serve(r: &mut Child, name: &str, ca: &std::path::Path) {
     let half = &big_client_hello(200)[..40];
     let mut open = Vec::new();
     let mut out_of_fds = false;
@@ -525,7 +476,7 @@ fn out_of_descriptors_during_tls_handshakes() {
     let certs = Certs::new();
     let pair = certs.issue("a", &["localhost"], 1);
     let backend = TestBackend::echo();
-    let mut r = Limited::start(
+    let mut r = limited(
         &[
             "-l",
             "127.0.0.1:0",
@@ -555,7 +506,7 @@ fn out_of_descriptors_during_sni_peeks() {
     let tls_backend = TestBalancer::with(&[echo.addr()], |c| {
         c.tls.certs = CertList(vec![pair.setting()]);
     });
-    let mut r = Limited::start(
+    let mut r = limited(
         &[
             "-l",
             "127.0.0.1:0",

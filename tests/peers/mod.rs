@@ -1,5 +1,6 @@
-//! Real programs as test peers (nginx, HAProxy, redis-server, the rodizio
-//! binary), started as children on loopback and stopped by PID.
+//! Real programs as test peers (nginx, HAProxy, redis-server, openssl
+//! s_server), started as children on loopback and stopped by PID. The
+//! rodizio binary itself goes through `tests/child` instead.
 //!
 //! A [`Peer`] is the guard of one child: dropping it sends the child its
 //! stop signal, waits for it (bounded), kills it if it is still there, and

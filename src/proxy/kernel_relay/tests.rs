@@ -3,18 +3,8 @@
 
 use super::*;
 use std::io::{Read, Write};
-use std::net::TcpListener;
 
-fn pair() -> (TcpStream, TcpStream) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (b, _) = l.accept().unwrap();
-    for s in [&a, &b] {
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
-    }
-    (a, b)
-}
+use crate::test_support::pair;
 
 #[test]
 fn the_counters_leave_out_syn_and_fin() {

@@ -1,9 +1,11 @@
 use super::*;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{self, TcpListener};
+use std::net;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::test_support::pair;
 
 /// Pump options with this idle timeout (and the same fin timeout).
 fn options(idle_ms: u64) -> PumpOptions {
@@ -25,18 +27,6 @@ fn run(splice: bool, client: &TcpStream, backend: &TcpStream, options: &PumpOpti
     } else {
         pump(client, backend, 4096, options)
     }
-}
-
-/// A connected pair of sockets on loopback, with timeouts.
-fn pair() -> (TcpStream, TcpStream) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (b, _) = l.accept().unwrap();
-    for s in [&a, &b] {
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
-    }
-    (a, b)
 }
 
 #[test]
