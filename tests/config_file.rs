@@ -5,6 +5,7 @@
 
 mod child;
 mod common;
+mod tls_certs;
 
 use std::net::TcpListener;
 use std::time::Duration;
@@ -528,4 +529,126 @@ fn which_backends_win_is_said_at_start_up_and_on_reload() {
     assert!(started, "{}", stderr.text());
     assert!(reloaded, "{}", stderr.text());
     assert_eq!(said(), 2, "{}", stderr.text());
+}
+
+/// `check-config` reads every file the settings name, as a start would: a
+/// missing certificate, a key that is not the certificate's, a missing
+/// `tls_client_ca`, `backend_tls_ca` or admin token file, and an empty
+/// token file are each exit 2 with one line naming the key, its line in
+/// the file and the path; the same files good are exit 0. A start on the
+/// bad file says the same line.
+#[test]
+fn check_config_reads_every_file_the_settings_name() {
+    let certs = tls_certs::Certs::new();
+    let a = certs.issue("a", &["a.test"], 1);
+    let b = certs.issue("b", &["b.test"], 2);
+    let dir = Scratch::new("files");
+    let token = dir.file("token", "s3cret\n");
+    let empty = dir.file("empty", "  \n");
+    let missing = dir.path("missing.pem");
+    let ca = certs.ca();
+    let pair = |cert: &std::path::Path, key: &std::path::Path| {
+        format!(
+            r#"[{{"cert": "{}", "key": "{}"}}]"#,
+            cert.display(),
+            key.display()
+        )
+    };
+    // Each key on a line of its own, so that the line named is known.
+    let file = |extra: &str| {
+        format!(
+            "{{\n  \"listen\": \"127.0.0.1:0\",\n  \"backends\": [\"127.0.0.1:1\"],\n  {extra}\n}}\n"
+        )
+    };
+    let good = file(&format!(
+        "\"tls_certs\": {},\n  \"tls_client_ca\": \"{}\",\n  \"backend_tls\": true,\n  \
+         \"backend_tls_ca\": \"{}\",\n  \"admin_listen\": \"127.0.0.1:0\",\n  \
+         \"admin_token_file\": \"{}\"",
+        pair(&a.cert, &a.key),
+        ca.display(),
+        ca.display(),
+        token.display()
+    ));
+    let file_ok = TempFile::new(&good);
+    let out = run(&["check-config", file_ok.path()], b"");
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let admin = |key: &str, path: &std::path::Path| {
+        format!(
+            "\"admin_listen\": \"127.0.0.1:0\",\n  \"{key}\": \"{}\"",
+            path.display()
+        )
+    };
+    let cases = [
+        (
+            format!("\"tls_certs\": {}", pair(&missing, &a.key)),
+            "tls_certs",
+            4,
+            missing.display().to_string(),
+        ),
+        (
+            format!("\"tls_certs\": {}", pair(&a.cert, &b.key)),
+            "tls_certs",
+            4,
+            "key".to_string(),
+        ),
+        (
+            format!(
+                "\"tls_certs\": {},\n  \"tls_client_ca\": \"{}\"",
+                pair(&a.cert, &a.key),
+                missing.display()
+            ),
+            "tls_client_ca",
+            5,
+            missing.display().to_string(),
+        ),
+        (
+            format!(
+                "\"backend_tls\": true,\n  \"backend_tls_ca\": \"{}\"",
+                missing.display()
+            ),
+            "backend_tls_ca",
+            5,
+            missing.display().to_string(),
+        ),
+        (
+            admin("admin_token_file", &missing),
+            "admin_token_file",
+            5,
+            missing.display().to_string(),
+        ),
+        (
+            admin("admin_token_file", &empty),
+            "admin_token_file",
+            5,
+            "empty".to_string(),
+        ),
+    ];
+    for (extra, key, line, words) in cases {
+        let bad = TempFile::new(&file(&extra));
+        let checked = run(&["check-config", bad.path()], b"");
+        assert_eq!(
+            checked.status.code(),
+            Some(2),
+            "{extra}: {}",
+            checked.stderr
+        );
+        assert_eq!(checked.stdout, "", "{extra}: nothing listed");
+        let said = checked.stderr.trim_end();
+        assert_eq!(said.lines().count(), 1, "{said}");
+        assert!(
+            said.contains(&format!("line {line}, ")) && said.contains(&format!("`{key}`")),
+            "{extra}: {said}"
+        );
+        assert!(said.contains(&words), "{extra}: {said}");
+        // A start says the same line, and starts nothing.
+        let started = run(&["-c", bad.path()], b"");
+        assert_eq!(started.status.code(), Some(2), "{}", started.stderr);
+        assert!(
+            started
+                .stderr
+                .contains(said.trim_start_matches("rodizio: ")),
+            "{}",
+            started.stderr
+        );
+    }
 }

@@ -250,9 +250,7 @@ fn resets_mid_request_leave_it_serving() {
         s.write_all(bytes).unwrap();
         reset(s);
     }
-    until("the reset connections closed", || {
-        demo.open_fds() <= idle
-    });
+    until("the reset connections closed", || demo.open_fds() <= idle);
     assert_eq!(demo.threads(), threads);
     assert_eq!(request(demo.addr).unwrap(), "child");
     assert!(demo.alive());
