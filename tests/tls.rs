@@ -175,6 +175,37 @@ fn sighup_serves_the_new_certificate_and_keeps_open_connections() {
     assert_eq!(&buf, b"again");
 }
 
+/// Started with flags alone (no `-c`): a certificate renewed in place and
+/// SIGHUP, and the next client gets the new one; a certificate that
+/// expires within two weeks is warned of at start and at the reload.
+#[test]
+fn sighup_without_a_config_file_reads_the_certificates_again() {
+    let certs = Certs::new();
+    let old = certs.issue_for_days("site", &["one.localhost", "localhost"], 1, 5);
+    let backend = TestBackend::echo();
+    let backend_addr = backend.addr().to_string();
+    let r = Child::balancer(&["-b", &backend_addr, "--tls-cert", &old.flag()]);
+    assert!(
+        subject_of(&connect(r.addr, "localhost", &certs.ca()).unwrap()).contains("one.localhost")
+    );
+    certs.issue("site", &["two.localhost", "localhost"], 2);
+    r.signal(libc::SIGHUP);
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            connect(r.addr, "localhost", &certs.ca())
+                .map(|c| subject_of(&c).contains("two.localhost"))
+                .unwrap_or(false)
+        }),
+        "the new certificate was not served: {}",
+        r.log()
+    );
+    let log = r.log();
+    assert!(
+        log.contains("site.pem (one.localhost) expires in "),
+        "{log}"
+    );
+}
+
 /// A certificate that cannot be used stops the start in one line, exit 2.
 #[test]
 fn a_bad_certificate_at_start_up_exits_2_in_one_line() {
