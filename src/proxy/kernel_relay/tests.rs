@@ -1,9 +1,13 @@
 //! The kernel relay's own tests: counters, and one connection through the
 //! loaded program (the tests run as root, as CI does).
 
-use super::*;
+use super::bpf::{kernel, map_lookup};
+use super::counts::Counts;
+use super::link::Link;
 use std::io::{Read, Write};
 use std::net::TcpListener;
+use std::net::{Shutdown as Direction, TcpStream};
+use std::time::{Duration, Instant};
 
 fn pair() -> (TcpStream, TcpStream) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
