@@ -164,6 +164,7 @@ impl Link<'_> {
     /// program took from it to reach the other side's send path: a
     /// backend's early answer before its reset still reaches the client,
     /// as on the copy pump. Bounded by [`FAULT_GRACE`]; errors end it.
+    /// `moved` then holds both ways' counts as the sockets last said.
     pub(super) fn deliver_from(&mut self, i: usize, moved: &mut [u64; 2]) {
         let deadline = Instant::now() + FAULT_GRACE;
         while Instant::now() < deadline {
@@ -171,6 +172,11 @@ impl Link<'_> {
             else {
                 return;
             };
+            // The other way's count as the failed socket last took it:
+            // the copy pump's counts stop there too.
+            if !self.ways[1 - i].done {
+                moved[1 - i] = self.ways[1 - i].sent(&src);
+            }
             let way = &self.ways[i];
             moved[i] = way.sent(&dst);
             if way.backlog(&src, &dst) == 0 || dst.state == TCP_CLOSE {

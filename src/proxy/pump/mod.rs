@@ -6,7 +6,10 @@
 //! as many non-blocking writes as the destination accepts, and both
 //! sockets waited on with one `poll(2)`. End of stream is passed on as a
 //! half-close, a failed write stops only its own direction, and the
-//! connection's [`End`] comes back with its exact [`Transfer`]. Why each
+//! connection's [`End`] comes back with its exact [`Transfer`]. A peer's
+//! reset before its end of stream reaches the other peer as a reset, after
+//! the bytes received from the first (`reset`: [`deliver`], [`close`]).
+//! Why each
 //! rule (no `write_all`, `MSG_MORE`, turns of [`TURN_BYTES`], idle buffers
 //! handed back, `--yield-before-poll`): docs/moving-bytes.md, "The pump".
 //! `half` holds one direction and its step, `wait` the `poll(2)` side.
@@ -32,9 +35,13 @@ use crate::poll::{millis, poll};
 use half::{step_both, uncork_both, Half, Story};
 use wait::{interest, learn, wait, watch, WaitFor};
 
+pub use reset::close;
+pub(crate) use reset::deliver;
+
 mod bucket;
 mod half;
 mod promote;
+mod reset;
 #[cfg(test)]
 mod tests;
 mod wait;
@@ -196,6 +203,7 @@ pub fn pump(
             options,
             &mut transfer,
         );
+        deliver(end, [client, backend], options.fin_timeout);
         Outcome {
             transfer,
             end,
@@ -244,6 +252,7 @@ pub fn splice_pump(client: &TcpStream, backend: &TcpStream, options: &PumpOption
         if stale {
             *cached = None;
         }
+        deliver(end, [client, backend], options.fin_timeout);
         Outcome {
             transfer,
             end,
