@@ -119,9 +119,9 @@ fn resets_mid_way_under_many_connections_reach_the_other_side_as_resets() {
     let backend = backend(tx);
     for splice in [false, true] {
         // The pumps named, whatever RODIZIO_TEST_KERNEL_RELAY says: on the
-        // kernel path a client that resets as soon as its bytes arrive may
-        // lose them (docs/moving-bytes.md, the kernel relay's known limits;
-        // its own attacks are in `kernel_relay`).
+        // kernel path a reset that races the hand-over may still end as an
+        // ordinary close (docs/moving-bytes.md, the kernel relay's known
+        // limits; its own attacks are in `kernel_relay`).
         let lb = TestBalancer::with(&[backend.addr()], |c| {
             c.proxy.splice = splice;
             c.proxy.kernel_relay = false;

@@ -128,6 +128,13 @@ impl<'a> Link<'a> {
         idle_timeout: Duration,
         moved: &mut [u64; 2],
     ) -> Result<(), Fault> {
+        if !self.in_verdicts.iter().any(|&v| v) {
+            // The program never ran on either socket: nothing was taken,
+            // and a socket's error is left for the copy pump to meet after
+            // the bytes it still holds (a sample would take the error).
+            self.forget();
+            return Ok(());
+        }
         let counts = self.sample()?;
         let backlog = |i: usize| self.ways[i].backlog(&counts[i], &counts[1 - i]);
         let order = if backlog(1) > backlog(0) {
