@@ -4,9 +4,10 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{self, SocketAddr, TcpStream};
 use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{connect, wait_for, TestBackend, TestBalancer};
@@ -270,4 +271,106 @@ fn tcp_keepalive_is_armed_on_both_sockets() {
     drop(s);
     ended(&lb, 1);
     lb.stop();
+}
+
+/// How one client's read to the end went: the bytes it got, and whether
+/// the end was a reset (`true`) or an ordinary end of stream.
+fn read_to_the_end(mut s: TcpStream) -> (u64, bool) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut got = 0u64;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (got, false),
+            Ok(n) => got += n as u64,
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return (got, true),
+            Err(e) => panic!("after {got} bytes: {e}"),
+        }
+    }
+}
+
+/// Twenty clients at once ask a backend that sends 200 KB and then resets
+/// (SO_LINGER 0) before its end of stream. Each client reads to the end:
+/// at least 19 of 20 learn of the reset (ECONNRESET), as they would from
+/// the backend itself, and not an ordinary end of stream that a client
+/// reading to the end takes for a complete reply; and the clients got
+/// every byte the balancer counts as sent to them. With the copy pump and
+/// the splice pump.
+#[test]
+fn a_backend_reset_reaches_the_client_as_a_reset() {
+    const CLIENTS: usize = 20;
+    let backend = TestBackend::start(Arc::new(|mut stream: TcpStream| {
+        let mut ask = [0u8; 3];
+        stream.read_exact(&mut ask)?;
+        stream.write_all(&vec![b'd'; 200 * 1000])?;
+        reset(stream);
+        Ok(())
+    }));
+    for splice in [false, true] {
+        let lb = TestBalancer::with(&[backend.addr()], |c| c.proxy.splice = splice);
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let addr = lb.addr;
+                thread::spawn(move || {
+                    let mut s = connect(addr).unwrap();
+                    s.write_all(b"go\n").unwrap();
+                    read_to_the_end(s)
+                })
+            })
+            .collect();
+        let ends: Vec<(u64, bool)> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+        let resets = ends.iter().filter(|(_, reset)| *reset).count();
+        let got: u64 = ends.iter().map(|(n, _)| n).sum();
+        let snap = ended(&lb, CLIENTS as u64);
+        assert!(
+            resets >= CLIENTS - 1,
+            "splice={splice}: {resets} of {CLIENTS} saw the reset: {ends:?}"
+        );
+        assert_eq!(snap.ended_backend_reset, CLIENTS as u64, "{snap:?}");
+        assert_eq!(snap.bytes_to_clients, got, "splice={splice}");
+        lb.stop();
+    }
+}
+
+/// The other way: twenty clients at once send 200 KB and then reset
+/// before their end of stream. The backend, reading each connection to
+/// the end, learns of the reset (at least 19 of 20) after every byte the
+/// balancer counts as sent to it.
+#[test]
+fn a_client_reset_reaches_the_backend_as_a_reset() {
+    const CLIENTS: usize = 20;
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let backend = TestBackend::start(Arc::new(move |stream: TcpStream| {
+        stream.set_read_timeout(Some(Duration::from_secs(20)))?;
+        let _ = tx.send(read_to_the_end(stream));
+        Ok(())
+    }));
+    for splice in [false, true] {
+        let lb = TestBalancer::with(&[backend.addr()], |c| c.proxy.splice = splice);
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let addr = lb.addr;
+                thread::spawn(move || {
+                    let mut s = connect(addr).unwrap();
+                    s.write_all(&vec![b'u'; 200 * 1000]).unwrap();
+                    reset(s);
+                })
+            })
+            .collect();
+        for c in clients {
+            c.join().unwrap();
+        }
+        let ends: Vec<(u64, bool)> = (0..CLIENTS)
+            .map(|_| rx.recv_timeout(Duration::from_secs(20)).unwrap())
+            .collect();
+        let resets = ends.iter().filter(|(_, reset)| *reset).count();
+        let got: u64 = ends.iter().map(|(n, _)| n).sum();
+        let snap = ended(&lb, CLIENTS as u64);
+        assert!(
+            resets >= CLIENTS - 1,
+            "splice={splice}: {resets} of {CLIENTS} saw the reset: {ends:?}"
+        );
+        assert_eq!(snap.ended_client_reset, CLIENTS as u64, "{snap:?}");
+        assert_eq!(snap.bytes_to_backends, got, "splice={splice}");
+        lb.stop();
+    }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 use rodizio::backend::BackendSpec;
 use rodizio::cli::{command, one_line, Cli};
+use rodizio::config::export;
 use rodizio::config::file::{parse, ConfigFile};
 use rodizio::config::{Config, Overrides};
 use rodizio::error::Result;
@@ -15,6 +16,7 @@ use rodizio::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitConfig,
 use rodizio::proxy_protocol::{CidrList, Version};
 use rodizio::scheduler::Algorithm;
 use rodizio::trace::Lang;
+use serde_json::{Map, Value};
 
 fn parse_text(text: &str) -> Result<ConfigFile> {
     parse(Path::new("test.json"), text)
@@ -406,4 +408,92 @@ fn fin_timeout_and_tcp_keepalive_are_laid_over() {
     assert_eq!(c.proxy.tcp_keepalive, Some(Duration::from_secs(90)));
     Overrides::default().apply(&mut c).unwrap();
     assert_eq!(c.proxy.fin_timeout, Some(Duration::from_secs(20)));
+}
+
+/// `text` read as a file and settled; then exported (`GET
+/// /config?format=file`'s writer), read and settled again: the same
+/// settings. Returns the export.
+fn exported_reads_back(text: &str) -> Value {
+    let config = parse_text(text)
+        .unwrap()
+        .settle(&Overrides::default())
+        .unwrap();
+    let written = export::to_file(&config);
+    let again = parse_text(&serde_json::to_string_pretty(&written).unwrap())
+        .unwrap_or_else(|e| panic!("{e}\n{written:#}"));
+    let back = again.settle(&Overrides::default()).unwrap();
+    assert_eq!(back.describe(), config.describe(), "{written:#}");
+    written
+}
+
+/// Every setting the file takes, each at a value that is not its
+/// default (the process's settings and one service's): exported and
+/// read back, nothing changes. A setting added to the table without a
+/// line here fails the first assertion.
+#[test]
+fn every_setting_away_from_its_default_reads_back_the_same() {
+    let text = r#"{
+        "listen": "127.0.0.1:9100", "backends": ["127.0.0.1:8001,weight=2"],
+        "algorithm": "least-connections", "thread_stack": "128k", "workers": 77,
+        "max_connections": 500, "queue_capacity": 999, "worker_idle_timeout": "45s",
+        "backlog": 77, "sched_policy": "batch", "buffer_size": "16k",
+        "connect_timeout": "1500ms", "idle_timeout": "2m", "drain_timeout": "7s",
+        "splice": true, "kernel_relay": true, "kernel_relay_after": 9,
+        "defer_accept": true, "yield_before_poll": true, "health_check": "http",
+        "health_interval": "3s", "health_timeout": "700ms", "health_path": "/up",
+        "fall": 4, "rise": 5, "passive_failures": 6, "health_cooldown": "12s",
+        "http_replies": true, "health_user": "checker", "health_send": "PING\\r\\n",
+        "health_expect": "PONG", "rate_limit": "10/1s",
+        "rate_limit_algorithm": "token-bucket", "rate_limit_max_clients": 5000,
+        "rate_limit_ipv6_prefix": 48, "rate_limit_reply": "http", "trace": true,
+        "trace_lang": "pt", "admin_listen": "127.0.0.1:9101", "admin_allow_remote": true,
+        "admin_token_file": "/etc/rodizio/token", "queue_timeout": "2s", "max_queue": 17,
+        "client_first_byte_timeout": "3s", "fin_timeout": "5s", "tcp_keepalive": "30s",
+        "tcp_user_timeout": "20s", "resolve_interval": "30s", "slow_start": "10s",
+        "allow": "10.0.0.0/8,192.168.0.0/16", "deny": "10.9.0.0/16",
+        "max_connections_per_client": 9, "upload_rate": "1MB/s",
+        "download_rate": "2MB/s",
+        "tls_certs": [{"cert": "/etc/rodizio/a.pem", "key": "/etc/rodizio/a.key"},
+                      {"cert": "/etc/rodizio/b.pem", "key": "/etc/rodizio/b.key"}],
+        "tls_handshake_timeout": "4s", "tls_client_ca": "/etc/rodizio/clients.pem",
+        "backend_tls": true, "backend_tls_ca": "/etc/rodizio/backends.pem",
+        "backend_tls_server_name": "backend.test", "send_proxy": "v2",
+        "accept_proxy": true, "accept_proxy_from": "127.0.0.0/8",
+        "accept_proxy_timeout": "2s", "rate_limit_store": "redis://127.0.0.1:6379",
+        "rate_limit_store_timeout": "150ms", "rate_limit_store_failure": "closed",
+        "reuse_port": true, "access_log": "json", "access_log_file": "/var/log/r.log",
+        "user": "nobody", "group": "nogroup", "allow_root": true
+    }"#;
+    // SNI routing does not go with `accept_proxy`: its settings in a
+    // second file.
+    let sni = r#"{"listen": "127.0.0.1:9102", "backends": ["127.0.0.1:8001"],
+        "server_names": "a.test,*.b.test", "sni_default": true, "sni_timeout": "3s"}"#;
+    let defaults = Config::default().describe();
+    let mut given: Map<String, Value> = serde_json::from_str(text).unwrap();
+    given.extend(serde_json::from_str::<Map<String, Value>>(sni).unwrap());
+    let missing: Vec<&str> = defaults
+        .iter()
+        .map(|(k, _)| *k)
+        .filter(|k| !given.contains_key(*k))
+        .collect();
+    assert!(missing.is_empty(), "no value here for {missing:?}");
+    let settled = |text: &str| {
+        let parsed = parse(Path::new("t.json"), text).unwrap();
+        parsed.settle(&Overrides::default()).unwrap().describe()
+    };
+    let (all, sni_only) = (settled(text), settled(sni));
+    let unchanged: Vec<&str> = all
+        .iter()
+        .zip(&sni_only)
+        .zip(&defaults)
+        .filter(|(((k, v), (_, s)), (_, d))| v == d && s == d && *k != "listen")
+        .map(|(((k, _), _), _)| *k)
+        .collect();
+    assert!(unchanged.is_empty(), "still at the default: {unchanged:?}");
+    exported_reads_back(sni);
+    let written = exported_reads_back(text);
+    assert_eq!(
+        written["tls_certs"][1]["key"], "/etc/rodizio/b.key",
+        "{written:#}"
+    );
 }

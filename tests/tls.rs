@@ -134,6 +134,63 @@ fn close_notify_both_ways() {
     assert_eq!(reply, common::after_eof_reply(b"the whole request"));
 }
 
+/// A backend that sends 200 KB and then resets (SO_LINGER 0) before its
+/// end of stream, behind terminated TLS: twenty clients at once read to
+/// the end and at least 19 learn of the reset (ECONNRESET), not a
+/// `close_notify` nor a bare end of stream, after every byte the balancer
+/// counts as sent to them.
+#[test]
+fn a_backend_reset_reaches_a_tls_client_as_a_reset() {
+    const CLIENTS: usize = 20;
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["localhost"], 1);
+    let backend = TestBackend::start(std::sync::Arc::new(|mut stream: std::net::TcpStream| {
+        let mut ask = [0u8; 3];
+        stream.read_exact(&mut ask)?;
+        stream.write_all(&vec![b'd'; 200 * 1000])?;
+        socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO))?;
+        Ok(())
+    }));
+    let b = balancer(&[backend.addr()], &[&pair]);
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (addr, ca) = (b.addr, certs.ca());
+            std::thread::spawn(move || {
+                let mut client = connect(addr, "localhost", &ca).unwrap();
+                client.write_all(b"go\n").unwrap();
+                client.flush().unwrap();
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut got = 0u64;
+                loop {
+                    match client.read(&mut buf) {
+                        Ok(0) => return (got, "end of stream".to_string()),
+                        Ok(n) => got += n as u64,
+                        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                            return (got, "reset".to_string())
+                        }
+                        Err(e) => return (got, e.to_string()),
+                    }
+                }
+            })
+        })
+        .collect();
+    let ends: Vec<(u64, String)> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    let resets = ends.iter().filter(|(_, end)| end == "reset").count();
+    assert!(resets >= CLIENTS - 1, "{resets} of {CLIENTS}: {ends:?}");
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            let s = b.stats.snapshot();
+            s.completed == CLIENTS as u64 && s.active == 0
+        }),
+        "{:?}",
+        b.stats.snapshot()
+    );
+    let snap = b.stats.snapshot();
+    assert_eq!(snap.ended_backend_reset, CLIENTS as u64, "{snap:?}");
+    let got: u64 = ends.iter().map(|(n, _)| n).sum();
+    assert_eq!(snap.bytes_to_clients, got);
+}
+
 /// A certificate renewed in place and SIGHUP: the next client gets the new
 /// one, while a connection opened before goes on with its bytes.
 #[test]

@@ -22,7 +22,9 @@
 //!   that keep them;
 //! - `outcome`: what a pump is told ([`PumpOptions`](outcome::PumpOptions))
 //!   and tells back ([`Outcome`](outcome::Outcome): the
-//!   [`Transfer`](outcome::Transfer) and the [`End`](outcome::End)).
+//!   [`Transfer`](outcome::Transfer) and the [`End`](outcome::End));
+//! - `reset`: a peer's reset passed on to the other peer as a reset, for
+//!   every pump (copy, splice, TLS).
 
 use std::cell::RefCell;
 use std::io;
@@ -33,6 +35,7 @@ use std::ptr::NonNull;
 use std::time::Duration;
 
 pub mod outcome;
+pub mod reset;
 
 /// The conduits of one pump, one per direction, as the thread keeps them.
 pub(crate) enum Conduits<'a> {

@@ -118,6 +118,7 @@ impl Proxy {
             ),
             Some(session) => pump_tls(session, &client, &backend_sock, &settings, outcome.peer),
         };
+        let end = pumped.end;
         outcome.fate = Fate::Served(Served {
             backend: Arc::clone(&backend),
             pumped,
@@ -137,9 +138,9 @@ impl Proxy {
         // sockets. After an error or the idle timeout it cuts both
         // directions at once; after a clean finish both FINs have already
         // passed and the call only returns ENOTCONN, a cheap system call
-        // kept so every connection ends the same, visible way.
-        close(&backend_sock);
-        close(&client);
+        // kept so every connection ends the same, visible way. A peer's
+        // reset is passed on to the other peer as a reset (pump::close).
+        pump::close(&client, &backend_sock, end);
         if backend.is_capped() {
             // A slot freed: the first client waiting may take it.
             self.scheduler.waitlist().notify();

@@ -192,3 +192,72 @@ impl fmt::Display for CidrList {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn cidr_parses_and_contains() {
+        let net: Cidr = "10.1.2.3/8".parse().unwrap();
+        assert_eq!(net.to_string(), "10.0.0.0/8");
+        assert!(net.contains(ip("10.255.0.1")));
+        assert!(!net.contains(ip("11.0.0.1")));
+        assert!(
+            net.contains(ip("::ffff:10.9.9.9")),
+            "mapped peers match IPv4 blocks"
+        );
+        assert!(!net.contains(ip("::1")));
+
+        let one: Cidr = "192.0.2.7".parse().unwrap();
+        assert_eq!(one.to_string(), "192.0.2.7/32");
+        assert!(one.contains(ip("192.0.2.7")) && !one.contains(ip("192.0.2.8")));
+
+        let v6: Cidr = "2001:db8::/32".parse().unwrap();
+        assert!(v6.contains(ip("2001:db8:ffff::1")));
+        assert!(!v6.contains(ip("2001:db9::1")));
+        assert!(!v6.contains(ip("10.0.0.1")));
+        assert_eq!("::1".parse::<Cidr>().unwrap().to_string(), "::1/128");
+
+        let all: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains(ip("255.255.255.255")));
+        let mapped: Cidr = "::ffff:10.0.0.0/104".parse().unwrap();
+        assert_eq!(mapped.to_string(), "10.0.0.0/8");
+
+        for bad in [
+            "10.0.0.0/33",
+            "::/129",
+            "10.0.0.0/",
+            "10.0.0.0/+8",
+            "localhost",
+            "",
+        ] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad} should be refused");
+        }
+    }
+
+    #[test]
+    fn cidr_list_parses_and_defaults_to_loopback() {
+        let list: CidrList = "10.0.0.0/8, 192.0.2.1 ,::1".parse().unwrap();
+        assert_eq!(list.to_string(), "10.0.0.0/8,192.0.2.1/32,::1/128");
+        assert!(list.contains(ip("10.2.3.4")));
+        assert!(list.contains(ip("::1")));
+        assert!(!list.contains(ip("127.0.0.1")));
+        assert!("10.0.0.0/8,,::1".parse::<CidrList>().is_err());
+        assert!(" ".parse::<CidrList>().is_err());
+        assert!("10.0.0.0/8,nope".parse::<CidrList>().is_err());
+
+        let loopback = CidrList::loopback();
+        assert_eq!(loopback.to_string(), "127.0.0.0/8,::1/128");
+        assert!(loopback.contains(ip("127.0.0.1")));
+        assert!(loopback.contains(ip("127.9.9.9")));
+        assert!(loopback.contains(ip("::ffff:127.0.0.1")));
+        assert!(loopback.contains(ip("::1")));
+        assert!(!loopback.contains(ip("192.0.2.1")));
+    }
+}

@@ -327,3 +327,70 @@ fn encode_v2(header: &Header, out: &mut Vec<u8>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy_protocol::parse;
+    use std::net::SocketAddr;
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    fn proxy(source: &str, destination: &str) -> Header {
+        Header::Proxy {
+            source: addr(source),
+            destination: addr(destination),
+        }
+    }
+
+    fn complete(buf: &[u8]) -> (Header, usize) {
+        match parse(buf) {
+            Ok(Parsed::Complete { header, len }) => (header, len),
+            other => panic!("expected a complete header, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn mapped_addresses_are_written_as_ipv4() {
+        let header = proxy("[::ffff:192.0.2.1]:5000", "[::ffff:10.0.0.1]:80");
+        assert_eq!(
+            encode(Version::V1, &header),
+            b"PROXY TCP4 192.0.2.1 10.0.0.1 5000 80\r\n"
+        );
+        let v2 = encode(Version::V2, &header);
+        assert_eq!(&v2[13..16], b"\x11\x00\x0c");
+        assert_eq!(complete(&v2).0, proxy("192.0.2.1:5000", "10.0.0.1:80"));
+        // One end mapped, the other plain IPv4: still IPv4.
+        let half = proxy("[::ffff:192.0.2.1]:5000", "10.0.0.1:80");
+        assert_eq!(
+            encode(Version::V1, &half),
+            b"PROXY TCP4 192.0.2.1 10.0.0.1 5000 80\r\n"
+        );
+    }
+
+    #[test]
+    fn mixed_families_are_written_as_ipv6() {
+        let header = proxy("192.0.2.1:5000", "[2001:db8::2]:80");
+        assert_eq!(
+            encode(Version::V1, &header),
+            b"PROXY TCP6 ::ffff:192.0.2.1 2001:db8::2 5000 80\r\n"
+        );
+        let v2 = encode(Version::V2, &header);
+        assert_eq!(v2[13], 0x21);
+        assert_eq!(
+            complete(&v2).0,
+            proxy("[::ffff:192.0.2.1]:5000", "[2001:db8::2]:80")
+        );
+    }
+
+    #[test]
+    fn version_from_str() {
+        assert_eq!("v1".parse::<Version>().unwrap(), Version::V1);
+        assert_eq!("V2".parse::<Version>().unwrap(), Version::V2);
+        let err = "v3".parse::<Version>().unwrap_err().to_string();
+        assert!(err.contains("'v3'") && err.contains("v1, v2"), "{err}");
+        assert_eq!(Version::V2.to_string(), "v2");
+    }
+}

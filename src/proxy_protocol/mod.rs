@@ -37,6 +37,3 @@ pub use codec::{
 pub use parse::parse;
 pub use read::read_header;
 pub(crate) use send::send;
-
-#[cfg(test)]
-mod tests;

@@ -117,3 +117,130 @@ fn wait_readable(
         Err(e) => Err(HeaderError::Io(e)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy_protocol::{encode, Header, HeaderError, Version, V1_MAX_LEN, V2_SIGNATURE};
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, SocketAddr, TcpListener};
+    use std::thread;
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    fn proxy(source: &str, destination: &str) -> Header {
+        Header::Proxy {
+            source: addr(source),
+            destination: addr(destination),
+        }
+    }
+
+    const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// A connected pair on loopback: (the client's end, the server's end).
+    fn socket_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        for socket in [&client, &server] {
+            socket.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
+            socket.set_write_timeout(Some(SOCKET_TIMEOUT)).unwrap();
+            socket.set_nodelay(true).unwrap();
+        }
+        (client, server)
+    }
+
+    /// The bytes after the header stay in the socket, for v1 and v2, sent
+    /// together with the header in one write.
+    #[test]
+    fn read_header_leaves_the_clients_bytes() {
+        for version in [Version::V1, Version::V2] {
+            let (mut client, mut server) = socket_pair();
+            let header = proxy("192.0.2.1:5000", "198.51.100.7:80");
+            let mut bytes = encode(version, &header);
+            bytes.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
+            client.write_all(&bytes).unwrap();
+            client.shutdown(Shutdown::Write).unwrap();
+
+            assert_eq!(read_header(&server, SOCKET_TIMEOUT).unwrap(), header);
+            let mut rest = Vec::new();
+            server.read_to_end(&mut rest).unwrap();
+            assert_eq!(rest, b"GET / HTTP/1.1\r\n\r\n", "{version}");
+        }
+    }
+
+    /// A header sent one byte per write (one segment each, with
+    /// TCP_NODELAY) is put together, and what follows it is left.
+    #[test]
+    fn read_header_assembles_a_header_sent_byte_by_byte() {
+        for version in [Version::V1, Version::V2] {
+            let (mut client, mut server) = socket_pair();
+            let header = proxy("[2001:db8::1]:5000", "[2001:db8::2]:80");
+            let mut bytes = encode(version, &header);
+            bytes.extend_from_slice(b"hello");
+            let writer = thread::spawn(move || {
+                for byte in bytes {
+                    client.write_all(&[byte]).unwrap();
+                }
+                client
+            });
+            assert_eq!(read_header(&server, SOCKET_TIMEOUT).unwrap(), header);
+            let _client = writer.join().unwrap();
+            let mut rest = [0u8; 5];
+            server.read_exact(&mut rest).unwrap();
+            assert_eq!(&rest, b"hello", "{version}");
+        }
+    }
+
+    /// A client that connects and says nothing costs the timeout, no more.
+    #[test]
+    fn read_header_times_out_on_a_silent_client() {
+        let (mut client, server) = socket_pair();
+        client.write_all(b"PROXY TCP4 ").unwrap();
+        let timeout = Duration::from_millis(200);
+        let started = Instant::now();
+        let err = read_header(&server, timeout).unwrap_err();
+        let elapsed = started.elapsed();
+        assert!(
+            matches!(err, HeaderError::Timeout { received: 11, .. }),
+            "{err}"
+        );
+        assert!(elapsed >= timeout, "returned after {elapsed:?}");
+        assert!(elapsed < SOCKET_TIMEOUT, "returned after {elapsed:?}");
+    }
+
+    /// Headers over the bound are refused at once, not waited for.
+    #[test]
+    fn read_header_refuses_a_header_too_long() {
+        let (mut client, server) = socket_pair();
+        let mut line = b"PROXY UNKNOWN ".to_vec();
+        line.resize(V1_MAX_LEN + 10, b'x');
+        client.write_all(&line).unwrap();
+        let err = read_header(&server, SOCKET_TIMEOUT).unwrap_err();
+        assert!(matches!(err, HeaderError::TooLong { .. }), "{err}");
+
+        let (mut client, server) = socket_pair();
+        client.write_all(&V2_SIGNATURE).unwrap();
+        client.write_all(&[0x21, 0x11, 0xff, 0xff]).unwrap();
+        let err = read_header(&server, SOCKET_TIMEOUT).unwrap_err();
+        assert!(matches!(err, HeaderError::TooLong { .. }), "{err}");
+    }
+
+    /// A client that closes mid-header, or sends no header, is told apart.
+    #[test]
+    fn read_header_reports_a_close_and_a_missing_header() {
+        let (mut client, server) = socket_pair();
+        let v2_tcp4 = encode(Version::V2, &proxy("172.19.0.1:42578", "172.19.0.3:80"));
+        client.write_all(&v2_tcp4[..20]).unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let err = read_header(&server, SOCKET_TIMEOUT).unwrap_err();
+        assert!(matches!(err, HeaderError::Closed { received: 20 }), "{err}");
+
+        let (mut client, server) = socket_pair();
+        client.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        let err = read_header(&server, SOCKET_TIMEOUT).unwrap_err();
+        assert!(matches!(err, HeaderError::NoSignature), "{err}");
+    }
+}

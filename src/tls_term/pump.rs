@@ -11,7 +11,10 @@
 //! `close_notify` then `shutdown(Write)` once it has left.
 //!
 //! Unlike the plain pump, any fault ends both directions: a TLS stream
-//! that has failed cannot carry the other direction's bytes either.
+//! that has failed cannot carry the other direction's bytes either. A
+//! peer's reset still reaches the other peer as a reset (no
+//! `close_notify`, no FIN), after what was on its way to it
+//! ([`salvage`], then the plain pump's `deliver` and `close`).
 //!
 //! # Threads
 //!
@@ -35,6 +38,7 @@ use std::os::fd::AsRawFd;
 use rustls::Connection;
 
 use crate::conduit::outcome::{End, Outcome, PumpOptions, Transfer, TURN_BYTES};
+use crate::conduit::reset::deliver;
 use crate::conduit::{Buffers, RELEASE_AFTER};
 use crate::poll::{millis, poll};
 
@@ -276,6 +280,8 @@ pub(crate) fn pump(mut client: Side<'_>, mut backend: Side<'_>, options: &PumpOp
             };
             let ended = run(&mut client, &mut backend, buffers, options, &mut transfer);
             buffers.release();
+            let sockets = [client.sock, backend.sock];
+            deliver(ended.0, sockets, options.fin_timeout);
             ended
         }),
         Err(e) => (End::Error, Some(e)),
@@ -311,7 +317,17 @@ fn run(
             });
         let busy = match stepped {
             Ok(busy) => busy,
-            Err(fault) => return fault,
+            Err(fault) => {
+                // A reset: what the peer that reset sent on its way to
+                // the other leaves first, as far as it can.
+                let (up_bytes, down_bytes) = buffers.halves();
+                match fault.0 {
+                    End::BackendReset => salvage(client, &mut down, down_bytes, fin_ms),
+                    End::ClientReset => salvage(backend, &mut up, up_bytes, fin_ms),
+                    _ => {}
+                }
+                return fault;
+            }
         };
         if client.eof {
             first_close.get_or_insert(End::ClientClosed);
@@ -408,6 +424,37 @@ fn step(
             None => return Ok(false),
             Some(0) => src.eof = true,
             Some(n) => (buf.start, buf.end) = (0, n),
+        }
+    }
+}
+
+/// After a reset by one peer: what is on its way to the other, `dst`
+/// (plain bytes read into `buf` but not yet written, records rustls
+/// holds), leaves as far as that socket takes it, waiting for room at most
+/// `patience_ms` at a time. No `close_notify`: the peer is to learn of the
+/// reset, which the close sends (`crate::proxy::pump::close`).
+#[cold]
+#[inline(never)]
+fn salvage(dst: &mut Side<'_>, buf: &mut Buf, bytes: &[u8], patience_ms: i32) {
+    loop {
+        while buf.pending() {
+            match dst.write_plain(&bytes[buf.start..buf.end]) {
+                Ok(0) => break,
+                Ok(n) => buf.start += n,
+                Err(_) => return,
+            }
+        }
+        if dst.flush().is_err() || !(buf.pending() || dst.wants_write()) {
+            return;
+        }
+        let mut fds = [libc::pollfd {
+            fd: dst.sock.as_raw_fd(),
+            events: libc::POLLOUT,
+            revents: 0,
+        }];
+        match poll(&mut fds, patience_ms) {
+            Ok(n) if n > 0 => dst.writable = true,
+            _ => return,
         }
     }
 }

@@ -33,6 +33,7 @@ mod kernel_relay;
 mod page;
 mod prompt;
 mod proxy_header;
+mod resets;
 mod resolve;
 mod services;
 mod sni;

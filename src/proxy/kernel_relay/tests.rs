@@ -1,8 +1,12 @@
 //! The kernel relay's own tests: counters, and one connection through the
 //! loaded program (the tests run as root, as CI does).
 
-use super::*;
+use super::bpf::{kernel, map_lookup};
+use super::counts::Counts;
+use super::link::Link;
 use std::io::{Read, Write};
+use std::net::Shutdown as Direction;
+use std::time::{Duration, Instant};
 
 use crate::test_support::pair;
 

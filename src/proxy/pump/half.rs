@@ -78,6 +78,10 @@ pub(super) struct Half {
     /// its destination failed, or one of its sockets is gone. What its
     /// buffer holds is dropped and its source is read no more.
     pub(super) stopped: bool,
+    /// Its source reset the connection (as a write toward it found): what
+    /// it still reads from there is delivered, but its end of stream is
+    /// not passed on, since its destination is to get a reset instead.
+    pub(super) cut: bool,
     /// The last read did not say `WouldBlock` (or poll said readable since).
     pub(super) readable: bool,
     /// The last write did not say `WouldBlock` (or poll said writable since).
@@ -104,6 +108,7 @@ impl Half {
             eof: false,
             done: false,
             stopped: false,
+            cut: false,
             readable: true,
             writable: true,
             corked: false,
@@ -243,6 +248,11 @@ impl Half {
                 }
             }
             if self.eof && !self.pending() && !self.done {
+                if self.cut {
+                    // No FIN after a reset: the pump's close sends one.
+                    self.stop();
+                    return Ok(());
+                }
                 self.done = true;
                 // Half-close: tell the destination nothing more will come.
                 // ENOTCONN only means the peer is gone already.
@@ -329,7 +339,9 @@ pub(super) fn step_both(
             Err(Fault::Write(e)) => {
                 // Only this direction stops: the backend may still
                 // have something to say (an early reply).
-                story.fault(Side::Backend.write_failed(&e), Some(e));
+                let end = Side::Backend.write_failed(&e);
+                down.cut |= end.is_reset();
+                story.fault(end, Some(e));
                 up.stop();
             }
         }
@@ -343,7 +355,9 @@ pub(super) fn step_both(
                 up.stop();
             }
             Err(Fault::Write(e)) => {
-                story.fault(Side::Client.write_failed(&e), Some(e));
+                let end = Side::Client.write_failed(&e);
+                up.cut |= end.is_reset();
+                story.fault(end, Some(e));
                 down.stop();
             }
         }

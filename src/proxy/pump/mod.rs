@@ -6,7 +6,10 @@
 //! as many non-blocking writes as the destination accepts, and both
 //! sockets waited on with one `poll(2)`. End of stream is passed on as a
 //! half-close, a failed write stops only its own direction, and the
-//! connection's [`End`] comes back with its exact [`Transfer`]. Why each
+//! connection's [`End`] comes back with its exact [`Transfer`]. A peer's
+//! reset before its end of stream reaches the other peer as a reset, after
+//! the bytes received from the first (`reset`: [`deliver`], [`close`]).
+//! Why each
 //! rule (no `write_all`, `MSG_MORE`, turns of [`TURN_BYTES`], idle buffers
 //! handed back, `--yield-before-poll`): docs/moving-bytes.md, "The pump".
 //! `half` holds one direction and its step, `wait` the `poll(2)` side,
@@ -33,6 +36,9 @@ pub use crate::conduit::outcome::{End, Outcome, PumpOptions, Transfer, TURN_BYTE
 use crate::poll::{millis, poll};
 use half::{step_both, uncork_both, Half, Story};
 use wait::{interest, learn, wait, watch, WaitFor};
+
+pub use crate::conduit::reset::close;
+pub(crate) use crate::conduit::reset::deliver;
 
 mod bucket;
 mod half;
@@ -75,6 +81,7 @@ pub fn pump(
             options,
             &mut transfer,
         );
+        deliver(end, [client, backend], options.fin_timeout);
         Outcome {
             transfer,
             end,
@@ -123,6 +130,7 @@ pub fn splice_pump(client: &TcpStream, backend: &TcpStream, options: &PumpOption
         if stale {
             *cached = None;
         }
+        deliver(end, [client, backend], options.fin_timeout);
         Outcome {
             transfer,
             end,
@@ -135,7 +143,9 @@ pub fn splice_pump(client: &TcpStream, backend: &TcpStream, options: &PumpOption
 /// pipe was left holding bytes (dropped by a stopped direction).
 type Ended = (End, Option<io::Error>, bool);
 
-/// The pump's loop.
+/// The pump's loop: each round gives both directions their turn, notes
+/// their ends, hands the connection to the kernel relay when it is due,
+/// then waits for either socket ([`look`]) unless a half can go on at once.
 fn pump_with(
     conduits: &mut Conduits,
     client: &TcpStream,
@@ -146,9 +156,7 @@ fn pump_with(
     let mut up = Half::capped(options.up_rate); // client -> backend
     let mut down = Half::capped(options.down_rate); // backend -> client
     let mut story = Story::default();
-    let idle_ms = millis(options.idle_timeout);
-    let fin_ms = millis(options.fin_timeout);
-    let release_ms = millis(RELEASE_AFTER);
+    let limits = Limits::of(options);
     if options.promote && options.promote_after == 0 {
         // From the start: before the first byte is read, so that a peer
         // that answers at once finds both sockets on the kernel path.
@@ -178,7 +186,7 @@ fn pump_with(
             story.closed(End::BackendClosed);
         }
         if up.finished() && down.finished() {
-            return finish(story, &up, &down);
+            return finish(story, &up, &down, false);
         }
         uncork_both(&mut up, &mut down, client, backend, &mut story);
         if options.promote {
@@ -200,46 +208,100 @@ fn pump_with(
         if busy && !stalls(&up, &down) && !stalls(&down, &up) {
             continue;
         }
-        // Once one side has closed (or one direction has stopped), the
-        // silence allowed is the fin timeout.
-        let half_closed = up.eof || down.eof || up.stopped || down.stopped;
-        let silence_ms = if half_closed { fin_ms } else { idle_ms };
-        let (timeout_ms, for_tokens) = wait_limit(&mut up, &mut down, silence_ms);
-        let mut fds = [
-            watch(client, interest(&up, &down)),
-            watch(backend, interest(&down, &up)),
-        ];
-        let ready = if busy {
-            // Look without waiting, so the waiting half learns what became
-            // ready, then go round again.
-            poll(&mut fds, 0)
-        } else {
-            let how = WaitFor {
-                timeout_ms,
-                release_ms,
-                idle: !up.pending() && !down.pending(),
-                yield_first: options.yield_before_poll
-                    && transfer.to_backend + transfer.to_client > up_before + down_before,
-            };
-            wait(&mut fds, conduits, how)
+        let moved = transfer.to_backend + transfer.to_client > up_before + down_before;
+        let halves = [&mut up, &mut down];
+        let looked = look(conduits, halves, [client, backend], &limits, busy, moved);
+        if let Err(fault) = looked {
+            story.fault(fault.end, fault.error);
+            return finish(story, &up, &down, fault.stale);
+        }
+    }
+}
+
+/// The pump's waits, in milliseconds, read once per connection.
+struct Limits {
+    idle_ms: i32,
+    fin_ms: i32,
+    release_ms: i32,
+    yield_before_poll: bool,
+}
+
+impl Limits {
+    fn of(options: &PumpOptions) -> Limits {
+        Limits {
+            idle_ms: millis(options.idle_timeout),
+            fin_ms: millis(options.fin_timeout),
+            release_ms: millis(RELEASE_AFTER),
+            yield_before_poll: options.yield_before_poll,
+        }
+    }
+}
+
+/// Why a [`look`] ended the connection.
+struct Stop {
+    end: End,
+    error: Option<io::Error>,
+    /// A conduit may hold bytes (the pump's own `poll` failed mid-way).
+    stale: bool,
+}
+
+/// Waits for either socket (or, while a half is `busy`, only looks
+/// without waiting, so that the waiting half learns what became ready),
+/// and tells the halves what became ready. `moved`: this round moved
+/// bytes (for `--yield-before-poll`). `Err`: the silence allowed passed,
+/// or `poll` failed.
+#[inline]
+fn look(
+    conduits: &mut Conduits,
+    [up, down]: [&mut Half; 2],
+    [client, backend]: [&TcpStream; 2],
+    limits: &Limits,
+    busy: bool,
+    moved: bool,
+) -> Result<(), Stop> {
+    // Once one side has closed (or one direction has stopped), the
+    // silence allowed is the fin timeout.
+    let half_closed = up.eof || down.eof || up.stopped || down.stopped;
+    let silence_ms = if half_closed {
+        limits.fin_ms
+    } else {
+        limits.idle_ms
+    };
+    let (timeout_ms, for_tokens) = wait_limit(up, down, silence_ms);
+    let mut fds = [
+        watch(client, interest(up, down)),
+        watch(backend, interest(down, up)),
+    ];
+    let ready = if busy {
+        poll(&mut fds, 0)
+    } else {
+        let how = WaitFor {
+            timeout_ms,
+            release_ms: limits.release_ms,
+            idle: !up.pending() && !down.pending(),
+            yield_first: limits.yield_before_poll && moved,
         };
-        match ready {
-            Err(e) => {
-                story.fault(End::Error, Some(e));
-                let (end, error) = story.end();
-                return (end, error, true);
-            }
-            Ok(0) if for_tokens => {}
-            Ok(0) if !busy => {
-                let end = if half_closed {
-                    End::FinTimeout
-                } else {
-                    End::IdleTimeout
-                };
-                story.fault(end, None);
-                return finish(story, &up, &down);
-            }
-            Ok(_) => learn(&fds, &mut up, &mut down),
+        wait(&mut fds, conduits, how)
+    };
+    match ready {
+        Err(e) => Err(Stop {
+            end: End::Error,
+            error: Some(e),
+            stale: true,
+        }),
+        Ok(0) if for_tokens => Ok(()),
+        Ok(0) if !busy => Err(Stop {
+            end: if half_closed {
+                End::FinTimeout
+            } else {
+                End::IdleTimeout
+            },
+            error: None,
+            stale: false,
+        }),
+        Ok(_) => {
+            learn(&fds, up, down);
+            Ok(())
         }
     }
 }
@@ -272,10 +334,10 @@ fn tokens_back(up: &mut Half, down: &mut Half) -> Option<i32> {
     }
 }
 
-/// The end `story` tells, its error, and whether a half was left holding
-/// bytes (dropped by a stopped direction).
-fn finish(story: Story, up: &Half, down: &Half) -> Ended {
+/// The end `story` tells, its error, and whether a conduit may hold bytes:
+/// `stale`, or a half left holding some (dropped by a stopped direction).
+fn finish(story: Story, up: &Half, down: &Half, stale: bool) -> Ended {
     let (end, error) = story.end();
-    let stale = up.start < up.end || down.start < down.end;
+    let stale = stale || up.start < up.end || down.start < down.end;
     (end, error, stale)
 }

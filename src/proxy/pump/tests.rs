@@ -451,3 +451,47 @@ fn a_throttled_direction_is_not_idle_and_keeps_its_rate() {
         );
     }
 }
+
+/// A backend that answers and resets while the client is still uploading:
+/// whichever of the pump's write toward it or its read from it meets the
+/// reset first, the client gets the answer and then no end of stream
+/// (the close is to send it a reset instead), and the end is a backend
+/// reset.
+#[test]
+fn a_reset_met_by_a_write_passes_no_end_of_stream_on() {
+    for splice in [false, true] {
+        let (mut client, client_end) = pair();
+        let (backend_end, mut backend) = pair();
+        let pumped = std::thread::spawn(move || {
+            let outcome = run(splice, &client_end, &backend_end, &options(10_000));
+            (outcome, client_end)
+        });
+        let mut writer = client.try_clone().unwrap();
+        let upload = std::thread::spawn(move || {
+            let chunk = [b'x'; 16 * 1024];
+            for _ in 0..256 {
+                if writer.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut head = [0u8; 1024];
+        backend.read_exact(&mut head).unwrap();
+        backend.write_all(b"reply").unwrap();
+        socket2::SockRef::from(&backend)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(backend);
+        let (outcome, client_end) = pumped.join().unwrap();
+        assert_eq!(outcome.end, End::BackendReset, "splice={splice}");
+        let mut got = [0u8; 5];
+        client.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"reply");
+        client.set_nonblocking(true).unwrap();
+        let more = client.read(&mut [0u8; 1]).map_err(|e| e.kind());
+        assert_eq!(more, Err(ErrorKind::WouldBlock), "splice={splice}");
+        // Closed with the upload unread: the writer's next write fails.
+        drop(client_end);
+        upload.join().unwrap();
+    }
+}

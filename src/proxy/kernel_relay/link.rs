@@ -1,0 +1,216 @@
+//! A connection's place in the kernel's maps: its hand-over in (`insert`,
+//! with the counters read at rest) and out (`unwind`, one direction at a
+//! time with nothing lost, then `forget`), and what is left to delete when
+//! it ends (`Drop`).
+//!
+//! # Threads
+//!
+//! The worker thread that owns the connection; the maps are the kernel's.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart.
+
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use super::bpf::{map_delete, map_lookup, map_update, Kernel};
+use super::counts::{cookie, push_queued, unread, Counts, Way, TCP_ESTABLISHED};
+use super::{Fault, START_TRIES};
+
+/// One connection's place in the maps.
+pub(super) struct Link<'a> {
+    pub(super) kernel: &'static Kernel,
+    /// Client then backend.
+    pub(super) sockets: [&'a TcpStream; 2],
+    pub(super) cookies: [u64; 2],
+    /// Which entries were made: `moved`, `peers` (keyed by the socket whose
+    /// bytes go to the other), `verdicts`.
+    pub(super) in_moved: [bool; 2],
+    pub(super) in_peers: [bool; 2],
+    pub(super) in_verdicts: [bool; 2],
+    /// Client → backend, backend → client.
+    pub(super) ways: [Way; 2],
+    /// The way whose end of stream was seen first.
+    pub(super) first_eof: Option<usize>,
+}
+
+impl<'a> Link<'a> {
+    pub(super) fn new(
+        kernel: &'static Kernel,
+        client: &'a TcpStream,
+        backend: &'a TcpStream,
+    ) -> Link<'a> {
+        Link {
+            kernel,
+            sockets: [client, backend],
+            cookies: [0; 2],
+            in_moved: [false; 2],
+            in_peers: [false; 2],
+            in_verdicts: [false; 2],
+            ways: [Way::default(), Way::default()],
+            first_eof: None,
+        }
+    }
+
+    /// Puts both sockets into the maps: `moved` and `peers` first, then
+    /// `verdicts` (backend first, client last), then pushes bytes that were
+    /// already queued through the program.
+    pub(super) fn insert(&mut self) -> io::Result<()> {
+        let (counts, unread) = self.start_counts()?;
+        for c in &counts {
+            if c.state != TCP_ESTABLISHED {
+                return Err(io::Error::other("a socket is no longer ESTABLISHED"));
+            }
+        }
+        for i in 0..2 {
+            self.cookies[i] = cookie(self.sockets[i])?;
+            // Way i goes from socket i to socket 1 - i. Bytes received but
+            // not yet read are still to be relayed: the program takes them.
+            self.ways[i].in_base = counts[i].data_in() - unread[i].min(counts[i].data_in());
+            self.ways[i].out_base = counts[1 - i].handed();
+        }
+        for i in 0..2 {
+            map_update(&self.kernel.moved, self.cookies[i], 0)?;
+            self.in_moved[i] = true;
+        }
+        for i in 0..2 {
+            let peer = self.sockets[1 - i].as_raw_fd() as u64;
+            map_update(&self.kernel.peers, self.cookies[i], peer)?;
+            self.in_peers[i] = true;
+        }
+        for i in [1, 0] {
+            let fd = self.sockets[i].as_raw_fd() as u64;
+            map_update(&self.kernel.verdicts, self.cookies[i], fd)?;
+            self.in_verdicts[i] = true;
+        }
+        for socket in self.sockets {
+            push_queued(socket);
+        }
+        Ok(())
+    }
+
+    /// Both sockets' counters with the bytes each holds unread, taken
+    /// together: the unread counts are read between two samples that
+    /// agree on the bytes received, so no byte arrived in between.
+    fn start_counts(&self) -> io::Result<([Counts; 2], [u64; 2])> {
+        let [a, b] = self.sockets;
+        for _ in 0..START_TRIES {
+            let first = [Counts::of(a)?, Counts::of(b)?];
+            let unread = [unread(a)?, unread(b)?];
+            let then = [Counts::of(a)?, Counts::of(b)?];
+            if (0..2).all(|i| first[i].received == then[i].received) {
+                return Ok((then, unread));
+            }
+        }
+        Err(io::Error::other(
+            "bytes kept arriving while the counters were read",
+        ))
+    }
+
+    /// Takes the connection out of the kernel path with nothing lost, one
+    /// direction at a time, the one with more bytes in flight first: stops
+    /// the program on that direction's source, waits for runs still in
+    /// flight, waits until what the program took from it is in the other
+    /// side's send path, then does the same for the other direction, and
+    /// drops the sockets' kernel state. The copy pump can go on from
+    /// there, and `moved` then says what was delivered.
+    ///
+    /// Why one at a time: a peer that echoes (or any peer whose writes
+    /// hold up its reads) stops reading while its own bytes toward us are
+    /// not taken. With both directions stopped at once, the bytes still on
+    /// their way to it could never be delivered; with the other direction
+    /// still relayed by the kernel, its writes flow and it reads on.
+    pub(super) fn unwind(
+        &mut self,
+        idle_timeout: Duration,
+        moved: &mut [u64; 2],
+    ) -> Result<(), Fault> {
+        if !self.in_verdicts.iter().any(|&v| v) {
+            // The program never ran on either socket: nothing was taken,
+            // and a socket's error is left for the copy pump to meet after
+            // the bytes it still holds (a sample would take the error).
+            self.forget();
+            return Ok(());
+        }
+        let counts = self.sample()?;
+        let backlog = |i: usize| self.ways[i].backlog(&counts[i], &counts[1 - i]);
+        let order = if backlog(1) > backlog(0) {
+            [1, 0]
+        } else {
+            [0, 1]
+        };
+        for i in order {
+            if self.in_verdicts[i] {
+                map_delete(&self.kernel.verdicts, self.cookies[i])?;
+                self.in_verdicts[i] = false;
+            }
+            // The program runs under RCU: after a grace period no run that
+            // started before the delete can still be adding to `moved` or
+            // queueing bytes.
+            membarrier()?;
+            let taken = if self.in_moved[i] {
+                map_lookup(&self.kernel.moved, self.cookies[i])?
+            } else {
+                0
+            };
+            self.delivered(i, taken, idle_timeout)?;
+            if !self.ways[i].done {
+                moved[i] = taken;
+            }
+        }
+        self.forget();
+        Ok(())
+    }
+
+    /// Deletes what is left of the connection in the maps. Once both
+    /// sockets are out of `peers` and `verdicts`, the kernel drops their
+    /// sockmap state and they are plain TCP sockets again.
+    fn forget(&mut self) {
+        for i in 0..2 {
+            if self.in_verdicts[i] {
+                let _ = map_delete(&self.kernel.verdicts, self.cookies[i]);
+                self.in_verdicts[i] = false;
+            }
+        }
+        for i in 0..2 {
+            if self.in_peers[i] {
+                let _ = map_delete(&self.kernel.peers, self.cookies[i]);
+                self.in_peers[i] = false;
+            }
+        }
+        for i in 0..2 {
+            if self.in_moved[i] {
+                let _ = map_delete(&self.kernel.moved, self.cookies[i]);
+                self.in_moved[i] = false;
+            }
+        }
+    }
+}
+
+impl Drop for Link<'_> {
+    /// `moved` entries go with the connection; `peers` and `verdicts`
+    /// entries go by themselves when the sockets close, and deleting them
+    /// here would throw away bytes the kernel still holds for a socket
+    /// after an error (the copy pump loses its buffer the same way).
+    fn drop(&mut self) {
+        for i in 0..2 {
+            if self.in_moved[i] {
+                let _ = map_delete(&self.kernel.moved, self.cookies[i]);
+            }
+        }
+    }
+}
+
+/// Returns after an RCU grace period (`membarrier(MEMBARRIER_CMD_GLOBAL)`).
+fn membarrier() -> io::Result<()> {
+    /// `MEMBARRIER_CMD_GLOBAL`.
+    const GLOBAL: libc::c_int = 1;
+    // SAFETY: MEMBARRIER_CMD_GLOBAL takes no pointer.
+    if unsafe { libc::syscall(libc::SYS_membarrier, GLOBAL, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
