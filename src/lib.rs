@@ -13,12 +13,12 @@
 //! ```text
 //! client ──TCP──▶ accept loop, one per listening address of each service
 //!                   (listener.rs: blocking accept, SO_REUSEADDR, backlog 4096)
-//!                   │ limiter.check(peer ip, now)?  no ──▶ close (or 429)  (limiter/, opt-in)
+//!                   │ the admission gate: allow/deny, per-client cap, limiter, pick
+//!                   │   refused ──▶ close (or 429/503), one Report (proxy/admission.rs)
 //!                   │ scheduler.pick(peer) → Pick (the backend)   (scheduler/: round robin, ...)
-//!                   │   none available ──▶ close (or 503)         (reply.rs)
-//!                   │   (--accept-proxy: no pick yet, Route::AfterHeader)
+//!                   │   (--accept-proxy, SNI: no pick yet, the worker runs the gate)
 //!                   ▼
-//!                 pool.submit(Job { service, route: Picked(pick), client, peer, .. })
+//!                 pool.submit(Job::new(service, client, peer, Picked(pick), ..))
 //!                   │ → queue                                     (queue.rs: Mutex<VecDeque> + Condvar)
 //!                   ▼
 //!                 worker thread, 64 KiB stack, reused             (pool.rs)
@@ -63,7 +63,8 @@
 //!   connections open per client address, for its cap).
 //! - `queue`: the FIFO between the accept loop and the workers.
 //! - `pool`: the worker threads.
-//! - `proxy/`: a connection's life: `serve` (wait, route, connect, pump,
+//! - `proxy/`: a connection's life: `admission` (the one gate every client
+//!   passes, on any path), `serve` (wait, route, connect, pump,
 //!   close, into one `Outcome`), `connect` (fail-over), `waiting` (a
 //!   client waiting for a backend slot), `report` (the one
 //!   place an outcome becomes counters, access log, trace and log lines);
@@ -72,8 +73,7 @@
 //!   the hand-over to the kernel relay); `kernel_relay/` (an eBPF sockmap
 //!   program moves a promoted connection's bytes: `bpf`, the program and
 //!   its maps, `counts`, the sockets' `TCP_INFO` counters); `conduit` (the thread's buffers and pipes); `header`
-//!   (a client behind `--accept-proxy`: its header, then the limiter and
-//!   the pick); `per_client` (the cap on connections open per client
+//!   (a client behind `--accept-proxy`: its header, then the gate); `per_client` (the cap on connections open per client
 //!   address).
 //! - `proxy_protocol/`: the PROXY protocol, `codec` (types, encode),
 //!   `parse`, `read` (off a socket), `cidr` (trusted peers), `accept` and

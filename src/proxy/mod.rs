@@ -26,6 +26,7 @@
 //! `proxy_function()` (see `serve`); `get_final_server_socket()` is
 //! [`Backend::connect`](crate::backend::Backend::connect).
 
+mod admission;
 pub(crate) mod conduit;
 mod connect;
 pub mod header;
@@ -53,10 +54,12 @@ use crate::scheduler::Scheduler;
 use crate::stats::Stats;
 use crate::units::ByteRate;
 
+pub(crate) use admission::Admitted;
 pub use header::{AcceptProxy, Divert, Route};
 pub(crate) use per_client::PerClient;
 pub use pump::{pump, splice_pump, End, PumpOptions, Transfer};
-pub(crate) use report::{Access, Fate, Outcome, Refusal, Report};
+pub(crate) use report::{Fate, Outcome, Refusal, Report};
+pub(crate) use serve::answer;
 
 /// One accepted client, with the backend chosen for it at accept time: the
 /// `(server_idx, client_sock)` pair of the C queue. Behind
@@ -81,6 +84,36 @@ pub struct Job {
     /// When the accept loop queued it: a worker that takes it after more
     /// than [`ProxyConfig::queue_timeout`] closes it unserved.
     pub queued_at: Instant,
+}
+
+impl Job {
+    /// The job of `client` (from `peer`) for `service`, on `route`, with
+    /// its places under the service's and the per-client caps, queued
+    /// now. The one place a job is made: `TCP_NODELAY` is set here on
+    /// every client a worker will serve (the C sets nothing; a refused
+    /// client never gets this far, so it costs it no system call). A
+    /// socket that refuses is logged (debug) and served anyway.
+    pub fn new(
+        service: Arc<Proxy>,
+        client: TcpStream,
+        peer: SocketAddr,
+        route: Route,
+        slot: Option<crate::slots::Slot>,
+        place: Option<crate::limiter::Place>,
+    ) -> Job {
+        if let Err(err) = client.set_nodelay(true) {
+            log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
+        }
+        Job {
+            service,
+            slot,
+            place,
+            route,
+            client,
+            peer,
+            queued_at: Instant::now(),
+        }
+    }
 }
 
 /// How the workers connect and move bytes (a part of [`crate::Config`]).
@@ -473,12 +506,8 @@ impl Proxy {
     /// logged and ends only this connection.
     pub fn handle(&self, mut job: Job) {
         let slot = job.slot.take();
-        let mut outcome = Outcome {
-            peer: job.peer,
-            queued_at: job.queued_at,
-            queue_wait: Duration::ZERO,
-            fate: Fate::Reported,
-        };
+        // Until a step says how it ended (each does: see `Refusal::Misrouted`).
+        let mut outcome = Outcome::refused(job.peer, job.queued_at, Refusal::Misrouted);
         self.serve(job, &mut outcome);
         self.report.tell(&outcome);
         drop(slot);
@@ -675,15 +704,14 @@ mod tests {
             .unwrap();
         let (accepted, peer) = front.accept().unwrap();
         let pick = scheduler.pick(peer.ip()).unwrap();
-        pool.submit(Job {
-            service: proxy,
-            slot: None,
-            place: None,
-            route: Route::Picked(pick),
-            client: accepted,
+        pool.submit(Job::new(
+            proxy,
+            accepted,
             peer,
-            queued_at: Instant::now(),
-        })
+            Route::Picked(pick),
+            None,
+            None,
+        ))
         .unwrap();
         // The worker connected, then panicked: the unwinding closed the
         // client, so its read ends.

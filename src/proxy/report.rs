@@ -31,6 +31,7 @@ use super::BUSY_WARNING_EVERY;
 use crate::access_log::{self, AccessLog, Record};
 use crate::backend::Backend;
 use crate::error::Error;
+use crate::limiter::{Rate, RateLimitReply};
 use crate::scheduler::Scheduler;
 use crate::stats::Stats;
 use crate::system;
@@ -51,16 +52,26 @@ pub(crate) struct Outcome {
     pub fate: Fate,
 }
 
-/// Refused before any backend, served, or already reported.
+impl Outcome {
+    /// A client accepted at `queued_at` from `peer` and refused by
+    /// `refusal` before any worker waited on it.
+    pub(crate) fn refused(peer: SocketAddr, queued_at: Instant, refusal: Refusal) -> Outcome {
+        Outcome {
+            peer,
+            queued_at,
+            queue_wait: Duration::ZERO,
+            fate: Fate::Refused(refusal),
+        }
+    }
+}
+
+/// Refused before any backend, or served.
 #[derive(Debug)]
 pub(crate) enum Fate {
     /// Closed before any byte reached a backend.
     Refused(Refusal),
     /// Connected and pumped.
     Served(Served),
-    /// Closed and reported where it happened (a refused PROXY header, in
-    /// `header.rs`; a route the settings do not allow).
-    Reported,
 }
 
 /// Why a client was closed before any backend served it.
@@ -96,9 +107,19 @@ pub(crate) enum Refusal {
         /// The backends, read only when the line is logged.
         scheduler: Arc<Scheduler>,
     },
-    /// The rate limiter refused it at accept time; the limiter counts,
-    /// logs and answers it itself (`limiter::admit`).
-    RateLimited,
+    /// The rate limiter refused it (the admission gate): answered with a
+    /// 429 when its reply says so, counted, logged on its first refusal
+    /// of the window only.
+    RateLimited {
+        /// Its first refusal in the current window: the one logged.
+        first: bool,
+        /// When it may try again (the 429's `Retry-After`).
+        retry_after: Duration,
+        /// The rate it went over, for the log line.
+        rate: Rate,
+        /// What it is answered before the close.
+        reply: RateLimitReply,
+    },
     /// The `allow` and `deny` lists refused it: closed at once, with no
     /// log line (a scan would flood it), counted and access-logged.
     Denied,
@@ -107,6 +128,34 @@ pub(crate) enum Refusal {
     /// answered as the rate limiter answers, closed, counted and
     /// access-logged; logged by the gate, throttled.
     TooManyConnections,
+    /// Behind `--accept-proxy`, no valid PROXY header from a trusted peer
+    /// in time.
+    ProxyHeader {
+        /// Why.
+        why: crate::proxy_protocol::Refusal,
+        /// `Some(n)`: logged, `n` refusals from its source silenced since
+        /// its last line; `None`: counted only (one line per source per
+        /// [`crate::proxy_protocol::REFUSAL_LOG_WINDOW`]).
+        silenced: Option<u64>,
+    },
+    /// On an address shared by SNI, no service takes the name it asked for
+    /// (or it sent none, or no ClientHello in time) and none is the
+    /// default: logged at debug level only (a scan would flood the log).
+    NoServiceForSni {
+        /// The name it asked for.
+        host: Option<Box<str>>,
+        /// How its hello went, in words.
+        how: &'static str,
+    },
+    /// The TLS handshake of a service that terminates TLS failed: counted
+    /// by its kind and logged (debug) where it failed
+    /// (`tls_term::handshake`), access-logged here.
+    TlsHandshake,
+    /// Queued on a route its service does not serve: a bug, logged as an
+    /// error. Also the fate a worker's outcome starts with, so that a
+    /// step that forgot to say how its client ended shows as this, not as
+    /// nothing.
+    Misrouted,
     /// Every backend connect failed.
     ConnectFailed {
         /// The backend tried first.
@@ -172,10 +221,15 @@ fn refused_counter<'s>(stats: &'s Stats, refusal: &Refusal) -> Option<&'s Atomic
         Refusal::LeftQueue => None,
         Refusal::FirstByteTimeout { .. } => Some(&stats.first_byte_timeouts),
         Refusal::NoBackend { .. } | Refusal::ConnectFailed { .. } => Some(&stats.no_backend),
-        // The limiter counted it (`rate_limited`), with its own reply.
-        Refusal::RateLimited => None,
+        Refusal::RateLimited { .. } => Some(&stats.rate_limited),
         Refusal::Denied => Some(&stats.denied),
         Refusal::TooManyConnections => Some(&stats.too_many_connections),
+        Refusal::ProxyHeader { .. } => Some(&stats.proxy_header_refused),
+        Refusal::NoServiceForSni { .. } => Some(&stats.sni_refused),
+        // Counted by the kind of failure, where it failed.
+        Refusal::TlsHandshake => None,
+        // The error line says so.
+        Refusal::Misrouted => None,
     }
 }
 
@@ -276,7 +330,6 @@ impl Report {
                     .add_bytes(transfer.to_backend, transfer.to_client);
                 Stats::incr(&stats.completed);
             }
-            Fate::Reported => {}
         }
     }
 
@@ -286,7 +339,6 @@ impl Report {
         match &outcome.fate {
             Fate::Refused(refusal) => self.tell_refusal(outcome, refusal),
             Fate::Served(served) => self.tell_served(outcome, served),
-            Fate::Reported => {}
         }
     }
 
@@ -331,11 +383,31 @@ impl Report {
                 self.no_backend(peer, scheduler, now);
                 (None, Access::refused(access_log::End::NoBackend))
             }
-            Refusal::RateLimited => (None, Access::refused(access_log::End::RateLimited)),
+            Refusal::RateLimited {
+                first,
+                retry_after,
+                rate,
+                ..
+            } => {
+                if *first {
+                    log::info!(
+                        "rate limit: refusing {}{} for {retry_after:.1?} (over {rate}); \
+                         its further refusals in this window are counted, not logged",
+                        peer.ip(),
+                        self.whose()
+                    );
+                }
+                (None, Access::refused(access_log::End::RateLimited))
+            }
             Refusal::Denied => (None, Access::refused(access_log::End::Denied)),
+            // Logged by the gate (`per_client`), throttled.
             Refusal::TooManyConnections => {
                 (None, Access::refused(access_log::End::TooManyConnections))
             }
+            Refusal::ProxyHeader { .. }
+            | Refusal::NoServiceForSni { .. }
+            | Refusal::TlsHandshake
+            | Refusal::Misrouted => (None, self.before_route(peer, refusal)),
             Refusal::ConnectFailed {
                 backend,
                 error,
@@ -365,6 +437,43 @@ impl Report {
             }
         };
         self.log_access(peer, backend, outcome.queued_at, access);
+    }
+
+    /// A client refused before its service or its address was known (the
+    /// PROXY header, SNI, TLS, a wrong route): its log line, and its
+    /// access log entry.
+    #[cold]
+    fn before_route(&self, peer: SocketAddr, refusal: &Refusal) -> Access {
+        let end = match refusal {
+            Refusal::ProxyHeader { why, silenced } => {
+                if let Some(silenced) = silenced {
+                    log::warn!(
+                        "closing client {peer}{}: {why}{}; this source is logged at most \
+                         once per {:?}",
+                        self.whose(),
+                        throttle::more(*silenced),
+                        crate::proxy_protocol::REFUSAL_LOG_WINDOW
+                    );
+                }
+                access_log::End::ProxyHeaderRefused
+            }
+            Refusal::NoServiceForSni { host, how } => {
+                log::debug!(
+                    "closing client {peer}: no service for server name {} ({how})",
+                    host.as_deref().unwrap_or("-"),
+                );
+                access_log::End::NoServiceForSni
+            }
+            Refusal::TlsHandshake => access_log::End::Error("tls handshake failed".into()),
+            _ => {
+                log::error!(
+                    "closing client {peer}{}: queued on a route its service does not serve",
+                    self.whose()
+                );
+                access_log::End::Error("misrouted".into())
+            }
+        };
+        Access::refused(end)
     }
 
     /// A client refused while every backend was at its `max_connections`:
@@ -587,12 +696,7 @@ mod tests {
     use crate::scheduler::Scheduler;
 
     fn refused(refusal: Refusal) -> Outcome {
-        Outcome {
-            peer: "127.0.0.1:5000".parse().unwrap(),
-            queued_at: Instant::now(),
-            queue_wait: Duration::ZERO,
-            fate: Fate::Refused(refusal),
-        }
+        Outcome::refused("127.0.0.1:5000".parse().unwrap(), Instant::now(), refusal)
     }
 
     /// Each refusal raises its own counter once, and none is `completed`.
@@ -607,7 +711,15 @@ mod tests {
             Refusal::QueueTimeout { limit },
             Refusal::FirstByteTimeout { limit },
             Refusal::NoBackend { scheduler },
-            Refusal::RateLimited,
+            Refusal::RateLimited {
+                first: true,
+                retry_after: limit,
+                rate: crate::limiter::Rate {
+                    limit: 1,
+                    window: limit,
+                },
+                reply: RateLimitReply::Close,
+            },
             Refusal::Denied,
             Refusal::TooManyConnections,
             Refusal::ConnectFailed {
@@ -627,7 +739,7 @@ mod tests {
             (1, 1, 2),
             "{s:?}"
         );
-        assert_eq!((s.completed, s.errors, s.rate_limited), (0, 0, 0), "{s:?}");
+        assert_eq!((s.completed, s.errors, s.rate_limited), (0, 0, 1), "{s:?}");
         assert_eq!((s.denied, s.too_many_connections), (1, 1), "{s:?}");
     }
 }
