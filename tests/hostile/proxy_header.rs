@@ -349,3 +349,58 @@ fn the_binary_refuses_hostile_headers_and_keeps_serving() {
         assert!(!log.contains(type_name), "{type_name} in: {log}");
     }
 }
+
+/// A flood of clients behind a proxy with no backend available: each is
+/// refused by the admission gate on its worker, and the log says so at
+/// most once a second (with the count of the others), as for plain
+/// clients, not once per client; every refused client's descriptor is
+/// given back.
+#[test]
+fn a_flood_refused_after_the_header_logs_a_bounded_number_of_lines() {
+    const CLIENTS: usize = 200;
+    let dead = common::closed_port().to_string();
+    let child = Child::start(
+        &[
+            "-b",
+            &dead,
+            "--accept-proxy",
+            "--health-check",
+            "off",
+            "--passive-failures",
+            "1",
+            "--health-cooldown",
+            "10m",
+            "--workers",
+            "8",
+        ],
+        |_| {},
+    );
+    // The first client's failed connect marks the one backend down.
+    assert!(closed_after(child.addr, GOOD_V1) < Duration::from_secs(5));
+    until("the backend marked down", || {
+        child.stderr().contains("is now DOWN")
+    });
+    let baseline = child.open_fds();
+    let started = Instant::now();
+    for _ in 0..CLIENTS {
+        assert!(closed_after(child.addr, GOOD_V1) < Duration::from_secs(5));
+    }
+    let seconds = started.elapsed().as_secs() as usize;
+    let lines = || {
+        child
+            .stderr()
+            .lines()
+            .filter(|l| l.contains("no backend is available"))
+            .count()
+    };
+    until("the refusals logged", || lines() > 0);
+    let logged = lines();
+    assert!(
+        logged <= seconds + 2,
+        "{logged} lines for {CLIENTS} refusals in {seconds} s:\n{}",
+        child.stderr()
+    );
+    until("the refused clients' descriptors given back", || {
+        child.open_fds() <= baseline
+    });
+}
