@@ -67,7 +67,8 @@
 //!   passes, on any path), `serve` (wait, route, connect, pump,
 //!   close, into one `Outcome`), `connect` (fail-over), `waiting` (a
 //!   client waiting for a backend slot), `report` (the one
-//!   place an outcome becomes counters, access log, trace and log lines);
+//!   place an outcome becomes counters, access log, trace and log lines),
+//!   `refusal` (why a client was refused, and each refusal's rows);
 //!   `pump` (the duplex copy, with `half`, one direction, `wait`, its
 //!   `poll(2)` side, `bucket`, a direction's bandwidth cap, and `promote`,
 //!   the hand-over to the kernel relay); `kernel_relay/` (an eBPF sockmap

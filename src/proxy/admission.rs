@@ -79,16 +79,13 @@ impl Proxy {
         self.rate_limit(ip)?;
         let pick = self.scheduler.pick(ip);
         match &pick {
-            Some(pick) => {
-                if trace::on() {
-                    trace::event(Event::Picked {
-                        algorithm: self.scheduler.algorithm().name(),
-                        server_idx: pick.server_idx,
-                        backend: pick.backend.name(),
-                        service: self.report.named(),
-                    });
-                }
-            }
+            Some(pick) if trace::on() => trace::event(Event::Picked {
+                algorithm: self.scheduler.algorithm().name(),
+                server_idx: pick.server_idx,
+                backend: pick.backend.name(),
+                service: self.report.named(),
+            }),
+            Some(_) => {}
             // Every backend down, draining, or none listed.
             None if !self.scheduler.any_available() => {
                 return Err(Refusal::NoBackend {

@@ -33,6 +33,7 @@ pub mod header;
 pub mod kernel_relay;
 mod per_client;
 pub mod pump;
+mod refusal;
 mod report;
 mod serve;
 mod waiting;
