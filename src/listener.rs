@@ -1,23 +1,28 @@
-//! The listening socket and the accept loop.
+//! The listening sockets and the accept loop.
 //!
-//! For each client the loop checks the rate limiter, picks the backend,
-//! wraps the pair in a [`Job`] and hands it to the pool; with
-//! `--accept-proxy` it queues the client unpicked ([`Route::AfterHeader`])
-//! and the worker does both after the header. A client refused here (rate
-//! limited, no backend available) is an `Outcome`, counted and told by
-//! this loop's own `Report`, and closed without blocking: the 429 and the
-//! 503 are one non-blocking write each ([`reply::reply_at_once`]). An
-//! `accept(2)` error is never fatal: retried at once or after a back-off,
-//! logged at most once a second (docs/operations.md, "Out of file
-//! descriptors"). `--defer-accept` and `--reuse-port` are set here too. A
-//! socket passed by systemd is taken instead of bound (`systemd.rs`).
+//! For each client the loop runs the admission gate
+//! (`proxy/admission.rs`: the allow and deny lists, the per-client cap,
+//! the rate limiter, the pick), makes its [`Job`] and hands it to the
+//! pool; with `--accept-proxy`, or on an address shared by SNI, it queues
+//! the client unpicked ([`Route::AfterHeader`], [`Route::Unrouted`]) and
+//! the worker runs the same gate once it knows who the client is or which
+//! service it is for. A client refused here is an `Outcome`, counted and
+//! told by this loop's own `Report`, and closed without blocking: the 429
+//! and the 503 are one non-blocking write each ([`crate::reply::reply_at_once`]).
+//! An `accept(2)` error is never fatal: retried at once or after a
+//! back-off, logged at most once a second (docs/operations.md, "Out of
+//! file descriptors"). `--defer-accept` and `--reuse-port` are set here
+//! too. A socket passed by systemd is taken instead of bound (`systemd.rs`).
 //!
 //! # Threads
 //!
-//! One thread, the one that calls [`crate::Balancer::run`]. It never waits
-//! for a client or a worker, only for room in the queue (back-pressure: new
-//! clients then wait in the kernel's backlog). The scheduler, the pool and
-//! the stats synchronize themselves; this module holds no lock.
+//! One accept loop per listening address of each service, each on its own
+//! thread. A loop never waits for a client's bytes or a worker, only for
+//! room in the queue (back-pressure: new clients then wait in the kernel's
+//! backlog) and, under `max_connections`, for a slot. The scheduler, the
+//! pool and the stats synchronize themselves; this module holds no lock
+//! (the gate takes the limiter's and the per-client table's shard locks
+//! when those are on).
 //!
 //! # Corresponds to the C article
 //!

@@ -4,22 +4,35 @@
 //!
 //! # Parts
 //!
-//! - this file: [`Job`], the settings ([`ProxyConfig`]) and [`Proxy`];
-//! - `serve`: the chain wait → route → connect → pump → close;
+//! - this file: [`Job`] (made by [`Job::new`] only), the settings
+//!   ([`ProxyConfig`]) and [`Proxy`];
+//! - `admission`: the one gate every client passes (allow and deny, the
+//!   per-client cap, the rate limit, the pick), on the accept loop or,
+//!   after a PROXY header or SNI, on the worker;
+//! - `serve`: the chain wait → route (and the gate, where it runs here) →
+//!   TLS → a slot → connect → pump → close;
+//! - `waiting`: a client waiting for a slot when every backend is at its
+//!   `max_connections`;
 //! - `connect`: the backend connect, with fail-over;
-//! - `report`: the connection's `Outcome` and the one
-//!   place it becomes counters, access log, trace and log lines;
+//! - `report`: the connection's `Outcome` and the one place it becomes
+//!   counters, access log, trace and log lines; `refusal`: why a client
+//!   was refused, and each refusal's rows;
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;
+//! - [`mod@kernel_relay`]: an eBPF sockmap program that moves a promoted
+//!   connection's bytes in the kernel;
 //! - `conduit`: the thread's buffers and pipes the pump moves bytes through;
-//! - [`mod@header`]: the PROXY protocol on the worker;
+//! - [`mod@header`]: a client's route, and the PROXY protocol on the worker;
 //! - `per_client`: the cap on connections open per client address.
 //!
 //! # Threads
 //!
-//! Only worker threads run this code, each on its own connection. They
-//! share the scheduler, the counters (atomics) and the live settings (an
-//! [`ArcSwap`], read once per connection: a change applies to the next
-//! one). Nothing here takes a lock.
+//! Worker threads run this code, each on its own connection; the accept
+//! loops run the gate (`admission`) and `report` for the clients they
+//! refuse. They share the scheduler, the counters (atomics) and the live
+//! settings (an [`ArcSwap`], read once per connection: a change applies to
+//! the next one). The locks taken here are short and never held across
+//! I/O: the waitlist's, by a client waiting for a slot (`waiting`); the
+//! limiter's and the per-client table's shards, when those are on.
 //!
 //! # Corresponds to the C article
 //!
@@ -65,7 +78,9 @@ pub(crate) use serve::answer;
 /// One accepted client, with the backend chosen for it at accept time: the
 /// `(server_idx, client_sock)` pair of the C queue. Behind
 /// `--accept-proxy` the choice waits for the client's PROXY protocol
-/// header ([`Route::AfterHeader`], see [`mod@header`]).
+/// header ([`Route::AfterHeader`], see [`mod@header`]), on an address
+/// shared by SNI for its ClientHello ([`Route::Unrouted`]); a client that
+/// found every backend at its cap waits for a slot ([`Route::Waiting`]).
 #[derive(Debug)]
 pub struct Job {
     /// The service the client came to: its backends, settings and counters.
@@ -405,8 +420,8 @@ pub struct Proxy {
     /// Passive health and the 502 reply
     /// (`http_replies`), read once per connection.
     pub(crate) health: Arc<ArcSwap<HealthConfig>>,
-    /// The rate limiter, for clients behind `--accept-proxy` (checked
-    /// here once their header is read; others at accept time).
+    /// The rate limiter, read by the admission gate (`admission`) for
+    /// every client: at accept time, or once its header or SNI is read.
     pub(crate) limiter: Arc<ArcSwapOption<Limiter>>,
     /// `--accept-proxy`: who may send a header and how long it may take.
     pub(crate) accept_proxy: Option<AcceptProxy>,
@@ -523,7 +538,8 @@ impl Proxy {
 /// What the pool runs for each job: its service's [`Proxy::handle`]. A
 /// client of an address shared by SNI is routed first, in a frame of its
 /// own that is gone before the pump runs, so the router's frames are not
-/// under the pump (docs/tls.md, "Cost").
+/// under the pump (docs/tls.md, "SNI routing (passthrough)", its "Cost"
+/// paragraph).
 #[inline]
 pub fn run(job: Job) {
     if matches!(job.route, Route::Unrouted(_)) {

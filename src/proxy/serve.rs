@@ -1,14 +1,19 @@
 //! A worker's chain for one client, the article's `proxy_function()`:
-//! wait (queue timeout, first byte) → route (the pick, or the PROXY header
-//! then the pick) → connect (with fail-over) → pump → close. Each step that
+//! wait (queue timeout, first byte) → route (the pick made at accept
+//! time, or, after a PROXY header or an SNI peek, the admission gate's,
+//! `admission.rs`) → TLS (the client's handshake, for a service that
+//! terminates it) → a slot (when every backend was at its
+//! `max_connections`, `waiting.rs`) → connect (with fail-over, and the
+//! backend's handshake when re-encrypting) → pump → close. Each step that
 //! ends the client early says why in its [`Outcome`]; [`Proxy::handle`]
 //! tells it.
 //!
 //! # Threads
 //!
 //! Worker threads, each on its own client. Settings are read once per
-//! connection (an `ArcSwap` load); the pump's buffers are thread-local, so
-//! nothing here takes a lock.
+//! connection (an `ArcSwap` load); the pump's buffers are thread-local.
+//! No lock is held on the plain path; the slot wait takes the service's
+//! waitlist lock (`waiting.rs`), the gate the limiter's shard lock.
 //!
 //! # Corresponds to the C article
 //!
