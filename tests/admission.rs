@@ -1,11 +1,12 @@
 //! The one admission gate (`src/proxy/admission.rs`): each refusal kind
 //! (denied, too many connections per client, rate limited, no backend)
 //! sent down each path (a plain client, a client behind a PROXY header, a
-//! client routed by SNI) comes out the same way: the same counter, the
-//! same access log `end`, the same trace sentence, the client closed
-//! without reaching a backend.
+//! client routed by SNI, a client of a service that terminates TLS) comes
+//! out the same way: the same counter, the same access log `end`, the same
+//! trace sentence, the client closed without reaching a backend.
 
 mod common;
+mod tls_certs;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -17,6 +18,7 @@ use common::{connect, is_closed, until, wait_for, TestBackend, TestBalancer, IO_
 use rodizio::access_log::Format;
 use rodizio::limiter::{Rate, RateLimitConfig};
 use rodizio::stats::StatsSnapshot as Snapshot;
+use rodizio::tls_term::CertList;
 use rodizio::trace::{self, Lang};
 use rodizio::Config;
 use serde_json::Value;
@@ -37,6 +39,9 @@ enum Path_ {
     ProxyHeader,
     /// On an address routed by SNI: a worker runs it after the peek.
     Sni,
+    /// To a service that terminates TLS: the accept loop runs it, before
+    /// any handshake.
+    Tls,
 }
 
 /// Why the client is refused.
@@ -87,6 +92,8 @@ impl Path_ {
             Path_::ProxyHeader => b"PROXY TCP4 192.0.2.1 198.51.100.7 51234 80\r\n",
             // Not TLS: the router sends it to the default service at once.
             Path_::Sni => b"hello, no TLS here\n",
+            // Refused before its handshake: it need not start one.
+            Path_::Tls => b"",
         }
     }
 
@@ -139,7 +146,13 @@ fn access_lines(path: &Path) -> Vec<Value> {
 
 /// A balancer on `path` in front of `backend`, set up to refuse as `kind`,
 /// logging to `log` and tracing.
-fn balancer(path: Path_, kind: Kind, backend: SocketAddr, log: &Path) -> TestBalancer {
+fn balancer(
+    path: Path_,
+    kind: Kind,
+    backend: SocketAddr,
+    log: &Path,
+    pair: &tls_certs::Pair,
+) -> TestBalancer {
     let mut c = common::config(&[backend]);
     c.health.interval = Duration::from_secs(3600);
     c.access_log = Some(Format::Json);
@@ -159,6 +172,10 @@ fn balancer(path: Path_, kind: Kind, backend: SocketAddr, log: &Path) -> TestBal
     }
     match path {
         Path_::Plain => TestBalancer::start(c),
+        Path_::Tls => {
+            c.tls.certs = CertList(vec![pair.setting()]);
+            TestBalancer::start(c)
+        }
         Path_::ProxyHeader => {
             c.accept_proxy = true;
             TestBalancer::start(c)
@@ -183,8 +200,16 @@ fn balancer(path: Path_, kind: Kind, backend: SocketAddr, log: &Path) -> TestBal
     }
 }
 
-/// A client on `path` that is served: its opening, then an echo.
-fn served(addr: SocketAddr, path: Path_) -> TcpStream {
+/// A client on `path` that is served: its opening, then an echo; held
+/// open until dropped.
+fn served(addr: SocketAddr, path: Path_, ca: &Path) -> Box<dyn std::any::Any> {
+    if let Path_::Tls = path {
+        let mut s = tls_certs::connect(addr, "a.test", ca).unwrap();
+        s.write_all(b"ping").unwrap();
+        let mut got = [0u8; 4];
+        s.read_exact(&mut got).unwrap();
+        return Box::new(s);
+    }
     let mut s = connect(addr).unwrap();
     let mut sent = path.opening().to_vec();
     sent.extend(b"ping");
@@ -197,7 +222,7 @@ fn served(addr: SocketAddr, path: Path_) -> TcpStream {
     };
     let mut got = vec![0u8; back];
     s.read_exact(&mut got).unwrap();
-    s
+    Box::new(s)
 }
 
 /// One refusal of `kind` on `path`: what the gate's report says of it.
@@ -209,19 +234,25 @@ struct Seen {
     traced: Vec<String>,
 }
 
-fn refuse_one(path: Path_, kind: Kind, lines: &Arc<Mutex<Vec<String>>>) -> Seen {
+fn refuse_one(
+    path: Path_,
+    kind: Kind,
+    lines: &Arc<Mutex<Vec<String>>>,
+    certs: &(tls_certs::Certs, tls_certs::Pair),
+) -> Seen {
     let backend = TestBackend::echo();
     let log = std::env::temp_dir().join(format!(
         "rodizio-admission-{}-{path:?}-{kind:?}.log",
         std::process::id()
     ));
     let _ = std::fs::remove_file(&log);
-    let lb = balancer(path, kind, backend.addr(), &log);
+    let lb = balancer(path, kind, backend.addr(), &log, &certs.1);
+    let ca = certs.0.ca();
     // What takes the client's one place, or spends its one connection.
     let mut held = None;
     match kind {
-        Kind::TooMany => held = Some(served(lb.addr, path)),
-        Kind::RateLimited => drop(served(lb.addr, path)),
+        Kind::TooMany => held = Some(served(lb.addr, path, &ca)),
+        Kind::RateLimited => drop(served(lb.addr, path, &ca)),
         Kind::NoBackend => {
             lb.backend(backend.addr()).set_healthy(false);
         }
@@ -275,14 +306,17 @@ fn refuse_one(path: Path_, kind: Kind, lines: &Arc<Mutex<Vec<String>>>) -> Seen 
 fn each_refusal_comes_out_the_same_on_every_path() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let lines = capture();
+    let certs = tls_certs::Certs::new();
+    let pair = certs.issue("a", &["a.test"], 2);
+    let certs = (certs, pair);
     for kind in [
         Kind::Denied,
         Kind::TooMany,
         Kind::RateLimited,
         Kind::NoBackend,
     ] {
-        for path in [Path_::Plain, Path_::ProxyHeader, Path_::Sni] {
-            let seen = refuse_one(path, kind, &lines);
+        for path in [Path_::Plain, Path_::ProxyHeader, Path_::Sni, Path_::Tls] {
+            let seen = refuse_one(path, kind, &lines, &certs);
             let what = format!("{path:?} {kind:?}: {:#?}", seen.traced);
             assert_eq!(seen.counter, 1, "{what}");
             assert_eq!(seen.end, kind.end(), "{what}");
@@ -337,6 +371,52 @@ fn a_refused_proxy_header_goes_through_the_same_report() {
     assert!(logged, "{:?}", access_lines(&log));
     assert_eq!(lb.stats.snapshot().proxy_header_refused, 1);
     assert_eq!(backend.accepted(), 0);
+    lb.stop();
+    let _ = std::fs::remove_file(&log);
+}
+
+/// A client of a service that terminates TLS whose handshake fails (it
+/// sends no TLS) is a refusal like the others: closed, counted by its
+/// kind of failure, and access-logged as an error that says so.
+#[test]
+fn a_failed_tls_handshake_goes_through_the_same_report() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let certs = tls_certs::Certs::new();
+    let pair = certs.issue("a", &["a.test"], 2);
+    let backend = TestBackend::echo();
+    let log = scratch("tls.log");
+    let _ = std::fs::remove_file(&log);
+    let lb = TestBalancer::with(&[backend.addr()], |c| {
+        c.tls.certs = CertList(vec![pair.setting()]);
+        c.health.interval = Duration::from_secs(3600);
+        c.access_log = Some(Format::Json);
+        c.access_log_file = Some(log.clone());
+    });
+    let mut s = connect(lb.addr).unwrap();
+    let client = s.local_addr().unwrap().to_string();
+    let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    // It may get a TLS alert first, then the close.
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let mut rest = Vec::new();
+    let ended = s.read_to_end(&mut rest);
+    assert!(
+        ended.is_ok() || ended.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "left open"
+    );
+    let mut line = None;
+    let logged = wait_for(IO_TIMEOUT, || {
+        line = access_lines(&log)
+            .into_iter()
+            .find(|l| l["client"] == client.as_str());
+        line.is_some()
+    });
+    assert!(logged, "{:?}", access_lines(&log));
+    let line = line.unwrap();
+    assert_eq!(line["end"], "error", "{line}");
+    assert_eq!(line["reason"], "tls handshake failed", "{line}");
+    assert_eq!(line["backend"], Value::Null, "{line}");
+    assert_eq!(backend.accepted(), 0);
+    assert_eq!(lb.stats.snapshot().tls_handshakes, 0);
     lb.stop();
     let _ = std::fs::remove_file(&log);
 }
