@@ -395,10 +395,9 @@ impl Proxy {
         let (origin, admitted) = match (route, &self.accept_proxy) {
             (Route::AfterHeader, Some(accept)) => self.after_header(accept, &client, origin.source),
             (Route::AfterSni, _) => (origin, self.admit(&client, origin.source)),
-            (route, _) => {
-                log::error!("client {} queued on {route:?} here", origin.source);
-                (origin, Err(Refusal::Misrouted))
-            }
+            // Unrouted (SNI not read), or a header with `--accept-proxy`
+            // off: a bug, logged as an error by the report.
+            _ => (origin, Err(Refusal::Misrouted)),
         };
         // From here on the client is who the header said.
         outcome.peer = origin.source;
