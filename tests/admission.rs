@@ -74,12 +74,13 @@ impl Kind {
         }
     }
 
-    /// The trace sentence of its refusal, where the gate tells one.
+    /// The trace sentence of its refusal.
     fn traced(self) -> Option<&'static str> {
         match self {
             Kind::RateLimited => Some(" refused, it already used its 1 connections"),
             Kind::NoBackend => Some("no backend is available (all down or draining)"),
-            Kind::Denied | Kind::TooMany => None,
+            Kind::Denied => Some(" may not connect here; closed without a backend"),
+            Kind::TooMany => Some(" already has its most connections open; closed"),
         }
     }
 }
@@ -299,9 +300,8 @@ fn refuse_one(
 
 /// Each refusal kind down each path: counted once in its own counter,
 /// access-logged with its `end` under the client the gate judged (the
-/// header's address behind a proxy), its trace sentence told in the
-/// client's own trace lines (the rate limiter's refusal, no backend),
-/// and no byte sent to a backend.
+/// header's address behind a proxy), its trace sentence told once in the
+/// client's own trace lines, and no byte sent to a backend.
 #[test]
 fn each_refusal_comes_out_the_same_on_every_path() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());

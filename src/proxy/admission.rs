@@ -7,8 +7,9 @@
 //! its per-client place) or a typed [`Refusal`]; the caller closes a
 //! refused client and hands the refusal to its `Report`, the one place a
 //! refusal becomes counters, an access log line, trace sentences and a
-//! throttled log line. The gate itself tells the limiter's decision and
-//! the pick in the trace, as they happen.
+//! throttled log line. The gate itself tells its decisions in the trace as
+//! they happen: the lists' or the cap's refusal, the limiter's decision,
+//! the pick (no backend is told by the report).
 //!
 //! Which address it judges: the socket's peer for a plain client; the
 //! address in the PROXY header behind `--accept-proxy` (`header.rs`); the
@@ -68,12 +69,16 @@ impl Proxy {
         let settings = self.settings.load();
         if !settings.admits(ip) {
             // Before the limiter: a denied client takes no place in it.
+            trace::event(Event::Denied { ip });
             return Err(Refusal::Denied);
         }
         let place = match self.per_client(&settings, client, ip) {
             PerClient::Open => None,
             PerClient::Placed(place) => Some(place),
-            PerClient::Refused => return Err(Refusal::TooManyConnections),
+            PerClient::Refused => {
+                trace::event(Event::TooManyConnections { ip });
+                return Err(Refusal::TooManyConnections);
+            }
         };
         drop(settings);
         self.rate_limit(ip)?;
