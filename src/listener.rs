@@ -1,23 +1,28 @@
-//! The listening socket and the accept loop.
+//! The listening sockets and the accept loop.
 //!
-//! For each client the loop checks the rate limiter, picks the backend,
-//! wraps the pair in a [`Job`] and hands it to the pool; with
-//! `--accept-proxy` it queues the client unpicked ([`Route::AfterHeader`])
-//! and the worker does both after the header. A client refused here (rate
-//! limited, no backend available) is an `Outcome`, counted and told by
-//! this loop's own `Report`, and closed without blocking: the 429 and the
-//! 503 are one non-blocking write each ([`reply::reply_at_once`]). An
-//! `accept(2)` error is never fatal: retried at once or after a back-off,
-//! logged at most once a second (docs/operations.md, "Out of file
-//! descriptors"). `--defer-accept` and `--reuse-port` are set here too. A
-//! socket passed by systemd is taken instead of bound (`systemd.rs`).
+//! For each client the loop runs the admission gate
+//! (`proxy/admission.rs`: the allow and deny lists, the per-client cap,
+//! the rate limiter, the pick), makes its [`Job`] and hands it to the
+//! pool; with `--accept-proxy`, or on an address shared by SNI, it queues
+//! the client unpicked ([`Route::AfterHeader`], [`Route::Unrouted`]) and
+//! the worker runs the same gate once it knows who the client is or which
+//! service it is for. A client refused here is an `Outcome`, counted and
+//! told by this loop's own `Report`, and closed without blocking: the 429
+//! and the 503 are one non-blocking write each ([`crate::reply::reply_at_once`]).
+//! An `accept(2)` error is never fatal: retried at once or after a
+//! back-off, logged at most once a second (docs/operations.md, "Out of
+//! file descriptors"). `--defer-accept` and `--reuse-port` are set here
+//! too. A socket passed by systemd is taken instead of bound (`systemd.rs`).
 //!
 //! # Threads
 //!
-//! One thread, the one that calls [`crate::Balancer::run`]. It never waits
-//! for a client or a worker, only for room in the queue (back-pressure: new
-//! clients then wait in the kernel's backlog). The scheduler, the pool and
-//! the stats synchronize themselves; this module holds no lock.
+//! One accept loop per listening address of each service, each on its own
+//! thread. A loop never waits for a client's bytes or a worker, only for
+//! room in the queue (back-pressure: new clients then wait in the kernel's
+//! backlog) and, under `max_connections`, for a slot. The scheduler, the
+//! pool and the stats synchronize themselves; this module holds no lock
+//! (the gate takes the limiter's and the per-client table's shard locks
+//! when those are on).
 //!
 //! # Corresponds to the C article
 //!
@@ -27,7 +32,7 @@
 //! thread and so stop accepting until that connection ends.
 
 use std::io::{self, ErrorKind};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -38,18 +43,16 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::limiter::conns::Place;
-use crate::limiter::{self, Decision, Limiter};
+use crate::limiter::Place;
 use crate::pool::Pool;
-use crate::proxy::{Fate, Job, Outcome, PerClient, Proxy, Refusal, Report, Route};
-use crate::reply;
+use crate::proxy::{Admitted, Fate, Job, Outcome, Proxy, Refusal, Report, Route};
 use crate::shutdown::Shutdown;
 use crate::slots::{Slot, Slots};
 use crate::stats::Stats;
 use crate::system;
 use crate::systemd::{self, Gate};
 use crate::throttle::{self, LogThrottle};
-use crate::trace::{self, Event};
+use crate::trace;
 
 /// How long the kernel holds back, with `--defer-accept`, a client that
 /// sends nothing: after this it is handed over anyway.
@@ -270,19 +273,6 @@ pub(crate) struct Acceptor {
 }
 
 impl Acceptor {
-    /// Counts and tells `refusal` of the client from `peer`, refused here
-    /// (the caller closes it).
-    fn refused(&self, peer: SocketAddr, refusal: Refusal) -> Outcome {
-        let outcome = Outcome {
-            peer,
-            queued_at: Instant::now(),
-            queue_wait: Duration::ZERO,
-            fate: Fate::Refused(refusal),
-        };
-        self.report.count(&outcome);
-        outcome
-    }
-
     /// Accepts clients until shutdown is triggered.
     pub fn run(&self, listener: &TcpListener) {
         let stop = self.shutdown.receiver();
@@ -363,198 +353,64 @@ impl Acceptor {
         }
     }
 
-    /// Takes one accepted client through the rate limit and the scheduler
-    /// into the pool. Returns false when the pool has closed (shutting down).
+    /// Takes one accepted client through the admission gate into the
+    /// pool, or refuses it. Returns false when the pool has closed
+    /// (shutting down).
     fn dispatch(&self, client: TcpStream, peer: SocketAddr, slot: Option<Slot>) -> bool {
         Stats::incr(&self.service.stats.accepted);
         trace::accepted(peer, client.as_raw_fd());
-        if let Some(router) = &self.sni {
-            return self.dispatch_unrouted(client, peer, slot, router);
-        }
-        if self.service.accept_proxy.is_some() {
-            return self.dispatch_after_header(client, peer, slot);
-        }
-        let settings = self.service.settings.load();
-        if !settings.admits(peer.ip()) {
-            // The allow and deny lists: closed at once, before the limiter.
-            let outcome = self.refused(peer, Refusal::Denied);
-            drop(client);
-            self.report.tell(&outcome);
-            return true;
-        }
-        // The per-client cap: answered as the limiter answers, then closed.
-        let place = match self.service.per_client(&settings, &client, peer.ip()) {
-            PerClient::Open => None,
-            PerClient::Placed(place) => Some(place),
-            PerClient::Refused => {
-                let outcome = self.refused(peer, Refusal::TooManyConnections);
-                drop(client);
-                self.report.tell(&outcome);
+        let (route, place) = match self.route(&client, peer) {
+            Ok(routed) => routed,
+            Err(refusal) => {
+                self.refuse(client, peer, refusal);
                 return true;
             }
         };
-        drop(settings);
-        let Some(client) = self.admit(client, peer) else {
-            return true;
-        };
-        if let Err(err) = client.set_nodelay(true) {
-            log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
-        }
-        let pick = self.service.scheduler.pick(peer.ip());
-        if pick.is_none() && self.service.scheduler.any_available() {
-            // Every backend at its cap: a worker waits for a slot.
-            return self.submit(client, peer, (slot, place), Route::Waiting);
-        }
-        let Some(pick) = pick else {
-            let scheduler = Arc::clone(&self.service.scheduler);
-            let outcome = self.refused(peer, Refusal::NoBackend { scheduler });
-            if self.service.health.load().http_replies {
-                reply::reply_at_once(&client, reply::REPLY_503);
-            }
-            drop(client);
-            self.report.tell(&outcome);
-            return true;
-        };
+        let job = Job::new(Arc::clone(&self.service), client, peer, route, slot, place);
         if trace::on() {
-            trace::event(Event::Picked {
-                algorithm: self.service.scheduler.algorithm().name(),
-                server_idx: pick.server_idx,
-                backend: pick.backend.name(),
-                service: self.report.named(),
-            });
-            trace::queued(client.as_raw_fd(), self.pool.queued());
+            trace::queued(job.client.as_raw_fd(), self.pool.queued());
         }
         // An error means the pool closed while we waited for room.
-        let queued_at = Instant::now();
-        self.pool
-            .submit(Job {
-                service: Arc::clone(&self.service),
-                slot,
-                place,
-                route: Route::Picked(pick),
-                client,
-                peer,
-                queued_at,
-            })
-            .is_ok()
-    }
-
-    /// Queues `client` for a worker on `route`; false when the pool has
-    /// closed.
-    fn submit(
-        &self,
-        client: TcpStream,
-        peer: SocketAddr,
-        (slot, place): (Option<Slot>, Option<Place>),
-        route: Route,
-    ) -> bool {
-        let queued_at = Instant::now();
-        let job = Job {
-            service: Arc::clone(&self.service),
-            slot,
-            place,
-            route,
-            client,
-            peer,
-            queued_at,
-        };
         self.pool.submit(job).is_ok()
     }
 
-    /// `--accept-proxy`: who the client is comes in its PROXY protocol
-    /// header, and this thread never waits for a client's bytes. So the
-    /// client is queued at once with no pick ([`Route::AfterHeader`]); the
-    /// worker reads the header, then checks the limiter and picks with the
-    /// address it carries (`proxy/header.rs`).
-    fn dispatch_after_header(
+    /// Where the client goes. A plain client passes the admission gate
+    /// here (`proxy/admission.rs`): its pick, or a worker's wait for a
+    /// slot, and its per-client place. Behind `--accept-proxy` who the
+    /// client is comes in its header, and on an address shared by SNI its
+    /// service in its ClientHello: this thread never waits for a client's
+    /// bytes, so it is queued unpicked, and the worker runs the same gate
+    /// once it knows.
+    fn route(
         &self,
-        client: TcpStream,
+        client: &TcpStream,
         peer: SocketAddr,
-        slot: Option<Slot>,
-    ) -> bool {
-        if let Err(err) = client.set_nodelay(true) {
-            log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
+    ) -> Result<(Route, Option<Place>), Refusal> {
+        if let Some(router) = &self.sni {
+            return Ok((Route::Unrouted(Arc::clone(router)), None));
         }
-        self.pool
-            .submit(Job {
-                service: Arc::clone(&self.service),
-                slot,
-                place: None,
-                route: Route::AfterHeader,
-                client,
-                peer,
-                queued_at: Instant::now(),
-            })
-            .is_ok()
+        if self.service.accept_proxy.is_some() {
+            return Ok((Route::AfterHeader, None));
+        }
+        let Admitted { pick, place } = self.service.admit(client, peer)?;
+        Ok((pick.map_or(Route::Waiting, Route::Picked), place))
     }
 
-    /// An address shared by SNI: which service the client is for comes in
-    /// its ClientHello, and this thread never waits for a client's bytes;
-    /// the worker peeks it, then runs the chosen service's gates and pick
-    /// (`crate::sni_router`).
+    /// Ends the client from `peer` the gate refused: counted, answered
+    /// (one non-blocking write at most: this thread never blocks on a
+    /// client), closed, then told by this loop's own `Report`.
     #[cold]
-    fn dispatch_unrouted(
-        &self,
-        client: TcpStream,
-        peer: SocketAddr,
-        slot: Option<Slot>,
-        router: &Arc<dyn crate::proxy::Divert>,
-    ) -> bool {
-        if let Err(err) = client.set_nodelay(true) {
-            log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
+    #[inline(never)]
+    fn refuse(&self, client: TcpStream, peer: SocketAddr, refusal: Refusal) {
+        let outcome = Outcome::refused(peer, Instant::now(), refusal);
+        self.report.count(&outcome);
+        if let Fate::Refused(refusal) = &outcome.fate {
+            let http_replies = self.service.health.load().http_replies;
+            crate::proxy::answer(&client, refusal, http_replies);
         }
-        self.pool
-            .submit(Job {
-                service: Arc::clone(&self.service),
-                slot,
-                place: None,
-                route: Route::Unrouted(Arc::clone(router)),
-                client,
-                peer,
-                queued_at: Instant::now(),
-            })
-            .is_ok()
+        drop(client);
+        self.report.tell(&outcome);
     }
-
-    /// The rate-limit gate: gives the client back if it may go on; else
-    /// counts it, logs its first refusal of the window, ends it without
-    /// blocking (see [`limiter::refuse`]) and returns `None`.
-    fn admit(&self, client: TcpStream, peer: SocketAddr) -> Option<TcpStream> {
-        let limiter = self.service.limiter.load();
-        let Some(limiter) = limiter.as_deref() else {
-            return Some(client);
-        };
-        let now = Instant::now();
-        let decision = limiter.check(peer.ip(), now);
-        if trace::on() {
-            trace_decision(limiter, peer.ip(), now, decision);
-        }
-        let admitted = limiter::admit(limiter, client, peer.ip(), decision, &self.service.stats);
-        if admitted.is_none() {
-            let outcome = self.refused(peer, Refusal::RateLimited);
-            self.report.tell(&outcome);
-        }
-        admitted
-    }
-}
-
-/// Tells the limiter's `decision` for `ip` at `now` (`--trace`).
-fn trace_decision(limiter: &Limiter, ip: IpAddr, now: Instant, decision: Decision) {
-    let rate = limiter.config().rate;
-    trace::event(match decision {
-        Decision::Allowed => Event::RateAllowed {
-            ip,
-            used: limiter.used(ip, now),
-            limit: rate.limit,
-            window: rate.window,
-        },
-        Decision::Refused { retry_after, .. } => Event::RateRefused {
-            ip,
-            limit: rate.limit,
-            window: rate.window,
-            retry_after,
-        },
-    });
 }
 
 #[cfg(test)]

@@ -9,8 +9,10 @@
 //!
 //! # Threads
 //!
-//! The accept loop calls [`Pool::submit`]; the workers pop; the shutdown
-//! trigger (through `Pool::closer`) and `run` close it, and `run` waits in
+//! The accept loops (one per listening address) call [`Pool::submit`];
+//! the workers pop; on shutdown the balancer's `run` closes the queue
+//! ([`Pool::close`]) once the accept loops have left (or after a grace, so
+//! a loop waiting for room is released), then waits in
 //! [`Pool::wait_exit`]. The count of live workers is an atomic claimed with a
 //! compare-and-swap, so the limit holds without a lock; what the pool counts
 //! goes to the shared [`Stats`] table.

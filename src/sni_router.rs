@@ -1,10 +1,10 @@
 //! The worker's side of SNI routing: a client of a shared address comes
 //! unrouted ([`Route::Unrouted`]); the router peeks its ClientHello,
 //! chooses the service by name, counts how the hello went, and hands the
-//! client to that service's usual path ([`Route::AfterSni`]: its allow and
-//! deny lists, rate limit, scheduler, connect and pump, in that order, on
-//! this same worker). A client no service takes is closed, counted
-//! (`sni_refused`) and access-logged as `no_service_for_sni`.
+//! client to that service's usual path ([`Route::AfterSni`]: its admission
+//! gate, `proxy/admission.rs`, then connect and pump, on this same
+//! worker). A client no service takes is closed and reported as a refusal
+//! (`sni_refused`, access-logged as `no_service_for_sni`).
 //!
 //! # Threads
 //!
@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::access_log;
-use crate::proxy::{Access, Divert, Job, Proxy, Route};
+use crate::proxy::{Divert, Job, Outcome, Proxy, Refusal, Route};
 use crate::service::Service;
 use crate::sni::names::{choose, Chosen, ServerNames};
 use crate::sni::peek::{self, Peeked};
@@ -168,23 +168,19 @@ fn trace_sni(host: Option<&str>, peeked: &Peeked, service: Option<&str>) {
     });
 }
 
-/// No service takes the client: closed, counted, logged at debug level (a
-/// scan would flood the log) and access-logged.
+/// No service takes the client: closed, and reported through the owner's
+/// `Report` as any refusal (counted `sni_refused`, logged at debug level,
+/// as a scan would flood the log, and access-logged).
 #[cold]
 #[inline(never)]
 fn refuse(proxy: &Proxy, job: Job, host: Option<&str>, peeked: &Peeked) {
-    Stats::incr(&proxy.stats.sni_refused);
-    log::debug!(
-        "closing client {}: no service for server name {} ({})",
-        job.peer,
-        host.unwrap_or("-"),
-        how(peeked)
-    );
+    let refusal = Refusal::NoServiceForSni {
+        host: host.map(Box::from),
+        how: how(peeked),
+    };
+    let outcome = Outcome::refused(job.peer, job.queued_at, refusal);
+    proxy.report.count(&outcome);
     let _ = job.client.shutdown(std::net::Shutdown::Both);
-    proxy.report.log_access(
-        job.peer,
-        None,
-        job.queued_at,
-        Access::refused(access_log::End::NoServiceForSni),
-    );
+    drop(job);
+    proxy.report.tell(&outcome);
 }

@@ -1,12 +1,13 @@
 //! Per-client-IP rate limiting at accept time, in a table of bounded size.
 //!
-//! When `--rate-limit N/WINDOW` is given, the accept loop asks
-//! [`Limiter::check`] about every client right after `accept(2)`, before the
+//! When `--rate-limit N/WINDOW` is given, the admission gate
+//! (`proxy/admission.rs`) asks [`Limiter::check`] about every client
+//! (right after `accept(2)`, or once its PROXY header or SNI is read), before the
 //! scheduler picks a backend and before anything is queued. A refused client
 //! is counted, optionally sent a short `429` reply ([`refuse`]), and closed;
 //! it never reaches a backend. Off by default. Time is a monotonic
 //! [`Instant`] passed in as `now`. Parts: this file the facade ([`Limiter`],
-//! [`admit`], [`refuse`]); `settings` the rate, algorithm and reply; `rule`
+//! [`refuse`], the 429); `settings` the rate, algorithm and reply; `rule`
 //! the three ways to count; `table` the bounded, sharded table; `store` the
 //! table shared through Redis; `conns` the connections open per client
 //! address, for the cap on them, keyed the same way. `docs/rate-limiting.md` explains the
@@ -302,45 +303,17 @@ impl fmt::Debug for Limiter {
     }
 }
 
-/// The gate the accept loop runs on every client (and a worker on a
-/// client behind `--accept-proxy`, once its header named it): gives the
-/// client back if `decision` lets it through; else counts it
-/// (`rate_limited`), logs its first refusal of the window at info (the
-/// others are counted, not logged), ends it without blocking ([`refuse`])
-/// and returns `None`.
-pub fn admit(
-    limiter: &Limiter,
-    client: TcpStream,
-    ip: IpAddr,
-    decision: Decision,
-    stats: &crate::stats::Stats,
-) -> Option<TcpStream> {
-    let Decision::Refused { first, retry_after } = decision else {
-        return Some(client);
-    };
-    crate::stats::Stats::incr(&stats.rate_limited);
-    if first {
-        log::info!(
-            "rate limit: refusing {ip} for {retry_after:.1?} (over {}); \
-             its further refusals in this window are counted, not logged",
-            limiter.config().rate
-        );
-    }
-    refuse(client, limiter.config().reply, retry_after);
-    None
-}
-
-/// Ends a refused client without ever blocking the caller: with
-/// [`RateLimitReply::Http`], a short 429 reply with `Retry-After` goes out through
-/// [`reply::reply_at_once`] (one non-blocking write, a FIN, the client's
-/// pending bytes read so that the close sends no reset). Then the socket is
-/// closed.
-pub fn refuse(client: TcpStream, reply: RateLimitReply, retry_after: Duration) {
+/// Answers a refused client without ever blocking the caller: with
+/// [`RateLimitReply::Http`], a short 429 reply with `Retry-After` goes out
+/// through [`reply::reply_at_once`] (one non-blocking write, a FIN, the
+/// client's pending bytes read so that the close sends no reset). The
+/// caller closes the socket; the admission gate (`proxy/admission.rs`)
+/// decides, its report counts and logs.
+pub fn refuse(client: &TcpStream, reply: RateLimitReply, retry_after: Duration) {
     if reply == RateLimitReply::Http {
         let response = reply::too_many_requests(retry_after);
-        reply::reply_at_once(&client, response.as_bytes());
+        reply::reply_at_once(client, response.as_bytes());
     }
-    drop(client);
 }
 
 #[cfg(test)]

@@ -458,10 +458,11 @@ fn http_refusal_is_a_429_and_a_close() {
     client.set_read_timeout(Some(5 * S)).unwrap();
     let (server_side, _) = listener.accept().unwrap();
     refuse(
-        server_side,
+        &server_side,
         RateLimitReply::Http,
         Duration::from_millis(2500),
     );
+    drop(server_side);
     let mut reply = String::new();
     client.read_to_string(&mut reply).unwrap();
     assert!(

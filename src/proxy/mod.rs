@@ -4,36 +4,49 @@
 //!
 //! # Parts
 //!
-//! - this file: [`Job`], the settings ([`ProxyConfig`]) and [`Proxy`];
-//! - `serve`: the chain wait → route → connect → pump → close;
-//! - `connect`: the backend connect, with fail-over; `waiting`: a client
-//!   waiting for a backend slot;
-//! - `report`: the connection's `Outcome` and the one
-//!   place it becomes counters, access log, trace and log lines;
+//! - this file: [`Job`] (made by [`Job::new`] only), the settings
+//!   ([`ProxyConfig`]) and [`Proxy`];
+//! - `admission`: the one gate every client passes (allow and deny, the
+//!   per-client cap, the rate limit, the pick), on the accept loop or,
+//!   after a PROXY header or SNI, on the worker;
+//! - `serve`: the chain wait → route (and the gate, where it runs here) →
+//!   TLS → a slot → connect → pump → close;
+//! - `waiting`: a client waiting for a slot when every backend is at its
+//!   `max_connections`;
+//! - `connect`: the backend connect, with fail-over;
+//! - `report`: the connection's `Outcome` and the one place it becomes
+//!   counters, access log, trace and log lines; `refusal`: why a client
+//!   was refused, and each refusal's rows;
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;
-//!   `kernel_relay/`: the eBPF sockmap relay a connection is promoted to;
+//! - [`mod@kernel_relay`]: an eBPF sockmap program that moves a promoted
+//!   connection's bytes in the kernel;
 //! - [`crate::conduit`] (below, re-exported here): the thread's buffers
 //!   and pipes the pump moves bytes through;
-//! - [`mod@header`]: the PROXY protocol on the worker;
+//! - [`mod@header`]: a client's route, and the PROXY protocol on the worker;
 //! - `per_client`: the cap on connections open per client address.
 //!
 //! # Threads
 //!
-//! Only worker threads run this code, each on its own connection. They
-//! share the scheduler, the counters (atomics) and the live settings (an
-//! [`ArcSwap`], read once per connection: a change applies to the next
-//! one). Nothing here takes a lock.
+//! Worker threads run this code, each on its own connection; the accept
+//! loops run the gate (`admission`) and `report` for the clients they
+//! refuse. They share the scheduler, the counters (atomics) and the live
+//! settings (an [`ArcSwap`], read once per connection: a change applies to
+//! the next one). The locks taken here are short and never held across
+//! I/O: the waitlist's, by a client waiting for a slot (`waiting`); the
+//! limiter's and the per-client table's shards, when those are on.
 //!
 //! # Corresponds to the C article
 //!
 //! `proxy_function()` (see `serve`); `get_final_server_socket()` is
 //! [`Backend::connect`](crate::backend::Backend::connect).
 
+mod admission;
 mod connect;
 pub mod header;
 pub mod kernel_relay;
 mod per_client;
 pub mod pump;
+mod refusal;
 mod report;
 mod serve;
 mod waiting;
@@ -56,15 +69,19 @@ use crate::scheduler::Scheduler;
 use crate::stats::Stats;
 use crate::units::ByteRate;
 
+pub(crate) use admission::Admitted;
 pub use header::{AcceptProxy, Divert, Route};
 pub(crate) use per_client::PerClient;
 pub use pump::{pump, splice_pump, End, PumpOptions, Transfer};
-pub(crate) use report::{Access, Fate, Outcome, Refusal, Report};
+pub(crate) use report::{Fate, Outcome, Refusal, Report};
+pub(crate) use serve::answer;
 
 /// One accepted client, with the backend chosen for it at accept time: the
 /// `(server_idx, client_sock)` pair of the C queue. Behind
 /// `--accept-proxy` the choice waits for the client's PROXY protocol
-/// header ([`Route::AfterHeader`], see [`mod@header`]).
+/// header ([`Route::AfterHeader`], see [`mod@header`]), on an address
+/// shared by SNI for its ClientHello ([`Route::Unrouted`]); a client that
+/// found every backend at its cap waits for a slot ([`Route::Waiting`]).
 #[derive(Debug)]
 pub struct Job {
     /// The service the client came to: its backends, settings and counters.
@@ -84,6 +101,36 @@ pub struct Job {
     /// When the accept loop queued it: a worker that takes it after more
     /// than [`ProxyConfig::queue_timeout`] closes it unserved.
     pub queued_at: Instant,
+}
+
+impl Job {
+    /// The job of `client` (from `peer`) for `service`, on `route`, with
+    /// its places under the service's and the per-client caps, queued
+    /// now. The one place a job is made: `TCP_NODELAY` is set here on
+    /// every client a worker will serve (the C sets nothing; a refused
+    /// client never gets this far, so it costs it no system call). A
+    /// socket that refuses is logged (debug) and served anyway.
+    pub fn new(
+        service: Arc<Proxy>,
+        client: TcpStream,
+        peer: SocketAddr,
+        route: Route,
+        slot: Option<crate::slots::Slot>,
+        place: Option<crate::limiter::Place>,
+    ) -> Job {
+        if let Err(err) = client.set_nodelay(true) {
+            log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
+        }
+        Job {
+            service,
+            slot,
+            place,
+            route,
+            client,
+            peer,
+            queued_at: Instant::now(),
+        }
+    }
 }
 
 /// How the workers connect and move bytes (a part of [`crate::Config`]).
@@ -374,8 +421,8 @@ pub struct Proxy {
     /// Passive health and the 502 reply
     /// (`http_replies`), read once per connection.
     pub(crate) health: Arc<ArcSwap<HealthConfig>>,
-    /// The rate limiter, for clients behind `--accept-proxy` (checked
-    /// here once their header is read; others at accept time).
+    /// The rate limiter, read by the admission gate (`admission`) for
+    /// every client: at accept time, or once its header or SNI is read.
     pub(crate) limiter: Arc<ArcSwapOption<Limiter>>,
     /// `--accept-proxy`: who may send a header and how long it may take.
     pub(crate) accept_proxy: Option<AcceptProxy>,
@@ -476,12 +523,8 @@ impl Proxy {
     /// logged and ends only this connection.
     pub fn handle(&self, mut job: Job) {
         let slot = job.slot.take();
-        let mut outcome = Outcome {
-            peer: job.peer,
-            queued_at: job.queued_at,
-            queue_wait: Duration::ZERO,
-            fate: Fate::Reported,
-        };
+        // Until a step says how it ended (each does: see `Refusal::Misrouted`).
+        let mut outcome = Outcome::refused(job.peer, job.queued_at, Refusal::Misrouted);
         self.serve(job, &mut outcome);
         self.report.tell(&outcome);
         drop(slot);
@@ -496,7 +539,8 @@ impl Proxy {
 /// What the pool runs for each job: its service's [`Proxy::handle`]. A
 /// client of an address shared by SNI is routed first, in a frame of its
 /// own that is gone before the pump runs, so the router's frames are not
-/// under the pump (docs/tls.md, "Cost").
+/// under the pump (docs/tls.md, "SNI routing (passthrough)", its "Cost"
+/// paragraph).
 #[inline]
 pub fn run(job: Job) {
     if matches!(job.route, Route::Unrouted(_)) {
@@ -678,15 +722,14 @@ mod tests {
             .unwrap();
         let (accepted, peer) = front.accept().unwrap();
         let pick = scheduler.pick(peer.ip()).unwrap();
-        pool.submit(Job {
-            service: proxy,
-            slot: None,
-            place: None,
-            route: Route::Picked(pick),
-            client: accepted,
+        pool.submit(Job::new(
+            proxy,
+            accepted,
             peer,
-            queued_at: Instant::now(),
-        })
+            Route::Picked(pick),
+            None,
+            None,
+        ))
         .unwrap();
         // The worker connected, then panicked: the unwinding closed the
         // client, so its read ends.

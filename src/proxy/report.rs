@@ -1,8 +1,8 @@
 //! A connection's fate as one typed value, [`Outcome`], and [`Report`], the
 //! one place an outcome becomes counters, an access log line, trace
 //! sentences and a throttled log line. A new way for a connection to end
-//! is one variant of [`Refusal`] (or of the pump's `End`) and its rows in
-//! the tables below.
+//! is one variant of [`Refusal`] and its rows in `refusal.rs`, or of the
+//! pump's `End` and its rows in the tables below.
 //!
 //! Reporting has two halves, because their order is observable:
 //! [`Report::count`] runs before the sockets close (whoever sees a
@@ -12,9 +12,10 @@
 //!
 //! # Threads
 //!
-//! Workers report their connections, the accept loop the clients it
-//! refuses (each thread with a `Report` of its own). Counters are atomics, the throttles
-//! lock-free, the access log a non-blocking channel: nothing here locks.
+//! Workers report their connections and the clients they refuse; each
+//! accept loop the clients it refuses, with a `Report` of its own.
+//! Counters are atomics, the throttles lock-free, the access log a
+//! non-blocking channel: nothing here locks.
 //!
 //! # Corresponds to the C article
 //!
@@ -26,17 +27,15 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::pump::{self, End, Transfer};
+use super::pump::{self, End};
+use super::refusal::{refused_counter, whose, Refusals, Told};
+pub(crate) use super::refusal::{Access, Refusal};
 use super::BUSY_WARNING_EVERY;
-use crate::access_log::{self, AccessLog, Record};
+use crate::access_log::{self, AccessLog};
 use crate::backend::Backend;
-use crate::error::Error;
-use crate::scheduler::Scheduler;
 use crate::stats::Stats;
-use crate::system;
 use crate::throttle::{self, LogThrottle};
-use crate::trace::{self, Event};
-use crate::units::format_duration;
+use crate::trace;
 
 /// How one client connection ended, and what is known of it then.
 #[derive(Debug)]
@@ -51,73 +50,26 @@ pub(crate) struct Outcome {
     pub fate: Fate,
 }
 
-/// Refused before any backend, served, or already reported.
+impl Outcome {
+    /// A client accepted at `queued_at` from `peer` and refused by
+    /// `refusal` before any worker waited on it.
+    pub(crate) fn refused(peer: SocketAddr, queued_at: Instant, refusal: Refusal) -> Outcome {
+        Outcome {
+            peer,
+            queued_at,
+            queue_wait: Duration::ZERO,
+            fate: Fate::Refused(refusal),
+        }
+    }
+}
+
+/// Refused before any backend, or served.
 #[derive(Debug)]
 pub(crate) enum Fate {
     /// Closed before any byte reached a backend.
     Refused(Refusal),
     /// Connected and pumped.
     Served(Served),
-    /// Closed and reported where it happened (a refused PROXY header, in
-    /// `header.rs`; a route the settings do not allow).
-    Reported,
-}
-
-/// Why a client was closed before any backend served it.
-#[derive(Debug)]
-pub(crate) enum Refusal {
-    /// It waited in the queue longer than `queue_timeout`.
-    QueueTimeout {
-        /// The `queue_timeout` it passed.
-        limit: Duration,
-    },
-    /// Every backend was at its `max_connections`, and `max_queue`
-    /// clients waited for a slot already.
-    QueueFull {
-        /// The `max_queue` it found reached.
-        max: usize,
-    },
-    /// It waited for a backend slot until `queue_timeout` since it was
-    /// accepted.
-    SlotTimeout {
-        /// The `queue_timeout` it reached.
-        limit: Duration,
-    },
-    /// It closed its connection while it waited for a backend slot.
-    LeftQueue,
-    /// It sent nothing within `client_first_byte_timeout`.
-    FirstByteTimeout {
-        /// The timeout.
-        limit: Duration,
-    },
-    /// The accept loop found no backend available (all down or
-    /// draining, or none listed).
-    NoBackend {
-        /// The backends, read only when the line is logged.
-        scheduler: Arc<Scheduler>,
-    },
-    /// The rate limiter refused it at accept time; the limiter counts,
-    /// logs and answers it itself (`limiter::admit`).
-    RateLimited,
-    /// The `allow` and `deny` lists refused it: closed at once, with no
-    /// log line (a scan would flood it), counted and access-logged.
-    Denied,
-    /// Its address had as many connections open as the per-client cap
-    /// allows:
-    /// answered as the rate limiter answers, closed, counted and
-    /// access-logged; logged by the gate, throttled.
-    TooManyConnections,
-    /// Every backend connect failed.
-    ConnectFailed {
-        /// The backend tried first.
-        backend: Arc<Backend>,
-        /// Why the last one failed.
-        error: Error,
-        /// Failed connects.
-        failovers: u32,
-        /// Time spent connecting.
-        connect_time: Duration,
-    },
 }
 
 /// A connection a backend served.
@@ -163,39 +115,17 @@ pub(super) fn ended_counter(stats: &Stats, end: End) -> &AtomicU64 {
     }
 }
 
-/// The counter each refusal raises (`None`: counted where it is decided).
-fn refused_counter<'s>(stats: &'s Stats, refusal: &Refusal) -> Option<&'s AtomicU64> {
-    match refusal {
-        Refusal::QueueTimeout { .. } | Refusal::SlotTimeout { .. } => Some(&stats.queue_timeouts),
-        Refusal::QueueFull { .. } => Some(&stats.queue_full),
-        // Gone by itself: the access log says so.
-        Refusal::LeftQueue => None,
-        Refusal::FirstByteTimeout { .. } => Some(&stats.first_byte_timeouts),
-        Refusal::NoBackend { .. } | Refusal::ConnectFailed { .. } => Some(&stats.no_backend),
-        // The limiter counted it (`rate_limited`), with its own reply.
-        Refusal::RateLimited => None,
-        Refusal::Denied => Some(&stats.denied),
-        Refusal::TooManyConnections => Some(&stats.too_many_connections),
-    }
-}
-
-/// The counters, the access log and the throttled log lines of the workers.
+/// The counters, the access log and the throttled log lines of the
+/// workers (one per service), or of one accept loop.
 pub(crate) struct Report {
     stats: Arc<Stats>,
     access_log: Option<AccessLog>,
-    /// "No backend could be reached" at most once a second.
-    unreachable_log: LogThrottle,
-    /// "No backend is available" (the accept loop) at most once a second,
-    /// with the count of the others: under load it would flood the log.
-    no_backend_log: LogThrottle,
+    /// The refusals' log lines, each at most once a second.
+    refusals: Refusals,
     /// "Every worker is busy" at most once every 10 s.
     busy_log: LogThrottle,
-    /// Queue timeouts, at most once a second, with the count of the others.
-    queue_timeout_log: LogThrottle,
     /// Connects that found no descriptor left, at most once a second.
     out_of_descriptors_log: LogThrottle,
-    /// First-byte timeouts, at most once a second.
-    first_byte_timeout_log: LogThrottle,
     /// The service's name on access log lines, unless it is the one
     /// service of a flat configuration (`default`).
     service: Option<Arc<str>>,
@@ -204,16 +134,12 @@ pub(crate) struct Report {
 impl Report {
     /// A reporter counting in `stats` and logging to `access_log`.
     pub(crate) fn new(stats: Arc<Stats>, access_log: Option<AccessLog>) -> Report {
-        let second = || LogThrottle::new(Duration::from_secs(1));
         Report {
             stats,
             access_log,
-            unreachable_log: second(),
-            no_backend_log: second(),
+            refusals: Refusals::new(),
             busy_log: LogThrottle::new(BUSY_WARNING_EVERY),
-            queue_timeout_log: second(),
-            out_of_descriptors_log: second(),
-            first_byte_timeout_log: second(),
+            out_of_descriptors_log: LogThrottle::new(Duration::from_secs(1)),
             service: None,
         }
     }
@@ -221,9 +147,7 @@ impl Report {
     /// ` of service NAME` after a client in a log line, when the service
     /// is named (not on a flat configuration's one service).
     pub(crate) fn whose(&self) -> String {
-        self.service
-            .as_ref()
-            .map_or_else(String::new, |s| format!(" of service {s}"))
+        whose(self.named())
     }
 
     /// The service's name, when it is named (not `default`).
@@ -276,7 +200,6 @@ impl Report {
                     .add_bytes(transfer.to_backend, transfer.to_client);
                 Stats::incr(&stats.completed);
             }
-            Fate::Reported => {}
         }
     }
 
@@ -284,140 +207,16 @@ impl Report {
     /// log line, the log line.
     pub(crate) fn tell(&self, outcome: &Outcome) {
         match &outcome.fate {
-            Fate::Refused(refusal) => self.tell_refusal(outcome, refusal),
+            Fate::Refused(refusal) => {
+                let told = Told {
+                    peer: outcome.peer,
+                    queue_wait: outcome.queue_wait,
+                    service: self.named(),
+                };
+                let (backend, access) = self.refusals.tell(&told, refusal);
+                self.log_access(outcome.peer, backend, outcome.queued_at, access);
+            }
             Fate::Served(served) => self.tell_served(outcome, served),
-            Fate::Reported => {}
-        }
-    }
-
-    fn tell_refusal(&self, outcome: &Outcome, refusal: &Refusal) {
-        let peer = outcome.peer;
-        let now = Instant::now();
-        // One row per refusal: its access log line, then its log line.
-        let (backend, access) = match refusal {
-            Refusal::QueueTimeout { limit } => {
-                if let Some(others) = self.queue_timeout_log.event(now) {
-                    log::warn!(
-                        "closing client {peer}{}: it waited {:.1?} for a free worker \
-                         (queue timeout {}; all workers busy){}",
-                        self.whose(),
-                        outcome.queue_wait,
-                        format_duration(*limit),
-                        throttle::more(others)
-                    );
-                }
-                let access = Access {
-                    queue_wait: outcome.queue_wait,
-                    ..Access::refused(access_log::End::QueueTimeout)
-                };
-                (None, access)
-            }
-            Refusal::QueueFull { .. } | Refusal::SlotTimeout { .. } | Refusal::LeftQueue => {
-                (None, self.at_cap(outcome, refusal, now))
-            }
-            Refusal::FirstByteTimeout { limit } => {
-                if let Some(others) = self.first_byte_timeout_log.event(now) {
-                    log::info!(
-                        "closing client {peer}{}: nothing received within {} \
-                         (client first byte timeout){}",
-                        self.whose(),
-                        format_duration(*limit),
-                        throttle::more(others)
-                    );
-                }
-                (None, Access::refused(access_log::End::FirstByteTimeout))
-            }
-            Refusal::NoBackend { scheduler } => {
-                self.no_backend(peer, scheduler, now);
-                (None, Access::refused(access_log::End::NoBackend))
-            }
-            Refusal::RateLimited => (None, Access::refused(access_log::End::RateLimited)),
-            Refusal::Denied => (None, Access::refused(access_log::End::Denied)),
-            Refusal::TooManyConnections => {
-                (None, Access::refused(access_log::End::TooManyConnections))
-            }
-            Refusal::ConnectFailed {
-                backend,
-                error,
-                failovers,
-                connect_time,
-            } => {
-                let reason = match error {
-                    Error::BackendConnect { source, .. } => system::error_words(source),
-                    other => other.to_string(),
-                };
-                let access = Access {
-                    queue_wait: outcome.queue_wait,
-                    connect_time: Some(*connect_time),
-                    failovers: *failovers,
-                    ..Access::refused(access_log::End::ConnectFailed(reason))
-                };
-                if let Some(others) = self.unreachable_log.event(now) {
-                    log::warn!(
-                        "closing client {peer}{}: no backend could be reached, last: {error}{}",
-                        self.whose(),
-                        throttle::more(others)
-                    );
-                }
-                trace::event(Event::Unreachable);
-                trace::waiting();
-                (Some(backend.name()), access)
-            }
-        };
-        self.log_access(peer, backend, outcome.queued_at, access);
-    }
-
-    /// A client refused while every backend was at its `max_connections`:
-    /// logged at most once a second (with the queue timeouts' throttle),
-    /// and its access log entry.
-    #[cold]
-    fn at_cap(&self, outcome: &Outcome, refusal: &Refusal, now: Instant) -> Access {
-        let (why, end) = match refusal {
-            Refusal::QueueFull { max } => (
-                format!("{max} clients wait already (max_queue)"),
-                access_log::End::QueueFull,
-            ),
-            Refusal::SlotTimeout { limit } => (
-                format!(
-                    "no slot freed within {} (queue timeout)",
-                    format_duration(*limit)
-                ),
-                access_log::End::QueueTimeout,
-            ),
-            _ => (
-                "it closed while waiting".to_string(),
-                access_log::End::Pumped(pump::End::ClientClosed),
-            ),
-        };
-        if let Some(others) = self.queue_timeout_log.event(now) {
-            log::warn!(
-                "closing client {}{}: every backend is at its max_connections and {why}{}",
-                outcome.peer,
-                self.whose(),
-                throttle::more(others)
-            );
-        }
-        Access {
-            queue_wait: outcome.queue_wait,
-            ..Access::refused(end)
-        }
-    }
-
-    /// No backend was available for the client from `peer`: traced, and
-    /// logged at most once a second.
-    fn no_backend(&self, peer: SocketAddr, scheduler: &Scheduler, now: Instant) {
-        trace::event(Event::NoBackend);
-        if let Some(others) = self.no_backend_log.event(now) {
-            let why = match scheduler.snapshot().len() {
-                0 => "the list is empty".to_string(),
-                1 => "the one backend is down or draining".to_string(),
-                n => format!("all {n} are down or draining"),
-            };
-            log::warn!(
-                "closing client {peer}{}: no backend is available ({why}){}",
-                self.whose(),
-                throttle::more(others)
-            );
         }
     }
 
@@ -527,72 +326,15 @@ impl Report {
     }
 }
 
-/// What an access log line says beyond the client, the backend and the
-/// times (see [`Report::log_access`]).
-#[derive(Debug)]
-pub(crate) struct Access {
-    /// Time in the queue before a worker took the client.
-    pub queue_wait: Duration,
-    /// Time spent connecting (failed tries included), when it got that far.
-    pub connect_time: Option<Duration>,
-    /// Failed connects before the one that served (or before giving up).
-    pub failovers: u32,
-    /// Bytes each way.
-    pub transfer: Transfer,
-    /// How it ended.
-    pub end: access_log::End,
-    /// The client's TLS, when terminated here.
-    pub tls: Option<access_log::TlsNote>,
-}
-
-impl Access {
-    /// A client ended before any backend was tried.
-    pub(crate) fn refused(end: access_log::End) -> Access {
-        Access {
-            queue_wait: Duration::ZERO,
-            connect_time: None,
-            failovers: 0,
-            transfer: Transfer::default(),
-            end,
-            tls: None,
-        }
-    }
-
-    /// The line's record; `queued_at` is when the client was accepted.
-    fn record(self, client: SocketAddr, backend: Option<&str>, queued_at: Instant) -> Record {
-        let since = queued_at.elapsed();
-        Record {
-            time: std::time::SystemTime::now()
-                .checked_sub(since)
-                .unwrap_or_else(std::time::SystemTime::now),
-            client,
-            service: None,
-            sni: access_log::current_sni(),
-            backend: backend.map(str::to_string),
-            queue_wait: self.queue_wait,
-            connect_time: self.connect_time,
-            duration: since,
-            failovers: self.failovers,
-            bytes_to_backend: self.transfer.to_backend,
-            bytes_to_client: self.transfer.to_client,
-            end: self.end,
-            tls: self.tls,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
+    use crate::limiter::RateLimitReply;
     use crate::scheduler::Scheduler;
 
     fn refused(refusal: Refusal) -> Outcome {
-        Outcome {
-            peer: "127.0.0.1:5000".parse().unwrap(),
-            queued_at: Instant::now(),
-            queue_wait: Duration::ZERO,
-            fate: Fate::Refused(refusal),
-        }
+        Outcome::refused("127.0.0.1:5000".parse().unwrap(), Instant::now(), refusal)
     }
 
     /// Each refusal raises its own counter once, and none is `completed`.
@@ -607,7 +349,15 @@ mod tests {
             Refusal::QueueTimeout { limit },
             Refusal::FirstByteTimeout { limit },
             Refusal::NoBackend { scheduler },
-            Refusal::RateLimited,
+            Refusal::RateLimited {
+                first: true,
+                retry_after: limit,
+                rate: crate::limiter::Rate {
+                    limit: 1,
+                    window: limit,
+                },
+                reply: RateLimitReply::Close,
+            },
             Refusal::Denied,
             Refusal::TooManyConnections,
             Refusal::ConnectFailed {
@@ -627,7 +377,7 @@ mod tests {
             (1, 1, 2),
             "{s:?}"
         );
-        assert_eq!((s.completed, s.errors, s.rate_limited), (0, 0, 0), "{s:?}");
+        assert_eq!((s.completed, s.errors, s.rate_limited), (0, 0, 1), "{s:?}");
         assert_eq!((s.denied, s.too_many_connections), (1, 1), "{s:?}");
     }
 }

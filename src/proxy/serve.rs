@@ -1,14 +1,19 @@
 //! A worker's chain for one client, the article's `proxy_function()`:
-//! wait (queue timeout, first byte) → route (the pick, or the PROXY header
-//! then the pick) → connect (with fail-over) → pump → close. Each step that
+//! wait (queue timeout, first byte) → route (the pick made at accept
+//! time, or, after a PROXY header or an SNI peek, the admission gate's,
+//! `admission.rs`) → TLS (the client's handshake, for a service that
+//! terminates it) → a slot (when every backend was at its
+//! `max_connections`, `waiting.rs`) → connect (with fail-over, and the
+//! backend's handshake when re-encrypting) → pump → close. Each step that
 //! ends the client early says why in its [`Outcome`]; [`Proxy::handle`]
 //! tells it.
 //!
 //! # Threads
 //!
 //! Worker threads, each on its own client. Settings are read once per
-//! connection (an `ArcSwap` load); the pump's buffers are thread-local, so
-//! nothing here takes a lock.
+//! connection (an `ArcSwap` load); the pump's buffers are thread-local.
+//! No lock is held on the plain path; the slot wait takes the service's
+//! waitlist lock (`waiting.rs`), the gate the limiter's shard lock.
 //!
 //! # Corresponds to the C article
 //!
@@ -25,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use super::connect::{Attempt, Connected, Tries};
 use super::report::{Fate, Outcome, Refusal, Served};
+use super::Admitted;
 use super::{close, header, pump, splice_pump, Job, Proxy, ProxyConfig, Route, REPLY_LINGER};
 use crate::backend::Backend;
 use crate::error::Error;
@@ -190,12 +196,11 @@ impl Proxy {
         if self.turned_away(&client, queued_at, outcome, settings, health) {
             return None;
         }
-        let (client, pick, origin, place) = self.route(route, client, peer, place)?;
-        // From here on the client is who the header said.
-        outcome.peer = origin.source;
+        let (client, pick, origin, place) =
+            self.route(route, client, peer, place, outcome, health)?;
         let tls = match self.tls {
             None => None,
-            Some(_) => Some(self.terminate(&client, outcome.peer)?),
+            Some(_) => Some(self.terminate(&client, outcome)?),
         };
         let pick = match pick {
             Some(pick) => pick,
@@ -285,16 +290,22 @@ impl Proxy {
     }
 
     /// The TLS handshake with the client of a service that terminates TLS:
-    /// its session, or `None` when it failed (counted there). Not inlined:
-    /// the plain path's frame stays as it was.
+    /// its session, or `None` when it failed (counted by its kind and
+    /// logged there, closed; `outcome` says so). Not inlined: the plain
+    /// path's frame stays as it was.
     #[inline(never)]
     fn terminate(
         &self,
         client: &TcpStream,
-        peer: SocketAddr,
+        outcome: &mut Outcome,
     ) -> Option<crate::tls_term::handshake::Session> {
         let term = self.tls.as_ref()?.load_full();
-        crate::tls_term::handshake::serve(term, client, &self.stats, peer)
+        let session = crate::tls_term::handshake::serve(term, client, &self.stats, outcome.peer);
+        if session.is_none() {
+            outcome.fate = Fate::Refused(Refusal::TlsHandshake);
+            self.report.count(outcome);
+        }
+        session
     }
 
     /// Every backend connect failed: the client is refused.
@@ -352,9 +363,10 @@ impl Proxy {
         queue_wait
     }
 
-    /// The client's backend: the one picked at accept time, or, behind
-    /// `--accept-proxy`, the one picked after its header; no pick when it
-    /// is to wait for a slot (`None`: closed and reported there).
+    /// The client's backend: the one picked at accept time, or the one the
+    /// admission gate picks on this worker (after a PROXY header, or SNI);
+    /// no pick when it is to wait for a slot (`None`: refused, `outcome`
+    /// says why).
     #[inline(never)]
     fn route(
         &self,
@@ -362,34 +374,54 @@ impl Proxy {
         client: TcpStream,
         peer: SocketAddr,
         place: Option<Place>,
+        outcome: &mut Outcome,
+        health: &HealthConfig,
     ) -> Option<(TcpStream, Option<Pick>, header::Origin, Option<Place>)> {
         let origin = header::Origin {
             source: peer,
             destination: None,
         };
-        match (route, &self.accept_proxy) {
-            (Route::Picked(pick), _) => Some((client, Some(pick), origin, place)),
-            (Route::Waiting, _) => Some((client, None, origin, place)),
-            (Route::AfterHeader, Some(accept)) => self.after_header(accept, client, peer),
-            (Route::AfterSni, _) => self.after_sni(client, peer),
-            (Route::Unrouted(_), _) => {
-                log::error!("client {peer} reached a service before its SNI was read");
-                close(&client);
-                None
-            }
-            (Route::AfterHeader, None) => {
-                log::error!("client {peer} queued for a PROXY header with --accept-proxy off");
-                close(&client);
+        match route {
+            Route::Picked(pick) => Some((client, Some(pick), origin, place)),
+            Route::Waiting => Some((client, None, origin, place)),
+            route => self.admit_here(route, client, origin, outcome, health),
+        }
+    }
+
+    /// The admission gate on the worker, for a client queued unpicked:
+    /// after its PROXY header, or routed by SNI. Refused, it is answered,
+    /// closed and counted here, told by [`Proxy::handle`] as on the plain
+    /// path. Not inlined: the plain path's frames stay as they were.
+    #[cold]
+    #[inline(never)]
+    fn admit_here(
+        &self,
+        route: Route,
+        client: TcpStream,
+        origin: header::Origin,
+        outcome: &mut Outcome,
+        health: &HealthConfig,
+    ) -> Option<(TcpStream, Option<Pick>, header::Origin, Option<Place>)> {
+        let (origin, admitted) = match (route, &self.accept_proxy) {
+            (Route::AfterHeader, Some(accept)) => self.after_header(accept, &client, origin.source),
+            (Route::AfterSni, _) => (origin, self.admit(&client, origin.source)),
+            // Unrouted (SNI not read), or a header with `--accept-proxy`
+            // off: a bug, logged as an error by the report.
+            _ => (origin, Err(Refusal::Misrouted)),
+        };
+        // From here on the client is who the header said.
+        outcome.peer = origin.source;
+        match admitted {
+            Ok(Admitted { pick, place }) => Some((client, pick, origin, place)),
+            Err(refusal) => {
+                self.refuse(outcome, refusal, &client, health);
                 None
             }
         }
     }
 
-    /// Ends a client refused before any backend: counted, answered when
-    /// `http_replies` asks for it, closed. A queue timeout's 503 is one
-    /// non-blocking write, as the accept loop's (a worker that lingered
-    /// there would make the backlog that caused the wait grow); the 502 of
-    /// an unreachable backend may linger a little.
+    /// Ends a client refused before any backend: counted, answered
+    /// ([`Proxy::answer`]), closed. The caller tells it once closed.
     pub(super) fn refuse(
         &self,
         outcome: &mut Outcome,
@@ -399,23 +431,35 @@ impl Proxy {
     ) {
         outcome.fate = Fate::Refused(refusal);
         self.report.count(outcome);
-        if health.http_replies {
-            match &outcome.fate {
-                Fate::Refused(
-                    Refusal::QueueTimeout { .. }
-                    | Refusal::SlotTimeout { .. }
-                    | Refusal::QueueFull { .. },
-                ) => reply::reply_at_once(client, reply::REPLY_503_BUSY),
-                Fate::Refused(Refusal::NoBackend { .. }) => {
-                    reply::reply_at_once(client, reply::REPLY_503)
-                }
-                Fate::Refused(Refusal::ConnectFailed { .. }) => {
-                    reply::reply_and_linger(client, reply::REPLY_502, REPLY_LINGER)
-                }
-                _ => {}
-            }
+        if let Fate::Refused(refusal) = &outcome.fate {
+            answer(client, refusal, health.http_replies);
         }
         close(client);
+    }
+}
+
+/// Answers a refused client as its refusal asks, before the close: the
+/// rate limiter's 429 when its reply is HTTP; with `http_replies`, a 503
+/// (queue timeout or full, no backend) or a 502 (no backend reached). Each
+/// 503 and the 429 are one non-blocking write, on the accept loop as on a
+/// worker (a worker that lingered there would make the backlog that
+/// caused the wait grow); the 502 of an unreachable backend may linger a
+/// little. The per-client cap answers its refusals itself (`per_client`).
+pub(crate) fn answer(client: &TcpStream, refusal: &Refusal, http_replies: bool) {
+    match refusal {
+        Refusal::RateLimited {
+            retry_after, reply, ..
+        } => crate::limiter::refuse(client, *reply, *retry_after),
+        Refusal::QueueTimeout { .. } | Refusal::SlotTimeout { .. } | Refusal::QueueFull { .. }
+            if http_replies =>
+        {
+            reply::reply_at_once(client, reply::REPLY_503_BUSY)
+        }
+        Refusal::NoBackend { .. } if http_replies => reply::reply_at_once(client, reply::REPLY_503),
+        Refusal::ConnectFailed { .. } if http_replies => {
+            reply::reply_and_linger(client, reply::REPLY_502, REPLY_LINGER)
+        }
+        _ => {}
     }
 }
 

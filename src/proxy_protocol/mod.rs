@@ -27,7 +27,7 @@ mod parse;
 mod read;
 mod send;
 
-pub(crate) use accept::{receive, Origin};
+pub(crate) use accept::{receive, Origin, Refusal};
 pub use accept::{AcceptProxy, REFUSAL_LOG_WINDOW};
 pub use cidr::{Cidr, CidrList};
 pub use codec::{

@@ -1,6 +1,9 @@
-//! TLS termination at the edge: a service with `tls_certs` takes TLS
-//! from its clients and speaks plain bytes to its backends, or TLS again
-//! with `backend_tls` (`backend`).
+//! TLS at the edge: a service with `tls_certs` takes TLS from its clients
+//! and speaks to its backends in plain bytes, or, with `backend_tls`, in a
+//! TLS session of its own to each (re-encryption). The admission gate
+//! (`proxy/admission.rs`) runs before the client's handshake, so a refused
+//! client costs none; a failed handshake is a refusal reported as the
+//! others (`proxy/refusal.rs`).
 //!
 //! - this file: the settings ([`TlsSettings`], [`CertPair`]) and the
 //!   [`Terminator`] built from them, swapped whole by a reload;

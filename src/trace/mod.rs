@@ -140,6 +140,17 @@ pub enum Event<'a> {
         /// When it may try again.
         retry_after: Duration,
     },
+    /// The `allow` and `deny` lists refused the client: it is closed here.
+    Denied {
+        /// The client's address (behind a PROXY header, the header's).
+        ip: IpAddr,
+    },
+    /// The client's address had as many connections open as
+    /// `max_connections_per_client` allows: it is closed here.
+    TooManyConnections {
+        /// The client's address (behind a PROXY header, the header's).
+        ip: IpAddr,
+    },
     /// The scheduler chose the backend (the article's `server_idx`).
     Picked {
         /// The algorithm's name (`round-robin`, ...).
@@ -680,6 +691,8 @@ mod tests {
                 version: "TLSv1.3",
                 sni: Some("a.test"),
             },
+            Event::Denied { ip },
+            Event::TooManyConnections { ip },
             Event::Picked {
                 algorithm: "least-connections",
                 server_idx: 0,

@@ -24,6 +24,8 @@ enum Says {
     Accepted,
     RateAllowed,
     RateRefused,
+    Denied,
+    TooManyConnections,
     PickedRoundRobin,
     Picked,
     NoBackend,
@@ -65,6 +67,18 @@ const SENTENCES: &[(Says, &str, &str)] = &[
          window; closed without a backend (may retry in {retry})",
         "rate limit: {ip} recusado, já usou as {limit} conexões desta janela de {window}; \
          fechado sem backend (pode tentar de novo em {retry})",
+    ),
+    (
+        Says::Denied,
+        "allow/deny: {ip} may not connect here; closed without a backend",
+        "allow/deny: {ip} não pode conectar aqui; fechado sem backend",
+    ),
+    (
+        Says::TooManyConnections,
+        "max_connections_per_client: {ip} already has its most connections open; \
+         closed without a backend",
+        "max_connections_per_client: {ip} já tem o máximo de conexões abertas; \
+         fechado sem backend",
     ),
     (
         Says::PickedRoundRobin,
@@ -262,6 +276,8 @@ fn holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
             ],
         ),
         Event::NoBackend => (Says::NoBackend, vec![]),
+        Event::Denied { ip } => (Says::Denied, vec![("ip", s(&ip))]),
+        Event::TooManyConnections { ip } => (Says::TooManyConnections, vec![("ip", s(&ip))]),
         Event::Queued { ahead: 0 } => (Says::QueuedFirst, vec![]),
         Event::Queued { ahead } => (Says::Queued, vec![("ahead", s(&ahead))]),
         Event::Taken {
@@ -350,6 +366,8 @@ fn worker_holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
         | Event::RateRefused { .. }
         | Event::Picked { .. }
         | Event::NoBackend
+        | Event::Denied { .. }
+        | Event::TooManyConnections { .. }
         | Event::Queued { .. }
         | Event::Taken { .. } => holes(lang, event),
     }

@@ -350,3 +350,65 @@ fn the_binary_refuses_hostile_headers_and_keeps_serving() {
         assert!(!log.contains(type_name), "{type_name} in: {log}");
     }
 }
+
+/// A flood of clients behind a proxy with no backend available: each is
+/// refused by the admission gate on its worker, and the log says so at
+/// most once a second (with the count of the others), as for plain
+/// clients, not once per client; every refused client's descriptor is
+/// given back.
+#[test]
+fn a_flood_refused_after_the_header_logs_a_bounded_number_of_lines() {
+    refused_flood_is_throttled(&["--accept-proxy"], GOOD_V1);
+}
+
+/// The binary with `extra` flags in front of a backend that is down, then
+/// a flood of clients that each open with `opening` and are refused for
+/// it by the admission gate on a worker: the log's "no backend" lines stay
+/// at about one a second, and the refused clients' descriptors are given
+/// back.
+pub(crate) fn refused_flood_is_throttled(extra: &[&str], opening: &[u8]) {
+    const CLIENTS: usize = 200;
+    let dead = common::closed_port().to_string();
+    let mut args = vec![
+        "-b",
+        &dead,
+        "--health-check",
+        "off",
+        "--passive-failures",
+        "1",
+        "--health-cooldown",
+        "10m",
+        "--workers",
+        "8",
+    ];
+    args.extend_from_slice(extra);
+    let child = Child::on_loopback(&args, |_| {});
+    // The first client's failed connect marks the one backend down.
+    assert!(closed_after(child.addr, opening) < Duration::from_secs(5));
+    until("the backend marked down", || {
+        child.log().contains("is now DOWN")
+    });
+    let baseline = child.open_fds();
+    let started = Instant::now();
+    for _ in 0..CLIENTS {
+        assert!(closed_after(child.addr, opening) < Duration::from_secs(5));
+    }
+    let seconds = started.elapsed().as_secs() as usize;
+    let lines = || {
+        child
+            .log()
+            .lines()
+            .filter(|l| l.contains("no backend is available"))
+            .count()
+    };
+    until("the refusals logged", || lines() > 0);
+    let logged = lines();
+    assert!(
+        logged <= seconds + 2,
+        "{logged} lines for {CLIENTS} refusals in {seconds} s:\n{}",
+        child.log()
+    );
+    until("the refused clients' descriptors given back", || {
+        child.open_fds() <= baseline
+    });
+}

@@ -324,3 +324,15 @@ fn bad_sni_settings_are_refused_in_one_line() {
         assert!(line.len() < 600, "case {i}: a line of {} bytes", line.len());
     }
 }
+
+/// A flood of clients on an address routed by SNI, sent to the default
+/// service (they are not TLS) whose one backend is down: each is refused
+/// by that service's admission gate on its worker, logged at most once a
+/// second, and its descriptor given back.
+#[test]
+fn a_flood_refused_after_the_peek_logs_a_bounded_number_of_lines() {
+    crate::proxy_header::refused_flood_is_throttled(
+        &["--server-names", "a.test", "--sni-default"],
+        b"not TLS\n",
+    );
+}
