@@ -40,7 +40,7 @@ use crate::listener;
 use crate::pool::{self, Pool};
 use crate::running::Running;
 use crate::scheduler::Scheduler;
-use crate::service::{Service, Shared};
+use crate::service::{ProcessWide, Service};
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 use crate::systemd::{self, Gate};
@@ -151,7 +151,7 @@ impl Balancer {
             // promoted connections take.
             crate::proxy::kernel_relay::prepare();
         }
-        let shared = Shared {
+        let shared = ProcessWide {
             stats: Arc::new(Stats::default()),
             access_log: start_access_log(&config)?,
             workers: config.workers,

@@ -13,12 +13,12 @@
 //! ```text
 //! client ──TCP──▶ accept loop, one per listening address of each service
 //!                   (listener.rs: blocking accept, SO_REUSEADDR, backlog 4096)
-//!                   │ limiter.check(peer ip, now)?  no ──▶ close (or 429)  (limiter/, opt-in)
-//!                   │ scheduler.pick(peer) → Pick (the backend)   (scheduler/: round robin, ...)
-//!                   │   none available ──▶ close (or 503)         (reply.rs)
-//!                   │   (--accept-proxy: no pick yet, Route::AfterHeader)
+//!                   │ proxy.admit(client, peer): allow/deny, per-client cap,
+//!                   │   rate limit, scheduler.pick → Pick        (proxy/admission.rs)
+//!                   │   refused ──▶ close (or 429/503), reported (proxy/refusal.rs)
+//!                   │   (a PROXY header or SNI first: the worker admits it)
 //!                   ▼
-//!                 pool.submit(Job { service, route: Picked(pick), client, peer, .. })
+//!                 pool.submit(Job::new(proxy, client, peer, Picked(pick), ..))
 //!                   │ → queue                                     (queue.rs: Mutex<VecDeque> + Condvar)
 //!                   ▼
 //!                 worker thread, 64 KiB stack, reused             (pool.rs)

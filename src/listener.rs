@@ -250,10 +250,10 @@ pub(crate) fn wake_by_shutdown(listener: &TcpListener) {
 /// What the accept loop needs besides the socket: one per listening
 /// address, on its own thread (the first on the caller's).
 pub(crate) struct Acceptor {
-    /// The service the address belongs to: its scheduler, counters,
-    /// limiter (live: a reload may swap it), health settings (the 503)
-    /// and `--accept-proxy` (clients are then queued unpicked).
-    pub service: Arc<Proxy>,
+    /// The runtime of the service the address belongs to: its scheduler,
+    /// counters, limiter (live: a reload may swap it), health settings
+    /// (the 503) and `--accept-proxy` (clients are then queued unpicked).
+    pub proxy: Arc<Proxy>,
     pub pool: Arc<Pool<Job>>,
     pub shutdown: Shutdown,
     /// The service's `max_connections`, when set: a slot is taken before
@@ -281,13 +281,7 @@ impl Acceptor {
         let errors_log = LogThrottle::new(Duration::from_secs(1));
         let gate = Gate::of(listener);
         loop {
-            if self
-                .service
-                .process
-                .descriptor_waits
-                .load(Ordering::Relaxed)
-                > 0
-            {
+            if self.proxy.process.descriptor_waits.load(Ordering::Relaxed) > 0 {
                 // A worker is waiting for a descriptor to reach its
                 // backend: accepting now would take the one it waits for.
                 let _ = stop.recv_timeout(DESCRIPTOR_WAIT_PAUSE);
@@ -305,12 +299,12 @@ impl Acceptor {
                     if self.shutdown.is_triggered() {
                         return;
                     }
-                    Stats::incr(&self.service.stats.accept_errors);
+                    Stats::incr(&self.proxy.stats.accept_errors);
                     match err.kind() {
                         ErrorKind::ConnectionAborted | ErrorKind::Interrupted => {}
                         _ => {
                             if system::is_out_of_descriptors(&err) {
-                                Stats::incr(&self.service.stats.out_of_descriptors);
+                                Stats::incr(&self.proxy.stats.out_of_descriptors);
                             }
                             if let Some(others) = errors_log.event(Instant::now()) {
                                 log::error!(
@@ -357,7 +351,7 @@ impl Acceptor {
     /// pool, or refuses it. Returns false when the pool has closed
     /// (shutting down).
     fn dispatch(&self, client: TcpStream, peer: SocketAddr, slot: Option<Slot>) -> bool {
-        Stats::incr(&self.service.stats.accepted);
+        Stats::incr(&self.proxy.stats.accepted);
         trace::accepted(peer, client.as_raw_fd());
         let (route, place) = match self.route(&client, peer) {
             Ok(routed) => routed,
@@ -366,7 +360,7 @@ impl Acceptor {
                 return true;
             }
         };
-        let job = Job::new(Arc::clone(&self.service), client, peer, route, slot, place);
+        let job = Job::new(Arc::clone(&self.proxy), client, peer, route, slot, place);
         if trace::on() {
             trace::queued(job.client.as_raw_fd(), self.pool.queued());
         }
@@ -389,10 +383,10 @@ impl Acceptor {
         if let Some(router) = &self.sni {
             return Ok((Route::Unrouted(Arc::clone(router)), None));
         }
-        if self.service.accept_proxy.is_some() {
+        if self.proxy.accept_proxy.is_some() {
             return Ok((Route::AfterHeader, None));
         }
-        let Admitted { pick, place } = self.service.admit(client, peer)?;
+        let Admitted { pick, place } = self.proxy.admit(client, peer)?;
         Ok((pick.map_or(Route::Waiting, Route::Picked), place))
     }
 
@@ -405,7 +399,7 @@ impl Acceptor {
         let outcome = Outcome::refused(peer, Instant::now(), refusal);
         self.report.count(&outcome);
         if let Fate::Refused(refusal) = &outcome.fate {
-            let http_replies = self.service.health.load().http_replies;
+            let http_replies = self.proxy.health.load().http_replies;
             crate::proxy::answer(&client, refusal, http_replies);
         }
         drop(client);

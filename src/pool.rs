@@ -59,7 +59,7 @@ const WORKER_THREAD: &str = "rodizio-worker";
 /// The pool: a queue and the threads that serve it.
 pub struct Pool<T: Send + 'static> {
     queue: Arc<Queue<T>>,
-    shared: Arc<Shared>,
+    shared: Arc<PoolState>,
     stats: Arc<Stats>,
     handler: Arc<Handler<T>>,
     max_workers: usize,
@@ -98,7 +98,7 @@ impl Sizing {
 
 /// State the workers share with the pool.
 #[derive(Debug, Default)]
-struct Shared {
+struct PoolState {
     /// Worker threads alive now: claimed before a spawn, given back when
     /// a worker exits, or, when it retires, under the queue's lock.
     live: AtomicUsize,
@@ -131,7 +131,7 @@ struct Shared {
 /// What one worker thread owns: its share of the pool and its settings.
 struct Worker<T: Send + 'static> {
     queue: Arc<Queue<T>>,
-    shared: Arc<Shared>,
+    shared: Arc<PoolState>,
     handler: Arc<Handler<T>>,
     stats: Arc<Stats>,
     /// Its [`worker_number`].
@@ -359,7 +359,7 @@ impl<T: Send + 'static> Pool<T> {
     ) -> Pool<T> {
         Pool {
             queue: Arc::new(Queue::new(queue_capacity)),
-            shared: Arc::new(Shared::default()),
+            shared: Arc::new(PoolState::default()),
             stats,
             handler,
             max_workers: max_workers.max(1),

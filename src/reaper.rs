@@ -49,11 +49,11 @@ pub enum Owner {
 /// Removes the backends it is handed once drained. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Reaper {
-    shared: Arc<Shared>,
+    shared: Arc<ReaperState>,
 }
 
 #[derive(Debug)]
-struct Shared {
+struct ReaperState {
     scheduler: Arc<Scheduler>,
     owner: Owner,
     /// Stops the thread and refuses new backends once triggered.
@@ -74,7 +74,7 @@ impl Reaper {
     /// the shutdown.
     pub fn new(scheduler: Arc<Scheduler>, owner: Owner, shutdown: Option<Shutdown>) -> Reaper {
         Reaper {
-            shared: Arc::new(Shared {
+            shared: Arc::new(ReaperState {
                 scheduler,
                 owner,
                 shutdown,
@@ -137,7 +137,7 @@ impl Reaper {
 
 /// The thread's body: every [`POLL`], removes what is drained, until the
 /// list is empty or the shutdown.
-fn run(shared: &Shared) {
+fn run(shared: &ReaperState) {
     let stop: Receiver<()> = match &shared.shutdown {
         Some(s) => s.receiver(),
         None => crossbeam_channel::never(),
@@ -163,7 +163,7 @@ fn run(shared: &Shared) {
 
 /// Whether `b` stays watched; removes it from the list when it is drained
 /// or its time is up (`late`).
-fn keep(shared: &Shared, b: &Backend, late: bool) -> bool {
+fn keep(shared: &ReaperState, b: &Backend, late: bool) -> bool {
     let who = match shared.owner {
         Owner::Admin => "admin",
         Owner::Reload => "reload",

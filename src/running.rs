@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::pool::Pool;
 use crate::proxy::Job;
 use crate::resolver::{Resolver, Watched};
-use crate::service::{Service, Shared};
+use crate::service::{ProcessWide, Service};
 use crate::shutdown::Shutdown;
 
 /// Listening sockets, each with its address as configured (port 0 stays
@@ -36,7 +36,7 @@ pub(crate) type Bound = Vec<(SocketAddr, TcpListener)>;
 
 /// The running services and what they share.
 pub struct Running {
-    pub(crate) shared: Shared,
+    pub(crate) shared: ProcessWide,
     pub(crate) pool: Arc<Pool<Job>>,
     /// Stops everything here: every stop below is its child. Triggered
     /// by the process's shutdown (see [`Running::stop_with`]).
@@ -109,7 +109,11 @@ impl Stopped {
 
 impl Running {
     /// The list of `services`, not started yet (see [`Running::start`]).
-    pub(crate) fn new(shared: Shared, pool: Arc<Pool<Job>>, services: &[Arc<Service>]) -> Running {
+    pub(crate) fn new(
+        shared: ProcessWide,
+        pool: Arc<Pool<Job>>,
+        services: &[Arc<Service>],
+    ) -> Running {
         let entries = services
             .iter()
             .map(|s| Entry {
@@ -417,7 +421,7 @@ pub(crate) fn for_tests(
     services: Vec<(&str, Vec<Arc<crate::backend::Backend>>)>,
 ) -> (Arc<Running>, Arc<crate::stats::Stats>) {
     let stats = Arc::new(crate::stats::Stats::default());
-    let shared = Shared {
+    let shared = ProcessWide {
         stats: Arc::clone(&stats),
         access_log: None,
         workers: 1,

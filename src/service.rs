@@ -38,7 +38,7 @@ use crate::slots::Slots;
 use crate::stats::Stats;
 
 /// What every service shares.
-pub(crate) struct Shared {
+pub(crate) struct ProcessWide {
     /// The process's counters: each service's are a child of these.
     pub stats: Arc<Stats>,
     /// The access log, when on.
@@ -83,7 +83,7 @@ impl Service {
     ///
     /// [`Error::InvalidBackend`] for a backend that does not resolve, the
     /// limiter's errors.
-    pub(crate) fn build(config: Config, shared: &Shared) -> Result<Service> {
+    pub(crate) fn build(config: Config, shared: &ProcessWide) -> Result<Service> {
         let backends = resolve_backends(&config)?;
         let scheduler = Arc::new(Scheduler::with_algorithm(backends, config.algorithm));
         tune_scheduler(&scheduler, &config);
@@ -143,7 +143,7 @@ impl Service {
         Ok(Acceptor {
             serves_late: crate::systemd::Gate::of(listener).is_some()
                 || listener::shares_port(&self.config),
-            service: Arc::clone(&self.proxy),
+            proxy: Arc::clone(&self.proxy),
             pool: Arc::clone(pool),
             shutdown: stop.clone(),
             slots: self.slots.clone(),

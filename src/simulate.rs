@@ -72,7 +72,7 @@ pub struct Share {
 
 /// What one service's simulation found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Simulated {
     /// The service's name.
     pub service: String,
     /// Its algorithm.
@@ -99,7 +99,7 @@ pub fn run(
     clients: u64,
     service: Option<&str>,
     change: Option<&Change>,
-) -> Result<Vec<Outcome>> {
+) -> Result<Vec<Simulated>> {
     if clients == 0 || clients > MAX_CLIENTS {
         return Err(Error::InvalidConfig(format!(
             "--clients {clients} is not between 1 and {MAX_CLIENTS}"
@@ -131,7 +131,7 @@ pub fn run(
 }
 
 /// The simulation of one service.
-fn one_service(config: &Config, clients: u64, change: Option<&Change>) -> Outcome {
+fn one_service(config: &Config, clients: u64, change: Option<&Change>) -> Simulated {
     let backends: Vec<(String, u32)> = config
         .backends
         .iter()
@@ -164,7 +164,7 @@ fn one_service(config: &Config, clients: u64, change: Option<&Change>) -> Outcom
                 .count() as u64;
             (c.clone(), now.shares, moved)
         });
-    Outcome {
+    Simulated {
         service: config.name.clone(),
         algorithm: config.algorithm,
         clients,
@@ -242,7 +242,7 @@ fn write_shares(f: &mut fmt::Formatter<'_>, shares: &[Share], clients: u64) -> f
     Ok(())
 }
 
-impl fmt::Display for Outcome {
+impl fmt::Display for Simulated {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
@@ -284,7 +284,7 @@ mod tests {
         }
     }
 
-    fn picks_of(outcome: &Outcome) -> Vec<u64> {
+    fn picks_of(outcome: &Simulated) -> Vec<u64> {
         outcome.shares.iter().map(|s| s.picks).collect()
     }
 

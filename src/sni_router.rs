@@ -151,7 +151,7 @@ impl Divert for Router {
             refuse(proxy, job, host, &peeked);
             return None;
         }
-        job.service = Arc::clone(proxy);
+        job.proxy = Arc::clone(proxy);
         job.route = Route::AfterSni;
         Some((job, sni))
     }

@@ -21,7 +21,7 @@
 //! - this file: the buffers (`Buffers`) and pipes, and the thread-locals
 //!   that keep them;
 //! - `outcome`: what a pump is told ([`PumpOptions`](outcome::PumpOptions))
-//!   and tells back ([`Outcome`](outcome::Outcome): the
+//!   and tells back ([`Pumped`](outcome::Pumped): the
 //!   [`Transfer`](outcome::Transfer) and the [`End`](outcome::End));
 //! - `reset`: a peer's reset passed on to the other peer as a reset, for
 //!   every pump (copy, splice, TLS).

@@ -1,7 +1,7 @@
 //! What a pump is told and what it tells back, apart from the pumps
 //! themselves so that every layer that speaks of a connection's end (the
 //! access log, the TLS pump, the report) reads them from below: the
-//! [`PumpOptions`] in, the [`Outcome`] out ([`Transfer`], [`End`]), and
+//! [`PumpOptions`] in, the [`Pumped`] out ([`Transfer`], [`End`]), and
 //! the turn size [`TURN_BYTES`] both pumps share. The pumps are
 //! [`mod@crate::proxy::pump`] (plain and splice) and `tls_term::pump`.
 //!
@@ -97,7 +97,7 @@ impl fmt::Display for End {
 
 /// What [`pump`](crate::proxy::pump()) and [`splice_pump`](crate::proxy::splice_pump) return.
 #[derive(Debug)]
-pub struct Outcome {
+pub struct Pumped {
     /// The bytes moved, each successful write counted as it happened.
     pub transfer: Transfer,
     /// How it ended.
@@ -106,9 +106,9 @@ pub struct Outcome {
     pub error: Option<io::Error>,
 }
 
-impl Outcome {
-    pub(crate) fn failed(error: io::Error) -> Outcome {
-        Outcome {
+impl Pumped {
+    pub(crate) fn failed(error: io::Error) -> Pumped {
+        Pumped {
             transfer: Transfer::default(),
             end: End::Error,
             error: Some(error),

@@ -84,8 +84,9 @@ pub(crate) use serve::answer;
 /// found every backend at its cap waits for a slot ([`Route::Waiting`]).
 #[derive(Debug)]
 pub struct Job {
-    /// The service the client came to: its backends, settings and counters.
-    pub service: Arc<Proxy>,
+    /// The runtime of the service the client came to (its [`Proxy`]):
+    /// its backends, settings and counters.
+    pub proxy: Arc<Proxy>,
     /// Its place under the service's `max_connections`, given back when
     /// the job ends.
     pub slot: Option<crate::slots::Slot>,
@@ -104,14 +105,14 @@ pub struct Job {
 }
 
 impl Job {
-    /// The job of `client` (from `peer`) for `service`, on `route`, with
+    /// The job of `client` (from `peer`) for the service run by `proxy`, on `route`, with
     /// its places under the service's and the per-client caps, queued
     /// now. The one place a job is made: `TCP_NODELAY` is set here on
     /// every client a worker will serve (the C sets nothing; a refused
     /// client never gets this far, so it costs it no system call). A
     /// socket that refuses is logged (debug) and served anyway.
     pub fn new(
-        service: Arc<Proxy>,
+        proxy: Arc<Proxy>,
         client: TcpStream,
         peer: SocketAddr,
         route: Route,
@@ -122,7 +123,7 @@ impl Job {
             log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
         }
         Job {
-            service,
+            proxy,
             slot,
             place,
             route,
@@ -546,7 +547,7 @@ pub fn run(job: Job) {
     if matches!(job.route, Route::Unrouted(_)) {
         return run_routed(job);
     }
-    Arc::clone(&job.service).handle(job);
+    Arc::clone(&job.proxy).handle(job);
 }
 
 /// [`run`] for a client of an address shared by SNI: routed, then served
@@ -560,7 +561,7 @@ fn run_routed(job: Job) {
     };
     let router = Arc::clone(router);
     if let Some((job, _sni)) = router.divert(job) {
-        Arc::clone(&job.service).handle(job);
+        Arc::clone(&job.proxy).handle(job);
     }
 }
 
@@ -713,7 +714,7 @@ mod tests {
             256 * 1024,
             4,
             Arc::clone(&stats),
-            Arc::new(|job: Job| Arc::clone(&job.service).handle(job)),
+            Arc::new(|job: Job| Arc::clone(&job.proxy).handle(job)),
         );
         let front = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut client = TcpStream::connect(front.local_addr().unwrap()).unwrap();

@@ -78,7 +78,7 @@ pub(crate) struct Served {
     /// The backend that served it.
     pub backend: Arc<Backend>,
     /// How the pump ended, and the bytes.
-    pub pumped: pump::Outcome,
+    pub pumped: pump::Pumped,
     /// Time spent connecting, failed tries included.
     pub connect_time: Duration,
     /// Failed connects before the one that served.

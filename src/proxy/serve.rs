@@ -169,7 +169,7 @@ impl Proxy {
         let settings = self.settings.load_full();
         let health = self.health.load_full();
         let ready = self.ready(job, outcome, &settings, &health)?;
-        self.dial(ready, settings, &health, outcome)
+        self.link(ready, settings, &health, outcome)
     }
 
     /// The steps before the connect: wait → route → TLS → a slot. Not
@@ -230,7 +230,7 @@ impl Proxy {
     // Boxed on purpose: a `Ready` by value would be copied into this frame
     // and the caller's, under the connect (see `ready`).
     #[allow(clippy::boxed_local)]
-    fn dial(
+    fn link(
         &self,
         mut ready: Box<Ready>,
         settings: Arc<ProxyConfig>,
@@ -489,7 +489,7 @@ fn pump_both(
     settings: &ProxyConfig,
     peer: SocketAddr,
     stats: &Arc<Stats>,
-) -> pump::Outcome {
+) -> pump::Pumped {
     settings.keep_alive(client, backend, peer);
     if settings.kernel_relay {
         super::kernel_relay::count_for(stats);
@@ -528,7 +528,7 @@ fn pump_tls(
     backend: &TcpStream,
     settings: &ProxyConfig,
     peer: SocketAddr,
-) -> (pump::Outcome, Option<Box<crate::access_log::TlsNote>>) {
+) -> (pump::Pumped, Option<Box<crate::access_log::TlsNote>>) {
     use crate::tls_term::pump::{pump, Side};
     settings.keep_alive(client, backend, peer);
     let sessions = &mut *session;

@@ -191,15 +191,15 @@ pub struct Pick {
 /// The backend list and the algorithm's shared state.
 #[derive(Debug)]
 pub struct Scheduler {
-    /// Shared with the backends in the list (weakly), which tell it when
+    /// SchedulerState with the backends in the list (weakly), which tell it when
     /// their availability flips.
-    shared: Arc<Shared>,
+    shared: Arc<SchedulerState>,
 }
 
 /// The scheduler's state, in an `Arc` so that its backends can hold a
 /// `Weak` to it (see [`AvailabilityWatcher`]).
 #[derive(Debug)]
-struct Shared {
+struct SchedulerState {
     /// The current list; replaced whole, never edited in place.
     current: RwLock<Snapshot>,
     /// Serializes writers, so two concurrent changes cannot lose one another
@@ -228,7 +228,7 @@ impl Scheduler {
     /// A scheduler over these backends with the given algorithm.
     pub fn with_algorithm(backends: Vec<Arc<Backend>>, algorithm: Algorithm) -> Scheduler {
         let scheduler = Scheduler {
-            shared: Arc::new(Shared {
+            shared: Arc::new(SchedulerState {
                 current: RwLock::new(Snapshot::new(Arc::new([]), algorithm, 0)),
                 writer: Mutex::new(()),
                 next: AtomicUsize::new(0),
@@ -434,7 +434,7 @@ impl Scheduler {
     }
 }
 
-impl AvailabilityWatcher for Shared {
+impl AvailabilityWatcher for SchedulerState {
     /// Rebuilds the snapshot from the same list, so that the available set
     /// and the weighted cycle follow the flip; runs on the thread that
     /// flipped it (the health thread, a worker, the admin API, a reload).
@@ -448,7 +448,7 @@ impl AvailabilityWatcher for Shared {
     }
 }
 
-impl Shared {
+impl SchedulerState {
     /// Builds the snapshot again from the same list; the caller holds the
     /// writer lock.
     fn rebuild(&self) {

@@ -37,7 +37,7 @@ use std::os::fd::AsRawFd;
 
 use rustls::Connection;
 
-use crate::conduit::outcome::{End, Outcome, PumpOptions, Transfer, TURN_BYTES};
+use crate::conduit::outcome::{End, PumpOptions, Pumped, Transfer, TURN_BYTES};
 use crate::conduit::reset::deliver;
 use crate::conduit::{Buffers, RELEASE_AFTER};
 use crate::poll::{millis, poll};
@@ -261,7 +261,7 @@ impl<'a> Side<'a> {
 /// Moves the bytes of one connection both ways until both sides are done
 /// or nothing moves for the idle (or fin) timeout. Both sockets are made
 /// non-blocking. Never fails: every end is an [`End`].
-pub(crate) fn pump(mut client: Side<'_>, mut backend: Side<'_>, options: &PumpOptions) -> Outcome {
+pub(crate) fn pump(mut client: Side<'_>, mut backend: Side<'_>, options: &PumpOptions) -> Pumped {
     super::stack::trim();
     let mut transfer = Transfer::default();
     let (end, error) = match client
@@ -286,7 +286,7 @@ pub(crate) fn pump(mut client: Side<'_>, mut backend: Side<'_>, options: &PumpOp
         }),
         Err(e) => (End::Error, Some(e)),
     };
-    Outcome {
+    Pumped {
         transfer,
         end,
         error,

@@ -32,7 +32,7 @@ use std::net::TcpStream;
 use std::time::Instant;
 
 use super::conduit::{Buffers, Conduits, Pipe, BUFFERS, PIPES, RELEASE_AFTER};
-pub use crate::conduit::outcome::{End, Outcome, PumpOptions, Transfer, TURN_BYTES};
+pub use crate::conduit::outcome::{End, PumpOptions, Pumped, Transfer, TURN_BYTES};
 use crate::poll::{millis, poll};
 use half::{step_both, uncork_both, Half, Story};
 use wait::{interest, learn, wait, watch, WaitFor};
@@ -57,20 +57,20 @@ mod wait;
 /// fails (a reset) is gone both ways, which ends both directions.
 ///
 /// It never fails: every way a connection can end is an [`End`] in the
-/// returned [`Outcome`], with the byte counts of what was moved up to then.
+/// returned [`Pumped`], with the byte counts of what was moved up to then.
 pub fn pump(
     client: &TcpStream,
     backend: &TcpStream,
     buffer_size: usize,
     options: &PumpOptions,
-) -> Outcome {
+) -> Pumped {
     BUFFERS.with(|cell| {
         let mut cached = cell.borrow_mut();
         let buffers = match &mut *cached {
             Some(b) if b.size == buffer_size.max(1) => b,
             slot => match Buffers::new(buffer_size) {
                 Ok(b) => slot.insert(b),
-                Err(e) => return Outcome::failed(e),
+                Err(e) => return Pumped::failed(e),
             },
         };
         let mut transfer = Transfer::default();
@@ -82,7 +82,7 @@ pub fn pump(
             &mut transfer,
         );
         deliver(end, [client, backend], options.fin_timeout);
-        Outcome {
+        Pumped {
             transfer,
             end,
             error,
@@ -101,14 +101,14 @@ pub fn pump(
 ///
 /// The errors of `pipe2(2)` and of switching the sockets to non-blocking
 /// mode end the connection as [`End::Error`].
-pub fn splice_pump(client: &TcpStream, backend: &TcpStream, options: &PumpOptions) -> Outcome {
+pub fn splice_pump(client: &TcpStream, backend: &TcpStream, options: &PumpOptions) -> Pumped {
     // splice(2) honours SPLICE_F_NONBLOCK on the pipe side only: the
     // sockets themselves must be non-blocking.
     if let Err(e) = client
         .set_nonblocking(true)
         .and_then(|()| backend.set_nonblocking(true))
     {
-        return Outcome::failed(e);
+        return Pumped::failed(e);
     }
     PIPES.with(|cell| {
         let mut cached = cell.borrow_mut();
@@ -116,7 +116,7 @@ pub fn splice_pump(client: &TcpStream, backend: &TcpStream, options: &PumpOption
             Some(p) => p,
             slot => match Pipe::new().and_then(|up| Ok([up, Pipe::new()?])) {
                 Ok(p) => slot.insert(p),
-                Err(e) => return Outcome::failed(e),
+                Err(e) => return Pumped::failed(e),
             },
         };
         let mut transfer = Transfer::default();
@@ -131,7 +131,7 @@ pub fn splice_pump(client: &TcpStream, backend: &TcpStream, options: &PumpOption
             *cached = None;
         }
         deliver(end, [client, backend], options.fin_timeout);
-        Outcome {
+        Pumped {
             transfer,
             end,
             error,

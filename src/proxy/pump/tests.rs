@@ -21,7 +21,7 @@ fn options(idle_ms: u64) -> PumpOptions {
 }
 
 /// The buffered pump (4096-byte chunks), or the splicing one.
-fn run(splice: bool, client: &TcpStream, backend: &TcpStream, options: &PumpOptions) -> Outcome {
+fn run(splice: bool, client: &TcpStream, backend: &TcpStream, options: &PumpOptions) -> Pumped {
     if splice {
         splice_pump(client, backend, options)
     } else {
@@ -193,7 +193,7 @@ fn pump_ends_at_the_idle_timeout() {
 /// The client sends `n` bytes and resets (SO_LINGER 0) before the pump
 /// starts; the backend reads what comes. The bytes written before the
 /// read that reports the reset are all counted.
-fn bytes_then_reset(splice: bool, n: usize, client_resets: bool) -> (Outcome, usize) {
+fn bytes_then_reset(splice: bool, n: usize, client_resets: bool) -> (Pumped, usize) {
     let (mut client, client_end) = pair();
     let (backend_end, mut backend) = pair();
     let data = pattern(n, 9);
