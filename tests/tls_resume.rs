@@ -5,7 +5,8 @@
 //! resumption across a reload; `tls_strict_sni` refusing an unknown name
 //! and a missing one; `tls_alpn` negotiated; an RSA and an ECDSA
 //! certificate for one name, each client served one it can use; the
-//! warning for two certificates of one type on a name.
+//! warning for two certificates of one type on a name; the server's
+//! cipher order; hostile `tls_alpn` and `tls_session_cache` values.
 
 mod child;
 mod common;
@@ -366,4 +367,74 @@ fn two_certificates_of_one_type_for_a_name_are_warned_of() {
         )),
         "{log}"
     );
+}
+
+/// The server's cipher order wins over the client's: TLS 1.2 and 1.3
+/// clients that prefer AES-128 get AES-256 when they offer it.
+#[test]
+fn the_servers_cipher_order_wins() {
+    let certs = Certs::new();
+    let pair = certs.issue("a", &["a.test"], 1);
+    let backend = TestBackend::echo();
+    let b = TestBalancer::with(&[backend.addr()], |c| {
+        c.tls.certs = CertList(vec![pair.setting()]);
+    });
+    let port = b.addr.port();
+    let tls12 = [
+        "-tls1_2",
+        "-cipher",
+        "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384",
+    ];
+    let out = s_client(port, Some("a.test"), &certs.ca(), &tls12);
+    assert!(
+        out.contains("Cipher is ECDHE-ECDSA-AES256-GCM-SHA384"),
+        "{out}"
+    );
+    let tls13 = [
+        "-tls1_3",
+        "-ciphersuites",
+        "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384",
+    ];
+    let out = s_client(port, Some("a.test"), &certs.ca(), &tls13);
+    assert!(out.contains("Cipher is TLS_AES_256_GCM_SHA384"), "{out}");
+}
+
+/// Hostile values of the new settings in a file: a huge or garbage ALPN
+/// list, a cache size past the bound or negative; `check-config` exits 2
+/// in one short line naming the key; 0 and the bound are fine.
+#[test]
+fn bad_alpn_lists_and_cache_sizes_are_refused_by_check_config() {
+    let dir = child::Scratch::new("tls-tuning");
+    let huge = "x".repeat(200_000);
+    let many: Vec<String> = (0..5_000).map(|i| format!("\"p{i}\"")).collect();
+    let many = format!("[{}]", many.join(","));
+    let bad = [
+        ("tls_alpn", format!("\"{huge}\"")),
+        ("tls_alpn", many),
+        ("tls_alpn", "\"h2,,http/1.1\"".to_string()),
+        ("tls_alpn", "[\"h 2\"]".to_string()),
+        ("tls_alpn", "{\"h2\": 1}".to_string()),
+        ("tls_session_cache", "1000001".to_string()),
+        ("tls_session_cache", "99999999999999999999999".to_string()),
+        ("tls_session_cache", "-1".to_string()),
+        ("tls_session_cache", "\"lots\"".to_string()),
+    ];
+    for (key, value) in bad {
+        let file = dir.file(
+            "bad.json",
+            format!(r#"{{"backends": ["127.0.0.1:1"], "{key}": {value}}}"#),
+        );
+        let out = child::run(&["check-config", file.to_str().unwrap()]);
+        assert_eq!(out.code, Some(2), "{key}: {}", out.stderr);
+        assert!(out.stderr.contains(key), "{}", out.stderr);
+        assert!(out.stderr.len() < 400, "{key}: {}", out.stderr.len());
+    }
+    for (key, value) in [("tls_session_cache", "0"), ("tls_session_cache", "1000000")] {
+        let file = dir.file(
+            "good.json",
+            format!(r#"{{"backends": ["127.0.0.1:1"], "{key}": {value}}}"#),
+        );
+        let out = child::run(&["check-config", file.to_str().unwrap()]);
+        assert_eq!(out.code, Some(0), "{key}: {}", out.stderr);
+    }
 }
