@@ -249,6 +249,8 @@ counters! {
     tls_handshake_failures_client_certificate: Counter,
     /// TLS handshakes that broke the protocol in another way.
     tls_handshake_failures_protocol: Counter,
+    /// TLS handshakes refused because no certificate covers the client's server name, or it sent none (tls_strict_sni).
+    tls_handshake_failures_unknown_name: Counter,
     /// Rate-limit checks the shared store (Redis) could not answer in time; decided by --rate-limit-store-failure.
     rate_limit_store_failures: Counter,
     /// SNI routing: ClientHellos whose name matched a service's server_names.

@@ -322,6 +322,8 @@ fn what_describe_prints_reads_back() {
             | "allow_root"
             | "sni_default"
             | "reuse_port"
+            | "tls_session_cache"
+            | "tls_strict_sni"
             | "backend_tls" => value,
             _ => format!("\"{value}\""),
         };
@@ -457,7 +459,8 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
                       {"cert": "/etc/rodizio/b.pem", "key": "/etc/rodizio/b.key"}],
         "tls_handshake_timeout": "4s", "tls_client_ca": "/etc/rodizio/clients.pem",
         "backend_tls": true, "backend_tls_ca": "/etc/rodizio/backends.pem",
-        "backend_tls_server_name": "backend.test", "send_proxy": "v2",
+        "backend_tls_server_name": "backend.test", "tls_session_cache": 500,
+        "tls_strict_sni": true, "tls_alpn": ["h2", "http/1.1"], "send_proxy": "v2",
         "accept_proxy": true, "accept_proxy_from": "127.0.0.0/8",
         "accept_proxy_timeout": "2s", "rate_limit_store": "redis://127.0.0.1:6379",
         "rate_limit_store_timeout": "150ms", "rate_limit_store_failure": "closed",

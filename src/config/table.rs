@@ -434,6 +434,27 @@ macro_rules! settings_table {
                 .backend_server_name
                 .clone()
                 .unwrap_or_else(|| "none".into());
+        /// Most TLS 1.2 sessions kept for clients to resume by session id
+        /// (HAProxy's tune.ssl.cachesize), up to 1000000; 0: none. Kept across
+        /// reloads that change no TLS setting, as are the ticket keys.
+        tls_session_cache: usize, "tls-session-cache", Service, set(tls.session_cache), live,
+            file Whole<usize, 0, { crate::tls_term::MAX_SESSION_CACHE as u64 }> => take,
+            flag Option<usize> [value_name = "N", value_parser = whole::<usize, 0, { crate::tls_term::MAX_SESSION_CACHE as u64 }>],
+            always |c: &Config| c.tls.session_cache.to_string();
+        /// Refuse a TLS client whose server name (SNI) no certificate covers,
+        /// or that sends none (alert unrecognized_name), instead of serving it
+        /// the first certificate. Off by default.
+        tls_strict_sni: bool, "tls-strict-sni", Service, set(tls.strict_sni), live,
+            file bool => take,
+            flag bool,
+            always |c: &Config| c.tls.strict_sni.to_string();
+        /// Protocols offered to TLS clients by ALPN, the preferred first, as
+        /// PROTO[,PROTO...] (h2,http/1.1); a client offering only others is
+        /// refused (RFC 7301). Off by default: no ALPN.
+        tls_alpn: crate::tls_term::AlpnList, "tls-alpn", Service, set(tls.alpn), live,
+            file crate::tls_term::AlpnList => take,
+            flag Option<crate::tls_term::AlpnList> [value_name = "PROTO,...", value_parser = crate::tls_term::AlpnList::parse_flag],
+            always |c: &Config| c.tls.alpn.to_string();
         /// Send every backend a PROXY protocol header (v1 or v2) with the
         /// client's address before its bytes; one backend alone takes
         /// `-b HOST:PORT,send-proxy` or `,send-proxy-v2`.

@@ -167,7 +167,8 @@ pub(super) fn prepare(
 
 /// The terminator of a service that terminates TLS, its certificate and
 /// key files read again (certbot renews them in place): a bad one fails
-/// the reload here, before anything changed. Turning TLS on or off needs
+/// the reload here, before anything changed; sessions resume across it
+/// when no TLS setting changed. Turning TLS on or off needs
 /// a restart: the running value is kept, with the warning.
 fn prepare_tls(
     service: &Service,
@@ -184,8 +185,10 @@ fn prepare_tls(
             "backend_tls"
         });
     }
-    match service.live.tls {
-        Some(_) => Terminator::load(&new.tls),
+    match &service.live.tls {
+        // The running terminator's session cache and ticket keys go on
+        // when no TLS setting changed: clients resume across the reload.
+        Some(running) => Terminator::load_after(&new.tls, Some(&running.load())),
         None => Ok(None),
     }
 }

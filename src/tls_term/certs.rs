@@ -1,6 +1,9 @@
 //! A service's certificates: the PEM files read and checked (each key
 //! must match its certificate), and the choice of one by the client's
-//! server name (SNI), the first the default.
+//! server name (SNI), the first the default, then among those of one name
+//! by the client's signature schemes (an RSA and an ECDSA certificate for
+//! one name: each client gets one it can use, as HAProxy does). With
+//! `tls_strict_sni`, a name no certificate covers is refused.
 //!
 //! # Threads
 //!
@@ -18,6 +21,7 @@ use std::sync::Arc;
 
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use rustls::SignatureScheme;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -44,7 +48,14 @@ pub struct Expiry {
 #[derive(Debug)]
 pub(super) struct ByName {
     keys: Vec<Served>,
+    /// `tls_strict_sni`: no certificate for a name none covers.
+    strict: bool,
 }
+
+/// The error rustls gives when the resolver chose no certificate (it
+/// then queues an `access_denied` alert, which the handshake replaces by
+/// `unrecognized_name`): only `tls_strict_sni` chooses none.
+pub(super) const NO_CERTIFICATE: &str = "no server certificate chain resolved";
 
 /// One certificate and the DNS names it is valid for, read once when it
 /// is loaded, so a handshake compares strings and parses no DER.
@@ -54,11 +65,13 @@ struct Served {
     /// Its `subjectAltName`s of type DNS, as written (`*.example.com`
     /// included).
     names: Vec<String>,
+    /// Its file, as configured, for the load's warnings.
+    file: String,
 }
 
 impl ByName {
     /// Reads every pair; the error is one line naming the file.
-    pub(super) fn load(pairs: &[CertPair]) -> Result<(ByName, Vec<Expiry>), String> {
+    pub(super) fn load(pairs: &[CertPair], strict: bool) -> Result<(ByName, Vec<Expiry>), String> {
         let provider = rustls::crypto::ring::default_provider();
         let mut keys = Vec::with_capacity(pairs.len());
         let mut expiry = Vec::with_capacity(pairs.len());
@@ -82,29 +95,103 @@ impl ByName {
             keys.push(Served {
                 key: Arc::new(certified),
                 names,
+                file: pair.cert.display().to_string(),
             });
         }
-        Ok((ByName { keys }, expiry))
+        Ok((ByName { keys, strict }, expiry))
     }
 
-    /// The first certificate valid for `name`, if any: from the names
-    /// read at load time, no parsing here.
-    fn for_name(&self, name: &str) -> Option<&Arc<CertifiedKey>> {
-        self.keys
+    /// The certificate for `name`: the first valid for it whose key signs
+    /// with one of `schemes` (the client's), else the first valid for it;
+    /// `None` when none is. From the names read at load time, no parsing
+    /// here.
+    fn for_name(&self, name: &str, schemes: &[SignatureScheme]) -> Option<&Arc<CertifiedKey>> {
+        let mut valid = self
+            .keys
             .iter()
-            .find(|s| s.names.iter().any(|n| covers(n, name)))
-            .map(|s| &s.key)
+            .filter(|s| s.names.iter().any(|n| covers(n, name)));
+        let first = valid.next()?;
+        if usable(&first.key, schemes) {
+            return Some(&first.key);
+        }
+        Some(
+            valid
+                .find(|s| usable(&s.key, schemes))
+                .map_or(&first.key, |s| &s.key),
+        )
     }
+
+    /// The default certificate, for a client whose name none covers or
+    /// who sends none: the first, or another for the first's name whose
+    /// key the client can use (an ECDSA default beside an RSA one).
+    fn default_for(&self, schemes: &[SignatureScheme]) -> Option<&Arc<CertifiedKey>> {
+        let first = self.keys.first()?;
+        match first.names.first() {
+            Some(name) if !usable(&first.key, schemes) => self.for_name(name, schemes),
+            _ => Some(&first.key),
+        }
+    }
+
+    /// One sentence per certificate never served for a name because an
+    /// earlier one of the same key type covers it: the second RSA
+    /// certificate for `a.test` is dead weight (a renewal that kept the
+    /// old file in the list, say).
+    pub(super) fn shadowed(&self) -> Vec<String> {
+        let mut words = Vec::new();
+        for (j, later) in self.keys.iter().enumerate() {
+            let kind = later.key.key.algorithm();
+            for earlier in self.keys[..j]
+                .iter()
+                .filter(|e| e.key.key.algorithm() == kind)
+            {
+                let names: Vec<&str> = later
+                    .names
+                    .iter()
+                    .filter(|name| {
+                        earlier.names.iter().any(|p| {
+                            p.eq_ignore_ascii_case(name)
+                                || (!name.starts_with("*.") && covers(p, name))
+                        })
+                    })
+                    .map(String::as_str)
+                    .collect();
+                if names.is_empty() {
+                    continue;
+                }
+                let mut shown = names[..names.len().min(3)].join(", ");
+                if names.len() > 3 {
+                    shown.push_str(&format!(" and {} more", names.len() - 3));
+                }
+                words.push(format!(
+                    "TLS certificates {} and {} are both {kind:?} for {shown}: \
+                     only {} is served there",
+                    earlier.file, later.file, earlier.file
+                ));
+            }
+        }
+        words
+    }
+}
+
+/// Whether `key` signs with one of the client's `schemes` (rustls gives
+/// the resolver those that fit the cipher suites both sides have).
+fn usable(key: &CertifiedKey, schemes: &[SignatureScheme]) -> bool {
+    key.key.choose_scheme(schemes).is_some()
 }
 
 impl ResolvesServerCert for ByName {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        if self.keys.len() > 1 {
-            if let Some(key) = hello.server_name().and_then(|n| self.for_name(n)) {
-                return Some(Arc::clone(key));
-            }
+        if self.keys.len() == 1 && !self.strict {
+            // Nothing to choose: a client that cannot use it fails anyway.
+            return self.keys.first().map(|s| Arc::clone(&s.key));
         }
-        self.keys.first().map(|s| Arc::clone(&s.key))
+        let schemes = hello.signature_schemes();
+        let named = hello.server_name().and_then(|n| self.for_name(n, schemes));
+        match named {
+            Some(key) => Some(Arc::clone(key)),
+            None if self.strict => None,
+            None => self.default_for(schemes).map(Arc::clone),
+        }
     }
 }
 
@@ -247,42 +334,164 @@ mod tests {
 
     use super::*;
 
-    /// A key that signs nothing: the choice of a certificate never signs.
-    #[derive(Debug)]
-    struct NoKey;
+    use rustls::SignatureAlgorithm as Alg;
 
-    impl rustls::sign::SigningKey for NoKey {
-        fn choose_scheme(
-            &self,
-            _: &[rustls::SignatureScheme],
-        ) -> Option<Box<dyn rustls::sign::Signer>> {
-            None
+    /// A key of type `Alg` that signs nothing: it says which schemes it
+    /// would sign with, all the choice of a certificate asks.
+    #[derive(Debug)]
+    struct FakeKey(Alg);
+
+    #[derive(Debug)]
+    struct FakeSigner(SignatureScheme);
+
+    impl rustls::sign::Signer for FakeSigner {
+        fn sign(&self, _: &[u8]) -> Result<Vec<u8>, rustls::Error> {
+            Err(rustls::Error::General("a fake key".into()))
         }
 
-        fn algorithm(&self) -> rustls::SignatureAlgorithm {
-            rustls::SignatureAlgorithm::ECDSA
+        fn scheme(&self) -> SignatureScheme {
+            self.0
         }
     }
 
+    impl rustls::sign::SigningKey for FakeKey {
+        fn choose_scheme(
+            &self,
+            offered: &[SignatureScheme],
+        ) -> Option<Box<dyn rustls::sign::Signer>> {
+            let mine = match self.0 {
+                Alg::RSA => SignatureScheme::RSA_PSS_SHA256,
+                _ => SignatureScheme::ECDSA_NISTP256_SHA256,
+            };
+            offered
+                .contains(&mine)
+                .then(|| Box::new(FakeSigner(mine)) as Box<dyn rustls::sign::Signer>)
+        }
+
+        fn algorithm(&self) -> Alg {
+            self.0
+        }
+    }
+
+    const ECDSA: &[SignatureScheme] = &[SignatureScheme::ECDSA_NISTP256_SHA256];
+    const RSA: &[SignatureScheme] = &[SignatureScheme::RSA_PSS_SHA256];
+    const BOTH: &[SignatureScheme] = &[
+        SignatureScheme::RSA_PSS_SHA256,
+        SignatureScheme::ECDSA_NISTP256_SHA256,
+    ];
+
     /// Certificates whose DER is one byte `i` (not a certificate at all)
-    /// with the names given: the choice uses only the names read at load.
-    fn by_name(all: &[&[&str]]) -> ByName {
+    /// with the key types and names given: the choice uses only the names
+    /// read at load and what the key says it can sign.
+    fn typed(all: &[(Alg, &[&str])]) -> ByName {
         let keys = all
             .iter()
             .enumerate()
-            .map(|(i, names)| Served {
+            .map(|(i, (alg, names))| Served {
                 key: Arc::new(CertifiedKey::new(
                     vec![CertificateDer::from(vec![i as u8])],
-                    Arc::new(NoKey),
+                    Arc::new(FakeKey(*alg)),
                 )),
                 names: names.iter().map(|n| n.to_string()).collect(),
+                file: format!("{i}.pem"),
             })
             .collect();
-        ByName { keys }
+        ByName {
+            keys,
+            strict: false,
+        }
+    }
+
+    /// ECDSA certificates with the names given.
+    fn by_name(all: &[&[&str]]) -> ByName {
+        let all: Vec<(Alg, &[&str])> = all.iter().map(|n| (Alg::ECDSA, *n)).collect();
+        typed(&all)
     }
 
     fn chosen(certs: &ByName, name: &str) -> Option<u8> {
-        certs.for_name(name).map(|k| k.cert[0].as_ref()[0])
+        chosen_for(certs, name, ECDSA)
+    }
+
+    fn chosen_for(certs: &ByName, name: &str, schemes: &[SignatureScheme]) -> Option<u8> {
+        certs.for_name(name, schemes).map(|k| k.cert[0].as_ref()[0])
+    }
+
+    /// An RSA and an ECDSA certificate for one name: each client gets the
+    /// one it can sign with, the first when it can use both (or neither);
+    /// the default likewise among the certificates of the first's name.
+    #[test]
+    fn the_key_type_the_client_can_use_is_chosen() {
+        let certs = typed(&[
+            (Alg::RSA, &["a.test"]),
+            (Alg::ECDSA, &["a.test", "b.test"]),
+            (Alg::ECDSA, &["c.test"]),
+        ]);
+        assert_eq!(chosen_for(&certs, "a.test", RSA), Some(0));
+        assert_eq!(chosen_for(&certs, "a.test", ECDSA), Some(1));
+        assert_eq!(chosen_for(&certs, "a.test", BOTH), Some(0));
+        assert_eq!(chosen_for(&certs, "a.test", &[]), Some(0));
+        assert_eq!(chosen_for(&certs, "b.test", RSA), Some(1));
+        assert_eq!(chosen_for(&certs, "c.test", ECDSA), Some(2));
+        let default = |schemes| certs.default_for(schemes).map(|k| k.cert[0].as_ref()[0]);
+        assert_eq!(default(RSA), Some(0));
+        assert_eq!(default(ECDSA), Some(1));
+        assert_eq!(default(&[]), Some(0));
+    }
+
+    /// Two certificates of one key type for one name: the later one is
+    /// never served there, and the load says so once per pair; an RSA
+    /// and an ECDSA one for a name are not warned of.
+    #[test]
+    fn two_certificates_of_one_type_for_a_name_are_warned_of() {
+        let certs = typed(&[
+            (Alg::ECDSA, &["a.test", "*.w.test"]),
+            (Alg::RSA, &["a.test"]),
+            (Alg::ECDSA, &["A.test", "x.w.test", "other.test"]),
+            (Alg::ECDSA, &["*.a.test"]),
+        ]);
+        assert_eq!(
+            certs.shadowed(),
+            [
+                "TLS certificates 0.pem and 2.pem are both ECDSA for A.test, x.w.test: \
+              only 0.pem is served there"
+            ]
+        );
+        assert!(by_name(&[&["a.test"], &["b.test"]]).shadowed().is_empty());
+    }
+
+    /// The error rustls gives when a strict resolver chooses nothing is
+    /// the one the handshake turns into `unrecognized_name`; a name a
+    /// certificate covers goes past the choice.
+    #[test]
+    fn a_strict_choice_of_nothing_is_the_error_the_handshake_expects() {
+        let hello_for = |name: &str| {
+            let mut certs = by_name(&[&["a.test"]]);
+            certs.strict = true;
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_cert_resolver(Arc::new(certs));
+            let client = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth();
+            let name = rustls_pki_types::ServerName::try_from(name.to_string()).unwrap();
+            let mut client = rustls::ClientConnection::new(Arc::new(client), name).unwrap();
+            let mut server = rustls::ServerConnection::new(Arc::new(server)).unwrap();
+            let mut bytes = Vec::new();
+            client.write_tls(&mut bytes).unwrap();
+            server.read_tls(&mut &bytes[..]).unwrap();
+            server.process_new_packets().err()
+        };
+        let refused = rustls::Error::General(NO_CERTIFICATE.into());
+        assert_eq!(hello_for("other.test"), Some(refused.clone()));
+        // An address: no server name sent at all.
+        assert_eq!(hello_for("127.0.0.1"), Some(refused.clone()));
+        // Chosen, then the fake key cannot sign: another error.
+        assert_ne!(hello_for("a.test"), Some(refused));
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! No C counterpart.
 
 use std::fmt;
-use std::io::{self, ErrorKind};
+use std::io::{self, ErrorKind, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicU64;
@@ -47,6 +47,9 @@ pub enum Failure {
     ClientCertificate,
     /// Any other breach of the protocol.
     Protocol,
+    /// No certificate covers the client's server name, or it sent none
+    /// (`tls_strict_sni`): refused with `unrecognized_name`.
+    UnknownName,
 }
 
 impl Failure {
@@ -60,6 +63,7 @@ impl Failure {
             Failure::Refused => &stats.tls_handshake_failures_refused,
             Failure::ClientCertificate => &stats.tls_handshake_failures_client_certificate,
             Failure::Protocol => &stats.tls_handshake_failures_protocol,
+            Failure::UnknownName => &stats.tls_handshake_failures_unknown_name,
         }
     }
 
@@ -70,7 +74,10 @@ impl Failure {
             rustls::Error::InvalidMessage(M::InvalidContentType | M::UnknownProtocolVersion) => {
                 Failure::NotTls
             }
-            rustls::Error::PeerIncompatible(_) => Failure::Incompatible,
+            rustls::Error::PeerIncompatible(_) | rustls::Error::NoApplicationProtocol => {
+                Failure::Incompatible
+            }
+            rustls::Error::General(m) if m == super::certs::NO_CERTIFICATE => Failure::UnknownName,
             rustls::Error::AlertReceived(_) => Failure::Refused,
             rustls::Error::NoCertificatesPresented | rustls::Error::InvalidCertificate(_) => {
                 Failure::ClientCertificate
@@ -95,6 +102,7 @@ impl Failure {
                  or does not name it (backend_tls_server_name)"
             }
             Failure::Protocol => "a TLS protocol error",
+            Failure::UnknownName => "no certificate for the backend's name",
         }
     }
 }
@@ -109,6 +117,7 @@ impl fmt::Display for Failure {
             Failure::Refused => "the client refused the handshake",
             Failure::ClientCertificate => "the client's certificate is missing or not trusted",
             Failure::Protocol => "a TLS protocol error",
+            Failure::UnknownName => "no certificate for the client's server name (tls_strict_sni)",
         })
     }
 }
@@ -122,6 +131,10 @@ pub(crate) struct Sessions {
     pub(crate) client: Option<Connection>,
     pub(crate) backend: Option<Connection>,
 }
+
+/// A fatal `unrecognized_name` alert (RFC 6066 §3), in clear: nothing was
+/// sent to the client before its certificate was chosen.
+const UNRECOGNIZED_NAME: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70];
 
 /// Boxed [`Sessions`].
 pub(crate) type Session = Box<Sessions>;
@@ -150,9 +163,15 @@ fn complete(conn: &mut Connection, sock: &TcpStream, deadline: Instant) -> Resul
             Ok(0) => return Err(Failure::Closed),
             Ok(_) => {
                 if let Err(e) = conn.process_new_packets() {
-                    // The alert rustls queued, if the socket takes it now.
-                    let _ = conn.write_tls(&mut io);
-                    return Err(Failure::of(&e));
+                    let failure = Failure::of(&e);
+                    // The alert rustls queued, if the socket takes it now;
+                    // for a name no certificate covers, the one the RFC
+                    // names instead of rustls's access_denied.
+                    let _ = match failure {
+                        Failure::UnknownName => io.write(&UNRECOGNIZED_NAME),
+                        _ => conn.write_tls(&mut io),
+                    };
+                    return Err(failure);
                 }
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {

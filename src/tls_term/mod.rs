@@ -15,7 +15,9 @@
 //!   `tls_handshake_timeout`, and why one failed;
 //! - `pump`: the TLS-aware pump, beside the plain and splice ones of
 //!   [`mod@crate::proxy::pump`];
-//! - `stack`: the stack pages a handshake touched, handed back after it.
+//! - `stack`: the stack pages a handshake touched, handed back after it;
+//! - `tuning`: resumption (session cache, tickets) kept across reloads,
+//!   the ALPN list, the server's cipher order.
 //!
 //! # Threads
 //!
@@ -34,6 +36,7 @@ mod expiry;
 pub(crate) mod handshake;
 pub(crate) mod pump;
 mod stack;
+mod tuning;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -46,6 +49,7 @@ use serde::Deserialize;
 use crate::error::{Error, Result};
 
 pub use certs::{Expiry, NEAR_DAYS};
+pub use tuning::{AlpnList, DEFAULT_SESSION_CACHE, MAX_SESSION_CACHE};
 
 /// Default of `tls_handshake_timeout`: 10 s, nginx's
 /// `ssl_handshake_timeout` default is 60 s and HAProxy bounds it with
@@ -152,6 +156,14 @@ pub struct TlsSettings {
     /// The name sent to and verified in every backend's certificate
     /// (`backend_tls_server_name`). Default `None`: each backend's host.
     pub backend_server_name: Option<String>,
+    /// Most TLS 1.2 sessions kept for resumption by session id
+    /// (`tls_session_cache`); 0: none. Default [`DEFAULT_SESSION_CACHE`].
+    pub session_cache: usize,
+    /// Refuse a client whose server name no certificate covers, or who
+    /// sends none (`tls_strict_sni`). Default off: it gets the first.
+    pub strict_sni: bool,
+    /// Protocols offered by ALPN (`tls_alpn`). Default none.
+    pub alpn: AlpnList,
 }
 
 impl Default for TlsSettings {
@@ -163,6 +175,9 @@ impl Default for TlsSettings {
             backend: false,
             backend_ca: None,
             backend_server_name: None,
+            session_cache: DEFAULT_SESSION_CACHE,
+            strict_sni: false,
+            alpn: AlpnList::default(),
         }
     }
 }
@@ -194,6 +209,8 @@ pub struct Terminator {
     pub(crate) handshake_timeout: Duration,
     /// Each certificate's name and `notAfter`, for `/metrics`.
     pub(crate) expiry: Vec<Expiry>,
+    /// The session cache and ticket keys, for the next reload to keep.
+    resumption: Option<tuning::Resumption>,
 }
 
 impl Terminator {
@@ -206,6 +223,20 @@ impl Terminator {
     /// cannot be read, is not PEM, holds no certificate or key, or a key
     /// that does not match its certificate.
     pub fn load(settings: &TlsSettings) -> Result<Option<Terminator>> {
+        Terminator::load_after(settings, None)
+    }
+
+    /// [`Terminator::load`] for a reload: the session cache and ticket
+    /// keys of `previous` (the running terminator) are kept when no TLS
+    /// setting changed, so clients resume across the reload.
+    ///
+    /// # Errors
+    ///
+    /// As [`Terminator::load`].
+    pub fn load_after(
+        settings: &TlsSettings,
+        previous: Option<&Terminator>,
+    ) -> Result<Option<Terminator>> {
         if !settings.on() {
             return Ok(None);
         }
@@ -230,10 +261,19 @@ impl Terminator {
             backend,
             handshake_timeout: settings.handshake_timeout,
             expiry: Vec::new(),
+            resumption: None,
         };
         if settings.terminates() {
-            let (resolver, expiry) = certs::ByName::load(&settings.certs.0)
+            let (resolver, expiry) = certs::ByName::load(&settings.certs.0, settings.strict_sni)
                 .map_err(|m| Error::setting("tls_certs", m))?;
+            for words in resolver.shadowed() {
+                log::warn!("{words}");
+            }
+            let resumption = tuning::Resumption::for_settings(
+                settings,
+                previous.and_then(|p| p.resumption.as_ref()),
+            )
+            .map_err(|m| Error::setting("tls_session_cache", m))?;
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
                 .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
@@ -252,8 +292,10 @@ impl Terminator {
                     builder.with_client_cert_verifier(verifier)
                 }
             };
-            let config = builder.with_cert_resolver(Arc::new(resolver));
+            let mut config = builder.with_cert_resolver(Arc::new(resolver));
+            resumption.tune(&mut config);
             terminator.config = Some(Arc::new(config));
+            terminator.resumption = Some(resumption);
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64);

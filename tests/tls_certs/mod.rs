@@ -104,6 +104,25 @@ impl Certs {
 
     /// [`Certs::issue`], valid for `days` days from now.
     pub fn issue_for_days(&self, file: &str, names: &[&str], serial: u32, days: u32) -> Pair {
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
+        self.issue_key(file, names, serial, days, &ec)
+    }
+
+    /// [`Certs::issue`] with an RSA key (2048 bits).
+    pub fn issue_rsa(&self, file: &str, names: &[&str], serial: u32) -> Pair {
+        self.issue_key(file, names, serial, 30, &["-newkey", "rsa:2048"])
+    }
+
+    /// [`Certs::issue_for_days`] with the key `openssl req` makes from
+    /// `newkey` (its `-newkey` arguments).
+    fn issue_key(
+        &self,
+        file: &str,
+        names: &[&str],
+        serial: u32,
+        days: u32,
+        newkey: &[&str],
+    ) -> Pair {
         let key = format!("{file}.key");
         let csr = format!("{file}.csr");
         let cert = format!("{file}.pem");
@@ -115,23 +134,10 @@ impl Certs {
         )
         .unwrap();
         let subject = format!("/CN={}", names[0]);
-        openssl(
-            &self.dir,
-            &[
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-                "-subj",
-                &subject,
-            ],
-        );
+        let mut req = vec!["req"];
+        req.extend_from_slice(newkey);
+        req.extend_from_slice(&["-nodes", "-keyout", &key, "-out", &csr, "-subj", &subject]);
+        openssl(&self.dir, &req);
         let serial = serial.to_string();
         let days = days.to_string();
         openssl(
