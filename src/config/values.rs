@@ -73,7 +73,12 @@ macro_rules! as_is {
         }
     )*};
 }
-as_is!(bool, String, crate::tls_term::CertList);
+as_is!(
+    bool,
+    String,
+    crate::tls_term::CertList,
+    crate::tls_term::CrlFiles
+);
 
 impl<T> FileValue<T> for Parsed<T> {
     fn given(self) -> Option<T> {
