@@ -157,6 +157,17 @@ fn a_revoked_client_is_refused_and_a_new_crl_is_read_on_reload() {
         "{}",
         fs::read_to_string(&log).unwrap_or_default()
     );
+    // A garbage list at the same path: the reload fails, naming the key,
+    // and the old list stays.
+    fs::write(
+        &crl,
+        "-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n",
+    )
+    .unwrap();
+    r.signal(libc::SIGHUP);
+    let failed = r.next_log("tls_client_crl");
+    assert!(failed.contains("crl.pem"), "{failed}");
+    assert!(echoed(r.addr, &certs, &good), "{}", r.log());
     // The same path, a new list: good is revoked too.
     revoke(&certs, &good);
     gencrl(&certs, "crl.pem");
@@ -166,6 +177,40 @@ fn a_revoked_client_is_refused_and_a_new_crl_is_read_on_reload() {
         "the new CRL was not read: {}",
         r.log()
     );
+}
+
+/// A client whose certificate another CA signed is refused, and the line
+/// says why, with the certificate's subject and issuer (each refusal
+/// test runs its own balancer: the lines are throttled per process).
+#[test]
+fn a_client_of_another_ca_is_refused_with_its_names() {
+    let certs = Certs::new();
+    let other = Certs::new();
+    let server = certs.issue("server", &["localhost"], 1);
+    let stranger = other.issue("stranger", &["stranger.test"], 2);
+    let backend = TestBackend::echo();
+    let ca = certs.ca();
+    let mut r = Child::balancer(&[
+        "-l",
+        "127.0.0.1:0",
+        "-b",
+        &backend.addr().to_string(),
+        "--tls-cert",
+        &server.flag(),
+        "--tls-client-ca",
+        ca.to_str().unwrap(),
+    ]);
+    assert!(!echoed(r.addr, &certs, &stranger));
+    let line = r.next_log("TLS client certificate refused");
+    assert!(
+        line.contains("refused: bad signature") || line.contains("refused: unknown issuer"),
+        "{line}"
+    );
+    assert!(
+        line.contains("(subject CN=stranger.test, issuer CN=rodizio test CA)"),
+        "{line}"
+    );
+    assert!(line.contains("INFO") || line.contains("info"), "{line}");
 }
 
 /// The settings of a service terminating with `server`, asking clients
