@@ -202,7 +202,8 @@ fn complete(conn: &mut Connection, sock: &TcpStream, deadline: Instant) -> Resul
 /// The TLS of a worker's client, for a service with TLS on either side:
 /// the client's handshake done (when terminated here), counted
 /// (`tls_handshakes`, or the failure's counter) and, when it failed,
-/// logged (debug) with the client closed; `None` then.
+/// logged (debug; a refused client certificate at info, throttled, by
+/// `client_cert`) with the client closed; `None` then.
 #[cold]
 #[inline(never)]
 pub(crate) fn serve(

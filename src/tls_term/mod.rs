@@ -218,8 +218,10 @@ impl Terminator {
     /// # Errors
     ///
     /// [`Error::InvalidSetting`] (`tls_certs`) in one line for a file that
-    /// cannot be read, is not PEM, holds no certificate or key, or a key
-    /// that does not match its certificate.
+    /// cannot be read, is not PEM, holds no certificate or key, a key
+    /// that does not match its certificate, or a chain out of order or
+    /// with an unrelated certificate; `tls_client_ca`, `tls_client_crl`
+    /// (see `crl`) and `backend_tls_ca` likewise.
     pub fn load(settings: &TlsSettings) -> Result<Option<Terminator>> {
         if !settings.on() {
             return Ok(None);
