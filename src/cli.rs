@@ -35,7 +35,7 @@ use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MA
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::sni::ServerNames;
-use crate::tls_term::{CertList, CertPair};
+use crate::tls_term::{CertList, CertPair, CrlFiles};
 use crate::trace::Lang;
 use crate::units::{parse_duration, parse_size, ByteRate};
 
@@ -255,6 +255,12 @@ impl FlagValue<Vec<BackendSpec>> for Vec<BackendSpec> {
 impl FlagValue<CertList> for Vec<CertPair> {
     fn given(&self) -> Option<CertList> {
         (!self.is_empty()).then(|| CertList(self.clone()))
+    }
+}
+
+impl FlagValue<CrlFiles> for Vec<PathBuf> {
+    fn given(&self) -> Option<CrlFiles> {
+        (!self.is_empty()).then(|| CrlFiles(self.clone()))
     }
 }
 

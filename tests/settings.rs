@@ -458,6 +458,7 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
         "tls_certs": [{"cert": "/etc/rodizio/a.pem", "key": "/etc/rodizio/a.key"},
                       {"cert": "/etc/rodizio/b.pem", "key": "/etc/rodizio/b.key"}],
         "tls_handshake_timeout": "4s", "tls_client_ca": "/etc/rodizio/clients.pem",
+        "tls_client_crl": "/etc/rodizio/clients.crl",
         "backend_tls": true, "backend_tls_ca": "/etc/rodizio/backends.pem",
         "backend_tls_server_name": "backend.test", "tls_session_cache": 500,
         "tls_strict_sni": true, "tls_alpn": ["h2", "http/1.1"], "send_proxy": "v2",

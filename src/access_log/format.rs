@@ -143,6 +143,10 @@ fn text(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
                 None => out.push(b'-'),
             }
         }
+        if let Some(client) = &tls.client {
+            out.extend_from_slice(b" tls_client=");
+            text_value(out, client)?;
+        }
     }
     Ok(())
 }
@@ -186,6 +190,8 @@ struct JsonLine<'a> {
     reason: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tls: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_client: Option<&'a str>,
 }
 
 /// A field written as the string its `Display` makes.
@@ -217,6 +223,7 @@ fn json(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
         end: r.end.name(),
         reason: r.end.reason(),
         tls: r.tls.as_ref().map(|t| t.version),
+        tls_client: r.tls.as_ref().and_then(|t| t.client.as_deref()),
     };
     line.serialize(&mut serde_json::Serializer::with_formatter(out, Escaping))
         .map_err(io::Error::from)

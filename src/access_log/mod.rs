@@ -655,6 +655,7 @@ mod tests {
         r.tls = Some(TlsNote {
             version: "TLSv1.3",
             sni: Some("a.test".into()),
+            client: None,
         });
         assert!(
             line(&r, Format::Text).contains(" tls=TLSv1.3 sni=a.test"),
@@ -667,8 +668,28 @@ mod tests {
         r.tls = Some(TlsNote {
             version: "TLSv1.2",
             sni: None,
+            client: None,
         });
         assert!(line(&r, Format::Text).contains(" tls=TLSv1.2 sni=-"));
+        assert!(!line(&r, Format::Text).contains("tls_client"));
+        assert!(!line(&r, Format::Json).contains("tls_client"));
+        // The accepted client certificate's subject, quoted in the text
+        // line when it has a space.
+        r.tls = Some(TlsNote {
+            version: "TLSv1.3",
+            sni: None,
+            client: Some("CN=alice,O=Example Org".into()),
+        });
+        let text = line(&r, Format::Text);
+        assert!(
+            text.ends_with(r#" tls=TLSv1.3 sni=- tls_client="CN=alice,O=Example Org""#),
+            "{text}"
+        );
+        let json = line(&r, Format::Json);
+        assert!(
+            json.contains(r#""tls_client":"CN=alice,O=Example Org""#),
+            "{json}"
+        );
     }
 
     fn numbered(i: u64) -> Record {

@@ -100,6 +100,9 @@ pub struct TlsNote {
     pub version: &'static str,
     /// The server name (SNI) the client asked for, if any.
     pub sni: Option<String>,
+    /// The subject of the client's certificate (`tls_client_ca`), RFC
+    /// 4514 (`CN=alice,O=Example`); `None` when none was asked for.
+    pub client: Option<String>,
 }
 
 /// How a connection ended. Each has a stable snake_case name, written in

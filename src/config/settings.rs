@@ -36,7 +36,7 @@ use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::sni::names::MaybeServerNames;
 use crate::sni::ServerNames;
-use crate::tls_term::CertList;
+use crate::tls_term::{CertList, CrlFiles};
 use crate::trace::Lang;
 use crate::units::{format_duration, format_size, ByteRate};
 

@@ -406,6 +406,14 @@ macro_rules! settings_table {
                 .client_ca
                 .as_ref()
                 .map_or_else(|| "none".into(), |p| p.display().to_string());
+        /// With --tls-client-ca: refuse clients whose certificate one of
+        /// these CRLs revokes (PEM files, each issued by a CA of
+        /// --tls-client-ca); repeat for more. Read again on every reload.
+        /// None by default.
+        tls_client_crl: CrlFiles, "tls-client-crl", Service, set(tls.client_crl), live,
+            file CrlFiles => take,
+            flag Vec<PathBuf> [value_name = "FILE"],
+            always |c: &Config| c.tls.client_crl.to_string();
         /// Speak TLS to the backends (re-encryption), verifying their
         /// certificates against --backend-tls-ca. Off by default.
         backend_tls: bool, "backend-tls", Service, set(tls.backend), live,

@@ -77,7 +77,8 @@ as_is!(
     bool,
     String,
     crate::tls_term::CertList,
-    crate::tls_term::AlpnList
+    crate::tls_term::AlpnList,
+    crate::tls_term::CrlFiles
 );
 
 impl<T> FileValue<T> for Parsed<T> {

@@ -107,8 +107,8 @@ pub(crate) enum Refusal {
         how: &'static str,
     },
     /// The TLS handshake of a service that terminates TLS failed: counted
-    /// by its kind and logged (debug) where it failed
-    /// (`tls_term::handshake`), access-logged here.
+    /// by its kind and logged where it failed (`tls_term::handshake`:
+    /// debug, a refused client certificate at info), access-logged here.
     TlsHandshake,
     /// Queued on a route its service does not serve: a bug, logged as an
     /// error. Also the fate a worker's outcome starts with, so that a

@@ -70,7 +70,7 @@ pub(super) fn read_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
     let bytes = super::certs::read_pem(path)?;
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&bytes) {
-        let cert = cert.map_err(|e| format!("{} is not PEM: {e}", path.display()))?;
+        let cert = cert.map_err(|e| super::words::pem(path, &e))?;
         roots
             .add(cert)
             .map_err(|e| format!("{}: a certificate is not usable: {e}", path.display()))?;

@@ -78,14 +78,20 @@ impl ByName {
         for pair in pairs {
             let chain = read_chain(&pair.cert)?;
             let key = read_key(&pair.key)?;
-            let certified = CertifiedKey::from_der(chain, key, &provider).map_err(|e| {
-                format!(
-                    "{} and {} do not make a pair: {}",
-                    pair.cert.display(),
-                    pair.key.display(),
-                    words(&e)
-                )
-            })?;
+            let certified = CertifiedKey::from_der(chain.clone(), key.clone_key(), &provider)
+                .map_err(|e| {
+                    super::chain::misplaced_key(&pair.cert, &chain, &key, &provider).unwrap_or_else(
+                        || {
+                            format!(
+                                "{} and {} do not make a pair: {}",
+                                pair.cert.display(),
+                                pair.key.display(),
+                                words(&e)
+                            )
+                        },
+                    )
+                })?;
+            super::chain::check(&pair.cert, &chain)?;
             let names = certified.cert.first().map(dns_names).unwrap_or_default();
             expiry.push(Expiry {
                 file: pair.cert.display().to_string(),
@@ -227,15 +233,22 @@ fn words(error: &rustls::Error) -> String {
 
 /// Reads `path`, at most [`MAX_PEM_BYTES`].
 pub(super) fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+    read_at_most(path, MAX_PEM_BYTES, "a PEM certificate or key")
+}
+
+/// Reads `path`, at most `max` bytes (never more into memory): a larger
+/// file is not `what`.
+pub(super) fn read_at_most(path: &Path, max: u64, what: &str) -> Result<Vec<u8>, String> {
     let shown = path.display();
     let file = File::open(path).map_err(|e| format!("cannot read {shown}: {}", os_words(&e)))?;
     let mut bytes = Vec::new();
-    file.take(MAX_PEM_BYTES + 1)
+    file.take(max + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read {shown}: {}", os_words(&e)))?;
-    if bytes.len() as u64 > MAX_PEM_BYTES {
+    if bytes.len() as u64 > max {
         return Err(format!(
-            "{shown} is over 1 MiB: not a PEM certificate or key"
+            "{shown} is over {} MiB: not {what}",
+            max / (1024 * 1024)
         ));
     }
     Ok(bytes)
@@ -255,7 +268,7 @@ fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let bytes = read_pem(path)?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("{} is not PEM: {e}", path.display()))?;
+        .map_err(|e| super::words::pem(path, &e))?;
     if chain.is_empty() {
         return Err(format!("{} holds no PEM certificate", path.display()));
     }

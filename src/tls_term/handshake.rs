@@ -139,6 +139,33 @@ const UNRECOGNIZED_NAME: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70];
 /// Boxed [`Sessions`].
 pub(crate) type Session = Box<Sessions>;
 
+impl Failed {
+    /// In words, the peer a backend: for a refused certificate, why (its
+    /// CA, `backend_tls_ca`, or its name, `backend_tls_server_name`).
+    fn backend_words(&self) -> String {
+        match &self.error {
+            Some(rustls::Error::InvalidCertificate(e)) => format!(
+                "the backend's certificate was refused: {}",
+                super::words::certificate(e, "backend_tls_ca")
+            ),
+            _ => self.kind.backend_words().to_string(),
+        }
+    }
+}
+
+/// A failed handshake: its kind, and rustls's error when it had one (why
+/// a certificate was refused, in detail).
+struct Failed {
+    kind: Failure,
+    error: Option<rustls::Error>,
+}
+
+impl From<Failure> for Failed {
+    fn from(kind: Failure) -> Failed {
+        Failed { kind, error: None }
+    }
+}
+
 /// Does one side's handshake on `sock` (made non-blocking here, as the
 /// pump wants it) by `deadline`.
 ///
@@ -146,7 +173,7 @@ pub(crate) type Session = Box<Sessions>;
 ///
 /// Why it failed; any alert rustls has for the peer was sent (one try,
 /// without waiting).
-fn complete(conn: &mut Connection, sock: &TcpStream, deadline: Instant) -> Result<(), Failure> {
+fn complete(conn: &mut Connection, sock: &TcpStream, deadline: Instant) -> Result<(), Failed> {
     sock.set_nonblocking(true).map_err(|_| Failure::Closed)?;
     let mut io = sock;
     while conn.is_handshaking() {
@@ -155,12 +182,12 @@ fn complete(conn: &mut Connection, sock: &TcpStream, deadline: Instant) -> Resul
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => writable_by(sock, deadline)?,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => return Err(Failure::Closed),
+                Err(_) => return Err(Failure::Closed.into()),
             }
             continue;
         }
         match conn.read_tls(&mut io) {
-            Ok(0) => return Err(Failure::Closed),
+            Ok(0) => return Err(Failure::Closed.into()),
             Ok(_) => {
                 if let Err(e) = conn.process_new_packets() {
                     let failure = Failure::of(&e);
@@ -171,18 +198,21 @@ fn complete(conn: &mut Connection, sock: &TcpStream, deadline: Instant) -> Resul
                         Failure::UnknownName => io.write(&UNRECOGNIZED_NAME),
                         _ => conn.write_tls(&mut io),
                     };
-                    return Err(failure);
+                    return Err(Failed {
+                        kind: failure,
+                        error: Some(e),
+                    });
                 }
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
                 match readable_by(sock.as_raw_fd(), deadline) {
                     Ok(true) => {}
-                    Ok(false) => return Err(Failure::Timeout),
-                    Err(_) => return Err(Failure::Closed),
+                    Ok(false) => return Err(Failure::Timeout.into()),
+                    Err(_) => return Err(Failure::Closed.into()),
                 }
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(_) => return Err(Failure::Closed),
+            Err(_) => return Err(Failure::Closed.into()),
         }
     }
     Ok(())
@@ -191,7 +221,8 @@ fn complete(conn: &mut Connection, sock: &TcpStream, deadline: Instant) -> Resul
 /// The TLS of a worker's client, for a service with TLS on either side:
 /// the client's handshake done (when terminated here), counted
 /// (`tls_handshakes`, or the failure's counter) and, when it failed,
-/// logged (debug) with the client closed; `None` then.
+/// logged (debug; a refused client certificate at info, throttled, by
+/// `client_cert`) with the client closed; `None` then.
 #[cold]
 #[inline(never)]
 pub(crate) fn serve(
@@ -210,7 +241,10 @@ pub(crate) fn serve(
     };
     let deadline = Instant::now() + sessions.edge.handshake_timeout;
     let done = ServerConnection::new(Arc::clone(config))
-        .map_err(|e| Failure::of(&e))
+        .map_err(|e| Failed {
+            kind: Failure::of(&e),
+            error: Some(e),
+        })
         .and_then(|conn| {
             let conn = sessions.client.insert(Connection::Server(conn));
             complete(conn, client, deadline)
@@ -228,9 +262,17 @@ pub(crate) fn serve(
             }
             Some(sessions)
         }
-        Err(failure) => {
+        Err(Failed {
+            kind: failure,
+            error,
+        }) => {
             Stats::incr(failure.counter(stats));
-            log::debug!("client {peer}: TLS handshake failed: {failure}");
+            // Taken whatever the failure, so none is left for the next.
+            let names = super::client_cert::take_refused();
+            match error.as_ref().and_then(super::client_cert::reason) {
+                Some(why) => super::client_cert::log_refusal(peer, &why, names.as_ref()),
+                None => log::debug!("client {peer}: TLS handshake failed: {failure}"),
+            }
             let _ = client.shutdown(std::net::Shutdown::Both);
             None
         }
@@ -246,6 +288,11 @@ impl Sessions {
         Some(Box::new(TlsNote {
             version: version(conn),
             sni: conn.server_name().map(str::to_string),
+            client: conn
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|cert| super::client_cert::names(cert.as_ref()))
+                .map(|names| names.subject),
         }))
     }
 
@@ -276,8 +323,10 @@ impl Sessions {
             .map_err(|e| io::Error::other(e.to_string()))?;
         let conn = self.backend.insert(Connection::Client(conn));
         complete(conn, sock, deadline).map_err(|f| {
-            let words = f.backend_words();
-            io::Error::other(format!("TLS handshake with the backend failed: {words}"))
+            io::Error::other(format!(
+                "TLS handshake with the backend failed: {}",
+                f.backend_words()
+            ))
         })
     }
 }
@@ -319,7 +368,36 @@ pub(super) fn is_gone(error: &io::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::Failure;
+    use super::{Failed, Failure};
+    use rustls::CertificateError;
+
+    /// A backend's refused certificate says whether its CA or its name
+    /// was wrong.
+    #[test]
+    fn a_refused_backend_certificate_names_the_ca_or_the_name() {
+        let failed = |e: CertificateError| Failed {
+            kind: Failure::ClientCertificate,
+            error: Some(rustls::Error::InvalidCertificate(e)),
+        };
+        let ca = failed(CertificateError::UnknownIssuer).backend_words();
+        assert_eq!(
+            ca,
+            "the backend's certificate was refused: unknown issuer: \
+             not signed by a CA of backend_tls_ca"
+        );
+        let name = failed(CertificateError::NotValidForNameContext {
+            expected: rustls::pki_types::ServerName::try_from("b.test").unwrap(),
+            presented: vec!["DnsName(\"a.test\")".into()],
+        })
+        .backend_words();
+        assert!(
+            name.contains("not valid for the name b.test (it names"),
+            "{name}"
+        );
+        assert!(!name.contains("backend_tls_ca"), "{name}");
+        let closed = Failed::from(Failure::Closed).backend_words();
+        assert_eq!(closed, "the backend closed during the handshake");
+    }
 
     /// A failed handshake with a backend is told in the backend's words,
     /// not the client's.

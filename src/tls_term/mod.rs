@@ -8,6 +8,12 @@
 //! - this file: the settings ([`TlsSettings`], [`CertPair`]) and the
 //!   [`Terminator`] built from them, swapped whole by a reload;
 //! - `backend`: re-encryption, TLS from the worker to the backends;
+//! - `client_cert`: the client certificates' verifier (`tls_client_ca`,
+//!   `tls_client_crl`), the line a refused one leaves, the accepted one's
+//!   subject;
+//! - `crl`: reading `tls_client_crl`;
+//! - `chain`: a certificate file's chain checked (order, unrelated ones);
+//! - `words`: rustls's and PEM errors in words;
 //! - `certs`: reading the PEM files, the choice of a certificate by the
 //!   client's server name (SNI), and each certificate's `notAfter`, read
 //!   by `expiry`;
@@ -32,11 +38,15 @@
 
 pub mod backend;
 mod certs;
+mod chain;
+pub(crate) mod client_cert;
+mod crl;
 mod expiry;
 pub(crate) mod handshake;
 pub(crate) mod pump;
 mod stack;
 mod tuning;
+pub(crate) mod words;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -49,6 +59,7 @@ use serde::Deserialize;
 use crate::error::{Error, Result};
 
 pub use certs::{Expiry, NEAR_DAYS};
+pub use crl::CrlFiles;
 pub use tuning::{AlpnList, DEFAULT_SESSION_CACHE, MAX_SESSION_CACHE};
 
 /// Default of `tls_handshake_timeout`: 10 s, nginx's
@@ -148,6 +159,9 @@ pub struct TlsSettings {
     /// Ask every client for a certificate signed by these CAs (a PEM
     /// file; `tls_client_ca`, mutual TLS). Default `None`: none asked.
     pub client_ca: Option<PathBuf>,
+    /// Refuse clients whose certificate these CRLs revoke (PEM files;
+    /// `tls_client_crl`, with `tls_client_ca`). Default none.
+    pub client_crl: CrlFiles,
     /// Speak TLS to the backends (`backend_tls`). Default off.
     pub backend: bool,
     /// The CAs that sign the backends' certificates (`backend_tls_ca`).
@@ -172,6 +186,7 @@ impl Default for TlsSettings {
             certs: CertList::default(),
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             client_ca: None,
+            client_crl: CrlFiles::default(),
             backend: false,
             backend_ca: None,
             backend_server_name: None,
@@ -220,8 +235,10 @@ impl Terminator {
     /// # Errors
     ///
     /// [`Error::InvalidSetting`] (`tls_certs`) in one line for a file that
-    /// cannot be read, is not PEM, holds no certificate or key, or a key
-    /// that does not match its certificate.
+    /// cannot be read, is not PEM, holds no certificate or key, a key
+    /// that does not match its certificate, or a chain out of order or
+    /// with an unrelated certificate; `tls_client_ca`, `tls_client_crl`
+    /// (see `crl`) and `backend_tls_ca` likewise.
     pub fn load(settings: &TlsSettings) -> Result<Option<Terminator>> {
         Terminator::load_after(settings, None)
     }
@@ -244,6 +261,12 @@ impl Terminator {
             return Err(Error::setting(
                 "tls_handshake_timeout",
                 "must be more than 0",
+            ));
+        }
+        if settings.client_ca.is_none() && !settings.client_crl.0.is_empty() {
+            return Err(Error::setting(
+                "tls_client_crl",
+                "needs tls_client_ca: only clients asked for a certificate have one to revoke",
             ));
         }
         let backend = settings
@@ -280,17 +303,11 @@ impl Terminator {
                 .map_err(|e| Error::setting("tls_certs", e.to_string()))?;
             let builder = match &settings.client_ca {
                 None => builder.with_no_client_auth(),
-                Some(ca) => {
-                    let roots =
-                        backend::read_roots(ca).map_err(|m| Error::setting("tls_client_ca", m))?;
-                    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                        Arc::new(roots),
-                        provider,
-                    )
-                    .build()
-                    .map_err(|e| Error::setting("tls_client_ca", e.to_string()))?;
-                    builder.with_client_cert_verifier(verifier)
-                }
+                Some(ca) => builder.with_client_cert_verifier(client_cert::verifier(
+                    ca,
+                    &settings.client_crl.0,
+                    provider,
+                )?),
             };
             let mut config = builder.with_cert_resolver(Arc::new(resolver));
             resumption.tune(&mut config);

@@ -133,32 +133,9 @@ fn words(error: &rustls::Error) -> String {
     }
 }
 
-/// Why a certificate was refused.
+/// Why a certificate was refused, in the words the workers use.
 fn certificate_words(error: &CertificateError) -> String {
-    match error {
-        CertificateError::UnknownIssuer => {
-            "unknown issuer: not signed by a trusted CA (backend_tls_ca)".into()
-        }
-        CertificateError::Expired | CertificateError::ExpiredContext { .. } => "expired".into(),
-        CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
-            "not valid yet".into()
-        }
-        CertificateError::NotValidForName => "not valid for the name asked".into(),
-        CertificateError::NotValidForNameContext {
-            expected,
-            presented,
-        } => format!(
-            "not valid for the name {} (it names {})",
-            expected.to_str(),
-            presented.join(", ")
-        ),
-        CertificateError::BadSignature => {
-            "bad signature: not signed by the trusted CA of its issuer's name".into()
-        }
-        CertificateError::Revoked => "revoked".into(),
-        CertificateError::BadEncoding => "badly encoded".into(),
-        other => spaced(&format!("{other:?}")),
-    }
+    crate::tls_term::words::certificate(error, "backend_tls_ca")
 }
 
 /// `HandshakeFailure` as `handshake failure`.
@@ -186,6 +163,12 @@ mod tests {
         assert!(words(&e).contains("unknown issuer"), "{}", words(&e));
         let e = rustls::Error::InvalidCertificate(CertificateError::Expired);
         assert_eq!(words(&e), "certificate verification failed: expired");
+        // A self-signed backend certificate with CA:TRUE.
+        let e = rustls::Error::InvalidCertificate(CertificateError::Other(rustls::OtherError(
+            Arc::new(webpki::Error::CaUsedAsEndEntity),
+        )));
+        assert!(words(&e).contains("CA:TRUE"), "{}", words(&e));
+        assert!(!words(&e).ends_with("other"), "{}", words(&e));
         let e = rustls::Error::AlertReceived(rustls::AlertDescription::BadCertificate);
         assert!(
             words(&e).ends_with("(alert: bad certificate)"),
