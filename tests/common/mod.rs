@@ -237,7 +237,7 @@ fn kernel_relay_from_env(proxy: &mut ProxyConfig) {
         .ok()
         .and_then(|v| v.parse().ok())
     {
-        proxy.kernel_relay = true;
+        proxy.kernel_relay = rodizio::proxy::KernelRelay::On;
         proxy.kernel_relay_after = after;
     }
 }
