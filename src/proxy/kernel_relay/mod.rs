@@ -292,7 +292,16 @@ pub fn relay(
             count(|s| &s.kernel_relay_fallbacks);
             match link.unwind(timeouts[0], moved) {
                 Ok(()) => Relayed::Back,
-                Err(Fault(socket, error)) => Relayed::Failed { socket, error },
+                Err(Fault(socket, error)) => {
+                    // A reset met on the way out (a backend that answered
+                    // early and reset under a full upload): what the other
+                    // direction, still relayed, took from it before is
+                    // waited for and counted, as after a reset met here.
+                    if let Some(i) = socket {
+                        link.deliver_from(i, moved);
+                    }
+                    Relayed::Failed { socket, error }
+                }
             }
         }
         Err(Fault(socket, error)) => {
