@@ -13,6 +13,9 @@ cargo clippy --all-targets -- -D warnings
 echo "== unit and integration tests"
 cargo test --all-targets --no-fail-fast
 
+echo "== the pump's tests again with the kernel relay on (needs root)"
+scripts/kernel-relay-pass.sh
+
 echo "== docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 cargo test --doc --quiet

@@ -38,6 +38,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::listener;
 use crate::pool::{self, Pool};
+use crate::proxy::KernelRelay;
 use crate::running::Running;
 use crate::scheduler::Scheduler;
 use crate::service::{ProcessWide, Service};
@@ -146,10 +147,19 @@ impl Balancer {
         if config.trace {
             crate::trace::enable(config.trace_lang);
         }
-        if config.service_list().iter().any(|c| c.proxy.kernel_relay) {
-            // Loads the program now, so the log says at start which path
-            // promoted connections take.
-            crate::proxy::kernel_relay::prepare();
+        // Loads the program now, before the privilege drop and so that the
+        // log says at start which path promoted connections take: a
+        // warning if a service says `on`, else one info line for `auto`.
+        let modes: Vec<_> = config
+            .service_list()
+            .iter()
+            .map(|c| c.proxy.kernel_relay)
+            .collect();
+        if let Some(mode) = [KernelRelay::On, KernelRelay::Auto]
+            .into_iter()
+            .find(|m| modes.contains(m))
+        {
+            crate::proxy::kernel_relay::prepare(mode);
         }
         let shared = ProcessWide {
             stats: Arc::new(Stats::default()),

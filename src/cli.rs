@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::health::CheckKind;
 use crate::kernel_sched::SchedPolicy;
 use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};
+use crate::proxy::KernelRelay;
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::sni::ServerNames;
@@ -350,6 +351,10 @@ fn parse_rule(text: &str) -> std::result::Result<RateLimitAlgorithm, String> {
 }
 
 fn parse_sched_policy(text: &str) -> std::result::Result<SchedPolicy, String> {
+    text.parse()
+}
+
+fn parse_kernel_relay(text: &str) -> std::result::Result<KernelRelay, String> {
     text.parse()
 }
 

@@ -23,6 +23,9 @@ fn open_fds() -> usize {
 fn no_descriptor_left_after_a_batch_and_a_stop() {
     // Warm up whatever the runtime opens once (e.g. for the first thread).
     drop(TestBackend::echo());
+    // The kernel relay's program and maps, when a pass turns it on: loaded
+    // once per process and kept, as in the balancer.
+    common::kernel_relay_after_from_env();
     let before = open_fds();
     {
         let echo = TestBackend::echo();

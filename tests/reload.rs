@@ -27,10 +27,11 @@ const LOAD_LIMIT: Duration = Duration::from_secs(120);
 /// The slow stream: this many bytes before the reloads, as many after.
 const HALF: usize = 64 * 1024;
 
-/// The balancer binary with `-c CONFIG`.
+/// The balancer binary with `-c CONFIG` (and the kernel relay in the
+/// second pass of `make test`: `child::kernel_relay_flags`).
 fn start(config: &Path) -> Child {
     let mut command = child::command(&["--allow-root", "-c"]);
-    Child::start(command.arg(config))
+    Child::start(command.arg(config).args(child::kernel_relay_flags()))
 }
 
 /// A backend that answers like the demo backend (`Handled by server

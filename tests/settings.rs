@@ -311,7 +311,6 @@ fn what_describe_prints_reads_back() {
             | "rate_limit_max_clients"
             | "rate_limit_ipv6_prefix"
             | "splice"
-            | "kernel_relay"
             | "kernel_relay_after"
             | "defer_accept"
             | "yield_before_poll"
@@ -440,7 +439,7 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
         "max_connections": 500, "queue_capacity": 999, "worker_idle_timeout": "45s",
         "backlog": 77, "sched_policy": "batch", "buffer_size": "16k",
         "connect_timeout": "1500ms", "idle_timeout": "2m", "drain_timeout": "7s",
-        "splice": true, "kernel_relay": true, "kernel_relay_after": 9,
+        "splice": true, "kernel_relay": "auto", "kernel_relay_after": 9,
         "defer_accept": true, "yield_before_poll": true, "health_check": "http",
         "health_interval": "3s", "health_timeout": "700ms", "health_path": "/up",
         "fall": 4, "rise": 5, "passive_failures": 6, "health_cooldown": "12s",

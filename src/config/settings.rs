@@ -24,14 +24,15 @@ use serde::Deserialize;
 use super::entry::Backends;
 use super::table::settings_table;
 use super::values::{
-    Bytes, FileValue, Listen, MaybeAddr, MaybeCount, MaybeParsed, MaybeSecs, Mode, Parsed,
-    RateSetting, Secs, Size, Stdout, Store, Text, Whole,
+    Bytes, FileValue, Listen, MaybeAddr, MaybeCount, MaybeParsed, MaybeSecs, Mode, OnOffAuto,
+    Parsed, RateSetting, Secs, Size, Stdout, Store, Text, Whole,
 };
 use super::{show_bytes, Config};
 use crate::backend::BackendSpec;
 use crate::health::CheckKind;
 use crate::kernel_sched::SchedPolicy;
 use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};
+use crate::proxy::KernelRelay;
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::sni::names::MaybeServerNames;

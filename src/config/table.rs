@@ -118,12 +118,15 @@ macro_rules! settings_table {
             always |c: &Config| c.proxy.splice.to_string();
         /// Let the kernel move the bytes of a long-lived connection (an eBPF
         /// sockmap program) once it has made --kernel-relay-after exchanges on
-        /// the copy pump; needs root or CAP_BPF and CAP_NET_ADMIN, else the
-        /// copy pump goes on. Not with --splice, a rate or TLS termination.
-        /// Off by default.
-        kernel_relay: bool, "kernel-relay", Service, set(proxy.kernel_relay), live,
-            file bool => take,
-            flag bool,
+        /// the copy pump: off, on (the bare flag), or auto (on where the
+        /// program loads: root or CAP_BPF and CAP_NET_ADMIN, else off with an
+        /// info line). Not with --splice, a rate or TLS termination. Off by
+        /// default: the article's pump copies through a buffer.
+        kernel_relay: KernelRelay, "kernel-relay", Service, set(proxy.kernel_relay), live,
+            file OnOffAuto => take,
+            flag Option<KernelRelay> [value_name = "WHEN", num_args = 0..=1,
+                require_equals = true, default_missing_value = "on",
+                value_parser = parse_kernel_relay],
             always |c: &Config| c.proxy.kernel_relay.to_string();
         /// Exchanges (bytes to the backend, then bytes back) a connection makes
         /// on the copy pump before --kernel-relay takes it over; 0: from the

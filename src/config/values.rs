@@ -21,6 +21,7 @@ use serde::Deserialize;
 
 use crate::health::protocol::parse_bytes;
 use crate::limiter::Rate;
+use crate::proxy::KernelRelay;
 use crate::units::{parse_duration, parse_size, short_number};
 
 /// What the process runs, the file's `mode`.
@@ -468,6 +469,40 @@ impl<'de> Deserialize<'de> for Bytes {
         parse_bytes(&text)
             .map(|b| Bytes(Some(b)))
             .map_err(de::Error::custom)
+    }
+}
+
+/// `kernel_relay`: `"off"`, `"on"`, `"auto"`, or `false` and `true` as the
+/// file wrote it when the setting was a switch.
+#[derive(Debug)]
+pub(super) struct OnOffAuto(pub(super) KernelRelay);
+
+impl<'de> Deserialize<'de> for OnOffAuto {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = OnOffAuto;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("\"off\", \"on\" or \"auto\" (or true, false)")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<OnOffAuto, E> {
+                Ok(OnOffAuto(if v {
+                    KernelRelay::On
+                } else {
+                    KernelRelay::Off
+                }))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<OnOffAuto, E> {
+                v.parse().map(OnOffAuto).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl FileValue<KernelRelay> for OnOffAuto {
+    fn given(self) -> Option<KernelRelay> {
+        Some(self.0)
     }
 }
 

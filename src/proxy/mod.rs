@@ -71,6 +71,7 @@ use crate::units::ByteRate;
 
 pub(crate) use admission::Admitted;
 pub use header::{AcceptProxy, Divert, Route};
+pub use kernel_relay::KernelRelay;
 pub(crate) use per_client::PerClient;
 pub use pump::{pump, splice_pump, End, PumpOptions, Transfer};
 pub(crate) use report::{Fate, Outcome, Refusal, Report};
@@ -208,8 +209,8 @@ pub struct ProxyConfig {
     pub download_rate: Option<ByteRate>,
     /// Hand a long-lived, chatty connection to the kernel relay
     /// (`kernel_relay`, see [`kernel_relay`]): an eBPF sockmap program
-    /// then moves its bytes. Default off.
-    pub kernel_relay: bool,
+    /// then moves its bytes. `auto`: where the program loads. Default off.
+    pub kernel_relay: KernelRelay,
     /// Exchanges (a request and its reply) a connection makes on the copy
     /// pump before the hand-over (`kernel_relay_after`); 0: from the
     /// start. Default [`DEFAULT_KERNEL_RELAY_AFTER`].
@@ -261,7 +262,7 @@ impl Default for ProxyConfig {
             max_connections_per_client: None,
             upload_rate: None,
             download_rate: None,
-            kernel_relay: false,
+            kernel_relay: KernelRelay::Off,
             kernel_relay_after: DEFAULT_KERNEL_RELAY_AFTER,
         }
     }
@@ -384,11 +385,13 @@ impl ProxyConfig {
             yield_before_poll: self.yield_before_poll,
             up_rate: self.upload_rate.and_then(ByteRate::per_second),
             down_rate: self.download_rate.and_then(ByteRate::per_second),
-            // A capped direction keeps its bucket on the copy pump.
-            promote: self.kernel_relay
-                && !self.splice
+            // A capped direction keeps its bucket on the copy pump; `auto`
+            // where the program did not load never tries (last: the one
+            // check that reads shared state).
+            promote: !self.splice
                 && self.upload_rate.and_then(ByteRate::per_second).is_none()
-                && self.download_rate.and_then(ByteRate::per_second).is_none(),
+                && self.download_rate.and_then(ByteRate::per_second).is_none()
+                && self.kernel_relay.promotes(),
             promote_after: self.kernel_relay_after,
         }
     }

@@ -491,10 +491,10 @@ fn pump_both(
     stats: &Arc<Stats>,
 ) -> pump::Pumped {
     settings.keep_alive(client, backend, peer);
-    if settings.kernel_relay {
+    let options = settings.pump_options();
+    if options.promote {
         super::kernel_relay::count_for(stats);
     }
-    let options = settings.pump_options();
     if settings.splice {
         splice_pump(client, backend, &options)
     } else {

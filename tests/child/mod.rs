@@ -99,6 +99,21 @@ pub fn command(args: &[&str]) -> Command {
     command
 }
 
+/// `RODIZIO_TEST_KERNEL_RELAY=N` in the environment: the flags that turn
+/// the kernel relay on after N exchanges, as `common::config` does for a
+/// balancer in the test's process (the second pass of `make test`,
+/// `scripts/kernel-relay-pass.sh`); none otherwise.
+pub fn kernel_relay_flags() -> Vec<String> {
+    match crate::common::kernel_relay_after_from_env() {
+        Some(after) => vec![
+            "--kernel-relay=on".to_string(),
+            "--kernel-relay-after".to_string(),
+            after.to_string(),
+        ],
+        None => Vec::new(),
+    }
+}
+
 /// The address after `marker` in `text`, up to a space, `)` or the end of
 /// the line.
 pub fn addr_after(text: &str, marker: &str) -> Option<SocketAddr> {
@@ -176,9 +191,11 @@ impl Child {
         child
     }
 
-    /// `rodizio --allow-root ARGS` ([`command`]), started.
+    /// `rodizio --allow-root ARGS` ([`command`]) with
+    /// [`kernel_relay_flags`], started.
     pub fn balancer(args: &[&str]) -> Child {
-        Child::start(&mut command(&[&["--allow-root"], args].concat()))
+        let mut command = command(&[&["--allow-root"], args].concat());
+        Child::start(command.args(kernel_relay_flags()))
     }
 
     /// `rodizio -l 127.0.0.1:0 --allow-root ARGS`, after `prepare` has

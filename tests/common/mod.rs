@@ -233,13 +233,30 @@ pub fn specs(backends: &[SocketAddr]) -> Vec<BackendSpec> {
 
 /// `RODIZIO_TEST_KERNEL_RELAY=N`: `kernel_relay` on, after N exchanges.
 fn kernel_relay_from_env(proxy: &mut ProxyConfig) {
-    if let Some(after) = std::env::var("RODIZIO_TEST_KERNEL_RELAY")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        proxy.kernel_relay = true;
+    if let Some(after) = kernel_relay_after_from_env() {
+        proxy.kernel_relay = rodizio::proxy::KernelRelay::On;
         proxy.kernel_relay_after = after;
     }
+}
+
+/// N of `RODIZIO_TEST_KERNEL_RELAY=N`, once the kernel relay's program is
+/// loaded in this process (it stays loaded, as in the balancer: a test
+/// that counts descriptors calls this before it counts). A pass that
+/// asks for the relay where it cannot load fails here rather than pass on
+/// the copy pump.
+pub fn kernel_relay_after_from_env() -> Option<u32> {
+    let after = std::env::var("RODIZIO_TEST_KERNEL_RELAY")
+        .ok()
+        .filter(|v| !v.is_empty())?;
+    let after = after
+        .parse()
+        .unwrap_or_else(|_| panic!("RODIZIO_TEST_KERNEL_RELAY={after:?}: not a number"));
+    assert!(
+        rodizio::proxy::kernel_relay::prepare(rodizio::proxy::KernelRelay::On),
+        "RODIZIO_TEST_KERNEL_RELAY is set but the kernel relay's program does not load \
+         here (it needs root, or CAP_BPF and CAP_NET_ADMIN)"
+    );
+    Some(after)
 }
 
 /// A config for tests: listens on `127.0.0.1:0`, short timeouts, the

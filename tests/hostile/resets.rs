@@ -124,7 +124,7 @@ fn resets_mid_way_under_many_connections_reach_the_other_side_as_resets() {
         // limits; its own attacks are in `kernel_relay`).
         let lb = TestBalancer::with(&[backend.addr()], |c| {
             c.proxy.splice = splice;
-            c.proxy.kernel_relay = false;
+            c.proxy.kernel_relay = rodizio::proxy::KernelRelay::Off;
         });
         let threads: Vec<_> = (0..THREADS)
             .map(|t| {

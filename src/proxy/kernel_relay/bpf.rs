@@ -350,21 +350,43 @@ static KERNEL: OnceLock<Option<Kernel>> = OnceLock::new();
 
 /// The loaded maps and program, or `None` when they could not load.
 pub(super) fn kernel() -> Option<&'static Kernel> {
+    kernel_for(false)
+}
+
+/// [`kernel`], loading it on the first call; `auto`: the first call came
+/// from `kernel_relay: auto`, whose failure is one info line, not a
+/// warning (the operator did not ask for the relay on this machine).
+pub(super) fn kernel_for(auto: bool) -> Option<&'static Kernel> {
     KERNEL
-        .get_or_init(|| match Kernel::load() {
-            Ok(k) => {
-                log::info!("kernel relay: on (sockmap program loaded)");
-                Some(k)
-            }
-            Err(e) => {
-                log::warn!(
-                    "kernel relay: unavailable ({e}); connections use the copy pump \
-                     (needs root or CAP_BPF + CAP_NET_ADMIN, and sockmap in the kernel)"
-                );
-                None
-            }
+        .get_or_init(|| {
+            let loaded = Kernel::load();
+            log_loaded(&loaded, auto);
+            loaded.ok()
         })
         .as_ref()
+}
+
+/// The one line at the first load: on, or off and why.
+fn log_loaded(loaded: &io::Result<Kernel>, auto: bool) {
+    let mode = if auto { "auto" } else { "on" };
+    match loaded {
+        Ok(_) => log::info!("kernel relay ({mode}): on, sockmap program loaded"),
+        Err(e) => {
+            let why = if e.kind() == io::ErrorKind::PermissionDenied {
+                format!(
+                    "the process may not load it ({e}): it needs root before the \
+                     privilege drop, or CAP_BPF and CAP_NET_ADMIN"
+                )
+            } else {
+                format!("the kernel refused the sockmap program ({e})")
+            };
+            if auto {
+                log::info!("kernel relay (auto): off, {why}; connections use the copy pump");
+            } else {
+                log::warn!("kernel relay (on): unavailable, {why}; connections use the copy pump");
+            }
+        }
+    }
 }
 
 #[cfg(test)]

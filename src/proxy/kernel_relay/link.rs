@@ -144,8 +144,17 @@ impl<'a> Link<'a> {
         };
         for i in order {
             if self.in_verdicts[i] {
-                map_delete(&self.kernel.verdicts, self.cookies[i])?;
+                let deleted = map_delete(&self.kernel.verdicts, self.cookies[i]);
                 self.in_verdicts[i] = false;
+                match deleted {
+                    // The kernel takes a socket out of a sockhash when it
+                    // closes: a reset under way (its error may already be
+                    // taken), the socket's fault, not the relay's.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                        return Err(Fault(Some(i), io::ErrorKind::ConnectionReset.into()));
+                    }
+                    result => result?,
+                }
             }
             // The program runs under RCU: after a grace period no run that
             // started before the delete can still be adding to `moved` or

@@ -60,15 +60,17 @@
 //! `shutdown(SHUT_RDWR)` and `close()`) is the same code as always.
 
 use std::cell::RefCell;
+use std::fmt;
 use std::io;
 use std::net::TcpStream;
+use std::str::FromStr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::stats::Stats;
 
-use bpf::kernel;
+use bpf::{kernel, kernel_for};
 use link::Link;
 
 mod bpf;
@@ -103,12 +105,85 @@ const START_TRIES: usize = 8;
 /// from it to reach the other side.
 const FAULT_GRACE: Duration = Duration::from_secs(1);
 
+/// The `kernel_relay` setting: whether a service's connections may be
+/// promoted to the kernel relay.
+///
+/// `Auto` is what the shipped unit and the example config use: on where
+/// the program loads (root before the privilege drop, or CAP_BPF and
+/// CAP_NET_ADMIN, and a kernel with sockmap), off otherwise with one info
+/// line. `On` says the operator wants it: a program that cannot load is a
+/// warning, and every promotion falls back (counted). `Off`, the default,
+/// keeps the article's copy pump for every byte.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KernelRelay {
+    /// Never promote (the default: the article's chunked copy).
+    #[default]
+    Off,
+    /// Promote; a program that cannot load is a warning.
+    On,
+    /// Promote where the program loaded; off, with one info line, where not.
+    Auto,
+}
+
+impl KernelRelay {
+    /// The word the file, the flag and `check-config` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelRelay::Off => "off",
+            KernelRelay::On => "on",
+            KernelRelay::Auto => "auto",
+        }
+    }
+
+    /// Whether a connection of this service tries the promotion: `On`
+    /// always (a program that did not load is a fall-back, counted),
+    /// `Auto` only when the program loaded (one atomic load, the
+    /// `OnceLock`'s, once it is settled).
+    #[inline]
+    pub fn promotes(self) -> bool {
+        match self {
+            KernelRelay::Off => false,
+            KernelRelay::On => true,
+            KernelRelay::Auto => kernel_for(true).is_some(),
+        }
+    }
+}
+
+impl fmt::Display for KernelRelay {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for KernelRelay {
+    type Err = String;
+
+    /// `off`, `on`, `auto`; `false` and `true` as before the setting had
+    /// three values.
+    fn from_str(text: &str) -> Result<KernelRelay, String> {
+        match text.trim() {
+            "off" | "false" => Ok(KernelRelay::Off),
+            "on" | "true" => Ok(KernelRelay::On),
+            "auto" => Ok(KernelRelay::Auto),
+            _ => Err(format!(
+                "'{text}' is not a kernel relay setting (use off, on or auto)"
+            )),
+        }
+    }
+}
+
 /// Loads the program if it is not loaded yet and logs, once, whether the
-/// kernel path is available; whether it is. Called at start-up and on
-/// reload when a service asks for the kernel relay, so that the operator
-/// learns it then rather than at the first promotion.
-pub fn prepare() -> bool {
-    kernel().is_some()
+/// kernel path is available (a warning when `mode` is `On`, an info line
+/// when it is `Auto`); whether it is. Called at start-up, before the
+/// privilege drop, when a service asks for the kernel relay, so that the
+/// program loads while the process may still load it and the operator
+/// learns at start which path promoted connections take.
+pub fn prepare(mode: KernelRelay) -> bool {
+    match mode {
+        KernelRelay::Off => false,
+        KernelRelay::On => kernel_for(false).is_some(),
+        KernelRelay::Auto => kernel_for(true).is_some(),
+    }
 }
 
 /// How a connection handed to [`relay`] came back.
@@ -217,7 +292,16 @@ pub fn relay(
             count(|s| &s.kernel_relay_fallbacks);
             match link.unwind(timeouts[0], moved) {
                 Ok(()) => Relayed::Back,
-                Err(Fault(socket, error)) => Relayed::Failed { socket, error },
+                Err(Fault(socket, error)) => {
+                    // A reset met on the way out (a backend that answered
+                    // early and reset under a full upload): what the other
+                    // direction, still relayed, took from it before is
+                    // waited for and counted, as after a reset met here.
+                    if let Some(i) = socket {
+                        link.deliver_from(i, moved);
+                    }
+                    Relayed::Failed { socket, error }
+                }
             }
         }
         Err(Fault(socket, error)) => {

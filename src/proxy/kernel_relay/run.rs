@@ -82,6 +82,14 @@ impl Link<'_> {
                 if let Some(e) = self.sockets[i].take_error()? {
                     return Err(Fault(Some(i), e));
                 }
+                if !self.ways[1 - i].done {
+                    // Closed while its own way in still runs: not the end
+                    // of a clean close (that needs our FIN, sent only
+                    // once that way is done) but a reset whose error the
+                    // program's redirect toward it already took. Its way
+                    // in will never drain: the same fault as a reset seen.
+                    return Err(Fault(Some(i), ErrorKind::ConnectionReset.into()));
+                }
             }
             if c.fin_in() {
                 self.saw_eof(i);
