@@ -249,6 +249,8 @@ counters! {
     tls_handshake_failures_client_certificate: Counter,
     /// TLS handshakes that broke the protocol in another way.
     tls_handshake_failures_protocol: Counter,
+    /// TLS handshakes and SNI peeks closed, the one stalled longest first, to make room for a new client at tls_max_pending.
+    tls_pending_closed: Counter,
     /// Rate-limit checks the shared store (Redis) could not answer in time; decided by --rate-limit-store-failure.
     rate_limit_store_failures: Counter,
     /// SNI routing: ClientHellos whose name matched a service's server_names.

@@ -310,6 +310,7 @@ fn what_describe_prints_reads_back() {
             | "passive_failures"
             | "rate_limit_max_clients"
             | "rate_limit_ipv6_prefix"
+            | "tls_max_pending"
             | "splice"
             | "kernel_relay"
             | "kernel_relay_after"
@@ -455,7 +456,7 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
         "download_rate": "2MB/s",
         "tls_certs": [{"cert": "/etc/rodizio/a.pem", "key": "/etc/rodizio/a.key"},
                       {"cert": "/etc/rodizio/b.pem", "key": "/etc/rodizio/b.key"}],
-        "tls_handshake_timeout": "4s", "tls_client_ca": "/etc/rodizio/clients.pem",
+        "tls_handshake_timeout": "4s", "tls_max_pending": 77, "tls_client_ca": "/etc/rodizio/clients.pem",
         "backend_tls": true, "backend_tls_ca": "/etc/rodizio/backends.pem",
         "backend_tls_server_name": "backend.test", "send_proxy": "v2",
         "accept_proxy": true, "accept_proxy_from": "127.0.0.0/8",

@@ -396,6 +396,14 @@ macro_rules! settings_table {
             file Secs => take,
             flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
             always |c: &Config| format_duration(c.tls.handshake_timeout);
+        /// The most TLS handshakes and SNI peeks in progress at once on the
+        /// service; one more closes the one stalled longest to make room.
+        /// Keep it under --workers.
+        tls_max_pending: usize, "tls-max-pending", Service, set(tls.max_pending),
+            restart[tls.max_pending],
+            file Whole<usize, 1, 1_000_000> => take,
+            flag Option<usize> [value_name = "N", value_parser = whole::<usize, 1, 1_000_000>],
+            always |c: &Config| c.tls.max_pending.to_string();
         /// Ask every TLS client for a certificate signed by these CAs (a PEM
         /// file): mutual TLS. Off by default.
         tls_client_ca: PathBuf, "tls-client-ca", Service, some(tls.client_ca), live,

@@ -1,7 +1,9 @@
 //! The worker's TLS handshake with its client: blocking in spirit (one
 //! thread per connection, nothing else to do meanwhile), on a non-blocking
 //! socket with `poll(2)` so that the whole handshake is bounded by
-//! `tls_handshake_timeout`, however the client trickles its bytes.
+//! `tls_handshake_timeout`, however the client trickles its bytes, and
+//! counted among the service's handshakes in progress (`tls_max_pending`,
+//! [`crate::pending`]): at the bound, the one stalled longest is closed.
 //!
 //! # Threads
 //!
@@ -47,6 +49,9 @@ pub enum Failure {
     ClientCertificate,
     /// Any other breach of the protocol.
     Protocol,
+    /// Closed, stalled longest, to make room for a new client at
+    /// `tls_max_pending`.
+    MadeRoom,
 }
 
 impl Failure {
@@ -60,6 +65,7 @@ impl Failure {
             Failure::Refused => &stats.tls_handshake_failures_refused,
             Failure::ClientCertificate => &stats.tls_handshake_failures_client_certificate,
             Failure::Protocol => &stats.tls_handshake_failures_protocol,
+            Failure::MadeRoom => &stats.tls_pending_closed,
         }
     }
 
@@ -95,6 +101,7 @@ impl Failure {
                  or does not name it (backend_tls_server_name)"
             }
             Failure::Protocol => "a TLS protocol error",
+            Failure::MadeRoom => "closed to make room for a new handshake (tls_max_pending)",
         }
     }
 }
@@ -109,6 +116,9 @@ impl fmt::Display for Failure {
             Failure::Refused => "the client refused the handshake",
             Failure::ClientCertificate => "the client's certificate is missing or not trusted",
             Failure::Protocol => "a TLS protocol error",
+            Failure::MadeRoom => {
+                "closed, stalled longest, to make room for a new client (tls_max_pending)"
+            }
         })
     }
 }
@@ -190,12 +200,18 @@ pub(crate) fn serve(
         return Some(sessions);
     };
     let deadline = Instant::now() + sessions.edge.handshake_timeout;
+    // Among the handshakes in progress (`tls_max_pending`) until it ends.
+    let ticket = sessions.edge.pending.enter(client);
     let done = ServerConnection::new(Arc::clone(config))
         .map_err(|e| Failure::of(&e))
         .and_then(|conn| {
             let conn = sessions.client.insert(Connection::Server(conn));
             complete(conn, client, deadline)
         });
+    let done = match (done, ticket.leave()) {
+        (_, true) => Err(Failure::MadeRoom),
+        (done, _) => done,
+    };
     match done {
         Ok(()) => {
             Stats::incr(&stats.tls_handshakes);

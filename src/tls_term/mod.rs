@@ -141,6 +141,9 @@ pub struct TlsSettings {
     /// Longest time a client may take to finish its handshake
     /// (`tls_handshake_timeout`). Default [`DEFAULT_HANDSHAKE_TIMEOUT`].
     pub handshake_timeout: Duration,
+    /// The most handshakes (and SNI peeks) in progress at once
+    /// (`tls_max_pending`). Default [`crate::pending::DEFAULT_MAX_PENDING`].
+    pub max_pending: usize,
     /// Ask every client for a certificate signed by these CAs (a PEM
     /// file; `tls_client_ca`, mutual TLS). Default `None`: none asked.
     pub client_ca: Option<PathBuf>,
@@ -159,6 +162,7 @@ impl Default for TlsSettings {
         TlsSettings {
             certs: CertList::default(),
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_pending: crate::pending::DEFAULT_MAX_PENDING,
             client_ca: None,
             backend: false,
             backend_ca: None,
@@ -192,6 +196,8 @@ pub struct Terminator {
     pub(crate) backend: Option<backend::BackendTls>,
     /// `tls_handshake_timeout`.
     pub(crate) handshake_timeout: Duration,
+    /// The client handshakes in progress (`tls_max_pending`).
+    pub(crate) pending: crate::pending::Pending,
     /// Each certificate's name and `notAfter`, for `/metrics`.
     pub(crate) expiry: Vec<Expiry>,
 }
@@ -229,6 +235,7 @@ impl Terminator {
             config: None,
             backend,
             handshake_timeout: settings.handshake_timeout,
+            pending: crate::pending::Pending::new(settings.max_pending),
             expiry: Vec::new(),
         };
         if settings.terminates() {
