@@ -9,12 +9,15 @@
 //! recycled oldest first, while a real client's hello, arriving whole,
 //! finishes in a few round trips.
 //!
-//! The longest waiting is the one that entered first: a handshake in
-//! progress has made no progress the worker could hand on, so its age is
-//! how long it has stalled.
+//! The longest waiting is the one accepted first: a handshake in progress
+//! has made no progress the worker could hand on, so its age is how long
+//! it has stalled. Accepted, not entered: workers take clients from the
+//! queue in order but may enter a moment apart, and a real client must
+//! not be closed for half-hellos that were queued before it.
 //!
-//! One short lock at the start and end of a handshake or peek (a push, a
-//! binary search and a removal in a ring allocated once); nothing per byte,
+//! One short lock at the start and end of a handshake or peek (a binary
+//! search, an insertion or a removal in a ring allocated once, kept in
+//! the order of acceptance); nothing per byte,
 //! and the plain TCP path never comes here. The socket is shut down under
 //! the lock, and a worker leaves before it closes its socket (the ticket
 //! borrows it), so a descriptor number is never shut down after it was
@@ -58,7 +61,7 @@ const PREALLOCATED: usize = 4096;
 pub struct Pending {
     /// The bound (`tls_max_pending`), at least 1.
     max: usize,
-    /// In the order they entered, which is their ids' order.
+    /// The tickets held.
     inner: Mutex<Inner>,
     /// The "closed to make room" line, once a second at most.
     log: LogThrottle,
@@ -68,8 +71,8 @@ pub struct Pending {
 struct Inner {
     /// The next ticket's id.
     next: u64,
-    /// Id and socket of each ticket held, oldest first.
-    order: VecDeque<(u64, RawFd)>,
+    /// Acceptance time, id and socket of each ticket held, oldest first.
+    order: VecDeque<(Instant, u64, RawFd)>,
 }
 
 /// A worker's place among the handshakes in progress, held while it
@@ -78,7 +81,7 @@ struct Inner {
 pub struct Ticket<'a> {
     pending: &'a Pending,
     id: u64,
-    /// When it entered.
+    /// When its client was accepted.
     since: Instant,
     /// Tied to the socket: the ticket goes before the socket closes.
     _sock: PhantomData<&'a TcpStream>,
@@ -113,20 +116,23 @@ impl Pending {
         self.len() == 0
     }
 
-    /// Enters `sock`'s handshake or peek; at the bound, the one waiting
-    /// longest is shut down first (its worker finds out when it leaves).
-    pub fn enter<'a>(&'a self, sock: &'a TcpStream) -> Ticket<'a> {
-        let since = Instant::now();
+    /// Enters the handshake or peek of `sock`, a client accepted at
+    /// `since`; at the bound, the one accepted first is shut down (its
+    /// worker finds out when it leaves), or this one when it is older
+    /// than all of them.
+    pub fn enter<'a>(&'a self, sock: &'a TcpStream, since: Instant) -> Ticket<'a> {
         let mut inner = self.inner.lock();
-        if inner.order.len() >= self.max {
-            if let Some((_, fd)) = inner.order.pop_front() {
-                // Under the lock: its worker cannot have closed it yet.
-                shutdown(fd);
-            }
-        }
         let id = inner.next;
         inner.next += 1;
-        inner.order.push_back((id, sock.as_raw_fd()));
+        let fd = sock.as_raw_fd();
+        let at = inner.order.partition_point(|e| (e.0, e.1) < (since, id));
+        inner.order.insert(at, (since, id, fd));
+        if inner.order.len() > self.max {
+            if let Some((_, _, oldest)) = inner.order.pop_front() {
+                // Under the lock: its worker cannot have closed it yet.
+                shutdown(oldest);
+            }
+        }
         drop(inner);
         Ticket {
             pending: self,
@@ -148,7 +154,8 @@ impl Pending {
             };
             log::warn!(
                 "tls_max_pending ({}) handshakes or SNI peeks in progress: closed the one \
-                 stalled longest (after {} ms) to make room for a new client{also}",
+                 stalled longest ({} ms after it was accepted) to make room for a new \
+                 client{also}",
                 self.max,
                 waited.as_millis()
             );
@@ -174,7 +181,9 @@ impl Ticket<'_> {
     /// Takes this ticket out of the ring: whether it was no longer there.
     fn take_out(&self) -> bool {
         let mut inner = self.pending.inner.lock();
-        let at = inner.order.binary_search_by_key(&self.id, |e| e.0);
+        let at = inner
+            .order
+            .binary_search_by_key(&(self.since, self.id), |e| (e.0, e.1));
         match at {
             Ok(i) => {
                 inner.order.remove(i);
@@ -214,10 +223,10 @@ mod tests {
         let (_c1, s1) = pair();
         let (_c2, s2) = pair();
         let (_c3, s3) = pair();
-        let t1 = pending.enter(&s1);
-        let t2 = pending.enter(&s2);
+        let t1 = pending.enter(&s1, Instant::now());
+        let t2 = pending.enter(&s2, Instant::now());
         assert_eq!(pending.len(), 2);
-        let t3 = pending.enter(&s3);
+        let t3 = pending.enter(&s3, Instant::now());
         assert_eq!(pending.len(), 2);
         // The oldest's socket reads its end at once; the others' do not.
         s1.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -232,14 +241,32 @@ mod tests {
     }
 
     #[test]
+    fn the_one_accepted_first_goes_whenever_it_entered() {
+        let pending = Pending::new(1);
+        let (_c1, s1) = pair();
+        let (_c2, s2) = pair();
+        let (_c3, s3) = pair();
+        let early = Instant::now();
+        let later = early + Duration::from_millis(5);
+        let newer = pending.enter(&s1, later);
+        // Accepted before the one inside, entering after it: it goes.
+        let older = pending.enter(&s2, early);
+        assert!(older.leave());
+        assert_eq!(pending.len(), 1);
+        let newest = pending.enter(&s3, later + Duration::from_millis(1));
+        assert!(newer.leave());
+        assert!(!newest.leave());
+    }
+
+    #[test]
     fn leaving_in_any_order_keeps_the_ring_in_order() {
         let pending = Pending::new(3);
         let pairs: Vec<_> = (0..4).map(|_| pair()).collect();
-        let a = pending.enter(&pairs[0].1);
-        let b = pending.enter(&pairs[1].1);
-        let c = pending.enter(&pairs[2].1);
+        let a = pending.enter(&pairs[0].1, Instant::now());
+        let b = pending.enter(&pairs[1].1, Instant::now());
+        let c = pending.enter(&pairs[2].1, Instant::now());
         assert!(!b.leave());
-        let d = pending.enter(&pairs[3].1);
+        let d = pending.enter(&pairs[3].1, Instant::now());
         assert_eq!(pending.len(), 3);
         // Room was there: nobody was closed.
         assert!(!a.leave());

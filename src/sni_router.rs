@@ -145,7 +145,7 @@ fn how(peeked: &Peeked) -> &'static str {
 impl Divert for Router {
     fn divert(&self, mut job: Job) -> Option<(Job, access_log::SniGuard)> {
         let deadline = Instant::now() + self.timeout;
-        let ticket = self.pending.enter(&job.client);
+        let ticket = self.pending.enter(&job.client, job.queued_at);
         let mut peeked = peek::client_hello(&job.client, deadline);
         if ticket.leave() {
             peeked = Peeked::MadeRoom;

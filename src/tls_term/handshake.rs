@@ -182,7 +182,8 @@ fn complete(conn: &mut Connection, sock: &TcpStream, deadline: Instant) -> Resul
 /// The TLS of a worker's client, for a service with TLS on either side:
 /// the client's handshake done (when terminated here), counted
 /// (`tls_handshakes`, or the failure's counter) and, when it failed,
-/// logged (debug) with the client closed; `None` then.
+/// logged (debug) with the client closed; `None` then. `queued_at`, when
+/// it was accepted, orders it among the handshakes in progress.
 #[cold]
 #[inline(never)]
 pub(crate) fn serve(
@@ -190,6 +191,7 @@ pub(crate) fn serve(
     client: &TcpStream,
     stats: &Stats,
     peer: std::net::SocketAddr,
+    queued_at: Instant,
 ) -> Option<Session> {
     let mut sessions = Box::new(Sessions {
         edge,
@@ -201,7 +203,7 @@ pub(crate) fn serve(
     };
     let deadline = Instant::now() + sessions.edge.handshake_timeout;
     // Among the handshakes in progress (`tls_max_pending`) until it ends.
-    let ticket = sessions.edge.pending.enter(client);
+    let ticket = sessions.edge.pending.enter(client, queued_at);
     let done = ServerConnection::new(Arc::clone(config))
         .map_err(|e| Failure::of(&e))
         .and_then(|conn| {
