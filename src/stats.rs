@@ -259,9 +259,9 @@ counters! {
     sni_default: Counter,
     /// SNI routing: ClientHellos without a server name.
     sni_no_sni: Counter,
-    /// SNI routing: clients whose first bytes were not a TLS ClientHello (or one cut short, or over 16 KiB).
+    /// SNI routing: clients whose first bytes were not a TLS ClientHello (or one cut short, or over 16 KiB in one record or several).
     sni_not_tls: Counter,
-    /// SNI routing: clients with no complete ClientHello within sni_timeout.
+    /// SNI routing: clients with no complete ClientHello within sni_timeout (those that began one are closed).
     sni_timeout: Counter,
     /// SNI routing: clients closed because no service took them (no match and no default).
     sni_refused: Counter,
