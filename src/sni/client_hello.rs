@@ -103,7 +103,7 @@ pub fn parse<'a>(bytes: &'a [u8], joined: &'a mut Vec<u8>) -> Parsed<'a> {
         return Parsed::NeedMore(total);
     }
     let payload = &bytes[RECORD_HEADER..total];
-    if payload[0] == 1 && handshake_len(payload).is_none_or(|n| n > payload.len()) {
+    if payload[0] == 1 && !handshake_len(payload).is_some_and(|n| n <= payload.len()) {
         return reassemble(bytes, joined);
     }
     let mut record = Reader { bytes: payload };

@@ -95,7 +95,7 @@ fn shared(a: &TestBackend, b: &TestBackend, timeout: Duration, max_pending: usiz
     let service = |name: &str, backend: &TestBackend, names: &str, default: bool| {
         let mut c = common::config(&[backend.addr()]);
         c.name = name.into();
-        c.listen = listen.clone();
+        c.listen = listen;
         c.health.interval = Duration::from_secs(3600);
         c.sni.server_names = Some(names.parse().unwrap());
         c.sni.default = default;
