@@ -95,7 +95,8 @@ impl Pending {
             max,
             inner: Mutex::new(Inner {
                 next: 0,
-                order: VecDeque::with_capacity(max.min(PREALLOCATED)),
+                // One more: a new ticket is in before the oldest goes.
+                order: VecDeque::with_capacity(max.min(PREALLOCATED) + 1),
             }),
             log: LogThrottle::new(Duration::from_secs(1)),
         }
