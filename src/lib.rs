@@ -85,7 +85,9 @@
 //! scheduling policy), `lookup` (a backend's host name and addresses),
 //! `availability` (a backend's flips, told to the schedulers holding it),
 //! `waitlist` (clients waiting for a backend slot), `slots` (a service's
-//! `max_connections`), `shutdown` (the stop trigger, [`Shutdown`]).
+//! `max_connections`), `pending` (the TLS handshakes and SNI peeks in
+//! progress, bounded by `tls_max_pending`), `shutdown` (the stop trigger,
+//! [`Shutdown`]).
 //!
 //! # Layers
 //!
@@ -98,7 +100,8 @@
 //!
 //! 1. leaves: `error`, `units`, `stats`, `tally`, `throttle`, `reply`,
 //!    `poll`, `dial`, `system`, `kernel_sched`, `lookup`, `availability`,
-//!    `waitlist`, `slots`, `shutdown`, `queue`, `conduit`, `privileges`
+//!    `waitlist`, `slots`, `shutdown`, `queue`, `conduit`, `privileges`,
+//!    `pending`
 //! 2. the backend and its choice: `backend`, `scheduler`,
 //!    `proxy_protocol` (the codec a backend's spec names)
 //! 3. what the data path calls: `access_log`, `trace`, `limiter`,
@@ -171,6 +174,7 @@ pub mod limiter;
 pub mod listener;
 pub mod live;
 pub mod lookup;
+pub mod pending;
 pub mod poll;
 pub mod pool;
 pub mod preflight;

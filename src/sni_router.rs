@@ -4,7 +4,11 @@
 //! client to that service's usual path ([`Route::AfterSni`]: its admission
 //! gate, `proxy/admission.rs`, then connect and pump, on this same
 //! worker). A client no service takes is closed and reported as a refusal
-//! (`sni_refused`, access-logged as `no_service_for_sni`).
+//! (`sni_refused`, access-logged as `no_service_for_sni`); so is a hello
+//! begun and never finished by `sni_timeout` (never handed to the
+//! default service, which would hold it until `idle_timeout`), and one
+//! closed to make room at `tls_max_pending` (the peeks in progress on the
+//! address, [`crate::pending`]).
 //!
 //! # Threads
 //!
@@ -25,6 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::access_log;
+use crate::pending::Pending;
 use crate::proxy::{Divert, Job, Outcome, Proxy, Refusal, Route};
 use crate::service::Service;
 use crate::sni::names::{choose, Chosen, ServerNames};
@@ -43,6 +48,9 @@ pub struct Router {
     default: Option<usize>,
     /// The longest wait for the ClientHello.
     timeout: Duration,
+    /// The peeks in progress, bounded by the largest `tls_max_pending` of
+    /// the services sharing the address.
+    pending: Pending,
 }
 
 /// The router of one shared address, and the service whose accept loop
@@ -91,6 +99,13 @@ pub fn routers(services: &[Arc<Service>]) -> Vec<Routed> {
                     .map(|s| s.config.sni.timeout)
                     .max()
                     .unwrap_or(crate::sni::DEFAULT_TIMEOUT),
+                pending: Pending::new(
+                    group
+                        .iter()
+                        .map(|s| s.config.tls.max_pending)
+                        .max()
+                        .unwrap_or(crate::pending::DEFAULT_MAX_PENDING),
+                ),
             };
             all.push(Routed {
                 owner: Arc::from(owner.name()),
@@ -110,7 +125,8 @@ fn counter<'s>(stats: &'s Stats, peeked: &Peeked, chosen: Chosen) -> Option<&'s 
         (Peeked::Hello(Some(_)), Chosen::Nobody) => None,
         (Peeked::Hello(None), _) => Some(&stats.sni_no_sni),
         (Peeked::NotTls(_), _) => Some(&stats.sni_not_tls),
-        (Peeked::Timeout, _) => Some(&stats.sni_timeout),
+        (Peeked::Timeout | Peeked::Stalled, _) => Some(&stats.sni_timeout),
+        (Peeked::MadeRoom, _) => Some(&stats.tls_pending_closed),
     }
 }
 
@@ -121,18 +137,28 @@ fn how(peeked: &Peeked) -> &'static str {
         Peeked::Hello(None) => "no server name",
         Peeked::NotTls(why) => why,
         Peeked::Timeout => "no complete ClientHello in time",
+        Peeked::Stalled => "a ClientHello begun and not finished in time",
+        Peeked::MadeRoom => "closed, stalled longest, to make room (tls_max_pending)",
     }
 }
 
 impl Divert for Router {
     fn divert(&self, mut job: Job) -> Option<(Job, access_log::SniGuard)> {
         let deadline = Instant::now() + self.timeout;
-        let peeked = peek::client_hello(&job.client, deadline);
+        let ticket = self.pending.enter(&job.client, job.queued_at);
+        let mut peeked = peek::client_hello(&job.client, deadline);
+        if ticket.leave() {
+            peeked = Peeked::MadeRoom;
+        }
         let host = match &peeked {
             Peeked::Hello(Some(name)) => Some(&**name),
             _ => None,
         };
-        let chosen = choose(&self.names, self.default, host);
+        let chosen = match peeked {
+            // Nobody takes a hello that stalled: its client is closed.
+            Peeked::Stalled | Peeked::MadeRoom => Chosen::Nobody,
+            _ => choose(&self.names, self.default, host),
+        };
         let at = match chosen {
             Chosen::Matched(i) | Chosen::Default(i) => Some(i),
             Chosen::Nobody => None,

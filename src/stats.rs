@@ -251,6 +251,8 @@ counters! {
     tls_handshake_failures_protocol: Counter,
     /// TLS handshakes refused because no certificate covers the client's server name, or it sent none (tls_strict_sni).
     tls_handshake_failures_unknown_name: Counter,
+    /// TLS handshakes and SNI peeks closed, the one stalled longest first, to make room for a new client at tls_max_pending.
+    tls_pending_closed: Counter,
     /// Rate-limit checks the shared store (Redis) could not answer in time; decided by --rate-limit-store-failure.
     rate_limit_store_failures: Counter,
     /// SNI routing: ClientHellos whose name matched a service's server_names.
@@ -259,9 +261,9 @@ counters! {
     sni_default: Counter,
     /// SNI routing: ClientHellos without a server name.
     sni_no_sni: Counter,
-    /// SNI routing: clients whose first bytes were not a TLS ClientHello (or one cut short, or over 16 KiB).
+    /// SNI routing: clients whose first bytes were not a TLS ClientHello (or one cut short, or over 16 KiB in one record or several).
     sni_not_tls: Counter,
-    /// SNI routing: clients with no complete ClientHello within sni_timeout.
+    /// SNI routing: clients with no complete ClientHello within sni_timeout (those that began one are closed).
     sni_timeout: Counter,
     /// SNI routing: clients closed because no service took them (no match and no default).
     sni_refused: Counter,

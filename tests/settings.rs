@@ -310,6 +310,7 @@ fn what_describe_prints_reads_back() {
             | "passive_failures"
             | "rate_limit_max_clients"
             | "rate_limit_ipv6_prefix"
+            | "tls_max_pending"
             | "splice"
             | "kernel_relay_after"
             | "defer_accept"
@@ -456,7 +457,7 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
         "download_rate": "2MB/s",
         "tls_certs": [{"cert": "/etc/rodizio/a.pem", "key": "/etc/rodizio/a.key"},
                       {"cert": "/etc/rodizio/b.pem", "key": "/etc/rodizio/b.key"}],
-        "tls_handshake_timeout": "4s", "tls_client_ca": "/etc/rodizio/clients.pem",
+        "tls_handshake_timeout": "4s", "tls_max_pending": 77, "tls_client_ca": "/etc/rodizio/clients.pem",
         "tls_client_crl": "/etc/rodizio/clients.crl",
         "backend_tls": true, "backend_tls_ca": "/etc/rodizio/backends.pem",
         "backend_tls_server_name": "backend.test", "tls_session_cache": 500,

@@ -399,6 +399,14 @@ macro_rules! settings_table {
             file Secs => take,
             flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
             always |c: &Config| format_duration(c.tls.handshake_timeout);
+        /// The most TLS handshakes and SNI peeks in progress at once on the
+        /// service; one more closes the one stalled longest to make room.
+        /// Keep it under --workers.
+        tls_max_pending: usize, "tls-max-pending", Service, set(tls.max_pending),
+            restart[tls.max_pending],
+            file Whole<usize, 1, 1_000_000> => take,
+            flag Option<usize> [value_name = "N", value_parser = whole::<usize, 1, 1_000_000>],
+            always |c: &Config| c.tls.max_pending.to_string();
         /// Ask every TLS client for a certificate signed by these CAs (a PEM
         /// file): mutual TLS. Off by default.
         tls_client_ca: PathBuf, "tls-client-ca", Service, some(tls.client_ca), live,
@@ -573,14 +581,16 @@ macro_rules! settings_table {
             flag Option<ServerNames> [value_name = "NAME,...", value_parser = ServerNames::parse_flag],
             always |c: &Config| or_off(c.sni.server_names.as_ref(), |n| n.to_string());
         /// With --server-names: this service takes the clients of its
-        /// addresses that no name matches, that send none, or that are not
-        /// TLS (at most one per address). Off by default: they are closed.
+        /// addresses that no name matches, that send none or nothing, or that
+        /// are not TLS (at most one per address). Off by default: they are
+        /// closed.
         sni_default: bool, "sni-default", Service, set(sni.default), restart[sni.default],
             file bool => take,
             flag bool,
             always |c: &Config| c.sni.default.to_string();
         /// With --server-names: the longest wait for a complete ClientHello;
-        /// then the default service, or the client is closed.
+        /// then a client that sent nothing goes to the default service (or
+        /// is closed), one that began a hello is closed.
         sni_timeout: Duration, "sni-timeout", Service, set(sni.timeout), restart[sni.timeout],
             file Secs => take,
             flag Option<Duration> [value_name = "DURATION", value_parser = parse_duration],

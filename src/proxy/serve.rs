@@ -300,7 +300,13 @@ impl Proxy {
         outcome: &mut Outcome,
     ) -> Option<crate::tls_term::handshake::Session> {
         let term = self.tls.as_ref()?.load_full();
-        let session = crate::tls_term::handshake::serve(term, client, &self.stats, outcome.peer);
+        let session = crate::tls_term::handshake::serve(
+            term,
+            client,
+            &self.stats,
+            outcome.peer,
+            outcome.queued_at,
+        );
         if session.is_none() {
             outcome.fate = Fate::Refused(Refusal::TlsHandshake);
             self.report.count(outcome);

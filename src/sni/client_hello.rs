@@ -3,11 +3,12 @@
 //! `server_name` extension (RFC 8446 §4.1.2 and §4.2, RFC 6066 §3).
 //!
 //! Every length is checked against what is left before it is used; the
-//! parser never indexes past its input and never allocates. It looks at
-//! the first TLS record only: a ClientHello is one record in practice (the
-//! record's limit, 16 KiB, is far above any real one), and a hello split
-//! over several records is refused as [`Parsed::NotTls`] rather than
-//! buffered without bound.
+//! parser never indexes past its input. A ClientHello is one record in
+//! practice, read where it lies, without a copy; a hello split over
+//! several records (TLS allows it, and a client or a middlebox may do it)
+//! is reassembled into the caller's buffer, as nginx's `ssl_preread`
+//! does: at most [`MAX_RECORD`] bytes of hello in all, over at most
+//! [`MAX_WIRE`] bytes of records, or it is refused as [`Parsed::NotTls`].
 //!
 //! # Threads
 //!
@@ -23,8 +24,14 @@ pub const RECORD_HEADER: usize = 5;
 /// The largest record payload a peer may send (RFC 8446 §5.1: 2^14).
 pub const MAX_RECORD: usize = 16 * 1024;
 
-/// The most bytes ever needed to read a ClientHello: one full record.
+/// The bytes of one full record.
 pub const MAX_HELLO: usize = RECORD_HEADER + MAX_RECORD;
+
+/// The most bytes ever needed to read a ClientHello: records carrying at
+/// most [`MAX_RECORD`] bytes of hello in all, with their headers. Twice a
+/// full record lets a hello of a few KiB come in records of a few bytes,
+/// and keeps what a peek holds in the socket bounded.
+pub const MAX_WIRE: usize = 2 * MAX_HELLO;
 
 /// The longest host name in `server_name` (RFC 1035: 255 bytes).
 pub const MAX_NAME: usize = 255;
@@ -84,39 +91,105 @@ impl<'a> Reader<'a> {
 
 /// Reads `bytes`, the start of what a client sent: a complete ClientHello
 /// with its name, "need more" with the length to wait for, or why it is
-/// not one. Never panics, whatever the bytes.
-pub fn parse(bytes: &[u8]) -> Parsed<'_> {
-    if bytes.len() < RECORD_HEADER {
-        // The bytes seen so far must still be the start of a header.
-        if !bytes.is_empty() && bytes[0] != 0x16 {
-            return Parsed::NotTls("not a TLS handshake record");
-        }
-        if bytes.len() >= 2 && bytes[1] != 3 {
-            return Parsed::NotTls("not a TLS record version");
-        }
-        return Parsed::NeedMore(RECORD_HEADER);
-    }
-    if bytes[0] != 0x16 {
-        return Parsed::NotTls("not a TLS handshake record");
-    }
-    if bytes[1] != 3 {
-        return Parsed::NotTls("not a TLS record version");
-    }
-    let len = usize::from(u16::from_be_bytes([bytes[3], bytes[4]]));
-    if len == 0 || len > MAX_RECORD {
-        return Parsed::NotTls("a TLS record length out of bounds");
-    }
+/// not one. A hello over several records is copied into `joined` (which
+/// is left alone otherwise). Never panics, whatever the bytes.
+pub fn parse<'a>(bytes: &'a [u8], joined: &'a mut Vec<u8>) -> Parsed<'a> {
+    let len = match record_header(bytes) {
+        Ok(len) => len,
+        Err(parsed) => return parsed,
+    };
     let total = RECORD_HEADER + len;
     if bytes.len() < total {
         return Parsed::NeedMore(total);
     }
-    let mut record = Reader {
-        bytes: &bytes[RECORD_HEADER..total],
-    };
+    let payload = &bytes[RECORD_HEADER..total];
+    if payload[0] == 1 && !handshake_len(payload).is_some_and(|n| n <= payload.len()) {
+        return reassemble(bytes, joined);
+    }
+    let mut record = Reader { bytes: payload };
     match handshake(&mut record) {
         Ok(name) => Parsed::Hello(name),
         Err(why) => Parsed::NotTls(why),
     }
+}
+
+/// The length of the record starting `bytes`, or what to answer: not TLS,
+/// or wait for its header.
+fn record_header(bytes: &[u8]) -> Result<usize, Parsed<'static>> {
+    if bytes.len() < RECORD_HEADER {
+        // The bytes seen so far must still be the start of a header.
+        if !bytes.is_empty() && bytes[0] != 0x16 {
+            return Err(Parsed::NotTls("not a TLS handshake record"));
+        }
+        if bytes.len() >= 2 && bytes[1] != 3 {
+            return Err(Parsed::NotTls("not a TLS record version"));
+        }
+        return Err(Parsed::NeedMore(RECORD_HEADER));
+    }
+    if bytes[0] != 0x16 {
+        return Err(Parsed::NotTls("not a TLS handshake record"));
+    }
+    if bytes[1] != 3 {
+        return Err(Parsed::NotTls("not a TLS record version"));
+    }
+    let len = usize::from(u16::from_be_bytes([bytes[3], bytes[4]]));
+    if len == 0 || len > MAX_RECORD {
+        return Err(Parsed::NotTls("a TLS record length out of bounds"));
+    }
+    Ok(len)
+}
+
+/// The whole handshake message's length (its 4-byte header included),
+/// once its header is there.
+fn handshake_len(message: &[u8]) -> Option<usize> {
+    let head = message.get(..4)?;
+    Some(4 + ((usize::from(head[1]) << 16) | (usize::from(head[2]) << 8) | usize::from(head[3])))
+}
+
+/// A ClientHello over several records: their payloads joined in `joined`
+/// until the hello is whole. Each record is checked as the first was.
+#[cold]
+#[inline(never)]
+fn reassemble<'a>(bytes: &'a [u8], joined: &'a mut Vec<u8>) -> Parsed<'a> {
+    joined.clear();
+    let mut at = 0;
+    let whole = loop {
+        if let Some(n) = handshake_len(joined) {
+            if n > MAX_RECORD {
+                return Parsed::NotTls("a ClientHello over 16 KiB");
+            }
+            if joined.len() >= n {
+                break n;
+            }
+        }
+        let len = match record_header(&bytes[at..]) {
+            Ok(len) => len,
+            Err(Parsed::NeedMore(n)) => return need(at + n),
+            Err(Parsed::NotTls(_)) => {
+                return Parsed::NotTls("a ClientHello broken by another record")
+            }
+            Err(other) => return other,
+        };
+        let end = at + RECORD_HEADER + len;
+        if bytes.len() < end || end > MAX_WIRE {
+            return need(end);
+        }
+        joined.extend_from_slice(&bytes[at + RECORD_HEADER..end]);
+        at = end;
+    };
+    let joined: &'a [u8] = &joined[..whole];
+    match handshake(&mut Reader { bytes: joined }) {
+        Ok(name) => Parsed::Hello(name),
+        Err(why) => Parsed::NotTls(why),
+    }
+}
+
+/// Wait for `total` bytes, when no more than [`MAX_WIRE`].
+fn need(total: usize) -> Parsed<'static> {
+    if total > MAX_WIRE {
+        return Parsed::NotTls("a ClientHello over too many records");
+    }
+    Parsed::NeedMore(total)
 }
 
 /// The handshake message in the record: a ClientHello that fits in it.
@@ -230,49 +303,111 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// [`parse`] with a buffer of its own.
+    fn read(bytes: &[u8]) -> Parsed<'_> {
+        parse(bytes, Box::leak(Box::default()))
+    }
+
+    /// `hello`'s handshake message cut into records at `cuts` (offsets in
+    /// the message).
+    fn split(hello: &[u8], cuts: &[usize]) -> Vec<u8> {
+        let message = &hello[RECORD_HEADER..];
+        let mut out = Vec::new();
+        let mut from = 0;
+        for &to in cuts.iter().chain([message.len()].iter()) {
+            out.extend_from_slice(&[0x16, 3, 1]);
+            out.extend_from_slice(&((to - from) as u16).to_be_bytes());
+            out.extend_from_slice(&message[from..to]);
+            from = to;
+        }
+        out
+    }
+
+    #[test]
+    fn a_hello_over_several_records_is_reassembled() {
+        let hello = build(Some("a.test"), 3000);
+        // In two, the name in the second; in three, the cut inside the
+        // handshake header and inside the name.
+        let two = split(&hello, &[100]);
+        assert_eq!(read(&two), Parsed::Hello(Some("a.test")));
+        let at_name = hello.windows(6).position(|w| w == b"a.test").unwrap() - RECORD_HEADER;
+        let three = split(&hello, &[2, at_name + 3]);
+        assert_eq!(read(&three), Parsed::Hello(Some("a.test")));
+        // Every cut of the two-record hello waits for exactly its records.
+        for cut in 0..two.len() {
+            match read(&two[..cut]) {
+                Parsed::NeedMore(n) => assert!(n > cut && n <= two.len(), "{cut}: {n}"),
+                other => panic!("cut at {cut}: {other:?}"),
+            }
+        }
+        // A hello of 16 KiB in all over two records reads; one byte more is refused.
+        let big = build_of_len(Some("a.test"), MAX_HELLO);
+        assert_eq!(read(&split(&big, &[9000])), Parsed::Hello(Some("a.test")));
+        let mut over = split(&big, &[9000]);
+        over[6..9].copy_from_slice(&((MAX_RECORD - 3) as u32).to_be_bytes()[1..]);
+        assert_eq!(read(&over), Parsed::NotTls("a ClientHello over 16 KiB"));
+    }
+
+    #[test]
+    fn records_of_other_kinds_or_too_many_are_refused() {
+        let hello = build(Some("a.test"), 200);
+        let mut two = split(&hello, &[50]);
+        let second = RECORD_HEADER + 50;
+        two[second] = 0x17; // application data in the middle of a hello
+        assert_eq!(
+            read(&two),
+            Parsed::NotTls("a ClientHello broken by another record")
+        );
+        // A 16 KiB hello a byte a record is past what a peek may hold.
+        let big = build_of_len(Some("a.test"), MAX_HELLO);
+        let cuts: Vec<usize> = (1..big.len() - RECORD_HEADER).collect();
+        let trickled = split(&big, &cuts);
+        assert_eq!(
+            read(&trickled),
+            Parsed::NotTls("a ClientHello over too many records")
+        );
+    }
+
     #[test]
     fn a_built_hello_gives_its_name_and_none_without() {
         let hello = build(Some("a.test"), 0);
-        assert_eq!(parse(&hello), Parsed::Hello(Some("a.test")));
-        assert_eq!(parse(&build(None, 100)), Parsed::Hello(None));
+        assert_eq!(read(&hello), Parsed::Hello(Some("a.test")));
+        assert_eq!(read(&build(None, 100)), Parsed::Hello(None));
         // The health check's ClientHello, a full modern one, reads too.
         let real = crate::health::protocol::client_hello(Some("b.example.com"));
-        assert_eq!(parse(&real), Parsed::Hello(Some("b.example.com")));
+        assert_eq!(read(&real), Parsed::Hello(Some("b.example.com")));
     }
 
     #[test]
     fn the_largest_record_is_read_and_one_byte_more_is_refused() {
         let hello = build_of_len(Some("a.test"), MAX_HELLO);
         assert_eq!(hello.len(), MAX_HELLO);
-        assert_eq!(parse(&hello), Parsed::Hello(Some("a.test")));
+        assert_eq!(read(&hello), Parsed::Hello(Some("a.test")));
         let mut over = hello.clone();
         over[3..5].copy_from_slice(&((MAX_RECORD + 1) as u16).to_be_bytes());
-        assert!(matches!(parse(&over), Parsed::NotTls(_)));
+        assert!(matches!(read(&over), Parsed::NotTls(_)));
     }
 
     #[test]
     fn garbage_and_lies_are_told_apart() {
-        assert!(matches!(parse(b"GET / HTTP/1.1\r\n"), Parsed::NotTls(_)));
-        assert!(matches!(parse(b"G"), Parsed::NotTls(_)));
-        assert_eq!(parse(b""), Parsed::NeedMore(RECORD_HEADER));
+        assert!(matches!(read(b"GET / HTTP/1.1\r\n"), Parsed::NotTls(_)));
+        assert!(matches!(read(b"G"), Parsed::NotTls(_)));
+        assert_eq!(read(b""), Parsed::NeedMore(RECORD_HEADER));
         // A header that claims 16 KiB: wait for all of it.
-        assert_eq!(parse(&[0x16, 3, 1, 0x40, 0]), Parsed::NeedMore(MAX_HELLO));
+        assert_eq!(read(&[0x16, 3, 1, 0x40, 0]), Parsed::NeedMore(MAX_HELLO));
         // A handshake length larger than its record.
         let mut hello = build(Some("a.test"), 0);
         hello[6] = 0xff;
-        assert_eq!(
-            parse(&hello),
-            Parsed::NotTls("a ClientHello longer than its record")
-        );
+        assert_eq!(read(&hello), Parsed::NotTls("a ClientHello over 16 KiB"));
         // A name with a byte no host name has.
         let bad = build(Some("a\0b"), 0);
-        assert!(matches!(parse(&bad), Parsed::NotTls(_)));
+        assert!(matches!(read(&bad), Parsed::NotTls(_)));
     }
 
     proptest! {
         #[test]
         fn any_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
-            let _ = parse(&bytes);
+            let _ = read(&bytes);
         }
 
         #[test]
@@ -283,7 +418,7 @@ mod tests {
             bytes.extend_from_slice(&(body.len() as u16).to_be_bytes());
             bytes.push(1);
             bytes.extend_from_slice(&body);
-            let _ = parse(&bytes);
+            let _ = read(&bytes);
         }
 
         #[test]
@@ -292,7 +427,7 @@ mod tests {
             padding in 0usize..2000,
         ) {
             let hello = build(Some(&name), padding);
-            prop_assert_eq!(parse(&hello), Parsed::Hello(Some(name.as_str())));
+            prop_assert_eq!(read(&hello), Parsed::Hello(Some(name.as_str())));
         }
 
         #[test]
@@ -303,7 +438,7 @@ mod tests {
         ) {
             let hello = build(Some(&name), padding);
             let cut = cut % hello.len();
-            match parse(&hello[..cut]) {
+            match read(&hello[..cut]) {
                 Parsed::NeedMore(n) => prop_assert!(n > cut && n <= hello.len()),
                 other => prop_assert!(false, "cut at {}: {:?}", cut, other),
             }
@@ -318,7 +453,7 @@ mod tests {
             let mut hello = build(Some("x.test"), padding);
             let at = at % hello.len();
             hello[at] = value;
-            let _ = parse(&hello);
+            let _ = read(&hello);
         }
     }
 }

@@ -48,8 +48,9 @@ pub struct SniConfig {
     /// `None`: the service does no SNI routing and owns its addresses.
     pub server_names: Option<ServerNames>,
     /// This service takes the clients of its addresses whose name matches
-    /// no service, who send none, or whose first bytes are no ClientHello
-    /// (`sni_default`). Default false: those are closed.
+    /// no service, who send none, who send nothing by the timeout, or
+    /// whose first bytes are no ClientHello (`sni_default`); never a
+    /// hello begun and stalled. Default false: those are closed.
     pub default: bool,
     /// The longest wait for a complete ClientHello (`sni_timeout`); the
     /// longest of the services sharing an address applies there.

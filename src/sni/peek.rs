@@ -9,9 +9,11 @@
 //! a busy loop. The mark is put back to 1 before anything else reads the
 //! socket (the pump's `poll(2)` relies on it), whatever happens.
 //!
-//! The wait is bounded by a deadline, the size by one TLS record
-//! ([`MAX_HELLO`]), and the buffer is allocated to the record's announced
-//! length only once its header has arrived.
+//! The wait is bounded by a deadline, the size by [`MAX_WIRE`] (a hello
+//! of at most 16 KiB, in one record or several, which the parser joins),
+//! and the buffer is allocated to the records' announced length only once
+//! their headers have arrived. A hello still incomplete at the deadline is
+//! [`Peeked::Stalled`], told apart from a client that sent nothing.
 //!
 //! # Threads
 //!
@@ -26,7 +28,7 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Instant;
 
-use super::client_hello::{self, Parsed, MAX_HELLO, RECORD_HEADER};
+use super::client_hello::{self, Parsed, MAX_WIRE, RECORD_HEADER};
 
 /// What the first bytes of a client were.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,8 +37,14 @@ pub enum Peeked {
     Hello(Option<Box<str>>),
     /// Not a ClientHello (or it ended before being complete): why.
     NotTls(&'static str),
-    /// No complete ClientHello by the deadline.
+    /// Nothing at all by the deadline (a client that waits for the
+    /// server to speak first, or a silent one).
     Timeout,
+    /// The start of a ClientHello, never finished by the deadline.
+    Stalled,
+    /// Closed by another worker, stalled longest, to make room for a new
+    /// client (`tls_max_pending`, [`crate::pending`]).
+    MadeRoom,
 }
 
 /// Puts `SO_RCVLOWAT` back to 1 when dropped.
@@ -54,6 +62,8 @@ impl Drop for LowMark {
 pub fn client_hello(client: &TcpStream, deadline: Instant) -> Peeked {
     let fd = client.as_raw_fd();
     let mut buf = vec![0u8; RECORD_HEADER];
+    // A hello over several records is joined here (left empty otherwise).
+    let mut joined = Vec::new();
     let mut seen = 0;
     let _mark = LowMark(fd);
     loop {
@@ -63,7 +73,7 @@ pub fn client_hello(client: &TcpStream, deadline: Instant) -> Peeked {
         }
         match crate::poll::readable_by(fd, deadline) {
             Ok(true) => {}
-            Ok(false) => return Peeked::Timeout,
+            Ok(false) => return timed_out(fd, &mut buf),
             Err(_) => return Peeked::NotTls("a socket error"),
         }
         let n = match peek(fd, &mut buf) {
@@ -73,7 +83,7 @@ pub fn client_hello(client: &TcpStream, deadline: Instant) -> Peeked {
             Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return Peeked::NotTls("a socket error"),
         };
-        match client_hello::parse(&buf[..n]) {
+        match client_hello::parse(&buf[..n], &mut joined) {
             Parsed::Hello(name) => return Peeked::Hello(name.map(lower)),
             Parsed::NotTls(why) => return Peeked::NotTls(why),
             Parsed::NeedMore(total) => {
@@ -84,11 +94,21 @@ pub fn client_hello(client: &TcpStream, deadline: Instant) -> Peeked {
                 }
                 seen = n;
                 if total > buf.len() {
-                    // The parser bounds `total` by one record.
-                    buf.resize(total.min(MAX_HELLO), 0);
+                    // The parser bounds `total` by `MAX_WIRE`.
+                    buf.resize(total.min(MAX_WIRE), 0);
                 }
             }
         }
+    }
+}
+
+/// The deadline passed: [`Peeked::Stalled`] when any byte came (the
+/// low mark may have hidden a few), else [`Peeked::Timeout`].
+#[cold]
+fn timed_out(fd: RawFd, buf: &mut [u8]) -> Peeked {
+    match peek(fd, buf) {
+        Ok(n) if n > 0 => Peeked::Stalled,
+        _ => Peeked::Timeout,
     }
 }
 
@@ -189,6 +209,26 @@ mod tests {
     }
 
     #[test]
+    fn a_hello_in_two_records_is_joined_and_left_in_place() {
+        let (mut client, server) = pair();
+        let hello = client_hello::build(Some("b.test"), 500);
+        let message = &hello[RECORD_HEADER..];
+        let mut wire = Vec::new();
+        for part in [&message[..40], &message[40..]] {
+            wire.extend_from_slice(&[0x16, 3, 1]);
+            wire.extend_from_slice(&(part.len() as u16).to_be_bytes());
+            wire.extend_from_slice(part);
+        }
+        client.write_all(&wire).unwrap();
+        assert_eq!(
+            client_hello(&server, soon()),
+            Peeked::Hello(Some("b.test".into()))
+        );
+        let mut all = vec![0; wire.len() + 1];
+        assert_eq!(peek(server.as_raw_fd(), &mut all).unwrap(), wire.len());
+    }
+
+    #[test]
     fn garbage_silence_and_a_cut_hello_end_the_wait() {
         let (mut client, server) = pair();
         client.write_all(b"SSH-2.0-x\r\n").unwrap();
@@ -196,6 +236,18 @@ mod tests {
         let (_quiet, server) = pair();
         let short = Instant::now() + Duration::from_millis(50);
         assert_eq!(client_hello(&server, short), Peeked::Timeout);
+        // A few bytes, under the low mark, then silence: stalled.
+        let (mut client, server) = pair();
+        client.write_all(&[0x16, 3]).unwrap();
+        let short = Instant::now() + Duration::from_millis(50);
+        assert_eq!(client_hello(&server, short), Peeked::Stalled);
+        // Half a hello, then silence: stalled too.
+        let (mut client, server) = pair();
+        client
+            .write_all(&client_hello::build(Some("a.test"), 0)[..30])
+            .unwrap();
+        let short = Instant::now() + Duration::from_millis(50);
+        assert_eq!(client_hello(&server, short), Peeked::Stalled);
         let (mut client, server) = pair();
         client
             .write_all(&client_hello::build(Some("a.test"), 0)[..20])

@@ -1,7 +1,9 @@
 //! The worker's TLS handshake with its client: blocking in spirit (one
 //! thread per connection, nothing else to do meanwhile), on a non-blocking
 //! socket with `poll(2)` so that the whole handshake is bounded by
-//! `tls_handshake_timeout`, however the client trickles its bytes.
+//! `tls_handshake_timeout`, however the client trickles its bytes, and
+//! counted among the service's handshakes in progress (`tls_max_pending`,
+//! [`crate::pending`]): at the bound, the one stalled longest is closed.
 //!
 //! # Threads
 //!
@@ -50,6 +52,9 @@ pub enum Failure {
     /// No certificate covers the client's server name, or it sent none
     /// (`tls_strict_sni`): refused with `unrecognized_name`.
     UnknownName,
+    /// Closed, stalled longest, to make room for a new client at
+    /// `tls_max_pending`.
+    MadeRoom,
 }
 
 impl Failure {
@@ -64,6 +69,7 @@ impl Failure {
             Failure::ClientCertificate => &stats.tls_handshake_failures_client_certificate,
             Failure::Protocol => &stats.tls_handshake_failures_protocol,
             Failure::UnknownName => &stats.tls_handshake_failures_unknown_name,
+            Failure::MadeRoom => &stats.tls_pending_closed,
         }
     }
 
@@ -103,6 +109,7 @@ impl Failure {
             }
             Failure::Protocol => "a TLS protocol error",
             Failure::UnknownName => "no certificate for the backend's name",
+            Failure::MadeRoom => "closed to make room for a new handshake (tls_max_pending)",
         }
     }
 }
@@ -118,6 +125,9 @@ impl fmt::Display for Failure {
             Failure::ClientCertificate => "the client's certificate is missing or not trusted",
             Failure::Protocol => "a TLS protocol error",
             Failure::UnknownName => "no certificate for the client's server name (tls_strict_sni)",
+            Failure::MadeRoom => {
+                "closed, stalled longest, to make room for a new client (tls_max_pending)"
+            }
         })
     }
 }
@@ -222,7 +232,8 @@ fn complete(conn: &mut Connection, sock: &TcpStream, deadline: Instant) -> Resul
 /// the client's handshake done (when terminated here), counted
 /// (`tls_handshakes`, or the failure's counter) and, when it failed,
 /// logged (debug; a refused client certificate at info, throttled, by
-/// `client_cert`) with the client closed; `None` then.
+/// `client_cert`) with the client closed; `None` then. `queued_at`, when
+/// it was accepted, orders it among the handshakes in progress.
 #[cold]
 #[inline(never)]
 pub(crate) fn serve(
@@ -230,6 +241,7 @@ pub(crate) fn serve(
     client: &TcpStream,
     stats: &Stats,
     peer: std::net::SocketAddr,
+    queued_at: Instant,
 ) -> Option<Session> {
     let mut sessions = Box::new(Sessions {
         edge,
@@ -240,6 +252,8 @@ pub(crate) fn serve(
         return Some(sessions);
     };
     let deadline = Instant::now() + sessions.edge.handshake_timeout;
+    // Among the handshakes in progress (`tls_max_pending`) until it ends.
+    let ticket = sessions.edge.pending.enter(client, queued_at);
     let done = ServerConnection::new(Arc::clone(config))
         .map_err(|e| Failed {
             kind: Failure::of(&e),
@@ -249,6 +263,10 @@ pub(crate) fn serve(
             let conn = sessions.client.insert(Connection::Server(conn));
             complete(conn, client, deadline)
         });
+    let done = match (done, ticket.leave()) {
+        (_, true) => Err(Failure::MadeRoom.into()),
+        (done, _) => done,
+    };
     match done {
         Ok(()) => {
             Stats::incr(&stats.tls_handshakes);

@@ -156,6 +156,9 @@ pub struct TlsSettings {
     /// Longest time a client may take to finish its handshake
     /// (`tls_handshake_timeout`). Default [`DEFAULT_HANDSHAKE_TIMEOUT`].
     pub handshake_timeout: Duration,
+    /// The most handshakes (and SNI peeks) in progress at once
+    /// (`tls_max_pending`). Default [`crate::pending::DEFAULT_MAX_PENDING`].
+    pub max_pending: usize,
     /// Ask every client for a certificate signed by these CAs (a PEM
     /// file; `tls_client_ca`, mutual TLS). Default `None`: none asked.
     pub client_ca: Option<PathBuf>,
@@ -185,6 +188,7 @@ impl Default for TlsSettings {
         TlsSettings {
             certs: CertList::default(),
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_pending: crate::pending::DEFAULT_MAX_PENDING,
             client_ca: None,
             client_crl: CrlFiles::default(),
             backend: false,
@@ -222,6 +226,8 @@ pub struct Terminator {
     pub(crate) backend: Option<backend::BackendTls>,
     /// `tls_handshake_timeout`.
     pub(crate) handshake_timeout: Duration,
+    /// The client handshakes in progress (`tls_max_pending`).
+    pub(crate) pending: crate::pending::Pending,
     /// Each certificate's name and `notAfter`, for `/metrics`.
     pub(crate) expiry: Vec<Expiry>,
     /// The session cache and ticket keys, for the next reload to keep.
@@ -283,6 +289,7 @@ impl Terminator {
             config: None,
             backend,
             handshake_timeout: settings.handshake_timeout,
+            pending: crate::pending::Pending::new(settings.max_pending),
             expiry: Vec::new(),
             resumption: None,
         };

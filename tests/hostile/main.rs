@@ -29,6 +29,7 @@ mod client_limits;
 mod config_file;
 mod demo_backend;
 mod failure;
+mod half_hellos;
 mod kernel_relay;
 mod page;
 mod prompt;

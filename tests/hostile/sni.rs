@@ -1,7 +1,7 @@
 //! SNI routing's ClientHello reader: garbage, a hello trickled byte by
 //! byte, one of 16 KiB and one claiming more, a lying length that stalls,
 //! silent clients, a reset mid-hello, and a thousand bad clients against
-//! the binary: each is bounded by `sni_timeout` and one TLS record, no
+//! the binary: each is bounded by `sni_timeout` and 16 KiB of hello, no
 //! worker is held beyond the timeout, and the process stays within bounds.
 
 use std::io::{Read, Write};
