@@ -232,6 +232,12 @@ macro_rules! settings {
     };
 }
 
+/// A file setting as `check-config` prints it: its path, or `none`.
+fn path_or_none(path: &Option<std::path::PathBuf>) -> String {
+    path.as_ref()
+        .map_or_else(|| "none".into(), |p| p.display().to_string())
+}
+
 /// `off` for a setting that is not set.
 fn or_off<T>(value: Option<T>, show: impl FnOnce(T) -> String) -> String {
     value.map_or_else(|| "off".to_string(), show)

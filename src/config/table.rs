@@ -283,10 +283,7 @@ macro_rules! settings_table {
             restart[admin_token_file],
             file Text => take,
             flag Option<PathBuf> [value_name = "FILE"],
-            always |c: &Config| c
-                .admin_token_file
-                .as_ref()
-                .map_or_else(|| "none".to_string(), |p| p.display().to_string());
+            always |c: &Config| path_or_none(&c.admin_token_file);
         /// Close a client that waited longer than this for a free worker (503
         /// with --http-replies) instead of serving it late (HAProxy's `timeout
         /// queue`).
@@ -412,11 +409,7 @@ macro_rules! settings_table {
         tls_client_ca: PathBuf, "tls-client-ca", Service, some(tls.client_ca), live,
             file Text => take,
             flag Option<PathBuf> [value_name = "FILE"],
-            always |c: &Config| c
-                .tls
-                .client_ca
-                .as_ref()
-                .map_or_else(|| "none".into(), |p| p.display().to_string());
+            always |c: &Config| path_or_none(&c.tls.client_ca);
         /// With --tls-client-ca: refuse clients whose certificate one of
         /// these CRLs revokes (PEM files, each issued by a CA of
         /// --tls-client-ca); repeat for more. Read again on every reload.
@@ -437,11 +430,7 @@ macro_rules! settings_table {
         backend_tls_ca: PathBuf, "backend-tls-ca", Service, some(tls.backend_ca), live,
             file Text => take,
             flag Option<PathBuf> [value_name = "FILE"],
-            always |c: &Config| c
-                .tls
-                .backend_ca
-                .as_ref()
-                .map_or_else(|| "none".into(), |p| p.display().to_string());
+            always |c: &Config| path_or_none(&c.tls.backend_ca);
         /// The name sent to (SNI) and verified in every backend's
         /// certificate, with --backend-tls; none: each backend's host.
         backend_tls_server_name: String, "backend-tls-server-name", Service,
