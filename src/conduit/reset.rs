@@ -6,7 +6,7 @@
 //! `ECONNRESET`.
 //!
 //! The pump ends as it always did ([`End::BackendReset`],
-//! [`End::ClientReset`]); then [`deliver`], the connection still counted
+//! [`End::ClientReset`]); then `deliver`, the connection still counted
 //! active, waits until the other socket's send queue has been taken by its
 //! peer (a close with a reset drops what the queue still holds), and
 //! [`close`] ends the connection: that socket with `SO_LINGER` 0 and no
@@ -104,7 +104,7 @@ fn unacknowledged(socket: &TcpStream) -> Option<u64> {
 /// Closes both sockets of a connection the pump is done with: the
 /// article's `shutdown(SHUT_RDWR)` on each (dropping them then closes
 /// them), except the one whose peer must learn of the other's reset
-/// (`end`, see [`deliver`]): no shutdown, whose FIN that peer would take
+/// (`end`, see `deliver`): no shutdown, whose FIN that peer would take
 /// for an ordinary end, but `SO_LINGER` 0, so that its close sends a
 /// reset.
 pub fn close(client: &TcpStream, backend: &TcpStream, end: End) {

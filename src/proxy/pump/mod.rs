@@ -8,7 +8,7 @@
 //! half-close, a failed write stops only its own direction, and the
 //! connection's [`End`] comes back with its exact [`Transfer`]. A peer's
 //! reset before its end of stream reaches the other peer as a reset, after
-//! the bytes received from the first (`reset`: [`deliver`], [`close`]).
+//! the bytes received from the first (`reset`: `deliver`, [`close`]).
 //! Why each
 //! rule (no `write_all`, `MSG_MORE`, turns of [`TURN_BYTES`], idle buffers
 //! handed back, `--yield-before-poll`): docs/moving-bytes.md, "The pump".
