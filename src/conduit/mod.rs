@@ -24,7 +24,9 @@
 //!   and tells back ([`Pumped`](outcome::Pumped): the
 //!   [`Transfer`](outcome::Transfer) and the [`End`](outcome::End));
 //! - `reset`: a peer's reset passed on to the other peer as a reset, for
-//!   every pump (copy, splice, TLS).
+//!   every pump (copy, splice, TLS);
+//! - `stack`: the stack pages touched below a pump (a TLS handshake, the
+//!   backend connect) handed back to the kernel.
 
 use std::cell::RefCell;
 use std::io;
@@ -36,6 +38,7 @@ use std::time::Duration;
 
 pub mod outcome;
 pub mod reset;
+pub(crate) mod stack;
 
 /// The conduits of one pump, one per direction, as the thread keeps them.
 pub(crate) enum Conduits<'a> {
@@ -61,6 +64,8 @@ impl Conduits<'_> {
         if let Conduits::Buffers(b) = self {
             b.release();
         }
+        // And the stack pages the connect touched below the pump.
+        stack::trim_idle();
     }
 }
 

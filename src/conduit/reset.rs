@@ -107,6 +107,7 @@ fn unacknowledged(socket: &TcpStream) -> Option<u64> {
 /// (`end`, see `deliver`): no shutdown, whose FIN that peer would take
 /// for an ordinary end, but `SO_LINGER` 0, so that its close sends a
 /// reset.
+#[inline(never)]
 pub fn close(client: &TcpStream, backend: &TcpStream, end: End) {
     let reset = toward(end);
     for (i, socket) in [(1, backend), (0, client)] {

@@ -51,7 +51,7 @@ pub(super) struct Attempt<'a> {
     /// The client's socket (its address goes into a PROXY header).
     pub client: &'a TcpStream,
     /// Who the client is (after `--accept-proxy`, who its header says).
-    pub origin: header::Origin,
+    pub origin: &'a header::Origin,
     /// The connect timeout.
     pub settings: &'a ProxyConfig,
     /// Passive health.

@@ -21,7 +21,6 @@
 //!   `tls_handshake_timeout`, and why one failed;
 //! - `pump`: the TLS-aware pump, beside the plain and splice ones of
 //!   [`mod@crate::proxy::pump`];
-//! - `stack`: the stack pages a handshake touched, handed back after it;
 //! - `tuning`: resumption (session cache, tickets) kept across reloads,
 //!   the ALPN list, the server's cipher order.
 //!
@@ -44,7 +43,6 @@ mod crl;
 mod expiry;
 pub(crate) mod handshake;
 pub(crate) mod pump;
-mod stack;
 mod tuning;
 pub(crate) mod words;
 

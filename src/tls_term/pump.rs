@@ -24,7 +24,7 @@
 //! `buffer_size`). Their pages go back to the kernel when the connection
 //! has been idle for the plain pump's `RELEASE_AFTER` and when it ends,
 //! and the stack pages the handshakes touched go back before the first
-//! byte moves (`stack`): an idle TLS connection keeps neither.
+//! byte moves (`conduit/stack.rs`): an idle TLS connection keeps neither.
 //!
 //! # Corresponds to the C article
 //!
@@ -262,7 +262,7 @@ impl<'a> Side<'a> {
 /// or nothing moves for the idle (or fin) timeout. Both sockets are made
 /// non-blocking. Never fails: every end is an [`End`].
 pub(crate) fn pump(mut client: Side<'_>, mut backend: Side<'_>, options: &PumpOptions) -> Pumped {
-    super::stack::trim();
+    crate::conduit::stack::trim();
     let mut transfer = Transfer::default();
     let (end, error) = match client
         .sock

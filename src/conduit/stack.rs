@@ -1,4 +1,4 @@
-//! After the handshakes, the stack pages they touched are handed back.
+//! The stack pages a worker touched below its pump are handed back.
 //!
 //! A TLS handshake (key exchange, certificate signing or verification)
 //! runs 20 KiB and more below the pump's frame; those pages stay resident
@@ -7,7 +7,11 @@
 //! for what the pump calls) back to the kernel with `madvise(2)`
 //! `MADV_DONTNEED`: they read as zeros when touched again, as unused stack
 //! may. One call per TLS connection, on the worker thread that owns the
-//! stack; plain connections never call it.
+//! stack. The plain pump calls [`trim_idle`] when a connection has been
+//! idle long enough to hand its buffers back (`RELEASE_AFTER`): what the
+//! backend connect touched below the pump (a page, at most) goes back then
+//! too, so an idle plain connection keeps two pages of stack, and a busy
+//! one pays nothing.
 //!
 //! # Corresponds to the C article
 //!
@@ -25,10 +29,28 @@ thread_local! {
     static LOWEST: Cell<usize> = const { Cell::new(0) };
 }
 
+/// What the plain pump's wait keeps below the frame of [`trim_idle`]:
+/// the rest of the page it stands in. The `poll(2)` it calls next runs
+/// above this frame's depth, in a page that stays.
+const IDLE_MARGIN: usize = 0;
+
 /// Hands back the pages of this thread's stack lying more than [`MARGIN`]
 /// below the caller's frame. Errors only leave the pages resident.
 #[inline(never)]
 pub(crate) fn trim() {
+    trim_below(MARGIN);
+}
+
+/// [`trim`] for the plain pump's idle wait: every page below the one
+/// this frame stands in ([`IDLE_MARGIN`]).
+#[inline(never)]
+pub(crate) fn trim_idle() {
+    trim_below(IDLE_MARGIN);
+}
+
+/// Hands back the pages lying more than `margin` below this frame.
+#[inline(always)]
+fn trim_below(margin: usize) {
     let here = 0u8;
     let sp = std::ptr::addr_of!(here) as usize;
     let Some(lowest) = lowest() else {
@@ -36,7 +58,7 @@ pub(crate) fn trim() {
     };
     let page = 4096;
     let start = lowest.next_multiple_of(page);
-    let end = sp.saturating_sub(MARGIN) & !(page - 1);
+    let end = sp.saturating_sub(margin) & !(page - 1);
     if end > start {
         // SAFETY: [start, end) lies in this thread's own stack, below every
         // live frame (the caller's and this one's are above `end`), so no
