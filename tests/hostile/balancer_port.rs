@@ -538,6 +538,12 @@ fn when_no_thread_can_start_it_stays_up_counts_and_recovers() {
     let mut busy = connect(child.addr).unwrap();
     assert!(round_trip(&mut busy, b'b'));
     let pid = child.pid();
+    // The listening line comes before `run` starts the service's threads
+    // (its health thread among them): the cap must come after them, or a
+    // thread of the balancer's own would be the one that cannot start.
+    until("the health thread started", || {
+        thread_names(pid).iter().any(|n| n == "rodizio-health")
+    });
     limit_address_space(pid, vm_size(pid) + BIG_STACK / 4).unwrap();
     let mut waiting: Vec<TcpStream> = Vec::new();
     for i in 0..5u8 {
@@ -566,4 +572,15 @@ fn when_no_thread_can_start_it_stays_up_counts_and_recovers() {
     }
     assert!(child.alive());
     assert!(!child.log().contains("panicked"), "{}", child.log());
+}
+
+/// The names of the threads of `pid` (`/proc/PID/task/*/comm`).
+fn thread_names(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_string())
+        .collect()
 }
