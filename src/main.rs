@@ -464,9 +464,8 @@ fn balance(
         flags.trace_lang = Some(balancer.config().trace_lang);
     }
     {
-        // With a file, a reload reads it again; without one, the flags
-        // are applied again, and the files they name (certificates, CAs,
-        // the token) read again.
+        // With a file, a reload reads it again; without one, what runs
+        // stays, and the TLS files the flags name are read again.
         let reloader = match file {
             Some(file) => Reloader::new(file.path, flags, &balancer),
             None => Reloader::flags_only(flags, &balancer),

@@ -54,6 +54,7 @@ use crate::running::{Bound, Running};
 use crate::service::Service;
 use crate::stats::Stats;
 use crate::systemd;
+use crate::tls_term::Terminator;
 use crate::units;
 
 /// How often the reaper looks at the draining backends.
@@ -148,8 +149,9 @@ impl Reloader {
     }
 
     /// A reloader for `balancer` started without a config file: each
-    /// reload applies `flags` again, reading again the files they name
-    /// (certificates, keys, CAs, the admin token).
+    /// reload keeps the settings running (the admin API's changes too)
+    /// and reads again the TLS files they name (certificates, keys, CAs,
+    /// CRLs).
     pub fn flags_only(flags: Overrides, balancer: &Balancer) -> Reloader {
         Reloader::reading(None, flags, balancer)
     }
@@ -185,6 +187,18 @@ impl Reloader {
     /// As [`Reloader::reload`]: the reason the reload would be refused.
     pub fn dry_run(&self) -> Result<ReloadReport> {
         let state = self.inner.state.lock();
+        if self.inner.path.is_none() {
+            // Without a file a reload only reads the TLS files again.
+            let tls = state.config.service_list().iter().any(|c| c.tls.on());
+            let summary = match tls {
+                true => "a reload would do: certificates read again",
+                false => "a reload would do: no change",
+            };
+            return Ok(ReloadReport {
+                summary: summary.to_string(),
+                ..ReloadReport::default()
+            });
+        }
         let plan = self.prepare(&state, true)?;
         let mut report = self.describe(&state, &plan);
         report.summary = report
@@ -216,6 +230,9 @@ impl Reloader {
     /// [`Reloader::reload`] under the lock, between what it tells systemd.
     fn reload_locked(&self, state: &mut State) -> Result<ReloadReport> {
         let inner = &self.inner;
+        if inner.path.is_none() {
+            return self.reload_files(state);
+        }
         let plan = match self.prepare(state, false) {
             Ok(plan) => plan,
             Err(err) => {
@@ -231,6 +248,46 @@ impl Reloader {
         }
         log::info!("{}", report.summary);
         Ok(report)
+    }
+
+    /// A reload without a config file: every setting stays as it runs
+    /// (the admin API's changes too); each service's TLS files (the
+    /// certificates and keys, its CAs and CRLs) are read again, all of
+    /// them before any is swapped, so a bad file changes nothing.
+    fn reload_files(&self, state: &State) -> Result<ReloadReport> {
+        let inner = &self.inner;
+        let mut loaded = Vec::new();
+        for config in state.config.service_list() {
+            let Some(service) = inner.running.find(&config.name) else {
+                continue;
+            };
+            let Some(running) = &service.live.tls else {
+                continue;
+            };
+            match Terminator::load_after(&config.tls, Some(&running.load())) {
+                Ok(Some(terminator)) => loaded.push((Arc::clone(running), terminator)),
+                Ok(None) => {}
+                Err(err) => {
+                    Stats::incr(&inner.stats.reloads_failed);
+                    log::error!("reload refused, the running settings stay: {err}");
+                    return Err(err);
+                }
+            }
+        }
+        let summary = if loaded.is_empty() {
+            "reload: no change"
+        } else {
+            "reload: certificates read again"
+        };
+        for (running, terminator) in loaded {
+            running.store(Arc::new(terminator));
+        }
+        Stats::incr(&inner.stats.reloads_ok);
+        log::info!("{summary}");
+        Ok(ReloadReport {
+            summary: summary.to_string(),
+            ..ReloadReport::default()
+        })
     }
 
     /// The reaper of `service`'s drained backends.
