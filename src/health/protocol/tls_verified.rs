@@ -138,17 +138,9 @@ fn certificate_words(error: &CertificateError) -> String {
     crate::tls_term::words::certificate(error, "backend_tls_ca")
 }
 
-/// `HandshakeFailure` as `handshake failure`.
+/// `HandshakeFailure` as `handshake failure`, as the workers word it.
 fn spaced(camel: &str) -> String {
-    let word: String = camel.chars().take_while(|c| c.is_alphanumeric()).collect();
-    let mut out = String::new();
-    for (i, c) in word.chars().enumerate() {
-        if c.is_uppercase() && i > 0 {
-            out.push(' ');
-        }
-        out.extend(c.to_lowercase());
-    }
-    out
+    crate::tls_term::words::spaced(camel)
 }
 
 #[cfg(test)]
