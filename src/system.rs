@@ -12,7 +12,10 @@
 //! whatever thread met it: [`is_local_failure`] tells a fault of this host
 //! (no descriptor, memory, buffer or local port left) from a fault of the
 //! peer, so that health checks blame a backend only for its own;
-//! [`error_words`] names an error in a word or two for the access log.
+//! [`error_words`] names an error in a word or two for the access log;
+//! [`read_bounded`] reads a file an operator names (the config file, a
+//! certificate, a CRL, the admin token) without blocking on a FIFO or
+//! growing without bound on a device.
 //!
 //! # Corresponds to the C article
 //!
@@ -107,8 +110,75 @@ pub fn error_words(err: &io::Error) -> String {
     }
 }
 
+/// Why [`read_bounded`] read nothing.
+#[derive(Debug)]
+pub enum FileError {
+    /// The system refused (no such file, no permission, ...).
+    Io(io::Error),
+    /// A directory.
+    Directory,
+    /// Not a regular file: a FIFO would block the read until a writer
+    /// comes, a device such as `/dev/zero` never ends.
+    NotRegular,
+    /// Larger than the bound given.
+    TooLarge,
+}
+
+/// The bytes of the regular file `path`, at most `max` of them (never
+/// more into memory); anything else is a [`FileError`]. The type is
+/// checked before the file is opened, since opening a FIFO for reading
+/// blocks until a writer comes.
+///
+/// # Errors
+///
+/// The [`FileError`] that says why.
+pub fn read_bounded(path: &std::path::Path, max: u64) -> Result<Vec<u8>, FileError> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(FileError::Io)?;
+    if meta.is_dir() {
+        return Err(FileError::Directory);
+    }
+    if !meta.is_file() {
+        return Err(FileError::NotRegular);
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(max + 1).read_to_end(&mut bytes))
+        .map_err(FileError::Io)?;
+    if bytes.len() as u64 > max {
+        return Err(FileError::TooLarge);
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
+    /// A FIFO is refused without blocking, `/dev/zero` without reading
+    /// it, a directory as such, a file past the bound as too large.
+    #[test]
+    fn only_regular_files_within_the_bound_are_read() {
+        let dir = std::env::temp_dir().join(format!("rodizio-read-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        assert!(matches!(
+            read_bounded(&fifo, 10),
+            Err(FileError::NotRegular)
+        ));
+        let zero = std::path::Path::new("/dev/zero");
+        assert!(matches!(read_bounded(zero, 10), Err(FileError::NotRegular)));
+        assert!(matches!(read_bounded(&dir, 10), Err(FileError::Directory)));
+        let file = dir.join("eleven");
+        std::fs::write(&file, b"eleven byte").unwrap();
+        assert!(matches!(read_bounded(&file, 10), Err(FileError::TooLarge)));
+        assert_eq!(read_bounded(&file, 11).unwrap(), b"eleven byte");
+        let missing = dir.join("missing");
+        assert!(matches!(read_bounded(&missing, 10), Err(FileError::Io(_))));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     use super::*;
 
     fn os(code: i32) -> io::Error {

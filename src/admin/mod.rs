@@ -260,6 +260,9 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
     })
 }
 
+/// The most bytes an admin token file may hold: a token is a line.
+const MAX_TOKEN_FILE: u64 = 4096;
+
 /// The admin API's bearer token, read from `path` (`admin_token_file`):
 /// its text without the surrounding white space.
 ///
@@ -268,8 +271,19 @@ pub fn spawn(listener: AdminListener, parts: Parts, shutdown: &Shutdown) -> Resu
 /// [`Error::InvalidSetting`] (`admin_token_file`) when the file cannot be
 /// read or holds only white space.
 pub fn read_token(path: &std::path::Path) -> Result<String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::setting("admin_token_file", format!("{}: {e}", path.display())))?;
+    use crate::system::{read_bounded, FileError};
+    let shown = path.display();
+    let bytes = read_bounded(path, MAX_TOKEN_FILE).map_err(|e| {
+        let why = match e {
+            FileError::Io(e) => e.to_string(),
+            FileError::Directory => "a directory, not a file".into(),
+            FileError::NotRegular => "not a regular file (a pipe or a device?)".into(),
+            FileError::TooLarge => format!("larger than {MAX_TOKEN_FILE} bytes"),
+        };
+        Error::setting("admin_token_file", format!("{shown}: {why}"))
+    })?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Error::setting("admin_token_file", format!("{shown} is not UTF-8 text")))?;
     let token = text.trim();
     if token.is_empty() {
         return Err(Error::setting(

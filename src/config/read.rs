@@ -20,27 +20,16 @@ pub const MAX_FILE_SIZE: u64 = 1 << 20;
 /// start-up (or a reload) forever, and a device such as `/dev/urandom`
 /// never ends.
 pub(crate) fn read_capped(path: &Path) -> std::result::Result<String, String> {
-    use std::io::Read;
-    let cannot = |e: std::io::Error| format!("cannot be read: {e}");
-    let meta = std::fs::metadata(path).map_err(cannot)?;
-    if meta.is_dir() {
-        return Err("cannot be read: Is a directory, not a file".into());
-    }
-    if !meta.is_file() {
-        // Checked before opening: opening a FIFO for reading blocks
-        // until a writer comes.
-        return Err("cannot be read: not a regular file (a pipe or a device?)".into());
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_FILE_SIZE + 1).read_to_end(&mut bytes))
-        .map_err(cannot)?;
-    if bytes.len() as u64 > MAX_FILE_SIZE {
-        return Err(format!(
+    use crate::system::{read_bounded, FileError};
+    let bytes = read_bounded(path, MAX_FILE_SIZE).map_err(|e| match e {
+        FileError::Io(e) => format!("cannot be read: {e}"),
+        FileError::Directory => "cannot be read: Is a directory, not a file".into(),
+        FileError::NotRegular => "cannot be read: not a regular file (a pipe or a device?)".into(),
+        FileError::TooLarge => format!(
             "is larger than {} KiB, the most a config file may be",
             MAX_FILE_SIZE / 1024
-        ));
-    }
+        ),
+    })?;
     String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
         format!("is not UTF-8 text (byte {} is not valid UTF-8)", at + 1)

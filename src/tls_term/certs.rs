@@ -14,8 +14,6 @@
 //!
 //! No C counterpart.
 
-use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -239,19 +237,16 @@ pub(super) fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
 /// Reads `path`, at most `max` bytes (never more into memory): a larger
 /// file is not `what`.
 pub(super) fn read_at_most(path: &Path, max: u64, what: &str) -> Result<Vec<u8>, String> {
+    use crate::system::{read_bounded, FileError};
     let shown = path.display();
-    let file = File::open(path).map_err(|e| format!("cannot read {shown}: {}", os_words(&e)))?;
-    let mut bytes = Vec::new();
-    file.take(max + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read {shown}: {}", os_words(&e)))?;
-    if bytes.len() as u64 > max {
-        return Err(format!(
-            "{shown} is over {} MiB: not {what}",
-            max / (1024 * 1024)
-        ));
-    }
-    Ok(bytes)
+    read_bounded(path, max).map_err(|e| match e {
+        FileError::Io(e) => format!("cannot read {shown}: {}", os_words(&e)),
+        FileError::Directory => format!("cannot read {shown}: it is a directory"),
+        FileError::NotRegular => {
+            format!("cannot read {shown}: not a regular file (a pipe or a device?)")
+        }
+        FileError::TooLarge => format!("{shown} is over {} MiB: not {what}", max / (1024 * 1024)),
+    })
 }
 
 /// An I/O error in words, without Rust's " (os error N)".

@@ -235,6 +235,98 @@ fn paths_that_are_not_a_regular_file_are_refused_at_once() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
 }
 
+/// The files a setting names (a certificate, a key, `tls_client_ca`,
+/// `tls_client_crl`, `backend_tls_ca`, the admin token) given as a FIFO,
+/// `/dev/zero`, `/dev/urandom` or a directory: `check-config` and a start
+/// refuse each at once in one line naming the key and the path, never
+/// blocking on the FIFO nor reading the device, under the address-space
+/// cap. A reload of a running balancer whose certificate path became a
+/// FIFO is refused the same way and the balancer goes on serving.
+#[test]
+fn files_a_setting_names_that_are_not_regular_are_refused_at_once() {
+    let certs = crate::tls_certs::Certs::new();
+    let pair = certs.issue("a", &["localhost"], 1);
+    let dir = Scratch::new("hostile-files");
+    let fifo = dir.fifo("fifo.pem");
+    let ca = certs.ca();
+    let (cert, key) = (pair.cert.display(), pair.key.display());
+    for bad in [
+        fifo.clone(),
+        PathBuf::from("/dev/zero"),
+        PathBuf::from("/dev/urandom"),
+        dir.dir().to_path_buf(),
+    ] {
+        let b = bad.display();
+        let why = if bad.is_dir() {
+            "directory"
+        } else {
+            "not a regular file"
+        };
+        for (key_name, settings) in [
+            (
+                "tls_certs",
+                format!(r#""tls_certs": [{{"cert": "{b}", "key": "{key}"}}]"#),
+            ),
+            (
+                "tls_certs",
+                format!(r#""tls_certs": [{{"cert": "{cert}", "key": "{b}"}}]"#),
+            ),
+            (
+                "tls_client_ca",
+                format!(r#""tls_certs": [{}], "tls_client_ca": "{b}""#, pair.json()),
+            ),
+            (
+                "tls_client_crl",
+                format!(
+                    r#""tls_certs": [{}], "tls_client_ca": "{}", "tls_client_crl": "{b}""#,
+                    pair.json(),
+                    ca.display()
+                ),
+            ),
+            (
+                "backend_tls_ca",
+                format!(r#""backend_tls": true, "backend_tls_ca": "{b}""#),
+            ),
+            (
+                "admin_token_file",
+                format!(r#""admin_listen": "127.0.0.1:0", "admin_token_file": "{b}""#),
+            ),
+        ] {
+            let text =
+                format!(r#"{{"listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"], {settings}}}"#);
+            let path = dir.file("files.json", text.as_bytes());
+            let line = refused(&path);
+            assert!(
+                line.contains(&format!("`{key_name}`")) && line.contains(why),
+                "{settings}: {line}"
+            );
+            let started = run(&["--allow-root", "-c", path.to_str().unwrap()]);
+            assert_eq!(started.status.code(), Some(2), "{}", started.stderr);
+        }
+    }
+    // A running balancer: the certificate's path becomes a FIFO, SIGHUP.
+    let backend = TestBackend::echo();
+    let served = dir.path("served.pem");
+    std::fs::copy(&pair.cert, &served).unwrap();
+    let text = format!(
+        r#"{{"listen": "127.0.0.1:0", "backends": ["{}"],
+            "tls_certs": [{{"cert": "{}", "key": "{key}"}}]}}"#,
+        backend.addr(),
+        served.display()
+    );
+    let path = dir.file("running.json", text.as_bytes());
+    let mut balancer = start(&path);
+    std::fs::remove_file(&served).unwrap();
+    let fifo_again = dir.fifo("served.pem");
+    assert_eq!(fifo_again, served);
+    let line = reload_refused(&balancer, 1);
+    assert!(line.contains("not a regular file"), "{line}");
+    // The reload lock was not held by a blocked read: the next one runs.
+    let line = reload_refused(&balancer, 2);
+    assert!(line.contains("not a regular file"), "{line}");
+    assert!(balancer.alive(), "{}", balancer.log());
+}
+
 /// A balancer started with a good file.
 fn start(config: &Path) -> Child {
     let mut command = child::command(&["--allow-root", "-c", config.to_str().unwrap()]);
