@@ -224,10 +224,8 @@ impl Proxy {
 
     /// The connect (with fail-over, and the backend's TLS handshake when
     /// the service speaks TLS to its backends): the client linked to its
-    /// backend, or `None` when it was refused. Not inlined, and its frame
-    /// holds little: the connect runs under it and under
-    /// [`Proxy::connect_ready`] only, while what is built from the result
-    /// (the `Link`, or a refusal) is built in [`Proxy::linked`], after.
+    /// backend, or `None` when it was refused. Not inlined: the connect
+    /// runs under its frame only.
     #[inline(never)]
     // Boxed on purpose: a `Ready` by value would be copied into this frame
     // and the caller's, under the connect (see `ready`).
@@ -239,54 +237,20 @@ impl Proxy {
         health: &HealthConfig,
         outcome: &mut Outcome,
     ) -> Option<Link> {
-        let connecting = Instant::now();
-        let (connected, tries) = self.connect_ready(&mut ready, &settings, health, connecting);
-        self.linked(
-            ready, settings, health, outcome, connected, tries, connecting,
-        )
-    }
-
-    /// The connects themselves, with fail-over, and the backend's TLS
-    /// handshake: what [`Proxy::link`] runs under its small frame.
-    #[inline(never)]
-    fn connect_ready(
-        &self,
-        ready: &mut Ready,
-        settings: &ProxyConfig,
-        health: &HealthConfig,
-        connecting: Instant,
-    ) -> (crate::error::Result<Connected>, Tries) {
         let attempt = Attempt {
             client: &ready.client,
             origin: &ready.origin,
-            settings,
+            settings: &settings,
             health,
             queued_at: ready.queued_at,
         };
         let mut tries = Tries::default();
+        let connecting = Instant::now();
         let mut connected = self.connect(&ready.pick, &attempt, &mut tries);
+        let connect_time = connecting.elapsed();
         if let Some(session) = ready.tls.as_mut() {
             connected = reach_tls(session, connected, connecting + settings.connect_timeout);
         }
-        (connected, tries)
-    }
-
-    /// The client linked to its backend once connected, or refused when
-    /// every connect failed (see [`Proxy::link`]).
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments, clippy::boxed_local)]
-    fn linked(
-        &self,
-        ready: Box<Ready>,
-        settings: Arc<ProxyConfig>,
-        health: &HealthConfig,
-        outcome: &mut Outcome,
-        connected: crate::error::Result<Connected>,
-        tries: Tries,
-        connecting: Instant,
-    ) -> Option<Link> {
-        let connect_time = connecting.elapsed();
-        let failovers = tries.failed;
         match connected {
             Ok(Connected(backend_sock, backend, held)) => {
                 let Ready {
@@ -306,20 +270,13 @@ impl Proxy {
                     settings,
                     started,
                     connect_time,
-                    failovers,
+                    failovers: tries.failed,
                     place,
                     tls,
                 })
             }
             Err(error) => {
-                let attempt = Attempt {
-                    client: &ready.client,
-                    origin: &ready.origin,
-                    settings: &settings,
-                    health,
-                    queued_at: ready.queued_at,
-                };
-                let failed = (error, failovers, connect_time);
+                let failed = (error, tries.failed, connect_time);
                 self.refuse_unreachable(outcome, &ready.pick, failed, tries.refused, &attempt);
                 None
             }
