@@ -331,26 +331,7 @@ fn encode_v2(header: &Header, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy_protocol::parse;
-    use std::net::SocketAddr;
-
-    fn addr(text: &str) -> SocketAddr {
-        text.parse().unwrap()
-    }
-
-    fn proxy(source: &str, destination: &str) -> Header {
-        Header::Proxy {
-            source: addr(source),
-            destination: addr(destination),
-        }
-    }
-
-    fn complete(buf: &[u8]) -> (Header, usize) {
-        match parse(buf) {
-            Ok(Parsed::Complete { header, len }) => (header, len),
-            other => panic!("expected a complete header, got {other:?}"),
-        }
-    }
+    use crate::proxy_protocol::samples::{complete, proxy};
 
     #[test]
     fn mapped_addresses_are_written_as_ipv4() {

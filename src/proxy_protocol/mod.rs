@@ -37,3 +37,33 @@ pub use codec::{
 pub use parse::parse;
 pub use read::read_header;
 pub(crate) use send::send;
+
+/// What the unit tests of these modules share: addresses and headers
+/// written as text, and a header parsed whole.
+#[cfg(test)]
+mod samples {
+    use std::net::SocketAddr;
+
+    use super::{parse, Header, Parsed};
+
+    /// `text` as an address.
+    pub(super) fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    /// A PROXY header from `source` to `destination`.
+    pub(super) fn proxy(source: &str, destination: &str) -> Header {
+        Header::Proxy {
+            source: addr(source),
+            destination: addr(destination),
+        }
+    }
+
+    /// `buf` parsed, which must hold a whole header: it and its length.
+    pub(super) fn complete(buf: &[u8]) -> (Header, usize) {
+        match parse(buf) {
+            Ok(Parsed::Complete { header, len }) => (header, len),
+            other => panic!("expected a complete header, got {other:?}"),
+        }
+    }
+}

@@ -260,30 +260,13 @@ fn check_tlvs(mut tlvs: &[u8], mut offset: usize) -> Result<(), HeaderError> {
 mod tests {
     use super::super::codec::{ends, Ends, V1_PREFIX};
     use super::*;
+    use crate::proxy_protocol::samples::{complete, proxy};
     use crate::proxy_protocol::{
         encode, Header, HeaderError, Parsed, Version, MAX_LEN, V1_MAX_LEN, V2_MAX_LEN, V2_SIGNATURE,
     };
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
     use proptest::prelude::*;
-
-    fn addr(text: &str) -> SocketAddr {
-        text.parse().unwrap()
-    }
-
-    fn proxy(source: &str, destination: &str) -> Header {
-        Header::Proxy {
-            source: addr(source),
-            destination: addr(destination),
-        }
-    }
-
-    fn complete(buf: &[u8]) -> (Header, usize) {
-        match parse(buf) {
-            Ok(Parsed::Complete { header, len }) => (header, len),
-            other => panic!("expected a complete header, got {other:?}"),
-        }
-    }
 
     /// A v2 TCP4 header, as HAProxy writes it: 172.19.0.1:42578 → 172.19.0.3:80.
     const V2_TCP4: &[u8] = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c\

@@ -121,21 +121,11 @@ fn wait_readable(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy_protocol::{encode, Header, HeaderError, Version, V1_MAX_LEN, V2_SIGNATURE};
+    use crate::proxy_protocol::samples::proxy;
+    use crate::proxy_protocol::{encode, HeaderError, Version, V1_MAX_LEN, V2_SIGNATURE};
     use std::io::{Read, Write};
-    use std::net::{Shutdown, SocketAddr, TcpListener};
+    use std::net::{Shutdown, TcpListener};
     use std::thread;
-
-    fn addr(text: &str) -> SocketAddr {
-        text.parse().unwrap()
-    }
-
-    fn proxy(source: &str, destination: &str) -> Header {
-        Header::Proxy {
-            source: addr(source),
-            destination: addr(destination),
-        }
-    }
 
     const SOCKET_TIMEOUT: Duration = Duration::from_secs(5);
 
