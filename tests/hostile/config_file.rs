@@ -325,6 +325,22 @@ fn files_a_setting_names_that_are_not_regular_are_refused_at_once() {
     let line = reload_refused(&balancer, 2);
     assert!(line.contains("not a regular file"), "{line}");
     assert!(balancer.alive(), "{}", balancer.log());
+    // The same with flags alone (no config file): the reload reads the
+    // certificate the flag names, refuses the FIFO, and serves on.
+    let flagged = dir.path("flagged.pem");
+    std::fs::copy(&pair.cert, &flagged).unwrap();
+    let b = backend.addr().to_string();
+    let tls = format!("{},{key}", flagged.display());
+    let mut command = child::command(&["--allow-root", "-l", "127.0.0.1:0", "-b", &b]);
+    command.args(["--tls-cert", &tls]);
+    let mut by_flags = Child::start(&mut command);
+    std::fs::remove_file(&flagged).unwrap();
+    assert_eq!(dir.fifo("flagged.pem"), flagged);
+    for n in 1..=2 {
+        let line = reload_refused(&by_flags, n);
+        assert!(line.contains("not a regular file"), "{line}");
+    }
+    assert!(by_flags.alive(), "{}", by_flags.log());
 }
 
 /// A balancer started with a good file.
