@@ -86,7 +86,9 @@ fn refusing_primaries_fail_over_to_the_backup() {
 /// Four backends, the third dead and never marked down: its quarter of
 /// 240 requests spreads over the three others as the algorithm spreads
 /// any backend's share (round robin, least connections, p2c): 70 to 90
-/// each, where list-order fail-over gave 60/60/120.
+/// each with round robin (55 to 105 for least connections and p2c, whose
+/// ties and draws vary from run to run), where list-order fail-over gave
+/// 60/60/120.
 #[test]
 fn a_dead_backends_share_spreads_over_the_others() {
     for algorithm in [
@@ -100,8 +102,17 @@ fn a_dead_backends_share_spreads_over_the_others() {
         let specs: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
         let lb = without_passive_health(&specs, algorithm);
         let counts = served(&lb, 240, &live.iter().collect::<Vec<_>>());
+        // Round robin is exact. p2c draws its two candidates at random
+        // (one backend's count of 240 spreads by about 7 around 80), and
+        // least connections breaks ties by whether the previous client's
+        // connection is still counted when the next one picks: both get a
+        // wider bound, which list-order fail-over's 120 is still far out of.
+        let bound = match algorithm {
+            Algorithm::RoundRobin => 70..=90,
+            _ => 55..=105,
+        };
         for n in &counts {
-            assert!((70..=90).contains(n), "{algorithm}: {counts:?}");
+            assert!(bound.contains(n), "{algorithm}: {counts:?}");
         }
         lb.stop();
     }
