@@ -4,6 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# One build of everything: incremental caches would double the disk it takes
+# (set CARGO_INCREMENTAL=1 to keep them while working on the code).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 scripts/install-test-tools.sh
 
 echo "== format and lint"
