@@ -104,6 +104,13 @@ pub struct Pumped {
     pub end: End,
     /// The I/O error behind `end`, when there is one.
     pub error: Option<io::Error>,
+    /// The sockets (client, backend) the close need not shut down first
+    /// (see [`close`](crate::proxy::pump::close)): read to their end of
+    /// stream (nothing is left unread in them, so their `close(2)` sends
+    /// the FIN, if none went yet, as the shutdown would), or reset by their
+    /// peer (closed by the kernel already: the shutdown could only fail
+    /// with `ENOTCONN`). `false` where the pump does not know.
+    pub no_shutdown: [bool; 2],
 }
 
 impl Pumped {
@@ -112,6 +119,7 @@ impl Pumped {
             transfer: Transfer::default(),
             end: End::Error,
             error: Some(error),
+            no_shutdown: [false; 2],
         }
     }
 }

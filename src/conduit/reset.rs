@@ -11,7 +11,8 @@
 //! peer (a close with a reset drops what the queue still holds), and
 //! [`close`] ends the connection: that socket with `SO_LINGER` 0 and no
 //! shutdown, so that its close sends the reset; everything else the
-//! article's way. Any other end costs nothing here but a comparison.
+//! article's way, less the shutdowns that could only fail. Any other
+//! end costs nothing here but a comparison.
 //!
 //! # Threads
 //!
@@ -103,12 +104,19 @@ fn unacknowledged(socket: &TcpStream) -> Option<u64> {
 
 /// Closes both sockets of a connection the pump is done with: the
 /// article's `shutdown(SHUT_RDWR)` on each (dropping them then closes
-/// them), except the one whose peer must learn of the other's reset
-/// (`end`, see `deliver`): no shutdown, whose FIN that peer would take
-/// for an ordinary end, but `SO_LINGER` 0, so that its close sends a
-/// reset.
+/// them), except
+///
+/// - the one whose peer must learn of the other's reset (`end`, see
+///   `deliver`): no shutdown, whose FIN that peer would take for an
+///   ordinary end, but `SO_LINGER` 0, so that its close sends a reset;
+/// - those the pump found nothing to shut in (`no_shutdown`, client then
+///   backend, see [`Pumped::no_shutdown`](super::outcome::Pumped)): read
+///   to their end of stream, their `close(2)` sends the FIN if none went
+///   yet, as the shutdown would; reset by their peer, the shutdown could
+///   only fail. After a clean end both FINs have passed and each shutdown
+///   would fail with `ENOTCONN`: two system calls fewer per connection.
 #[inline(never)]
-pub fn close(client: &TcpStream, backend: &TcpStream, end: End) {
+pub fn close(client: &TcpStream, backend: &TcpStream, end: End, no_shutdown: [bool; 2]) {
     let reset = toward(end);
     for (i, socket) in [(1, backend), (0, client)] {
         if reset == Some(i) {
@@ -117,6 +125,8 @@ pub fn close(client: &TcpStream, backend: &TcpStream, end: End) {
                 continue;
             }
         }
-        let _ = socket.shutdown(Shutdown::Both);
+        if !no_shutdown[i] {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
     }
 }

@@ -124,7 +124,7 @@ impl Proxy {
             ),
             Some(session) => pump_tls(session, &client, &backend_sock, &settings, outcome.peer),
         };
-        let end = pumped.end;
+        let (end, no_shutdown) = (pumped.end, pumped.no_shutdown);
         outcome.fate = Fate::Served(Served {
             backend: Arc::clone(&backend),
             pumped,
@@ -142,11 +142,11 @@ impl Proxy {
         drop(backend_active);
         // The article's ending: shutdown(SHUT_RDWR), then close(), on both
         // sockets. After an error or the idle timeout it cuts both
-        // directions at once; after a clean finish both FINs have already
-        // passed and the call only returns ENOTCONN, a cheap system call
-        // kept so every connection ends the same, visible way. A peer's
-        // reset is passed on to the other peer as a reset (pump::close).
-        pump::close(&client, &backend_sock, end);
+        // directions at once. A socket the pump read to its end needs no
+        // shutdown (its close sends the FIN, the last one of a clean end
+        // included), nor one its peer reset; a peer's reset is passed on
+        // to the other peer as a reset (pump::close).
+        pump::close(&client, &backend_sock, end, no_shutdown);
         if backend.is_capped() {
             // A slot freed: the first client waiting may take it.
             self.scheduler.waitlist().notify();

@@ -290,6 +290,8 @@ pub(crate) fn pump(mut client: Side<'_>, mut backend: Side<'_>, options: &PumpOp
         transfer,
         end,
         error,
+        // The TLS pump does not track it: each socket is shut as before.
+        no_shutdown: [false; 2],
     }
 }
 

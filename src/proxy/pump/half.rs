@@ -72,7 +72,9 @@ pub(super) struct Half {
     pub(super) end: usize,
     /// The source said end of stream.
     pub(super) eof: bool,
-    /// We passed the end of stream on with `shutdown(Write)`.
+    /// We passed the end of stream on: with `shutdown(Write)`, or, when
+    /// this direction ended last, by leaving it to the close that follows
+    /// at once (see [`Half::step`]).
     pub(super) done: bool,
     /// This direction is over without its end of stream: a write toward
     /// its destination failed, or one of its sockets is gone. What its
@@ -208,12 +210,20 @@ impl Half {
     /// Moves what it can from `src` to `dst` through `conduit` without
     /// blocking, for at most one turn. Adds each write's bytes to `moved`
     /// as soon as it succeeds, so a later failure loses no count.
+    ///
+    /// `last`: the other direction is over, so once this one reaches its
+    /// end of stream the pump returns and the connection is closed. Its
+    /// end of stream is then not passed on here but by that close: a
+    /// socket's `close(2)` sends the same FIN a `shutdown(Write)` would
+    /// (nothing is left unread in it: the other direction read it to its
+    /// end, or the close's own `shutdown` sends it first), and the
+    /// `shutdown` would be one system call more per connection.
     pub(super) fn step(
         &mut self,
         conduit: &mut Conduit,
-        src: &TcpStream,
-        dst: &TcpStream,
+        [src, dst]: [&TcpStream; 2],
         moved: &mut u64,
+        last: bool,
     ) -> Result<(), Fault> {
         self.busy = false;
         let turn_ends = *moved + TURN_BYTES;
@@ -254,11 +264,14 @@ impl Half {
                     return Ok(());
                 }
                 self.done = true;
-                // Half-close: tell the destination nothing more will come.
-                // ENOTCONN only means the peer is gone already.
-                if let Err(e) = dst.shutdown(net::Shutdown::Write) {
-                    if e.kind() != ErrorKind::NotConnected {
-                        return Err(Fault::Write(e));
+                // Half-close: tell the destination nothing more will come
+                // (unless the close at once will, see `last`). ENOTCONN
+                // only means the peer is gone already.
+                if !last {
+                    if let Err(e) = dst.shutdown(net::Shutdown::Write) {
+                        if e.kind() != ErrorKind::NotConnected {
+                            return Err(Fault::Write(e));
+                        }
                     }
                 }
             }
@@ -327,7 +340,13 @@ pub(super) fn step_both(
 ) {
     let (mut up_conduit, mut down_conduit) = conduits.halves();
     if !up.finished() {
-        match up.step(&mut up_conduit, client, backend, &mut transfer.to_backend) {
+        let last = down.finished();
+        match up.step(
+            &mut up_conduit,
+            [client, backend],
+            &mut transfer.to_backend,
+            last,
+        ) {
             Ok(()) => {}
             Err(Fault::Read(e)) => {
                 // The client's socket is gone: nothing more can go to
@@ -347,7 +366,13 @@ pub(super) fn step_both(
         }
     }
     if !down.finished() {
-        match down.step(&mut down_conduit, backend, client, &mut transfer.to_client) {
+        let last = up.finished();
+        match down.step(
+            &mut down_conduit,
+            [backend, client],
+            &mut transfer.to_client,
+            last,
+        ) {
             Ok(()) => {}
             Err(Fault::Read(e)) => {
                 story.fault(Side::Backend.read_failed(&e), Some(e));

@@ -74,7 +74,7 @@ pub fn pump(
             },
         };
         let mut transfer = Transfer::default();
-        let (end, error, _) = pump_with(
+        let (end, error, _, no_shutdown) = pump_with(
             &mut Conduits::Buffers(buffers),
             client,
             backend,
@@ -86,6 +86,7 @@ pub fn pump(
             transfer,
             end,
             error,
+            no_shutdown,
         }
     })
 }
@@ -120,7 +121,7 @@ pub fn splice_pump(client: &TcpStream, backend: &TcpStream, options: &PumpOption
             },
         };
         let mut transfer = Transfer::default();
-        let (end, error, stale) = pump_with(
+        let (end, error, stale, no_shutdown) = pump_with(
             &mut Conduits::Pipes(pipes),
             client,
             backend,
@@ -135,13 +136,16 @@ pub fn splice_pump(client: &TcpStream, backend: &TcpStream, options: &PumpOption
             transfer,
             end,
             error,
+            no_shutdown,
         }
     })
 }
 
-/// What [`pump_with`] returns: the end, its error, and whether a buffer or
-/// pipe was left holding bytes (dropped by a stopped direction).
-type Ended = (End, Option<io::Error>, bool);
+/// What [`pump_with`] returns: the end, its error, whether a buffer or
+/// pipe was left holding bytes (dropped by a stopped direction), and the
+/// sockets (client, backend) the close need not shut down
+/// ([`Pumped::no_shutdown`]).
+type Ended = (End, Option<io::Error>, bool, [bool; 2]);
 
 /// The pump's loop: each round gives both directions their turn, notes
 /// their ends, hands the connection to the kernel relay when it is due,
@@ -334,10 +338,18 @@ fn tokens_back(up: &mut Half, down: &mut Half) -> Option<i32> {
     }
 }
 
-/// The end `story` tells, its error, and whether a conduit may hold bytes:
-/// `stale`, or a half left holding some (dropped by a stopped direction).
+/// The end `story` tells, its error, whether a conduit may hold bytes:
+/// `stale`, or a half left holding some (dropped by a stopped direction),
+/// and which sockets the close need not shut down: one read to its end of
+/// stream (the client's by `up`, the backend's by `down`), or one whose
+/// peer reset it (this pump says so only when a read or write on that
+/// socket found `ECONNRESET` or `ECONNABORTED`).
 fn finish(story: Story, up: &Half, down: &Half, stale: bool) -> Ended {
     let (end, error) = story.end();
     let stale = stale || up.start < up.end || down.start < down.end;
-    (end, error, stale)
+    let no_shutdown = [
+        up.eof || end == End::ClientReset,
+        down.eof || end == End::BackendReset,
+    ];
+    (end, error, stale, no_shutdown)
 }

@@ -130,5 +130,7 @@ fn hand_over(
         }
     }
     let (end, error) = std::mem::take(story).end();
-    Some((end, error, false))
+    // What the relay read of each socket is its own: both are shut the
+    // article's way at the close.
+    Some((end, error, false, [false; 2]))
 }

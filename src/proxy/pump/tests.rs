@@ -53,6 +53,49 @@ fn pump_moves_both_ways_and_passes_half_close() {
     assert!(outcome.error.is_none());
 }
 
+/// A clean end costs one `shutdown(2)` in all (docs/internals.md, "What
+/// a connection costs"): the first end of stream is passed on at once,
+/// while the other direction still flows; the last is left to the close
+/// (the pump returns with the backend's socket not yet shut: its peer
+/// reads no end of stream until then), and the close shuts neither
+/// socket, both read to their end. Both peers still get every byte and
+/// their end of stream.
+#[test]
+fn a_clean_end_leaves_the_last_fin_to_the_close() {
+    for splice in [false, true] {
+        let (mut client, client_end) = pair();
+        let (backend_end, mut backend) = pair();
+        let pump_thread = std::thread::spawn(move || {
+            let pumped = run(splice, &client_end, &backend_end, &options(10_000));
+            (pumped, client_end, backend_end)
+        });
+        client.write_all(b"ping").unwrap();
+        let mut got = [0; 4];
+        backend.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"ping");
+        // The backend answers and closes first, as an HTTP/1.0 server does.
+        backend.write_all(b"pong").unwrap();
+        backend.shutdown(net::Shutdown::Write).unwrap();
+        let mut reply = Vec::new();
+        client.read_to_end(&mut reply).unwrap();
+        assert_eq!(reply, b"pong", "splice={splice}");
+        client.shutdown(net::Shutdown::Write).unwrap();
+        let (pumped, client_end, backend_end) = pump_thread.join().unwrap();
+        assert_eq!(pumped.end, End::BackendClosed, "splice={splice}");
+        assert_eq!(pumped.no_shutdown, [true, true], "splice={splice}");
+        // No FIN went toward the backend yet: nothing to read, no end.
+        backend.set_nonblocking(true).unwrap();
+        let early = backend.read(&mut got).map_err(|e| e.kind());
+        assert_eq!(early, Err(ErrorKind::WouldBlock), "splice={splice}");
+        backend.set_nonblocking(false).unwrap();
+        close(&client_end, &backend_end, pumped.end, pumped.no_shutdown);
+        drop((client_end, backend_end));
+        let mut rest = Vec::new();
+        backend.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "splice={splice}");
+    }
+}
+
 /// `len` bytes that differ from one seed to another and have no short
 /// period, so a lost, doubled or reordered chunk shows.
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -232,10 +275,13 @@ fn bytes_before_a_reset_are_counted_exactly() {
     for splice in [false, true] {
         let (outcome, read) = bytes_then_reset(splice, n, true);
         assert_eq!(outcome.end, End::ClientReset, "splice={splice}");
+        // The client's socket is gone: the close does not shut it.
+        assert_eq!(outcome.no_shutdown, [true, false], "splice={splice}");
         assert_eq!(read, n, "splice={splice}");
         assert_eq!(outcome.transfer.to_backend, n as u64, "splice={splice}");
         let (outcome, read) = bytes_then_reset(splice, n, false);
         assert_eq!(outcome.end, End::BackendReset, "splice={splice}");
+        assert_eq!(outcome.no_shutdown, [false, true], "splice={splice}");
         assert_eq!(read, n, "splice={splice}");
         assert_eq!(outcome.transfer.to_client, n as u64, "splice={splice}");
     }
