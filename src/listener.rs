@@ -110,6 +110,7 @@ pub fn open_except(config: &Config, skip: &[SocketAddr]) -> Result<Vec<TcpListen
                 defer_accept(&listener)
                     .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
             }
+            nodelay_for_clients(&listener, addr);
             Ok(listener)
         })
         .collect()
@@ -202,6 +203,19 @@ fn bind_socket(
     socket.bind(&addr.into()).map_err(fail)?;
     socket.listen(backlog).map_err(fail)?;
     Ok(socket.into())
+}
+
+/// Sets `TCP_NODELAY` on a listening socket, once, for every client it
+/// will accept: Linux copies the listener's TCP options into each socket
+/// `accept(2)` makes (so `TCP_NODELAY`, like `SO_KEEPALIVE`, comes set),
+/// and the accept loop needs no `setsockopt` per client. The pump wants
+/// it on both sockets: a small reply must leave at once, not wait for the
+/// acknowledgement of the one before (Nagle's algorithm). A socket that
+/// refuses is logged and served anyway, its clients then without it.
+fn nodelay_for_clients(listener: &TcpListener, addr: SocketAddr) {
+    if let Err(err) = socket2::SockRef::from(listener).set_nodelay(true) {
+        log::warn!("{addr}: cannot set TCP_NODELAY for the clients: {err}");
+    }
 }
 
 /// Sets `TCP_DEFER_ACCEPT` on a listening socket (`--defer-accept`): the
@@ -448,6 +462,29 @@ mod tests {
         // makes it fail at once.
         wake_by_shutdown(&listener);
         assert!(blocked.join().unwrap().is_err());
+    }
+
+    /// The accept loop sets no option per client: `TCP_NODELAY` comes
+    /// from the listening socket. A plain listener's clients have it off,
+    /// so this fails if the listener stops setting it (or a kernel stops
+    /// passing it on).
+    #[test]
+    fn accepted_clients_come_with_nodelay_from_the_listener() {
+        let config = Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            ..Config::default()
+        };
+        let listeners = open(&config).unwrap();
+        let addr = listeners[0].local_addr().unwrap();
+        let _client = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+        let (accepted, _) = listeners[0].accept().unwrap();
+        assert!(accepted.nodelay().unwrap());
+        // Without it, a client comes without it: the listener is the cause.
+        let plain = bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let addr = plain.local_addr().unwrap();
+        let _client = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+        let (accepted, _) = plain.accept().unwrap();
+        assert!(!accepted.nodelay().unwrap());
     }
 
     #[test]

@@ -108,10 +108,10 @@ pub struct Job {
 impl Job {
     /// The job of `client` (from `peer`) for the service run by `proxy`, on `route`, with
     /// its places under the service's and the per-client caps, queued
-    /// now. The one place a job is made: `TCP_NODELAY` is set here on
-    /// every client a worker will serve (the C sets nothing; a refused
-    /// client never gets this far, so it costs it no system call). A
-    /// socket that refuses is logged (debug) and served anyway.
+    /// now. The one place a job is made. It makes no system call: the
+    /// client's `TCP_NODELAY` came with it from the listening socket
+    /// (`listener.rs`), so the accept loop does only accept, the gate and
+    /// the push.
     pub fn new(
         proxy: Arc<Proxy>,
         client: TcpStream,
@@ -120,9 +120,6 @@ impl Job {
         slot: Option<crate::slots::Slot>,
         place: Option<crate::limiter::Place>,
     ) -> Job {
-        if let Err(err) = client.set_nodelay(true) {
-            log::debug!("client {peer}: cannot set TCP_NODELAY: {err}");
-        }
         Job {
             proxy,
             slot,
