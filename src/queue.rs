@@ -134,10 +134,13 @@ impl<T> Queue<T> {
     /// The one consumer loop behind [`Queue::pop`] and
     /// [`Queue::pop_or_retire`]; `idle: None` never retires.
     fn take(&self, idle: Option<Duration>, mut may_retire: impl FnMut() -> bool) -> Popped<T> {
-        // Counted from the call: a wake-up that finds the entry taken by
-        // another consumer does not restart the idle time. (A time too far
-        // to represent is no limit.)
-        let mut deadline = idle.and_then(|d| Instant::now().checked_add(d));
+        // The idle time counts from the first wait, so an entry already
+        // waiting is taken without reading the clock; a wake-up that finds
+        // the entry taken by another consumer does not restart it. (A time
+        // too far to represent is no limit.)
+        let mut idle = idle;
+        let mut deadline = None;
+        let mut expired = false;
         let mut state = self.state.lock();
         loop {
             if let Some(item) = state.items.pop_front() {
@@ -148,20 +151,24 @@ impl<T> Queue<T> {
             if state.closed {
                 return Popped::Closed;
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if expired {
                 if may_retire() {
                     return Popped::Retired;
                 }
                 deadline = None;
             }
-            state.idle += 1;
-            match deadline {
-                Some(d) => {
-                    // Timed out or not, the loop looks at the queue again.
-                    let _ = self.not_empty.wait_until(&mut state, d);
-                }
-                None => self.not_empty.wait(&mut state),
+            if let Some(idle) = idle.take() {
+                deadline = Instant::now().checked_add(idle);
             }
+            state.idle += 1;
+            // Timed out or not, the loop looks at the queue again first.
+            expired = match deadline {
+                Some(d) => self.not_empty.wait_until(&mut state, d).timed_out(),
+                None => {
+                    self.not_empty.wait(&mut state);
+                    false
+                }
+            };
             state.idle -= 1;
         }
     }

@@ -247,10 +247,6 @@ impl Report {
             let backend = Some(served.backend.name());
             self.log_access(outcome.peer, backend, outcome.queued_at, access);
         }
-        let why = match &pumped.error {
-            Some(err) => format!("{end}: {err}"),
-            None => end.to_string(),
-        };
         // Clean closes and resets are how connections normally end (many
         // TLS clients close with a reset): debug. Timeouts and failed
         // writes: info. Neither calls for an operator, so no warning.
@@ -258,6 +254,15 @@ impl Report {
             log::Level::Debug
         } else {
             log::Level::Info
+        };
+        // The line is made only when it is written: formatting it for
+        // nothing cost every connection an allocation.
+        if !log::log_enabled!(level) {
+            return;
+        }
+        let why = match &pumped.error {
+            Some(err) => format!("{end}: {err}"),
+            None => end.to_string(),
         };
         // "finished" when both sides closed, "ended" otherwise.
         let verb = if end.is_clean() { "finished" } else { "ended" };
