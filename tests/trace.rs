@@ -124,9 +124,11 @@ fn one_connection_is_narrated_in_the_order_of_the_data_path() {
         "the backend finished sending (read returned 0): half-close passed on, \
          shutdown(SHUT_WR) toward the client"
             .into(),
+        // The client closes after reading the reply: a clean end, both
+        // sockets read to their end, nothing left to shut down.
         format!(
-            "shutdown(SHUT_RDWR) then close() on both sockets: {sent} bytes went to the \
-             backend, {received} bytes to the client, in "
+            "close() on both sockets, each read to its end (no shutdown(SHUT_RDWR) left \
+             to do): {sent} bytes went to the backend, {received} bytes to the client, in "
         ),
         "worker 1 goes back to waiting on the queue (1 client(s) served)".into(),
     ] {
@@ -180,8 +182,8 @@ fn the_trace_speaks_portuguese() {
             request.len()
         ),
         format!(
-            "shutdown(SHUT_RDWR) e depois close() nos dois sockets: {} bytes foram para o \
-             backend, {} bytes para o cliente, em ",
+            "close() nos dois sockets, cada um lido até o fim (nenhum shutdown(SHUT_RDWR) a \
+             fazer): {} bytes foram para o backend, {} bytes para o cliente, em ",
             request.len(),
             reply.len()
         ),

@@ -232,6 +232,7 @@ impl Report {
                 transfer.to_backend,
                 transfer.to_client,
                 pumped.error.as_ref().or(timeout.as_ref()),
+                pumped.no_shutdown == [true, true],
             );
         }
         trace::waiting();

@@ -241,10 +241,12 @@ pub enum Event<'a> {
         total: u64,
     },
     /// One side ended its stream (`read` returned 0) and the other was
-    /// told with `shutdown(SHUT_WR)`.
+    /// told: with `shutdown(SHUT_WR)`, or by the close (`last`).
     HalfClose {
         /// The side that finished sending.
         from: Side,
+        /// The other way had finished: the close that follows tells it.
+        last: bool,
     },
     /// The copy pump handed the connection to the kernel relay
     /// (`kernel_relay`).
@@ -252,7 +254,7 @@ pub enum Event<'a> {
         /// Exchanges it had made on the copy pump.
         exchanges: u32,
     },
-    /// `shutdown(SHUT_RDWR)` then `close` on both sockets.
+    /// `shutdown(SHUT_RDWR)` (unless `unshut`) then `close` on both sockets.
     Closed {
         /// Bytes delivered to the backend.
         to_backend: u64,
@@ -262,6 +264,8 @@ pub enum Event<'a> {
         took: Duration,
         /// What ended it, when not both sides finishing.
         error: Option<&'a io::Error>,
+        /// Both sockets were read to their end: closed, not shut down.
+        unshut: bool,
     },
     /// The worker goes back to wait on the queue.
     Waiting {
@@ -473,6 +477,7 @@ fn pumped_slow(moved: [u64; 2], done: [bool; 2]) {
         let mut c = c.borrow_mut();
         let id = c.id;
         for i in 0..2 {
+            let last = c.flows[1 - i].done; // the close tells this one's end
             let flow = &mut c.flows[i];
             let n = moved[i];
             if n > 0 {
@@ -503,7 +508,8 @@ fn pumped_slow(moved: [u64; 2], done: [bool; 2]) {
             if done[i] && !flow.done {
                 flow.done = true;
                 tell_flow(id, sides[i], flow);
-                write(id, &Event::HalfClose { from: sides[i] });
+                let from = sides[i];
+                write(id, &Event::HalfClose { from, last });
             }
         }
     });
@@ -543,17 +549,17 @@ pub fn promoted(exchanges: u32) {
     }
 }
 
-/// Both sockets were shut down and closed after `to_backend` and
-/// `to_client` bytes; `error` ended it, if anything did.
+/// Both sockets were closed (shut down first unless `unshut`) after
+/// `to_backend` and `to_client` bytes; `error` ended it, if anything did.
 #[inline]
-pub fn closed(to_backend: u64, to_client: u64, error: Option<&io::Error>) {
+pub fn closed(to_backend: u64, to_client: u64, error: Option<&io::Error>, unshut: bool) {
     if on() {
-        closed_slow(to_backend, to_client, error);
+        closed_slow(to_backend, to_client, error, unshut);
     }
 }
 
 #[cold]
-fn closed_slow(to_backend: u64, to_client: u64, error: Option<&io::Error>) {
+fn closed_slow(to_backend: u64, to_client: u64, error: Option<&io::Error>, unshut: bool) {
     let sides = [Side::Client, Side::Backend];
     let (id, took) = CONN.with(|c| {
         let mut c = c.borrow_mut();
@@ -570,6 +576,7 @@ fn closed_slow(to_backend: u64, to_client: u64, error: Option<&io::Error>) {
             to_client,
             took,
             error,
+            unshut,
         },
     );
 }
@@ -665,6 +672,11 @@ mod tests {
             },
             Event::HalfClose {
                 from: Side::Backend,
+                last: false,
+            },
+            Event::HalfClose {
+                from: Side::Client,
+                last: true,
             },
             Event::Promoted { exchanges: 4 },
             Event::Closed {
@@ -672,6 +684,14 @@ mod tests {
                 to_client: 160,
                 took: Duration::from_millis(2),
                 error: Some(&err),
+                unshut: false,
+            },
+            Event::Closed {
+                to_backend: 78,
+                to_client: 160,
+                took: Duration::from_millis(2),
+                error: None,
+                unshut: true,
             },
             Event::Waiting {
                 worker: 1,

@@ -43,8 +43,10 @@ enum Says {
     FirstBytes,
     Flow,
     HalfClose,
+    LastHalfClose,
     Promoted,
     Closed,
+    ClosedUnshut,
     ClosedByError,
     Waiting,
 }
@@ -169,6 +171,13 @@ const SENTENCES: &[(Says, &str, &str)] = &[
          shutdown(SHUT_WR) no socket do {other}",
     ),
     (
+        Says::LastHalfClose,
+        "the {end} finished sending (read returned 0): the other way was over \
+         already, so the close() that follows passes it on to the {other}",
+        "o {end} terminou de enviar (read devolveu 0): o outro sentido já tinha \
+         acabado, então o close() que vem a seguir repassa isso ao {other}",
+    ),
+    (
         Says::Promoted,
         "moved to the kernel relay after {exchanges} exchanges: the kernel moves \
          the bytes now, the worker waits for the end",
@@ -181,6 +190,15 @@ const SENTENCES: &[(Says, &str, &str)] = &[
          went to the backend, {to_client} bytes to the client, in {took}",
         "shutdown(SHUT_RDWR) e depois close() nos dois sockets: {to_backend} bytes \
          foram para o backend, {to_client} bytes para o cliente, em {took}",
+    ),
+    (
+        Says::ClosedUnshut,
+        "close() on both sockets, each read to its end (no shutdown(SHUT_RDWR) \
+         left to do): {to_backend} bytes went to the backend, {to_client} bytes \
+         to the client, in {took}",
+        "close() nos dois sockets, cada um lido até o fim (nenhum \
+         shutdown(SHUT_RDWR) a fazer): {to_backend} bytes foram para o backend, \
+         {to_client} bytes para o cliente, em {took}",
     ),
     (
         Says::ClosedByError,
@@ -341,10 +359,14 @@ fn worker_holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
                 ("total", s(&total)),
             ],
         ),
-        Event::HalfClose { from } => {
+        Event::HalfClose { from, last } => {
             let (end, other) = ends(from);
             (
-                Says::HalfClose,
+                if last {
+                    Says::LastHalfClose
+                } else {
+                    Says::HalfClose
+                },
                 vec![("end", s(&end.word(lang))), ("other", s(&other.word(lang)))],
             )
         }
@@ -354,7 +376,8 @@ fn worker_holes(lang: Lang, event: &Event<'_>) -> (Says, Vec<Hole>) {
             to_client,
             took,
             error,
-        } => closed_holes(lang, [to_backend, to_client], took, error),
+            unshut,
+        } => closed_holes(lang, [to_backend, to_client], took, error, unshut),
         Event::Sni { name, why, service } => sni_holes(lang, name, why, service),
         Event::Waiting { worker, served } => (
             Says::Waiting,
@@ -380,6 +403,7 @@ fn closed_holes(
     [to_backend, to_client]: [u64; 2],
     took: Duration,
     error: Option<&std::io::Error>,
+    unshut: bool,
 ) -> (Says, Vec<Hole>) {
     let mut holes = vec![
         ("to_backend", to_backend.to_string()),
@@ -387,6 +411,7 @@ fn closed_holes(
         ("took", Dur(took, lang).to_string()),
     ];
     match error {
+        None if unshut => (Says::ClosedUnshut, holes),
         None => (Says::Closed, holes),
         Some(e) => {
             holes.push(("error", e.to_string()));
