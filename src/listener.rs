@@ -12,7 +12,8 @@
 //! An `accept(2)` error is never fatal: retried at once or after a
 //! back-off, logged at most once a second (docs/operations.md, "Out of
 //! file descriptors"). `--defer-accept` and `--reuse-port` are set here
-//! too. A socket passed by systemd is taken instead of bound (`systemd.rs`).
+//! too, and `TCP_NODELAY`, once on the listening socket for every client.
+//! A socket passed by systemd is taken instead of bound (`systemd.rs`).
 //!
 //! # Threads
 //!
@@ -78,7 +79,8 @@ const SLOT_WAIT: Duration = Duration::from_millis(100);
 /// clients only (`IPV6_V6ONLY`), so `0.0.0.0:P` and `[::]:P` can both be
 /// listed; alone, `[::]:P` takes IPv4 clients too, as the system sets it.
 /// A socket systemd passed for an address is taken as it is, with its own
-/// backlog and options (`TCP_DEFER_ACCEPT` is still set when asked).
+/// backlog and options (`TCP_DEFER_ACCEPT` is still set when asked, and
+/// `TCP_NODELAY` always, for the clients it passes on).
 ///
 /// # Errors
 ///

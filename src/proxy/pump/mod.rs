@@ -25,7 +25,8 @@
 //!
 //! The copy loop of `proxy_function()`, which reads one chunk, cuts it at
 //! the first zero byte and `exit()`s on any error (docs/c-to-rust.md). The
-//! final `shutdown(SHUT_RDWR)` then `close()` on both sockets is the C's.
+//! final `shutdown(SHUT_RDWR)` then `close()` on both sockets is the C's,
+//! less the shutdowns that could only fail ([`close`]).
 
 use std::io;
 use std::net::TcpStream;
@@ -58,6 +59,11 @@ mod wait;
 ///
 /// It never fails: every way a connection can end is an [`End`] in the
 /// returned [`Pumped`], with the byte counts of what was moved up to then.
+///
+/// The end of stream of the direction that ends last is not passed on
+/// here but by closing the sockets, which the caller does at once
+/// ([`close`], then dropping them): a `shutdown` first would be one system
+/// call more per connection.
 pub fn pump(
     client: &TcpStream,
     backend: &TcpStream,
