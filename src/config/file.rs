@@ -717,6 +717,38 @@ mod tests {
     }
 
     #[test]
+    fn a_setting_another_makes_do_nothing_is_refused_at_its_key() {
+        for (text, words) in [
+            (
+                "{\n\"tls_client_ca\": \"/ca.pem\"}",
+                "line 2, column 1: `tls_client_ca` needs `tls_certs`",
+            ),
+            (
+                "{\n\"backend_tls_ca\": \"/ca.pem\"}",
+                "line 2, column 1: `backend_tls_ca` needs `backend_tls`",
+            ),
+            (
+                "{\"splice\": true,\n\"kernel_relay\": \"auto\"}",
+                "line 2, column 1: `kernel_relay` does nothing with `splice`",
+            ),
+        ] {
+            let line = error_of(text);
+            assert!(line.contains(words), "{line}");
+        }
+        // With what they need, or `off`, they are accepted.
+        for text in [
+            r#"{"backend_tls": true, "backend_tls_ca": "/ca.pem"}"#,
+            r#"{"splice": true, "kernel_relay": "off"}"#,
+            r#"{"kernel_relay": "on"}"#,
+        ] {
+            parse_text(text)
+                .unwrap()
+                .settle(&Overrides::default())
+                .unwrap();
+        }
+    }
+
+    #[test]
     fn an_unknown_key_is_named_with_the_closest_known_one() {
         let line = error_of("{\n  \"listne\": \"0.0.0.0:1\"\n}");
         assert!(line.starts_with("test.json: line 2, column"), "{line}");
