@@ -104,7 +104,8 @@ pub fn open_except(config: &Config, skip: &[SocketAddr]) -> Result<Vec<TcpListen
             // A socket systemd opened for this address is taken as it is.
             let listener = match systemd::inherited(addr) {
                 Some(listener) => listener,
-                None => bind_socket(addr, config.backlog, shares_port(config), only_v6)?,
+                None => bind_socket(addr, config.backlog, shares_port(config), only_v6)
+                    .map_err(|e| of_service(e, &config.name))?,
             };
             if config.defer_accept {
                 defer_accept(&listener)
@@ -113,6 +114,19 @@ pub fn open_except(config: &Config, skip: &[SocketAddr]) -> Result<Vec<TcpListen
             Ok(listener)
         })
         .collect()
+}
+
+/// A bind error of service `name`'s, naming it: with several services,
+/// "address in use" alone does not say whose address it is. The one
+/// service of a configuration without `services` keeps the bare words.
+fn of_service(err: Error, name: &str) -> Error {
+    match err {
+        Error::Bind { addr, source } if name != crate::config::DEFAULT_SERVICE => Error::Io {
+            context: format!("service `{name}`: failed to listen on {addr}"),
+            source,
+        },
+        other => other,
+    }
 }
 
 /// Whether `config` opens the listening socket with `SO_REUSEPORT`
@@ -435,6 +449,27 @@ mod tests {
         let second = bind_with(addr, 16, true).unwrap();
         assert_eq!(second.local_addr().unwrap(), addr);
         assert!(matches!(bind(addr, 16), Err(Error::Bind { .. })));
+    }
+
+    #[test]
+    fn a_taken_address_names_its_service() {
+        let taken = bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let addr = taken.local_addr().unwrap();
+        let mut config = Config {
+            listen: addr,
+            ..Config::default()
+        };
+        let err = open(&config).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("failed to listen on {addr}")),
+            "{err}"
+        );
+        config.name = "db".into();
+        let err = open(&config).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("service `db`: failed to listen on {addr}: ")),
+            "{err}"
+        );
     }
 
     #[test]
