@@ -755,6 +755,21 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_may_be_a_number() {
+        let c = parse_text(r#"{"rate_limit": 10, "upload_rate": 65536, "download_rate": 0}"#)
+            .unwrap()
+            .settle(&Overrides::default())
+            .unwrap();
+        assert_eq!(c.rate_limit.unwrap().rate, Rate::parse("10/1s").unwrap());
+        assert_eq!(c.proxy.upload_rate, Some(crate::units::ByteRate(65536)));
+        assert_eq!(c.proxy.download_rate.and_then(|r| r.per_second()), None);
+        let line = error_of(r#"{"rate_limit": 1.5}"#);
+        assert!(line.contains("'1.5' is not a rate"), "{line}");
+        let line = error_of(r#"{"upload_rate": true}"#);
+        assert!(line.contains("expected a string or a number"), "{line}");
+    }
+
+    #[test]
     fn an_unknown_key_is_named_with_the_closest_known_one() {
         let line = error_of("{\n  \"listne\": \"0.0.0.0:1\"\n}");
         assert!(line.starts_with("test.json: line 2, column"), "{line}");
