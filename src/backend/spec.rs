@@ -163,6 +163,17 @@ pub(crate) fn parse_port(text: &str) -> Option<u16> {
     text.trim().parse::<u16>().ok().filter(|p| *p != 0)
 }
 
+/// The options a backend takes after `HOST:PORT`, as written (its own
+/// check's are [`super::own_check::KEYS`], `=VALUE` each): the parser's
+/// error and `--help` name them.
+pub const OPTIONS: [&str; 5] = [
+    "weight=N",
+    "max_connections=N",
+    "send-proxy",
+    "send-proxy-v2",
+    "backup",
+];
+
 /// The options after `HOST:PORT`, each at most once where that matters.
 struct Options {
     weight: u32,
@@ -216,8 +227,9 @@ impl Options {
                     .map_err(|e| Error::InvalidBackend(format!("'{text}': {e}")))?,
                 _ => {
                     return Err(Error::InvalidBackend(format!(
-                        "'{text}': unknown option '{option}' \
-                         (known: weight=N, max_connections=N, send-proxy, send-proxy-v2, backup, check_port=N, ...)"
+                        "'{text}': unknown option '{option}' (known: {}, and its own check's {})",
+                        OPTIONS.join(", "),
+                        super::own_check::KEYS.join(", ")
                     )))
                 }
             }
