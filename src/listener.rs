@@ -365,7 +365,11 @@ impl Acceptor {
     /// pool, or refuses it. Returns false when the pool has closed
     /// (shutting down).
     fn dispatch(&self, client: TcpStream, peer: SocketAddr, slot: Option<Slot>) -> bool {
-        Stats::incr(&self.proxy.stats.accepted);
+        if self.sni.is_none() {
+            // On an address shared by SNI, the router counts the client
+            // for the service its hello chooses (`sni_router.rs`).
+            Stats::incr(&self.proxy.stats.accepted);
+        }
         trace::accepted(peer, client.as_raw_fd());
         let (route, place) = match self.route(&client, peer) {
             Ok(routed) => routed,

@@ -198,14 +198,34 @@ impl Running {
         crate::systemd::status(&self.shared.stats, &backends)
     }
 
-    /// The addresses the service `name` accepts clients on.
+    /// The addresses the service `name` accepts clients on, in its
+    /// configuration's order: those its own accept loops listen on, and
+    /// those it shares by SNI with a service that binds them (its clients
+    /// come through that one's loop; a shared address is never port 0, so
+    /// it is as configured).
     pub fn addrs(&self, name: &str) -> Vec<SocketAddr> {
-        self.services
-            .lock()
+        let list = self.services.lock();
+        let Some(e) = list.iter().find(|e| e.service.name() == name) else {
+            return Vec::new();
+        };
+        let configured = e.service.config.listen_addrs();
+        let mut out: Vec<SocketAddr> = configured
             .iter()
-            .find(|e| e.service.name() == name)
-            .map(|e| e.loops.iter().map(|l| l.addr).collect())
-            .unwrap_or_default()
+            .map(|addr| {
+                e.loops
+                    .iter()
+                    .find(|l| l.configured == *addr)
+                    .map_or(*addr, |l| l.addr)
+            })
+            .collect();
+        // A loop the configuration does not list (none today): shown too.
+        out.extend(
+            e.loops
+                .iter()
+                .filter(|l| !configured.contains(&l.configured))
+                .map(|l| l.addr),
+        );
+        out
     }
 
     /// Starts `service` (added to the list if it is not there): an
