@@ -517,6 +517,11 @@ fn typed(text: &str) -> Value {
         "true" => Value::Bool(true),
         "false" => Value::Bool(false),
         "off" | "none" | "" => Value::Null,
+        // A list the file writes as JSON (`tls_certs`): as JSON (an IPv6
+        // address, `[::1]:80`, is no JSON and stays text).
+        _ if text.starts_with("[{") => {
+            serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+        }
         _ => match text.parse::<u64>() {
             Ok(n) => Value::from(n),
             Err(_) => Value::String(text.to_string()),
