@@ -280,9 +280,8 @@ fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
         }
         // The files it names, read as a start would read them.
         Balancer::check_files(&config).map_err(|e| blame(e, Some(&file), flags))?;
-        for words in config.unused_warnings() {
-            complain(format_args!("{}: warning: {words}", path.display()));
-        }
+        let warn = |w: &String| complain(format_args!("warning: {w}"));
+        config.unused_warnings().iter().for_each(warn);
         if config.services.is_empty() {
             lines.extend(config.describe());
         } else {
@@ -450,9 +449,6 @@ fn balance(
         .map_err(|e| blame(admin_words(e, admin, &flags), file.as_ref(), &flags))?;
     // Started: the open-files limit is raised, and no client is served yet.
     preflight::log_warnings(balancer.config());
-    for words in balancer.config().unused_warnings() {
-        log::warn!("{words}");
-    }
     // Every socket bound, the access log open, the token read: root, if
     // that is who started it, is not needed any more.
     let c = balancer.config();

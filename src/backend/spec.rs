@@ -174,6 +174,35 @@ pub const OPTIONS: [&str; 5] = [
     "backup",
 ];
 
+/// `--help`'s text for `-b/--backend`: every option of [`OPTIONS`] and
+/// of a backend's own check, as the parser reads them.
+pub fn help() -> String {
+    let check: Vec<String> = super::own_check::KEYS
+        .iter()
+        .map(|k| {
+            let value = match *k {
+                "check_port" | "rise" | "fall" => "N",
+                "check_address" => "IP",
+                "health_check" => "KIND",
+                "health_path" => "PATH",
+                "health_interval" => "DUR",
+                _ => "VALUE",
+            };
+            format!(",{k}={value}")
+        })
+        .collect();
+    let own: Vec<String> = OPTIONS.iter().map(|o| format!(",{o}")).collect();
+    format!(
+        "A backend as HOST:PORT[,OPTION...]; repeat for more. Without any, rodizio asks for \
+         them as the article's program does.\n\n\
+         Options, after commas: {}; its own check: {}. weight is 1 to 1000 (round-robin and \
+         first read no weight); a backup is served only while no other backend is \
+         available. IPv6 in brackets: -b [::1]:8001,weight=2,backup.",
+        own.join(" "),
+        check.join(" ")
+    )
+}
+
 /// The options after `HOST:PORT`, each at most once where that matters.
 struct Options {
     weight: u32,

@@ -29,19 +29,11 @@ macro_rules! settings_table {
                 let all: Vec<String> = c.listen_addrs().iter().map(|a| a.to_string()).collect();
                 all.join(" ")
             };
-        /// A backend as HOST:PORT[,OPTION...]; repeat for more. Without any,
-        /// rodizio asks for them as the article's program does.
-        ///
-        /// Options, after commas: ,weight=N (1 to 1000, with
-        /// weighted-round-robin, least-connections, ip-hash, p2c),
-        /// ,max_connections=N, ,send-proxy or ,send-proxy-v2, ,backup (served
-        /// only while no other backend is available); its own check:
-        /// ,check_port=N, ,check_address=IP, ,health_check=KIND,
-        /// ,health_path=PATH, ,health_interval=DUR, ,rise=N, ,fall=N. IPv6 in
-        /// brackets: -b [::1]:8001,weight=2,backup.
+        /// A backend as HOST:PORT[,OPTION...]; repeat for more (none: rodizio asks for them).
         backends: Vec<BackendSpec>, "backend", Service, set(backends), live,
             file Backends => hand,
-            flag Vec<BackendSpec> [short, value_name = "HOST:PORT", value_parser = parse_backend],
+            flag Vec<BackendSpec> [short, value_name = "HOST:PORT", value_parser = parse_backend,
+                long_help = crate::backend::backend_help()],
             always |c: &Config| {
                 let names: Vec<String> = c.backends.iter().map(|b| b.to_string()).collect();
                 names.join(" ")
