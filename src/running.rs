@@ -198,33 +198,31 @@ impl Running {
         crate::systemd::status(&self.shared.stats, &backends)
     }
 
-    /// The addresses the service `name` accepts clients on, in its
-    /// configuration's order: those its own accept loops listen on, and
-    /// those it shares by SNI with a service that binds them (its clients
-    /// come through that one's loop; a shared address is never port 0, so
-    /// it is as configured).
+    /// The addresses the service `name` accepts clients on: those its own
+    /// accept loops listen on, then those it shares by SNI with a service
+    /// whose loop binds them (its clients come through that loop; a
+    /// shared address is never port 0, so it is as configured). Empty
+    /// until its loops run.
     pub fn addrs(&self, name: &str) -> Vec<SocketAddr> {
         let list = self.services.lock();
         let Some(e) = list.iter().find(|e| e.service.name() == name) else {
             return Vec::new();
         };
-        let configured = e.service.config.listen_addrs();
-        let mut out: Vec<SocketAddr> = configured
-            .iter()
-            .map(|addr| {
-                e.loops
-                    .iter()
-                    .find(|l| l.configured == *addr)
-                    .map_or(*addr, |l| l.addr)
-            })
-            .collect();
-        // A loop the configuration does not list (none today): shown too.
-        out.extend(
-            e.loops
-                .iter()
-                .filter(|l| !configured.contains(&l.configured))
-                .map(|l| l.addr),
-        );
+        let mut out: Vec<SocketAddr> = e.loops.iter().map(|l| l.addr).collect();
+        if out.is_empty() && e.service.config.sni.server_names.is_none() {
+            return out;
+        }
+        let bound_by_another = |addr: &SocketAddr| {
+            list.iter()
+                .filter(|o| o.service.name() != name)
+                .any(|o| o.loops.iter().any(|l| l.configured == *addr))
+        };
+        for addr in e.service.config.listen_addrs() {
+            let own = e.loops.iter().any(|l| l.configured == addr);
+            if !own && addr.port() != 0 && bound_by_another(&addr) {
+                out.push(addr);
+            }
+        }
         out
     }
 
