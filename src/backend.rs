@@ -54,7 +54,7 @@ pub use cap::Reservation;
 pub use check_kind::CheckKind;
 pub use own_check::OwnCheck;
 pub(crate) use spec::parse_port;
-pub use spec::BackendSpec;
+pub use spec::{help as backend_help, BackendSpec, OPTIONS as BACKEND_OPTIONS};
 pub use standby::{coarse_now_ms, RAMP_FULL};
 
 pub mod cap;

@@ -613,6 +613,30 @@ mod tests {
     }
 
     #[test]
+    fn the_backend_help_lists_every_option_the_parser_takes() {
+        let help = command().render_long_help().to_string();
+        let at = help.find("--backend <HOST:PORT>").unwrap();
+        let text: String = help[at..].split_whitespace().collect::<Vec<_>>().join(" ");
+        let options = crate::backend::BACKEND_OPTIONS
+            .iter()
+            .map(|o| o.to_string())
+            .chain(
+                crate::backend::own_check::KEYS
+                    .iter()
+                    .map(|k| format!("{k}=")),
+            );
+        for option in options {
+            assert!(
+                text.contains(&format!(",{option}")),
+                ",{option} missing from --help"
+            );
+        }
+        // The short help keeps to one line.
+        let short = command().render_help().to_string();
+        assert!(!short.contains(",check_port"), "{short}");
+    }
+
+    #[test]
     fn splice_and_yield_are_flags_off_by_default() {
         let off = Cli::try_parse_from(["rodizio"]).unwrap();
         let c = off.balancer.to_config().unwrap();

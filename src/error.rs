@@ -103,11 +103,23 @@ impl Error {
             Error::InvalidSetting { setting, message } => {
                 let mut parts = message.split('`');
                 let mut text = parts.next().unwrap_or_default().to_string();
+                // A service's name (`service `web``, `services `a` and
+                // `b``) is a name, not a setting: kept as written.
+                let mut named = false;
                 for (i, part) in parts.enumerate() {
-                    if i % 2 == 0 {
-                        text.push_str(&flag(part));
-                    } else {
+                    if i % 2 == 1 {
                         text.push_str(part);
+                        continue;
+                    }
+                    named = text.ends_with("service ")
+                        || text.ends_with("services ")
+                        || (named && text.ends_with("` and "));
+                    if named {
+                        text.push('`');
+                        text.push_str(part);
+                        text.push('`');
+                    } else {
+                        text.push_str(&flag(part));
                     }
                 }
                 Error::InvalidConfig(format!("{} {text}", flag(&setting)))
@@ -138,6 +150,8 @@ pub fn flag_name(setting: &str) -> String {
         "backends" => "--backend".to_string(),
         "admin_listen" => "--admin".to_string(),
         "tls_certs" => "--tls-cert".to_string(),
+        // Keys of the file that no flag gives: the file's word.
+        "services" | "name" | "mode" => format!("`{setting}`"),
         _ => format!("--{}", setting.replace('_', "-")),
     }
 }
@@ -188,3 +202,36 @@ impl std::error::Error for Error {
 
 /// Shorthand for results in this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worded_as_flags_only_settings_with_a_flag_become_flags() {
+        let words = |setting: &str, message: &str| {
+            Error::setting(setting, message)
+                .worded_as_flag()
+                .to_string()
+        };
+        assert_eq!(
+            words(
+                "backends",
+                "names the one service's; with `services` in the file"
+            ),
+            "invalid configuration: --backend names the one service's; with `services` in the file"
+        );
+        assert_eq!(
+            words("sni_default", "service `default` needs `server_names`"),
+            "invalid configuration: --sni-default service `default` needs --server-names"
+        );
+        assert_eq!(
+            words(
+                "sni_default",
+                "services `a` and `b` are both the default; `idle_timeout`"
+            ),
+            "invalid configuration: --sni-default services `a` and `b` are both the default; \
+             --idle-timeout"
+        );
+    }
+}

@@ -106,7 +106,8 @@ pub fn open_except(config: &Config, skip: &[SocketAddr]) -> Result<Vec<TcpListen
             // A socket systemd opened for this address is taken as it is.
             let listener = match systemd::inherited(addr) {
                 Some(listener) => listener,
-                None => bind_socket(addr, config.backlog, shares_port(config), only_v6)?,
+                None => bind_socket(addr, config.backlog, shares_port(config), only_v6)
+                    .map_err(|e| of_service(e, &config.name))?,
             };
             if config.defer_accept {
                 defer_accept(&listener)
@@ -116,6 +117,19 @@ pub fn open_except(config: &Config, skip: &[SocketAddr]) -> Result<Vec<TcpListen
             Ok(listener)
         })
         .collect()
+}
+
+/// A bind error of service `name`'s, naming it: with several services,
+/// "address in use" alone does not say whose address it is. The one
+/// service of a configuration without `services` keeps the bare words.
+fn of_service(err: Error, name: &str) -> Error {
+    match err {
+        Error::Bind { addr, source } if name != crate::config::DEFAULT_SERVICE => Error::Io {
+            context: format!("service `{name}`: failed to listen on {addr}"),
+            source,
+        },
+        other => other,
+    }
 }
 
 /// Whether `config` opens the listening socket with `SO_REUSEPORT`
@@ -367,7 +381,11 @@ impl Acceptor {
     /// pool, or refuses it. Returns false when the pool has closed
     /// (shutting down).
     fn dispatch(&self, client: TcpStream, peer: SocketAddr, slot: Option<Slot>) -> bool {
-        Stats::incr(&self.proxy.stats.accepted);
+        if self.sni.is_none() {
+            // On an address shared by SNI, the router counts the client
+            // for the service its hello chooses (`sni_router.rs`).
+            Stats::incr(&self.proxy.stats.accepted);
+        }
         trace::accepted(peer, client.as_raw_fd());
         let (route, place) = match self.route(&client, peer) {
             Ok(routed) => routed,
@@ -451,6 +469,27 @@ mod tests {
         let second = bind_with(addr, 16, true).unwrap();
         assert_eq!(second.local_addr().unwrap(), addr);
         assert!(matches!(bind(addr, 16), Err(Error::Bind { .. })));
+    }
+
+    #[test]
+    fn a_taken_address_names_its_service() {
+        let taken = bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let addr = taken.local_addr().unwrap();
+        let mut config = Config {
+            listen: addr,
+            ..Config::default()
+        };
+        let err = open(&config).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("failed to listen on {addr}")),
+            "{err}"
+        );
+        config.name = "db".into();
+        let err = open(&config).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("service `db`: failed to listen on {addr}: ")),
+            "{err}"
+        );
     }
 
     #[test]

@@ -280,6 +280,8 @@ fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
         }
         // The files it names, read as a start would read them.
         Balancer::check_files(&config).map_err(|e| blame(e, Some(&file), flags))?;
+        let warn = |w: &String| complain(format_args!("warning: {w}"));
+        config.unused_warnings().iter().for_each(warn);
         if config.services.is_empty() {
             lines.extend(config.describe());
         } else {

@@ -28,10 +28,18 @@ Content-Type: text/plain\r\nContent-Length: 29\r\nConnection: close\r\n\r\n\
 no backend server available\r\n";
 
 /// `HTTP/1.1 503 Service Unavailable`, for clients that waited longer than
-/// `queue_timeout` for a free worker.
-pub const REPLY_503_BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
-Content-Type: text/plain\r\nContent-Length: 29\r\nConnection: close\r\n\r\n\
-all workers busy, try later\r\n";
+/// `queue_timeout` before a worker took them (the words say that, not why:
+/// the workers may all have been busy, or the wait was elsewhere).
+pub const REPLY_503_QUEUE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+Content-Type: text/plain\r\nContent-Length: 38\r\nConnection: close\r\n\r\n\
+waited past queue_timeout, try later\r\n";
+
+/// `HTTP/1.1 503 Service Unavailable`, for clients refused because every
+/// backend was at its `max_connections`: the line for a slot was full, or
+/// they waited for one until `queue_timeout`.
+pub const REPLY_503_FULL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+Content-Type: text/plain\r\nContent-Length: 40\r\nConnection: close\r\n\r\n\
+backends at max_connections, try later\r\n";
 
 /// `HTTP/1.1 502 Bad Gateway`, for clients whose every backend connect
 /// failed.
@@ -151,5 +159,18 @@ mod tests {
         assert!(got.ends_with("\r\n\r\nno backend server reachable\r\n"));
         drop(c);
         t.join().unwrap();
+    }
+
+    #[test]
+    fn each_reply_says_its_own_length() {
+        for reply in [REPLY_503, REPLY_503_QUEUE, REPLY_503_FULL, REPLY_502] {
+            let text = std::str::from_utf8(reply).unwrap();
+            let (head, body) = text.split_once("\r\n\r\n").unwrap();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .unwrap();
+            assert_eq!(length.parse::<usize>().unwrap(), body.len(), "{text}");
+        }
     }
 }

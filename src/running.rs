@@ -198,14 +198,32 @@ impl Running {
         crate::systemd::status(&self.shared.stats, &backends)
     }
 
-    /// The addresses the service `name` accepts clients on.
+    /// The addresses the service `name` accepts clients on: those its own
+    /// accept loops listen on, then those it shares by SNI with a service
+    /// whose loop binds them (its clients come through that loop; a
+    /// shared address is never port 0, so it is as configured). Empty
+    /// until its loops run.
     pub fn addrs(&self, name: &str) -> Vec<SocketAddr> {
-        self.services
-            .lock()
-            .iter()
-            .find(|e| e.service.name() == name)
-            .map(|e| e.loops.iter().map(|l| l.addr).collect())
-            .unwrap_or_default()
+        let list = self.services.lock();
+        let Some(e) = list.iter().find(|e| e.service.name() == name) else {
+            return Vec::new();
+        };
+        let mut out: Vec<SocketAddr> = e.loops.iter().map(|l| l.addr).collect();
+        if out.is_empty() && e.service.config.sni.server_names.is_none() {
+            return out;
+        }
+        let bound_by_another = |addr: &SocketAddr| {
+            list.iter()
+                .filter(|o| o.service.name() != name)
+                .any(|o| o.loops.iter().any(|l| l.configured == *addr))
+        };
+        for addr in e.service.config.listen_addrs() {
+            let own = e.loops.iter().any(|l| l.configured == addr);
+            if !own && addr.port() != 0 && bound_by_another(&addr) {
+                out.push(addr);
+            }
+        }
+        out
     }
 
     /// Starts `service` (added to the list if it is not there): an

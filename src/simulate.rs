@@ -10,6 +10,10 @@
 //! shares they give under load depend on how long connections last, which
 //! a simulation does not know.
 //!
+//! A backup (`,backup`) is a backup here too: the scheduler the balancer
+//! runs decides, so it gets no pick while a primary is up, and takes the
+//! clients of the primaries `--remove` takes away.
+//!
 //! # Threads
 //!
 //! Runs on the caller's thread, with schedulers of its own.
@@ -66,6 +70,8 @@ pub struct Share {
     pub name: String,
     /// Its weight.
     pub weight: u32,
+    /// A backup (`,backup`): picked only while no primary is available.
+    pub backup: bool,
     /// How many clients it was picked for.
     pub picks: u64,
 }
@@ -130,26 +136,41 @@ pub fn run(
         .collect())
 }
 
+/// One simulated backend: what of its spec the scheduler reads.
+#[derive(Clone)]
+struct Sim {
+    name: String,
+    weight: u32,
+    backup: bool,
+}
+
 /// The simulation of one service.
 fn one_service(config: &Config, clients: u64, change: Option<&Change>) -> Simulated {
-    let backends: Vec<(String, u32)> = config
+    let backends: Vec<Sim> = config
         .backends
         .iter()
-        .map(|b| (b.name(), b.weight))
+        .map(|b| Sim {
+            name: b.name(),
+            weight: b.weight,
+            backup: b.backup,
+        })
         .collect();
     let before = picks(&backends, config.algorithm, clients);
     let after = change
-        .filter(|c| backends.iter().any(|(n, _)| n == c.backend()))
+        .filter(|c| backends.iter().any(|b| b.name == c.backend()))
         .map(|c| {
-            let changed: Vec<(String, u32)> = match c {
+            let changed: Vec<Sim> = match c {
                 Change::Remove(name) => backends
                     .iter()
-                    .filter(|(n, _)| n != name)
+                    .filter(|b| &b.name != name)
                     .cloned()
                     .collect(),
                 Change::Weight(name, w) => backends
                     .iter()
-                    .map(|(n, old)| (n.clone(), if n == name { *w } else { *old }))
+                    .map(|b| Sim {
+                        weight: if &b.name == name { *w } else { b.weight },
+                        ..b.clone()
+                    })
                     .collect(),
             };
             let now = picks(&changed, config.algorithm, clients);
@@ -158,8 +179,8 @@ fn one_service(config: &Config, clients: u64, change: Option<&Change>) -> Simula
                 .iter()
                 .zip(&now.chosen)
                 .filter(|(a, b)| {
-                    changed.get(usize::from(**b)).map(|x| &x.0)
-                        != backends.get(usize::from(**a)).map(|x| &x.0)
+                    changed.get(usize::from(**b)).map(|x| &x.name)
+                        != backends.get(usize::from(**a)).map(|x| &x.name)
                 })
                 .count() as u64;
             (c.clone(), now.shares, moved)
@@ -180,13 +201,14 @@ struct Picks {
     chosen: Vec<u16>,
 }
 
-/// Asks a scheduler over `backends` (name, weight) for `clients` picks,
-/// one client address each.
-fn picks(backends: &[(String, u32)], algorithm: Algorithm, clients: u64) -> Picks {
+/// Asks a scheduler over `backends` for `clients` picks, one client
+/// address each. The backups are marked as such: which tier serves is the
+/// scheduler's decision (`scheduler/backup.rs`), as in the balancer.
+fn picks(backends: &[Sim], algorithm: Algorithm, clients: u64) -> Picks {
     // No address: nothing connects to them.
     let list: Vec<Arc<Backend>> = backends
         .iter()
-        .map(|(name, weight)| Arc::new(Backend::new(name.clone(), Vec::new(), *weight)))
+        .map(|b| Arc::new(Backend::new(b.name.clone(), Vec::new(), b.weight).with_backup(b.backup)))
         .collect();
     let scheduler = Scheduler::with_algorithm(list.clone(), algorithm);
     let mut counts = vec![0u64; list.len()];
@@ -208,9 +230,10 @@ fn picks(backends: &[(String, u32)], algorithm: Algorithm, clients: u64) -> Pick
     let shares = backends
         .iter()
         .zip(counts)
-        .map(|((name, weight), picks)| Share {
-            name: name.clone(),
-            weight: (*weight).max(1),
+        .map(|(b, picks)| Share {
+            name: b.name.clone(),
+            weight: b.weight.max(1),
+            backup: b.backup,
             picks,
         })
         .collect();
@@ -230,7 +253,7 @@ fn percent(part: u64, whole: u64) -> f64 {
 fn write_shares(f: &mut fmt::Formatter<'_>, shares: &[Share], clients: u64) -> fmt::Result {
     let width = shares.iter().map(|s| s.name.len()).max().unwrap_or(0);
     for s in shares {
-        writeln!(
+        write!(
             f,
             "  {:<width$}  weight {:>4}  {:>9}  {:6.2}%",
             s.name,
@@ -238,6 +261,7 @@ fn write_shares(f: &mut fmt::Formatter<'_>, shares: &[Share], clients: u64) -> f
             s.picks,
             percent(s.picks, clients)
         )?;
+        writeln!(f, "{}", if s.backup { "  backup" } else { "" })?;
     }
     Ok(())
 }
@@ -329,6 +353,23 @@ mod tests {
         let out = run(&c, 100_000, None, Some(&change)).unwrap();
         let (_, after, moved) = out[0].after.clone().unwrap();
         assert_eq!(moved, after[0].picks - out[0].shares[0].picks);
+    }
+
+    #[test]
+    fn a_backup_gets_nothing_while_a_primary_is_up() {
+        // The balancer gives 100/0 here; the backup takes over only when
+        // the primary leaves.
+        for algorithm in [Algorithm::RoundRobin, Algorithm::IpHash, Algorithm::First] {
+            let c = config(algorithm, &["10.0.0.1:80", "10.0.0.2:80,backup"]);
+            let change = Change::Remove("10.0.0.1:80".into());
+            let out = run(&c, 1000, None, Some(&change)).unwrap();
+            assert_eq!(picks_of(&out[0]), [1000, 0], "{algorithm}");
+            let (_, after, moved) = out[0].after.clone().unwrap();
+            assert_eq!(after[0].picks, 1000, "{algorithm}");
+            assert_eq!(moved, 1000, "{algorithm}");
+            let text = out[0].to_string();
+            assert!(text.contains("0.00%  backup"), "{text}");
+        }
     }
 
     #[test]

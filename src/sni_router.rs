@@ -163,8 +163,11 @@ impl Divert for Router {
             Chosen::Matched(i) | Chosen::Default(i) => Some(i),
             Chosen::Nobody => None,
         };
-        // The owner's counters when nobody takes the client.
+        // The owner's counters when nobody takes the client; accepted
+        // here, not by the owner's accept loop, so that each service of
+        // the address counts its own clients.
         let (proxy, name) = &self.services[at.unwrap_or(0)];
+        Stats::incr(&proxy.stats.accepted);
         if let Some(c) = counter(&proxy.stats, &peeked, chosen) {
             Stats::incr(c);
         }

@@ -184,7 +184,10 @@ fn adds_a_backend_and_refuses_bad_ones() {
             "unknown field",
         ),
         (r#"{"address": "127.0.0.1"}"#, "HOST:PORT"),
-        (r#"{"address": "127.0.0.1:1,weight=3"}"#, "HOST:PORT only"),
+        (
+            r#"{"address": "127.0.0.1:1,weight=3", "weight": 2}"#,
+            "`weight` is given twice",
+        ),
         (
             r#"{"address": "127.0.0.1:1", "weight": 0}"#,
             "weight must be",

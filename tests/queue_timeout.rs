@@ -82,7 +82,10 @@ fn with_http_replies_the_client_gets_a_503() {
         got.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
         "{got:?}"
     );
-    assert!(got.ends_with("all workers busy, try later\r\n"), "{got:?}");
+    assert!(
+        got.ends_with("\r\n\r\nwaited past queue_timeout, try later\r\n"),
+        "{got:?}"
+    );
     assert_eq!(lb.stats.snapshot().queue_timeouts, 1);
     assert_eq!(backend.accepted(), 1);
     lb.stop();

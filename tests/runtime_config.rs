@@ -3,7 +3,8 @@
 //! do and changes nothing, then the reload does just that;
 //! `GET /config?format=file` saves the configuration with the API's
 //! changes, which `check-config` accepts and which, started, runs the same
-//! setup; `check-config --diff OLD NEW` between two files.
+//! setup; `check-config --diff OLD NEW` between two files; a refused
+//! reload is logged once.
 
 mod child;
 mod common;
@@ -99,6 +100,41 @@ fn a_dry_run_tells_and_changes_nothing() {
             .map(|x| x.1)
     };
     assert_eq!(weight_of(&nb), Some(3));
+}
+
+/// A reload the admin API asked for and the file refused: a 422 with the
+/// reason, and the reason logged once (by the reload, as for SIGHUP), the
+/// outcome of one that worked likewise.
+#[test]
+fn a_reload_through_the_api_is_logged_once() {
+    let a = TestBackend::echo();
+    let dir = Scratch::new("reload-once");
+    let path = dir.file(
+        "rodizio.json",
+        config_text(&[a.addr().to_string()], "").as_bytes(),
+    );
+    let r = Rodizio::start(&path, &[]);
+    dir.file("rodizio.json", b"{\n  \"workers\": 0,\n");
+    let (status, body) = r.call("POST", "/reload", "");
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("JSON syntax error"), "{body}");
+    dir.file(
+        "rodizio.json",
+        config_text(&[a.addr().to_string()], r#", "idle_timeout": "9s""#).as_bytes(),
+    );
+    let (status, body) = r.call("POST", "/reload", "");
+    assert_eq!(status, 200, "{body}");
+    // A third reload, with no change: once its line is read, every line
+    // of the two before it is too.
+    let (status, body) = r.call("POST", "/reload", "");
+    assert_eq!(status, 200, "{body}");
+    common::until("the third reload's line", || {
+        r.stderr.text().contains("reload: no change")
+    });
+    let log = r.stderr.text();
+    assert_eq!(log.matches("JSON syntax error").count(), 1, "{log}");
+    assert_eq!(log.matches("idle_timeout 10m → 9s").count(), 1, "{log}");
+    assert_eq!(log.matches("admin: POST /reload").count(), 3, "{log}");
 }
 
 /// `GET /config?format=file` after API changes (a backend added, one

@@ -440,7 +440,7 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
         "max_connections": 500, "queue_capacity": 999, "worker_idle_timeout": "45s",
         "backlog": 77, "sched_policy": "batch", "buffer_size": "16k",
         "connect_timeout": "1500ms", "idle_timeout": "2m", "drain_timeout": "7s",
-        "splice": true, "kernel_relay": "auto", "kernel_relay_after": 9,
+        "splice": true, "kernel_relay_after": 9,
         "defer_accept": true, "yield_before_poll": true, "health_check": "http",
         "health_interval": "3s", "health_timeout": "700ms", "health_path": "/up",
         "fall": 4, "rise": 5, "passive_failures": 6, "health_cooldown": "12s",
@@ -468,10 +468,11 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
         "reuse_port": true, "access_log": "json", "access_log_file": "/var/log/r.log",
         "user": "nobody", "group": "nogroup", "allow_root": true
     }"#;
-    // SNI routing does not go with `accept_proxy`: its settings in a
-    // second file.
+    // SNI routing does not go with `accept_proxy`, nor `kernel_relay`
+    // with `splice`: those in a second file.
     let sni = r#"{"listen": "127.0.0.1:9102", "backends": ["127.0.0.1:8001"],
-        "server_names": "a.test,*.b.test", "sni_default": true, "sni_timeout": "3s"}"#;
+        "server_names": "a.test,*.b.test", "sni_default": true, "sni_timeout": "3s",
+        "kernel_relay": "auto"}"#;
     let defaults = Config::default().describe();
     let mut given: Map<String, Value> = serde_json::from_str(text).unwrap();
     given.extend(serde_json::from_str::<Map<String, Value>>(sni).unwrap());

@@ -247,6 +247,55 @@ fn backends_receive_the_original_bytes_and_the_default_takes_the_rest() {
     lb.stop();
 }
 
+/// Each service of a shared address shows it as its own in `/services`,
+/// and counts the clients its hello chose as accepted (the address's
+/// first service counts those nobody took).
+#[test]
+fn each_service_of_a_shared_address_shows_it_and_counts_its_clients() {
+    let (named, named_seen) = recorder();
+    let (fallback, fallback_seen) = recorder();
+    let lb = shared_with(
+        &[
+            Svc("named", "a.test", false, named.addr()),
+            Svc("fallback", "z.test", true, fallback.addr()),
+        ],
+        Duration::from_secs(5),
+        |c| c.admin_listen = Some("127.0.0.1:0".parse().unwrap()),
+    );
+    assert_eq!(
+        send(lb.addr, &client_hello::build(Some("a.test"), 0)),
+        b"seen"
+    );
+    for _ in 0..2 {
+        assert_eq!(send(lb.addr, b"GET / HTTP/1.0\r\n\r\n"), b"seen");
+    }
+    until("both backends saw theirs", || {
+        named_seen.lock().unwrap().len() == 1 && fallback_seen.lock().unwrap().len() == 2
+    });
+    let (status, body) = child::call(lb.admin.unwrap(), "GET", "/services", "");
+    assert_eq!(status, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let shown: Vec<(String, serde_json::Value, u64)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let name = s["name"].as_str().unwrap().to_string();
+            (name, s["listen"].clone(), s["accepted"].as_u64().unwrap())
+        })
+        .collect();
+    let addr = serde_json::json!([lb.addr.to_string()]);
+    assert_eq!(
+        shown,
+        [
+            ("named".to_string(), addr.clone(), 1),
+            ("fallback".to_string(), addr, 2)
+        ]
+    );
+    assert_eq!(lb.stats.snapshot().accepted, 3, "each client once");
+    lb.stop();
+}
+
 /// The config file of two services sharing `port` (a.test and b.test),
 /// and a third on it when `third` is set.
 fn sharing_file(port: u16, a: SocketAddr, b: SocketAddr, b_names: &str, third: bool) -> String {

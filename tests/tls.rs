@@ -508,7 +508,7 @@ fn tls_settings_per_service() {
     let web = text.split("[service plain]").next().unwrap();
     let plain = text.split("[service plain]").nth(1).unwrap();
     assert!(
-        web.contains(&format!("tls_certs = {}", pair.flag())),
+        web.contains(&format!("tls_certs = [{}]", pair.json())),
         "{text}"
     );
     assert!(web.contains("tls_handshake_timeout = 3s"), "{text}");

@@ -79,25 +79,64 @@ impl Reply {
     }
 }
 
-/// The body of `POST /backends`. Its other keys are the backend's own
-/// check (`check_port`, `health_check`, ...), as in the config file;
-/// anything else is refused in [`add`].
+/// The body of `POST /backends`. `address` is a backend as the file and
+/// `--backend` write it, options included (`HOST:PORT,backup`), read by
+/// the same parser; each option may be a key instead, not both. Its other
+/// keys are the backend's own check (`check_port`, `health_check`, ...),
+/// as in the config file; anything else is refused in [`add`].
 #[derive(Debug, Deserialize)]
 struct NewBackend {
     address: String,
-    #[serde(default = "one")]
-    weight: u32,
+    /// 1 unless given (here or in `address`).
+    weight: Option<u32>,
     #[serde(flatten)]
     check: Map<String, Value>,
     /// Its cap (`,max_connections=N`); none unless given.
     max_connections: Option<usize>,
     /// A backup, served only while no primary is available.
-    #[serde(default)]
-    backup: bool,
+    backup: Option<bool>,
 }
 
-fn one() -> u32 {
-    1
+impl NewBackend {
+    /// The backend `address` describes, with the keys laid over it.
+    fn spec(self) -> Result<BackendSpec, String> {
+        let mut spec = BackendSpec::parse(&self.address).map_err(|e| e.to_string())?;
+        let options: Vec<&str> = self.address.split(',').skip(1).map(str::trim).collect();
+        let in_address = |key: &str| options.iter().any(|o| o.split('=').next() == Some(key));
+        let twice =
+            |key: &str| format!("`{key}` is given twice, in `address` and as a key: keep one");
+        if let Some(weight) = self.weight {
+            if in_address("weight") {
+                return Err(twice("weight"));
+            }
+            spec.weight = weight;
+        }
+        if let Some(n) = self.max_connections {
+            if in_address("max_connections") {
+                return Err(twice("max_connections"));
+            }
+            spec.max_connections = Some(n);
+        }
+        if let Some(backup) = self.backup {
+            if in_address("backup") {
+                return Err(twice("backup"));
+            }
+            spec.backup = backup;
+        }
+        let others = "`address`, `weight`, `max_connections`, `backup`";
+        let check = OwnCheck::from_json(&self.check, others)?;
+        if check != OwnCheck::default() {
+            if spec.check != OwnCheck::default() {
+                return Err(
+                    "the backend's own check is given twice, in `address` and as keys: \
+                            keep one"
+                        .to_string(),
+                );
+            }
+            spec.check = check;
+        }
+        Ok(spec)
+    }
 }
 
 /// The body of `PUT /backends/{address}`.
@@ -267,38 +306,29 @@ fn add(state: &State, service: &Service, body: &[u8]) -> Reply {
         Ok(new) => new,
         Err(reply) => return reply,
     };
-    if new.address.contains(',') {
-        return Reply::error(
-            400,
-            "address is HOST:PORT only; give the weight as \"weight\" and a backup as \"backup\": true",
-        );
-    }
-    let weight = match check_weight(new.weight) {
-        Ok(w) => w,
-        Err(reply) => return reply,
+    let spec = match new.spec() {
+        Ok(spec) => spec,
+        Err(words) => return Reply::error(400, words),
     };
-    let max_connections = new.max_connections;
-    if max_connections.is_some_and(|n| !(1..=cap::MAX_MAX_CONNECTIONS).contains(&n)) {
+    if let Err(reply) = check_weight(spec.weight) {
+        return reply;
+    }
+    if spec
+        .max_connections
+        .is_some_and(|n| !(1..=cap::MAX_MAX_CONNECTIONS).contains(&n))
+    {
         let most = cap::MAX_MAX_CONNECTIONS;
         return Reply::error(400, format!("max_connections must be 1..{most}"));
     }
-    let check = match OwnCheck::from_json(&new.check, "`address`, `weight`, `max_connections`") {
-        Ok(check) => check,
-        Err(words) => return Reply::error(400, words),
-    };
-    if let Err(err) = service.live.health.load().for_backend(&check).validate() {
+    if let Err(err) = service
+        .live
+        .health
+        .load()
+        .for_backend(&spec.check)
+        .validate()
+    {
         return Reply::error(400, err.to_string());
     }
-    let spec = match BackendSpec::parse(&new.address) {
-        Ok(spec) => BackendSpec {
-            weight,
-            check,
-            max_connections,
-            backup: new.backup,
-            ..spec
-        },
-        Err(e) => return Reply::error(400, e.to_string()),
-    };
     // Resolving may wait for DNS: done before taking the lock.
     let send_proxy = spec.send_proxy.or(service.config.send_proxy);
     let backend = match Backend::from_spec(&spec) {
@@ -328,8 +358,9 @@ fn add(state: &State, service: &Service, body: &[u8]) -> Reply {
     }
     service.live.scheduler.add(Arc::clone(&backend));
     log::info!(
-        "admin: backend {} added (weight {weight}){}",
+        "admin: backend {} added (weight {}){}",
         backend.name(),
+        spec.weight,
         whose(state, service)
     );
     Reply::new(201, backend_json(&backend))
@@ -417,16 +448,13 @@ fn reload(state: &State) -> Reply {
         return Reply::error(409, "no config file, reload not supported");
     };
     let _turn = state.changes.lock();
+    // The reload logs what it did or why it refused, as for SIGHUP: the
+    // line here says who asked, not the outcome a second time.
+    log::info!("admin: POST /reload");
     match hook() {
-        Ok(summary) => {
-            log::info!("admin: reloaded: {summary}");
-            Reply::new(200, json!({ "summary": summary }))
-        }
-        Err(error) => {
-            log::warn!("admin: reload failed, the settings stay: {error}");
-            // The request was fine; the file it points at was refused.
-            Reply::error(422, error)
-        }
+        Ok(summary) => Reply::new(200, json!({ "summary": summary })),
+        // The request was fine; the file it points at was refused.
+        Err(error) => Reply::error(422, error),
     }
 }
 
@@ -489,6 +517,11 @@ fn typed(text: &str) -> Value {
         "true" => Value::Bool(true),
         "false" => Value::Bool(false),
         "off" | "none" | "" => Value::Null,
+        // A list the file writes as JSON (`tls_certs`): as JSON (an IPv6
+        // address, `[::1]:80`, is no JSON and stays text).
+        _ if text.starts_with("[{") => {
+            serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+        }
         _ => match text.parse::<u64>() {
             Ok(n) => Value::from(n),
             Err(_) => Value::String(text.to_string()),
@@ -650,6 +683,55 @@ mod tests {
         assert_eq!(route(&s, "GET", "/backends/127.0.0.1:1", b"").status, 404);
         assert_eq!(route(&s, "GET", "/backendsx", b"").status, 404);
         assert_eq!(route(&s, "PUT", "/backends/%FF", b"{}").status, 400);
+    }
+
+    #[test]
+    fn an_address_takes_the_options_the_file_takes() {
+        let s = state(vec![Arc::new(Backend::new(
+            "127.0.0.1:8001".into(),
+            vec![],
+            1,
+        ))]);
+        let r = route(
+            &s,
+            "POST",
+            "/backends",
+            br#"{"address": "127.0.0.1:8002,backup,weight=3,max_connections=5"}"#,
+        );
+        assert_eq!(r.status, 201, "{r:?}");
+        assert_eq!(r.body["address"], "127.0.0.1:8002");
+        assert_eq!(
+            (
+                &r.body["backup"],
+                &r.body["weight"],
+                &r.body["max_connections"]
+            ),
+            (&json!(true), &json!(3), &json!(5))
+        );
+        // As keys, the same; one option both ways is refused.
+        let r = route(
+            &s,
+            "POST",
+            "/backends",
+            br#"{"address": "127.0.0.1:8003", "backup": true}"#,
+        );
+        assert_eq!((r.status, &r.body["backup"]), (201, &json!(true)), "{r:?}");
+        for (body, says) in [
+            (
+                &br#"{"address": "127.0.0.1:8004,backup", "backup": false}"#[..],
+                "`backup` is given twice",
+            ),
+            (
+                br#"{"address": "127.0.0.1:8004,check_port=9", "check_port": 8}"#,
+                "own check is given twice",
+            ),
+            (br#"{"address": "127.0.0.1:8004,color=red"}"#, "color"),
+        ] {
+            let r = route(&s, "POST", "/backends", body);
+            assert_eq!(r.status, 400, "{r:?}");
+            let error = r.body["error"].as_str().unwrap();
+            assert!(error.contains(says), "{error}");
+        }
     }
 
     #[test]

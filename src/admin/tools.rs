@@ -92,18 +92,19 @@ fn file_settings(service: &Service) -> crate::config::Config {
 }
 
 /// Whether the query string asks for `name` (`name=1`, `name=true`, or
-/// `name` alone); an error for another value.
+/// `name` alone; the words in any case: `TRUE`, `Yes`, `on`); an error
+/// for another value.
 pub(super) fn query_flag(query: &str, name: &str) -> Result<bool, String> {
     for pair in query.split('&') {
         let (key, value) = pair.split_once('=').unwrap_or((pair, "1"));
         if key != name {
             continue;
         }
-        return match value {
-            "1" | "true" | "yes" => Ok(true),
-            "0" | "false" | "no" => Ok(false),
+        return match value.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" => Ok(false),
             _ => Err(format!(
-                "{name}={} is not 1 or 0",
+                "{name}={} is not true or false (or 1, 0, on, off)",
                 crate::config::shown_name(value)
             )),
         };
@@ -133,6 +134,17 @@ mod tests {
         assert_eq!(query_flag("dry_run", "dry_run"), Ok(true));
         assert_eq!(query_flag("a=b&dry_run=1", "dry_run"), Ok(true));
         assert_eq!(query_flag("dry_run=false", "dry_run"), Ok(false));
+        for (value, wanted) in [
+            ("TRUE", true),
+            ("Yes", true),
+            ("on", true),
+            ("False", false),
+        ] {
+            let query = format!("dry_run={value}");
+            assert_eq!(query_flag(&query, "dry_run"), Ok(wanted), "{value}");
+        }
+        let err = query_flag("dry_run=maybe", "dry_run").unwrap_err();
+        assert!(err.contains("is not true or false"), "{err}");
         let long = format!("dry_run={}", "x".repeat(5000));
         let err = query_flag(&long, "dry_run").unwrap_err();
         assert!(err.len() < 120, "{err}");

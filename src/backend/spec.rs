@@ -163,6 +163,46 @@ pub(crate) fn parse_port(text: &str) -> Option<u16> {
     text.trim().parse::<u16>().ok().filter(|p| *p != 0)
 }
 
+/// The options a backend takes after `HOST:PORT`, as written (its own
+/// check's are [`super::own_check::KEYS`], `=VALUE` each): the parser's
+/// error and `--help` name them.
+pub const OPTIONS: [&str; 5] = [
+    "weight=N",
+    "max_connections=N",
+    "send-proxy",
+    "send-proxy-v2",
+    "backup",
+];
+
+/// `--help`'s text for `-b/--backend`: every option of [`OPTIONS`] and
+/// of a backend's own check, as the parser reads them.
+pub fn help() -> String {
+    let check: Vec<String> = super::own_check::KEYS
+        .iter()
+        .map(|k| {
+            let value = match *k {
+                "check_port" | "rise" | "fall" => "N",
+                "check_address" => "IP",
+                "health_check" => "KIND",
+                "health_path" => "PATH",
+                "health_interval" => "DUR",
+                _ => "VALUE",
+            };
+            format!(",{k}={value}")
+        })
+        .collect();
+    let own: Vec<String> = OPTIONS.iter().map(|o| format!(",{o}")).collect();
+    format!(
+        "A backend as HOST:PORT[,OPTION...]; repeat for more. Without any, rodizio asks for \
+         them as the article's program does.\n\n\
+         Options, after commas: {}; its own check: {}. weight is 1 to 1000 (round-robin and \
+         first read no weight); a backup is served only while no other backend is \
+         available. IPv6 in brackets: -b [::1]:8001,weight=2,backup.",
+        own.join(" "),
+        check.join(" ")
+    )
+}
+
 /// The options after `HOST:PORT`, each at most once where that matters.
 struct Options {
     weight: u32,
@@ -216,8 +256,9 @@ impl Options {
                     .map_err(|e| Error::InvalidBackend(format!("'{text}': {e}")))?,
                 _ => {
                     return Err(Error::InvalidBackend(format!(
-                        "'{text}': unknown option '{option}' \
-                         (known: weight=N, max_connections=N, send-proxy, send-proxy-v2, backup, check_port=N, ...)"
+                        "'{text}': unknown option '{option}' (known: {}, and its own check's {})",
+                        OPTIONS.join(", "),
+                        super::own_check::KEYS.join(", ")
                     )))
                 }
             }

@@ -71,15 +71,10 @@ fn listen(config: &Config) -> Value {
 }
 
 /// `tls_certs` as the file takes it: a list of `{"cert": FILE, "key":
-/// FILE}` (the flags' `CERT,KEY` notation is not a file's).
+/// FILE}`, as the setting's own text writes it (what `check-config`
+/// prints too).
 fn certificates(config: &Config) -> Value {
-    let pairs = config.tls.certs.0.iter().map(|pair| {
-        serde_json::json!({
-            "cert": pair.cert.display().to_string(),
-            "key": pair.key.display().to_string(),
-        })
-    });
-    Value::Array(pairs.collect())
+    serde_json::from_str(&config.tls.certs.to_string()).unwrap_or(Value::Null)
 }
 
 /// A setting's text as the file takes it: whole numbers and `true` /

@@ -25,7 +25,7 @@ use super::settings;
 use super::settings::Raw;
 pub use super::values::Mode;
 use super::values::{Listen, RateSetting, Whole};
-use super::words::{self, json_error, key_position, object_start};
+use super::words::{self, json_error, object_start, Place};
 use super::{Config, Overrides};
 use crate::error::{Error, Result};
 use crate::limiter::RateLimitConfig;
@@ -311,17 +311,6 @@ impl ConfigFile {
     }
 }
 
-/// Where `"name": "NAME"` is written, as (line, column) from 1.
-fn name_position(text: &str, name: &str) -> Option<(usize, usize)> {
-    let value = serde_json::to_string(name).ok()?;
-    text.lines().enumerate().find_map(|(n, line)| {
-        let at = line.find("\"name\"")?;
-        let rest = line[at + 6..].trim_start().strip_prefix(':')?.trim_start();
-        rest.starts_with(&value)
-            .then(|| (n + 1, line[..at].chars().count() + 1))
-    })
-}
-
 /// `err`, found in the service `name`, saying so.
 fn in_service(err: Error, name: &str) -> Error {
     match err {
@@ -342,6 +331,8 @@ fn in_service(err: Error, name: &str) -> Error {
 struct Converter<'a> {
     path: &'a Path,
     text: &'a str,
+    /// Where its keys are written: the top level, or one service.
+    place: Place<'a>,
     keys: Vec<Key>,
 }
 
@@ -350,13 +341,14 @@ impl<'a> Converter<'a> {
         Converter {
             path,
             text,
+            place: Place::top(text),
             keys: Vec::new(),
         }
     }
 
     /// Notes that the file gave `setting` under the key `written`.
     fn note(&mut self, setting: &'static str, written: &'static str) {
-        let position = key_position(self.text, written);
+        let position = self.place.key(written);
         self.keys.push(Key {
             setting,
             written,
@@ -367,7 +359,7 @@ impl<'a> Converter<'a> {
     fn error(&self, key: &str, message: String) -> Error {
         Error::ConfigFile {
             path: self.path.to_path_buf(),
-            position: key_position(self.text, key),
+            position: self.place.key(key),
             message,
         }
     }
@@ -443,10 +435,7 @@ impl<'a> Converter<'a> {
         if raw.rate_limit.is_some() {
             self.note("rate_limit", "rate_limit");
         }
-        let name_at = raw
-            .name
-            .as_deref()
-            .and_then(|n| name_position(self.text, n));
+        let name_at = raw.name.as_deref().and_then(|n| self.place.name(n));
         if raw.name.is_some() {
             self.keys.push(Key {
                 setting: "name",
@@ -504,8 +493,10 @@ impl<'a> Converter<'a> {
                 "`mode` describes one process: it cannot go with `services`".into(),
             ));
         }
-        let mut services = Vec::new();
+        let mut services: Vec<ConfigFile> = Vec::new();
+        let places = Place::services(self.text);
         for (i, raw) in list.into_iter().enumerate() {
+            let place = places.get(i).cloned().unwrap_or_else(|| self.place.clone());
             let Some(name) = raw.name.clone() else {
                 return Err(self.error(
                     "services",
@@ -516,16 +507,26 @@ impl<'a> Converter<'a> {
             super::services::check_name(&name).map_err(|e| match e {
                 Error::InvalidSetting { message, .. } => Error::ConfigFile {
                     path: self.path.to_path_buf(),
-                    position: name_position(self.text, &name),
+                    position: place.name(&name),
                     message: format!("services[{i}]: {message}"),
                 },
                 other => other,
             })?;
             let within = |message: String| Error::ConfigFile {
                 path: self.path.to_path_buf(),
-                position: name_position(self.text, &name),
+                position: place.name(&name),
                 message: format!("service `{name}`: {message}"),
             };
+            if services
+                .iter()
+                .any(|s| s.name.as_deref() == Some(name.as_str()))
+            {
+                // Here, where the second one is written, not later
+                // without a place (`Config::validate_services` says the same).
+                return Err(within(format!(
+                    "the name `{name}` is given twice: names are unique"
+                )));
+            }
             if raw.services.is_some() || raw.mode.is_some() {
                 let key = if raw.mode.is_some() {
                     "mode"
@@ -536,7 +537,12 @@ impl<'a> Converter<'a> {
                     "`{key}` goes at the top level of the file only"
                 )));
             }
-            let file = Converter::new(self.path, self.text).convert(raw)?;
+            let file = Converter {
+                place: place.clone(),
+                ..Converter::new(self.path, self.text)
+            }
+            .convert(raw)
+            .map_err(|e| in_service(e, &name))?;
             if let Some(key) = file
                 .keys
                 .iter()
@@ -717,6 +723,53 @@ mod tests {
     }
 
     #[test]
+    fn a_setting_another_makes_do_nothing_is_refused_at_its_key() {
+        for (text, words) in [
+            (
+                "{\n\"tls_client_ca\": \"/ca.pem\"}",
+                "line 2, column 1: `tls_client_ca` needs `tls_certs`",
+            ),
+            (
+                "{\n\"backend_tls_ca\": \"/ca.pem\"}",
+                "line 2, column 1: `backend_tls_ca` needs `backend_tls`",
+            ),
+            (
+                "{\"splice\": true,\n\"kernel_relay\": \"auto\"}",
+                "line 2, column 1: `kernel_relay` does nothing with `splice`",
+            ),
+        ] {
+            let line = error_of(text);
+            assert!(line.contains(words), "{line}");
+        }
+        // With what they need, or `off`, they are accepted.
+        for text in [
+            r#"{"backend_tls": true, "backend_tls_ca": "/ca.pem"}"#,
+            r#"{"splice": true, "kernel_relay": "off"}"#,
+            r#"{"kernel_relay": "on"}"#,
+        ] {
+            parse_text(text)
+                .unwrap()
+                .settle(&Overrides::default())
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn a_rate_may_be_a_number() {
+        let c = parse_text(r#"{"rate_limit": 10, "upload_rate": 65536, "download_rate": 0}"#)
+            .unwrap()
+            .settle(&Overrides::default())
+            .unwrap();
+        assert_eq!(c.rate_limit.unwrap().rate, Rate::parse("10/1s").unwrap());
+        assert_eq!(c.proxy.upload_rate, Some(crate::units::ByteRate(65536)));
+        assert_eq!(c.proxy.download_rate.and_then(|r| r.per_second()), None);
+        let line = error_of(r#"{"rate_limit": 1.5}"#);
+        assert!(line.contains("'1.5' is not a rate"), "{line}");
+        let line = error_of(r#"{"upload_rate": true}"#);
+        assert!(line.contains("expected a string or a number"), "{line}");
+    }
+
+    #[test]
     fn an_unknown_key_is_named_with_the_closest_known_one() {
         let line = error_of("{\n  \"listne\": \"0.0.0.0:1\"\n}");
         assert!(line.starts_with("test.json: line 2, column"), "{line}");
@@ -827,6 +880,39 @@ mod tests {
         );
         let line = error_of("");
         assert!(line.contains("the file is empty"), "{line}");
+        // Cut short after a line break: serde's column 0 is column 1.
+        let line = error_of("{\n  \"workers\": 4,\n");
+        assert!(
+            line.starts_with(
+                "test.json: line 3, column 1: JSON syntax error: the file ends too soon"
+            ),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_services_error_is_placed_in_that_service() {
+        let text = "{\"workers\": 4, \"services\": [\n\
+            {\"name\": \"web\", \"listen\": \"127.0.0.1:1\", \"backends\": [\"127.0.0.1:8001\"]},\n\
+            {\"name\": \"db\", \"listen\": \"127.0.0.1:2\",\n  \"backends\": []},\n\
+            {\"name\": \"web\", \"listen\": \"127.0.0.1:3\", \"backends\": [\"127.0.0.1:8003\"]}\n]}";
+        let line = error_of(text);
+        assert!(
+            line.contains("line 4, column 3: service `db`: `backends` is empty"),
+            "{line}"
+        );
+        let line =
+            error_of(&text.replace("\"backends\": []", "\"backends\": [\"127.0.0.1:8002\"]"));
+        assert!(
+            line.contains("line 5, column 2: service `web`: the name `web` is given twice"),
+            "{line}"
+        );
+        // The top level's keys are not looked for in the services.
+        let line = error_of(
+            "{\"services\": [{\"name\": \"a\", \"listen\": \"127.0.0.1:1\", \"backends\": \
+             [\"127.0.0.1:1\"], \"idle_timeout\": \"5s\"}],\n\"idle_timeout\": \"0s\"}",
+        );
+        assert!(line.contains("line 2, column 1: `idle_timeout`"), "{line}");
     }
 
     #[test]
@@ -878,7 +964,7 @@ mod tests {
         assert_eq!(edit_distance("workers", "workers"), 0);
         assert_eq!(closest("worker", &["workers", "backlog"]), Some("workers"));
         assert_eq!(closest("zzz", &["workers", "backlog"]), None);
-        assert_eq!(key_position("{\n  \"a\" : 1}", "a"), Some((2, 3)));
+        assert_eq!(words::key_position("{\n  \"a\" : 1}", "a"), Some((2, 3)));
     }
 
     mod properties {

@@ -373,12 +373,34 @@ impl Config {
             // It would be silently ignored.
             return Err(Error::setting("access_log_file", "needs `access_log`"));
         }
+        self.check_unused()?;
         self.check_duplicate_backends()?;
         if self.max_connections == Some(0) {
             return Err(Error::setting("max_connections", "must be at least 1"));
         }
         crate::privileges::Identity::of(self.user.as_deref(), self.group.as_deref())?;
         self.validate_admin()
+    }
+
+    /// Refuses a setting that another one makes do nothing: it would be
+    /// silently ignored, as `access_log_file` without `access_log` would.
+    fn check_unused(&self) -> Result<()> {
+        if self.tls.client_ca.is_some() && !self.tls.terminates() {
+            // Only a service that terminates TLS asks for a certificate.
+            return Err(Error::setting("tls_client_ca", "needs `tls_certs`"));
+        }
+        if self.tls.backend_ca.is_some() && !self.tls.backend {
+            return Err(Error::setting("backend_tls_ca", "needs `backend_tls`"));
+        }
+        if self.proxy.splice && self.proxy.kernel_relay != crate::proxy::KernelRelay::Off {
+            // The splice pump never hands a connection to the kernel.
+            return Err(Error::setting(
+                "kernel_relay",
+                "does nothing with `splice`: choose one (splice copies in the kernel \
+                 from the start, kernel_relay after a few exchanges)",
+            ));
+        }
+        Ok(())
     }
 
     /// Refuses two backends that reach the same address: `-b A -b A`, or

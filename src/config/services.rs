@@ -35,6 +35,36 @@ impl Config {
         }
     }
 
+    /// The settings accepted that do nothing as they are, one line a
+    /// service, for `check-config` and the start-up log: a weight with an
+    /// algorithm that reads none. Warned, not refused: the algorithm is
+    /// live on reload, and the weights count once it reads them.
+    pub fn unused_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for s in self.service_list() {
+            if s.algorithm.reads_weights() {
+                continue;
+            }
+            let weighted: Vec<String> = s
+                .backends
+                .iter()
+                .filter(|b| b.weight != 1)
+                .map(|b| format!("{},weight={}", b.name(), b.weight))
+                .collect();
+            if let Some(first) = weighted.first() {
+                out.push(format!(
+                    "service `{}`: `weight` does nothing with `algorithm` {} ({first}{}): \
+                     every backend gets the same share; weighted-round-robin gives shares \
+                     by weight",
+                    s.name,
+                    s.algorithm,
+                    if weighted.len() > 1 { ", ..." } else { "" }
+                ));
+            }
+        }
+        out
+    }
+
     /// Every address this service accepts clients on.
     pub fn listen_addrs(&self) -> Vec<SocketAddr> {
         let mut all = vec![self.listen];
@@ -94,7 +124,8 @@ impl Config {
                 addrs.push((addr, service));
             }
         }
-        super::sni_check::defaults(&self.service_list())
+        super::sni_check::defaults(&self.service_list())?;
+        super::sni_check::names_once(&self.service_list())
     }
 }
 
@@ -161,6 +192,33 @@ mod tests {
         assert_eq!(list.len(), 1);
         assert_eq!(list[0].name, "default");
         c.validate_services().unwrap();
+    }
+
+    #[test]
+    fn a_weight_the_algorithm_does_not_read_is_warned_of() {
+        let mut c = Config {
+            backends: [
+                "127.0.0.1:1,weight=3",
+                "127.0.0.1:2",
+                "127.0.0.1:3,weight=2",
+            ]
+            .iter()
+            .map(|b| crate::backend::BackendSpec::parse(b).unwrap())
+            .collect(),
+            ..Config::default()
+        };
+        assert_eq!(
+            c.unused_warnings(),
+            [
+                "service `default`: `weight` does nothing with `algorithm` round-robin \
+              (127.0.0.1:1,weight=3, ...): every backend gets the same share; \
+              weighted-round-robin gives shares by weight"
+            ]
+        );
+        c.algorithm = crate::scheduler::Algorithm::WeightedRoundRobin;
+        assert!(c.unused_warnings().is_empty());
+        c.algorithm = crate::scheduler::Algorithm::First;
+        assert_eq!(c.unused_warnings().len(), 1);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What a configuration with SNI routing must say: an address is shared
 //! only by services that all claim server names, with at most one default
-//! among them; and which service binds a shared address (the first one
+//! among them and no name claimed twice; and which service binds a shared address (the first one
 //! listing it).
 //!
 //! # Threads
@@ -89,6 +89,43 @@ pub fn defaults(services: &[&Config]) -> Result<()> {
                     format!(
                         "services `{}` and `{}` are both the default of {addr}: \
                          an address has at most one",
+                        s.name, o.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks that no server name is claimed by two services on one address:
+/// the router would send every client of it to one of them, and the
+/// other's entry would do nothing.
+///
+/// # Errors
+///
+/// [`Error::InvalidSetting`] on `server_names`, naming both services.
+pub fn names_once(services: &[&Config]) -> Result<()> {
+    for (i, s) in services.iter().enumerate() {
+        let Some(names) = &s.sni.server_names else {
+            continue;
+        };
+        for o in &services[i + 1..] {
+            let Some(theirs) = &o.sni.server_names else {
+                continue;
+            };
+            // Port 0 is never shared: each service's is its own.
+            let shared = s
+                .listen_addrs()
+                .into_iter()
+                .find(|a| a.port() != 0 && o.listen_addrs().contains(a));
+            let twice = names.names().iter().find(|n| theirs.names().contains(n));
+            if let (Some(addr), Some(name)) = (shared, twice) {
+                return Err(Error::setting(
+                    "server_names",
+                    format!(
+                        "services `{}` and `{}` both claim `{name}` on {addr}: \
+                         a name goes to one service of an address",
                         s.name, o.name
                     ),
                 ));
@@ -260,6 +297,21 @@ mod tests {
         ]);
         let err = two.validate().unwrap_err().to_string();
         assert!(err.contains("both the default of 127.0.0.1:9443"), "{err}");
+        let twice = all(vec![
+            service("a", "127.0.0.1:9443", Some("a.test"), false),
+            service("b", "127.0.0.1:9443", Some("b.test,A.test"), false),
+        ]);
+        let err = twice.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("services `a` and `b` both claim `a.test` on 127.0.0.1:9443"),
+            "{err}"
+        );
+        // On addresses of their own, one name is two services' to claim.
+        let apart = all(vec![
+            service("a", "127.0.0.1:9443", Some("a.test"), false),
+            service("b", "127.0.0.1:9444", Some("a.test"), false),
+        ]);
+        apart.validate().unwrap();
         let bare = service("a", "127.0.0.1:9443", None, true);
         let err = bare.validate().unwrap_err().to_string();
         assert!(err.contains("needs `server_names`"), "{err}");

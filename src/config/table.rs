@@ -29,11 +29,11 @@ macro_rules! settings_table {
                 let all: Vec<String> = c.listen_addrs().iter().map(|a| a.to_string()).collect();
                 all.join(" ")
             };
-        /// A backend as HOST:PORT[,weight=N]; repeat for more. Without any,
-        /// rodizio asks for them as the article's program does.
+        /// A backend as HOST:PORT[,OPTION...]; repeat for more (none: rodizio asks for them).
         backends: Vec<BackendSpec>, "backend", Service, set(backends), live,
             file Backends => hand,
-            flag Vec<BackendSpec> [short, value_name = "HOST:PORT", value_parser = parse_backend],
+            flag Vec<BackendSpec> [short, value_name = "HOST:PORT", value_parser = parse_backend,
+                long_help = crate::backend::backend_help()],
             always |c: &Config| {
                 let names: Vec<String> = c.backends.iter().map(|b| b.to_string()).collect();
                 names.join(" ")

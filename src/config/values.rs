@@ -284,13 +284,39 @@ impl FileValue<usize> for MaybeCount {
 #[derive(Debug)]
 pub(super) struct MaybeParsed<T>(pub(super) Option<T>);
 
+/// A string, or a number read as the text of its digits (`"upload_rate":
+/// 65536` is `"65536"`): the parser of the setting gives it its meaning,
+/// as it does the flag's.
+fn text_or_number<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = String;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string or a number")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<String, E> {
+            Ok(v.to_string())
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> std::result::Result<String, E> {
+            Ok(v.to_string())
+        }
+    }
+    d.deserialize_any(V)
+}
+
 impl<'de, T> Deserialize<'de> for MaybeParsed<T>
 where
     T: FromStr,
     T::Err: fmt::Display,
 {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
+        let text = text_or_number(d)?;
         if NONE_WORDS.contains(&text.as_str()) {
             return Ok(MaybeParsed(None));
         }
@@ -506,13 +532,14 @@ impl FileValue<KernelRelay> for OnOffAuto {
     }
 }
 
-/// `rate_limit`: `"N/WINDOW"`, or `"off"` (`None`).
+/// `rate_limit`: `"N/WINDOW"`, `N` (a number: per second), or `"off"`
+/// (`None`).
 #[derive(Debug)]
 pub(super) struct RateSetting(pub(super) Option<Rate>);
 
 impl<'de> Deserialize<'de> for RateSetting {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
+        let text = text_or_number(d)?;
         if text.trim() == "off" {
             return Ok(RateSetting(None));
         }

@@ -83,8 +83,9 @@ pub(super) fn json_error(path: &Path, text: &str, at: &str, inner: serde_json::E
         serde_json::error::Category::Syntax if bare == "recursion limit exceeded" => {
             "JSON nested too deeply (at most 128 levels of [ and {)".to_string()
         }
-        serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
-            format!("JSON syntax error: {bare}")
+        serde_json::error::Category::Syntax => format!("JSON syntax error: {bare}"),
+        serde_json::error::Category::Eof => {
+            format!("JSON syntax error: the file ends too soon ({bare})")
         }
         serde_json::error::Category::Io => format!("cannot be read: {bare}"),
         serde_json::error::Category::Data => match bare.strip_prefix("unknown field ") {
@@ -101,7 +102,9 @@ pub(super) fn json_error(path: &Path, text: &str, at: &str, inner: serde_json::E
         // Errors raised outside the parser (none today) carry no place.
         key_position(text, at)
     } else {
-        Some((line, column))
+        // serde counts columns from 1 but says 0 right after a line
+        // break (the file ending there): the line's first column.
+        Some((line, column.max(1)))
     };
     Error::ConfigFile {
         path: path.to_path_buf(),
@@ -169,16 +172,135 @@ pub(super) fn edit_distance(a: &str, b: &str) -> usize {
 
 /// Where `"key":` is written in `text`, as (line, column) from 1.
 pub(super) fn key_position(text: &str, key: &str) -> Option<(usize, usize)> {
-    let quoted = format!("\"{key}\"");
-    for (n, line) in text.lines().enumerate() {
-        let mut from = 0;
-        while let Some(found) = line[from..].find(&quoted) {
-            let at = from + found;
-            let after = line[at + quoted.len()..].trim_start();
-            if after.starts_with(':') {
-                return Some((n + 1, line[..at].chars().count() + 1));
+    Place::whole(text).key(key)
+}
+
+/// A part of the file's text where keys are looked for: the whole file
+/// but the `services` array for the top level, one element of it for a
+/// service, so that each finds its own `"backends"`, not the first one.
+#[derive(Debug, Clone)]
+pub(super) struct Place<'a> {
+    text: &'a str,
+    within: std::ops::Range<usize>,
+    hidden: std::ops::Range<usize>,
+}
+
+impl<'a> Place<'a> {
+    /// The whole of `text`.
+    pub(super) fn whole(text: &'a str) -> Place<'a> {
+        Place {
+            text,
+            within: 0..text.len(),
+            hidden: 0..0,
+        }
+    }
+
+    /// The top level: everything but the `services` array.
+    pub(super) fn top(text: &'a str) -> Place<'a> {
+        let hidden = array_items(text, "services").map_or(0..0, |(all, _)| all);
+        Place {
+            hidden,
+            ..Place::whole(text)
+        }
+    }
+
+    /// Each element of the `services` array (none if it is not found).
+    pub(super) fn services(text: &'a str) -> Vec<Place<'a>> {
+        let items = array_items(text, "services").map_or_else(Vec::new, |(_, items)| items);
+        items
+            .into_iter()
+            .map(|within| Place {
+                within,
+                ..Place::whole(text)
+            })
+            .collect()
+    }
+
+    /// The byte offsets where `"word"` is followed by a colon, in order.
+    fn keys(&self, word: &str) -> Vec<usize> {
+        let quoted = format!("\"{word}\"");
+        let part = &self.text[self.within.clone()];
+        let start = self.within.start;
+        part.match_indices(&quoted)
+            .map(move |(at, q)| (start + at, start + at + q.len()))
+            .filter(|(at, _)| !self.hidden.contains(at))
+            .filter(|(_, end)| self.text[*end..].trim_start().starts_with(':'))
+            .map(|(at, _)| at)
+            .collect()
+    }
+
+    /// Where `"key":` is written, as (line, column) from 1.
+    pub(super) fn key(&self, key: &str) -> Option<(usize, usize)> {
+        self.keys(key).first().map(|&at| line_column(self.text, at))
+    }
+
+    /// Where `"name": "NAME"` is written, as (line, column) from 1.
+    pub(super) fn name(&self, name: &str) -> Option<(usize, usize)> {
+        let value = serde_json::to_string(name).ok()?;
+        self.keys("name")
+            .into_iter()
+            .find(|&at| {
+                let rest = self.text[at + "\"name\"".len()..].trim_start();
+                rest.strip_prefix(':')
+                    .is_some_and(|r| r.trim_start().starts_with(&value))
+            })
+            .map(|at| line_column(self.text, at))
+    }
+}
+
+/// Byte offset `at` of `text` as (line, column) from 1.
+fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let before = &text[..at];
+    let line_start = before.rfind('\n').map_or(0, |n| n + 1);
+    (
+        before.matches('\n').count() + 1,
+        before[line_start..].chars().count() + 1,
+    )
+}
+
+/// The array under the key `key` (its first place): its range, brackets
+/// included, and each element's, found by a scan that skips strings.
+fn array_items(
+    text: &str,
+    key: &str,
+) -> Option<(std::ops::Range<usize>, Vec<std::ops::Range<usize>>)> {
+    let at = *Place::whole(text).keys(key).first()?;
+    let after = at + key.len() + 2;
+    let colon = after + text[after..].find(':')?;
+    let open = colon + 1 + text[colon + 1..].find(|c: char| !c.is_whitespace())?;
+    if !text[open..].starts_with('[') {
+        return None;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let (mut items, mut item) = (Vec::new(), None);
+    for (i, c) in text[open..].char_indices().map(|(i, c)| (open + i, c)) {
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
             }
-            from = at + quoted.len();
+            continue;
+        }
+        if depth == 1 && item.is_none() && !c.is_whitespace() && c != ',' && c != ']' {
+            item = Some(i);
+        }
+        match c {
+            '"' => in_string = true,
+            '[' | '{' => depth += 1,
+            ']' | '}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    items.extend(item.map(|s| s..i));
+                    return Some((open..i + 1, items));
+                }
+                if depth == 1 {
+                    items.extend(item.take().map(|s| s..i + 1));
+                }
+            }
+            ',' if depth == 1 => items.extend(item.take().map(|s| s..i)),
+            _ => {}
         }
     }
     None

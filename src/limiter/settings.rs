@@ -92,14 +92,21 @@ pub struct Rate {
 
 impl Rate {
     /// Parses `N/WINDOW`: `100/1s`, `20/10s`, `5/500ms`; a bare unit means
-    /// one of it (`100/s`, `10/m`).
+    /// one of it (`100/s`, `10/m`), and a bare number is per second (`10`
+    /// is `10/1s`, as HAProxy's `rate-limit sessions` and most rates people
+    /// write are).
     ///
     /// # Errors
     ///
     /// A one-line message saying what is wrong, for clap to print.
     pub fn parse(text: &str) -> std::result::Result<Rate, String> {
-        let usage = || format!("'{text}' is not a rate (examples: 100/1s, 20/10s, 5/500ms)");
-        let (n, w) = text.trim().split_once('/').ok_or_else(usage)?;
+        let usage = || format!("'{text}' is not a rate (examples: 100/1s, 20/10s, 5/500ms, 100)");
+        let trimmed = text.trim();
+        let (n, w) = match trimmed.split_once('/') {
+            Some(parts) => parts,
+            None if trimmed.parse::<u32>().is_ok() => (trimmed, "1s"),
+            None => return Err(usage()),
+        };
         let limit: u32 = n.trim().parse().map_err(|_| usage())?;
         let w = w.trim();
         let window = if w.starts_with(|c: char| c.is_ascii_alphabetic()) {

@@ -442,8 +442,10 @@ fn rates_parse() {
         Duration::from_millis(500)
     );
     assert_eq!(Rate::parse("10/m").unwrap().window, 60 * S);
+    // A bare number is per second.
+    assert_eq!(Rate::parse(" 100 "), Rate::parse("100/1s"));
     for bad in [
-        "", "100", "/1s", "0/1s", "x/1s", "10/0s", "10/1x", "-1/1s", "5/0.5ms",
+        "", "0", "-5", "1.5", "/1s", "0/1s", "x/1s", "10/0s", "10/1x", "-1/1s", "5/0.5ms",
     ] {
         assert!(Rate::parse(bad).is_err(), "accepted {bad:?}");
     }

@@ -317,13 +317,19 @@ pub fn worst(lines: &[Line]) -> Verdict {
 }
 
 /// At the balancer's start-up: each line that is not ok as one log
-/// warning. It never stops the start: a limit that is too low costs only
-/// under a load that may never come, and the operator decides.
+/// warning, then each setting accepted that does nothing as it is
+/// ([`Config::unused_warnings`]). It never stops the start: a limit that
+/// is too low costs only under a load that may never come, and the
+/// operator decides.
 pub fn log_warnings(config: &Config) {
     for line in run(config) {
         if line.verdict != Verdict::Ok {
             log::warn!("preflight: {line}");
         }
+    }
+    // With them, the settings accepted that do nothing as they are.
+    for words in config.unused_warnings() {
+        log::warn!("{words}");
     }
 }
 

@@ -212,8 +212,8 @@ impl Refusals {
             Refusal::QueueTimeout { limit } => {
                 if let Some(others) = self.queue_timeout_log.event(now) {
                     log::warn!(
-                        "closing client {peer}{}: it waited {:.1?} for a free worker \
-                         (queue timeout {}; all workers busy){}",
+                        "closing client {peer}{}: it waited {:.1?} in the queue before a \
+                         worker took it, past queue_timeout {}{}",
                         outcome.whose(),
                         outcome.queue_wait,
                         format_duration(*limit),

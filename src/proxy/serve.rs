@@ -453,10 +453,11 @@ pub(crate) fn answer(client: &TcpStream, refusal: &Refusal, http_replies: bool) 
         Refusal::RateLimited {
             retry_after, reply, ..
         } => crate::limiter::refuse(client, *reply, *retry_after),
-        Refusal::QueueTimeout { .. } | Refusal::SlotTimeout { .. } | Refusal::QueueFull { .. }
-            if http_replies =>
-        {
-            reply::reply_at_once(client, reply::REPLY_503_BUSY)
+        Refusal::QueueTimeout { .. } if http_replies => {
+            reply::reply_at_once(client, reply::REPLY_503_QUEUE)
+        }
+        Refusal::SlotTimeout { .. } | Refusal::QueueFull { .. } if http_replies => {
+            reply::reply_at_once(client, reply::REPLY_503_FULL)
         }
         Refusal::NoBackend { .. } if http_replies => reply::reply_at_once(client, reply::REPLY_503),
         Refusal::ConnectFailed { .. } if http_replies => {

@@ -146,6 +146,13 @@ impl Algorithm {
     pub fn name(self) -> &'static str {
         self.strategy().name()
     }
+
+    /// Whether the backends' weights change its picks: round robin takes
+    /// each in turn and first fills them in list order, whatever their
+    /// weights (a slow start's share is not a weight).
+    pub fn reads_weights(self) -> bool {
+        !matches!(self, Algorithm::RoundRobin | Algorithm::First)
+    }
 }
 
 impl std::fmt::Display for Algorithm {
@@ -613,6 +620,25 @@ mod tests {
                 char::from(b'a' + i)
             })
             .collect()
+    }
+
+    #[test]
+    fn only_the_algorithms_said_to_read_weights_change_with_them() {
+        // Weights 1:9 against 1:1, the same picks otherwise: round robin
+        // and first give the same counts, weighted round robin does not.
+        for &algorithm in Algorithm::ALL {
+            let (plain, heavy) = (
+                Scheduler::with_algorithm(weighted(&[1, 1]), algorithm),
+                Scheduler::with_algorithm(weighted(&[1, 9]), algorithm),
+            );
+            let same = tally(&plain, 100) == tally(&heavy, 100);
+            if !algorithm.reads_weights() {
+                assert!(same, "{algorithm} reads no weight");
+            }
+        }
+        let s = Scheduler::with_algorithm(weighted(&[1, 9]), Algorithm::WeightedRoundRobin);
+        assert!(Algorithm::WeightedRoundRobin.reads_weights());
+        assert_eq!(tally(&s, 100), [10, 90]);
     }
 
     #[test]

@@ -136,13 +136,23 @@ impl<'de> Deserialize<'de> for CertList {
     }
 }
 
+/// As the file takes it, `[{"cert": "a.pem", "key": "a.key"}, ...]`, or
+/// `off`: what `check-config`, `GET /config` and the export print (the
+/// flags' `CERT,KEY` is not a file's).
 impl fmt::Display for CertList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.0.is_empty() {
             return f.write_str("off");
         }
-        let all: Vec<String> = self.0.iter().map(ToString::to_string).collect();
-        f.write_str(&all.join(" "))
+        let text = |p: &std::path::Path| {
+            serde_json::to_string(&p.display().to_string()).unwrap_or_default()
+        };
+        let all: Vec<String> = self
+            .0
+            .iter()
+            .map(|p| format!(r#"{{"cert": {}, "key": {}}}"#, text(&p.cert), text(&p.key)))
+            .collect();
+        write!(f, "[{}]", all.join(", "))
     }
 }
 

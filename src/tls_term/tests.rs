@@ -19,7 +19,13 @@ fn the_file_lists_pairs_as_objects() {
         serde_json::from_str(r#"[{"cert": "a.pem", "key": "a.key"}, {"cert": "b", "key": "c"}]"#)
             .unwrap();
     assert_eq!(list.0.len(), 2);
-    assert_eq!(list.to_string(), "a.pem,a.key b,c");
+    // Written back as the file takes it, and read back the same.
+    let written = list.to_string();
+    assert_eq!(
+        written,
+        r#"[{"cert": "a.pem", "key": "a.key"}, {"cert": "b", "key": "c"}]"#
+    );
+    assert_eq!(serde_json::from_str::<CertList>(&written).unwrap(), list);
     assert_eq!(CertList::default().to_string(), "off");
     assert!(serde_json::from_str::<CertList>(r#"[{"cert": "a.pem"}]"#).is_err());
     assert_eq!(

@@ -36,7 +36,7 @@ pub(crate) fn certificate(error: &CertificateError, ca_key: &str) -> String {
             if presented.is_empty() {
                 "none".into()
             } else {
-                let names: Vec<&str> = presented.iter().map(|n| bare(n)).collect();
+                let names: Vec<String> = presented.iter().map(|n| bare(n)).collect();
                 names.join(", ")
             }
         ),
@@ -63,12 +63,28 @@ pub(crate) fn certificate(error: &CertificateError, ca_key: &str) -> String {
     }
 }
 
-/// A presented name as webpki debug-prints it (`DnsName("a.test")`),
-/// bare (`a.test`).
-fn bare(name: &str) -> &str {
-    name.strip_prefix("DnsName(\"")
-        .and_then(|n| n.strip_suffix("\")"))
-        .unwrap_or(name)
+/// A presented name as webpki debug-prints it (`DnsName("a.test")`,
+/// `IpAddress(10.0.0.1)`, ...), in words: `a.test`, `IP 10.0.0.1`.
+fn bare(name: &str) -> String {
+    let inner = |prefix: &str| {
+        name.strip_prefix(prefix)
+            .and_then(|n| n.strip_suffix(')'))
+            .map(|n| n.trim_matches('"').to_string())
+    };
+    if let Some(dns) = inner("DnsName(") {
+        return dns;
+    }
+    if let Some(ip) = inner("IpAddress(") {
+        return format!("IP {ip}");
+    }
+    if let Some(uri) = inner("UniformResourceIdentifier(") {
+        return format!("URI {uri}");
+    }
+    match name {
+        "DirectoryName" => "a directory name".into(),
+        _ if name.starts_with("Unsupported(") => "a name of a kind rustls does not read".into(),
+        _ => name.to_string(),
+    }
 }
 
 /// The webpki errors rustls passes on as `Other`.
@@ -172,6 +188,25 @@ mod tests {
             "backend_tls_ca",
         );
         assert_eq!(name, "not valid for the name b.test (it names a.test)");
+        // Every kind of name webpki prints, in words.
+        let name = certificate(
+            &CertificateError::NotValidForNameContext {
+                expected: rustls_pki_types::ServerName::try_from("10.0.0.2").unwrap(),
+                presented: vec![
+                    "DnsName(\"a.test\")".into(),
+                    "IpAddress(10.0.0.1)".into(),
+                    "UniformResourceIdentifier(\"https://a.test\")".into(),
+                    "DirectoryName".into(),
+                    "Unsupported(0x66)".into(),
+                ],
+            },
+            "backend_tls_ca",
+        );
+        assert_eq!(
+            name,
+            "not valid for the name 10.0.0.2 (it names a.test, IP 10.0.0.1, \
+             URI https://a.test, a directory name, a name of a kind rustls does not read)"
+        );
         assert_eq!(
             certificate(&CertificateError::Revoked, "tls_client_ca"),
             "revoked (tls_client_crl)"

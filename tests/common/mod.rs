@@ -379,6 +379,11 @@ impl TestBalancer {
         };
         kernel_relay_from_env(&mut config.proxy);
         tweak(&mut config);
+        if config.proxy.splice {
+            // The kernel relay pass's `kernel_relay` does nothing with
+            // splice, and is refused beside it: the splice pump is tested.
+            config.proxy.kernel_relay = rodizio::proxy::KernelRelay::Off;
+        }
         TestBalancer::start(config)
     }
 
