@@ -216,6 +216,12 @@ impl Balancer {
         self.admin.as_ref().map(AdminListener::local_addr)
     }
 
+    /// The admin API's token (when the API is on), for the reload that
+    /// reads `admin_token_file` again.
+    pub fn admin_token(&self) -> Option<admin::Token> {
+        self.admin.as_ref().map(AdminListener::token)
+    }
+
     /// Gives the admin API's `POST /reload` something to call (without
     /// one, it answers 409: no config file).
     pub fn set_reload(&mut self, hook: ReloadHook) {

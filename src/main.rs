@@ -434,6 +434,7 @@ fn balance(
     }
     note_access_log(&config);
     privileges::refuse_root(config.user.as_deref(), config.allow_root)?;
+    rodizio::reload::keep_root_reader(file.as_ref().map(|f| f.path.as_path()), &flags, &config)?;
     let listener = Balancer::listen(&config)?;
     if config.backends.is_empty() && config.services.is_empty() {
         let stdin = io::stdin();
