@@ -233,8 +233,13 @@ impl Reloader {
         let mut state = inner.state.lock();
         systemd::reloading();
         let result = self.reload_locked(&mut state);
-        // Ready again, with the new settings or the old ones.
-        systemd::ready(&inner.running.status());
+        // Ready again, with the new settings or the old ones; a failure
+        // stays in `systemctl status` until the next reload.
+        let status = inner.running.status();
+        match &result {
+            Ok(_) => systemd::ready(&status),
+            Err(err) => systemd::ready(&format!("reload failed: {}; {status}", in_short(err))),
+        }
         result
     }
 
@@ -540,6 +545,16 @@ fn config_service<'a>(config: &'a mut Config, name: &str) -> Option<&'a mut Conf
         return (config.name == name).then_some(config);
     }
     config.services.iter_mut().find(|s| s.name == name)
+}
+
+/// Why a reload failed, in at most 120 characters, for `STATUS=`.
+fn in_short(err: &Error) -> String {
+    let text = err.to_string();
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(119) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line.to_string(),
+    }
 }
 
 /// The warning about settings a reload cannot change, in plain English:
