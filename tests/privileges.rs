@@ -240,6 +240,7 @@ fn running(pid: u32) -> bool {
 /// and SIGHUP: the next client is served the new one. A reload that
 /// changes no TLS setting (a backend added, by the admin API) reads the
 /// files again and never fails on them; a new admin token is read by it.
+/// The reader is single-threaded and dies with the balancer.
 #[test]
 fn a_renewed_root_only_certificate_is_served_after_sighup_as_nobody() {
     use std::os::unix::fs::PermissionsExt;
@@ -321,7 +322,18 @@ fn a_renewed_root_only_certificate_is_served_after_sighup_as_nobody() {
     // The token file was read again: the old token no longer opens it.
     assert!(reload("first").starts_with("HTTP/1.1 401"));
     assert!(reload("second").starts_with("HTTP/1.1 200"));
+    // The reader was forked before any thread: it has one. Killed with
+    // the balancer (SIGKILL, no drain), it goes too.
+    let reader = reader_of(rodizio.pid());
+    let threads = std::fs::read_dir(format!("/proc/{reader}/task"))
+        .unwrap()
+        .count();
+    assert_eq!(threads, 1, "the root reader has {threads} threads");
     drop(rodizio);
+    assert!(
+        time_until(WAIT, || !running(reader)).is_some(),
+        "the root reader {reader} outlived the balancer killed"
+    );
 }
 
 /// A user this host does not know is refused before anything is bound.
