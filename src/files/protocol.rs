@@ -137,22 +137,28 @@ pub fn write_reply(to: &mut impl Write, answer: &Result<Vec<u8>, FileError>) -> 
         bytes
     };
     let (status, body) = match answer {
-        Ok(bytes) => (OK, bytes.clone()),
+        Ok(bytes) => (OK, &bytes[..]),
         Err(FileError::Io(e)) => {
-            let mut body = e.raw_os_error().unwrap_or(0).to_be_bytes().to_vec();
+            let mut words = e.raw_os_error().unwrap_or(0).to_be_bytes().to_vec();
             if e.raw_os_error().is_none() {
-                body.extend(clip(e.to_string()));
+                words.extend(clip(e.to_string()));
             }
-            (IO, body)
+            return write_frame(to, IO, &words);
         }
-        Err(FileError::Directory) => (DIRECTORY, Vec::new()),
-        Err(FileError::NotRegular) => (NOT_REGULAR, Vec::new()),
-        Err(FileError::TooLarge) => (TOO_LARGE, Vec::new()),
+        Err(FileError::Directory) => (DIRECTORY, &[][..]),
+        Err(FileError::NotRegular) => (NOT_REGULAR, &[][..]),
+        Err(FileError::TooLarge) => (TOO_LARGE, &[][..]),
     };
-    let mut frame = vec![status];
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&body);
-    to.write_all(&frame)
+    write_frame(to, status, body)
+}
+
+/// A status byte, the body's length, the body (a file's bytes are not
+/// copied into the frame).
+fn write_frame(to: &mut impl Write, status: u8, body: &[u8]) -> io::Result<()> {
+    let mut head = vec![status];
+    head.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    to.write_all(&head)?;
+    to.write_all(body)
 }
 
 /// Writes a refusal: `why` the reader will not read what was asked.
@@ -161,12 +167,8 @@ pub fn write_reply(to: &mut impl Write, answer: &Result<Vec<u8>, FileError>) -> 
 ///
 /// The write's error.
 pub fn write_refusal(to: &mut impl Write, why: &str) -> io::Result<()> {
-    let mut body = why.as_bytes().to_vec();
-    body.truncate(MAX_WORDS);
-    let mut frame = vec![REFUSED];
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&body);
-    to.write_all(&frame)
+    let body = why.as_bytes();
+    write_frame(to, REFUSED, &body[..body.len().min(MAX_WORDS)])
 }
 
 /// Reads one reply to a request for at most `max` bytes. The outer error
