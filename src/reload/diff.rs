@@ -44,6 +44,8 @@ pub fn between(old: &ConfigFile, new: &ConfigFile, flags: &Overrides) -> Result<
         ..ReloadReport::default()
     };
     settings::share_process(&mut now);
+    // Refused by the reload, refused here.
+    crate::config::sni_check::same_routing(&was, &now)?;
     if new.mode != old.mode {
         report.needs_restart.push("mode".into());
     }
@@ -168,6 +170,30 @@ mod tests {
             assert_eq!(r.needs_restart, [key]);
             assert!(r.changes.is_empty(), "{:?}", r.changes);
         }
+    }
+
+    /// The services routed by SNI on an address are fixed at start-up:
+    /// the reload refuses a change of them, and so does the diff.
+    #[test]
+    fn a_change_of_sni_routing_is_refused_as_by_the_reload() {
+        let old = load(
+            "sni-old",
+            r#"{"services": [
+                {"name": "a", "listen": "127.0.0.1:9443", "server_names": ["a.test"],
+                 "backends": ["127.0.0.1:1"]},
+                {"name": "b", "listen": "127.0.0.1:9443", "server_names": ["b.test"],
+                 "backends": ["127.0.0.1:2"]}]}"#,
+        );
+        let new = load(
+            "sni-new",
+            r#"{"services": [
+                {"name": "a", "listen": "127.0.0.1:9443", "server_names": ["a.test"],
+                 "backends": ["127.0.0.1:1"]},
+                {"name": "b", "listen": "127.0.0.1:9444", "server_names": ["b.test"],
+                 "backends": ["127.0.0.1:2"]}]}"#,
+        );
+        let err = between(&old, &new, &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("server_names"), "{err}");
     }
 
     #[test]
