@@ -90,9 +90,12 @@ pub fn spawn(config: Option<PathBuf>, allowed: Allowed) -> io::Result<Client> {
 /// What the reader is made of, just after the fork: killed with its
 /// parent, named `rodizio-reader` in `ps`, deaf to the signals a terminal
 /// or an operator sends the balancer (Ctrl-C, SIGHUP, SIGUSR1: the
-/// balancer's to handle; it ends when the balancer does), with no input
-/// and no output.
+/// balancer's to handle; it ends when the balancer does), with no input,
+/// no output and no log.
 fn become_reader(parent: libc::pid_t) {
+    // What it reads to know the settings (the config file, each time)
+    // would log its warnings again: the balancer has logged them.
+    log::set_max_level(log::LevelFilter::Off);
     // SAFETY: process-wide settings of this new process; the name is a
     // NUL-terminated string that lives for the call.
     unsafe {
