@@ -221,7 +221,9 @@ pub fn read_reply(from: &mut impl Read, max: u64) -> Result<Result<Vec<u8>, File
 /// A read or write error on the link, in words.
 fn link_words(e: &io::Error) -> String {
     match e.kind() {
-        io::ErrorKind::UnexpectedEof => "it closed the link (did it die?)".into(),
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::ConnectionReset => "it closed the link (did it die?)".into(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => "it did not answer in time".into(),
         _ => format!("the link failed: {}", crate::system::error_words(e)),
     }

@@ -265,6 +265,7 @@ fn a_dead_reader_fails_the_reload_in_one_line_and_serving_goes_on() {
     );
     let first = refusals(&r.log()).remove(0);
     assert!(first.contains("root reader failed"), "{first}");
+    assert!(first.contains("closed the link (did it die?)"), "{first}");
     let served = || subject_of(&connect(r.addr, "localhost", &certs.ca()).unwrap());
     assert!(served().contains("one.localhost"));
     r.signal(libc::SIGHUP);
