@@ -15,8 +15,9 @@
 //! `run` starts an accept loop per listening address and a health thread
 //! per service ([`crate::running`]) and the admin API's thread, then waits
 //! for the [`Shutdown`]; the pool spawns the workers as clients come.
-//! systemd, when it listens, hears "ready" once every service's first
-//! round of checks is done and "stopping" when the drain starts. The
+//! systemd, when it listens, hears "ready" once every address listens
+//! (its status says whether the first checks still run, then says again
+//! once they are done) and "stopping" when the drain starts. The
 //! [`Shutdown`] wakes every blocked `accept` (a connection to itself, with
 //! `SO_REUSEPORT` a shutdown of the socket, through systemd's socket a
 //! gate); the queue closes once the loops have left (or after a second,
@@ -216,6 +217,12 @@ impl Balancer {
         self.admin.as_ref().map(AdminListener::local_addr)
     }
 
+    /// The admin API's token (when the API is on), for the reload that
+    /// reads `admin_token_file` again.
+    pub fn admin_token(&self) -> Option<admin::Token> {
+        self.admin.as_ref().map(AdminListener::token)
+    }
+
     /// Gives the admin API's `POST /reload` something to call (without
     /// one, it answers 409: no config file).
     pub fn set_reload(&mut self, hook: ReloadHook) {
@@ -226,6 +233,32 @@ impl Balancer {
     /// (without one, it answers 409 as `POST /reload` does).
     pub fn set_dry_run(&mut self, hook: DryRunHook) {
         self.dry_run = Some(hook);
+    }
+
+    /// Every address clients connect to, each service's in turn (with
+    /// the real port when the config asked for port 0); empty once
+    /// [`Balancer::run`] has started.
+    pub fn addresses(&self) -> Vec<SocketAddr> {
+        let bound = self.listeners.iter().flatten();
+        bound.filter_map(|l| l.local_addr().ok()).collect()
+    }
+
+    /// The start-up line: `Load balancer listening on port N (ADDR)`, the
+    /// C's words with the first address, then every other address it
+    /// listens on (`; also on ADDR, ADDR`).
+    pub fn listening_line(&self) -> String {
+        let addr = self.local_addr;
+        let mut line = format!("Load balancer listening on port {} ({addr})", addr.port());
+        let others: Vec<String> = self
+            .addresses()
+            .iter()
+            .filter(|a| **a != addr)
+            .map(ToString::to_string)
+            .collect();
+        if !others.is_empty() {
+            line.push_str(&format!("; also on {}", others.join(", ")));
+        }
+        line
     }
 
     /// The address clients connect to (with the real port when the config
@@ -270,9 +303,14 @@ impl Balancer {
     pub fn run(mut self, shutdown: &Shutdown) -> Result<()> {
         let started = std::time::Instant::now();
         self.running.stop_with(shutdown);
-        // systemd hears "ready" once every service's backends' states are
-        // known (the first round of checks of each).
-        let left = Arc::new(std::sync::atomic::AtomicUsize::new(self.services.len()));
+        // systemd hears "ready" once every address listens, and how the
+        // first round of checks of each service goes.
+        let notice = {
+            let running = Arc::clone(&self.running);
+            systemd::StartNotice::new(self.services.len(), &self.addresses(), move || {
+                running.status()
+            })
+        };
         let listeners = std::mem::take(&mut self.listeners);
         let list = self.config.service_list();
         for (i, (service, listeners)) in self.services.iter().zip(listeners).enumerate() {
@@ -285,12 +323,8 @@ impl Balancer {
                 .zip(listeners)
                 .collect();
             let ready = {
-                let (left, running) = (Arc::clone(&left), Arc::clone(&self.running));
-                Box::new(move || {
-                    if left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
-                        systemd::ready(&running.status());
-                    }
-                })
+                let notice = Arc::clone(&notice);
+                Box::new(move || notice.round_done())
             };
             if let Err(err) = self.running.start(Arc::clone(service), listeners, ready) {
                 shutdown.trigger();
@@ -322,6 +356,7 @@ impl Balancer {
                 }
             }
         };
+        notice.listening();
         // Every accept loop runs on its own thread; this one waits for the
         // shutdown, then for them. The queue closes once they have left,
         // each with the client it may hold handed over, or after a grace

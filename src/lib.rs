@@ -70,7 +70,9 @@
 //! - `config/`: [`Config`], every setting declared once with its default
 //!   (the C `#define`s), the file, the checks that span services.
 //! - `cli`: the command-line flags (clap, only here); `prompt`: the
-//!   article's interactive questions; `privileges`: `user` and `group`.
+//!   article's interactive questions; `privileges`: `user` and `group`;
+//!   `files/`: how a file an operator names is read (directly, or by the
+//!   root reader kept when root is given up).
 //!
 //! **Tools**: `simulate` (the schedulers asked for N picks, no socket),
 //! `preflight/` (this host's limits against the settings), `demo/` (the
@@ -101,7 +103,7 @@
 //! 1. leaves: `error`, `units`, `stats`, `tally`, `throttle`, `reply`,
 //!    `poll`, `dial`, `system`, `kernel_sched`, `lookup`, `availability`,
 //!    `waitlist`, `slots`, `shutdown`, `queue`, `conduit`, `privileges`,
-//!    `pending`
+//!    `pending`, `files`
 //! 2. the backend and its choice: `backend`, `scheduler`,
 //!    `proxy_protocol` (the codec a backend's spec names)
 //! 3. what the data path calls: `access_log`, `trace`, `limiter`,
@@ -168,6 +170,7 @@ pub mod config;
 pub mod demo;
 pub mod dial;
 pub mod error;
+pub mod files;
 pub mod health;
 pub mod kernel_sched;
 pub mod limiter;

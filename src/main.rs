@@ -101,11 +101,8 @@ fn say(line: impl Display) {
 }
 
 /// The article's line, with the address the port is on.
-fn say_listening(addr: SocketAddr) {
-    say(format_args!(
-        "Load balancer listening on port {} ({addr})",
-        addr.port()
-    ));
+fn say_listening(line: String) {
+    say(line);
     let _ = console().flush();
 }
 
@@ -436,6 +433,7 @@ fn balance(
     }
     note_access_log(&config);
     privileges::refuse_root(config.user.as_deref(), config.allow_root)?;
+    rodizio::reload::keep_root_reader(file.as_ref().map(|f| f.path.as_path()), &flags, &config)?;
     let listener = Balancer::listen(&config)?;
     if config.backends.is_empty() && config.services.is_empty() {
         let stdin = io::stdin();
@@ -497,7 +495,7 @@ fn balance(
     }
     // Last: whoever waits for this line may signal at once (SIGHUP,
     // SIGUSR1), and finds every hook in place.
-    say_listening(balancer.local_addr());
+    say_listening(balancer.listening_line());
     run(balancer, shutdown)
 }
 
@@ -588,7 +586,7 @@ fn demo(
     privileges::drop_root(c.user.as_deref(), c.group.as_deref(), true)
         .map_err(Error::worded_as_flag)?;
     let port = balancer.local_addr().port();
-    say_listening(balancer.local_addr());
+    say_listening(balancer.listening_line());
     say("");
     say("Try it (each reply names the backend that served it):");
     say(format_args!("  curl http://localhost:{port}/"));

@@ -15,9 +15,10 @@
 //! asked ([`refuse_root`]). Started as another user, nothing changes unless
 //! `user` names someone else (and then the switch fails: only root may).
 //!
-//! What is read after the switch is read as the new user: the config file
-//! on each reload, the access log's path when SIGUSR1 reopens it
-//! (docs/operations.md, "Dropping root").
+//! What is read after the switch is read by a root reader kept for it
+//! ([`crate::files`]: the config file and the files it names, on each
+//! reload); the access log's path, when SIGUSR1 reopens it, is opened as
+//! the new user (docs/operations.md, "Dropping root").
 //!
 //! # Threads
 //!
@@ -189,6 +190,16 @@ pub fn refuse_root(user: Option<&str>, allow_root: bool) -> Result<()> {
         return Err(serving_as_root());
     }
     Ok(())
+}
+
+/// Whether [`drop_root`] will give root up for another user: started as
+/// root, with `user` naming someone else. Such a process keeps a root
+/// reader for the files a reload reads ([`crate::files`]).
+pub fn gives_root_up(user: Option<&str>, group: Option<&str>) -> bool {
+    // SAFETY: reads the effective user id.
+    let root = unsafe { libc::geteuid() } == 0;
+    let uid = Identity::of(user, group).ok().flatten().and_then(|i| i.uid);
+    root && uid.is_some_and(|uid| uid != 0)
 }
 
 /// The refusal to serve as root, in one line.

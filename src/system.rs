@@ -15,7 +15,8 @@
 //! [`error_words`] names an error in a word or two for the access log;
 //! [`read_bounded`] reads a file an operator names (the config file, a
 //! certificate, a CRL, the admin token) without blocking on a FIFO or
-//! growing without bound on a device.
+//! growing without bound on a device ([`crate::files::read`] decides
+//! whether it runs here or in the root reader).
 //!
 //! # Corresponds to the C article
 //!

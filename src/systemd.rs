@@ -3,10 +3,12 @@
 //! (socket activation, `sd_listen_fds(3)`).
 //!
 //! **Notifications.** With `NOTIFY_SOCKET` set (`Type=notify`), one
-//! datagram per event goes to that Unix socket: [`ready`] once the
-//! listeners are bound and the first round of health checks is done,
-//! [`reloading`] then [`ready`] around a reload, [`stopping`] when the
-//! drain starts, each with a `STATUS=` line that `systemctl status` shows.
+//! datagram per event goes to that Unix socket: [`ready`] once every
+//! listener is bound and serving ([`StartNotice`]: its `STATUS=` names
+//! every address and says the first health checks still run, then says
+//! again once they are done), [`reloading`] then [`ready`] around a reload
+//! (a failed one says so in its `STATUS=`), [`stopping`] when the drain
+//! starts, each with a `STATUS=` line that `systemctl status` shows.
 //! Without `NOTIFY_SOCKET` each call does nothing. A failed send is a
 //! warning, never an error: the service runs on whatever systemd thinks.
 //!
@@ -128,6 +130,68 @@ pub fn notify(message: &str) {
 /// one line `systemctl status` shows ([`status`]).
 pub fn ready(status: &str) {
     notify(&format!("READY=1\nSTATUS={status}"));
+}
+
+/// A new `STATUS=` line alone, for `systemctl status`.
+pub fn tell_status(status: &str) {
+    notify(&format!("STATUS={status}"));
+}
+
+/// What systemd hears at start-up: READY=1 as soon as every address
+/// listens ([`StartNotice::listening`]), with a `STATUS=` that names every
+/// listening address and says whether the first health checks still run;
+/// then, once the last service's first round is done
+/// ([`StartNotice::round_done`]), the `STATUS=` again with the backends'
+/// states known. A lock orders the two, whichever comes first.
+pub struct StartNotice {
+    /// First rounds still to come, and whether READY=1 was sent.
+    state: Mutex<(usize, bool)>,
+    /// `127.0.0.1:8080, [::1]:8443`.
+    addrs: String,
+    /// The running status ([`status`]).
+    status: Box<dyn Fn() -> String + Send + Sync>,
+}
+
+impl StartNotice {
+    /// A notice for `rounds` first rounds (one per service) and the
+    /// listening addresses `addrs`; `status` gives the status line.
+    pub fn new(
+        rounds: usize,
+        addrs: &[SocketAddr],
+        status: impl Fn() -> String + Send + Sync + 'static,
+    ) -> Arc<StartNotice> {
+        let addrs: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+        Arc::new(StartNotice {
+            state: Mutex::new((rounds, false)),
+            addrs: addrs.join(", "),
+            status: Box::new(status),
+        })
+    }
+
+    /// One service's first round is done.
+    pub fn round_done(&self) {
+        let mut state = self.state.lock();
+        state.0 = state.0.saturating_sub(1);
+        if state.0 == 0 && state.1 {
+            tell_status(&self.line(0));
+        }
+    }
+
+    /// Every address listens: READY=1.
+    pub fn listening(&self) {
+        let mut state = self.state.lock();
+        state.1 = true;
+        ready(&self.line(state.0));
+    }
+
+    /// The status line with `left` first rounds to come.
+    fn line(&self, left: usize) -> String {
+        let checks = match left {
+            0 => "",
+            _ => "first health checks running; ",
+        };
+        format!("listening on {}; {checks}{}", self.addrs, (self.status)())
+    }
 }
 
 /// A reload starts. systemd (253 and later) then waits for the next

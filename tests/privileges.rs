@@ -1,11 +1,14 @@
 //! Giving up root, through the binary: started as root (as CI runs the
 //! tests), rodizio serves as the `--user` it is given, every thread of it,
 //! with only that user's group; without `--user` or `--allow-root` it
-//! refuses to serve at all. These tests need root and say so when run
-//! without it.
+//! refuses to serve at all. A reload still reads root-only files (the
+//! config file, a certbot key mode 600, the admin token) through the root
+//! reader kept for it, and a renewed certificate is served. These tests
+//! need root and say so when run without it.
 
 mod child;
 mod common;
+mod tls_certs;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -13,6 +16,7 @@ use std::time::Duration;
 
 use child::{Child, BIN};
 use common::{request, time_until, Demo};
+use tls_certs::{connect, subject_of, Certs};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -174,11 +178,12 @@ fn root_with_no_user_is_refused() {
     );
 }
 
-/// After the switch, a reload reads the config file as the new user: a
-/// file only root may read fails the reload (and changes nothing), the
-/// same file made readable reloads.
+/// After the switch, a reload reads the config file through the root
+/// reader kept for it: a file only root may read reloads, and the reader
+/// is a process of its own that stays root while every thread serving
+/// clients is nobody; it ends with the balancer.
 #[test]
-fn a_reload_reads_the_file_as_the_new_user() {
+fn a_reload_reads_a_root_only_file_through_the_root_reader() {
     use std::os::unix::fs::PermissionsExt;
     assert_root();
     let path = std::env::temp_dir().join(format!("rodizio-user-{}.json", std::process::id()));
@@ -188,27 +193,147 @@ fn a_reload_reads_the_file_as_the_new_user() {
             "user": "nobody"}"#,
     )
     .unwrap();
-    let mode = |m| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
-    mode(0o600);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     let mut rodizio = Child::start(child::command(&["-c"]).arg(&path));
     let log = rodizio.stderr.clone();
     let said = |what: &str| time_until(WAIT, || log.text().contains(what)).is_some();
-    let signal = |signo| rodizio.signal(signo);
-    // The listening line came once SIGHUP reloads.
-    // Its own pipe, read by its own thread: it may come a little after.
     assert!(said("running as user nobody"), "{}", log.text());
-    signal(libc::SIGHUP);
-    assert!(said("Permission denied"), "{}", log.text());
-    assert!(log
-        .text()
-        .contains("reload refused, the running settings stay"));
-    mode(0o644);
-    signal(libc::SIGHUP);
+    let reader = reader_of(rodizio.pid());
+    let status = std::fs::read_to_string(format!("/proc/{reader}/status")).unwrap();
+    assert!(status.contains("Name:\trodizio-reader"), "{status}");
+    assert!(status.contains("Uid:\t0\t0\t0\t0"), "{status}");
+    rodizio.signal(libc::SIGHUP);
     assert!(said("reload: no change"), "{}", log.text());
-    signal(libc::SIGTERM);
+    assert!(!log.text().contains("refused"), "{}", log.text());
+    rodizio.signal(libc::SIGTERM);
     let ended = rodizio.wait_exit(WAIT);
     let _ = std::fs::remove_file(&path);
     assert_eq!(ended.expect("rodizio did not exit").code(), Some(0));
+    assert!(
+        time_until(WAIT, || !running(reader)).is_some(),
+        "the root reader {reader} outlived the balancer"
+    );
+}
+
+/// The root reader of the balancer `pid`: its only child process.
+fn reader_of(pid: u32) -> u32 {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let list: Vec<u32> = children
+        .split_whitespace()
+        .map(|c| c.parse().unwrap())
+        .collect();
+    assert_eq!(list.len(), 1, "children of {pid}: {list:?}");
+    list[0]
+}
+
+/// Whether process `pid` runs (neither gone nor a zombie).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        !s.lines()
+            .any(|l| l.starts_with("State:") && l.contains('Z'))
+    })
+}
+
+/// certbot's renewal with root given up: the key mode 600 in a root-only
+/// directory, the config file and the admin token root-only too, rodizio
+/// started as root with `user nobody`. The certificate renewed in place
+/// and SIGHUP: the next client is served the new one. A reload that
+/// changes no TLS setting (a backend added, by the admin API) reads the
+/// files again and never fails on them; a new admin token is read by it.
+/// The reader is single-threaded and dies with the balancer.
+#[test]
+fn a_renewed_root_only_certificate_is_served_after_sighup_as_nobody() {
+    use std::os::unix::fs::PermissionsExt;
+    assert_root();
+    let certs = Certs::new();
+    let live = certs.dir.join("live");
+    std::fs::create_dir(&live).unwrap();
+    let mode = |path: &std::path::Path, m| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    mode(&live, 0o700);
+    let renew = |names: &[&str], serial| {
+        let pair = certs.issue("site", names, serial);
+        std::fs::copy(&pair.cert, live.join("fullchain.pem")).unwrap();
+        std::fs::copy(&pair.key, live.join("privkey.pem")).unwrap();
+        mode(&live.join("privkey.pem"), 0o600);
+    };
+    renew(&["one.localhost", "localhost"], 1);
+    let token = live.join("token");
+    std::fs::write(&token, "first\n").unwrap();
+    mode(&token, 0o600);
+    let demo = Demo::start("127.0.0.1:0", "A");
+    let config = live.join("rodizio.json");
+    let write_config = |backends: &str| {
+        let text = format!(
+            r#"{{"listen": "127.0.0.1:0", "backends": [{backends}], "health_check": "off",
+                "user": "nobody", "admin_listen": "127.0.0.1:0",
+                "admin_token_file": "{}",
+                "tls_certs": [{{"cert": "{}", "key": "{}"}}]}}"#,
+            token.display(),
+            live.join("fullchain.pem").display(),
+            live.join("privkey.pem").display()
+        );
+        std::fs::write(&config, text).unwrap();
+        mode(&config, 0o600);
+    };
+    write_config(&format!("\"{}\"", demo.addr));
+    let rodizio = Child::start(child::command(&["-c"]).arg(&config));
+    let log = rodizio.stderr.clone();
+    let said = |what: &str| time_until(WAIT, || log.text().contains(what)).is_some();
+    assert!(said("running as user nobody"), "{}", log.text());
+    let mut admin = None;
+    time_until(WAIT, || {
+        admin = child::addr_after(&log.text(), "admin API listening on ");
+        admin.is_some()
+    });
+    let admin = admin.expect("the admin API listens");
+    let subject = || subject_of(&connect(rodizio.addr, "localhost", &certs.ca()).unwrap());
+    assert!(subject().contains("one.localhost"), "{}", subject());
+    renew(&["two.localhost", "localhost"], 2);
+    rodizio.signal(libc::SIGHUP);
+    assert!(
+        time_until(WAIT, || subject().contains("two.localhost")).is_some(),
+        "the renewed certificate was not served: {}",
+        log.text()
+    );
+    // A reload that changes no TLS setting: a backend more, by the API.
+    write_config(&format!("\"{}\", \"127.0.0.1:1\"", demo.addr));
+    std::fs::write(&token, "second\n").unwrap();
+    let reload = |token: &str| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect_timeout(&admin, WAIT).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s.set_write_timeout(Some(WAIT)).unwrap();
+        write!(
+            s,
+            "POST /reload HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n\
+             Connection: close\r\nContent-Length: 0\r\n\r\n"
+        )
+        .unwrap();
+        let mut reply = String::new();
+        let _ = s.read_to_string(&mut reply);
+        reply
+    };
+    let reply = reload("first");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}\n{}", log.text());
+    assert!(said("+1 backend"), "{}", log.text());
+    assert!(!log.text().contains("refused"), "{}", log.text());
+    // The token file was read again: the old token no longer opens it.
+    assert!(reload("first").starts_with("HTTP/1.1 401"));
+    assert!(reload("second").starts_with("HTTP/1.1 200"));
+    // The reader was forked before any thread: it has one. Killed with
+    // the balancer (SIGKILL, no drain), it goes too.
+    let reader = reader_of(rodizio.pid());
+    let threads = std::fs::read_dir(format!("/proc/{reader}/task"))
+        .unwrap()
+        .count();
+    assert_eq!(threads, 1, "the root reader has {threads} threads");
+    drop(rodizio);
+    assert!(
+        time_until(WAIT, || !running(reader)).is_some(),
+        "the root reader {reader} outlived the balancer killed"
+    );
 }
 
 /// A user this host does not know is refused before anything is bound.

@@ -3,11 +3,13 @@
 //! do and changes nothing, then the reload does just that;
 //! `GET /config?format=file` saves the configuration with the API's
 //! changes, which `check-config` accepts and which, started, runs the same
-//! setup; `check-config --diff OLD NEW` between two files; a refused
-//! reload is logged once.
+//! setup; `check-config --diff OLD NEW` between two files, deciding as
+//! the reload does (turning TLS on needs a restart of `tls_certs` alone);
+//! a refused reload is logged once.
 
 mod child;
 mod common;
+mod tls_certs;
 
 use child::{run, Rodizio, Scratch};
 use common::TestBackend;
@@ -222,4 +224,43 @@ fn check_config_diff_between_two_files() {
     );
     let same = run(&["check-config", "--diff", old, old]);
     assert_eq!((same.code, same.stdout.as_str()), (Some(0), "no change\n"));
+}
+
+/// Turning `tls_certs` on by reload needs a restart and names
+/// `tls_certs` alone (not `backend_tls`, which did not change), in the
+/// dry run, in the reload's own log and in `check-config --diff`, which
+/// decide in one place.
+#[test]
+fn turning_tls_on_by_reload_names_tls_certs_alone_and_the_diff_agrees() {
+    let backend = TestBackend::echo();
+    let backends = [backend.addr().to_string()];
+    let certs = tls_certs::Certs::new();
+    let pair = certs.issue("site", &["localhost"], 1);
+    let dir = Scratch::new("tls-switch");
+    let old_text = config_text(&backends, "");
+    let new_text = config_text(&backends, &format!(r#", "tls_certs": [{}]"#, pair.json()));
+    let old = dir.file("old.json", old_text.as_bytes());
+    let path = dir.file("rodizio.json", old_text.as_bytes());
+    let r = Rodizio::start(&path, &[]);
+    let new = dir.file("rodizio.json", new_text.as_bytes());
+    let (status, body) = r.call("POST", "/reload?dry_run=1", "");
+    assert_eq!(status, 200, "{body}");
+    let plan: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(plan["needs_restart"], json!(["tls_certs"]), "{body}");
+    assert_eq!(plan["changes"], json!([]), "{body}");
+    let (status, body) = r.call("POST", "/reload", "");
+    assert_eq!(status, 200, "{body}");
+    let said = || r.stderr.text().contains("needs a restart to change");
+    assert!(common::wait_for(std::time::Duration::from_secs(10), said));
+    let log = r.stderr.text();
+    assert!(log.contains("reload: tls_certs needs a restart"), "{log}");
+    assert!(!log.contains("backend_tls"), "{log}");
+    let out = run(&[
+        "check-config",
+        "--diff",
+        old.to_str().unwrap(),
+        new.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.stdout, "needs a restart: tls_certs\n");
 }

@@ -1,5 +1,7 @@
 //! rodizio as a systemd service, through the binary: what it tells a
-//! `NOTIFY_SOCKET` the test binds (ready, reloading, ready, stopping), and
+//! `NOTIFY_SOCKET` the test binds (ready once listening, the first checks'
+//! status, reloading, ready, a failed reload's status, stopping; every
+//! listening address announced), and
 //! the listening sockets it is given with `LISTEN_FDS`, by the real
 //! `systemd-socket-activate` (Debian package systemd) and by the test
 //! itself through a restart, with no client refused.
@@ -116,25 +118,24 @@ fn field(message: &str, key: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// With checks on, READY=1 comes after the first round (the dead backend
-/// is already down in its STATUS); SIGHUP gives RELOADING=1 with the
-/// monotonic clock's time, then READY=1; SIGTERM gives STOPPING=1, and a
-/// clean exit.
+/// With checks on, READY=1 comes once the port listens, before the first
+/// round (its STATUS names the address and says the checks still run);
+/// the round's STATUS follows (the dead backend down, fall 1). SIGHUP
+/// gives RELOADING=1 with the monotonic clock's time, then READY=1; a
+/// reload of a bad file gives READY=1 whose STATUS says it failed and
+/// why; SIGTERM gives STOPPING=1, and a clean exit.
 #[test]
 fn notifications_follow_the_start_a_reload_and_the_stop() {
     let notify = NotifySocket::at_path("sequence");
     let dir = std::env::temp_dir();
     let config = dir.join(format!("rodizio-notify-{}.json", std::process::id()));
-    std::fs::write(
-        &config,
-        format!(
-            r#"{{"listen": "127.0.0.1:0", "backends": ["{}"],
-                "health_interval": "100ms", "health_timeout": "100ms", "fall": 1,
-                "allow_root": true}}"#,
-            closed_port()
-        ),
-    )
-    .unwrap();
+    let good = format!(
+        r#"{{"listen": "127.0.0.1:0", "backends": ["{}"],
+            "health_interval": "1s", "health_timeout": "100ms", "fall": 1,
+            "allow_root": true}}"#,
+        closed_port()
+    );
+    std::fs::write(&config, &good).unwrap();
     let mut command = Command::new(BIN);
     command
         .arg("-c")
@@ -144,11 +145,18 @@ fn notifications_follow_the_start_a_reload_and_the_stop() {
 
     let ready = notify.next();
     assert!(ready.starts_with("READY=1\n"), "{ready:?}");
-    // Down after the first round (fall 1): the round came first.
+    let status = field(&ready, "STATUS").unwrap_or_default();
+    let addr = rodizio.listening();
     assert_eq!(
-        field(&ready, "STATUS").as_deref(),
-        Some("0 connections, 0 of 1 backend up"),
-        "{ready:?}"
+        status,
+        format!(
+            "listening on {addr}; first health checks running; 0 connections, 1 of 1 backend up"
+        )
+    );
+    // Down after the first round (fall 1), said in a STATUS alone.
+    assert_eq!(
+        notify.next(),
+        format!("STATUS=listening on {addr}; 0 connections, 0 of 1 backend up")
     );
 
     let before = monotonic_usec();
@@ -164,8 +172,20 @@ fn notifications_follow_the_start_a_reload_and_the_stop() {
         "{usec} not between {before} and {after}"
     );
     let ready = notify.next();
+    assert_eq!(ready, "READY=1\nSTATUS=0 connections, 0 of 1 backend up");
+
+    std::fs::write(&config, r#"{"listen": "127.0.0.1:0", "workers": "many"}"#).unwrap();
+    rodizio.signal(libc::SIGHUP);
+    assert!(notify.next().starts_with("RELOADING=1\n"));
+    let ready = notify.next();
+    let status = field(&ready, "STATUS").unwrap_or_default();
     assert!(ready.starts_with("READY=1\n"), "{ready:?}");
-    assert!(field(&ready, "STATUS").is_some(), "{ready:?}");
+    assert!(status.starts_with("reload failed: "), "{status}");
+    assert!(status.contains("workers"), "{status}");
+    assert!(
+        status.ends_with("; 0 connections, 0 of 1 backend up"),
+        "{status}"
+    );
 
     rodizio.signal(libc::SIGTERM);
     let stopping = notify.next();
@@ -175,7 +195,8 @@ fn notifications_follow_the_start_a_reload_and_the_stop() {
 }
 
 /// An abstract `NOTIFY_SOCKET` (`@name`) is reached too; with checks off,
-/// READY=1 needs no round (the dead backend is still counted up).
+/// READY=1 needs no round (the dead backend is still counted up) and says
+/// no check runs.
 #[test]
 fn an_abstract_notify_socket_hears_ready_with_checks_off() {
     let notify = NotifySocket::abstract_name("abstract");
@@ -186,12 +207,71 @@ fn an_abstract_notify_socket_hears_ready_with_checks_off() {
         .env("NOTIFY_SOCKET", &notify.name);
     let mut rodizio = spawn(command);
     let ready = notify.next();
+    let addr = rodizio.listening();
     assert_eq!(
-        ready, "READY=1\nSTATUS=0 connections, 1 of 1 backend up",
-        "{ready:?}"
+        ready,
+        format!("READY=1\nSTATUS=listening on {addr}; 0 connections, 1 of 1 backend up"),
     );
     rodizio.signal(libc::SIGTERM);
     assert!(notify.next().starts_with("STOPPING=1\n"));
+    assert_eq!(exit_code(&mut rodizio), Some(0));
+}
+
+/// Every address is announced, in the start-up line and in READY=1's
+/// STATUS: two of one service and a second service's.
+#[test]
+fn every_listening_address_is_announced() {
+    let notify = NotifySocket::at_path("addresses");
+    let backend = closed_port().to_string();
+    let config = std::env::temp_dir().join(format!("rodizio-addrs-{}.json", std::process::id()));
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"allow_root": true, "health_check": "off", "services": [
+                {{"name": "web", "listen": ["127.0.0.1:0", "127.0.0.2:0"], "backends": ["{backend}"]}},
+                {{"name": "api", "listen": "127.0.0.3:0", "backends": ["{backend}"]}}]}}"#
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .arg("-c")
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &notify.name);
+    let mut rodizio = spawn(command);
+    let ready = notify.next();
+    let first = rodizio.listening();
+    let _ = std::fs::remove_file(&config);
+    let line = rodizio
+        .output()
+        .lines()
+        .find(|l| l.starts_with(child::LISTENING))
+        .map(str::to_string)
+        .unwrap_or_default();
+    let rest = line
+        .split("; also on ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{line}"));
+    let others: Vec<SocketAddr> = rest.split(", ").map(|a| a.parse().unwrap()).collect();
+    let ips: Vec<String> = others.iter().map(|a| a.ip().to_string()).collect();
+    assert_eq!(first.ip().to_string(), "127.0.0.1");
+    assert_eq!(ips, ["127.0.0.2", "127.0.0.3"], "{line}");
+    let all = [vec![first], others].concat();
+    let listed: Vec<String> = all.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        field(&ready, "STATUS").unwrap_or_default(),
+        format!(
+            "listening on {}; 0 connections, 2 of 2 backends up",
+            listed.join(", ")
+        )
+    );
+    for addr in all {
+        assert!(
+            TcpStream::connect_timeout(&addr, IO_TIMEOUT).is_ok(),
+            "{addr}"
+        );
+    }
+    rodizio.signal(libc::SIGTERM);
     assert_eq!(exit_code(&mut rodizio), Some(0));
 }
 

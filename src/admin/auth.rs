@@ -7,27 +7,49 @@
 //! is allowed (the API listens on loopback unless told otherwise).
 //!
 //! Run by the admin runtime's thread, once per request; no state but the
-//! token.
+//! token, which a reload may replace ([`Token`]: the file read again).
 //!
 //! # Corresponds to the C article
 //!
 //! No C counterpart: the C has no admin API.
 
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+
+/// The admin API's token, shared by the API and the reload, which reads
+/// `admin_token_file` again and puts the new token in place.
+#[derive(Debug, Clone, Default)]
+pub struct Token(Arc<ArcSwapOption<String>>);
+
+impl Token {
+    /// A token cell holding `token` (`None`: no check).
+    pub fn new(token: Option<String>) -> Token {
+        Token(Arc::new(ArcSwapOption::from(token.map(Arc::new))))
+    }
+
+    /// From the next request on, `token` is the one to carry.
+    pub fn set(&self, token: String) {
+        self.0.store(Some(Arc::new(token)));
+    }
+}
+
 /// The token a request must carry, if any.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Auth {
-    token: Option<String>,
+    token: Token,
 }
 
 impl Auth {
-    /// Every request must carry `token` (`None`: no check).
-    pub(crate) fn new(token: Option<String>) -> Auth {
+    /// Every request must carry the token `token` holds (none: no check).
+    pub(crate) fn new(token: Token) -> Auth {
         Auth { token }
     }
 
     /// Whether a request with this `Authorization` header value may pass.
     pub(crate) fn allows(&self, header: Option<&[u8]>) -> bool {
-        let Some(token) = &self.token else {
+        let token = self.token.0.load();
+        let Some(token) = token.as_deref() else {
             return true;
         };
         let given = header.and_then(credential).unwrap_or_default();
@@ -86,7 +108,8 @@ mod tests {
 
     #[test]
     fn bearer_in_any_case_and_basic_with_any_user() {
-        let auth = Auth::new(Some("s3cret".into()));
+        let token = Token::new(Some("s3cret".into()));
+        let auth = Auth::new(token.clone());
         for ok in [
             "Bearer s3cret",
             "bearer s3cret",
@@ -115,7 +138,11 @@ mod tests {
         }
         assert!(!auth.allows(None));
         assert!(!auth.allows(Some(&[0xff, 0xfe, b' ', b'x'])));
-        assert!(Auth::new(None).allows(None));
+        assert!(Auth::new(Token::new(None)).allows(None));
+        // A reload's new token replaces the old one at once.
+        token.set("n3w".into());
+        assert!(auth.allows(Some(b"Bearer n3w")));
+        assert!(!auth.allows(Some(b"Bearer s3cret")));
     }
 
     #[test]

@@ -55,6 +55,7 @@ use crate::running::Running;
 use crate::service::Service;
 use crate::shutdown::Shutdown;
 
+pub use auth::Token;
 pub use routes::{route, Reply};
 pub use server::{
     BODY_DEADLINE, HANDLERS, HEAD_DEADLINE, IDLE_TIMEOUT, MAX_BODY, MAX_CONNECTIONS, MAX_HEAD,
@@ -84,7 +85,7 @@ pub struct DryRun {
 pub struct AdminListener {
     listener: TcpListener,
     addr: SocketAddr,
-    token: Option<String>,
+    token: Token,
 }
 
 impl AdminListener {
@@ -115,13 +116,19 @@ impl AdminListener {
         Ok(Some(AdminListener {
             listener,
             addr,
-            token,
+            token: Token::new(token),
         }))
     }
 
     /// The bound address (the real port when port 0 was asked).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The token the API checks, which a reload replaces when it reads
+    /// `admin_token_file` again.
+    pub fn token(&self) -> Token {
+        self.token.clone()
     }
 }
 
@@ -271,9 +278,9 @@ const MAX_TOKEN_FILE: u64 = 4096;
 /// [`Error::InvalidSetting`] (`admin_token_file`) when the file cannot be
 /// read or holds only white space.
 pub fn read_token(path: &std::path::Path) -> Result<String> {
-    use crate::system::{read_bounded, FileError};
+    use crate::system::FileError;
     let shown = path.display();
-    let bytes = read_bounded(path, MAX_TOKEN_FILE).map_err(|e| {
+    let bytes = crate::files::read(path, MAX_TOKEN_FILE).map_err(|e| {
         let why = match e {
             FileError::Io(e) => e.to_string(),
             FileError::Directory => "a directory, not a file".into(),

@@ -20,8 +20,8 @@ pub const MAX_FILE_SIZE: u64 = 1 << 20;
 /// start-up (or a reload) forever, and a device such as `/dev/urandom`
 /// never ends.
 pub(crate) fn read_capped(path: &Path) -> std::result::Result<String, String> {
-    use crate::system::{read_bounded, FileError};
-    let bytes = read_bounded(path, MAX_FILE_SIZE).map_err(|e| match e {
+    use crate::system::FileError;
+    let bytes = crate::files::read(path, MAX_FILE_SIZE).map_err(|e| match e {
         FileError::Io(e) => format!("cannot be read: {e}"),
         FileError::Directory => "cannot be read: Is a directory, not a file".into(),
         FileError::NotRegular => "cannot be read: not a regular file (a pipe or a device?)".into(),

@@ -44,6 +44,8 @@ pub fn between(old: &ConfigFile, new: &ConfigFile, flags: &Overrides) -> Result<
         ..ReloadReport::default()
     };
     settings::share_process(&mut now);
+    // Refused by the reload, refused here.
+    crate::config::sni_check::same_routing(&was, &now)?;
     if new.mode != old.mode {
         report.needs_restart.push("mode".into());
     }
@@ -72,7 +74,8 @@ pub fn between(old: &ConfigFile, new: &ConfigFile, flags: &Overrides) -> Result<
             .map_err(|e| old.error_at("backends", e.to_string()))?;
         let backends = service::plan_backends(&list, &[], before, next, new, from_file)?;
         let mut next = next.clone();
-        let kept = settings::keep_restart_only_in(Scope::Service, &mut next, before);
+        let mut kept = settings::keep_restart_only_in(Scope::Service, &mut next, before);
+        kept.extend(service::keep_tls_switch(before, &mut next));
         report.needs_restart.extend(kept.iter().map(|k| {
             if several {
                 format!("{name}: {k}")
@@ -141,6 +144,56 @@ mod tests {
         let same = between(&old, &old, &Overrides::default()).unwrap();
         assert_eq!(same.summary, "a reload would do: no change");
         assert!(same.changes.is_empty() && same.needs_restart.is_empty());
+    }
+
+    /// Turning `tls_certs` on or off needs a restart, and names
+    /// `tls_certs` alone, as the reload does (`keep_tls_switch`); the
+    /// change is not listed as made.
+    #[test]
+    fn turning_tls_on_or_off_names_only_what_changed() {
+        let plain = load("tls-plain", r#"{"backends": ["127.0.0.1:8001"]}"#);
+        let tls = load(
+            "tls-on",
+            r#"{"backends": ["127.0.0.1:8001"],
+                "tls_certs": [{"cert": "/etc/a.pem", "key": "/etc/a.key"}]}"#,
+        );
+        let backend = load(
+            "tls-backend",
+            r#"{"backends": ["127.0.0.1:8001"], "backend_tls": true}"#,
+        );
+        for (old, new, key) in [
+            (&plain, &tls, "tls_certs"),
+            (&tls, &plain, "tls_certs"),
+            (&plain, &backend, "backend_tls"),
+        ] {
+            let r = between(old, new, &Overrides::default()).unwrap();
+            assert_eq!(r.needs_restart, [key]);
+            assert!(r.changes.is_empty(), "{:?}", r.changes);
+        }
+    }
+
+    /// The services routed by SNI on an address are fixed at start-up:
+    /// the reload refuses a change of them, and so does the diff.
+    #[test]
+    fn a_change_of_sni_routing_is_refused_as_by_the_reload() {
+        let old = load(
+            "sni-old",
+            r#"{"services": [
+                {"name": "a", "listen": "127.0.0.1:9443", "server_names": ["a.test"],
+                 "backends": ["127.0.0.1:1"]},
+                {"name": "b", "listen": "127.0.0.1:9443", "server_names": ["b.test"],
+                 "backends": ["127.0.0.1:2"]}]}"#,
+        );
+        let new = load(
+            "sni-new",
+            r#"{"services": [
+                {"name": "a", "listen": "127.0.0.1:9443", "server_names": ["a.test"],
+                 "backends": ["127.0.0.1:1"]},
+                {"name": "b", "listen": "127.0.0.1:9444", "server_names": ["b.test"],
+                 "backends": ["127.0.0.1:2"]}]}"#,
+        );
+        let err = between(&old, &new, &Overrides::default()).unwrap_err();
+        assert!(err.to_string().contains("server_names"), "{err}");
     }
 
     #[test]

@@ -18,6 +18,9 @@
 //! "ready" around each reload. No connection is cut; `docs/operations.md`
 //! (Reloading: SIGHUP) tells the whole story. `diff` is
 //! `check-config --diff OLD NEW`: two files compared in the same words.
+//! `flags_only` is the reload of a balancer started without a config
+//! file (its files read again). `root_reader` keeps, when root is given up, a process that reads the
+//! files of a reload with root's rights ([`keep_root_reader`]).
 //!
 //! # Threads
 //!
@@ -32,9 +35,12 @@
 //! No C counterpart: the C reads its backends once, at the prompt.
 
 mod diff;
+mod flags_only;
+mod root_reader;
 mod service;
 
 pub use diff::between;
+pub use root_reader::{keep_root_reader, named_files};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -43,6 +49,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use crate::admin::Token;
 use crate::balancer::Balancer;
 use crate::config::file::{self, Mode};
 use crate::config::settings::{self, Scope};
@@ -54,7 +61,6 @@ use crate::running::{Bound, Running};
 use crate::service::Service;
 use crate::stats::Stats;
 use crate::systemd;
-use crate::tls_term::Terminator;
 use crate::units;
 
 /// How often the reaper looks at the draining backends.
@@ -113,6 +119,8 @@ struct Inner {
     /// Per service (by its scheduler): removes the backends drained by a
     /// reload once their last connection ends (or at `drain_timeout`).
     reapers: Reapers,
+    /// The admin API's token, when it has one: its file is read again.
+    token: Option<Token>,
 }
 
 #[derive(Debug)]
@@ -129,6 +137,8 @@ struct Plan {
     added: Vec<Added>,
     removed: Vec<String>,
     needs_restart: Vec<String>,
+    /// The admin token, its file read again.
+    token: Option<String>,
 }
 
 /// A service the file adds.
@@ -168,6 +178,7 @@ impl Reloader {
                     mode: Mode::LoadBalancer,
                 }),
                 reapers: Reapers::new(Owner::Reload, None),
+                token: balancer.admin_token(),
             }),
         }
     }
@@ -222,8 +233,13 @@ impl Reloader {
         let mut state = inner.state.lock();
         systemd::reloading();
         let result = self.reload_locked(&mut state);
-        // Ready again, with the new settings or the old ones.
-        systemd::ready(&inner.running.status());
+        // Ready again, with the new settings or the old ones; a failure
+        // stays in `systemctl status` until the next reload.
+        let status = inner.running.status();
+        match &result {
+            Ok(_) => systemd::ready(&status),
+            Err(err) => systemd::ready(&format!("reload failed: {}; {status}", in_short(err))),
+        }
         result
     }
 
@@ -248,46 +264,6 @@ impl Reloader {
         }
         log::info!("{}", report.summary);
         Ok(report)
-    }
-
-    /// A reload without a config file: every setting stays as it runs
-    /// (the admin API's changes too); each service's TLS files (the
-    /// certificates and keys, its CAs and CRLs) are read again, all of
-    /// them before any is swapped, so a bad file changes nothing.
-    fn reload_files(&self, state: &State) -> Result<ReloadReport> {
-        let inner = &self.inner;
-        let mut loaded = Vec::new();
-        for config in state.config.service_list() {
-            let Some(service) = inner.running.find(&config.name) else {
-                continue;
-            };
-            let Some(running) = &service.live.tls else {
-                continue;
-            };
-            match Terminator::load_after(&config.tls, Some(&running.load())) {
-                Ok(Some(terminator)) => loaded.push((Arc::clone(running), terminator)),
-                Ok(None) => {}
-                Err(err) => {
-                    Stats::incr(&inner.stats.reloads_failed);
-                    log::error!("reload refused, the running settings stay: {err}");
-                    return Err(err);
-                }
-            }
-        }
-        let summary = if loaded.is_empty() {
-            "reload: no change"
-        } else {
-            "reload: certificates read again"
-        };
-        for (running, terminator) in loaded {
-            running.store(Arc::new(terminator));
-        }
-        Stats::incr(&inner.stats.reloads_ok);
-        log::info!("{summary}");
-        Ok(ReloadReport {
-            summary: summary.to_string(),
-            ..ReloadReport::default()
-        })
     }
 
     /// The reaper of `service`'s drained backends.
@@ -325,6 +301,7 @@ impl Reloader {
             added: Vec::new(),
             removed: Vec::new(),
             needs_restart,
+            token: self.read_token(&state.config)?,
         };
         let leaving: Vec<&Config> = old_list
             .iter()
@@ -497,6 +474,9 @@ impl Reloader {
                 log::error!("reload: service {name} could not start: {err}");
             }
         }
+        if let (Some(cell), Some(token)) = (&inner.token, plan.token) {
+            cell.set(token);
+        }
         state.config = plan.config;
         // A reload may have turned `resolve_interval` on.
         inner.running.resolve_names();
@@ -565,6 +545,16 @@ fn config_service<'a>(config: &'a mut Config, name: &str) -> Option<&'a mut Conf
         return (config.name == name).then_some(config);
     }
     config.services.iter_mut().find(|s| s.name == name)
+}
+
+/// Why a reload failed, in at most 120 characters, for `STATUS=`.
+fn in_short(err: &Error) -> String {
+    let text = err.to_string();
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(119) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line.to_string(),
+    }
 }
 
 /// The warning about settings a reload cannot change, in plain English:

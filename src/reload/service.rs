@@ -168,29 +168,43 @@ pub(super) fn prepare(
 /// The terminator of a service that terminates TLS, its certificate and
 /// key files read again (certbot renews them in place): a bad one fails
 /// the reload here, before anything changed; sessions resume across it
-/// when no TLS setting changed. Turning TLS on or off needs
-/// a restart: the running value is kept, with the warning.
+/// when no TLS setting changed. Turning TLS on or off needs a restart
+/// ([`keep_tls_switch`]).
 fn prepare_tls(
     service: &Service,
     old: &Config,
     new: &mut Config,
     needs_restart: &mut Vec<&'static str>,
 ) -> Result<Option<Terminator>> {
-    if old.tls.on() != new.tls.on() {
-        new.tls.certs = old.tls.certs.clone();
-        new.tls.backend = old.tls.backend;
-        needs_restart.push(if old.tls.terminates() != new.tls.terminates() {
-            "tls_certs"
-        } else {
-            "backend_tls"
-        });
-    }
+    needs_restart.extend(keep_tls_switch(old, new));
     match &service.live.tls {
         // The running terminator's session cache and ticket keys go on
         // when no TLS setting changed: clients resume across the reload.
         Some(running) => Terminator::load_after(&new.tls, Some(&running.load())),
         None => Ok(None),
     }
+}
+
+/// Turning TLS on or off for a service (terminating it, or speaking it to
+/// the backends, where neither was, or the reverse) needs a restart: the
+/// running values of `tls_certs` and `backend_tls` are kept in `new`, and
+/// the keys of those that changed are returned (only those: turning
+/// `tls_certs` on does not name `backend_tls`). The one rule for a reload
+/// and for `check-config --diff`.
+pub(super) fn keep_tls_switch(old: &Config, new: &mut Config) -> Vec<&'static str> {
+    if old.tls.on() == new.tls.on() {
+        return Vec::new();
+    }
+    let mut kept = Vec::new();
+    if old.tls.terminates() != new.tls.terminates() {
+        kept.push("tls_certs");
+    }
+    if old.tls.backend != new.tls.backend {
+        kept.push("backend_tls");
+    }
+    new.tls.certs = old.tls.certs.clone();
+    new.tls.backend = old.tls.backend;
+    kept
 }
 
 /// The settings `service` runs with now: `old` as the live values say (an

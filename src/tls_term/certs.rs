@@ -237,9 +237,9 @@ pub(super) fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
 /// Reads `path`, at most `max` bytes (never more into memory): a larger
 /// file is not `what`.
 pub(super) fn read_at_most(path: &Path, max: u64, what: &str) -> Result<Vec<u8>, String> {
-    use crate::system::{read_bounded, FileError};
+    use crate::system::FileError;
     let shown = path.display();
-    read_bounded(path, max).map_err(|e| match e {
+    crate::files::read(path, max).map_err(|e| match e {
         FileError::Io(e) => format!("cannot read {shown}: {}", os_words(&e)),
         FileError::Directory => format!("cannot read {shown}: it is a directory"),
         FileError::NotRegular => {

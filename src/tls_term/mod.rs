@@ -219,6 +219,26 @@ impl TlsSettings {
     pub fn on(&self) -> bool {
         self.terminates() || self.backend
     }
+
+    /// Every file these settings have read: the certificates and keys,
+    /// the client CA and CRLs, the backends' CA (the system's bundle when
+    /// none is given). What the root reader may read for them.
+    pub fn files(&self) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        for pair in &self.certs.0 {
+            files.extend([pair.cert.clone(), pair.key.clone()]);
+        }
+        files.extend(self.client_ca.iter().cloned());
+        files.extend(self.client_crl.0.iter().cloned());
+        if self.backend {
+            files.push(
+                self.backend_ca
+                    .clone()
+                    .unwrap_or_else(|| backend::SYSTEM_CA_BUNDLE.into()),
+            );
+        }
+        files
+    }
 }
 
 /// What a worker needs for a service's TLS: the rustls server

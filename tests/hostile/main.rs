@@ -36,6 +36,7 @@ mod prompt;
 mod proxy_header;
 mod resets;
 mod resolve;
+mod root_reader;
 mod services;
 mod sni;
 mod tls;
