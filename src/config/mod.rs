@@ -15,7 +15,8 @@
 //! # Parts
 //!
 //! - this file: [`Config`], its defaults (the C `#define`s) and validation;
-//! - `table`: every setting declared once (key, flag, scope, reload);
+//! - `table`: every setting declared once (key, flag, scope, reload),
+//!   the access log's in `table_log`;
 //!   `settings`: what the table generates; `overrides`: the [`Overrides`]
 //!   laid over the defaults;
 //! - `file`: the JSON config file; `values`: its value types; `entry`: a
@@ -51,6 +52,7 @@ mod services;
 pub mod settings;
 pub mod sni_check;
 pub(crate) mod table;
+pub(crate) mod table_log;
 mod values;
 pub mod words;
 
@@ -190,6 +192,17 @@ pub struct Config {
     /// Where the access log goes (`access_log_file`); reopened on SIGUSR1.
     /// Default `None`: standard output.
     pub access_log_file: Option<PathBuf>,
+    /// The access log's line as a template (`access_log_format`).
+    /// Default `None`: `access_log`'s own line.
+    pub access_log_format: Option<crate::access_log::Template>,
+    /// Where the access log goes (`access_log_target`). Default `None`:
+    /// `access_log_file` when given, else standard output.
+    pub access_log_target: Option<crate::access_log::Destination>,
+    /// Interim lines for connections open longer (`access_log_interval`).
+    /// Default `None` (off).
+    pub access_log_interval: Option<Duration>,
+    /// A line at each connect too (`access_log_at_connect`). Default off.
+    pub access_log_at_connect: bool,
     /// The service's name (`name`, in a `services` entry): in the admin
     /// API's paths, the `service` label of `/metrics`, logs and the
     /// access log. Default `default`.
@@ -255,6 +268,10 @@ impl Default for Config {
             reuse_port: false,
             access_log: None,
             access_log_file: None,
+            access_log_format: None,
+            access_log_target: None,
+            access_log_interval: None,
+            access_log_at_connect: false,
             name: services::DEFAULT_NAME.to_string(),
             listen_also: Vec::new(),
             max_connections: None,
@@ -369,16 +386,42 @@ impl Config {
         }
         self.health.validate()?;
         self.validate_own_checks()?;
-        if self.access_log_file.is_some() && self.access_log.is_none() {
-            // It would be silently ignored.
-            return Err(Error::setting("access_log_file", "needs `access_log`"));
-        }
+        self.validate_access_log()?;
         self.check_duplicate_backends()?;
         if self.max_connections == Some(0) {
             return Err(Error::setting("max_connections", "must be at least 1"));
         }
         crate::privileges::Identity::of(self.user.as_deref(), self.group.as_deref())?;
         self.validate_admin()
+    }
+
+    /// The access log's settings: each needs `access_log` (it would be
+    /// ignored otherwise), and the target its file.
+    fn validate_access_log(&self) -> Result<()> {
+        use crate::access_log::Destination;
+        let given = [
+            ("access_log_file", self.access_log_file.is_some()),
+            ("access_log_format", self.access_log_format.is_some()),
+            ("access_log_target", self.access_log_target.is_some()),
+            ("access_log_interval", self.access_log_interval.is_some()),
+            ("access_log_at_connect", self.access_log_at_connect),
+        ];
+        if let Some((key, _)) = given.iter().find(|(_, on)| *on) {
+            if self.access_log.is_none() {
+                return Err(Error::setting(*key, "needs `access_log`"));
+            }
+        }
+        match (&self.access_log_target, &self.access_log_file) {
+            (Some(Destination::File), None) => Err(Error::setting(
+                "access_log_target",
+                "file needs `access_log_file`",
+            )),
+            (Some(Destination::Stdout | Destination::Syslog(_)), Some(_)) => Err(Error::setting(
+                "access_log_file",
+                "is not used with this `access_log_target` (give `file`, or leave it out)",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Refuses two backends that reach the same address: `-b A -b A`, or
@@ -458,6 +501,12 @@ impl Config {
         ];
         if let Some(d) = p.client_first_byte_timeout {
             durations.push(("client_first_byte_timeout", d));
+        }
+        if let Some(d) = p.connect_retry_budget {
+            durations.push(("connect_retry_budget", d));
+        }
+        if let Some(d) = self.access_log_interval {
+            durations.push(("access_log_interval", d));
         }
         if let Some(d) = p.tcp_user_timeout {
             // The kernel takes it as a 32-bit count of milliseconds.

@@ -240,6 +240,7 @@ impl Report {
                 queue_wait: outcome.queue_wait,
                 connect_time: Some(served.connect_time),
                 failovers: served.failovers,
+                failovers_ended: None,
                 transfer,
                 end: access_log::End::pumped(end, pumped.error.as_ref()),
                 tls: served.tls.as_deref().cloned(),
@@ -285,6 +286,28 @@ impl Report {
         };
         let mut record = access.record(client, backend, queued_at);
         record.service.clone_from(&self.service);
+        if !log.log(record) {
+            Stats::incr(&self.stats.access_log_dropped);
+        }
+    }
+
+    /// A line of a connection still open, written when the access log
+    /// asks for it: at its connect (`access_log_at_connect`) or an
+    /// interim one (`access_log_interval`), `access.transfer` being the
+    /// bytes since its last line.
+    pub(crate) fn log_open(
+        &self,
+        outcome: &Outcome,
+        backend: &str,
+        access: Access,
+        phase: access_log::Phase,
+    ) {
+        let Some(log) = &self.access_log else {
+            return;
+        };
+        let mut record = access.record(outcome.peer, Some(backend), outcome.queued_at);
+        record.service.clone_from(&self.service);
+        record.phase = phase;
         if !log.log(record) {
             Stats::incr(&self.stats.access_log_dropped);
         }
@@ -364,6 +387,7 @@ mod tests {
                 backend,
                 error: Error::InvalidConfig("x".into()),
                 failovers: 1,
+                ended: None,
                 connect_time: limit,
             },
         ] {

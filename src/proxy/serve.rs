@@ -29,9 +29,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::connect::{Attempt, Connected, Tries};
+use super::report::Access;
 use super::report::{Fate, Outcome, Refusal, Served};
 use super::Admitted;
 use super::{close, header, pump, splice_pump, Job, Proxy, ProxyConfig, Route, REPLY_LINGER};
+use crate::access_log::{AccessLog, TriesEnded};
 use crate::backend::Backend;
 use crate::error::Error;
 use crate::health::HealthConfig;
@@ -104,6 +106,9 @@ impl Proxy {
         else {
             return;
         };
+        if self.report.access_log().is_some_and(AccessLog::at_connect) {
+            self.log_connect(outcome, &backend, connect_time, failovers);
+        }
         let backend_active = backend.start_connection();
         // The peak: one load, a store only when it grows.
         backend.tally.note_active(backend.active());
@@ -276,7 +281,7 @@ impl Proxy {
                 })
             }
             Err(error) => {
-                let failed = (error, tries.failed, connect_time);
+                let failed = (error, tries.failed, tries.ended, connect_time);
                 self.refuse_unreachable(outcome, &ready.pick, failed, tries.refused, &attempt);
                 None
             }
@@ -308,6 +313,26 @@ impl Proxy {
         session
     }
 
+    /// The access log's line at the connect (`access_log_at_connect`).
+    #[cold]
+    #[inline(never)]
+    fn log_connect(
+        &self,
+        outcome: &Outcome,
+        backend: &Backend,
+        connect_time: Duration,
+        failovers: u32,
+    ) {
+        let access = Access {
+            queue_wait: outcome.queue_wait,
+            connect_time: Some(connect_time),
+            failovers,
+            ..Access::refused(crate::access_log::End::FailedOver)
+        };
+        let phase = crate::access_log::Phase::Connect;
+        self.report.log_open(outcome, backend.name(), access, phase);
+    }
+
     /// Every backend connect failed: the client is refused.
     #[cold]
     #[inline(never)]
@@ -315,7 +340,7 @@ impl Proxy {
         &self,
         outcome: &mut Outcome,
         pick: &Pick,
-        (error, failovers, connect_time): (Error, u32, Duration),
+        (error, failovers, ended, connect_time): (Error, u32, Option<TriesEnded>, Duration),
         waited: Option<Box<Refusal>>,
         attempt: &Attempt<'_>,
     ) {
@@ -326,6 +351,7 @@ impl Proxy {
                 backend: Arc::clone(&pick.backend),
                 error,
                 failovers,
+                ended,
                 connect_time,
             },
         };
