@@ -395,6 +395,15 @@ impl Config {
         self.validate_admin()
     }
 
+    /// Whether the access log writes to standard output.
+    pub fn access_log_on_stdout(&self) -> bool {
+        let syslog = self
+            .access_log_target
+            .as_ref()
+            .is_some_and(|t| t.is_syslog());
+        self.access_log.is_some() && self.access_log_file.is_none() && !syslog
+    }
+
     /// The access log's settings: each needs `access_log` (it would be
     /// ignored otherwise), and the target its file.
     fn validate_access_log(&self) -> Result<()> {
