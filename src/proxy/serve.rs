@@ -29,11 +29,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::connect::{Attempt, Connected, Tries};
-use super::report::Access;
 use super::report::{Fate, Outcome, Refusal, Served};
 use super::Admitted;
 use super::{close, header, pump, splice_pump, Job, Proxy, ProxyConfig, Route, REPLY_LINGER};
-use crate::access_log::{AccessLog, TriesEnded};
+use crate::access_log::TriesEnded;
 use crate::backend::Backend;
 use crate::error::Error;
 use crate::health::HealthConfig;
@@ -106,9 +105,10 @@ impl Proxy {
         else {
             return;
         };
-        if self.report.access_log().is_some_and(AccessLog::at_connect) {
-            self.log_connect(outcome, &backend, connect_time, failovers);
-        }
+        // The access log's lines while it lives, if asked for.
+        let interim = self
+            .report
+            .opened(outcome, &backend, connect_time, failovers);
         let backend_active = backend.start_connection();
         // The peak: one load, a store only when it grows.
         backend.tally.note_active(backend.active());
@@ -129,6 +129,10 @@ impl Proxy {
             ),
             Some(session) => pump_tls(session, &client, &backend_sock, &settings, outcome.peer),
         };
+        if interim {
+            // A pump that never took its hook leaves it: not for the next.
+            let _ = pump::interim::take_unused();
+        }
         let end = pumped.end;
         outcome.fate = Fate::Served(Served {
             backend: Arc::clone(&backend),
@@ -311,26 +315,6 @@ impl Proxy {
             self.report.count(outcome);
         }
         session
-    }
-
-    /// The access log's line at the connect (`access_log_at_connect`).
-    #[cold]
-    #[inline(never)]
-    fn log_connect(
-        &self,
-        outcome: &Outcome,
-        backend: &Backend,
-        connect_time: Duration,
-        failovers: u32,
-    ) {
-        let access = Access {
-            queue_wait: outcome.queue_wait,
-            connect_time: Some(connect_time),
-            failovers,
-            ..Access::refused(crate::access_log::End::FailedOver)
-        };
-        let phase = crate::access_log::Phase::Connect;
-        self.report.log_open(outcome, backend.name(), access, phase);
     }
 
     /// Every backend connect failed: the client is refused.
