@@ -168,8 +168,8 @@ fn interim_lines_carry_the_bytes_since_the_last() {
 }
 
 /// The interim lines cut the pump's waits, not its idle timeout: with a
-/// line every 50 ms, a silent connection still ends at `idle_timeout`
-/// (400 ms), as `idle_timeout`, after a handful of interim lines.
+/// line every 100 ms, a silent connection still ends at `idle_timeout`
+/// (700 ms), as `idle_timeout`, after a handful of interim lines.
 #[test]
 fn interim_lines_leave_the_idle_timeout_whole() {
     let backend = TestBackend::echo();
@@ -179,15 +179,15 @@ fn interim_lines_leave_the_idle_timeout_whole() {
     let mut config = config(&[backend.addr()]);
     config.access_log = Some(Format::Json);
     config.access_log_file = Some(path.clone());
-    config.access_log_interval = Some(Duration::from_millis(50));
-    config.proxy.idle_timeout = Duration::from_millis(400);
+    config.access_log_interval = Some(Duration::from_millis(100));
+    config.proxy.idle_timeout = Duration::from_millis(700);
     let lb = TestBalancer::start(config);
     let started = std::time::Instant::now();
     let mut client = connect(lb.addr).unwrap();
     assert!(is_closed(&mut client), "closed at the idle timeout");
     let waited = started.elapsed();
     assert!(
-        waited >= Duration::from_millis(380) && waited < Duration::from_secs(3),
+        waited >= Duration::from_millis(680) && waited < Duration::from_secs(3),
         "closed after {waited:?}"
     );
     let end = lines_where(&path, 1, |l| l["end"] == "idle_timeout");

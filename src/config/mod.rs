@@ -15,6 +15,7 @@
 //! # Parts
 //!
 //! - this file: [`Config`], its defaults (the C `#define`s) and validation;
+//! - `access`: the access log's settings checked together;
 //! - `table`: every setting declared once (key, flag, scope, reload),
 //!   the access log's in `table_log`;
 //!   `settings`: what the table generates; `overrides`: the [`Overrides`]
@@ -43,6 +44,7 @@
 //! | `_BUFFER_SIZE 4100` (reads of 4096) | `proxy.buffer_size` (4096)  |
 //! | `_MAX_SERVERS 10`           | [`MAX_PROMPT_SERVERS`] (prompt only; flags take any number) |
 
+mod access;
 mod entry;
 pub mod export;
 pub mod file;
@@ -51,6 +53,7 @@ mod read;
 mod services;
 pub mod settings;
 pub mod sni_check;
+pub use access::MIN_ACCESS_LOG_INTERVAL;
 pub(crate) mod table;
 pub(crate) mod table_log;
 mod values;
@@ -393,44 +396,6 @@ impl Config {
         }
         crate::privileges::Identity::of(self.user.as_deref(), self.group.as_deref())?;
         self.validate_admin()
-    }
-
-    /// Whether the access log writes to standard output.
-    pub fn access_log_on_stdout(&self) -> bool {
-        let syslog = self
-            .access_log_target
-            .as_ref()
-            .is_some_and(|t| t.is_syslog());
-        self.access_log.is_some() && self.access_log_file.is_none() && !syslog
-    }
-
-    /// The access log's settings: each needs `access_log` (it would be
-    /// ignored otherwise), and the target its file.
-    fn validate_access_log(&self) -> Result<()> {
-        use crate::access_log::Destination;
-        let given = [
-            ("access_log_file", self.access_log_file.is_some()),
-            ("access_log_format", self.access_log_format.is_some()),
-            ("access_log_target", self.access_log_target.is_some()),
-            ("access_log_interval", self.access_log_interval.is_some()),
-            ("access_log_at_connect", self.access_log_at_connect),
-        ];
-        if let Some((key, _)) = given.iter().find(|(_, on)| *on) {
-            if self.access_log.is_none() {
-                return Err(Error::setting(*key, "needs `access_log`"));
-            }
-        }
-        match (&self.access_log_target, &self.access_log_file) {
-            (Some(Destination::File), None) => Err(Error::setting(
-                "access_log_target",
-                "file needs `access_log_file`",
-            )),
-            (Some(Destination::Stdout | Destination::Syslog(_)), Some(_)) => Err(Error::setting(
-                "access_log_file",
-                "is not used with this `access_log_target` (give `file`, or leave it out)",
-            )),
-            _ => Ok(()),
-        }
     }
 
     /// Refuses two backends that reach the same address: `-b A -b A`, or
