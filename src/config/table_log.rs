@@ -40,7 +40,7 @@ macro_rules! with_log_settings {
             some(access_log_format), restart[access_log_format],
             file MaybeParsed<crate::access_log::Template> => take,
             flag Option<crate::access_log::Template> [value_name = "TEMPLATE",
-                value_parser = |t: &str| t.parse::<crate::access_log::Template>().map_err(|e| e.to_string())],
+                value_parser = |t: &str| t.parse::<crate::access_log::Template>().map_err(|e| e.to_string().replace("invalid configuration: ", ""))],
             always |c: &Config| or_off(c.access_log_format.as_ref(), |t| t.to_string());
         /// Where the access log goes: stdout, file (--access-log-file),
         /// syslog:IP:PORT (UDP) or syslog:/PATH (a Unix datagram socket), in
@@ -49,7 +49,7 @@ macro_rules! with_log_settings {
             some(access_log_target), restart[access_log_target],
             file DefaultOr<crate::access_log::Destination> => take,
             flag Option<crate::access_log::Destination> [value_name = "TARGET",
-                value_parser = |t: &str| t.parse::<crate::access_log::Destination>().map_err(|e| e.to_string())],
+                value_parser = |t: &str| t.parse::<crate::access_log::Destination>().map_err(|e| e.to_string().replace("invalid configuration: ", ""))],
             always |c: &Config| c
                 .access_log_target
                 .as_ref()
