@@ -103,16 +103,29 @@ pub(super) fn wait_for(
 ) -> io::Result<usize> {
     let start = coarse_now_ms();
     let silence = u64::try_from(how.timeout_ms.max(0)).unwrap_or(0);
+    // The idle buffers are given back here, at a piece's edge, once the
+    // whole wait has lasted `release_ms` (a piece alone may never).
+    let release = u64::try_from(how.release_ms.max(0)).unwrap_or(0);
+    let mut released = !how.idle || silence <= release;
     loop {
         let now = coarse_now_ms();
-        let left = silence.saturating_sub(now - start);
-        let piece = i32::try_from(left).unwrap_or(i32::MAX);
+        let elapsed = now - start;
+        if !released && elapsed >= release {
+            conduits.release();
+            released = true;
+        }
+        let mut piece = silence.saturating_sub(elapsed);
+        if !released {
+            piece = piece.min(release - elapsed);
+        }
+        let piece = i32::try_from(piece).unwrap_or(i32::MAX);
         let piece = piece.min(interim.left_ms(now).max(1));
         let ready = wait(
             fds,
             conduits,
             WaitFor {
                 timeout_ms: piece,
+                release_ms: i32::MAX,
                 ..how
             },
         )?;
