@@ -138,6 +138,14 @@ impl Writer {
         // Records sent before the `Close`, still queued.
         self.drain();
         self.report(Instant::now(), true);
+        if self.lost > 0 {
+            // Lost since the last (throttled) error line: said once more.
+            log::error!(
+                "access log: {} lines lost writing to {}",
+                self.lost,
+                self.sink
+            );
+        }
     }
 
     /// Writes every queued record, then flushes: the channel is empty, so
