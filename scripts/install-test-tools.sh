@@ -28,6 +28,7 @@ has openssl || need+=(openssl)
 has chromium || need+=(chromium)
 has prometheus || need+=(prometheus) # the server that scrapes rodizio in scripts/observability-check.sh
 has systemd-analyze || need+=(systemd) # scripts/unit-check.sh verifies contrib/rodizio.service
+has rsyslogd || need+=(rsyslog) # tests/access_log_syslog.rs: the access log's syslog target
 # tests/resolve.rs runs rodizio in a private mount namespace over its own
 # /etc/hosts: unshare and mount, both util-linux (mount its own package).
 has unshare || need+=(util-linux)

@@ -418,16 +418,23 @@ impl Balancer {
 ///
 /// [`Error::Io`] when its file cannot be opened.
 fn start_access_log(config: &Config) -> Result<Option<AccessLog>> {
-    Ok(match config.access_log {
-        None => None,
-        Some(format) => {
-            let target = match &config.access_log_file {
-                Some(path) => Target::File(path.clone()),
-                None => Target::Stdout,
-            };
-            Some(AccessLog::start(format, target)?)
-        }
-    })
+    use crate::access_log::{Destination, Options};
+    let Some(format) = config.access_log else {
+        return Ok(None);
+    };
+    // Validation saw to it that a file target has its path.
+    let target = match (&config.access_log_target, &config.access_log_file) {
+        (Some(Destination::Syslog(addr)), _) => Target::Syslog(addr.clone()),
+        (Some(Destination::Stdout), _) | (_, None) => Target::Stdout,
+        (_, Some(path)) => Target::File(path.clone()),
+    };
+    let options = Options {
+        format,
+        template: config.access_log_format.clone(),
+        interval: config.access_log_interval,
+        at_connect: config.access_log_at_connect,
+    };
+    AccessLog::open(options, target).map(Some)
 }
 
 /// The one line logged at shutdown: what this run did.

@@ -91,8 +91,7 @@ fn console() -> Box<dyn Write> {
 
 /// Notes whether `config` writes its access log to standard output.
 fn note_access_log(config: &Config) {
-    let on_stdout = config.access_log.is_some() && config.access_log_file.is_none();
-    STDOUT_IS_ACCESS_LOG.store(on_stdout, Ordering::Relaxed);
+    STDOUT_IS_ACCESS_LOG.store(config.access_log_on_stdout(), Ordering::Relaxed);
 }
 
 /// One line to the [`console`]; a closed output is not an error here.

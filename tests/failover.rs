@@ -6,6 +6,7 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use rodizio::backend::BackendSpec;
 use rodizio::scheduler::Algorithm;
@@ -135,4 +136,113 @@ fn a_dead_backends_share_follows_the_weights() {
     assert!((55..=65).contains(&counts[0]), "{counts:?}");
     assert_eq!(counts[0] + counts[1], 240, "{counts:?}");
     lb.stop();
+}
+
+/// The access log's JSON lines in `path`, once there are `n` (bounded).
+fn access_lines(path: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
+    let mut got = Vec::new();
+    let found = common::wait_for(common::IO_TIMEOUT, || {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        got = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect();
+        got.len() >= n
+    });
+    assert!(found, "only {} lines: {got:?}", got.len());
+    got
+}
+
+/// A balancer over `backends` with passive health off (every client
+/// meets every dead backend), an access log in JSON at `path`, and
+/// `tune` applied.
+fn logged(
+    backends: &[SocketAddr],
+    path: &std::path::Path,
+    tune: impl FnOnce(&mut rodizio::Config),
+) -> TestBalancer {
+    let _ = std::fs::remove_file(path);
+    let mut cfg = config(backends);
+    cfg.health.passive_failures = 0;
+    cfg.access_log = Some(rodizio::access_log::Format::Json);
+    cfg.access_log_file = Some(path.to_path_buf());
+    tune(&mut cfg);
+    TestBalancer::start(cfg)
+}
+
+/// Five refusing backends and `connect_retries` 1: a client's tries end
+/// after exactly two backends, and its line says the retries ended them
+/// (`"failovers":2,"failovers_ended":"retries"`). With `connect_retries`
+/// 0, one backend; with the default, all five (and no limit named).
+#[test]
+fn connect_retries_bounds_the_backends_tried() {
+    let dead: Vec<SocketAddr> = (0..5).map(|_| closed_port()).collect();
+    for (retries, tried, ended) in [
+        (Some(1), 2, Some("retries")),
+        (Some(0), 1, Some("retries")),
+        (None, 5, None),
+    ] {
+        let path = std::env::temp_dir().join(format!(
+            "rodizio-retries-{}-{retries:?}.log",
+            std::process::id()
+        ));
+        let lb = logged(&dead, &path, |c| c.proxy.connect_retries = retries);
+        let mut client = common::connect(lb.addr).unwrap();
+        assert!(common::is_closed(&mut client), "no backend answers");
+        let line = &access_lines(&path, 1)[0];
+        assert_eq!(line["end"], "connect_failed", "{line}");
+        assert_eq!(line["failovers"], tried, "{retries:?}: {line}");
+        assert_eq!(lb.stats.snapshot().connect_failures, tried, "{retries:?}");
+        match ended {
+            Some(ended) => assert_eq!(line["failovers_ended"], ended, "{line}"),
+            None => assert!(line.get("failovers_ended").is_none(), "{line}"),
+        }
+        lb.stop();
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// Five black holes (full backlogs: connects time out), connect timeout
+/// 400 ms. Without a budget a client waits for all five timeouts (about
+/// 2 s); with `connect_retry_budget` 600 ms it is closed after about
+/// 600 ms (the second try gets the 200 ms left), and its line says the
+/// budget ended the tries.
+#[test]
+fn connect_retry_budget_bounds_the_clients_wait() {
+    let holes: Vec<_> = (0..5).map(|_| common::black_hole()).collect();
+    let addrs: Vec<SocketAddr> = holes.iter().map(|h| h.1).collect();
+    let wait = |budget: Option<Duration>| {
+        let path = std::env::temp_dir().join(format!(
+            "rodizio-budget-{}-{}.log",
+            std::process::id(),
+            budget.is_some()
+        ));
+        let lb = logged(&addrs, &path, |c| {
+            c.proxy.connect_timeout = Duration::from_millis(400);
+            c.proxy.connect_retry_budget = budget;
+        });
+        let started = Instant::now();
+        let mut client = common::connect(lb.addr).unwrap();
+        assert!(common::is_closed(&mut client), "no backend answers");
+        let waited = started.elapsed();
+        let line = access_lines(&path, 1).remove(0);
+        lb.stop();
+        let _ = std::fs::remove_file(&path);
+        (waited, line)
+    };
+    let (budgeted, line) = wait(Some(Duration::from_millis(600)));
+    assert_eq!(line["end"], "connect_failed", "{line}");
+    assert_eq!(line["failovers_ended"], "budget", "{line}");
+    assert_eq!(line["failovers"], 2, "{line}");
+    let (unbudgeted, line) = wait(None);
+    assert_eq!(line["failovers"], 5, "{line}");
+    assert!(line.get("failovers_ended").is_none(), "{line}");
+    assert!(
+        budgeted >= Duration::from_millis(550) && budgeted < Duration::from_millis(1_500),
+        "with a 600 ms budget the client waited {budgeted:?}"
+    );
+    assert!(
+        unbudgeted >= Duration::from_millis(1_900) && budgeted < unbudgeted,
+        "{budgeted:?} budgeted, {unbudgeted:?} without"
+    );
 }

@@ -324,7 +324,8 @@ fn what_describe_prints_reads_back() {
             | "reuse_port"
             | "tls_session_cache"
             | "tls_strict_sni"
-            | "backend_tls" => value,
+            | "backend_tls"
+            | "access_log_at_connect" => value,
             _ => format!("\"{value}\""),
         };
         text.push_str(&format!("\"{key}\": {value}"));
@@ -440,6 +441,7 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
         "max_connections": 500, "queue_capacity": 999, "worker_idle_timeout": "45s",
         "backlog": 77, "sched_policy": "batch", "buffer_size": "16k",
         "connect_timeout": "1500ms", "idle_timeout": "2m", "drain_timeout": "7s",
+        "connect_retries": 2, "connect_retry_budget": "4s",
         "splice": true, "kernel_relay_after": 9,
         "defer_accept": true, "yield_before_poll": true, "health_check": "http",
         "health_interval": "3s", "health_timeout": "700ms", "health_path": "/up",
@@ -466,6 +468,8 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
         "accept_proxy_timeout": "2s", "rate_limit_store": "redis://127.0.0.1:6379",
         "rate_limit_store_timeout": "150ms", "rate_limit_store_failure": "closed",
         "reuse_port": true, "access_log": "json", "access_log_file": "/var/log/r.log",
+        "access_log_format": "{client} {end}", "access_log_target": "file",
+        "access_log_interval": "30s", "access_log_at_connect": true,
         "user": "nobody", "group": "nogroup", "allow_root": true
     }"#;
     // SNI routing does not go with `accept_proxy`, nor `kernel_relay`

@@ -35,11 +35,17 @@ pub enum Format {
     /// `TIME` is RFC 3339 in UTC with milliseconds. A missing backend or
     /// connect time is `-`. Durations are `12us` below a millisecond,
     /// `1.203ms` below a second, `2.500s` from there on (truncated, not
-    /// rounded). `reason=` comes last and only with `end=error` and
+    /// rounded). When `connect_retries` or `connect_retry_budget` ended
+    /// the fail-over while backends were left untried, the count says so:
+    /// `failovers=1/retries`, `failovers=3/budget`. `reason=` comes last and only with `end=error` and
     /// `end=connect_failed`. A value
     /// with a space, a quote, a backslash or a control character (a reason
     /// usually) is written in double quotes with JSON's escapes, so a line
     /// is always one line and splits on spaces outside quotes.
+    ///
+    /// A line written while the connection is open (at its connect, or
+    /// every `access_log_interval`) has `end=- event=connect` (or
+    /// `event=interim`) in place of its end.
     #[default]
     Text,
     /// One JSON object per line, with every key in every line:
@@ -49,7 +55,10 @@ pub enum Format {
     /// ```
     ///
     /// Durations are integer microseconds; a missing backend, connect time
-    /// or reason is `null`.
+    /// or reason is `null`. `"failovers_ended":"retries"` (or `"budget"`)
+    /// follows `failovers` only when a limit ended the fail-over. A line
+    /// of a connection still open has `"end":null` and, after `reason`,
+    /// `"event":"connect"` (or `"interim"`).
     Json,
 }
 
@@ -122,16 +131,27 @@ fn text(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
     }
     write!(
         out,
-        " duration={} failovers={} to_backend={} to_client={} end={}",
+        " duration={} failovers={}",
         Short(r.duration),
-        r.failovers,
-        r.bytes_to_backend,
-        r.bytes_to_client,
-        r.end.name()
+        r.failovers
     )?;
-    if let Some(reason) = r.end.reason() {
-        out.extend_from_slice(b" reason=");
-        text_value(out, reason)?;
+    if let Some(ended) = r.failovers_ended {
+        write!(out, "/{}", ended.name())?;
+    }
+    write!(
+        out,
+        " to_backend={} to_client={} end=",
+        r.bytes_to_backend, r.bytes_to_client
+    )?;
+    if !r.phase.is_end() {
+        // A line of a connection still open: no end yet.
+        write!(out, "- event={}", r.phase.name())?;
+    } else {
+        out.extend_from_slice(r.end.name().as_bytes());
+        if let Some(reason) = r.end.reason() {
+            out.extend_from_slice(b" reason=");
+            text_value(out, reason)?;
+        }
     }
     if let Some(tls) = &r.tls {
         write!(out, " tls={}", tls.version)?;
@@ -153,7 +173,7 @@ fn text(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
 
 /// A value of the text format: as it is when it needs no quoting, else a
 /// JSON string (quoted, escaped), so it stays one field on one line.
-fn text_value(out: &mut Vec<u8>, value: &str) -> io::Result<()> {
+pub(super) fn text_value(out: &mut Vec<u8>, value: &str) -> io::Result<()> {
     let plain = !value.is_empty()
         && value
             .chars()
@@ -184,10 +204,14 @@ struct JsonLine<'a> {
     connect_us: Option<u64>,
     duration_us: u64,
     failovers: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failovers_ended: Option<&'static str>,
     to_backend: u64,
     to_client: u64,
-    end: &'static str,
+    end: Option<&'static str>,
     reason: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tls: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -218,10 +242,12 @@ fn json(r: &Record, out: &mut Vec<u8>) -> io::Result<()> {
         connect_us: r.connect_time.map(micros),
         duration_us: micros(r.duration),
         failovers: r.failovers,
+        failovers_ended: r.failovers_ended.map(super::TriesEnded::name),
         to_backend: r.bytes_to_backend,
         to_client: r.bytes_to_client,
-        end: r.end.name(),
-        reason: r.end.reason(),
+        end: r.phase.is_end().then(|| r.end.name()),
+        reason: r.end.reason().filter(|_| r.phase.is_end()),
+        event: (!r.phase.is_end()).then(|| r.phase.name()),
         tls: r.tls.as_ref().map(|t| t.version),
         tls_client: r.tls.as_ref().and_then(|t| t.client.as_deref()),
     };

@@ -9,6 +9,8 @@
 //!
 //! - `record`: what a line says, and [`End`], how a connection ended;
 //! - `format`: the text and JSON lines (JSON through `serde_json`);
+//! - `template`: `access_log_format`, a line of the operator's own;
+//! - `syslog`: RFC 5424 datagrams to a syslog daemon, never blocking;
 //! - `writer`: the thread, its file, reopening after logrotate.
 //!
 //! # Threads
@@ -24,6 +26,8 @@
 
 mod format;
 mod record;
+mod syslog;
+mod template;
 mod writer;
 
 use std::fmt;
@@ -41,7 +45,11 @@ use crate::error::{Error, Result};
 use crate::throttle::LogThrottle;
 
 pub use format::Format;
-pub use record::{current_sni, set_sni, with_sni, End, Record, SniGuard, TlsNote};
+pub use record::{
+    current_sni, set_sni, with_sni, End, Phase, Record, SniGuard, TlsNote, TriesEnded,
+};
+pub use syslog::SyslogAddr;
+pub use template::{Template, FIELDS, MAX_TEMPLATE};
 use writer::{open, Sink, Writer};
 
 /// Most records waiting for the writer; one more is dropped and counted.
@@ -73,6 +81,69 @@ pub enum Target {
     Stdout,
     /// A file, created if missing and appended to.
     File(PathBuf),
+    /// A syslog daemon, one RFC 5424 datagram per line (`syslog.rs`).
+    Syslog(SyslogAddr),
+}
+
+/// `access_log_target`: where the operator sends the lines; the file's
+/// path is `access_log_file`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    /// `stdout`.
+    Stdout,
+    /// `file`: `access_log_file`.
+    File,
+    /// `syslog:ADDR`: `syslog:127.0.0.1:514`, `syslog:/dev/log`.
+    Syslog(SyslogAddr),
+}
+
+impl std::str::FromStr for Destination {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Destination> {
+        match text {
+            "stdout" => Ok(Destination::Stdout),
+            "file" => Ok(Destination::File),
+            _ => match text.strip_prefix("syslog:") {
+                Some(addr) => addr.parse().map(Destination::Syslog),
+                None => Err(Error::InvalidConfig(format!(
+                    "access log target '{text}': expected stdout, file, syslog:IP:PORT \
+                     or syslog:/PATH"
+                ))),
+            },
+        }
+    }
+}
+
+impl Destination {
+    /// Whether the lines go to a syslog daemon.
+    pub fn is_syslog(&self) -> bool {
+        matches!(self, Destination::Syslog(_))
+    }
+}
+
+impl fmt::Display for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Destination::Stdout => f.write_str("stdout"),
+            Destination::File => f.write_str("file"),
+            Destination::Syslog(addr) => write!(f, "syslog:{addr}"),
+        }
+    }
+}
+
+/// What an access log is started with besides its target.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Text or JSON.
+    pub format: Format,
+    /// `access_log_format`: the line's template, in place of `format`'s.
+    pub template: Option<Template>,
+    /// `access_log_interval`: an interim line for each connection open
+    /// longer, every so often.
+    pub interval: Option<Duration>,
+    /// `access_log_at_connect`: a line when the backend is connected.
+    pub at_connect: bool,
 }
 
 /// The handle the workers and the accept loop log through.
@@ -91,6 +162,10 @@ struct Inner {
     /// Requests to the writer that must not be lost when `records` is full.
     control: Sender<Control>,
     counters: Arc<Counters>,
+    /// `access_log_interval`.
+    interval: Option<Duration>,
+    /// `access_log_at_connect`.
+    at_connect: bool,
     /// The writer thread, taken by the first `close`.
     writer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -109,6 +184,9 @@ struct Counters {
     written: AtomicU64,
     /// Records dropped because the channel was full or the log closed.
     dropped: AtomicU64,
+    /// Lines the target did not take: a failed write, a syslog receiver
+    /// gone, full or slow.
+    undelivered: AtomicU64,
 }
 
 impl fmt::Debug for AccessLog {
@@ -131,7 +209,24 @@ impl AccessLog {
     ///
     /// [`Error::Io`] when the file cannot be opened or the thread not spawned.
     pub fn start(format: Format, target: Target) -> Result<AccessLog> {
+        let options = Options {
+            format,
+            ..Options::default()
+        };
+        AccessLog::open(options, target)
+    }
+
+    /// Opens the target and starts the writer thread with `options`.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start); a syslog socket that cannot be made.
+    pub fn open(options: Options, target: Target) -> Result<AccessLog> {
         let sink = match target {
+            Target::Syslog(addr) => Sink::Syslog(
+                syslog::Syslog::open(&addr)
+                    .map_err(|e| Error::io(format!("opening the access log's syslog {addr}"), e))?,
+            ),
             Target::Stdout => Sink::Stdout(BufWriter::with_capacity(WRITE_BUFFER, io::stdout())),
             Target::File(path) => {
                 let file = open(&path).map_err(|e| {
@@ -149,7 +244,8 @@ impl AccessLog {
         let (control, control_rx) = crossbeam_channel::unbounded();
         let counters = Arc::new(Counters::default());
         let writer = Writer {
-            format,
+            format: options.format,
+            template: options.template,
             records: records_rx,
             control: control_rx,
             counters: Arc::clone(&counters),
@@ -170,6 +266,8 @@ impl AccessLog {
                 records,
                 control,
                 counters,
+                interval: options.interval,
+                at_connect: options.at_connect,
                 writer: Mutex::new(Some(handle)),
             }),
         })
@@ -219,6 +317,23 @@ impl AccessLog {
     /// Records dropped so far: the channel was full, or the log was closed.
     pub fn dropped(&self) -> u64 {
         self.inner.counters.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Lines the target did not take so far (a failed write; a syslog
+    /// receiver gone, full or slow): formatted, then lost.
+    pub fn undelivered(&self) -> u64 {
+        self.inner.counters.undelivered.load(Ordering::Relaxed)
+    }
+
+    /// `access_log_interval`: how often a connection open longer gets an
+    /// interim line; `None`: never.
+    pub fn interval(&self) -> Option<Duration> {
+        self.inner.interval
+    }
+
+    /// `access_log_at_connect`: whether a line is written at the connect.
+    pub fn at_connect(&self) -> bool {
+        self.inner.at_connect
     }
 }
 
@@ -291,6 +406,8 @@ mod tests {
             connect_time: connect.map(Duration::from_micros),
             duration: Duration::from_micros(1_203),
             failovers,
+            failovers_ended: None,
+            phase: Phase::End,
             bytes_to_backend: if moved { 77 } else { 0 },
             bytes_to_client: if moved { 612 } else { 0 },
             end,
@@ -563,6 +680,31 @@ mod tests {
         // An empty reason is still a field.
         let empty = Format::Text.line(&record(End::Error(String::new())));
         assert!(empty.ends_with(" end=error reason=\"\""), "{empty}");
+    }
+
+    /// A limit that ended the fail-over is named after the count, in
+    /// both formats; without one the lines are as before.
+    #[test]
+    fn a_limit_that_ended_the_tries_is_named() {
+        let mut r = record(End::ConnectFailed("timeout".into()));
+        assert!(Format::Text.line(&r).contains(" failovers=3 to_backend="));
+        assert!(!Format::Json.line(&r).contains("failovers_ended"));
+        for (ended, word) in [
+            (TriesEnded::Retries, "retries"),
+            (TriesEnded::Budget, "budget"),
+        ] {
+            r.failovers_ended = Some(ended);
+            let text = Format::Text.line(&r);
+            assert!(
+                text.contains(&format!(" failovers=3/{word} to_backend=")),
+                "{text}"
+            );
+            let json = Format::Json.line(&r);
+            assert!(
+                json.contains(&format!(r#""failovers":3,"failovers_ended":"{word}","#)),
+                "{json}"
+            );
+        }
     }
 
     #[test]
@@ -918,6 +1060,65 @@ mod tests {
         assert_eq!(lines.len() as u64, log.written());
         let numbers = numbers(&lines);
         assert!(numbers.windows(2).all(|w| w[0] < w[1]), "out of order");
+    }
+
+    /// A line of a connection still open says so instead of an end, in
+    /// both formats.
+    #[test]
+    fn connect_and_interim_lines_have_no_end() {
+        let mut r = record(End::Pumped(pump::End::ClientClosed));
+        for phase in [Phase::Connect, Phase::Interim] {
+            r.phase = phase;
+            let text = Format::Text.line(&r);
+            assert!(
+                text.ends_with(&format!(" to_client=612 end=- event={}", phase.name())),
+                "{text}"
+            );
+            let json = Format::Json.line(&r);
+            assert!(
+                json.ends_with(&format!(
+                    r#""end":null,"reason":null,"event":"{}"}}"#,
+                    phase.name()
+                )),
+                "{json}"
+            );
+        }
+    }
+
+    /// A syslog receiver that is not there, then one that never reads:
+    /// every line is written or counted as undelivered, `close` returns at
+    /// once (the writer never waits on the receiver), nothing is dropped
+    /// from the channel for it.
+    #[test]
+    fn a_gone_or_full_syslog_receiver_costs_lines_not_waits() {
+        const LINES: u64 = 5_000;
+        let dir = TempPath::new("syslog");
+        std::fs::create_dir(&dir.0).unwrap();
+        let path = dir.0.join("log.sock");
+        let target = || Target::Syslog(SyslogAddr::Unix(path.clone()));
+        let log = AccessLog::start(Format::Text, target()).unwrap();
+        for i in 0..100 {
+            log.log(numbered(i));
+        }
+        log.close();
+        assert_eq!((log.written(), log.undelivered()), (0, 100));
+
+        let receiver = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        let log = AccessLog::start(Format::Text, target()).unwrap();
+        let started = Instant::now();
+        for i in 0..LINES {
+            while !log.log(numbered(i)) {
+                // The channel is full: the writer is behind, not stuck.
+                assert!(started.elapsed() < Duration::from_secs(20), "stuck");
+                thread::yield_now();
+            }
+        }
+        log.close();
+        assert!(started.elapsed() < Duration::from_secs(20));
+        assert_eq!(log.written() + log.undelivered(), LINES);
+        assert!(log.written() > 0 && log.undelivered() > 0, "{log:?}");
+        drop(receiver);
+        let _ = std::fs::remove_file(&path);
     }
 
     // ---- a small JSON reader, enough to parse our lines back ----

@@ -82,15 +82,73 @@ pub struct Record {
     /// Backend connects that failed for this client before the one that
     /// served it (or before giving up, for [`End::ConnectFailed`]).
     pub failovers: u32,
+    /// What ended the tries before every candidate backend was tried:
+    /// `connect_retries` or `connect_retry_budget`; `None` when they ran
+    /// their course (one answered, or none was left).
+    pub failovers_ended: Option<TriesEnded>,
     /// Bytes read from the client and written to the backend.
     pub bytes_to_backend: u64,
     /// Bytes read from the backend and written to the client.
     pub bytes_to_client: u64,
-    /// How the connection ended.
+    /// How the connection ended (on an [`Phase::End`] line; the others
+    /// carry a placeholder, unwritten).
     pub end: End,
+    /// Which line this is: the end (the only one by default), the
+    /// connect (`access_log_at_connect`) or an interim one
+    /// (`access_log_interval`, with the bytes since the line before).
+    pub phase: Phase,
     /// The client's TLS, when the balancer terminated it: the version
     /// negotiated and the server name it asked for.
     pub tls: Option<TlsNote>,
+}
+
+/// Which of a connection's lines a [`Record`] is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Phase {
+    /// `end`: the connection is over (the one line written by default).
+    #[default]
+    End,
+    /// `connect`: its backend was just connected.
+    Connect,
+    /// `interim`: it is still open; the bytes are those since its last line.
+    Interim,
+}
+
+impl Phase {
+    /// `end`, `connect` or `interim`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::End => "end",
+            Phase::Connect => "connect",
+            Phase::Interim => "interim",
+        }
+    }
+
+    /// Whether this is the line at the end.
+    pub fn is_end(self) -> bool {
+        self == Phase::End
+    }
+}
+
+/// What ended a client's fail-over while untried backends were left,
+/// written after the count of failovers: `failovers=1/retries`,
+/// `failovers=3/budget`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TriesEnded {
+    /// `retries`: `connect_retries` other backends were tried.
+    Retries,
+    /// `budget`: `connect_retry_budget` was spent.
+    Budget,
+}
+
+impl TriesEnded {
+    /// `retries` or `budget`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TriesEnded::Retries => "retries",
+            TriesEnded::Budget => "budget",
+        }
+    }
 }
 
 /// What the access log and the trace say of a terminated TLS client.

@@ -1,6 +1,6 @@
 //! The access log's writer thread (`rodizio-access-log`): it takes the
 //! records off the channel, formats them and writes them to standard
-//! output or a file.
+//! output, a file or a syslog daemon (`syslog.rs`).
 //!
 //! Formatting happens here, not in the workers. Lines go through a
 //! `BufWriter` flushed whenever the channel is empty: one `write(2)` per
@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver};
 
-use super::{Control, Counters, Format, Record, REPORT_INTERVAL, WRITE_BUFFER};
+use super::syslog::Syslog;
+use super::{Control, Counters, Format, Record, Template, REPORT_INTERVAL, WRITE_BUFFER};
 use crate::throttle::LogThrottle;
 
 /// Opens (or creates) the log file for appending: `O_APPEND` keeps lines
@@ -41,14 +42,21 @@ pub(super) fn open(path: &std::path::Path) -> io::Result<File> {
 /// Where the writer writes.
 pub(super) enum Sink {
     Stdout(BufWriter<Stdout>),
-    File { out: BufWriter<File>, path: PathBuf },
+    File {
+        out: BufWriter<File>,
+        path: PathBuf,
+    },
+    /// A syslog daemon: one datagram per line, never buffered.
+    Syslog(Syslog),
 }
 
 impl Sink {
-    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+    /// Writes one line, its newline included (a datagram goes without).
+    fn write_all(&mut self, line: &[u8]) -> io::Result<()> {
         match self {
-            Sink::Stdout(out) => out.write_all(bytes),
-            Sink::File { out, .. } => out.write_all(bytes),
+            Sink::Stdout(out) => out.write_all(line),
+            Sink::File { out, .. } => out.write_all(line),
+            Sink::Syslog(syslog) => syslog.send(line.strip_suffix(b"\n").unwrap_or(line)),
         }
     }
 
@@ -56,6 +64,7 @@ impl Sink {
         match self {
             Sink::Stdout(out) => out.flush(),
             Sink::File { out, .. } => out.flush(),
+            Sink::Syslog(_) => Ok(()),
         }
     }
 
@@ -76,6 +85,7 @@ impl fmt::Display for Sink {
         match self {
             Sink::Stdout(_) => f.write_str("standard output"),
             Sink::File { path, .. } => write!(f, "{}", path.display()),
+            Sink::Syslog(syslog) => write!(f, "syslog at {}", syslog.addr()),
         }
     }
 }
@@ -83,6 +93,8 @@ impl fmt::Display for Sink {
 /// The writer thread's state.
 pub(super) struct Writer {
     pub(super) format: Format,
+    /// `access_log_format`, in place of `format`'s line when given.
+    pub(super) template: Option<Template>,
     pub(super) records: Receiver<Record>,
     pub(super) control: Receiver<Control>,
     pub(super) counters: Arc<Counters>,
@@ -126,6 +138,14 @@ impl Writer {
         // Records sent before the `Close`, still queued.
         self.drain();
         self.report(Instant::now(), true);
+        if self.lost > 0 {
+            // Lost since the last (throttled) error line: said once more.
+            log::error!(
+                "access log: {} lines lost writing to {}",
+                self.lost,
+                self.sink
+            );
+        }
     }
 
     /// Writes every queued record, then flushes: the channel is empty, so
@@ -147,13 +167,19 @@ impl Writer {
             self.apply(control);
         }
         self.line.clear();
-        self.format.write(&record, &mut self.line);
+        match &self.template {
+            Some(template) => template.write(&record, &mut self.line),
+            None => self.format.write(&record, &mut self.line),
+        }
         self.line.push(b'\n');
         match self.sink.write_all(&self.line) {
             Ok(()) => {
                 self.counters.written.fetch_add(1, Ordering::Relaxed);
             }
-            Err(err) => self.write_failed(&err, 1),
+            Err(err) => {
+                self.counters.undelivered.fetch_add(1, Ordering::Relaxed);
+                self.write_failed(&err, 1);
+            }
         }
     }
 

@@ -15,7 +15,9 @@
 //! # Parts
 //!
 //! - this file: [`Config`], its defaults (the C `#define`s) and validation;
-//! - `table`: every setting declared once (key, flag, scope, reload);
+//! - `access`: the access log's settings checked together;
+//! - `table`: every setting declared once (key, flag, scope, reload),
+//!   the access log's in `table_log`;
 //!   `settings`: what the table generates; `overrides`: the [`Overrides`]
 //!   laid over the defaults;
 //! - `file`: the JSON config file; `values`: its value types; `entry`: a
@@ -42,6 +44,7 @@
 //! | `_BUFFER_SIZE 4100` (reads of 4096) | `proxy.buffer_size` (4096)  |
 //! | `_MAX_SERVERS 10`           | [`MAX_PROMPT_SERVERS`] (prompt only; flags take any number) |
 
+mod access;
 mod entry;
 pub mod export;
 pub mod file;
@@ -50,7 +53,9 @@ mod read;
 mod services;
 pub mod settings;
 pub mod sni_check;
+pub use access::MIN_ACCESS_LOG_INTERVAL;
 pub(crate) mod table;
+pub(crate) mod table_log;
 mod values;
 pub mod words;
 
@@ -190,6 +195,17 @@ pub struct Config {
     /// Where the access log goes (`access_log_file`); reopened on SIGUSR1.
     /// Default `None`: standard output.
     pub access_log_file: Option<PathBuf>,
+    /// The access log's line as a template (`access_log_format`).
+    /// Default `None`: `access_log`'s own line.
+    pub access_log_format: Option<crate::access_log::Template>,
+    /// Where the access log goes (`access_log_target`). Default `None`:
+    /// `access_log_file` when given, else standard output.
+    pub access_log_target: Option<crate::access_log::Destination>,
+    /// Interim lines for connections open longer (`access_log_interval`).
+    /// Default `None` (off).
+    pub access_log_interval: Option<Duration>,
+    /// A line at each connect too (`access_log_at_connect`). Default off.
+    pub access_log_at_connect: bool,
     /// The service's name (`name`, in a `services` entry): in the admin
     /// API's paths, the `service` label of `/metrics`, logs and the
     /// access log. Default `default`.
@@ -255,6 +271,10 @@ impl Default for Config {
             reuse_port: false,
             access_log: None,
             access_log_file: None,
+            access_log_format: None,
+            access_log_target: None,
+            access_log_interval: None,
+            access_log_at_connect: false,
             name: services::DEFAULT_NAME.to_string(),
             listen_also: Vec::new(),
             max_connections: None,
@@ -369,10 +389,7 @@ impl Config {
         }
         self.health.validate()?;
         self.validate_own_checks()?;
-        if self.access_log_file.is_some() && self.access_log.is_none() {
-            // It would be silently ignored.
-            return Err(Error::setting("access_log_file", "needs `access_log`"));
-        }
+        self.validate_access_log()?;
         self.check_unused()?;
         self.check_duplicate_backends()?;
         if self.max_connections == Some(0) {
@@ -480,6 +497,12 @@ impl Config {
         ];
         if let Some(d) = p.client_first_byte_timeout {
             durations.push(("client_first_byte_timeout", d));
+        }
+        if let Some(d) = p.connect_retry_budget {
+            durations.push(("connect_retry_budget", d));
+        }
+        if let Some(d) = self.access_log_interval {
+            durations.push(("access_log_interval", d));
         }
         if let Some(d) = p.tcp_user_timeout {
             // The kernel takes it as a 32-bit count of milliseconds.

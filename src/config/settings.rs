@@ -24,8 +24,8 @@ use serde::Deserialize;
 use super::entry::Backends;
 use super::table::settings_table;
 use super::values::{
-    Bytes, FileValue, Listen, MaybeAddr, MaybeCount, MaybeParsed, MaybeSecs, Mode, OnOffAuto,
-    Parsed, RateSetting, Secs, Size, Stdout, Store, Text, Whole,
+    AllOr, Bytes, DefaultOr, FileValue, Listen, MaybeAddr, MaybeCount, MaybeParsed, MaybeSecs,
+    Mode, OnOffAuto, Parsed, RateSetting, Secs, Size, Stdout, Store, Text, Whole,
 };
 use super::{show_bytes, Config};
 use crate::backend::BackendSpec;

@@ -17,10 +17,12 @@
 /// (`set`, `some` for a setting off unless given, `by_hand`), `live` or
 /// `restart[field kept]`, `file TYPE => take|hand` (how the file reads
 /// it), `flag TYPE [clap's arg attributes]`, and how `check-config` prints
-/// it (`always`, or `when` it is listed only sometimes).
+/// it (`always`, or `when` it is listed only sometimes). The access log's
+/// lines are in `table_log.rs`, added at the end (before the file-only
+/// keys, in the second braces).
 macro_rules! settings_table {
     ($callback:ident) => {
-        $callback! {
+        $crate::config::table_log::with_log_settings! { $callback {
         /// Address to accept clients on (IPv4 or IPv6, e.g. `[::]:8080`).
         listen: SocketAddr, "listen", Service, set(listen), live,
             file Listen => hand,
@@ -97,6 +99,23 @@ macro_rules! settings_table {
             file Secs => take,
             flag Option<Duration> [value_parser = parse_duration],
             always |c: &Config| format_duration(c.proxy.connect_timeout);
+        /// How many other backends to try after the first connect failed: a
+        /// whole number (0: none), or all (the default: every candidate).
+        connect_retries: u32, "connect-retries", Service, some(proxy.connect_retries), live,
+            file AllOr => take,
+            flag Option<u32> [value_name = "N", value_parser = whole::<u32, 0, { u32::MAX as u64 }>],
+            always |c: &Config| c
+                .proxy
+                .connect_retries
+                .map_or_else(|| "all".into(), |n| n.to_string());
+        /// The longest all of a client's connects may take together: each
+        /// try's connect timeout is cut to what is left, and no try starts
+        /// once it is spent. Off by default (each try gets --connect-timeout).
+        connect_retry_budget: Duration, "connect-retry-budget", Service,
+            some(proxy.connect_retry_budget), live,
+            file MaybeSecs => take,
+            flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
+            always |c: &Config| or_off(c.proxy.connect_retry_budget, format_duration);
         /// Close a connection after this long with no byte moving.
         idle_timeout: Duration, "idle-timeout", Service, set(proxy.idle_timeout), live,
             file Secs => take,
@@ -523,24 +542,6 @@ macro_rules! settings_table {
             file bool => take,
             flag bool,
             always |c: &Config| c.reuse_port.to_string();
-        /// Write one line per connection when it ends, as text or json (client,
-        /// backend, queue and connect times, duration, bytes, how it ended);
-        /// refused clients get a line too. Off by default.
-        access_log: crate::access_log::Format, "access-log", Process, some(access_log),
-            restart[access_log],
-            file MaybeParsed<crate::access_log::Format> => take,
-            flag Option<crate::access_log::Format> [value_name = "FORMAT", value_parser = parse_access_log],
-            always |c: &Config| or_off(c.access_log, |f| f.to_string());
-        /// Where --access-log writes (default: standard output); reopened on
-        /// SIGUSR1, for logrotate.
-        access_log_file: PathBuf, "access-log-file", Process, some(access_log_file),
-            restart[access_log_file],
-            file Stdout => take,
-            flag Option<PathBuf> [value_name = "PATH"],
-            always |c: &Config| c
-                .access_log_file
-                .as_ref()
-                .map_or("stdout".into(), |p| p.display().to_string());
         /// Once every socket is bound and every file opened, run as this user
         /// (a name or a number; its group too, unless --group says another).
         /// Off by default: rodizio stays who started it.
@@ -584,7 +585,7 @@ macro_rules! settings_table {
             file Secs => take,
             flag Option<Duration> [value_name = "DURATION", value_parser = parse_duration],
             always |c: &Config| format_duration(c.sni.timeout);
-        @file_only {
+        } {
             mode: Parsed<Mode>,
             listen_port: Whole<u16, 0, 65535>,
             backend_servers: Backends,
@@ -592,8 +593,7 @@ macro_rules! settings_table {
             health_check_interval_seconds: Secs,
             services: Vec<Raw>,
             name: String,
-        }
-        }
+        } }
     };
 }
 pub(crate) use settings_table;

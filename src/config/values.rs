@@ -280,6 +280,59 @@ impl FileValue<usize> for MaybeCount {
     }
 }
 
+/// A whole number from 0, or `"all"` (or one of [`NONE_WORDS`]): no
+/// limit. `connect_retries`.
+#[derive(Debug)]
+pub(super) struct AllOr(pub(super) Option<u32>);
+
+impl<'de> Deserialize<'de> for AllOr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        if value
+            .as_str()
+            .is_some_and(|t| t == "all" || NONE_WORDS.contains(&t))
+        {
+            return Ok(AllOr(None));
+        }
+        Whole::<u32, 0, { u32::MAX as u64 }>::deserialize(value)
+            .map(|n| AllOr(Some(n.0)))
+            .map_err(de::Error::custom)
+    }
+}
+
+impl FileValue<u32> for AllOr {
+    fn given(self) -> Option<u32> {
+        self.0
+    }
+}
+
+/// A value parsed with `FromStr`, or `"default"` (none, as
+/// `check-config` prints it): `access_log_target`.
+#[derive(Debug)]
+pub(super) struct DefaultOr<T>(pub(super) Option<T>);
+
+impl<'de, T> Deserialize<'de> for DefaultOr<T>
+where
+    T: FromStr,
+    T::Err: fmt::Display,
+{
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "default" {
+            return Ok(DefaultOr(None));
+        }
+        text.parse()
+            .map(|v| DefaultOr(Some(v)))
+            .map_err(de::Error::custom)
+    }
+}
+
+impl<T> FileValue<T> for DefaultOr<T> {
+    fn given(self) -> Option<T> {
+        self.0
+    }
+}
+
 /// A value parsed with `FromStr`, or one of [`NONE_WORDS`] (none).
 #[derive(Debug)]
 pub(super) struct MaybeParsed<T>(pub(super) Option<T>);

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use super::report::Refusal;
 use super::waiting::Look;
 use super::{header, Proxy, ProxyConfig};
+use crate::access_log::TriesEnded;
 use crate::backend::{Backend, Reservation};
 use crate::error::{Error, Result};
 use crate::health::{self, HealthConfig};
@@ -75,6 +76,61 @@ pub(super) struct Tries {
     /// Why a wait for a slot during fail-over ended the client (boxed:
     /// this lives in the frame every connect runs under, and is rare).
     pub refused: Option<Box<Refusal>>,
+    /// What ended the tries while backends were left untried
+    /// (`connect_retries`, `connect_retry_budget`).
+    pub ended: Option<TriesEnded>,
+}
+
+/// How far one client's tries may go: the one place that says whether
+/// another backend may be tried, and with what connect timeout.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// Each try's own timeout (`connect_timeout`).
+    connect_timeout: Duration,
+    /// Other backends that may be tried after the first (`connect_retries`).
+    retries: Option<u32>,
+    /// When the tries' budget is spent (`connect_retry_budget`).
+    deadline: Option<Instant>,
+}
+
+impl Limits {
+    /// The limits of a client whose first connect starts at `now`.
+    fn new(settings: &ProxyConfig, now: Instant) -> Limits {
+        Limits {
+            connect_timeout: settings.connect_timeout,
+            retries: settings.connect_retries,
+            deadline: settings.connect_retry_budget.map(|budget| now + budget),
+        }
+    }
+
+    /// The first try's connect timeout: `connect_timeout`, cut to the
+    /// budget when that is shorter.
+    fn first(&self, now: Instant) -> Duration {
+        self.left(now).unwrap_or(self.connect_timeout)
+    }
+
+    /// The connect timeout of the try after `retried` retries, at `now`,
+    /// or what forbids it: the retries are used up, or the budget spent.
+    fn retry(&self, retried: u32, now: Instant) -> std::result::Result<Duration, TriesEnded> {
+        if self.retries.is_some_and(|most| retried >= most) {
+            return Err(TriesEnded::Retries);
+        }
+        match self.left(now) {
+            Some(left) if left.is_zero() => Err(TriesEnded::Budget),
+            Some(left) => Ok(left),
+            None => Ok(self.connect_timeout),
+        }
+    }
+
+    /// What is left of the budget, no more than `connect_timeout`;
+    /// `None` without a budget.
+    fn left(&self, now: Instant) -> Option<Duration> {
+        self.deadline.map(|deadline| {
+            deadline
+                .saturating_duration_since(now)
+                .min(self.connect_timeout)
+        })
+    }
 }
 
 impl Proxy {
@@ -83,13 +139,15 @@ impl Proxy {
     /// each once, until one answers or none is left; `tries` says how it
     /// went.
     ///
-    /// Each attempt gets the whole `connect_timeout`, not a share of one
-    /// total: a black-holed backend then costs a client one connect timeout,
-    /// and the next backend still gets a full chance. (One total budget
-    /// would let a single black hole use it all up and fail the client even
-    /// though a live backend was next.) Passive health takes the black hole
-    /// out after a few such clients (its failures in a row), so later ones pay
-    /// nothing.
+    /// By default each attempt gets the whole `connect_timeout`, not a
+    /// share of one total: a black-holed backend then costs a client one
+    /// connect timeout, and the next backend still gets a full chance.
+    /// (One total budget would let a single black hole use it all up and
+    /// fail the client even though a live backend was next.) Passive
+    /// health takes the black hole out after a few such clients (its
+    /// failures in a row), so later ones pay nothing. `connect_retries`
+    /// and `connect_retry_budget` bound the tries for those who prefer a
+    /// bounded wait ([`Limits`]); `tries.ended` says which ended them.
     ///
     /// Not inlined, nor the fail-over: every connect runs under this
     /// frame and the caller's, so they hold little (docs/internals.md,
@@ -102,9 +160,11 @@ impl Proxy {
         attempt: &Attempt<'_>,
         tries: &mut Tries,
     ) -> Result<Connected> {
-        match self.try_backend(&pick.backend, attempt) {
+        let now = Instant::now();
+        let limits = Limits::new(attempt.settings, now);
+        match self.try_backend(&pick.backend, attempt, limits.first(now)) {
             Ok(stream) => Ok(Connected(stream, Arc::clone(&pick.backend), None)),
-            Err(first) => self.fail_over(first, pick, attempt, tries),
+            Err(first) => self.fail_over(first, pick, attempt, tries, limits),
         }
     }
 
@@ -122,13 +182,24 @@ impl Proxy {
         pick: &Pick,
         attempt: &Attempt<'_>,
         tries: &mut Tries,
+        limits: Limits,
     ) -> Result<Connected> {
         tries.failed += 1;
         let peer = attempt.origin.source.ip();
         let mut tried = vec![pick.backend.id()];
         let mut last = first;
         loop {
-            let (backend, held) = match self.scheduler.fail_over(peer, &tried, false) {
+            let next = self.scheduler.fail_over(peer, &tried, false);
+            // A limit ends the tries only when a backend was left to try
+            // (a reservation the scheduler made is released on return).
+            let retried = tries.failed - 1;
+            if let (Next::Try(..) | Next::Wait, Err(ended)) =
+                (&next, limits.retry(retried, Instant::now()))
+            {
+                tries.ended = Some(ended);
+                return Err(last);
+            }
+            let (backend, held) = match next {
                 Next::Try(backend, held) => (backend, held),
                 Next::Done => return Err(last),
                 Next::Wait => match self.wait_to_fail_over(attempt, peer, &tried) {
@@ -140,11 +211,19 @@ impl Proxy {
                     }
                 },
             };
+            // Asked again: a wait for a slot may have spent the budget.
+            let timeout = match limits.retry(retried, Instant::now()) {
+                Ok(timeout) => timeout,
+                Err(ended) => {
+                    tries.ended = Some(ended);
+                    return Err(last);
+                }
+            };
             tried.push(backend.id());
             trace::event(Event::FailOver {
                 backend: backend.name(),
             });
-            match self.try_backend(&backend, attempt) {
+            match self.try_backend(&backend, attempt, timeout) {
                 Ok(stream) => return Ok(Connected(stream, backend, held)),
                 Err(err) => {
                     tries.failed += 1;
@@ -188,10 +267,14 @@ impl Proxy {
     /// every backend down at once), and the worker waits for a connection
     /// to end and free descriptors, trying again with a back-off (from
     /// [`OUT_OF_DESCRIPTORS_FIRST_PAUSE`], doubling) for at most
-    /// `connect_timeout`.
-    fn try_backend(&self, backend: &Backend, attempt: &Attempt<'_>) -> Result<TcpStream> {
+    /// `timeout` (`connect_timeout`, or what is left of the budget).
+    fn try_backend(
+        &self,
+        backend: &Backend,
+        attempt: &Attempt<'_>,
+        timeout: Duration,
+    ) -> Result<TcpStream> {
         let started = trace::on().then(Instant::now);
-        let timeout = attempt.settings.connect_timeout;
         let deadline = Instant::now() + timeout;
         let mut pause = OUT_OF_DESCRIPTORS_FIRST_PAUSE;
         loop {
@@ -290,5 +373,58 @@ impl Proxy {
             backend: backend.name().to_string(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(retries: Option<u32>, budget: Option<u64>) -> (Limits, Instant) {
+        let settings = ProxyConfig {
+            connect_timeout: Duration::from_millis(300),
+            connect_retries: retries,
+            connect_retry_budget: budget.map(Duration::from_millis),
+            ..ProxyConfig::default()
+        };
+        let now = Instant::now();
+        (Limits::new(&settings, now), now)
+    }
+
+    #[test]
+    fn without_limits_every_try_gets_the_whole_connect_timeout() {
+        let (l, now) = limits(None, None);
+        let full = Duration::from_millis(300);
+        assert_eq!(l.first(now), full);
+        for retried in [0, 1, 1_000, u32::MAX] {
+            assert_eq!(l.retry(retried, now + Duration::from_secs(3_600)), Ok(full));
+        }
+    }
+
+    #[test]
+    fn retries_end_the_tries_after_that_many_others() {
+        let (l, now) = limits(Some(2), None);
+        assert!(l.retry(0, now).is_ok());
+        assert!(l.retry(1, now).is_ok());
+        assert_eq!(l.retry(2, now), Err(TriesEnded::Retries));
+        let (none, now) = limits(Some(0), None);
+        assert_eq!(none.retry(0, now), Err(TriesEnded::Retries));
+    }
+
+    #[test]
+    fn the_budget_cuts_each_timeout_to_what_is_left_then_ends_the_tries() {
+        let (l, now) = limits(None, Some(500));
+        let ms = Duration::from_millis;
+        assert_eq!(l.first(now), ms(300));
+        assert_eq!(l.retry(0, now + ms(300)), Ok(ms(200)));
+        assert_eq!(l.retry(1, now + ms(450)), Ok(ms(50)));
+        assert_eq!(l.retry(2, now + ms(500)), Err(TriesEnded::Budget));
+        assert_eq!(l.retry(2, now + ms(9_000)), Err(TriesEnded::Budget));
+        // A budget shorter than one timeout cuts the first try too.
+        let (short, now) = limits(None, Some(120));
+        assert_eq!(short.first(now), ms(120));
+        // The retries are looked at first.
+        let (both, now) = limits(Some(1), Some(100));
+        assert_eq!(both.retry(1, now + ms(200)), Err(TriesEnded::Retries));
     }
 }

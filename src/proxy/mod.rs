@@ -142,6 +142,12 @@ pub struct ProxyConfig {
     pub buffer_size: usize,
     /// Longest wait for one backend connect (`connect_timeout`). Default 3 s.
     pub connect_timeout: Duration,
+    /// Other backends tried after a failed connect (`connect_retries`).
+    /// Default `None`: every candidate.
+    pub connect_retries: Option<u32>,
+    /// Longest all of a client's connects take together
+    /// (`connect_retry_budget`). Default `None` (off).
+    pub connect_retry_budget: Option<Duration>,
     /// Longest time a connection may move no byte (`idle_timeout`).
     /// Default 10 min.
     pub idle_timeout: Duration,
@@ -244,6 +250,8 @@ impl Default for ProxyConfig {
         ProxyConfig {
             buffer_size: 4096,
             connect_timeout: Duration::from_secs(3),
+            connect_retries: None,
+            connect_retry_budget: None,
             idle_timeout: Duration::from_secs(600),
             splice: false,
             yield_before_poll: false,

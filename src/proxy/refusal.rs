@@ -123,6 +123,8 @@ pub(crate) enum Refusal {
         error: Error,
         /// Failed connects.
         failovers: u32,
+        /// What ended the tries while backends were left untried.
+        ended: Option<access_log::TriesEnded>,
         /// Time spent connecting.
         connect_time: Duration,
     },
@@ -256,9 +258,11 @@ impl Refusals {
                 backend,
                 error,
                 failovers,
+                ended,
                 connect_time,
             } => {
-                let access = self.unreachable(outcome, error, *failovers, *connect_time, now);
+                let tries = (*failovers, *ended, *connect_time);
+                let access = self.unreachable(outcome, error, tries, now);
                 (Some(backend.name()), access)
             }
         }
@@ -300,8 +304,7 @@ impl Refusals {
         &self,
         outcome: &Told<'_>,
         error: &Error,
-        failovers: u32,
-        connect_time: Duration,
+        (failovers, failovers_ended, connect_time): (u32, Option<access_log::TriesEnded>, Duration),
         now: Instant,
     ) -> Access {
         let reason = match error {
@@ -322,6 +325,7 @@ impl Refusals {
             queue_wait: outcome.queue_wait,
             connect_time: Some(connect_time),
             failovers,
+            failovers_ended,
             ..Access::refused(access_log::End::ConnectFailed(reason))
         }
     }
@@ -430,6 +434,8 @@ pub(crate) struct Access {
     pub connect_time: Option<Duration>,
     /// Failed connects before the one that served (or before giving up).
     pub failovers: u32,
+    /// What ended the fail-over while backends were left untried.
+    pub failovers_ended: Option<access_log::TriesEnded>,
     /// Bytes each way.
     pub transfer: Transfer,
     /// How it ended.
@@ -445,6 +451,7 @@ impl Access {
             queue_wait: Duration::ZERO,
             connect_time: None,
             failovers: 0,
+            failovers_ended: None,
             transfer: Transfer::default(),
             end,
             tls: None,
@@ -471,9 +478,11 @@ impl Access {
             connect_time: self.connect_time,
             duration: since,
             failovers: self.failovers,
+            failovers_ended: self.failovers_ended,
             bytes_to_backend: self.transfer.to_backend,
             bytes_to_client: self.transfer.to_client,
             end: self.end,
+            phase: access_log::Phase::End,
             tls: self.tls,
         }
     }

@@ -241,6 +241,7 @@ impl Report {
                 queue_wait: outcome.queue_wait,
                 connect_time: Some(served.connect_time),
                 failovers: served.failovers,
+                failovers_ended: None,
                 transfer,
                 end: access_log::End::pumped(end, pumped.error.as_ref()),
                 tls: served.tls.as_deref().cloned(),
@@ -294,6 +295,96 @@ impl Report {
         if !log.log(record) {
             Stats::incr(&self.stats.access_log_dropped);
         }
+    }
+
+    /// A connection was just connected to `backend`: its line at the
+    /// connect (`access_log_at_connect`), and the pump's hook for its
+    /// interim lines (`access_log_interval`); whether the hook was set
+    /// (the caller clears it once the pump is done: `interim::take_unused`).
+    #[inline]
+    pub(crate) fn opened(
+        &self,
+        outcome: &Outcome,
+        backend: &Backend,
+        connect_time: Duration,
+        failovers: u32,
+    ) -> bool {
+        match &self.access_log {
+            Some(log) if log.at_connect() || log.interval().is_some() => {
+                self.open_lines(outcome, backend.name(), connect_time, failovers)
+            }
+            _ => false,
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn open_lines(
+        &self,
+        outcome: &Outcome,
+        backend: &str,
+        connect_time: Duration,
+        failovers: u32,
+    ) -> bool {
+        let access = || Access {
+            queue_wait: outcome.queue_wait,
+            connect_time: Some(connect_time),
+            failovers,
+            // Unwritten on these lines (see `access_log::Phase`).
+            ..Access::refused(access_log::End::FailedOver)
+        };
+        if self.access_log.as_ref().is_some_and(AccessLog::at_connect) {
+            self.log_open(outcome, backend, access(), access_log::Phase::Connect);
+        }
+        let Some((every, tell)) = self.interim_lines(outcome, backend, access()) else {
+            return false;
+        };
+        let ms = u64::try_from(every.as_millis()).unwrap_or(u64::MAX);
+        pump::interim::set(ms, tell);
+        true
+    }
+
+    /// A line of a connection still open, written when the access log
+    /// asks for it: at its connect (`access_log_at_connect`) or an
+    /// interim one (`access_log_interval`), `access.transfer` being the
+    /// bytes since its last line.
+    fn log_open(&self, outcome: &Outcome, backend: &str, access: Access, phase: access_log::Phase) {
+        let Some(log) = &self.access_log else {
+            return;
+        };
+        let mut record = access.record(outcome.peer, Some(backend), outcome.queued_at);
+        record.service.clone_from(&self.service);
+        record.phase = phase;
+        if !log.log(record) {
+            Stats::incr(&self.stats.access_log_dropped);
+        }
+    }
+
+    /// The access log's interim lines of a connection just connected
+    /// (`access_log_interval`): how often, and what writes one, given the
+    /// bytes since the last. `None` when they are off.
+    fn interim_lines(
+        &self,
+        outcome: &Outcome,
+        backend: &str,
+        access: Access,
+    ) -> Option<(Duration, pump::interim::Tell)> {
+        let log = self.access_log.as_ref()?;
+        let every = log.interval()?;
+        let mut base = access.record(outcome.peer, Some(backend), outcome.queued_at);
+        base.service.clone_from(&self.service);
+        base.phase = access_log::Phase::Interim;
+        let (log, stats, queued_at) = (log.clone(), Arc::clone(&self.stats), outcome.queued_at);
+        let tell = move |delta: pump::Transfer| {
+            let mut record = base.clone();
+            record.duration = queued_at.elapsed();
+            record.bytes_to_backend = delta.to_backend;
+            record.bytes_to_client = delta.to_client;
+            if !log.log(record) {
+                Stats::incr(&stats.access_log_dropped);
+            }
+        };
+        Some((every, Box::new(tell)))
     }
 
     /// A client waited `waited` in the queue: past [`super::BUSY_WARNING_AFTER`]
@@ -370,6 +461,7 @@ mod tests {
                 backend,
                 error: Error::InvalidConfig("x".into()),
                 failovers: 1,
+                ended: None,
                 connect_time: limit,
             },
         ] {

@@ -32,6 +32,7 @@ use super::connect::{Attempt, Connected, Tries};
 use super::report::{Fate, Outcome, Refusal, Served};
 use super::Admitted;
 use super::{close, header, pump, splice_pump, Job, Proxy, ProxyConfig, Route, REPLY_LINGER};
+use crate::access_log::TriesEnded;
 use crate::backend::Backend;
 use crate::error::Error;
 use crate::health::HealthConfig;
@@ -104,6 +105,10 @@ impl Proxy {
         else {
             return;
         };
+        // The access log's lines while it lives, if asked for.
+        let interim = self
+            .report
+            .opened(outcome, &backend, connect_time, failovers);
         let backend_active = backend.start_connection();
         // The peak: one load, a store only when it grows.
         backend.tally.note_active(backend.active());
@@ -124,6 +129,10 @@ impl Proxy {
             ),
             Some(session) => pump_tls(session, &client, &backend_sock, &settings, outcome.peer),
         };
+        if interim {
+            // A pump that never took its hook leaves it: not for the next.
+            let _ = pump::interim::take_unused();
+        }
         let (end, no_shutdown) = (pumped.end, pumped.no_shutdown);
         outcome.fate = Fate::Served(Served {
             backend: Arc::clone(&backend),
@@ -276,7 +285,7 @@ impl Proxy {
                 })
             }
             Err(error) => {
-                let failed = (error, tries.failed, connect_time);
+                let failed = (error, tries.failed, tries.ended, connect_time);
                 self.refuse_unreachable(outcome, &ready.pick, failed, tries.refused, &attempt);
                 None
             }
@@ -315,7 +324,7 @@ impl Proxy {
         &self,
         outcome: &mut Outcome,
         pick: &Pick,
-        (error, failovers, connect_time): (Error, u32, Duration),
+        (error, failovers, ended, connect_time): (Error, u32, Option<TriesEnded>, Duration),
         waited: Option<Box<Refusal>>,
         attempt: &Attempt<'_>,
     ) {
@@ -326,6 +335,7 @@ impl Proxy {
                 backend: Arc::clone(&pick.backend),
                 error,
                 failovers,
+                ended,
                 connect_time,
             },
         };

@@ -20,6 +20,7 @@ mod peers;
 #[path = "../tls_certs/mod.rs"]
 mod tls_certs;
 
+mod access_log;
 mod admin;
 mod backup;
 mod balancer_port;

@@ -39,6 +39,95 @@ pub fn redis_server(port: u16, name: &str) -> Peer {
     peer
 }
 
+/// rsyslogd with a private configuration: listening on a 127.0.0.1 UDP
+/// port and on a Unix datagram socket in its own directory, writing every
+/// message it parses to `Rsyslog::out`, one line each as
+/// `VERSION APP-NAME PROCID MSGID MSG`. Ready when this returns (a probe
+/// sent over UDP is in the file).
+pub fn rsyslogd(name: &str) -> Rsyslog {
+    let bin = need("rsyslogd", "rsyslog");
+    let dir = temp_dir(name);
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = udp.local_addr().unwrap().port();
+    drop(udp);
+    let socket = dir.join("log.sock");
+    let out = dir.join("messages.log");
+    let conf = format!(
+        r#"global(workDirectory="{dir}")
+module(load="imudp")
+module(load="imuxsock" SysSock.Use="off")
+input(type="imudp" address="127.0.0.1" port="{port}")
+input(type="imuxsock" Socket="{socket}" RateLimit.Interval="0" UseSpecialParser="off" ParseHostname="on")
+template(name="raw" type="string" string="%protocol-version% %app-name% %procid% %msgid% %msg%\n")
+*.* action(type="omfile" file="{out}" template="raw")
+"#,
+        dir = dir.display(),
+        socket = socket.display(),
+        out = out.display()
+    );
+    let conf_path = dir.join("rsyslog.conf");
+    fs::write(&conf_path, conf).unwrap();
+    let mut cmd = Command::new(bin);
+    cmd.arg("-n").arg("-f").arg(&conf_path);
+    cmd.arg("-i").arg(dir.join("rsyslogd.pid"));
+    let mut peer = Peer::spawn("rsyslogd", cmd, libc::SIGTERM, &dir);
+    let udp = loopback(port);
+    let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let until = Instant::now() + STARTUP;
+    loop {
+        if peer.exited() {
+            panic!("rsyslogd exited at start-up:\n{}", peer.output());
+        }
+        let _ = probe.send_to(b"<134>1 - - probe 1 ready - ready", udp);
+        if read(&out).contains("probe 1 ready") && socket.exists() {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "rsyslogd not ready:\n{}",
+            peer.output()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    Rsyslog {
+        peer,
+        udp,
+        socket,
+        out,
+    }
+}
+
+/// A running [`rsyslogd`]: where it listens, and the file it writes.
+pub struct Rsyslog {
+    /// The daemon (stopped by its PID when dropped).
+    pub peer: Peer,
+    /// Its UDP address.
+    pub udp: SocketAddr,
+    /// Its Unix datagram socket.
+    pub socket: PathBuf,
+    /// Where it writes what it receives.
+    pub out: PathBuf,
+}
+
+impl Rsyslog {
+    /// The lines it wrote from `app` (its APP-NAME), waiting (bounded by
+    /// [`STARTUP`]) until there are at least `n`.
+    pub fn lines_from(&self, app: &str, n: usize) -> Vec<String> {
+        let until = Instant::now() + STARTUP;
+        loop {
+            let lines: Vec<String> = read(&self.out)
+                .lines()
+                .filter(|l| l.split(' ').nth(1) == Some(app))
+                .map(String::from)
+                .collect();
+            if lines.len() >= n || Instant::now() >= until {
+                return lines;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// How long a peer may take to start listening.
 pub const STARTUP: Duration = Duration::from_secs(20);
 

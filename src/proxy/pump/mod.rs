@@ -14,7 +14,7 @@
 //! handed back, `--yield-before-poll`): docs/moving-bytes.md, "The pump".
 //! `half` holds one direction and its step, `wait` the `poll(2)` side,
 //! `bucket` a direction's bandwidth cap, `promote` the hand-over to the
-//! kernel relay.
+//! kernel relay, `interim` the access log's lines while it lives.
 //!
 //! # Threads
 //!
@@ -43,6 +43,7 @@ pub(crate) use crate::conduit::reset::deliver;
 
 mod bucket;
 mod half;
+pub mod interim;
 mod promote;
 #[cfg(test)]
 mod tests;
@@ -167,6 +168,7 @@ fn pump_with(
     let mut down = Half::capped(options.down_rate); // backend -> client
     let mut story = Story::default();
     let limits = Limits::of(options);
+    let mut interim = interim::take();
     if options.promote && options.promote_after == 0 {
         // From the start: before the first byte is read, so that a peer
         // that answers at once finds both sockets on the kernel path.
@@ -220,7 +222,15 @@ fn pump_with(
         }
         let moved = transfer.to_backend + transfer.to_client > up_before + down_before;
         let halves = [&mut up, &mut down];
-        let looked = look(conduits, halves, [client, backend], &limits, busy, moved);
+        let lines = interim.as_mut().map(|i| (i, &*transfer));
+        let looked = look(
+            conduits,
+            halves,
+            [client, backend],
+            &limits,
+            (busy, moved),
+            lines,
+        );
         if let Err(fault) = looked {
             story.fault(fault.end, fault.error);
             return finish(story, &up, &down, fault.stale);
@@ -258,16 +268,17 @@ struct Stop {
 /// Waits for either socket (or, while a half is `busy`, only looks
 /// without waiting, so that the waiting half learns what became ready),
 /// and tells the halves what became ready. `moved`: this round moved
-/// bytes (for `--yield-before-poll`). `Err`: the silence allowed passed,
-/// or `poll` failed.
+/// bytes (for `--yield-before-poll`). `lines`: the access log's interim
+/// lines, told while waiting. `Err`: the silence allowed passed, or
+/// `poll` failed.
 #[inline]
 fn look(
     conduits: &mut Conduits,
     [up, down]: [&mut Half; 2],
     [client, backend]: [&TcpStream; 2],
     limits: &Limits,
-    busy: bool,
-    moved: bool,
+    (busy, moved): (bool, bool),
+    lines: Option<(&mut interim::Interim, &Transfer)>,
 ) -> Result<(), Stop> {
     // Once one side has closed (or one direction has stopped), the
     // silence allowed is the fin timeout.
@@ -291,7 +302,10 @@ fn look(
             idle: !up.pending() && !down.pending(),
             yield_first: limits.yield_before_poll && moved,
         };
-        wait(&mut fds, conduits, how)
+        match lines {
+            None => wait(&mut fds, conduits, how),
+            Some((lines, transfer)) => interim::wait_for(&mut fds, conduits, how, lines, transfer),
+        }
     };
     match ready {
         Err(e) => Err(Stop {
