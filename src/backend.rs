@@ -145,6 +145,17 @@ fn now_ms() -> u64 {
 /// Process-wide source of [`Backend::id`]s.
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
+/// What the connections' table keeps of a connection's backend.
+impl crate::connections::Peer for Backend {
+    fn peer_name(&self) -> &str {
+        self.name()
+    }
+
+    fn peer_id(&self) -> u64 {
+        self.id()
+    }
+}
+
 impl Backend {
     /// Resolves a spec into a backend.
     ///

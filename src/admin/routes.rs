@@ -154,6 +154,14 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
             Ok(service) => in_service(state, &service, method, &segments, body),
             Err(why) => Reply::error(409, why),
         },
+        ["connections"] => match method {
+            "GET" => super::connections::list(query),
+            _ => Reply::method_not_allowed(method, "GET, HEAD"),
+        },
+        ["connections", id] => match method {
+            "DELETE" => super::connections::kill(id),
+            _ => Reply::method_not_allowed(method, "DELETE"),
+        },
         ["reload"] => match method {
             "POST" => match query_flag(query, "dry_run") {
                 Ok(false) => reload(state),
@@ -218,6 +226,16 @@ fn in_service(state: &State, service: &Service, method: &str, rest: &[&str], bod
                 "PUT" => change(state, service, &address, body),
                 "DELETE" => delete(state, service, &address),
                 _ => Reply::method_not_allowed(method, "GET, HEAD, PUT, DELETE"),
+            }
+        }
+        ["backends", address, "connections"] => {
+            let Some(address) = percent_decode(address) else {
+                return Reply::error(400, "the address in the path is not valid UTF-8");
+            };
+            match method {
+                "DELETE" => find(service, &address)
+                    .map_or_else(|r| r, |b| super::connections::kill_backend(&b)),
+                _ => Reply::method_not_allowed(method, "DELETE"),
             }
         }
         _ => Reply::error(404, format!("no such endpoint: /{}", rest.join("/"))),
@@ -499,7 +517,7 @@ fn typed(text: &str) -> Value {
 /// `%XX` sequences decoded (an IPv6 backend is `%5B::1%5D:8001` in a URL),
 /// a `%` not followed by two hex digits kept as it is; `None` when the
 /// result is not UTF-8.
-fn percent_decode(text: &str) -> Option<String> {
+pub(super) fn percent_decode(text: &str) -> Option<String> {
     let decoded = percent_encoding::percent_decode_str(text)
         .decode_utf8()
         .ok()?;

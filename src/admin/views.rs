@@ -75,6 +75,7 @@ pub(super) fn stats_page(state: &State) -> String {
         busy: stats.workers_busy,
         max_workers: state.config.workers as u64,
         uptime: state.started.elapsed(),
+        connections: super::connections::page_tables(),
     };
     page::render(&process, &sections)
 }

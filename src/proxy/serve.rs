@@ -124,6 +124,12 @@ impl Proxy {
             ),
             Some(session) => pump_tls(session, &client, &backend_sock, &settings, outcome.peer),
         };
+        // Off the connections' table before the sockets close; ended on
+        // purpose, it says why, whatever the pump saw after the shutdown.
+        let mut pumped = pumped;
+        if let Some(kill) = crate::connections::end() {
+            pumped.end = pump::End::Killed(kill);
+        }
         let end = pumped.end;
         outcome.fate = Fate::Served(Served {
             backend: Arc::clone(&backend),
@@ -168,6 +174,7 @@ impl Proxy {
         // idle worker makes.
         let settings = self.settings.load_full();
         let health = self.health.load_full();
+        self.list(&job, &settings);
         let ready = self.ready(job, outcome, &settings, &health)?;
         self.link(ready, settings, &health, outcome)
     }
@@ -245,6 +252,7 @@ impl Proxy {
             queued_at: ready.queued_at,
         };
         let mut tries = Tries::default();
+        crate::connections::phase(crate::connections::Phase::Connecting);
         let connecting = Instant::now();
         let mut connected = self.connect(&ready.pick, &attempt, &mut tries);
         let connect_time = connecting.elapsed();
@@ -253,6 +261,8 @@ impl Proxy {
         }
         match connected {
             Ok(Connected(backend_sock, backend, held)) => {
+                let peer: Arc<dyn crate::connections::Peer> = backend.clone();
+                crate::connections::linked(peer, backend_sock.as_raw_fd(), (None, None));
                 let Ready {
                     client,
                     pick,
@@ -281,6 +291,25 @@ impl Proxy {
                 None
             }
         }
+    }
+
+    /// Lists the connection `job` brings in the connections' table, with
+    /// the policies `settings` give it. Not inlined: its locals stay out
+    /// of the frames under the pump.
+    #[inline(never)]
+    fn list(&self, job: &Job, settings: &ProxyConfig) {
+        use crate::connections::{begin, Begin, OnRemoved};
+        let lifetime = settings
+            .max_connection_lifetime
+            .map(|life| (life, settings.max_connection_lifetime_jitter));
+        let how = Begin {
+            service: self.report.service(),
+            lifetime,
+            fin: settings.fin_timeout.unwrap_or(settings.idle_timeout),
+            on_down: settings.on_backend_down,
+            on_removed: OnRemoved::of(settings.on_backend_removed, settings.removed_drain_timeout),
+        };
+        begin(job.peer, job.client.as_raw_fd(), how);
     }
 
     /// The TLS handshake with the client of a service that terminates TLS:
@@ -495,6 +524,9 @@ fn pump_both(
 ) -> pump::Pumped {
     settings.keep_alive(client, backend, peer);
     let options = settings.pump_options();
+    if settings.splice {
+        crate::connections::mode(crate::connections::Mode::Splice);
+    }
     if options.promote {
         super::kernel_relay::count_for(stats);
     }
@@ -536,6 +568,10 @@ fn pump_tls(
     settings.keep_alive(client, backend, peer);
     let sessions = &mut *session;
     let note = sessions.note();
+    crate::connections::mode(crate::connections::Mode::Tls);
+    if let Some(note) = &note {
+        crate::connections::tls(note.sni.clone(), note.version, note.client.clone());
+    }
     let pumped = pump(
         Side::client(client, sessions.client.as_mut()),
         Side::backend(backend, sessions.backend.as_mut()),
@@ -552,4 +588,15 @@ fn pump_tls(
 /// socket counts as readable: the pump meets it and ends the connection.
 fn wait_readable(client: &TcpStream, deadline: Instant) -> bool {
     crate::poll::readable_by(client.as_raw_fd(), deadline).unwrap_or(true)
+}
+
+/// Takes the connection off the connections' table when dropped: the
+/// last resort of a panic (every other path takes it off before its
+/// sockets close, [`crate::connections::end`]).
+pub(super) struct Listed;
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        crate::connections::end();
+    }
 }
