@@ -270,6 +270,16 @@ impl Backend {
         if was != healthy {
             self.changed();
         }
+        if was && !healthy {
+            // `on_backend_down: close`: its connections end now.
+            let closed = crate::connections::table().backend_down(self.id);
+            if closed > 0 {
+                log::info!(
+                    "backend {}: {closed} connection(s) closed (on_backend_down: close)",
+                    self.name
+                );
+            }
+        }
         was
     }
 

@@ -186,15 +186,6 @@ pub(crate) fn mark_down(backend: &Backend, reason: &str) -> bool {
     if was_up {
         backend.tally.health_changed(false);
         log::warn!("backend {} is now DOWN ({reason})", backend.name());
-        // `on_backend_down: close`: its connections end now.
-        let closed = crate::connections::table().backend_down(backend.id());
-        if closed > 0 {
-            log::info!(
-                "backend {}: {} closed (on_backend_down: close)",
-                backend.name(),
-                crate::units::count(closed as u64, "connection")
-            );
-        }
     }
     was_up
 }

@@ -1,0 +1,200 @@
+//! The live table of connections through the admin API: 100 open, one
+//! killed by id, the 99 others byte-exact afterwards; a backend's
+//! connections killed by its path; a backend marked DOWN with
+//! `on_backend_down: close` left with none within a second; and
+//! `max_connection_lifetime` sending the client its FIN.
+
+mod child;
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::*;
+use rodizio::connections::OnDown;
+use rodizio::Config;
+use serde_json::Value;
+
+/// A balancer over `backend` with its admin API on, after `tweak`.
+fn balancer(backend: SocketAddr, tweak: impl FnOnce(&mut Config)) -> TestBalancer {
+    TestBalancer::with(&[backend], |c| {
+        c.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+        tweak(c);
+    })
+}
+
+/// `GET path` on the admin API, as JSON.
+fn get(b: &TestBalancer, path: &str) -> Value {
+    let (status, body) = child::call(b.admin.unwrap(), "GET", path, "");
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// `n` clients through the balancer, each with one echo done.
+fn open(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|i| {
+            let mut s = connect(addr).unwrap();
+            let hello = format!("hello {i}\n");
+            s.write_all(hello.as_bytes()).unwrap();
+            let mut back = vec![0; hello.len()];
+            s.read_exact(&mut back).unwrap();
+            assert_eq!(back, hello.as_bytes());
+            s
+        })
+        .collect()
+}
+
+/// Whether the peer of `s` ended it (end of stream or a reset) within 1 s.
+fn ended(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
+}
+
+#[test]
+fn of_100_open_connections_one_killed_ends_and_99_go_on_byte_exact() {
+    let backend = TestBackend::echo();
+    let b = balancer(backend.addr(), |_| {});
+    let mut clients = open(b.addr, 100);
+    let filter = format!("/connections?backend={}&limit=1000", backend.addr());
+    let listed = get(&b, &filter);
+    let conns = listed["connections"].as_array().unwrap();
+    assert_eq!(conns.len(), 100, "{listed}");
+    for c in conns {
+        assert_eq!(c["backend"], backend.addr().to_string());
+        assert_eq!(c["state"], "pumping", "{c}");
+        assert!(c["bytes_to_backend"].as_u64().unwrap() >= 8, "{c}");
+    }
+    // The client of the connection to kill: the listed one whose client
+    // address is ours.
+    let victim = &conns[37];
+    let id = victim["id"].as_u64().unwrap();
+    let client: SocketAddr = victim["client"].as_str().unwrap().parse().unwrap();
+    let at = clients
+        .iter()
+        .position(|s| s.local_addr().unwrap() == client)
+        .expect("the listed client is one of ours");
+    let (status, body) = child::call(
+        b.admin.unwrap(),
+        "DELETE",
+        &format!("/connections/{id}"),
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    let mut gone = clients.remove(at);
+    assert!(ended(&mut gone), "the killed client saw no end");
+    let (status, _) = child::call(
+        b.admin.unwrap(),
+        "DELETE",
+        &format!("/connections/{id}"),
+        "",
+    );
+    assert_eq!(status, 404, "killed twice");
+    // The 99 others: each echoes 64 KiB byte-exact.
+    let data = std::sync::Arc::new(test_data(64 * 1024, 7));
+    for s in clients.iter_mut() {
+        s.write_all(&data).unwrap();
+        let mut back = vec![0; data.len()];
+        s.read_exact(&mut back).unwrap();
+        assert!(back == *data, "a connection not killed lost bytes");
+    }
+    assert!(wait_for(Duration::from_secs(5), || b
+        .stats
+        .snapshot()
+        .ended_killed
+        == 1));
+    assert!(b.wait_active(99, Duration::from_secs(5)));
+    let listed = get(&b, &filter);
+    assert_eq!(listed["connections"].as_array().unwrap().len(), 99);
+}
+
+#[test]
+fn a_backends_connections_are_killed_by_its_path_and_paged_by_id() {
+    let backend = TestBackend::echo();
+    let b = balancer(backend.addr(), |_| {});
+    let mut clients = open(b.addr, 5);
+    let page = get(
+        &b,
+        &format!("/connections?backend={}&limit=2", backend.addr()),
+    );
+    assert_eq!(page["connections"].as_array().unwrap().len(), 2);
+    let next = page["next"].as_u64().expect("a next page");
+    let rest = get(
+        &b,
+        &format!(
+            "/connections?backend={}&after={next}&limit=1000",
+            backend.addr()
+        ),
+    );
+    assert_eq!(rest["connections"].as_array().unwrap().len(), 3);
+    assert!(rest["next"].is_null());
+    let path = format!("/backends/{}/connections", backend.addr());
+    let (status, body) = child::call(b.admin.unwrap(), "DELETE", &path, "");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"killed\":5"), "{body}");
+    for s in clients.iter_mut() {
+        assert!(ended(s));
+    }
+    assert!(b.wait_active(0, Duration::from_secs(5)));
+}
+
+#[test]
+fn a_backend_marked_down_with_on_backend_down_close_keeps_no_connection_past_a_second() {
+    let backend = TestBackend::echo();
+    let b = balancer(backend.addr(), |c| c.proxy.on_backend_down = OnDown::Close);
+    let mut clients = open(b.addr, 20);
+    assert!(b.wait_active(20, Duration::from_secs(5)));
+    let down = Instant::now();
+    b.backend(backend.addr()).set_healthy(false);
+    assert!(b.wait_active(0, Duration::from_secs(1)), "connections left");
+    assert!(down.elapsed() < Duration::from_secs(1));
+    for s in clients.iter_mut() {
+        assert!(ended(s));
+    }
+    assert_eq!(b.stats.snapshot().ended_killed_down, 20);
+    assert_eq!(b.backend(backend.addr()).tally.killed_down(), 20);
+}
+
+#[test]
+fn a_backend_marked_down_keeps_its_connections_by_default() {
+    let backend = TestBackend::echo();
+    let b = balancer(backend.addr(), |_| {});
+    let mut clients = open(b.addr, 3);
+    b.backend(backend.addr()).set_healthy(false);
+    for s in clients.iter_mut() {
+        s.write_all(b"still\n").unwrap();
+        let mut back = [0u8; 6];
+        s.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"still\n");
+    }
+    assert_eq!(b.stats.snapshot().active, 3);
+}
+
+#[test]
+fn max_connection_lifetime_sends_the_client_its_fin_and_logs_max_lifetime() {
+    let backend = TestBackend::echo();
+    let b = balancer(backend.addr(), |c| {
+        c.proxy.max_connection_lifetime = Some(Duration::from_millis(300));
+        c.proxy.fin_timeout = Some(Duration::from_millis(500));
+    });
+    let mut clients = open(b.addr, 2);
+    let started = Instant::now();
+    for s in clients.iter_mut() {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(s.read(&mut buf).unwrap(), 0, "no FIN at the lifetime");
+    }
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Still silent after the FIN: closed a fin timeout later.
+    assert!(b.wait_active(0, Duration::from_secs(5)));
+    assert_eq!(b.stats.snapshot().ended_max_lifetime, 2);
+}
