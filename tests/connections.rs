@@ -150,7 +150,9 @@ fn a_backends_connections_are_killed_by_its_path_and_paged_by_id() {
 #[test]
 fn a_backend_marked_down_with_on_backend_down_close_keeps_no_connection_past_a_second() {
     let backend = TestBackend::echo();
-    let b = balancer(backend.addr(), |c| c.proxy.on_backend_down = OnDown::Close);
+    let b = balancer(backend.addr(), |c| {
+        c.proxy.ends.on_backend_down = OnDown::Close
+    });
     let mut clients = open(b.addr, 20);
     assert!(b.wait_active(20, Duration::from_secs(5)));
     let down = Instant::now();
@@ -183,7 +185,7 @@ fn a_backend_marked_down_keeps_its_connections_by_default() {
 fn max_connection_lifetime_sends_the_client_its_fin_and_logs_max_lifetime() {
     let backend = TestBackend::echo();
     let b = balancer(backend.addr(), |c| {
-        c.proxy.max_connection_lifetime = Some(Duration::from_millis(300));
+        c.proxy.ends.max_connection_lifetime = Some(Duration::from_millis(300));
         c.proxy.fin_timeout = Some(Duration::from_millis(500));
     });
     let mut clients = open(b.addr, 2);

@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::routes::Reply;
 use crate::backend::Backend;
 use crate::connections::{table, Kill, View};
 
@@ -46,7 +45,7 @@ struct Filter {
 
 impl Filter {
     /// The filter of `query`, or a 400 saying which value is wrong.
-    fn parse(query: &str) -> Result<Filter, Reply> {
+    fn parse(query: &str) -> Result<Filter, Answer> {
         let mut f = Filter {
             limit: DEFAULT_LIMIT,
             ..Filter::default()
@@ -56,8 +55,10 @@ impl Filter {
             if raw.len() > MAX_VALUE {
                 return Err(bad(key, "is too long"));
             }
-            let value =
-                super::routes::percent_decode(raw).ok_or_else(|| bad(key, "is not valid UTF-8"))?;
+            let value = percent_encoding::percent_decode_str(raw)
+                .decode_utf8()
+                .map_err(|_| bad(key, "is not valid UTF-8"))?
+                .into_owned();
             match key {
                 "service" => f.service = Some(value),
                 "backend" => f.backend = Some(value),
@@ -74,7 +75,7 @@ impl Filter {
                     f.after = whole(&value).ok_or_else(|| bad(key, "must be a connection id"))?;
                 }
                 _ => {
-                    return Err(Reply::error(
+                    return Err(error(
                         400,
                         format!(
                             "unknown filter {}: service, backend, client, min_age, \
@@ -108,12 +109,20 @@ impl Filter {
     }
 }
 
-fn bad(key: &str, why: &str) -> Reply {
-    Reply::error(400, format!("{} {why}", crate::config::shown_name(key)))
+fn bad(key: &str, why: &str) -> Answer {
+    error(400, format!("{} {why}", crate::config::shown_name(key)))
+}
+
+/// A status and its JSON body.
+type Answer = (u16, Value);
+
+/// `{"error": message}` with this status.
+fn error(status: u16, message: String) -> Answer {
+    (status, json!({ "error": message }))
 }
 
 /// A duration filter: `30s`, `5m`, `500ms`, or seconds.
-fn duration(key: &str, value: &str) -> Result<Duration, Reply> {
+fn duration(key: &str, value: &str) -> Result<Duration, Answer> {
     let parsed = match whole(value) {
         Some(secs) if secs <= 1_000_000_000 => Ok(Duration::from_secs(secs)),
         Some(_) => Err("is too long".to_string()),
@@ -152,7 +161,7 @@ pub fn connection_json(v: &View) -> Value {
 
 /// `GET /connections?...`: the open connections the filters keep, by id,
 /// at most `limit`; `next` is the `after` of the next page.
-pub(super) fn list(query: &str) -> Reply {
+pub(super) fn list(query: &str) -> Answer {
     let filter = match Filter::parse(query) {
         Ok(f) => f,
         Err(reply) => return reply,
@@ -162,35 +171,36 @@ pub(super) fn list(query: &str) -> Reply {
     let kept: Vec<&View> = all.iter().filter(|v| filter.keeps(v)).collect();
     let page = &kept[..kept.len().min(filter.limit)];
     let next = (kept.len() > page.len()).then(|| page.last().map(|v| v.id));
-    Reply::new(
+    let connections: Vec<Value> = page.iter().map(|v| connection_json(v)).collect();
+    (
         200,
         json!({
             "open": open,
             "matched": kept.len(),
-            "connections": page.iter().map(|v| connection_json(v)).collect::<Vec<_>>(),
+            "connections": connections,
             "next": next.flatten(),
         }),
     )
 }
 
 /// `DELETE /connections/{id}`: both ends shut down, `end=killed`.
-pub(super) fn kill(id: &str) -> Reply {
+pub(super) fn kill(id: &str) -> Answer {
     let Some(id) = whole(id) else {
-        return Reply::error(
+        return error(
             400,
-            "a connection id is a whole number (see GET /connections)",
+            "a connection id is a whole number (see GET /connections)".into(),
         );
     };
     if table().kill(id, Kill::Killed) {
         log::info!("admin: connection {id} closed");
-        Reply::new(200, json!({ "killed": id }))
+        (200, json!({ "killed": id }))
     } else {
-        Reply::error(404, format!("no open connection {id}"))
+        error(404, format!("no open connection {id}"))
     }
 }
 
 /// `DELETE .../backends/{backend}/connections`: every connection to it.
-pub(super) fn kill_backend(backend: &Backend) -> Reply {
+pub(super) fn kill_backend(backend: &Backend) -> Answer {
     let id = backend.id();
     let killed = table().kill_where(Kill::Killed, |v| v.backend_id == Some(id));
     log::info!(
@@ -198,7 +208,7 @@ pub(super) fn kill_backend(backend: &Backend) -> Reply {
         crate::units::count(killed as u64, "connection"),
         backend.name()
     );
-    Reply::new(200, json!({ "backend": backend.name(), "killed": killed }))
+    (200, json!({ "backend": backend.name(), "killed": killed }))
 }
 
 /// The stats page's two tables: the oldest connections and the busiest

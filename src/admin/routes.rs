@@ -155,11 +155,11 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
             Err(why) => Reply::error(409, why),
         },
         ["connections"] => match method {
-            "GET" => super::connections::list(query),
+            "GET" => answer(super::connections::list(query)),
             _ => Reply::method_not_allowed(method, "GET, HEAD"),
         },
         ["connections", id] => match method {
-            "DELETE" => super::connections::kill(id),
+            "DELETE" => answer(super::connections::kill(id)),
             _ => Reply::method_not_allowed(method, "DELETE"),
         },
         ["reload"] => match method {
@@ -234,7 +234,7 @@ fn in_service(state: &State, service: &Service, method: &str, rest: &[&str], bod
             };
             match method {
                 "DELETE" => find(service, &address)
-                    .map_or_else(|r| r, |b| super::connections::kill_backend(&b)),
+                    .map_or_else(|r| r, |b| answer(super::connections::kill_backend(&b))),
                 _ => Reply::method_not_allowed(method, "DELETE"),
             }
         }
@@ -420,6 +420,11 @@ fn delete(state: &State, service: &Service, address: &str) -> Reply {
     Reply::new(202, body)
 }
 
+/// A status and a JSON body as a reply.
+fn answer((status, body): (u16, Value)) -> Reply {
+    Reply::new(status, body)
+}
+
 /// ` (service NAME)` when several services run, for log lines.
 fn whose(state: &State, service: &Service) -> String {
     if state.running.list().len() > 1 {
@@ -517,7 +522,7 @@ fn typed(text: &str) -> Value {
 /// `%XX` sequences decoded (an IPv6 backend is `%5B::1%5D:8001` in a URL),
 /// a `%` not followed by two hex digits kept as it is; `None` when the
 /// result is not UTF-8.
-pub(super) fn percent_decode(text: &str) -> Option<String> {
+fn percent_decode(text: &str) -> Option<String> {
     let decoded = percent_encoding::percent_decode_str(text)
         .decode_utf8()
         .ok()?;

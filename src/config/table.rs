@@ -315,42 +315,26 @@ macro_rules! settings_table {
                 .proxy
                 .fin_timeout
                 .map_or_else(|| "same as idle_timeout".into(), format_duration);
-        /// What a backend marked DOWN does to its connections: keep (they
-        /// go on to their natural end) or close (at once, end=killed_down).
-        on_backend_down: OnDown, "on-backend-down", Service, set(proxy.on_backend_down), live,
-            file Parsed<OnDown> => take,
-            flag Option<OnDown> [value_name = "WHAT", value_parser = parse_on_down],
-            always |c: &Config| c.proxy.on_backend_down.to_string();
-        /// What a removed backend does to its connections: drain (they go
-        /// on, see --removed-drain-timeout) or close (at once,
-        /// end=killed_removed).
-        on_backend_removed: Removal, "on-backend-removed", Service, set(proxy.on_backend_removed),
-            live,
-            file Parsed<Removal> => take,
-            flag Option<Removal> [value_name = "WHAT", value_parser = parse_removal],
-            always |c: &Config| c.proxy.on_backend_removed.to_string();
-        /// With on_backend_removed drain: close the removed backend's
-        /// connections still open this long after the removal.
-        removed_drain_timeout: Duration, "removed-drain-timeout", Service,
-            some(proxy.removed_drain_timeout), live,
-            file MaybeSecs => take,
-            flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
-            always |c: &Config| or_off(c.proxy.removed_drain_timeout, format_duration);
-        /// Close each connection this long after a worker took it: the
-        /// client gets its FIN, a fin timeout later both sides close
-        /// (end=max_lifetime).
-        max_connection_lifetime: Duration, "max-connection-lifetime", Service,
-            some(proxy.max_connection_lifetime), live,
-            file MaybeSecs => take,
-            flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
-            always |c: &Config| or_off(c.proxy.max_connection_lifetime, format_duration);
-        /// Each connection's lifetime is longer by up to this much, spread
-        /// by its id, so that connections opened together end apart.
-        max_connection_lifetime_jitter: Duration, "max-connection-lifetime-jitter", Service,
-            some(proxy.max_connection_lifetime_jitter), live,
-            file MaybeSecs => take,
-            flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
-            always |c: &Config| or_off(c.proxy.max_connection_lifetime_jitter, format_duration);
+        /// A backend marked DOWN: keep its connections, or close them.
+        on_backend_down: OnDown, "on-backend-down", Service, set(proxy.ends.on_backend_down), live,
+            file Parsed<OnDown> => take, flag Option<OnDown> [value_parser = parse_on_down],
+            always |c: &Config| c.proxy.ends.on_backend_down.to_string();
+        /// A removed backend: drain its connections, or close them.
+        on_backend_removed: Removal, "on-backend-removed", Service, set(proxy.ends.on_backend_removed), live,
+            file Parsed<Removal> => take, flag Option<Removal> [value_parser = parse_removal],
+            always |c: &Config| c.proxy.ends.on_backend_removed.to_string();
+        /// Draining a removed backend, close what is left after this long.
+        removed_drain_timeout: Duration, "removed-drain-timeout", Service, some(proxy.ends.removed_drain_timeout), live,
+            file MaybeSecs => take, flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| or_off(c.proxy.ends.removed_drain_timeout, format_duration);
+        /// Close each connection this long after it started (FIN first).
+        max_connection_lifetime: Duration, "max-connection-lifetime", Service, some(proxy.ends.max_connection_lifetime), live,
+            file MaybeSecs => take, flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| or_off(c.proxy.ends.max_connection_lifetime, format_duration);
+        /// Each lifetime longer by up to this much, spread by connection.
+        max_connection_lifetime_jitter: Duration, "max-connection-lifetime-jitter", Service, some(proxy.ends.max_connection_lifetime_jitter), live,
+            file MaybeSecs => take, flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| or_off(c.proxy.ends.max_connection_lifetime_jitter, format_duration);
         /// Turn on TCP keep-alive on both sockets of each connection: first
         /// probe after IDLE without traffic, then every IDLE/3 (at least 1s),
         /// dropped after 3 unanswered (e.g. 60s).

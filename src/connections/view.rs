@@ -227,6 +227,45 @@ impl fmt::Display for OnRemoved {
     }
 }
 
+/// A service's settings that end its connections on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ends {
+    /// `on_backend_down`. Default keep.
+    pub on_backend_down: OnDown,
+    /// `on_backend_removed`. Default drain.
+    pub on_backend_removed: Removal,
+    /// `removed_drain_timeout`: with drain, close what is left this long
+    /// after the removal. Default `None` (off).
+    pub removed_drain_timeout: Option<Duration>,
+    /// `max_connection_lifetime` (Envoy's
+    /// `max_downstream_connection_duration`): the client gets its FIN this
+    /// long after a worker took it, both sides close a fin timeout later.
+    /// Default `None`.
+    pub max_connection_lifetime: Option<Duration>,
+    /// `max_connection_lifetime_jitter`: each lifetime longer by up to
+    /// this, spread by the connection's id. Default `None`.
+    pub max_connection_lifetime_jitter: Option<Duration>,
+}
+
+impl Ends {
+    /// Checks that every value is usable.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::error::Error::InvalidSetting`] for a zero duration.
+    pub fn validate(&self) -> crate::error::Result<()> {
+        for (name, d) in [
+            ("removed_drain_timeout", self.removed_drain_timeout),
+            ("max_connection_lifetime", self.max_connection_lifetime),
+        ] {
+            if d.is_some_and(|d| d.is_zero()) {
+                return Err(crate::error::Error::setting(name, "must be more than 0"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A connection as a reader sees it.
 #[derive(Debug, Clone)]
 pub struct View {

@@ -11,6 +11,7 @@
 //!   after a PROXY header or SNI, on the worker;
 //! - `serve`: the chain wait → route (and the gate, where it runs here) →
 //!   TLS → a slot → connect → pump → close;
+//! - `listed`: the connection's place in the connections' table;
 //! - `waiting`: a client waiting for a slot when every backend is at its
 //!   `max_connections`;
 //! - `connect`: the backend connect, with fail-over;
@@ -44,6 +45,7 @@ mod admission;
 mod connect;
 pub mod header;
 pub mod kernel_relay;
+mod listed;
 mod per_client;
 pub mod pump;
 mod refusal;
@@ -215,24 +217,10 @@ pub struct ProxyConfig {
     /// pump before the hand-over (`kernel_relay_after`); 0: from the
     /// start. Default [`DEFAULT_KERNEL_RELAY_AFTER`].
     pub kernel_relay_after: u32,
-    /// What a backend marked DOWN does to its connections
-    /// (`on_backend_down`, HAProxy's `on-marked-down shutdown-sessions`).
-    /// Default keep.
-    pub on_backend_down: crate::connections::OnDown,
-    /// What a removed backend does to its connections
-    /// (`on_backend_removed`). Default drain.
-    pub on_backend_removed: crate::connections::Removal,
-    /// With `on_backend_removed: drain`, close what is left this long after
-    /// the removal (`removed_drain_timeout`). Default `None` (off).
-    pub removed_drain_timeout: Option<Duration>,
-    /// Close a connection this long after a worker took it
-    /// (`max_connection_lifetime`, Envoy's
-    /// `max_downstream_connection_duration`): the client gets its FIN,
-    /// then, a fin timeout later, both sides are closed. Default `None`.
-    pub max_connection_lifetime: Option<Duration>,
-    /// Each connection's lifetime is longer by up to this much, spread by
-    /// its id (`max_connection_lifetime_jitter`). Default `None`.
-    pub max_connection_lifetime_jitter: Option<Duration>,
+    /// What ends its connections on purpose: `on_backend_down`,
+    /// `on_backend_removed`, `removed_drain_timeout`,
+    /// `max_connection_lifetime` and its jitter. Default: none does.
+    pub ends: crate::connections::Ends,
 }
 
 /// Default of `kernel_relay_after`: past the few exchanges of a short
@@ -282,11 +270,7 @@ impl Default for ProxyConfig {
             download_rate: None,
             kernel_relay: KernelRelay::Off,
             kernel_relay_after: DEFAULT_KERNEL_RELAY_AFTER,
-            on_backend_down: crate::connections::OnDown::Keep,
-            on_backend_removed: crate::connections::Removal::Drain,
-            removed_drain_timeout: None,
-            max_connection_lifetime: None,
-            max_connection_lifetime_jitter: None,
+            ends: crate::connections::Ends::default(),
         }
     }
 }
@@ -337,15 +321,10 @@ impl ProxyConfig {
                 "must be at least 1 (or off)",
             ));
         }
-        for (name, d) in [
-            ("fin_timeout", self.fin_timeout),
-            ("removed_drain_timeout", self.removed_drain_timeout),
-            ("max_connection_lifetime", self.max_connection_lifetime),
-        ] {
-            if d.is_some_and(|d| d.is_zero()) {
-                return Err(Error::setting(name, "must be more than 0"));
-            }
+        if self.fin_timeout.is_some_and(|d| d.is_zero()) {
+            return Err(Error::setting("fin_timeout", "must be more than 0"));
         }
+        self.ends.validate()?;
         if let Some(idle) = self.tcp_keepalive {
             // The kernel counts these in whole seconds.
             if idle < Duration::from_secs(1) || idle > MAX_TCP_KEEPALIVE || idle.subsec_nanos() != 0
@@ -558,7 +537,7 @@ impl Proxy {
         let slot = job.slot.take();
         // Off the connections' table whatever happens (a panic included);
         // on every other path it left before its sockets closed.
-        let _listed = serve::Listed;
+        let _listed = listed::Listed;
         // Until a step says how it ended (each does: see `Refusal::Misrouted`).
         let mut outcome = Outcome::refused(job.peer, job.queued_at, Refusal::Misrouted);
         self.serve(job, &mut outcome);

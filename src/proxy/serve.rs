@@ -293,25 +293,6 @@ impl Proxy {
         }
     }
 
-    /// Lists the connection `job` brings in the connections' table, with
-    /// the policies `settings` give it. Not inlined: its locals stay out
-    /// of the frames under the pump.
-    #[inline(never)]
-    fn list(&self, job: &Job, settings: &ProxyConfig) {
-        use crate::connections::{begin, Begin, OnRemoved};
-        let lifetime = settings
-            .max_connection_lifetime
-            .map(|life| (life, settings.max_connection_lifetime_jitter));
-        let how = Begin {
-            service: self.report.service(),
-            lifetime,
-            fin: settings.fin_timeout.unwrap_or(settings.idle_timeout),
-            on_down: settings.on_backend_down,
-            on_removed: OnRemoved::of(settings.on_backend_removed, settings.removed_drain_timeout),
-        };
-        begin(job.peer, job.client.as_raw_fd(), how);
-    }
-
     /// The TLS handshake with the client of a service that terminates TLS:
     /// its session, or `None` when it failed (counted by its kind and
     /// logged there, closed; `outcome` says so). Not inlined: the plain
@@ -588,15 +569,4 @@ fn pump_tls(
 /// socket counts as readable: the pump meets it and ends the connection.
 fn wait_readable(client: &TcpStream, deadline: Instant) -> bool {
     crate::poll::readable_by(client.as_raw_fd(), deadline).unwrap_or(true)
-}
-
-/// Takes the connection off the connections' table when dropped: the
-/// last resort of a panic (every other path takes it off before its
-/// sockets close, [`crate::connections::end`]).
-pub(super) struct Listed;
-
-impl Drop for Listed {
-    fn drop(&mut self) {
-        crate::connections::end();
-    }
 }
