@@ -15,7 +15,8 @@
 //! # Parts
 //!
 //! - this file: [`Config`], its defaults (the C `#define`s) and validation;
-//! - `table`: every setting declared once (key, flag, scope, reload);
+//! - `table`: every setting declared once (key, flag, scope, reload),
+//!   its last lines (the ends on purpose) in `table_ends`;
 //!   `settings`: what the table generates; `overrides`: the [`Overrides`]
 //!   laid over the defaults;
 //! - `file`: the JSON config file; `values`: its value types; `entry`: a
@@ -51,6 +52,7 @@ mod services;
 pub mod settings;
 pub mod sni_check;
 pub(crate) mod table;
+pub(crate) mod table_ends;
 mod values;
 pub mod words;
 

@@ -20,7 +20,7 @@
 /// it (`always`, or `when` it is listed only sometimes).
 macro_rules! settings_table {
     ($callback:ident) => {
-        $callback! {
+        $crate::config::table_ends::with_ends! { $callback [
         /// Address to accept clients on (IPv4 or IPv6, e.g. `[::]:8080`).
         listen: SocketAddr, "listen", Service, set(listen), live,
             file Listen => hand,
@@ -315,26 +315,6 @@ macro_rules! settings_table {
                 .proxy
                 .fin_timeout
                 .map_or_else(|| "same as idle_timeout".into(), format_duration);
-        /// A backend marked DOWN: keep its connections, or close them.
-        on_backend_down: OnDown, "on-backend-down", Service, set(proxy.ends.on_backend_down), live,
-            file Parsed<OnDown> => take, flag Option<OnDown> [value_parser = parse_on_down],
-            always |c: &Config| c.proxy.ends.on_backend_down.to_string();
-        /// A removed backend: drain its connections, or close them.
-        on_backend_removed: Removal, "on-backend-removed", Service, set(proxy.ends.on_backend_removed), live,
-            file Parsed<Removal> => take, flag Option<Removal> [value_parser = parse_removal],
-            always |c: &Config| c.proxy.ends.on_backend_removed.to_string();
-        /// Draining a removed backend, close what is left after this long.
-        removed_drain_timeout: Duration, "removed-drain-timeout", Service, some(proxy.ends.removed_drain_timeout), live,
-            file MaybeSecs => take, flag Option<Duration> [value_parser = parse_duration],
-            always |c: &Config| or_off(c.proxy.ends.removed_drain_timeout, format_duration);
-        /// Close each connection this long after it started (FIN first).
-        max_connection_lifetime: Duration, "max-connection-lifetime", Service, some(proxy.ends.max_connection_lifetime), live,
-            file MaybeSecs => take, flag Option<Duration> [value_parser = parse_duration],
-            always |c: &Config| or_off(c.proxy.ends.max_connection_lifetime, format_duration);
-        /// Each lifetime longer by up to this much, spread by connection.
-        max_connection_lifetime_jitter: Duration, "max-connection-lifetime-jitter", Service, some(proxy.ends.max_connection_lifetime_jitter), live,
-            file MaybeSecs => take, flag Option<Duration> [value_parser = parse_duration],
-            always |c: &Config| or_off(c.proxy.ends.max_connection_lifetime_jitter, format_duration);
         /// Turn on TCP keep-alive on both sockets of each connection: first
         /// probe after IDLE without traffic, then every IDLE/3 (at least 1s),
         /// dropped after 3 unanswered (e.g. 60s).
@@ -604,7 +584,7 @@ macro_rules! settings_table {
             file Secs => take,
             flag Option<Duration> [value_name = "DURATION", value_parser = parse_duration],
             always |c: &Config| format_duration(c.sni.timeout);
-        @file_only {
+        ] @file_only {
             mode: Parsed<Mode>,
             listen_port: Whole<u16, 0, 65535>,
             backend_servers: Backends,

@@ -1,0 +1,43 @@
+//! The end of the settings table (`table.rs`): the settings that end
+//! connections on purpose (`on_backend_down`, `on_backend_removed`,
+//! `removed_drain_timeout`, `max_connection_lifetime` and its jitter),
+//! laid after the table's other lines before it is handed on. Kept apart
+//! so each file stays readable; the lines are the same columns.
+//!
+//! Only a macro: nothing runs here.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart.
+
+/// Hands `$callback` the table's `entries`, then these, then its
+/// `@file_only` keys.
+macro_rules! with_ends {
+    ($callback:ident [$($entries:tt)*] @file_only $file_only:tt) => {
+        $callback! {
+        $($entries)*
+        /// A backend marked DOWN: keep its connections, or close them.
+        on_backend_down: OnDown, "on-backend-down", Service, set(proxy.ends.on_backend_down), live,
+            file Parsed<OnDown> => take, flag Option<OnDown> [value_parser = parse_on_down],
+            always |c: &Config| c.proxy.ends.on_backend_down.to_string();
+        /// A removed backend: drain its connections, or close them.
+        on_backend_removed: Removal, "on-backend-removed", Service, set(proxy.ends.on_backend_removed), live,
+            file Parsed<Removal> => take, flag Option<Removal> [value_parser = parse_removal],
+            always |c: &Config| c.proxy.ends.on_backend_removed.to_string();
+        /// Draining a removed backend, close what is left after this long.
+        removed_drain_timeout: Duration, "removed-drain-timeout", Service, some(proxy.ends.removed_drain_timeout), live,
+            file MaybeSecs => take, flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| or_off(c.proxy.ends.removed_drain_timeout, format_duration);
+        /// Close each connection this long after it started (FIN first).
+        max_connection_lifetime: Duration, "max-connection-lifetime", Service, some(proxy.ends.max_connection_lifetime), live,
+            file MaybeSecs => take, flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| or_off(c.proxy.ends.max_connection_lifetime, format_duration);
+        /// Each lifetime longer by up to this much, spread by connection.
+        max_connection_lifetime_jitter: Duration, "max-connection-lifetime-jitter", Service, some(proxy.ends.max_connection_lifetime_jitter), live,
+            file MaybeSecs => take, flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| or_off(c.proxy.ends.max_connection_lifetime_jitter, format_duration);
+        @file_only $file_only
+        }
+    };
+}
+pub(crate) use with_ends;
