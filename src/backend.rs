@@ -108,6 +108,9 @@ pub struct Backend {
     /// (and a LOCAL header before each health check), or `None`. Fixed
     /// for the backend's life.
     send_proxy: Option<Version>,
+    /// Its own `on_backend_down` and `on_backend_removed`, over its
+    /// service's (the connections' table reads them at connect).
+    ends: crate::connections::Own,
     /// The workers' "connect failed" warnings about this backend: one line
     /// a second at most, so a dead backend under load is not one line per
     /// client.
@@ -166,6 +169,7 @@ impl Backend {
         let mut backend = Backend::new(spec.name(), spec.resolve()?, spec.weight);
         backend.addrs = backend.addrs.named(&spec.host, spec.port);
         backend.set_max_connections(spec.max_connections);
+        backend.ends = spec.ends;
         Ok(backend
             .with_send_proxy(spec.send_proxy)
             .with_own_check(spec.check.clone())
@@ -183,6 +187,11 @@ impl Backend {
     pub fn with_own_check(self, own: OwnCheck) -> Backend {
         self.own_check.store(Arc::new(own));
         self
+    }
+
+    /// Its own `on_backend_down` and `on_backend_removed`, if given.
+    pub fn own_ends(&self) -> crate::connections::Own {
+        self.ends
     }
 
     /// The PROXY protocol version this backend is sent, if any.
@@ -210,6 +219,7 @@ impl Backend {
             bytes_to_client: AtomicU64::new(0),
             last_check: Mutex::new(None),
             send_proxy: None,
+            ends: crate::connections::Own::default(),
             connect_failure_log: LogThrottle::new(Duration::from_secs(1)),
             watchers: Watchers::default(),
             own_check: ArcSwap::from_pointee(OwnCheck::default()),
@@ -579,6 +589,7 @@ mod tests {
                     check: OwnCheck::default(),
                     max_connections: None,
                     backup,
+                    ends: Default::default(),
                 };
                 prop_assert_eq!(BackendSpec::parse(&spec.to_string()).ok(), Some(spec));
             }

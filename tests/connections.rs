@@ -2,7 +2,8 @@
 //! killed by id, the 99 others byte-exact afterwards; a backend's
 //! connections killed by its path; a backend marked DOWN with
 //! `on_backend_down: close` left with none within a second; and
-//! `max_connection_lifetime` sending the client its FIN.
+//! `max_connection_lifetime` sending the client its FIN; a backend's own
+//! `on_backend_down` over its service's.
 
 mod child;
 mod common;
@@ -199,4 +200,77 @@ fn max_connection_lifetime_sends_the_client_its_fin_and_logs_max_lifetime() {
     // Still silent after the FIN: closed a fin timeout later.
     assert!(b.wait_active(0, Duration::from_secs(5)));
     assert_eq!(b.stats.snapshot().ended_max_lifetime, 2);
+}
+
+#[test]
+fn a_backends_own_on_backend_down_wins_over_its_services() {
+    let closing = TestBackend::echo();
+    let keeping = TestBackend::echo();
+    let spec = |addr: SocketAddr, own: &str| {
+        rodizio::backend::BackendSpec::parse(&format!("{addr},on_backend_down={own}")).unwrap()
+    };
+    assert!(rodizio::backend::BackendSpec::parse("127.0.0.1:1,on_backend_down=maybe").is_err());
+    let written = spec(closing.addr(), "close").to_string();
+    assert!(written.ends_with(",on_backend_down=close"), "{written}");
+    // The service keeps; the first backend closes. One balancer each, so
+    // that each client's backend is known.
+    let b = TestBalancer::with(&[closing.addr()], |c| {
+        c.backends = vec![spec(closing.addr(), "close")];
+    });
+    let k = TestBalancer::with(&[keeping.addr()], |c| {
+        c.proxy.ends.on_backend_down = OnDown::Close;
+        c.backends = vec![spec(keeping.addr(), "keep")];
+    });
+    let mut closed = open(b.addr, 3);
+    let mut kept = open(k.addr, 3);
+    b.backend(closing.addr()).set_healthy(false);
+    k.backend(keeping.addr()).set_healthy(false);
+    assert!(b.wait_active(0, Duration::from_secs(1)));
+    for s in closed.iter_mut() {
+        assert!(ended(s));
+    }
+    for s in kept.iter_mut() {
+        s.write_all(b"kept\n").unwrap();
+        let mut back = [0u8; 5];
+        s.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"kept\n");
+    }
+    assert_eq!(k.stats.snapshot().active, 3);
+}
+
+#[test]
+fn a_removed_backend_closes_its_connections_at_once_or_after_its_drain_timeout() {
+    use rodizio::connections::Removal;
+    let backend = TestBackend::echo();
+    let b = balancer(backend.addr(), |c| {
+        c.proxy.ends.on_backend_removed = Removal::Close
+    });
+    let mut clients = open(b.addr, 3);
+    let path = format!("/backends/{}", backend.addr());
+    let (status, body) = child::call(b.admin.unwrap(), "DELETE", &path, "");
+    assert_eq!(status, 202, "{body}");
+    assert!(b.wait_active(0, Duration::from_secs(1)));
+    for s in clients.iter_mut() {
+        assert!(ended(s));
+    }
+    assert_eq!(b.stats.snapshot().ended_killed_removed, 3);
+
+    let backend = TestBackend::echo();
+    let b = balancer(backend.addr(), |c| {
+        c.proxy.ends.removed_drain_timeout = Some(Duration::from_millis(500));
+    });
+    let mut clients = open(b.addr, 3);
+    let path = format!("/backends/{}", backend.addr());
+    let removed = Instant::now();
+    let (status, body) = child::call(b.admin.unwrap(), "DELETE", &path, "");
+    assert_eq!(status, 202, "{body}");
+    // Draining: served on until the timeout.
+    for s in clients.iter_mut() {
+        s.write_all(b"drain\n").unwrap();
+        let mut back = [0u8; 6];
+        s.read_exact(&mut back).unwrap();
+    }
+    assert!(b.wait_active(0, Duration::from_secs(5)));
+    assert!(removed.elapsed() >= Duration::from_millis(450));
+    assert_eq!(b.stats.snapshot().ended_killed_removed, 3);
 }

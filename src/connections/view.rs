@@ -266,6 +266,47 @@ impl Ends {
     }
 }
 
+/// A backend's own policies (`,on_backend_down=close`,
+/// `,on_backend_removed=drain`), over its service's; `None`: the
+/// service's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Own {
+    /// Its own `on_backend_down`.
+    pub on_down: Option<OnDown>,
+    /// Its own `on_backend_removed`.
+    pub on_removed: Option<Removal>,
+}
+
+impl Own {
+    /// Reads `key=value` when `key` is one of its two; `Ok(false)` for
+    /// another key.
+    ///
+    /// # Errors
+    ///
+    /// The value's words when it is not one of the key's.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<bool, String> {
+        match key {
+            "on_backend_down" => self.on_down = Some(value.parse()?),
+            "on_backend_removed" => self.on_removed = Some(value.parse()?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+impl fmt::Display for Own {
+    /// `,on_backend_down=close` and the like, as a backend's options.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(on_down) = self.on_down {
+            write!(f, ",on_backend_down={on_down}")?;
+        }
+        if let Some(on_removed) = self.on_removed {
+            write!(f, ",on_backend_removed={on_removed}")?;
+        }
+        Ok(())
+    }
+}
+
 /// A connection as a reader sees it.
 #[derive(Debug, Clone)]
 pub struct View {

@@ -10,9 +10,12 @@
 //!
 //! No C counterpart.
 
+use std::net::TcpStream;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 
 use super::{Job, Proxy, ProxyConfig};
+use crate::backend::Backend;
 
 impl Proxy {
     /// Lists the connection `job` brings in the connections' table, with
@@ -37,6 +40,17 @@ impl Proxy {
         };
         begin(job.peer, job.client.as_raw_fd(), how);
     }
+}
+
+/// The connection reached `backend` on `socket`: listed with it, and
+/// with the backend's own policies over the service's.
+pub(super) fn linked(backend: &Arc<Backend>, socket: &TcpStream, settings: &ProxyConfig) {
+    let own = backend.own_ends();
+    let removed = own
+        .on_removed
+        .map(|r| crate::connections::OnRemoved::of(r, settings.ends.removed_drain_timeout));
+    let peer: Arc<dyn crate::connections::Peer> = backend.clone();
+    crate::connections::linked(peer, socket.as_raw_fd(), (own.on_down, removed));
 }
 
 /// Takes the connection off the connections' table when dropped: the

@@ -261,8 +261,7 @@ impl Proxy {
         }
         match connected {
             Ok(Connected(backend_sock, backend, held)) => {
-                let peer: Arc<dyn crate::connections::Peer> = backend.clone();
-                crate::connections::linked(peer, backend_sock.as_raw_fd(), (None, None));
+                super::listed::linked(&backend, &backend_sock, &settings);
                 let Ready {
                     client,
                     pick,
