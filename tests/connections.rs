@@ -3,7 +3,7 @@
 //! connections killed by its path; a backend marked DOWN with
 //! `on_backend_down: close` left with none within a second; and
 //! `max_connection_lifetime` sending the client its FIN; a backend's own
-//! `on_backend_down` over its service's.
+//! `on_backend_down` over its service's; the drain's spread, oldest first.
 
 mod child;
 mod common;
@@ -273,4 +273,50 @@ fn a_removed_backend_closes_its_connections_at_once_or_after_its_drain_timeout()
     assert!(b.wait_active(0, Duration::from_secs(5)));
     assert!(removed.elapsed() >= Duration::from_millis(450));
     assert_eq!(b.stats.snapshot().ended_killed_removed, 3);
+}
+
+/// `drain_spread` through the binary (SIGTERM): the ten connections still
+/// open at the drain timeout are closed one after another over the
+/// window, oldest first, and the log tells the progress.
+#[test]
+fn the_drain_spread_closes_the_connections_left_one_by_one_oldest_first() {
+    let backend = TestBackend::echo();
+    let mut lb = child::Child::balancer(&[
+        "-l",
+        "127.0.0.1:0",
+        "-b",
+        &backend.addr().to_string(),
+        "--health-check",
+        "off",
+        "--drain-timeout",
+        "200ms",
+        "--drain-spread",
+        "1s",
+    ]);
+    let clients = open(lb.addr, 10);
+    let signalled = Instant::now();
+    lb.signal(libc::SIGTERM);
+    let watchers: Vec<_> = clients
+        .into_iter()
+        .map(|mut s| {
+            std::thread::spawn(move || {
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let mut buf = [0u8; 16];
+                let _ = s.read(&mut buf);
+                signalled.elapsed()
+            })
+        })
+        .collect();
+    let ends: Vec<Duration> = watchers.into_iter().map(|w| w.join().unwrap()).collect();
+    assert!(ends[0] >= Duration::from_millis(200), "{ends:?}");
+    assert!(
+        ends[9] - ends[0] >= Duration::from_millis(600),
+        "not spread: {ends:?}"
+    );
+    assert!(
+        ends.windows(2).all(|w| w[0] <= w[1]),
+        "not oldest first: {ends:?}"
+    );
+    assert!(lb.wait_exit(child::WAIT).is_some(), "rodizio still runs");
+    lb.next_log("drain: 10 of 10 connections closed");
 }

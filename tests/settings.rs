@@ -439,7 +439,7 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
         "algorithm": "least-connections", "thread_stack": "128k", "workers": 77,
         "max_connections": 500, "queue_capacity": 999, "worker_idle_timeout": "45s",
         "backlog": 77, "sched_policy": "batch", "buffer_size": "16k",
-        "connect_timeout": "1500ms", "idle_timeout": "2m", "drain_timeout": "7s",
+        "connect_timeout": "1500ms", "idle_timeout": "2m", "drain_timeout": "7s", "drain_spread": "3s", "drain_spread_order": "idlest",
         "splice": true, "kernel_relay": "auto", "kernel_relay_after": 9,
         "defer_accept": true, "yield_before_poll": true, "health_check": "http",
         "health_interval": "3s", "health_timeout": "700ms", "health_path": "/up",

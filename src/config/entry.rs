@@ -56,6 +56,17 @@ pub(super) struct Entry(pub(super) BackendSpec);
 const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy", "max_connections", "backup", "on_backend_down", "on_backend_removed", "check_port", "check_address",
     "health_check", "health_path", "health_interval", "rise", "fall"];
 
+/// A backend's own `on_backend_down` or `on_backend_removed`, read into
+/// `ends`.
+fn own_end<'de, A: MapAccess<'de>>(
+    ends: &mut crate::connections::Own,
+    key: &str,
+    map: &mut A,
+) -> std::result::Result<(), A::Error> {
+    let value: String = map.next_value()?;
+    ends.set(key, &value).map(drop).map_err(de::Error::custom)
+}
+
 impl<'de> Deserialize<'de> for Entry {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         struct V;
@@ -101,8 +112,7 @@ impl<'de> Deserialize<'de> for Entry {
                             };
                         }
                         key @ ("on_backend_down" | "on_backend_removed") => {
-                            let value: String = map.next_value()?;
-                            ends.set(key, &value).map_err(de::Error::custom)?;
+                            own_end(&mut ends, key, &mut map)?
                         }
                         key if OwnCheck::takes(key) => check
                             .set_value(key, &map.next_value()?)

@@ -137,6 +137,12 @@ pub struct Config {
     /// Longest wait for connections in flight after a shutdown
     /// (`drain_timeout`). Default 30 s.
     pub drain_timeout: Duration,
+    /// At the drain timeout, close the connections left over this window,
+    /// one after another, instead of all at once (`drain_spread`). Default
+    /// `None`: all at once.
+    pub drain_spread: Option<Duration>,
+    /// Which the spread closes first (`drain_spread_order`). Default oldest.
+    pub drain_spread_order: crate::connections::SpreadOrder,
     /// Hand a client over only once its first bytes arrived
     /// (`defer_accept`, `TCP_DEFER_ACCEPT`). Default off.
     pub defer_accept: bool,
@@ -239,6 +245,8 @@ impl Default for Config {
             backlog: 4096,
             sched_policy: SchedPolicy::Normal,
             drain_timeout: Duration::from_secs(30),
+            drain_spread: None,
+            drain_spread_order: crate::connections::SpreadOrder::Oldest,
             defer_accept: false,
             proxy: ProxyConfig::default(),
             tls: crate::tls_term::TlsSettings::default(),
@@ -460,6 +468,14 @@ impl Config {
         ];
         if let Some(d) = p.client_first_byte_timeout {
             durations.push(("client_first_byte_timeout", d));
+        }
+        let e = &p.ends;
+        for (name, d) in [
+            ("removed_drain_timeout", e.removed_drain_timeout),
+            ("max_connection_lifetime", e.max_connection_lifetime),
+            ("drain_spread", self.drain_spread),
+        ] {
+            durations.extend(d.map(|d| (name, d)));
         }
         if let Some(d) = p.tcp_user_timeout {
             // The kernel takes it as a 32-bit count of milliseconds.

@@ -1,6 +1,7 @@
 //! The end of the settings table (`table.rs`): the settings that end
 //! connections on purpose (`on_backend_down`, `on_backend_removed`,
-//! `removed_drain_timeout`, `max_connection_lifetime` and its jitter),
+//! `removed_drain_timeout`, `max_connection_lifetime` and its jitter,
+//! `drain_spread` and its order),
 //! laid after the table's other lines before it is handed on. Kept apart
 //! so each file stays readable; the lines are the same columns.
 //!
@@ -36,6 +37,15 @@ macro_rules! with_ends {
         max_connection_lifetime_jitter: Duration, "max-connection-lifetime-jitter", Service, some(proxy.ends.max_connection_lifetime_jitter), live,
             file MaybeSecs => take, flag Option<Duration> [value_parser = parse_duration],
             always |c: &Config| or_off(c.proxy.ends.max_connection_lifetime_jitter, format_duration);
+        /// At the drain timeout, close what is left over this long, one by one.
+        drain_spread: Duration, "drain-spread", Process, some(drain_spread), restart[drain_spread],
+            file MaybeSecs => take, flag Option<Duration> [value_parser = parse_duration],
+            always |c: &Config| or_off(c.drain_spread, format_duration);
+        /// Which --drain-spread closes first: oldest or idlest.
+        drain_spread_order: SpreadOrder, "drain-spread-order", Process, set(drain_spread_order),
+            restart[drain_spread_order],
+            file Parsed<SpreadOrder> => take, flag Option<SpreadOrder> [value_parser = parse_spread_order],
+            always |c: &Config| c.drain_spread_order.to_string();
         @file_only $file_only
         }
     };

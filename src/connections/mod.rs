@@ -48,7 +48,7 @@ use parking_lot::Mutex;
 mod view;
 mod watch;
 
-pub use view::{Ends, Kill, Mode, OnDown, OnRemoved, Own, Phase, Removal, View};
+pub use view::{Ends, Kill, Mode, OnDown, OnRemoved, Own, Phase, Removal, SpreadOrder, View};
 
 /// Slots per chunk; chunks are made as workers come.
 const CHUNK: usize = 256;

@@ -227,6 +227,37 @@ impl fmt::Display for OnRemoved {
     }
 }
 
+/// `drain_spread_order`: which connections the drain's spread closes
+/// first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpreadOrder {
+    /// The longest open first (the default).
+    #[default]
+    Oldest,
+    /// The longest silent first.
+    Idlest,
+}
+
+impl FromStr for SpreadOrder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<SpreadOrder, String> {
+        match s {
+            "oldest" => Ok(SpreadOrder::Oldest),
+            "idlest" => Ok(SpreadOrder::Idlest),
+            _ => Err(format!("{s:?} is not oldest or idlest")),
+        }
+    }
+}
+
+impl fmt::Display for SpreadOrder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SpreadOrder::Oldest => "oldest",
+            SpreadOrder::Idlest => "idlest",
+        })
+    }
+}
+
 /// A service's settings that end its connections on purpose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Ends {
