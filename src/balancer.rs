@@ -391,12 +391,14 @@ const AFTER_SPREAD: Duration = Duration::from_secs(2);
 /// elsewhere at once. Returns the workers still busy after it.
 fn spread(
     pool: &Pool<crate::proxy::Job>,
-    stats: &Stats,
+    stats: &Arc<Stats>,
     window: Duration,
     order: crate::connections::SpreadOrder,
 ) -> usize {
     use crate::connections::{table, Kill, SpreadOrder};
+    let owner = std::sync::Arc::as_ptr(stats) as usize;
     let mut open = table().list();
+    open.retain(|v| v.owner == owner);
     match order {
         SpreadOrder::Oldest => open.sort_by_key(|v| std::cmp::Reverse(v.age)),
         SpreadOrder::Idlest => open.sort_by_key(|v| std::cmp::Reverse(v.idle)),

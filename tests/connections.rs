@@ -320,3 +320,32 @@ fn the_drain_spread_closes_the_connections_left_one_by_one_oldest_first() {
     assert!(lb.wait_exit(child::WAIT).is_some(), "rodizio still runs");
     lb.next_log("drain: 10 of 10 connections closed");
 }
+
+/// Two balancers in one process (as an embedding program may run): each
+/// lists and ends only its own connections.
+#[test]
+fn each_balancer_lists_and_ends_only_its_own_connections() {
+    let backend = TestBackend::echo();
+    let one = balancer(backend.addr(), |_| {});
+    let two = balancer(backend.addr(), |_| {});
+    let mut mine = open(one.addr, 1);
+    let theirs = get(&two, "/connections?limit=1000");
+    assert_eq!(
+        theirs["connections"].as_array().unwrap().len(),
+        0,
+        "{theirs}"
+    );
+    let listed = get(&one, "/connections?limit=1000");
+    let id = listed["connections"][0]["id"].as_u64().unwrap();
+    let (status, _) = child::call(
+        two.admin.unwrap(),
+        "DELETE",
+        &format!("/connections/{id}"),
+        "",
+    );
+    assert_eq!(status, 404);
+    mine[0].write_all(b"mine\n").unwrap();
+    let mut back = [0u8; 5];
+    mine[0].read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"mine\n");
+}

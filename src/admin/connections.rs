@@ -89,12 +89,13 @@ impl Filter {
         Ok(f)
     }
 
-    fn keeps(&self, v: &View) -> bool {
+    fn keeps(&self, v: &View, owner: usize) -> bool {
         let service = v
             .service
             .as_deref()
             .unwrap_or(crate::config::DEFAULT_SERVICE);
-        v.id > self.after
+        v.owner == owner
+            && v.id > self.after
             && self.service.as_deref().map_or(true, |s| s == service)
             && self
                 .backend
@@ -139,6 +140,19 @@ fn whole(text: &str) -> Option<u64> {
     text.parse().ok()
 }
 
+/// The connections of the balancer `owner` (the address of its
+/// process-wide counters, [`owner_of`]).
+fn mine(owner: usize) -> Vec<View> {
+    let mut all = table().list();
+    all.retain(|v| v.owner == owner);
+    all
+}
+
+/// The owner of the balancer whose process-wide counters are `stats`.
+pub fn owner_of(stats: &std::sync::Arc<crate::stats::Stats>) -> usize {
+    std::sync::Arc::as_ptr(stats) as usize
+}
+
 /// One connection as JSON.
 pub fn connection_json(v: &View) -> Value {
     json!({
@@ -161,14 +175,14 @@ pub fn connection_json(v: &View) -> Value {
 
 /// `GET /connections?...`: the open connections the filters keep, by id,
 /// at most `limit`; `next` is the `after` of the next page.
-pub(super) fn list(query: &str) -> Answer {
+pub(super) fn list(query: &str, owner: usize) -> Answer {
     let filter = match Filter::parse(query) {
         Ok(f) => f,
         Err(reply) => return reply,
     };
-    let all = table().list();
+    let all = mine(owner);
     let open = all.len();
-    let kept: Vec<&View> = all.iter().filter(|v| filter.keeps(v)).collect();
+    let kept: Vec<&View> = all.iter().filter(|v| filter.keeps(v, owner)).collect();
     let page = &kept[..kept.len().min(filter.limit)];
     let next = (kept.len() > page.len()).then(|| page.last().map(|v| v.id));
     let connections: Vec<Value> = page.iter().map(|v| connection_json(v)).collect();
@@ -184,14 +198,15 @@ pub(super) fn list(query: &str) -> Answer {
 }
 
 /// `DELETE /connections/{id}`: both ends shut down, `end=killed`.
-pub(super) fn kill(id: &str) -> Answer {
+pub(super) fn kill(id: &str, owner: usize) -> Answer {
     let Some(id) = whole(id) else {
         return error(
             400,
             "a connection id is a whole number (see GET /connections)".into(),
         );
     };
-    if table().kill(id, Kill::Killed) {
+    // Only this balancer's: its id checked under the slot's lock.
+    if table().kill_where(Kill::Killed, |v| v.id == id && v.owner == owner) == 1 {
         log::info!("admin: connection {id} closed");
         (200, json!({ "killed": id }))
     } else {
@@ -213,8 +228,8 @@ pub(super) fn kill_backend(backend: &Backend) -> Answer {
 
 /// The stats page's two tables: the oldest connections and the busiest
 /// (most bytes), a few each; empty when none is open.
-pub(super) fn page_tables() -> String {
-    let mut all = table().list();
+pub(super) fn page_tables(owner: usize) -> String {
+    let mut all = mine(owner);
     if all.is_empty() {
         return String::new();
     }

@@ -155,11 +155,11 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
             Err(why) => Reply::error(409, why),
         },
         ["connections"] => match method {
-            "GET" => answer(super::connections::list(query)),
+            "GET" => answer(super::connections::list(query, owner(state))),
             _ => Reply::method_not_allowed(method, "GET, HEAD"),
         },
         ["connections", id] => match method {
-            "DELETE" => answer(super::connections::kill(id)),
+            "DELETE" => answer(super::connections::kill(id, owner(state))),
             _ => Reply::method_not_allowed(method, "DELETE"),
         },
         ["reload"] => match method {
@@ -418,6 +418,11 @@ fn delete(state: &State, service: &Service, address: &str) -> Reply {
     let mut body = backend_json(&backend);
     body["removing"] = Value::Bool(true);
     Reply::new(202, body)
+}
+
+/// This balancer, as the connections' table knows it.
+fn owner(state: &State) -> usize {
+    super::connections::owner_of(&state.sources.stats)
 }
 
 /// A status and a JSON body as a reply.

@@ -69,6 +69,8 @@ pub trait Peer: Send + Sync {
 struct Info {
     /// The connection's id; 0 while the slot serves none.
     id: u64,
+    /// The balancer it belongs to ([`Begin::owner`]).
+    owner: usize,
     service: Option<Arc<str>>,
     client: Option<SocketAddr>,
     backend: Option<Arc<dyn Peer>>,
@@ -337,6 +339,9 @@ fn mine() -> Option<&'static Slot> {
 /// What the worker knows of a connection when it takes the client.
 #[derive(Debug, Clone, Default)]
 pub struct Begin {
+    /// The balancer that serves it (a process may run several, as the
+    /// tests do): the address of its process-wide counters.
+    pub owner: usize,
     /// Its service's name.
     pub service: Option<Arc<str>>,
     /// Its lifetime and the jitter spread over it
@@ -369,6 +374,7 @@ pub fn begin(client: SocketAddr, fd: RawFd, how: Begin) {
     let mut info = slot.info.lock();
     *info = Info {
         id,
+        owner: how.owner,
         service: how.service,
         client: Some(client),
         backend: None,

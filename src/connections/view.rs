@@ -343,6 +343,8 @@ impl fmt::Display for Own {
 pub struct View {
     /// Unique in the process, growing.
     pub id: u64,
+    /// The balancer it belongs to (see [`super::Begin::owner`]).
+    pub owner: usize,
     /// Its service (`None`: the one service of a flat configuration).
     pub service: Option<String>,
     /// The client (after a PROXY header, the one it names).
@@ -393,6 +395,7 @@ impl View {
         let tls = info.tls.clone();
         Some(View {
             id: info.id,
+            owner: info.owner,
             service: info.service.as_deref().map(str::to_string),
             client: info.client,
             backend: info.backend.as_ref().map(|b| b.peer_name().to_string()),

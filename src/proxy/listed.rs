@@ -29,6 +29,7 @@ impl Proxy {
             .max_connection_lifetime
             .map(|life| (life, settings.ends.max_connection_lifetime_jitter));
         let how = Begin {
+            owner: Arc::as_ptr(&self.process) as usize,
             service: self.report.service(),
             lifetime,
             fin: settings.fin_timeout.unwrap_or(settings.idle_timeout),

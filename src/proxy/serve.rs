@@ -251,6 +251,11 @@ impl Proxy {
             health,
             queued_at: ready.queued_at,
         };
+        if let Some(kill) = crate::connections::killed() {
+            // Ended while it waited: no backend is bothered.
+            self.refuse(outcome, Refusal::Killed(kill), &ready.client, health);
+            return None;
+        }
         let mut tries = Tries::default();
         crate::connections::phase(crate::connections::Phase::Connecting);
         let connecting = Instant::now();
