@@ -349,3 +349,58 @@ fn each_balancer_lists_and_ends_only_its_own_connections() {
     mine[0].read_exact(&mut back).unwrap();
     assert_eq!(&back, b"mine\n");
 }
+
+/// A connection handed to the kernel relay is still listed (its mode
+/// says so) and killable: both its sockets shut down, its worker wakes
+/// and ends it as `killed`. Needs root (or CAP_BPF and CAP_NET_ADMIN), as
+/// `tests/kernel_relay.rs` does: it checks the kernel path was taken.
+#[test]
+fn a_connection_on_the_kernel_relay_is_listed_and_killable() {
+    let backend = TestBackend::echo();
+    let b = balancer(backend.addr(), |c| {
+        c.proxy.kernel_relay = rodizio::proxy::KernelRelay::On;
+        c.proxy.kernel_relay_after = 0;
+    });
+    let mut clients = open(b.addr, 2);
+    assert!(
+        wait_for(Duration::from_secs(10), || b
+            .stats
+            .snapshot()
+            .kernel_relayed
+            >= 2),
+        "the kernel relay took no connection: {:?}",
+        b.stats.snapshot()
+    );
+    let listed = get(&b, "/connections?limit=1000");
+    let conns = listed["connections"].as_array().unwrap();
+    assert_eq!(conns.len(), 2, "{listed}");
+    assert!(
+        conns.iter().all(|c| c["mode"] == "kernel_relay"),
+        "{listed}"
+    );
+    let victim = conns[0]["client"].as_str().unwrap().to_string();
+    let id = conns[0]["id"].as_u64().unwrap();
+    let (status, _) = child::call(
+        b.admin.unwrap(),
+        "DELETE",
+        &format!("/connections/{id}"),
+        "",
+    );
+    assert_eq!(status, 200);
+    let at = clients
+        .iter()
+        .position(|s| s.local_addr().unwrap().to_string() == victim)
+        .unwrap();
+    let mut gone = clients.remove(at);
+    assert!(ended(&mut gone), "the killed client saw no end");
+    assert!(wait_for(Duration::from_secs(5), || b
+        .stats
+        .snapshot()
+        .ended_killed
+        == 1));
+    let mut kept = clients.remove(0);
+    kept.write_all(b"relayed\n").unwrap();
+    let mut back = [0u8; 8];
+    kept.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"relayed\n");
+}

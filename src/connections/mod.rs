@@ -319,6 +319,7 @@ struct Held(Cell<Option<&'static Slot>>);
 
 impl Drop for Held {
     fn drop(&mut self) {
+        let _ = FAST.try_with(|f| f.set(None));
         if let Some(slot) = self.0.take() {
             slot.taken.store(false, Relaxed);
             TABLE.free.lock().push(slot);
@@ -327,13 +328,18 @@ impl Drop for Held {
 }
 
 thread_local! {
+    /// The thread's slot, given back when the thread exits.
     static MINE: Held = const { Held(Cell::new(None)) };
+    /// The same slot, for the pump's per-round stores: a plain `Cell`
+    /// with no destructor, so that reading it is one thread-local load
+    /// (no check of a destructor's registration).
+    static FAST: Cell<Option<&'static Slot>> = const { Cell::new(None) };
 }
 
 /// The calling thread's slot while it serves a connection.
 #[inline]
 fn mine() -> Option<&'static Slot> {
-    MINE.try_with(|h| h.0.get()).ok().flatten()
+    FAST.with(Cell::get)
 }
 
 /// What the worker knows of a connection when it takes the client.
@@ -363,6 +369,7 @@ pub fn begin(client: SocketAddr, fd: RawFd, how: Begin) {
         None => {
             let s = TABLE.claim();
             h.0.set(s);
+            FAST.with(|f| f.set(s));
             s
         }
     }) {
