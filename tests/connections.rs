@@ -7,6 +7,7 @@
 
 mod child;
 mod common;
+mod tls_certs;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -403,4 +404,26 @@ fn a_connection_on_the_kernel_relay_is_listed_and_killable() {
     let mut back = [0u8; 8];
     kept.read_exact(&mut back).unwrap();
     assert_eq!(&back, b"relayed\n");
+}
+
+/// A connection whose TLS is terminated here is listed with its mode,
+/// server name and TLS version.
+#[test]
+fn a_tls_connection_is_listed_with_its_server_name_and_version() {
+    let certs = tls_certs::Certs::new();
+    let pair = certs.issue("a", &["a.test"], 1);
+    let backend = TestBackend::echo();
+    let b = balancer(backend.addr(), |c| {
+        c.tls.certs = rodizio::tls_term::CertList(vec![pair.setting()]);
+    });
+    let mut c = tls_certs::connect(b.addr, "a.test", &certs.ca()).unwrap();
+    c.write_all(b"hi").unwrap();
+    let mut buf = [0u8; 2];
+    c.read_exact(&mut buf).unwrap();
+    let listed = get(&b, "/connections");
+    let one = &listed["connections"][0];
+    assert_eq!(one["mode"], "tls", "{listed}");
+    assert_eq!(one["sni"], "a.test", "{listed}");
+    assert_eq!(one["tls_version"], "TLSv1.3", "{listed}");
+    assert_eq!(one["state"], "pumping", "{listed}");
 }
