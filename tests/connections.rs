@@ -117,6 +117,10 @@ fn of_100_open_connections_one_killed_ends_and_99_go_on_byte_exact() {
     assert!(b.wait_active(99, Duration::from_secs(5)));
     let listed = get(&b, &filter);
     assert_eq!(listed["connections"].as_array().unwrap().len(), 99);
+    // The stats page shows the oldest and the busiest of them.
+    let page = http_get(b.admin.unwrap(), "/").unwrap().body;
+    assert!(page.contains("id=\"oldest\"") && page.contains("id=\"busiest\""));
+    assert!(page.contains(&backend.addr().to_string()));
 }
 
 #[test]

@@ -205,3 +205,28 @@ fn a_connection_killed_while_it_waits_for_its_first_byte_ends() {
     let mut after = echo_client(lb.addr);
     assert!(echoes(&mut after, b"served\n"));
 }
+
+#[test]
+fn a_client_in_the_queue_is_not_listed_and_is_served_once_a_kill_frees_its_worker() {
+    let backend = TestBackend::echo();
+    let lb = with_admin(backend.addr(), |c| c.workers = 1);
+    let admin = lb.admin.unwrap();
+    let mut busy = echo_client(lb.addr);
+    let mut queued = connect(lb.addr).unwrap();
+    queued.write_all(b"queued\n").unwrap();
+    let path = format!("/connections?backend={}", backend.addr());
+    let (_, body) = call(admin, "GET", &path, "");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let listed = v["connections"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{v}");
+    let id = listed[0]["id"].as_u64().unwrap();
+    let (status, _) = call(admin, "DELETE", &format!("/connections/{id}"), "");
+    assert_eq!(status, 200);
+    busy.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut buf = [0u8; 8];
+    assert!(matches!(busy.read(&mut buf), Ok(0) | Err(_)));
+    // The worker freed takes the queued client, whose bytes were waiting.
+    let mut back = [0u8; 7];
+    queued.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"queued\n");
+}
