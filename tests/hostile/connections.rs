@@ -1,9 +1,10 @@
 //! The connections' endpoints attacked: ids that do not exist or lie
 //! (huge, negative, not numbers, path tricks), huge and unknown filters,
 //! thousands of kills at once, kills racing the connections' natural end,
-//! and a kill of a connection still waiting for its first byte (it never
-//! reaches a backend). Nothing
-//! but the connection named ends, and the balancer serves on.
+//! a kill of a connection still waiting for its first byte (it never
+//! reaches a backend), and a client in the pool's queue (not listed,
+//! served once a kill frees the worker). Nothing but the connection named
+//! ends, and the balancer serves on.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
