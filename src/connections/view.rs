@@ -29,7 +29,8 @@ pub enum Phase {
     Connecting = 1,
     /// Moving bytes.
     Pumping = 2,
-    /// Its pump is over; being counted and closed.
+    /// Its pump is over: what one side sent is still delivered to the
+    /// other after a reset (`conduit::reset`).
     Closing = 3,
 }
 
