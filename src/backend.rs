@@ -108,6 +108,9 @@ pub struct Backend {
     /// (and a LOCAL header before each health check), or `None`. Fixed
     /// for the backend's life.
     send_proxy: Option<Version>,
+    /// Its own `on_backend_down` and `on_backend_removed`, over its
+    /// service's (the connections' table reads them at connect).
+    ends: crate::connections::Own,
     /// The workers' "connect failed" warnings about this backend: one line
     /// a second at most, so a dead backend under load is not one line per
     /// client.
@@ -145,6 +148,17 @@ fn now_ms() -> u64 {
 /// Process-wide source of [`Backend::id`]s.
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
+/// What the connections' table keeps of a connection's backend.
+impl crate::connections::Peer for Backend {
+    fn peer_name(&self) -> &str {
+        self.name()
+    }
+
+    fn peer_id(&self) -> u64 {
+        self.id()
+    }
+}
+
 impl Backend {
     /// Resolves a spec into a backend.
     ///
@@ -155,6 +169,7 @@ impl Backend {
         let mut backend = Backend::new(spec.name(), spec.resolve()?, spec.weight);
         backend.addrs = backend.addrs.named(&spec.host, spec.port);
         backend.set_max_connections(spec.max_connections);
+        backend.ends = spec.ends;
         Ok(backend
             .with_send_proxy(spec.send_proxy)
             .with_own_check(spec.check.clone())
@@ -172,6 +187,11 @@ impl Backend {
     pub fn with_own_check(self, own: OwnCheck) -> Backend {
         self.own_check.store(Arc::new(own));
         self
+    }
+
+    /// Its own `on_backend_down` and `on_backend_removed`, if given.
+    pub fn own_ends(&self) -> crate::connections::Own {
+        self.ends
     }
 
     /// The PROXY protocol version this backend is sent, if any.
@@ -199,6 +219,7 @@ impl Backend {
             bytes_to_client: AtomicU64::new(0),
             last_check: Mutex::new(None),
             send_proxy: None,
+            ends: crate::connections::Own::default(),
             connect_failure_log: LogThrottle::new(Duration::from_secs(1)),
             watchers: Watchers::default(),
             own_check: ArcSwap::from_pointee(OwnCheck::default()),
@@ -258,6 +279,16 @@ impl Backend {
         let was = self.healthy.swap(healthy, Ordering::Relaxed);
         if was != healthy {
             self.changed();
+        }
+        if was && !healthy {
+            // `on_backend_down: close`: its connections end now.
+            let closed = crate::connections::table().backend_down(self.id);
+            if closed > 0 {
+                log::info!(
+                    "backend {}: {closed} connection(s) closed (on_backend_down: close)",
+                    self.name
+                );
+            }
         }
         was
     }
@@ -558,6 +589,7 @@ mod tests {
                     check: OwnCheck::default(),
                     max_connections: None,
                     backup,
+                    ends: Default::default(),
                 };
                 prop_assert_eq!(BackendSpec::parse(&spec.to_string()).ok(), Some(spec));
             }

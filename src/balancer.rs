@@ -392,7 +392,10 @@ impl Balancer {
                 self.config.drain_timeout
             );
         }
-        let left = pool.wait_exit(self.config.drain_timeout);
+        let mut left = pool.wait_exit(self.config.drain_timeout);
+        if let Some(window) = self.config.drain_spread.filter(|_| left > 0) {
+            left = spread(pool, &stats, window, self.config.drain_spread_order);
+        }
         if left > 0 {
             let active = stats.snapshot().active;
             Stats::add(&stats.drain_cut, active.max(1));
@@ -410,6 +413,53 @@ impl Balancer {
             log.close();
         }
     }
+}
+
+/// How long the workers have to end once the spread closed the last
+/// connection.
+const AFTER_SPREAD: Duration = Duration::from_secs(2);
+
+/// The drain's spread (`drain_spread`): the connections still open at the
+/// drain timeout are closed one after another over `window`, in `order`
+/// (each `end=drain_cut`, counted in `drain_cut`), their progress in the
+/// log and systemd's `STATUS=`, so that their clients do not all reconnect
+/// elsewhere at once. Returns the workers still busy after it.
+fn spread(
+    pool: &Pool<crate::proxy::Job>,
+    stats: &Arc<Stats>,
+    window: Duration,
+    order: crate::connections::SpreadOrder,
+) -> usize {
+    use crate::connections::{table, Kill, SpreadOrder};
+    let owner = std::sync::Arc::as_ptr(stats) as usize;
+    let mut open = table().list();
+    open.retain(|v| v.owner == owner);
+    match order {
+        SpreadOrder::Oldest => open.sort_by_key(|v| std::cmp::Reverse(v.age)),
+        SpreadOrder::Idlest => open.sort_by_key(|v| std::cmp::Reverse(v.idle)),
+    }
+    let n = open.len();
+    log::info!(
+        "drain timeout: closing {} over {}, {order} first",
+        units::count(n as u64, "connection"),
+        units::format_duration(window)
+    );
+    let each = window / u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+    let step = (n / 10).max(1);
+    let start = std::time::Instant::now();
+    for (i, v) in open.iter().enumerate() {
+        let due = start + each * u32::try_from(i).unwrap_or(u32::MAX);
+        std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+        if table().kill(v.id, Kill::Drain) {
+            Stats::incr(&stats.drain_cut);
+        }
+        if (i + 1) % step == 0 || i + 1 == n {
+            let progress = format!("drain: {} of {n} connections closed", i + 1);
+            systemd::notify(&format!("STATUS={progress}"));
+            log::info!("{progress}");
+        }
+    }
+    pool.wait_exit(AFTER_SPREAD)
 }
 
 /// The access log's writer, when `access_log` is set.

@@ -28,6 +28,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use crate::backend::BackendSpec;
 use crate::config::table::settings_table;
 use crate::config::{parse_listen, Config, Overrides, MAX_WORKERS};
+use crate::connections::{OnDown, Removal, SpreadOrder};
 use crate::error::{Error, Result};
 use crate::health::CheckKind;
 use crate::kernel_sched::SchedPolicy;
@@ -355,6 +356,18 @@ fn parse_sched_policy(text: &str) -> std::result::Result<SchedPolicy, String> {
 }
 
 fn parse_kernel_relay(text: &str) -> std::result::Result<KernelRelay, String> {
+    text.parse()
+}
+
+fn parse_on_down(text: &str) -> std::result::Result<OnDown, String> {
+    text.parse()
+}
+
+fn parse_spread_order(text: &str) -> std::result::Result<SpreadOrder, String> {
+    text.parse()
+}
+
+fn parse_removal(text: &str) -> std::result::Result<Removal, String> {
     text.parse()
 }
 

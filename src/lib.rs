@@ -86,7 +86,8 @@
 //! (the OS's limits, its errors in words), `kernel_sched` (the threads'
 //! scheduling policy), `lookup` (a backend's host name and addresses),
 //! `availability` (a backend's flips, told to the schedulers holding it),
-//! `waitlist` (clients waiting for a backend slot), `slots` (a service's
+//! `waitlist` (clients waiting for a backend slot), `connections` (the
+//! live table of connections, a slot per worker), `slots` (a service's
 //! `max_connections`), `pending` (the TLS handshakes and SNI peeks in
 //! progress, bounded by `tls_max_pending`), `shutdown` (the stop trigger,
 //! [`Shutdown`]).
@@ -103,7 +104,7 @@
 //! 1. leaves: `error`, `units`, `stats`, `tally`, `throttle`, `reply`,
 //!    `poll`, `dial`, `system`, `kernel_sched`, `lookup`, `availability`,
 //!    `waitlist`, `slots`, `shutdown`, `queue`, `conduit`, `privileges`,
-//!    `pending`, `files`
+//!    `pending`, `files`, `connections`
 //! 2. the backend and its choice: `backend`, `scheduler`,
 //!    `proxy_protocol` (the codec a backend's spec names)
 //! 3. what the data path calls: `access_log`, `trace`, `limiter`,
@@ -167,6 +168,7 @@ pub mod balancer;
 pub mod cli;
 pub mod conduit;
 pub mod config;
+pub mod connections;
 pub mod demo;
 pub mod dial;
 pub mod error;

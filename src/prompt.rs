@@ -71,6 +71,7 @@ pub fn servers_entry<R: BufRead, W: Write>(
             check: Default::default(),
             max_connections: None,
             backup: false,
+            ends: Default::default(),
         });
     }
     Ok(servers)
@@ -471,7 +472,7 @@ mod tests {
             let out = String::from_utf8(out).unwrap();
             let expected: Vec<BackendSpec> = servers
                 .iter()
-                .map(|((_, host), port)| BackendSpec { host: host.clone(), port: *port, weight: 1, send_proxy: None, check: Default::default(), max_connections: None, backup: false })
+                .map(|((_, host), port)| BackendSpec { host: host.clone(), port: *port, weight: 1, send_proxy: None, check: Default::default(), max_connections: None, backup: false, ends: Default::default() })
                 .collect();
             prop_assert_eq!(got.ok(), Some(expected));
             prop_assert!(!out.contains("Invalid input."), "{}", out);

@@ -100,6 +100,16 @@ impl Reaper {
         {
             return Err(io::Error::other("the balancer is stopping"));
         }
+        // `on_backend_removed`: its connections close now, or get their
+        // drain's deadline (`removed_drain_timeout`).
+        let closed = crate::connections::table().backend_removed(backend.id());
+        if closed > 0 {
+            log::info!(
+                "backend {}: {} closed (on_backend_removed: close)",
+                backend.name(),
+                crate::units::count(closed as u64, "connection")
+            );
+        }
         let mut list = self.shared.list.lock();
         if !list.watched.iter().any(|(b, _)| b.id() == backend.id()) {
             list.watched.push((backend, deadline));

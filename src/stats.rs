@@ -213,6 +213,14 @@ counters! {
     ended_fin_timeout: Counter,
     /// Proxied connections ended by a failed write toward the client (other than a reset).
     ended_client_write_failed: Counter,
+    /// Proxied connections ended on purpose through the admin API (DELETE /connections/{id}, or a backend's connections), or by the drain's spread.
+    ended_killed: Counter,
+    /// Proxied connections closed because their backend was marked DOWN (on_backend_down: close).
+    ended_killed_down: Counter,
+    /// Proxied connections closed because their backend was removed (on_backend_removed: close, or removed_drain_timeout).
+    ended_killed_removed: Counter,
+    /// Proxied connections closed at their max_connection_lifetime.
+    ended_max_lifetime: Counter,
     /// Proxied connections ended by a failed write toward the backend (other than a reset).
     ended_backend_write_failed: Counter,
     /// Proxied connections ended by another error (a read error, or the pump's own buffers, pipes or poll).

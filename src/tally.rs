@@ -34,6 +34,10 @@ pub struct Tally {
     resets: AtomicU64,
     /// Connections to it closed by the idle or fin timeout.
     timeouts: AtomicU64,
+    /// Connections to it closed when it was marked DOWN.
+    killed_down: AtomicU64,
+    /// Connections to it closed when it was removed.
+    killed_removed: AtomicU64,
     /// When it last went down, ms since the Unix epoch; 0 while up.
     down_since_ms: AtomicU64,
     /// Time down before the current spell, in ms.
@@ -50,6 +54,10 @@ pub enum ErrorKind {
     Reset,
     /// The idle or fin timeout closed it.
     Timeout,
+    /// Closed because the backend was marked DOWN (`on_backend_down`).
+    KilledDown,
+    /// Closed because the backend was removed (`on_backend_removed`).
+    KilledRemoved,
 }
 
 impl Tally {
@@ -81,6 +89,8 @@ impl Tally {
         let counter = match kind {
             ErrorKind::Reset => &self.resets,
             ErrorKind::Timeout => &self.timeouts,
+            ErrorKind::KilledDown => &self.killed_down,
+            ErrorKind::KilledRemoved => &self.killed_removed,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -93,6 +103,16 @@ impl Tally {
     /// Connections ended by a timeout.
     pub fn timeouts(&self) -> u64 {
         self.timeouts.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed because it was marked DOWN.
+    pub fn killed_down(&self) -> u64 {
+        self.killed_down.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed because it was removed.
+    pub fn killed_removed(&self) -> u64 {
+        self.killed_removed.load(Ordering::Relaxed)
     }
 
     /// The backend's health changed now: a spell down starts, or ends and

@@ -228,6 +228,7 @@ pub fn pumped_name(end: pump::End) -> Option<&'static str> {
         pump::End::BackendReset => Some("backend_reset"),
         pump::End::IdleTimeout => Some("idle_timeout"),
         pump::End::FinTimeout => Some("fin_timeout"),
+        pump::End::Killed(kill) => Some(kill.word()),
         pump::End::WriteToClientFailed | pump::End::WriteToBackendFailed | pump::End::Error => None,
     }
 }

@@ -358,7 +358,7 @@ fn backend_errors(
 ) -> Result<(), std::fmt::Error> {
     let mut m = encoder.encode_descriptor(
         "backend_errors",
-        "Errors with the backend by kind: connect (a failed connect), reset (a connection ended by a reset), timeout (closed by the idle or fin timeout).",
+        "Errors with the backend by kind: connect (a failed connect), reset (a connection ended by a reset), timeout (closed by the idle or fin timeout), killed_down and killed_removed (closed on purpose when it was marked DOWN or removed, by on_backend_down and on_backend_removed).",
         None,
         MetricType::Counter,
     )?;
@@ -369,6 +369,8 @@ fn backend_errors(
                 ("connect", b.connect_failures_total()),
                 ("reset", t.resets()),
                 ("timeout", t.timeouts()),
+                ("killed_down", t.killed_down()),
+                ("killed_removed", t.killed_removed()),
             ];
             for (kind, v) in kinds {
                 let labels = [

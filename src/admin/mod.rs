@@ -15,8 +15,9 @@
 //! The other parts: `process.rs` (the `process_*` series, from
 //! `/proc/self`), `certificates.rs` (the table of served certificates and
 //! their expiry), `tools.rs` (the reload's dry run, the running
-//! configuration as a file) and `views.rs` (a backend as JSON, its row on
-//! the stats page, the page's sections).
+//! configuration as a file), `views.rs` (a backend as JSON, its row on
+//! the stats page, the page's sections) and `connections.rs` (the
+//! connections' table: listed, ended, on the stats page).
 //!
 //! # Threads
 //!
@@ -32,6 +33,7 @@
 mod auth;
 pub mod certificates;
 pub mod chart;
+pub mod connections;
 pub mod metrics;
 pub mod page;
 pub mod process;

@@ -85,6 +85,9 @@ pub struct Process {
     pub max_workers: u64,
     /// Time since start.
     pub uptime: Duration,
+    /// The oldest and busiest connections, as HTML tables (empty when
+    /// none is open; `connections.rs`).
+    pub connections: String,
 }
 
 /// One service's section: its listener row and its backends.
@@ -121,7 +124,7 @@ pub struct Section {
 }
 
 /// Escapes text for HTML.
-fn esc(text: &str) -> String {
+pub(super) fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -197,6 +200,7 @@ tr.near td.days{{background:#f6dc8c}}tr.expired td.days{{background:#f4a6a6}}div
         p.max_workers,
         ago(p.uptime),
     );
+    html.push_str(&p.connections);
     let one = sections.len() == 1;
     for section in sections {
         self::section(&mut html, section, one);
@@ -385,6 +389,7 @@ mod tests {
             busy: 2,
             max_workers: 4096,
             uptime: Duration::from_secs(3725),
+            connections: String::new(),
         }
     }
 

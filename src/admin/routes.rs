@@ -193,6 +193,14 @@ pub fn route(state: &State, method: &str, path: &str, body: &[u8]) -> Reply {
             Ok(service) => in_service(state, &service, method, &segments, body),
             Err(why) => Reply::error(409, why),
         },
+        ["connections"] => match method {
+            "GET" => answer(super::connections::list(query, owner(state))),
+            _ => Reply::method_not_allowed(method, "GET, HEAD"),
+        },
+        ["connections", id] => match method {
+            "DELETE" => answer(super::connections::kill(id, owner(state))),
+            _ => Reply::method_not_allowed(method, "DELETE"),
+        },
         ["reload"] => match method {
             "POST" => match query_flag(query, "dry_run") {
                 Ok(false) => reload(state),
@@ -257,6 +265,16 @@ fn in_service(state: &State, service: &Service, method: &str, rest: &[&str], bod
                 "PUT" => change(state, service, &address, body),
                 "DELETE" => delete(state, service, &address),
                 _ => Reply::method_not_allowed(method, "GET, HEAD, PUT, DELETE"),
+            }
+        }
+        ["backends", address, "connections"] => {
+            let Some(address) = percent_decode(address) else {
+                return Reply::error(400, "the address in the path is not valid UTF-8");
+            };
+            match method {
+                "DELETE" => find(service, &address)
+                    .map_or_else(|r| r, |b| answer(super::connections::kill_backend(&b))),
+                _ => Reply::method_not_allowed(method, "DELETE"),
             }
         }
         _ => Reply::error(404, format!("no such endpoint: /{}", rest.join("/"))),
@@ -431,6 +449,16 @@ fn delete(state: &State, service: &Service, address: &str) -> Reply {
     let mut body = backend_json(&backend);
     body["removing"] = Value::Bool(true);
     Reply::new(202, body)
+}
+
+/// This balancer, as the connections' table knows it.
+fn owner(state: &State) -> usize {
+    super::connections::owner_of(&state.sources.stats)
+}
+
+/// A status and a JSON body as a reply.
+fn answer((status, body): (u16, Value)) -> Reply {
+    Reply::new(status, body)
 }
 
 /// ` (service NAME)` when several services run, for log lines.

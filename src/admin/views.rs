@@ -75,6 +75,9 @@ pub(super) fn stats_page(state: &State) -> String {
         busy: stats.workers_busy,
         max_workers: state.config.workers as u64,
         uptime: state.started.elapsed(),
+        connections: super::connections::page_tables(super::connections::owner_of(
+            &state.sources.stats,
+        )),
     };
     page::render(&process, &sections)
 }

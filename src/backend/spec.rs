@@ -43,6 +43,9 @@ pub struct BackendSpec {
     /// Served only while no other backend (a primary) is available
     /// (`,backup`; HAProxy's and nginx's `backup`). False unless given.
     pub backup: bool,
+    /// Its own `on_backend_down` and `on_backend_removed`
+    /// (`,on_backend_down=close`); the service's unless given.
+    pub ends: crate::connections::Own,
 }
 
 impl BackendSpec {
@@ -91,6 +94,7 @@ impl BackendSpec {
             check: options.check,
             max_connections: options.max_connections,
             backup: options.backup,
+            ends: options.ends,
         })
     }
 
@@ -138,7 +142,7 @@ impl fmt::Display for BackendSpec {
         if self.backup {
             f.write_str(",backup")?;
         }
-        write!(f, "{}", self.check)
+        write!(f, "{}{}", self.ends, self.check)
     }
 }
 
@@ -166,12 +170,14 @@ pub(crate) fn parse_port(text: &str) -> Option<u16> {
 /// The options a backend takes after `HOST:PORT`, as written (its own
 /// check's are [`super::own_check::KEYS`], `=VALUE` each): the parser's
 /// error and `--help` name them.
-pub const OPTIONS: [&str; 5] = [
+pub const OPTIONS: [&str; 7] = [
     "weight=N",
     "max_connections=N",
     "send-proxy",
     "send-proxy-v2",
     "backup",
+    "on_backend_down=keep|close",
+    "on_backend_removed=drain|close",
 ];
 
 /// `--help`'s text for `-b/--backend`: every option of [`OPTIONS`] and
@@ -210,6 +216,7 @@ struct Options {
     check: OwnCheck,
     max_connections: Option<usize>,
     backup: bool,
+    ends: crate::connections::Own,
 }
 
 impl Options {
@@ -220,6 +227,7 @@ impl Options {
         let mut check = OwnCheck::default();
         let mut max_connections = None;
         let mut backup = false;
+        let mut ends = crate::connections::Own::default();
         for option in parts {
             if standby::backup_option(text, option, &mut backup)? {
                 continue;
@@ -251,6 +259,9 @@ impl Options {
                 Some(("max_connections", value)) => {
                     max_connections = Some(cap::parse(text, value)?);
                 }
+                Some((key, value)) if ends.set(key, value).map_err(|e| {
+                    Error::InvalidBackend(format!("'{text}': {key}: {e}"))
+                })? => {}
                 Some((key, value)) if OwnCheck::takes(key) => check
                     .set(key, value)
                     .map_err(|e| Error::InvalidBackend(format!("'{text}': {e}")))?,
@@ -269,6 +280,7 @@ impl Options {
             check,
             max_connections,
             backup,
+            ends,
         })
     }
 }

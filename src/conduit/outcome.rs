@@ -19,6 +19,8 @@ use std::fmt;
 use std::io;
 use std::time::Duration;
 
+pub use crate::connections::Kill;
+
 /// Bytes one direction may move in one turn before the other direction
 /// gets its turn: 64 chunks of 4096 bytes, or four full pipes with
 /// `--splice`. Small enough that the other direction never waits behind
@@ -65,6 +67,9 @@ pub enum End {
     /// Any other error: a read error other than a reset, or the pump's own
     /// resources (its buffers, pipes or `poll`).
     Error,
+    /// Ended on purpose, and why (`DELETE /connections/{id}`, a backend's
+    /// policy, the lifetime): whatever the pump saw after the shutdown.
+    Killed(Kill),
 }
 
 impl End {
@@ -91,6 +96,7 @@ impl fmt::Display for End {
             End::WriteToClientFailed => "a write toward the client failed",
             End::WriteToBackendFailed => "a write toward the backend failed",
             End::Error => "error",
+            End::Killed(kill) => kill.word(),
         })
     }
 }

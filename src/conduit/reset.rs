@@ -70,6 +70,8 @@ pub(crate) fn deliver(end: End, sockets: [&TcpStream; 2], patience: Duration) {
 #[cold]
 #[inline(never)]
 fn drain(socket: &TcpStream, patience: Duration) {
+    // The connections' table shows it closing while it lingers here.
+    crate::connections::phase(crate::connections::Phase::Closing);
     // Whatever a "more is coming" write (`MSG_MORE`) left waiting leaves
     // now, as the pump's uncork does.
     let _ = socket.set_nodelay(true);

@@ -53,8 +53,19 @@ pub(super) struct Entry(pub(super) BackendSpec);
 
 /// The keys of a backend written as an object (and its own check's).
 #[rustfmt::skip]
-const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy", "max_connections", "backup", "check_port", "check_address",
+const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy", "max_connections", "backup", "on_backend_down", "on_backend_removed", "check_port", "check_address",
     "health_check", "health_path", "health_interval", "rise", "fall"];
+
+/// A backend's own `on_backend_down` or `on_backend_removed`, read into
+/// `ends`.
+fn own_end<'de, A: MapAccess<'de>>(
+    ends: &mut crate::connections::Own,
+    key: &str,
+    map: &mut A,
+) -> std::result::Result<(), A::Error> {
+    let value: String = map.next_value()?;
+    ends.set(key, &value).map(drop).map_err(de::Error::custom)
+}
 
 impl<'de> Deserialize<'de> for Entry {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -82,6 +93,7 @@ impl<'de> Deserialize<'de> for Entry {
                 let mut max_connections =
                     None::<Whole<usize, 1, { crate::backend::cap::MAX_MAX_CONNECTIONS as u64 }>>;
                 let mut backup = None::<bool>;
+                let mut ends = crate::connections::Own::default();
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "host" => host = Some(map.next_value()?),
@@ -98,6 +110,9 @@ impl<'de> Deserialize<'de> for Entry {
                                 "off" | "none" | "" => None,
                                 _ => Some(text.parse().map_err(de::Error::custom)?),
                             };
+                        }
+                        key @ ("on_backend_down" | "on_backend_removed") => {
+                            own_end(&mut ends, key, &mut map)?
                         }
                         key if OwnCheck::takes(key) => check
                             .set_value(key, &map.next_value()?)
@@ -127,6 +142,7 @@ impl<'de> Deserialize<'de> for Entry {
                     check,
                     max_connections: max_connections.map(|n| n.0),
                     backup: backup.unwrap_or(false),
+                    ends,
                 }))
             }
         }

@@ -17,7 +17,7 @@
 //! - this file: [`Config`], its defaults (the C `#define`s) and validation;
 //! - `access`: the access log's settings checked together;
 //! - `table`: every setting declared once (key, flag, scope, reload),
-//!   the access log's in `table_log`;
+//!   the access log's in `table_log`, the ends on purpose in `table_ends`;
 //!   `settings`: what the table generates; `overrides`: the [`Overrides`]
 //!   laid over the defaults;
 //! - `file`: the JSON config file; `values`: its value types; `entry`: a
@@ -55,7 +55,9 @@ pub mod settings;
 pub mod sni_check;
 pub use access::MIN_ACCESS_LOG_INTERVAL;
 pub(crate) mod table;
+pub(crate) mod table_ends;
 pub(crate) mod table_log;
+
 mod values;
 pub mod words;
 
@@ -140,6 +142,12 @@ pub struct Config {
     /// Longest wait for connections in flight after a shutdown
     /// (`drain_timeout`). Default 30 s.
     pub drain_timeout: Duration,
+    /// At the drain timeout, close the connections left over this window,
+    /// one after another, instead of all at once (`drain_spread`). Default
+    /// `None`: all at once.
+    pub drain_spread: Option<Duration>,
+    /// Which the spread closes first (`drain_spread_order`). Default oldest.
+    pub drain_spread_order: crate::connections::SpreadOrder,
     /// Hand a client over only once its first bytes arrived
     /// (`defer_accept`, `TCP_DEFER_ACCEPT`). Default off.
     pub defer_accept: bool,
@@ -253,6 +261,8 @@ impl Default for Config {
             backlog: 4096,
             sched_policy: SchedPolicy::Normal,
             drain_timeout: Duration::from_secs(30),
+            drain_spread: None,
+            drain_spread_order: crate::connections::SpreadOrder::Oldest,
             defer_accept: false,
             proxy: ProxyConfig::default(),
             tls: crate::tls_term::TlsSettings::default(),
@@ -503,6 +513,14 @@ impl Config {
         }
         if let Some(d) = self.access_log_interval {
             durations.push(("access_log_interval", d));
+        }
+        let e = &p.ends;
+        for (name, d) in [
+            ("removed_drain_timeout", e.removed_drain_timeout),
+            ("max_connection_lifetime", e.max_connection_lifetime),
+            ("drain_spread", self.drain_spread),
+        ] {
+            durations.extend(d.map(|d| (name, d)));
         }
         if let Some(d) = p.tcp_user_timeout {
             // The kernel takes it as a 32-bit count of milliseconds.

@@ -11,6 +11,7 @@
 //!   after a PROXY header or SNI, on the worker;
 //! - `serve`: the chain wait → route (and the gate, where it runs here) →
 //!   TLS → a slot → connect → pump → close;
+//! - `listed`: the connection's place in the connections' table;
 //! - `waiting`: a client waiting for a slot when every backend is at its
 //!   `max_connections`;
 //! - `connect`: the backend connect, with fail-over;
@@ -44,6 +45,7 @@ mod admission;
 mod connect;
 pub mod header;
 pub mod kernel_relay;
+mod listed;
 mod per_client;
 pub mod pump;
 mod refusal;
@@ -218,6 +220,10 @@ pub struct ProxyConfig {
     /// pump before the hand-over (`kernel_relay_after`); 0: from the
     /// start. Default [`DEFAULT_KERNEL_RELAY_AFTER`].
     pub kernel_relay_after: u32,
+    /// What ends its connections on purpose: `on_backend_down`,
+    /// `on_backend_removed`, `removed_drain_timeout`,
+    /// `max_connection_lifetime` and its jitter. Default: none does.
+    pub ends: crate::connections::Ends,
 }
 
 /// Default of `kernel_relay_after`: past the few exchanges of a short
@@ -269,6 +275,7 @@ impl Default for ProxyConfig {
             download_rate: None,
             kernel_relay: KernelRelay::Off,
             kernel_relay_after: DEFAULT_KERNEL_RELAY_AFTER,
+            ends: crate::connections::Ends::default(),
         }
     }
 }
@@ -322,6 +329,7 @@ impl ProxyConfig {
         if self.fin_timeout.is_some_and(|d| d.is_zero()) {
             return Err(Error::setting("fin_timeout", "must be more than 0"));
         }
+        self.ends.validate()?;
         if let Some(idle) = self.tcp_keepalive {
             // The kernel counts these in whole seconds.
             if idle < Duration::from_secs(1) || idle > MAX_TCP_KEEPALIVE || idle.subsec_nanos() != 0
@@ -532,6 +540,9 @@ impl Proxy {
     /// logged and ends only this connection.
     pub fn handle(&self, mut job: Job) {
         let slot = job.slot.take();
+        // Off the connections' table whatever happens (a panic included);
+        // on every other path it left before its sockets closed.
+        let _listed = listed::Listed;
         // Until a step says how it ended (each does: see `Refusal::Misrouted`).
         let mut outcome = Outcome::refused(job.peer, job.queued_at, Refusal::Misrouted);
         self.serve(job, &mut outcome);

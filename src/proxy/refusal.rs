@@ -115,6 +115,10 @@ pub(crate) enum Refusal {
     /// step that forgot to say how its client ended shows as this, not as
     /// nothing.
     Misrouted,
+    /// Ended on purpose before it reached a backend (`DELETE
+    /// /connections/{id}`, the drain's spread): its access log `end=` is
+    /// the reason's word.
+    Killed(crate::connections::Kill),
     /// Every backend connect failed.
     ConnectFailed {
         /// The backend tried first.
@@ -148,6 +152,7 @@ pub(super) fn refused_counter<'s>(stats: &'s Stats, refusal: &Refusal) -> Option
         Refusal::TlsHandshake => None,
         // The error line says so.
         Refusal::Misrouted => None,
+        Refusal::Killed(_) => Some(&stats.ended_killed),
     }
 }
 
@@ -254,6 +259,15 @@ impl Refusals {
             | Refusal::NoServiceForSni { .. }
             | Refusal::TlsHandshake
             | Refusal::Misrouted => (None, self.before_route(outcome, refusal)),
+            Refusal::Killed(kill) => {
+                log::info!(
+                    "closing client {peer}{}: ended on purpose before any backend ({})",
+                    outcome.whose(),
+                    kill.word()
+                );
+                let end = access_log::End::Pumped(pump::End::Killed(*kill));
+                (None, Access::refused(end))
+            }
             Refusal::ConnectFailed {
                 backend,
                 error,

@@ -33,6 +33,7 @@ pub(crate) use super::refusal::{Access, Refusal};
 use super::BUSY_WARNING_EVERY;
 use crate::access_log::{self, AccessLog};
 use crate::backend::Backend;
+use crate::connections::Kill;
 use crate::stats::Stats;
 use crate::throttle::{self, LogThrottle};
 use crate::trace;
@@ -96,6 +97,8 @@ fn error_kind(end: End) -> Option<crate::tally::ErrorKind> {
     match end {
         End::ClientReset | End::BackendReset => Some(ErrorKind::Reset),
         End::IdleTimeout | End::FinTimeout => Some(ErrorKind::Timeout),
+        End::Killed(Kill::Down) => Some(ErrorKind::KilledDown),
+        End::Killed(Kill::Removed) => Some(ErrorKind::KilledRemoved),
         _ => None,
     }
 }
@@ -112,6 +115,10 @@ pub(super) fn ended_counter(stats: &Stats, end: End) -> &AtomicU64 {
         End::WriteToClientFailed => &stats.ended_client_write_failed,
         End::WriteToBackendFailed => &stats.ended_backend_write_failed,
         End::Error => &stats.ended_error,
+        End::Killed(Kill::Down) => &stats.ended_killed_down,
+        End::Killed(Kill::Removed) => &stats.ended_killed_removed,
+        End::Killed(Kill::MaxLifetime) => &stats.ended_max_lifetime,
+        End::Killed(Kill::Killed | Kill::Drain) => &stats.ended_killed,
     }
 }
 
@@ -144,6 +151,11 @@ impl Report {
         }
     }
 
+    /// The service's name as the connections' table shows it.
+    pub(crate) fn service(&self) -> Option<Arc<str>> {
+        self.service.clone()
+    }
+
     /// ` of service NAME` after a client in a log line, when the service
     /// is named (not on a flat configuration's one service).
     pub(crate) fn whose(&self) -> String {
@@ -173,6 +185,9 @@ impl Report {
     /// active gauges after: whoever sees it completed sees how it ended
     /// and its bytes too.
     pub(crate) fn count(&self, outcome: &Outcome) {
+        // Off the table before the sockets close (a no-op when the
+        // connection left it already, or on an accept loop).
+        crate::connections::end();
         let stats = &*self.stats;
         match &outcome.fate {
             Fate::Refused(refusal) => {
@@ -187,11 +202,11 @@ impl Report {
                     .connection_duration
                     .observe(outcome.queued_at.elapsed());
                 Stats::incr(ended_counter(stats, end));
-                if !end.is_clean() {
+                if !end.is_clean() && !matches!(end, End::Killed(_)) {
                     Stats::incr(&stats.errors);
-                    if let Some(kind) = error_kind(end) {
-                        served.backend.tally.error(kind);
-                    }
+                }
+                if let Some(kind) = error_kind(end) {
+                    served.backend.tally.error(kind);
                 }
                 Stats::add(&stats.bytes_to_backends, transfer.to_backend);
                 Stats::add(&stats.bytes_to_clients, transfer.to_client);

@@ -133,6 +133,12 @@ impl Proxy {
             // A pump that never took its hook leaves it: not for the next.
             let _ = pump::interim::take_unused();
         }
+        // Off the connections' table before the sockets close; ended on
+        // purpose, it says why, whatever the pump saw after the shutdown.
+        let mut pumped = pumped;
+        if let Some(kill) = crate::connections::end() {
+            pumped.end = pump::End::Killed(kill);
+        }
         let (end, no_shutdown) = (pumped.end, pumped.no_shutdown);
         outcome.fate = Fate::Served(Served {
             backend: Arc::clone(&backend),
@@ -177,6 +183,7 @@ impl Proxy {
         // idle worker makes.
         let settings = self.settings.load_full();
         let health = self.health.load_full();
+        self.list(&job, &settings);
         let ready = self.ready(job, outcome, &settings, &health)?;
         self.link(ready, settings, &health, outcome)
     }
@@ -253,7 +260,13 @@ impl Proxy {
             health,
             queued_at: ready.queued_at,
         };
+        if let Some(kill) = crate::connections::killed() {
+            // Ended while it waited: no backend is bothered.
+            self.refuse(outcome, Refusal::Killed(kill), &ready.client, health);
+            return None;
+        }
         let mut tries = Tries::default();
+        crate::connections::phase(crate::connections::Phase::Connecting);
         let connecting = Instant::now();
         let mut connected = self.connect(&ready.pick, &attempt, &mut tries);
         let connect_time = connecting.elapsed();
@@ -262,6 +275,7 @@ impl Proxy {
         }
         match connected {
             Ok(Connected(backend_sock, backend, held)) => {
+                super::listed::linked(&backend, &backend_sock, &settings);
                 let Ready {
                     client,
                     pick,
@@ -506,6 +520,9 @@ fn pump_both(
 ) -> pump::Pumped {
     settings.keep_alive(client, backend, peer);
     let options = settings.pump_options();
+    if settings.splice {
+        crate::connections::mode(crate::connections::Mode::Splice);
+    }
     if options.promote {
         super::kernel_relay::count_for(stats);
     }
@@ -547,6 +564,10 @@ fn pump_tls(
     settings.keep_alive(client, backend, peer);
     let sessions = &mut *session;
     let note = sessions.note();
+    crate::connections::mode(crate::connections::Mode::Tls);
+    if let Some(note) = &note {
+        crate::connections::tls(note.sni.clone(), note.version, note.client.clone());
+    }
     let pumped = pump(
         Side::client(client, sessions.client.as_mut()),
         Side::backend(backend, sessions.backend.as_mut()),

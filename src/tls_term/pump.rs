@@ -306,6 +306,7 @@ fn run(
     let mut first_close = None;
     let (idle_ms, fin_ms) = (millis(options.idle_timeout), millis(options.fin_timeout));
     loop {
+        let before = transfer.to_backend + transfer.to_client;
         let (up_bytes, down_bytes) = buffers.halves();
         let stepped =
             step(client, backend, &mut up, up_bytes, &mut transfer.to_backend).and_then(|b| {
@@ -318,7 +319,13 @@ fn run(
                 )?)
             });
         let busy = match stepped {
-            Ok(busy) => busy,
+            Ok(busy) => {
+                if transfer.to_backend + transfer.to_client != before {
+                    // The connections' table: relaxed stores, once a round.
+                    crate::connections::moved(transfer.to_backend, transfer.to_client);
+                }
+                busy
+            }
             Err(fault) => {
                 // A reset: what the peer that reset sent on its way to
                 // the other leaves first, as far as it can.

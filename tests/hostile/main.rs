@@ -28,6 +28,7 @@ mod cap;
 mod check_port;
 mod client_limits;
 mod config_file;
+mod connections;
 mod demo_backend;
 mod failure;
 mod half_hellos;

@@ -191,6 +191,10 @@ fn pump_with(
             up.done,
             down.done,
         );
+        if transfer.to_backend + transfer.to_client != up_before + down_before {
+            // The connections' table: relaxed stores, once a round.
+            crate::connections::moved(transfer.to_backend, transfer.to_client);
+        }
         if up.eof {
             story.closed(End::ClientClosed);
         }

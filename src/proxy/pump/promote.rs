@@ -87,6 +87,7 @@ fn hand_over(
     let timeouts = [options.idle_timeout, options.fin_timeout];
     let mut moved = [0u64; 2];
     story.tried = true;
+    crate::connections::mode(crate::connections::Mode::KernelRelay);
     let relayed = relay(
         sockets[0],
         sockets[1],
@@ -96,9 +97,14 @@ fn hand_over(
     );
     transfer.to_backend += moved[0];
     transfer.to_client += moved[1];
+    crate::connections::moved(transfer.to_backend, transfer.to_client);
     match relayed {
-        Relayed::NotTaken => return None,
+        Relayed::NotTaken => {
+            crate::connections::mode(crate::connections::Mode::Copy);
+            return None;
+        }
         Relayed::Back => {
+            crate::connections::mode(crate::connections::Mode::Copy);
             // The sockets are plain again and every byte was delivered:
             // the copy pump starts over from empty buffers.
             *up = Half::new();
