@@ -89,7 +89,7 @@ pub(super) fn plan_backends(
         match unmatched.iter().position(|b| b.name() == name) {
             Some(pos) => {
                 let b = unmatched.remove(pos);
-                if b.weight() != spec.weight {
+                if b.configured_weight() != spec.weight {
                     plan.reweight.push((Arc::clone(&b), spec.weight));
                 }
                 if *b.own_check() != spec.check {
@@ -256,7 +256,11 @@ pub(super) fn describe_changes(
     }
     report.restored += backends.restore.len();
     for (b, weight) in &backends.reweight {
-        parts.push(format!("weight {} {} → {weight}", b.name(), b.weight()));
+        parts.push(format!(
+            "weight {} {} → {weight}",
+            b.name(),
+            b.configured_weight()
+        ));
     }
     report.reweighted += backends.reweight.len();
     for (b, own) in &backends.recheck {

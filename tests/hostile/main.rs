@@ -21,6 +21,7 @@ mod peers;
 mod tls_certs;
 
 mod admin;
+mod agent;
 mod backup;
 mod balancer_port;
 mod cap;
