@@ -46,6 +46,16 @@ pub struct BackendSpec {
 }
 
 impl BackendSpec {
+    /// Where a backend made from it comes from, as far as the
+    /// configuration tells: a host name is `dns`, an address `file`.
+    pub fn origin(&self) -> super::Origin {
+        if self.host.parse::<std::net::IpAddr>().is_ok() {
+            super::Origin::File
+        } else {
+            super::Origin::Dns
+        }
+    }
+
     /// Parses `HOST:PORT[,weight=N][,max_connections=N][,send-proxy|,send-proxy-v2][,backup]`; IPv6
     /// addresses go in brackets (`[::1]:8001`). The option names are
     /// HAProxy's `server` keywords.
