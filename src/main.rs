@@ -287,7 +287,7 @@ fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
         }
     }
     if file.mode != Mode::Backend && config.services.is_empty() {
-        lines.push(("origins", origins(&config.backends)));
+        lines.push(("origins", BackendSpec::origins(&config.backends)));
     }
     for (key, value) in lines {
         say(format_args!("{key} = {value}"));
@@ -297,7 +297,10 @@ fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
         for (key, value) in described(service, Scope::Service) {
             say(format_args!("{key} = {value}"));
         }
-        say(format_args!("origins = {}", origins(&service.backends)));
+        say(format_args!(
+            "origins = {}",
+            BackendSpec::origins(&service.backends)
+        ));
     }
     let _ = io::stdout().flush();
     complain(format_args!(
@@ -305,16 +308,6 @@ fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
         path.display()
     ));
     Ok(0)
-}
-
-/// Where each backend comes from, for `check-config`:
-/// `127.0.0.1:8001 file, db.internal:5432 dns`.
-fn origins(backends: &[rodizio::backend::BackendSpec]) -> String {
-    let each: Vec<String> = backends
-        .iter()
-        .map(|b| format!("{} {}", b.name(), b.origin().name()))
-        .collect();
-    each.join(", ")
 }
 
 /// `rodizio check-config --diff OLD NEW`: what a reload from OLD to NEW

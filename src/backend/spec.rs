@@ -46,6 +46,16 @@ pub struct BackendSpec {
 }
 
 impl BackendSpec {
+    /// Where each backend of `list` comes from, for `check-config`:
+    /// `127.0.0.1:8001 file, db.internal:5432 dns`.
+    pub fn origins(list: &[BackendSpec]) -> String {
+        let each: Vec<String> = list
+            .iter()
+            .map(|b| format!("{} {}", b.name(), b.origin().name()))
+            .collect();
+        each.join(", ")
+    }
+
     /// Where a backend made from it comes from, as far as the
     /// configuration tells: a host name is `dns`, an address `file`.
     pub fn origin(&self) -> super::Origin {
