@@ -282,12 +282,10 @@ fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
         Balancer::check_files(&config).map_err(|e| blame(e, Some(&file), flags))?;
         if config.services.is_empty() {
             lines.extend(config.describe());
+            lines.push(("origins", BackendSpec::origins(&config.backends)));
         } else {
             lines.extend(described(&config, Scope::Process));
         }
-    }
-    if file.mode != Mode::Backend && config.services.is_empty() {
-        lines.push(("origins", BackendSpec::origins(&config.backends)));
     }
     for (key, value) in lines {
         say(format_args!("{key} = {value}"));
@@ -297,10 +295,6 @@ fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
         for (key, value) in described(service, Scope::Service) {
             say(format_args!("{key} = {value}"));
         }
-        say(format_args!(
-            "origins = {}",
-            BackendSpec::origins(&service.backends)
-        ));
     }
     let _ = io::stdout().flush();
     complain(format_args!(
@@ -332,12 +326,12 @@ fn check_diff(old: &Path, new: &Path, flags: &Overrides) -> Result<u8, Error> {
 }
 
 /// The settings of `config` of one scope, as `check-config` prints them.
+/// A service's scope also says where its backends come from.
 fn described(config: &Config, scope: Scope) -> Vec<(&'static str, String)> {
-    config
-        .describe()
-        .into_iter()
-        .filter(|(key, _)| settings::scope_of(key) == Some(scope))
-        .collect()
+    let mut all = config.describe();
+    all.push(("origins", BackendSpec::origins(&config.backends)));
+    all.retain(|(key, _)| settings::scope_of(key).unwrap_or(Scope::Service) == scope);
+    all
 }
 
 /// `rodizio preflight [FILE]`: this host against the settings, one line
