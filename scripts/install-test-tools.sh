@@ -32,6 +32,7 @@ has systemd-analyze || need+=(systemd) # scripts/unit-check.sh verifies contrib/
 # /etc/hosts: unshare and mount, both util-linux (mount its own package).
 has unshare || need+=(util-linux)
 has mount || need+=(mount)
+has dnsmasq || need+=(dnsmasq-base) # tests/srv.rs: the nameserver of srv: backends
 has pip3 || python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -60,7 +60,7 @@ pub use check_kind::CheckKind;
 pub use origin::Origin;
 pub use own_check::OwnCheck;
 pub(crate) use spec::parse_port;
-pub use spec::BackendSpec;
+pub use spec::{BackendSpec, SRV_PREFIX};
 pub use standby::{coarse_now_ms, RAMP_FULL};
 pub use steer::{AgentRecord, AgentView, Wanted};
 
@@ -84,8 +84,10 @@ pub struct Backend {
     weight: AtomicU32,
     /// What its agent says (see `steer.rs`).
     pub agent: AgentView,
-    /// Where it came from (see `origin.rs`).
+    /// Where it came from (see `origin.rs`), and the `srv:` name (or
+    /// etcd prefix) that gave it.
     origin: Origin,
+    source_name: Option<Arc<str>>,
     /// Connections being proxied to this backend right now.
     active: AtomicUsize,
     /// Connections ever handed to this backend.
@@ -163,6 +165,13 @@ impl Backend {
     ///
     /// [`Error::InvalidBackend`](crate::error::Error::InvalidBackend) when the host does not resolve.
     pub fn from_spec(spec: &BackendSpec) -> Result<Backend> {
+        if spec.is_srv() {
+            let why = "its records' backends are made by the service that lists it";
+            return Err(crate::error::Error::InvalidBackend(format!(
+                "{}: {why}",
+                spec.name()
+            )));
+        }
         let mut backend = Backend::new(spec.name(), spec.resolve()?, spec.weight);
         backend.addrs = backend.addrs.named(&spec.host, spec.port);
         if backend.addrs.lookup().is_some() {
@@ -213,6 +222,7 @@ impl Backend {
             weight: AtomicU32::new(weight.max(1)),
             agent: AgentView::default(),
             origin: Origin::File,
+            source_name: None,
             active: AtomicUsize::new(0),
             total: AtomicU64::new(0),
             healthy: AtomicBool::new(true),

@@ -181,6 +181,16 @@ impl Addresses {
         }
     }
 
+    /// Puts `addrs` in place of the addresses (a `srv:` record's target
+    /// moved); true when they changed. Connections in flight keep theirs.
+    pub fn replace(&self, addrs: Vec<SocketAddr>) -> bool {
+        if **self.list.load() == addrs {
+            return false;
+        }
+        self.list.store(Arc::new(addrs));
+        true
+    }
+
     /// The addresses for one connect: one atomic load, no lock.
     pub fn load(&self) -> Guard<Arc<Vec<SocketAddr>>> {
         self.list.load()

@@ -452,6 +452,7 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
         "admin_token_file": "/etc/rodizio/token", "queue_timeout": "2s", "max_queue": 17,
         "client_first_byte_timeout": "3s", "fin_timeout": "5s", "tcp_keepalive": "30s",
         "tcp_user_timeout": "20s", "resolve_interval": "30s", "slow_start": "10s",
+        "resolvers": "127.0.0.1:5353,[::1]:53",
         "allow": "10.0.0.0/8,192.168.0.0/16", "deny": "10.9.0.0/16",
         "max_connections_per_client": 9, "upload_rate": "1MB/s",
         "download_rate": "2MB/s",

@@ -391,7 +391,8 @@ fn discovery(
     encoder: &mut DescriptorEncoder,
     lists: &[(&str, Arc<[Arc<Backend>]>)],
 ) -> Result<(), std::fmt::Error> {
-    let read: [(&str, &str, fn(&crate::lookup::SourceCount) -> u64); 2] = [
+    type Read = fn(&crate::lookup::SourceCount) -> u64;
+    let read: [(&str, &str, Read); 2] = [
         (
             "discovery_lookups",
             "Lookups of backends by source: dns (a host name looked up again), srv (a srv: name's records), etcd.",

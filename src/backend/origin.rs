@@ -12,6 +12,25 @@
 //!
 //! No C counterpart: the C's servers are typed in at start-up.
 
+use std::sync::Arc;
+
+use super::Backend;
+
+impl Backend {
+    /// The same backend, one of those `name` gives (a `srv:` name, an
+    /// etcd prefix): the resolver follows that name's backends by it.
+    pub fn with_source(mut self, origin: Origin, name: &str) -> Backend {
+        self.origin = origin;
+        self.source_name = Some(Arc::from(name));
+        self
+    }
+
+    /// The `srv:` name (or etcd prefix) that gave it, if any.
+    pub fn source_name(&self) -> Option<&str> {
+        self.source_name.as_deref()
+    }
+}
+
 /// Where a backend came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Origin {

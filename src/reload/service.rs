@@ -82,9 +82,15 @@ pub(super) fn plan_backends(
     file: &ConfigFile,
     from_file: bool,
 ) -> Result<Backends> {
-    let mut unmatched: Vec<Arc<Backend>> = list.to_vec();
+    // A `srv:` entry's backends follow its records (`srv_follow.rs`), not
+    // the file: a reload leaves them, and its entries, alone.
+    let mut unmatched: Vec<Arc<Backend>> = list
+        .iter()
+        .filter(|b| b.source_name().is_none())
+        .cloned()
+        .collect();
     let mut plan = Backends::default();
-    for spec in &new.backends {
+    for spec in new.backends.iter().filter(|s| !s.is_srv()) {
         let name = spec.name();
         match unmatched.iter().position(|b| b.name() == name) {
             Some(pos) => {
