@@ -39,5 +39,6 @@ mod resets;
 mod resolve;
 mod services;
 mod sni;
+mod srv;
 mod tls;
 mod tools;
