@@ -252,7 +252,12 @@ fn ask(
     servers: &[SocketAddr],
     deadline: Instant,
 ) -> Result<Message, String> {
-    let seed = std::process::id() as u16 ^ (Instant::now().elapsed().subsec_nanos() as u16);
+    // Not a secret (the nameservers are the operator's), only different
+    // from one question to the next and from one process to another.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let seed = (std::process::id() as u16) ^ (nanos as u16);
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed).wrapping_mul(40_503) ^ seed;
     let mut query = Message::new();
     query
@@ -382,6 +387,18 @@ fn ask_tcp(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nameservers_are_read_and_written_back() {
+        let n: Nameservers = "127.0.0.1:5353, [::1]:53,10.0.0.1".parse().unwrap();
+        assert_eq!(n.0[2], "10.0.0.1:53".parse().unwrap());
+        assert_eq!(n.to_string(), "127.0.0.1:5353,[::1]:53,10.0.0.1:53");
+        assert_eq!(n.to_string().parse::<Nameservers>().unwrap(), n);
+        assert!("dns.example:53".parse::<Nameservers>().is_err());
+        assert!("1.1.1.1,1.0.0.1,8.8.8.8,8.8.4.4"
+            .parse::<Nameservers>()
+            .is_err());
+    }
 
     #[test]
     fn no_nameserver_answering_is_a_failure_within_the_deadline() {

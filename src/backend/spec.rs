@@ -308,3 +308,39 @@ impl Options {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Origin;
+
+    #[test]
+    fn a_srv_name_is_read_with_its_options_and_makes_its_records_backends() {
+        let srv = BackendSpec::parse("srv:_pg._tcp.db.internal,max_connections=5,agent_port=9999")
+            .unwrap();
+        assert!(srv.is_srv());
+        assert_eq!(srv.name(), "srv:_pg._tcp.db.internal");
+        assert_eq!(srv.origin(), Origin::Srv);
+        assert_eq!(
+            srv.to_string(),
+            "srv:_pg._tcp.db.internal,max_connections=5,agent_port=9999"
+        );
+        assert_eq!(BackendSpec::parse(&srv.to_string()).unwrap(), srv);
+        assert!(crate::backend::Backend::from_spec(&srv).is_err());
+        let one = srv.for_record("a.db.internal", 5432, 0, true);
+        assert_eq!(one.name(), "a.db.internal:5432");
+        assert_eq!(
+            (one.weight, one.backup, one.max_connections),
+            (1, true, Some(5))
+        );
+        assert_eq!(srv.for_record("b", 1, 60_000, false).weight, 1000);
+        for bad in ["srv:", "srv:a b", "srv:x/y", "srv:_a._tcp.x,colour=red"] {
+            assert!(BackendSpec::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            BackendSpec::parse("10.0.0.1:80").unwrap().origin(),
+            Origin::File
+        );
+        assert_eq!(BackendSpec::parse("db:80").unwrap().origin(), Origin::Dns);
+    }
+}
