@@ -147,6 +147,20 @@ pub(super) fn prepare(
     let list = service.live.scheduler.snapshot();
     let backends = plan_backends(&list, &reaper.watched(), old, &new, file, from_file)?;
     let mut needs_restart = settings::keep_restart_only_in(Scope::Service, &mut new, old);
+    // The resolver follows the `srv:` entries the service started with.
+    let srv = |c: &Config| {
+        c.backends
+            .iter()
+            .filter(|b| b.is_srv())
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    if srv(old) != srv(&new) {
+        needs_restart.push("srv: backends");
+        // Kept as running, like every setting a restart changes.
+        new.backends.retain(|b| !b.is_srv());
+        new.backends.extend(srv(old));
+    }
     let tls = prepare_tls(service, old, &mut new, &mut needs_restart)?;
     let (was, now) = (old.listen_addrs(), new.listen_addrs());
     let listen_gone = was.iter().filter(|a| !now.contains(a)).copied().collect();
