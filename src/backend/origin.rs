@@ -44,7 +44,8 @@ pub enum Origin {
     Dns,
     /// One record of a `srv:` name.
     Srv,
-    /// A key under an etcd prefix.
+    /// A key under an etcd prefix (kept for that source: nothing makes
+    /// such a backend yet).
     Etcd,
 }
 
