@@ -17,7 +17,7 @@
 //! word, a bad percentage, a byte that is not printable ASCII, an empty
 //! line, or no line end within [`MAX_LINE`] bytes is **garbage**, and
 //! garbage, like a refused connection, a reset or a silence past
-//! `health_timeout`, leaves the backend as it was; it is kept as the
+//! `health_timeout` (or `agent_interval`, if shorter), leaves the backend as it was; it is kept as the
 //! agent's error (`/backends`) and warned about at most once a second per
 //! backend.
 //!
