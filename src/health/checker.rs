@@ -9,8 +9,9 @@
 //! state left as it was; its agent, if it has one, is still asked (it may
 //! say `ready`), each `agent_interval` (`agent.rs`), within
 //! `health_timeout` or that interval if it is shorter. Each check's result
-//! and duration is kept on the backend ([`Backend::record_check`]) for the admin API. A check that failed
-//! for a reason of this host ([`CheckFailure::local`]) is fed to the probe as
+//! and duration is kept on the backend ([`Backend::record_check`]) for the
+//! admin API. A check that failed for a reason of this host
+//! ([`CheckFailure::local`]) is fed to the probe as
 //! [`Verdict::Inconclusive`], counted in `health_check_local_failures` and
 //! said in a warning at most once a second; so is a probe thread that cannot
 //! be started (the check then runs on this thread, and is not lost).
