@@ -33,6 +33,7 @@ has rsyslogd || need+=(rsyslog) # tests/access_log_syslog.rs: the access log's s
 # /etc/hosts: unshare and mount, both util-linux (mount its own package).
 has unshare || need+=(util-linux)
 has mount || need+=(mount)
+has dnsmasq || need+=(dnsmasq-base) # tests/srv.rs: the nameserver of srv: backends
 has pip3 || python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -20,7 +20,10 @@
 //! - `standby`: backup or primary, and when it came back (slow start);
 //! - `own_check`: its own health check settings (`check_port`, `rise`,
 //!   ...), and `check_kind`, the kinds of check they name; both kept here,
-//!   below `health`, which re-exports them.
+//!   below `health`, which re-exports them;
+//! - `origin`: where it came from ([`Origin`]: file, api, dns, srv, etcd);
+//! - `steer`: the operator's drain and maintenance ([`Wanted`]) and what
+//!   its agent says ([`AgentView`]), applied in one place.
 //!
 //! # Corresponds to the C article
 //!
@@ -29,9 +32,11 @@
 //! resolver); [`Backend::connect`] is `get_final_server_socket()`.
 
 mod check_kind;
+mod origin;
 pub mod own_check;
 mod spec;
 mod standby;
+mod steer;
 
 use std::io::{self, ErrorKind};
 use std::net::SocketAddr;
@@ -52,10 +57,12 @@ use crate::throttle::LogThrottle;
 
 pub use cap::Reservation;
 pub use check_kind::CheckKind;
+pub use origin::Origin;
 pub use own_check::OwnCheck;
 pub(crate) use spec::parse_port;
-pub use spec::{help as backend_help, BackendSpec, OPTIONS as BACKEND_OPTIONS};
+pub use spec::{help as backend_help, BackendSpec, OPTIONS as BACKEND_OPTIONS, SRV_PREFIX};
 pub use standby::{coarse_now_ms, RAMP_FULL};
+pub use steer::{AgentRecord, AgentView, Wanted};
 
 pub mod cap;
 
@@ -70,11 +77,17 @@ pub struct Backend {
     /// The addresses, tried in order; a name's are looked up again
     /// (`resolve_interval`, reloads; `lookup.rs`), read without a lock.
     addrs: Addresses,
-    /// Relative weight (weighted algorithms only). An atomic, so that a
-    /// reload or the admin API can change it in place, keeping the
-    /// backend's connections, health and counters; the scheduler then
-    /// rebuilds its snapshot.
+    /// Relative weight as configured (weighted algorithms only). An
+    /// atomic, so that a reload or the admin API can change it in place,
+    /// keeping the backend's connections, health and counters; the
+    /// scheduler then rebuilds its snapshot. Its agent scales it.
     weight: AtomicU32,
+    /// What its agent says (see `steer.rs`).
+    pub agent: AgentView,
+    /// Where it came from (see `origin.rs`), and the `srv:` name (or
+    /// etcd prefix) that gave it.
+    origin: Origin,
+    source_name: Option<Arc<str>>,
     /// Connections being proxied to this backend right now.
     active: AtomicUsize,
     /// Connections ever handed to this backend.
@@ -166,11 +179,21 @@ impl Backend {
     ///
     /// [`Error::InvalidBackend`](crate::error::Error::InvalidBackend) when the host does not resolve.
     pub fn from_spec(spec: &BackendSpec) -> Result<Backend> {
+        if spec.is_srv() {
+            let why = "its records' backends are made by the service that lists it";
+            return Err(crate::error::Error::InvalidBackend(format!(
+                "{}: {why}",
+                spec.name()
+            )));
+        }
         let mut backend = Backend::new(spec.name(), spec.resolve()?, spec.weight);
         backend.addrs = backend.addrs.named(&spec.host, spec.port);
+        if backend.addrs.lookup().is_some() {
+            backend.origin = Origin::Dns;
+        }
         backend.set_max_connections(spec.max_connections);
-        backend.ends = spec.ends;
         Ok(backend
+            .with_ends(spec.ends)
             .with_send_proxy(spec.send_proxy)
             .with_own_check(spec.check.clone())
             .with_backup(spec.backup))
@@ -194,6 +217,24 @@ impl Backend {
         self.ends
     }
 
+    /// The same backend, with its own `on_backend_down` and
+    /// `on_backend_removed`.
+    pub fn with_ends(mut self, ends: crate::connections::Own) -> Backend {
+        self.ends = ends;
+        self
+    }
+
+    /// The same backend, said to come from `origin`.
+    pub fn with_origin(mut self, origin: Origin) -> Backend {
+        self.origin = origin;
+        self
+    }
+
+    /// Where it came from.
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+
     /// The PROXY protocol version this backend is sent, if any.
     pub fn send_proxy(&self) -> Option<Version> {
         self.send_proxy
@@ -206,6 +247,9 @@ impl Backend {
             addrs: Addresses::new(addrs, &name),
             name,
             weight: AtomicU32::new(weight.max(1)),
+            agent: AgentView::default(),
+            origin: Origin::File,
+            source_name: None,
             active: AtomicUsize::new(0),
             total: AtomicU64::new(0),
             healthy: AtomicBool::new(true),
@@ -248,9 +292,10 @@ impl Backend {
         &self.addrs
     }
 
-    /// The relative weight.
+    /// The relative weight the schedulers use: the configured one scaled
+    /// by its agent's percentage (`steer.rs`).
     pub fn weight(&self) -> u32 {
-        self.weight.load(Ordering::Relaxed)
+        self.agent.scale(self.configured_weight())
     }
 
     /// Changes the weight (at least 1). The scheduler precomputes from the
@@ -325,7 +370,7 @@ impl Backend {
             "maint"
         } else if self.is_draining() {
             "draining"
-        } else if !self.is_healthy() {
+        } else if !self.is_healthy() || self.agent.says_down() {
             "down"
         } else {
             "up"
@@ -351,10 +396,10 @@ impl Backend {
         self.watchers.add(watcher);
     }
 
-    /// Whether a scheduler may pick it: healthy, not draining, not in
-    /// maintenance.
+    /// Whether a scheduler may pick it: healthy (as its checks and its
+    /// agent say), not draining, not in maintenance.
     pub fn is_available(&self) -> bool {
-        self.is_healthy() && !self.is_draining() && !self.is_maint()
+        self.is_healthy() && !self.agent.says_down() && !self.is_draining() && !self.is_maint()
     }
 
     /// Records a failed connect on real traffic; returns the failures in a row.

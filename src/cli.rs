@@ -37,6 +37,7 @@ use crate::proxy::KernelRelay;
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::sni::ServerNames;
+use crate::srv::Nameservers;
 use crate::tls_term::{CertList, CertPair, CrlFiles};
 use crate::trace::Lang;
 use crate::units::{parse_duration, parse_size, ByteRate};
@@ -303,6 +304,10 @@ fn parse_failure(text: &str) -> std::result::Result<FailurePolicy, String> {
 fn parse_proxy_version(text: &str) -> std::result::Result<Version, String> {
     text.parse()
         .map_err(|e: crate::proxy_protocol::ParseError| e.to_string())
+}
+
+fn parse_nameservers(text: &str) -> std::result::Result<Nameservers, String> {
+    text.parse()
 }
 
 fn parse_cidrs(text: &str) -> std::result::Result<CidrList, String> {

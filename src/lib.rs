@@ -64,7 +64,8 @@
 //! - `signals`, `systemd`: the signal thread; systemd's readiness,
 //!   reload and stop notifications and the sockets it passes.
 //! - `resolver`, `reaper`: backend names looked up again; drained
-//!   backends removed once their last connection ends.
+//!   backends removed once their last connection ends; `srv_follow`:
+//!   a `srv:` entry's backends following its records.
 //!
 //! **Configuration**:
 //! - `config/`: [`Config`], every setting declared once with its default
@@ -85,6 +86,7 @@
 //! `poll` (`poll(2)` waits), `dial` (one bounded TCP connect), `system`
 //! (the OS's limits, its errors in words), `kernel_sched` (the threads'
 //! scheduling policy), `lookup` (a backend's host name and addresses),
+//! `srv` (a DNS SRV name's records, for `srv:` backends),
 //! `availability` (a backend's flips, told to the schedulers holding it),
 //! `waitlist` (clients waiting for a backend slot), `connections` (the
 //! live table of connections, a slot per worker), `slots` (a service's
@@ -104,11 +106,11 @@
 //! 1. leaves: `error`, `units`, `stats`, `tally`, `throttle`, `reply`,
 //!    `poll`, `dial`, `system`, `kernel_sched`, `lookup`, `availability`,
 //!    `waitlist`, `slots`, `shutdown`, `queue`, `conduit`, `privileges`,
-//!    `pending`, `files`, `connections`
+//!    `pending`, `files`, `connections`, `srv`
 //! 2. the backend and its choice: `backend`, `scheduler`,
 //!    `proxy_protocol` (the codec a backend's spec names)
 //! 3. what the data path calls: `access_log`, `trace`, `limiter`,
-//!    `reaper`, `resolver`, `systemd`
+//!    `reaper`, `resolver`, `srv_follow`, `systemd`
 //! 4. protocol pieces and checks: `tls_term`, `sni`, `health`
 //! 5. the connection: `proxy`
 //! 6. the settings gathered: `config`, `live`
@@ -201,6 +203,8 @@ pub mod simulate;
 pub mod slots;
 pub mod sni;
 pub mod sni_router;
+pub mod srv;
+pub mod srv_follow;
 pub mod stats;
 pub mod system;
 pub mod systemd;

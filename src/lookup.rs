@@ -42,6 +42,62 @@ pub const MAX_ADDRESSES: usize = 16;
 /// not one per `resolve_interval`.
 pub const FAILURE_LOG_EVERY: Duration = Duration::from_secs(3600);
 
+/// Lookups made and lookups failed since start-up by one source of
+/// backends (the metrics' `rodizio_discovery_lookups_total` and
+/// `rodizio_discovery_errors_total`, labelled `source`). Process-wide:
+/// a source's lookups are the process's, whichever service asked.
+#[derive(Debug)]
+pub struct SourceCount {
+    lookups: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl SourceCount {
+    /// Nothing counted yet.
+    pub const fn new() -> SourceCount {
+        SourceCount {
+            lookups: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one lookup, failed or not.
+    pub fn count(&self, ok: bool) {
+        self.lookups.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Lookups since start-up.
+    pub fn lookups(&self) -> u64 {
+        self.lookups.load(Ordering::Relaxed)
+    }
+
+    /// Failed lookups since start-up.
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for SourceCount {
+    fn default() -> Self {
+        SourceCount::new()
+    }
+}
+
+/// `dns`: backends' host names looked up again.
+pub static DNS: SourceCount = SourceCount::new();
+/// `srv`: `srv:` names' records looked up.
+pub static SRV: SourceCount = SourceCount::new();
+/// `etcd`: reads and watches of an etcd prefix.
+pub static ETCD: SourceCount = SourceCount::new();
+
+/// Every source that looks backends up, with its word.
+pub fn sources() -> [(&'static str, &'static SourceCount); 3] {
+    [("dns", &DNS), ("srv", &SRV), ("etcd", &ETCD)]
+}
+
 /// The addresses `host` gives for `port`: IPv4 first, duplicates removed
 /// (all of them: a backend keeps [`MAX_ADDRESSES`]).
 ///
@@ -123,6 +179,16 @@ impl Addresses {
             lookup: lookup.map(Box::new),
             ..self
         }
+    }
+
+    /// Puts `addrs` in place of the addresses (a `srv:` record's target
+    /// moved); true when they changed. Connections in flight keep theirs.
+    pub fn replace(&self, addrs: Vec<SocketAddr>) -> bool {
+        if **self.list.load() == addrs {
+            return false;
+        }
+        self.list.store(Arc::new(addrs));
+        true
     }
 
     /// The addresses for one connect: one atomic load, no lock.
@@ -227,6 +293,7 @@ impl Lookup {
         self.started_ms
             .store(ms.saturating_add(1), Ordering::Relaxed);
         let result = addresses(&self.host, self.port);
+        DNS.count(result.is_ok());
         let error = result.as_ref().err().map(|e| e.to_string());
         *self.last.lock() = Some(LookupRecord {
             at: SystemTime::now(),

@@ -280,6 +280,7 @@ fn check_config(path: &Path, flags: &Overrides) -> Result<u8, Error> {
         config.unused_warnings().iter().for_each(warn);
         if config.services.is_empty() {
             lines.extend(config.describe());
+            lines.push(("origins", BackendSpec::origins(&config.backends)));
         } else {
             lines.extend(described(&config, Scope::Process));
         }
@@ -323,12 +324,12 @@ fn check_diff(old: &Path, new: &Path, flags: &Overrides) -> Result<u8, Error> {
 }
 
 /// The settings of `config` of one scope, as `check-config` prints them.
+/// A service's scope also says where its backends come from.
 fn described(config: &Config, scope: Scope) -> Vec<(&'static str, String)> {
-    config
-        .describe()
-        .into_iter()
-        .filter(|(key, _)| settings::scope_of(key) == Some(scope))
-        .collect()
+    let mut all = config.describe();
+    all.push(("origins", BackendSpec::origins(&config.backends)));
+    all.retain(|(key, _)| settings::scope_of(key).unwrap_or(Scope::Service) == scope);
+    all
 }
 
 /// `rodizio preflight [FILE]`: this host against the settings, one line

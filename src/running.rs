@@ -148,9 +148,15 @@ impl Running {
             let running = weak.upgrade()?;
             let list = running.list();
             let watched = list.iter().filter_map(|s| {
-                Some(Watched {
-                    interval: s.live.proxy.load().resolve_interval?,
+                let proxy = s.live.proxy.load();
+                let srv = crate::service::srv_entries(&s.config);
+                (proxy.resolve_interval.is_some() || !srv.is_empty()).then(|| Watched {
+                    interval: proxy.resolve_interval,
                     backends: s.live.scheduler.snapshot(),
+                    service: s.name().to_string(),
+                    scheduler: Arc::clone(&s.live.scheduler),
+                    srv,
+                    resolvers: proxy.resolvers.clone(),
                 })
             });
             Some(watched.collect())

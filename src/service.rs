@@ -35,6 +35,7 @@ use crate::proxy::{Job, Proxy, QueueDepth, Report};
 use crate::scheduler::Scheduler;
 use crate::shutdown::Shutdown;
 use crate::slots::Slots;
+use crate::srv_follow;
 use crate::stats::Stats;
 
 /// What every service shares.
@@ -160,12 +161,32 @@ impl Service {
 ///
 /// [`Error::InvalidBackend`] for one that cannot be resolved.
 fn resolve_backends(config: &Config) -> Result<Vec<Arc<Backend>>> {
-    config
-        .backends
-        .iter()
-        .map(|spec| {
-            let send_proxy = spec.send_proxy.or(config.send_proxy);
-            Backend::from_spec(spec).map(|b| Arc::new(b.with_send_proxy(send_proxy)))
+    let mut list = Vec::new();
+    for spec in config.backends.iter().filter(|s| !s.is_srv()) {
+        let send_proxy = spec.send_proxy.or(config.send_proxy);
+        list.push(Arc::new(
+            Backend::from_spec(spec)?.with_send_proxy(send_proxy),
+        ));
+    }
+    // One backend per record of each `srv:` name, looked up once here
+    // (a name that gives none fails the start, as a host name does).
+    let servers = srv_follow::servers(config.proxy.resolvers.as_ref());
+    for entry in srv_entries(config) {
+        let found = srv_follow::backends(&entry, &servers)
+            .map_err(|e| Error::InvalidBackend(format!("{}: {e}", entry.spec.host)))?;
+        list.extend(found);
+    }
+    Ok(list)
+}
+
+/// The `srv:` entries of `config`'s backends, each with the service's
+/// `send_proxy`.
+pub(crate) fn srv_entries(config: &Config) -> Vec<srv_follow::Entry> {
+    let entries = config.backends.iter().filter(|s| s.is_srv());
+    entries
+        .map(|spec| srv_follow::Entry {
+            spec: spec.clone(),
+            send_proxy: config.send_proxy,
         })
         .collect()
 }

@@ -117,6 +117,7 @@ impl Collector for View {
         backend_up(&mut encoder, &lists)?;
         backend_last_change(&mut encoder, &lists)?;
         backend_errors(&mut encoder, &lists)?;
+        discovery(&mut encoder, &lists)?;
         certificate_expiry(&mut encoder, &services)?;
         let histograms: Vec<_> = services
             .iter()
@@ -380,6 +381,52 @@ fn backend_errors(
                 ];
                 ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Where the backends come from: the lookups and failed lookups of each
+/// source (`dns`, `srv`, `etcd`) since start-up, and each service's
+/// backends by origin now.
+fn discovery(
+    encoder: &mut DescriptorEncoder,
+    lists: &[(&str, Arc<[Arc<Backend>]>)],
+) -> Result<(), std::fmt::Error> {
+    type Read = fn(&crate::lookup::SourceCount) -> u64;
+    let read: [(&str, &str, Read); 2] = [
+        (
+            "discovery_lookups",
+            "Lookups of backends by source: dns (a host name looked up again), srv (a srv: name's records), etcd.",
+            |c| c.lookups(),
+        ),
+        (
+            "discovery_errors",
+            "Failed lookups of backends by source (the last good answer kept).",
+            |c| c.errors(),
+        ),
+    ];
+    for (name, help, value) in read {
+        let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (source, count) in crate::lookup::sources() {
+            let labels = [("source", source.to_string())];
+            ConstCounter::new(value(count)).encode(m.encode_family(&labels)?)?;
+        }
+    }
+    let mut m = encoder.encode_descriptor(
+        "backends_by_origin",
+        "Backends now by where they came from: file, api, dns, srv, etcd.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (service, backends) in lists {
+        for origin in crate::backend::Origin::ALL {
+            let n = backends.iter().filter(|b| b.origin() == origin).count();
+            let labels = [
+                ("service", service.to_string()),
+                ("origin", origin.name().to_string()),
+            ];
+            ConstGauge::new(n as i64).encode(m.encode_family(&labels)?)?;
         }
     }
     Ok(())

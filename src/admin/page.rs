@@ -72,6 +72,11 @@ pub struct BackendRow {
     pub checked_ago: Option<Duration>,
     /// Time down ever.
     pub downtime: Duration,
+    /// Where it came from: `file`, `api`, `dns`, `srv`, `etcd`.
+    pub origin: &'static str,
+    /// What its agent last said (or why it was not heard), when it has
+    /// one.
+    pub agent: Option<String>,
 }
 
 /// The process's row: the pool shared by every service.
@@ -299,7 +304,8 @@ fn backend(html: &mut String, b: &BackendRow) {
     let state = esc(&b.state);
     let _ = writeln!(
         html,
-        "<tr class=\"{state}\" data-backend=\"{bname}\"><td class=\"name\">{bname}{mark}</td>\
+        "<tr class=\"{state}\" data-backend=\"{bname}\"><td class=\"name\">{bname}{mark} \
+<small class=\"origin\">{origin}</small>{agent}</td>\
 <td class=\"state\">{upper}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
 <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"progress\">{progress}</td>\
 <td class=\"check\">{}</td><td>{checked}</td><td>{took}</td><td>{since}</td><td>{}</td></tr>",
@@ -323,6 +329,10 @@ fn backend(html: &mut String, b: &BackendRow) {
         } else {
             ""
         },
+        origin = b.origin,
+        agent = b.agent.as_deref().map_or(String::new(), |a| {
+            format!(" <small class=\"agent\">agent: {}</small>", esc(a))
+        }),
     );
 }
 
@@ -370,6 +380,8 @@ mod tests {
             bytes_out: 3 << 20,
             connect_failures: 0,
             last_check: Some("ok".into()),
+            origin: "file",
+            agent: None,
             check_duration: Some(Duration::from_micros(1500)),
             since_change: Some(Duration::from_secs(125)),
             peak: 7,
@@ -459,10 +471,19 @@ mod tests {
         let rows = vec![row("127.0.0.1:8001", "up"), backup];
         let html = render(&process(), &[section("default", rows)]);
         assert!(
-            html.contains("127.0.0.1:8003 <small>backup</small></td>"),
+            html.contains(
+                "127.0.0.1:8003 <small>backup</small> <small class=\"origin\">file</small></td>"
+            ),
             "{html}"
         );
         assert_eq!(html.matches("<small>backup</small>").count(), 1);
+        let mut srv = row("b.test:8004", "up");
+        (srv.origin, srv.agent) = ("srv", Some("up 50% <".into()));
+        let html = render(&process(), &[section("default", vec![srv])]);
+        assert!(
+            html.contains("<small class=\"origin\">srv</small> <small class=\"agent\">agent: up 50% &lt;</small>"),
+            "{html}"
+        );
     }
 
     #[test]

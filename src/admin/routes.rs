@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::State;
-use crate::backend::{cap, Backend, BackendSpec};
+use crate::backend::{cap, Backend, BackendSpec, Origin, Wanted};
 use crate::config::settings::{self, Scope};
 use crate::health::OwnCheck;
 use crate::service::Service;
@@ -145,29 +145,6 @@ impl NewBackend {
 struct Change {
     weight: Option<u32>,
     state: Option<Wanted>,
-}
-
-/// The states an operator may ask for.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum Wanted {
-    /// No new clients; connections in flight finish.
-    Drain,
-    /// As drain, and no health checks.
-    Maint,
-    /// Back in rotation (clears drain and maintenance).
-    Ready,
-}
-
-impl Wanted {
-    /// The word the API and the logs use.
-    fn word(self) -> &'static str {
-        match self {
-            Wanted::Drain => "draining",
-            Wanted::Maint => "in maintenance",
-            Wanted::Ready => "ready",
-        }
-    }
 }
 
 /// Answers one request. `path` may carry a query string (read only by
@@ -350,7 +327,7 @@ fn add(state: &State, service: &Service, body: &[u8]) -> Reply {
     // Resolving may wait for DNS: done before taking the lock.
     let send_proxy = spec.send_proxy.or(service.config.send_proxy);
     let backend = match Backend::from_spec(&spec) {
-        Ok(b) => Arc::new(b.with_send_proxy(send_proxy)),
+        Ok(b) => Arc::new(b.with_send_proxy(send_proxy).with_origin(Origin::Api)),
         Err(e) => return Reply::error(400, e.to_string()),
     };
     let _turn = state.changes.lock();
@@ -416,13 +393,7 @@ fn change(state: &State, service: &Service, address: &str, body: &[u8]) -> Reply
         log::info!("admin: backend {address} weight is now {weight}");
     }
     if let Some(wanted) = change.state {
-        let (draining, maint) = match wanted {
-            Wanted::Drain => (true, false),
-            Wanted::Maint => (false, true),
-            Wanted::Ready => (false, false),
-        };
-        backend.set_draining(draining);
-        backend.set_maint(maint);
+        backend.set_wanted(wanted);
         log::info!("admin: backend {address} is now {}", wanted.word());
     }
     Reply::new(200, backend_json(&backend))

@@ -79,7 +79,7 @@ fn file_settings(service: &Service) -> crate::config::Config {
         .filter(|b| !b.is_draining())
         .filter_map(|b| {
             let mut spec = BackendSpec::parse(b.name()).ok()?;
-            spec.weight = b.weight();
+            spec.weight = b.configured_weight();
             spec.max_connections = b.max_connections();
             spec.backup = b.is_backup();
             spec.check = OwnCheck::clone(&b.own_check());

@@ -95,6 +95,8 @@ fn backend_row(b: &Backend, rate: Option<f64>) -> super::page::BackendRow {
         toward_up: !b.is_healthy(),
         checked_ago: check.as_ref().map(|c| c.at.elapsed().unwrap_or_default()),
         downtime: b.tally.downtime(),
+        origin: b.origin().name(),
+        agent: agent_summary(b),
         name: b.name().to_string(),
         state: b.state_name().to_string(),
         backup: b.is_backup(),
@@ -111,6 +113,31 @@ fn backend_row(b: &Backend, rate: Option<f64>) -> super::page::BackendRow {
         check_duration: check.map(|c| c.took),
         since_change: Some(b.since_change()),
     }
+}
+
+/// What its agent last said, for the stats page (`up 50%`, `garbage:
+/// ...`), when it has one.
+fn agent_summary(b: &Backend) -> Option<String> {
+    b.own_check().agent_port?;
+    let said = match b.agent.last() {
+        None => "not asked yet".to_string(),
+        Some(last) => last.error.or(last.answer).unwrap_or_default(),
+    };
+    Some(said)
+}
+
+/// Its agent as the API shows it, when it has one.
+fn agent_json(b: &Backend) -> Option<Value> {
+    let port = b.own_check().agent_port?;
+    let last = b.agent.last();
+    Some(json!({
+        "port": port,
+        "state": if b.agent.says_down() { "down" } else { "up" },
+        "weight_percent": b.agent.percent(),
+        "answer": last.as_ref().and_then(|l| l.answer.clone()),
+        "error": last.as_ref().and_then(|l| l.error.clone()),
+        "at_unix_ms": last.map(|l| l.at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)),
+    }))
 }
 
 /// A backend as the API shows it.
@@ -141,6 +168,9 @@ pub fn backend_json(b: &Backend) -> Value {
         "addresses": addresses,
         "resolve": resolve,
         "weight": b.weight(),
+        "configured_weight": b.configured_weight(),
+        "origin": b.origin().name(),
+        "agent": agent_json(b),
         "backup": b.is_backup(),
         "state": state,
         "active": b.active(),

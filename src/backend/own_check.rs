@@ -9,6 +9,9 @@
 //! `127.0.0.1:5432,check_port=8008,health_check=http,health_path=/primary`
 //! sends clients to 5432 of whichever server says 200 on 8008.
 //!
+//! Its agent (`agent_port`, `agent_interval`, `agent_send`; HAProxy's
+//! `agent-check`) is asked too: `health/agent.rs`.
+//!
 //! Plain values, parsed from a backend's options (string form) or its keys
 //! (object form, in the config file) by the one [`OwnCheck::set`]; the
 //! health thread lays them over the service's settings
@@ -34,7 +37,7 @@ use super::check_kind::CheckKind;
 use crate::units::{format_duration, parse_duration};
 
 /// The keys of a backend's own check, in the order they are written out.
-pub const KEYS: [&str; 7] = [
+pub const KEYS: [&str; 10] = [
     "check_port",
     "check_address",
     "health_check",
@@ -42,7 +45,13 @@ pub const KEYS: [&str; 7] = [
     "health_interval",
     "rise",
     "fall",
+    "agent_port",
+    "agent_interval",
+    "agent_send",
 ];
+
+/// Longest `agent_send`, in bytes once its escapes are read.
+pub const MAX_AGENT_SEND: usize = 256;
 
 /// Most failures (or successes) in a row a backend's `rise` or `fall` may
 /// ask for: beyond it, a typo rather than a wish.
@@ -68,6 +77,16 @@ pub struct OwnCheck {
     pub rise: Option<u32>,
     /// Failed checks in a row to go down.
     pub fall: Option<u32>,
+    /// The port of its agent (HAProxy `agent-port`): asked for one line
+    /// (`up`, `down`, `drain`, `maint`, `ready`, `NN%`) each
+    /// `agent_interval`. None: no agent.
+    pub agent_port: Option<u16>,
+    /// Time between two questions to its agent; default its (or the
+    /// service's) `health_interval`.
+    pub agent_interval: Option<Duration>,
+    /// What is sent to the agent once connected (`\n`, `\r`, `\t` and
+    /// `\\` read as escapes); default nothing.
+    pub agent_send: Option<String>,
 }
 
 impl OwnCheck {
@@ -110,6 +129,7 @@ impl OwnCheck {
                 let port = text.parse::<u16>().ok().filter(|p| *p != 0);
                 put(&mut self.port, port.ok_or_else(|| bad("a port, 1..65535"))?)
             }
+            "agent_port" | "agent_interval" | "agent_send" => self.set_agent(key, text)?,
             "check_address" => {
                 let inner = text
                     .strip_prefix('[')
@@ -128,13 +148,7 @@ impl OwnCheck {
                 }
                 put(&mut self.path, text.to_string())
             }
-            "health_interval" => {
-                let interval = parse_duration(text).map_err(|e| format!("{key}: {e}"))?;
-                if interval.is_zero() {
-                    return Err(bad("more than 0"));
-                }
-                put(&mut self.interval, interval)
-            }
+            "health_interval" => put(&mut self.interval, interval(key, text)?),
             "rise" | "fall" => {
                 let n = text
                     .parse::<u32>()
@@ -163,6 +177,28 @@ impl OwnCheck {
         } else {
             Err(format!("{key} is given twice"))
         }
+    }
+
+    /// Sets one of the agent's keys; false when it was given already.
+    fn set_agent(&mut self, key: &str, text: &str) -> Result<bool, String> {
+        let bad = |what: &str| format!("{key} must be {what}, got '{}'", clip(text));
+        Ok(match key {
+            "agent_port" => {
+                let port = text.parse::<u16>().ok().filter(|p| *p != 0);
+                put(
+                    &mut self.agent_port,
+                    port.ok_or_else(|| bad("a port, 1..65535"))?,
+                )
+            }
+            "agent_interval" => put(&mut self.agent_interval, interval(key, text)?),
+            _ => {
+                let bytes = unescape(text);
+                if bytes.is_empty() || bytes.len() > MAX_AGENT_SEND {
+                    return Err(bad(&format!("1 to {MAX_AGENT_SEND} bytes")));
+                }
+                put(&mut self.agent_send, bytes)
+            }
+        })
     }
 
     /// Sets `key` from a config file's value: a string, or a number for
@@ -205,11 +241,53 @@ impl OwnCheck {
     }
 }
 
+/// An interval option's value: a duration of more than 0.
+fn interval(key: &str, text: &str) -> Result<Duration, String> {
+    let interval = parse_duration(text).map_err(|e| format!("{key}: {e}"))?;
+    if interval.is_zero() {
+        return Err(format!("{key} must be more than 0, got '{}'", clip(text)));
+    }
+    Ok(interval)
+}
+
 /// Stores `value` in an empty `slot`; false when it held one already.
 fn put<T>(slot: &mut Option<T>, value: T) -> bool {
     let was_empty = slot.is_none();
     *slot = Some(value);
     was_empty
+}
+
+/// `agent_send` as written, its escapes read (`\n`, `\r`, `\t`, `\\`;
+/// any other backslash kept as it is).
+fn unescape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('t') => out.push('\t'),
+            Some('\\') => out.push('\\'),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// `agent_send` written back, its escapes made again.
+fn escape(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('\n', "\\n")
+        .replace('\r', "\\r")
+        .replace('\t', "\\t")
 }
 
 /// At most 40 characters of what an operator wrote, for an error line.
@@ -246,6 +324,15 @@ impl fmt::Display for OwnCheck {
         if let Some(fall) = self.fall {
             write!(f, ",fall={fall}")?;
         }
+        if let Some(port) = self.agent_port {
+            write!(f, ",agent_port={port}")?;
+        }
+        if let Some(interval) = self.agent_interval {
+            write!(f, ",agent_interval={}", format_duration(interval))?;
+        }
+        if let Some(send) = &self.agent_send {
+            write!(f, ",agent_send={}", escape(send))?;
+        }
         Ok(())
     }
 }
@@ -272,8 +359,13 @@ mod tests {
             ("health_interval", "500ms"),
             ("rise", "1"),
             ("fall", "2"),
+            ("agent_port", "9999"),
+            ("agent_interval", "2s"),
+            ("agent_send", "hello\\r\\n"),
         ])
         .unwrap();
+        assert_eq!(own.agent_port, Some(9999));
+        assert_eq!(own.agent_send.as_deref(), Some("hello\r\n"));
         assert_eq!(own.port, Some(8008));
         assert_eq!(own.address, Some("::1".parse().unwrap()));
         assert_eq!(own.kind, Some(CheckKind::Http));

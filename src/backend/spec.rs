@@ -49,6 +49,47 @@ pub struct BackendSpec {
 }
 
 impl BackendSpec {
+    /// Where each backend of `list` comes from, for `check-config`:
+    /// `127.0.0.1:8001 file, db.internal:5432 dns`.
+    pub fn origins(list: &[BackendSpec]) -> String {
+        let each: Vec<String> = list
+            .iter()
+            .map(|b| format!("{} {}", b.name(), b.origin().name()))
+            .collect();
+        each.join(", ")
+    }
+
+    /// Whether it is a `srv:` name: one backend per record, made by the
+    /// service (and the resolver thread), never by [`Backend::from_spec`](super::Backend::from_spec).
+    pub fn is_srv(&self) -> bool {
+        self.host.starts_with(SRV_PREFIX)
+    }
+
+    /// The backend of one record of this `srv:` entry: its target and
+    /// port, its weight (1..1000), a backup when its priority is not the
+    /// best one; the entry's other options kept.
+    pub fn for_record(&self, target: &str, port: u16, weight: u16, backup: bool) -> BackendSpec {
+        BackendSpec {
+            host: target.to_string(),
+            port,
+            weight: u32::from(weight).clamp(1, 1000),
+            backup: backup || self.backup,
+            ..self.clone()
+        }
+    }
+
+    /// Where a backend made from it comes from, as far as the
+    /// configuration tells: a host name is `dns`, an address `file`.
+    pub fn origin(&self) -> super::Origin {
+        if self.is_srv() {
+            super::Origin::Srv
+        } else if self.host.parse::<std::net::IpAddr>().is_ok() {
+            super::Origin::File
+        } else {
+            super::Origin::Dns
+        }
+    }
+
     /// Parses `HOST:PORT[,weight=N][,max_connections=N][,send-proxy|,send-proxy-v2][,backup]`; IPv6
     /// addresses go in brackets (`[::1]:8001`). The option names are
     /// HAProxy's `server` keywords.
@@ -58,6 +99,9 @@ impl BackendSpec {
     /// [`Error::InvalidBackend`] naming what is wrong.
     pub fn parse(text: &str) -> Result<BackendSpec> {
         let text = text.trim();
+        if let Some(rest) = text.strip_prefix(SRV_PREFIX) {
+            return parse_srv(text, rest);
+        }
         let mut parts = text.split(',');
         let hostport = parts.next().unwrap_or_default();
         let (host, port) = split_host_port(hostport).ok_or_else(|| {
@@ -105,6 +149,11 @@ impl BackendSpec {
     ///
     /// [`Error::InvalidBackend`] when the name does not resolve.
     pub fn resolve(&self) -> Result<Vec<SocketAddr>> {
+        if self.is_srv() {
+            // Its records are looked up by the service that holds it, on
+            // its `resolvers`.
+            return Ok(Vec::new());
+        }
         match lookup::addresses(&self.host, self.port) {
             Ok(addrs) => Ok(addrs),
             Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::InvalidBackend(format!(
@@ -117,12 +166,41 @@ impl BackendSpec {
 
     /// The `HOST:PORT` form used in logs (brackets around IPv6 literals).
     pub fn name(&self) -> String {
-        if self.host.contains(':') {
+        if self.is_srv() {
+            self.host.clone()
+        } else if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
         } else {
             format!("{}:{}", self.host, self.port)
         }
     }
+}
+
+/// How a DNS SRV name is written among the backends.
+pub const SRV_PREFIX: &str = "srv:";
+
+/// `srv:_service._proto.name[,options]`: the name checked (letters,
+/// digits, `.`, `-`, `_`; at most 253), the options as a backend's.
+fn parse_srv(text: &str, rest: &str) -> Result<BackendSpec> {
+    let mut parts = rest.split(',');
+    let name = parts.next().unwrap_or_default().trim();
+    let good = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+    if name.is_empty() || name.len() > 253 || !name.chars().all(good) {
+        return Err(Error::InvalidBackend(format!(
+            "'{text}': expected srv:_service._proto.name, e.g. srv:_http._tcp.example.com"
+        )));
+    }
+    let options = Options::parse(text, parts)?;
+    Ok(BackendSpec {
+        host: format!("{SRV_PREFIX}{name}"),
+        port: 0,
+        weight: options.weight,
+        send_proxy: options.send_proxy,
+        check: options.check,
+        max_connections: options.max_connections,
+        backup: options.backup,
+        ends: options.ends,
+    })
 }
 
 impl fmt::Display for BackendSpec {
@@ -282,5 +360,41 @@ impl Options {
             backup,
             ends,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Origin;
+
+    #[test]
+    fn a_srv_name_is_read_with_its_options_and_makes_its_records_backends() {
+        let srv = BackendSpec::parse("srv:_pg._tcp.db.internal,max_connections=5,agent_port=9999")
+            .unwrap();
+        assert!(srv.is_srv());
+        assert_eq!(srv.name(), "srv:_pg._tcp.db.internal");
+        assert_eq!(srv.origin(), Origin::Srv);
+        assert_eq!(
+            srv.to_string(),
+            "srv:_pg._tcp.db.internal,max_connections=5,agent_port=9999"
+        );
+        assert_eq!(BackendSpec::parse(&srv.to_string()).unwrap(), srv);
+        assert!(crate::backend::Backend::from_spec(&srv).is_err());
+        let one = srv.for_record("a.db.internal", 5432, 0, true);
+        assert_eq!(one.name(), "a.db.internal:5432");
+        assert_eq!(
+            (one.weight, one.backup, one.max_connections),
+            (1, true, Some(5))
+        );
+        assert_eq!(srv.for_record("b", 1, 60_000, false).weight, 1000);
+        for bad in ["srv:", "srv:a b", "srv:x/y", "srv:_a._tcp.x,colour=red"] {
+            assert!(BackendSpec::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            BackendSpec::parse("10.0.0.1:80").unwrap().origin(),
+            Origin::File
+        );
+        assert_eq!(BackendSpec::parse("db:80").unwrap().origin(), Origin::Dns);
     }
 }

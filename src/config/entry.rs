@@ -54,7 +54,7 @@ pub(super) struct Entry(pub(super) BackendSpec);
 /// The keys of a backend written as an object (and its own check's).
 #[rustfmt::skip]
 const ENTRY_KEYS: &[&str] = &["host", "port", "weight", "send_proxy", "max_connections", "backup", "on_backend_down", "on_backend_removed", "check_port", "check_address",
-    "health_check", "health_path", "health_interval", "rise", "fall"];
+    "health_check", "health_path", "health_interval", "rise", "fall", "agent_port", "agent_interval", "agent_send"];
 
 /// A backend's own `on_backend_down` or `on_backend_removed`, read into
 /// `ends`.

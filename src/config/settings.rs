@@ -38,6 +38,7 @@ use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::sni::names::MaybeServerNames;
 use crate::sni::ServerNames;
+use crate::srv::Nameservers;
 use crate::tls_term::{CertList, CrlFiles};
 use crate::trace::Lang;
 use crate::units::{format_duration, format_size, ByteRate};

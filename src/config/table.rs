@@ -1,14 +1,11 @@
 //! The settings table: every setting of the balancer on one line, read
 //! by `config/settings.rs` (the layers, the file's keys, `check-config`,
 //! reload) and by `cli.rs` (the flags). A new setting is a line here and
-//! the code that uses it.
-//!
-//! Only a macro: nothing runs here.
+//! the code that uses it. Only a macro: nothing runs here.
 //!
 //! # Corresponds to the C article
 //!
-//! The `#define`s at the top of the C file, with the flags and keys that
-//! change them.
+//! The `#define`s at the top of the C file, with the flags and keys that change them.
 
 /// The table itself, handed to `$callback`: `settings!` here, and the
 /// command line's `balancer_args!` in `cli.rs`, each taking the columns it
@@ -360,6 +357,9 @@ macro_rules! settings_table {
             file MaybeSecs => take,
             flag Option<Duration> [value_name = "DUR", value_parser = parse_duration],
             always |c: &Config| or_off(c.proxy.resolve_interval, format_duration);
+        /// The nameservers srv: backends are asked of, as IP:PORT[,IP:PORT...] (at most 3, in turn). Default: the system's.
+        resolvers: Nameservers, "resolvers", Service, some(proxy.resolvers), live, file MaybeParsed<Nameservers> => take,
+            flag Option<Nameservers> [value_name = "IP:PORT,...", value_parser = parse_nameservers], always |c: &Config| or_off(c.proxy.resolvers.as_ref(), |n| n.to_string());
         /// Ramp the share of a backend that comes back into rotation (health
         /// up, end of maintenance or draining, added at run time) from about
         /// 5% of its weight to all of it over this long (HAProxy's slowstart),

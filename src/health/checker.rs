@@ -6,9 +6,12 @@
 //! due, and the thread sleeps until the next one is.
 //!
 //! A backend in maintenance ([`Backend::is_maint`]) is skipped: no probe, its
-//! state left as it was. Each check's result and duration is kept on the
-//! backend ([`Backend::record_check`]) for the admin API. A check that failed
-//! for a reason of this host ([`CheckFailure::local`]) is fed to the probe as
+//! state left as it was; its agent, if it has one, is still asked (it may
+//! say `ready`), each `agent_interval` (`agent.rs`), within
+//! `health_timeout` or that interval if it is shorter. Each check's result
+//! and duration is kept on the backend ([`Backend::record_check`]) for the
+//! admin API. A check that failed for a reason of this host
+//! ([`CheckFailure::local`]) is fed to the probe as
 //! [`Verdict::Inconclusive`], counted in `health_check_local_failures` and
 //! said in a warning at most once a second; so is a probe thread that cannot
 //! be started (the check then runs on this thread, and is not lost).
@@ -62,6 +65,8 @@ pub(super) struct Checker {
     /// When each backend's next check is due, by id: each has its own
     /// interval (its own `health_interval`, or the service's).
     due: HashMap<u64, Instant>,
+    /// When each backend's agent is next asked, by id.
+    agent_due: HashMap<u64, Instant>,
     /// With checks off: when each down backend was first seen down.
     down_since: HashMap<u64, Instant>,
     /// Checks that failed for a reason of this host: one line a second at
@@ -87,6 +92,7 @@ impl Checker {
             stats,
             probes: HashMap::new(),
             due: HashMap::new(),
+            agent_due: HashMap::new(),
             down_since: HashMap::new(),
             local_log: LogThrottle::new(LOCAL_FAILURE_LOG_EVERY),
             spawn_log: LogThrottle::new(LOCAL_FAILURE_LOG_EVERY),
@@ -152,7 +158,9 @@ impl Checker {
         self.probes.retain(|id, _| listed(id));
         self.down_since.retain(|id, _| listed(id));
         self.due.retain(|id, _| listed(id));
+        self.agent_due.retain(|id, _| listed(id));
         let mut next = now + period(config);
+        let agents = self.agents_due(&all, config, now, &mut next);
         let mut resting = Vec::new();
         let mut checked = Vec::new();
         let mut all_known = true;
@@ -183,7 +191,35 @@ impl Checker {
         for ((backend, settings), (result, took)) in checked.iter().zip(results) {
             self.judge(backend, settings, result, took);
         }
+        super::agent::check_all(&agents, scheduler);
         (next, all_known)
+    }
+
+    /// The backends of `all` whose agent is due now, with its port and
+    /// the timeout; `next` is brought forward to the next agent due.
+    fn agents_due(
+        &mut self,
+        all: &[Arc<Backend>],
+        config: &HealthConfig,
+        now: Instant,
+        next: &mut Instant,
+    ) -> Vec<(Arc<Backend>, u16, Duration)> {
+        let mut agents = Vec::new();
+        for backend in all {
+            let own = backend.own_check();
+            let Some(port) = own.agent_port else {
+                continue;
+            };
+            let settings = config.for_backend(&own);
+            let every = own.agent_interval.unwrap_or(settings.interval);
+            let due = self.agent_due.entry(backend.id()).or_insert(now);
+            if *due <= now + DUE_SLACK {
+                *due = (*due + every).max(now);
+                agents.push((Arc::clone(backend), port, settings.timeout.min(every)));
+            }
+            *next = (*next).min(*due);
+        }
+        agents
     }
 
     /// Feeds one check's result to `backend`'s probe, and marks it down or

@@ -8,8 +8,8 @@
 //! local port left) counts neither way. Health is the probes' opinion,
 //! draining the operator's: separate flags. Parts: this file
 //! ([`HealthConfig`], [`connect_failed`], [`spawn`]), [`probe`],
-//! [`mod@check`], [`protocol`], `checker`, `target` (where a backend's
-//! checks go), and [`survey`] (`rodizio probe`: every kind once against
+//! [`mod@check`], [`protocol`], [`agent`] (a backend's agent, asked how
+//! it is), `checker`, `target` (where a backend's checks go), and [`survey`] (`rodizio probe`: every kind once against
 //! one server); a backend's own check settings are `backend`'s
 //! ([`OwnCheck`], [`CheckKind`]). The details:
 //! docs/health-checks.md, "Inside the checker".
@@ -26,6 +26,7 @@
 //!
 //! No C counterpart: the C sends clients to a dead backend forever.
 
+pub mod agent;
 pub mod check;
 mod checker;
 pub mod probe;
@@ -274,9 +275,8 @@ pub fn spawn(
         let now = config.load();
         // A backend may check itself while the service does not.
         let own = scheduler.snapshot().iter().any(|b| {
-            b.own_check()
-                .kind
-                .is_some_and(|kind| kind != CheckKind::Off)
+            let own = b.own_check();
+            own.agent_port.is_some() || own.kind.is_some_and(|kind| kind != CheckKind::Off)
         });
         if now.check == CheckKind::Off && !own {
             if let Some(hook) = first_round.take() {

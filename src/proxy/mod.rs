@@ -201,6 +201,9 @@ pub struct ProxyConfig {
     /// whatever this says. Kept here because it is live per service like
     /// the rest, though no worker reads it. Default `None` (off).
     pub resolve_interval: Option<Duration>,
+    /// The nameservers `srv:` backends are asked of; `None` (the
+    /// default): the system's (`/etc/resolv.conf`).
+    pub resolvers: Option<crate::srv::Nameservers>,
     /// Most connections open at once from one client address
     /// (`max_connections_per_client`, nginx's `limit_conn`); see
     /// `per_client`. Default `None`: no cap.
@@ -270,6 +273,7 @@ impl Default for ProxyConfig {
             allow: None,
             deny: None,
             resolve_interval: None,
+            resolvers: None,
             max_connections_per_client: None,
             upload_rate: None,
             download_rate: None,

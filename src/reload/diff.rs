@@ -69,6 +69,7 @@ pub fn between(old: &ConfigFile, new: &ConfigFile, flags: &Overrides) -> Result<
         let list = before
             .backends
             .iter()
+            .filter(|spec| !spec.is_srv())
             .map(|spec| Backend::from_spec(spec).map(Arc::new))
             .collect::<Result<Vec<_>>>()
             .map_err(|e| old.error_at("backends", e.to_string()))?;

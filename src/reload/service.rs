@@ -82,14 +82,20 @@ pub(super) fn plan_backends(
     file: &ConfigFile,
     from_file: bool,
 ) -> Result<Backends> {
-    let mut unmatched: Vec<Arc<Backend>> = list.to_vec();
+    // A `srv:` entry's backends follow its records (`srv_follow.rs`), not
+    // the file: a reload leaves them, and its entries, alone.
+    let mut unmatched: Vec<Arc<Backend>> = list
+        .iter()
+        .filter(|b| b.source_name().is_none())
+        .cloned()
+        .collect();
     let mut plan = Backends::default();
-    for spec in &new.backends {
+    for spec in new.backends.iter().filter(|s| !s.is_srv()) {
         let name = spec.name();
         match unmatched.iter().position(|b| b.name() == name) {
             Some(pos) => {
                 let b = unmatched.remove(pos);
-                if b.weight() != spec.weight {
+                if b.configured_weight() != spec.weight {
                     plan.reweight.push((Arc::clone(&b), spec.weight));
                 }
                 if *b.own_check() != spec.check {
@@ -141,6 +147,20 @@ pub(super) fn prepare(
     let list = service.live.scheduler.snapshot();
     let backends = plan_backends(&list, &reaper.watched(), old, &new, file, from_file)?;
     let mut needs_restart = settings::keep_restart_only_in(Scope::Service, &mut new, old);
+    // The resolver follows the `srv:` entries the service started with.
+    let srv = |c: &Config| {
+        c.backends
+            .iter()
+            .filter(|b| b.is_srv())
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    if srv(old) != srv(&new) {
+        needs_restart.push("srv: backends");
+        // Kept as running, like every setting a restart changes.
+        new.backends.retain(|b| !b.is_srv());
+        new.backends.extend(srv(old));
+    }
     let tls = prepare_tls(service, old, &mut new, &mut needs_restart)?;
     let (was, now) = (old.listen_addrs(), new.listen_addrs());
     let listen_gone = was.iter().filter(|a| !now.contains(a)).copied().collect();
@@ -270,7 +290,11 @@ pub(super) fn describe_changes(
     }
     report.restored += backends.restore.len();
     for (b, weight) in &backends.reweight {
-        parts.push(format!("weight {} {} → {weight}", b.name(), b.weight()));
+        parts.push(format!(
+            "weight {} {} → {weight}",
+            b.name(),
+            b.configured_weight()
+        ));
     }
     report.reweighted += backends.reweight.len();
     for (b, own) in &backends.recheck {

@@ -22,6 +22,7 @@ mod tls_certs;
 
 mod access_log;
 mod admin;
+mod agent;
 mod backup;
 mod balancer_port;
 mod cap;
@@ -41,5 +42,6 @@ mod resolve;
 mod root_reader;
 mod services;
 mod sni;
+mod srv;
 mod tls;
 mod tools;
