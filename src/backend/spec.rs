@@ -337,9 +337,10 @@ impl Options {
                 Some(("max_connections", value)) => {
                     max_connections = Some(cap::parse(text, value)?);
                 }
-                Some((key, value)) if ends.set(key, value).map_err(|e| {
-                    Error::InvalidBackend(format!("'{text}': {key}: {e}"))
-                })? => {}
+                Some((key, value))
+                    if ends
+                        .set(key, value)
+                        .map_err(|e| Error::InvalidBackend(format!("'{text}': {key}: {e}")))? => {}
                 Some((key, value)) if OwnCheck::takes(key) => check
                     .set(key, value)
                     .map_err(|e| Error::InvalidBackend(format!("'{text}': {e}")))?,

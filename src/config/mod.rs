@@ -505,17 +505,11 @@ impl Config {
             ("health_timeout", h.timeout),
             ("health_cooldown", h.cooldown),
         ];
-        if let Some(d) = p.client_first_byte_timeout {
-            durations.push(("client_first_byte_timeout", d));
-        }
-        if let Some(d) = p.connect_retry_budget {
-            durations.push(("connect_retry_budget", d));
-        }
-        if let Some(d) = self.access_log_interval {
-            durations.push(("access_log_interval", d));
-        }
         let e = &p.ends;
         for (name, d) in [
+            ("client_first_byte_timeout", p.client_first_byte_timeout),
+            ("connect_retry_budget", p.connect_retry_budget),
+            ("access_log_interval", self.access_log_interval),
             ("removed_drain_timeout", e.removed_drain_timeout),
             ("max_connection_lifetime", e.max_connection_lifetime),
             ("drain_spread", self.drain_spread),

@@ -14,10 +14,9 @@
 /// (`set`, `some` for a setting off unless given, `by_hand`), `live` or
 /// `restart[field kept]`, `file TYPE => take|hand` (how the file reads
 /// it), `flag TYPE [clap's arg attributes]`, and how `check-config` prints
-/// it (`always`, or `when` it is listed only sometimes). The lines of the
-/// ends on purpose are in `table_ends.rs`, the access log's in
-/// `table_log.rs`, added at the end in that order (before the file-only
-/// keys, in the second braces).
+/// it (`always`, or `when` it is listed only sometimes). Last come the
+/// lines of `table_ends.rs`, then `table_log.rs`'s, before the file-only
+/// keys (in the second braces).
 macro_rules! settings_table {
     ($callback:ident) => {
         $crate::config::table_ends::with_ends! { $callback {

@@ -82,6 +82,27 @@ as_is!(
     crate::tls_term::CrlFiles
 );
 
+/// A value that is off unless given (`None`: a word for "off").
+macro_rules! off_or {
+    ($($v:ty => $t:ty),*) => {$(
+        impl FileValue<$t> for $v {
+            fn given(self) -> Option<$t> {
+                self.0
+            }
+        }
+    )*};
+}
+off_or!(
+    MaybeSecs => Duration,
+    crate::sni::names::MaybeServerNames => crate::sni::ServerNames,
+    MaybeAddr => SocketAddr,
+    Store => String,
+    Text => String,
+    Bytes => Vec<u8>,
+    MaybeCount => usize,
+    AllOr => u32
+);
+
 impl<T> FileValue<T> for Parsed<T> {
     fn given(self) -> Option<T> {
         Some(self.0)
@@ -114,39 +135,8 @@ impl FileValue<Option<Duration>> for MaybeSecs {
     }
 }
 
-/// Off unless given: `off` is the same as leaving the key out.
-impl FileValue<Duration> for MaybeSecs {
-    fn given(self) -> Option<Duration> {
-        self.0
-    }
-}
-
-impl FileValue<crate::sni::ServerNames> for crate::sni::names::MaybeServerNames {
-    fn given(self) -> Option<crate::sni::ServerNames> {
-        self.0
-    }
-}
-
 impl<T> FileValue<T> for MaybeParsed<T> {
     fn given(self) -> Option<T> {
-        self.0
-    }
-}
-
-impl FileValue<SocketAddr> for MaybeAddr {
-    fn given(self) -> Option<SocketAddr> {
-        self.0
-    }
-}
-
-impl FileValue<String> for Store {
-    fn given(self) -> Option<String> {
-        self.0
-    }
-}
-
-impl FileValue<String> for Text {
-    fn given(self) -> Option<String> {
         self.0
     }
 }
@@ -154,12 +144,6 @@ impl FileValue<String> for Text {
 impl FileValue<PathBuf> for Text {
     fn given(self) -> Option<PathBuf> {
         self.0.map(PathBuf::from)
-    }
-}
-
-impl FileValue<Vec<u8>> for Bytes {
-    fn given(self) -> Option<Vec<u8>> {
-        self.0
     }
 }
 
@@ -274,12 +258,6 @@ impl<'de> Deserialize<'de> for MaybeCount {
     }
 }
 
-impl FileValue<usize> for MaybeCount {
-    fn given(self) -> Option<usize> {
-        self.0
-    }
-}
-
 /// A whole number from 0, or `"all"` (or one of [`NONE_WORDS`]): no
 /// limit. `connect_retries`.
 #[derive(Debug)]
@@ -297,12 +275,6 @@ impl<'de> Deserialize<'de> for AllOr {
         Whole::<u32, 0, { u32::MAX as u64 }>::deserialize(value)
             .map(|n| AllOr(Some(n.0)))
             .map_err(de::Error::custom)
-    }
-}
-
-impl FileValue<u32> for AllOr {
-    fn given(self) -> Option<u32> {
-        self.0
     }
 }
 

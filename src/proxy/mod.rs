@@ -11,6 +11,7 @@
 //!   after a PROXY header or SNI, on the worker;
 //! - `serve`: the chain wait → route (and the gate, where it runs here) →
 //!   TLS → a slot → connect → pump → close;
+//! - `validate`: each of [`ProxyConfig`]'s values checked;
 //! - `listed`: the connection's place in the connections' table;
 //! - `waiting`: a client waiting for a slot when every backend is at its
 //!   `max_connections`;
@@ -51,6 +52,7 @@ pub mod pump;
 mod refusal;
 mod report;
 mod serve;
+mod validate;
 mod waiting;
 
 use std::io;
@@ -63,7 +65,6 @@ use socket2::{SockRef, TcpKeepalive};
 
 use crate::access_log::AccessLog;
 pub(crate) use crate::conduit;
-use crate::error::{Error, Result};
 use crate::health::HealthConfig;
 use crate::limiter::Limiter;
 use crate::proxy_protocol::CidrList;
@@ -294,73 +295,6 @@ const KEEPALIVE_PROBES: u32 = 3;
 pub const MAX_TCP_KEEPALIVE: Duration = Duration::from_secs(32767);
 
 impl ProxyConfig {
-    /// Checks that every value is usable.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidSetting`] naming the first bad setting.
-    pub fn validate(&self) -> Result<()> {
-        if self.buffer_size == 0 || self.buffer_size > MAX_BUFFER_SIZE {
-            return Err(Error::setting(
-                "buffer_size",
-                format!(
-                    "must be 1..{MAX_BUFFER_SIZE} bytes, got {}",
-                    self.buffer_size
-                ),
-            ));
-        }
-        for (name, d) in [
-            ("connect_timeout", self.connect_timeout),
-            ("idle_timeout", self.idle_timeout),
-            ("queue_timeout", self.queue_timeout),
-        ] {
-            if d.is_zero() {
-                return Err(Error::setting(name, "must be more than 0"));
-            }
-        }
-        if self.client_first_byte_timeout == Some(Duration::ZERO) {
-            return Err(Error::setting(
-                "client_first_byte_timeout",
-                "must be more than 0",
-            ));
-        }
-        if self.max_connections_per_client == Some(0) {
-            return Err(Error::setting(
-                "max_connections_per_client",
-                "must be at least 1 (or off)",
-            ));
-        }
-        if self.fin_timeout.is_some_and(|d| d.is_zero()) {
-            return Err(Error::setting("fin_timeout", "must be more than 0"));
-        }
-        self.ends.validate()?;
-        if let Some(idle) = self.tcp_keepalive {
-            // The kernel counts these in whole seconds.
-            if idle < Duration::from_secs(1) || idle > MAX_TCP_KEEPALIVE || idle.subsec_nanos() != 0
-            {
-                return Err(Error::setting(
-                    "tcp_keepalive",
-                    format!(
-                        "must be 1s..{}s (whole seconds), got {idle:?}",
-                        MAX_TCP_KEEPALIVE.as_secs()
-                    ),
-                ));
-            }
-        }
-        if let Some(every) = self.resolve_interval {
-            if !(MIN_RESOLVE_INTERVAL..=MAX_RESOLVE_INTERVAL).contains(&every) {
-                return Err(Error::setting(
-                    "resolve_interval",
-                    format!(
-                        "must be 1s..24h (or off), got {}",
-                        crate::units::format_duration(every)
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-
     /// Turns on TCP keep-alive and sets `TCP_USER_TIMEOUT` on both sockets
     /// of a connection of `peer` when these settings ask for them; a socket
     /// that refuses is logged (debug) and served anyway.
@@ -612,6 +546,7 @@ mod tests {
     use super::report::ended_counter;
     use super::*;
     use crate::backend::Backend;
+    use crate::error::Error;
     use crate::pool::Pool;
     use std::io::{Read, Write};
     use std::net::TcpListener;

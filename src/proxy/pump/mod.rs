@@ -185,16 +185,7 @@ fn pump_with(
         step_both(
             conduits, &mut up, &mut down, client, backend, transfer, &mut story,
         );
-        crate::trace::pumped(
-            transfer.to_backend - up_before,
-            transfer.to_client - down_before,
-            up.done,
-            down.done,
-        );
-        if transfer.to_backend + transfer.to_client != up_before + down_before {
-            // The connections' table: relaxed stores, once a round.
-            crate::connections::moved(transfer.to_backend, transfer.to_client);
-        }
+        told(transfer, [up_before, down_before], &up, &down);
         if up.eof {
             story.closed(End::ClientClosed);
         }
@@ -239,6 +230,17 @@ fn pump_with(
             story.fault(fault.end, fault.error);
             return finish(story, &up, &down, fault.stale);
         }
+    }
+}
+
+/// A round told: to the trace, and to the connections' table when bytes
+/// moved (relaxed stores, once a round).
+fn told(transfer: &Transfer, before: [u64; 2], up: &Half, down: &Half) {
+    let (to_backend, to_client) = (transfer.to_backend, transfer.to_client);
+    let moved = [to_backend - before[0], to_client - before[1]];
+    crate::trace::pumped(moved[0], moved[1], up.done, down.done);
+    if moved != [0, 0] {
+        crate::connections::moved(to_backend, to_client);
     }
 }
 
