@@ -137,7 +137,7 @@ fn bad_networks_are_refused_in_words() {
     let dir = Scratch::new("allow-deny");
     for (value, words) in [
         (r#""nonsense""#, "is not an IPv4 or IPv6 address"),
-        ("5", "expected a string"),
+        ("5", "'5' is not an IPv4 or IPv6 address"),
         (r#""10.0.0.0/8,""#, "allow"),
     ] {
         let path = dir.path("bad.json");
