@@ -41,7 +41,10 @@ fn bad_access_log_settings_are_refused_in_one_line() {
         (r#""access_log_format": "a } b""#.into(), "lone '}'"),
         (r#""access_log_format": "   ""#.into(), "empty"),
         (r#""access_log_interval": "5ms""#.into(), "at least 100ms"),
-        (r#""access_log_format": ["{client}"]"#.into(), "access_log_format"),
+        (
+            r#""access_log_format": ["{client}"]"#.into(),
+            "access_log_format",
+        ),
         (
             r#""access_log_target": "syslog:nowhere:514""#.into(),
             "IP:PORT",
