@@ -11,7 +11,7 @@
 //! # Threads
 //!
 //! Runs on the resolver thread (`resolver.rs`), which keeps each entry's
-//! [`Group`]; [`backends`] also runs once per entry when a service starts.
+//! `Group`; `backends` also runs once per entry when a service starts.
 //! Changes go through the scheduler (`add`, `remove`, `refresh`,
 //! `set_backup`) and the backend's [`Backend::set_wanted`], as the admin
 //! API's do.

@@ -1,13 +1,13 @@
 //! The pump's one hook for `access_log_interval`: while a connection
 //! lives, every interval its worker tells the bytes moved since the last
-//! time ([`Interim`]) to whoever set the hook (the access log's interim
+//! time (`Interim`) to whoever set the hook (the access log's interim
 //! line, `proxy/report.rs`).
 //!
 //! The worker sets the hook for the connection it is about to pump
 //! ([`set`]); the pump takes it when it starts, so a connection without it
-//! pays one thread-local read. With it, the pump asks [`Interim::due`] at
+//! pays one thread-local read. With it, the pump asks `Interim::due` at
 //! each round (a coarse clock read) and cuts its waits at the next line's
-//! time ([`wait_for`]): the silence allowed (`idle_timeout`) is still
+//! time (`wait_for`): the silence allowed (`idle_timeout`) is still
 //! counted whole, across the cuts.
 //!
 //! # Threads
