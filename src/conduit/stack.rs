@@ -30,8 +30,8 @@ thread_local! {
 }
 
 /// What the plain pump's wait keeps below the frame of [`trim_idle`]:
-/// the rest of the page it stands in. The `poll(2)` it calls next runs
-/// above this frame's depth, in a page that stays.
+/// the rest of the page its own calls stand in. The `poll(2)` it calls
+/// next runs above this frame's depth, in a page that stays.
 const IDLE_MARGIN: usize = 0;
 
 /// Hands back the pages of this thread's stack lying more than [`MARGIN`]
@@ -42,17 +42,32 @@ pub(crate) fn trim() {
 }
 
 /// [`trim`] for the plain pump's idle wait: every page below the one
-/// this frame stands in ([`IDLE_MARGIN`]).
+/// this frame's calls stand in ([`IDLE_MARGIN`]).
 #[inline(never)]
 pub(crate) fn trim_idle() {
     trim_below(IDLE_MARGIN);
 }
 
-/// Hands back the pages lying more than `margin` below this frame.
+/// Slack below [`callee_depth`]'s mark for the `madvise(2)` wrapper,
+/// which pushes its return address and nothing else.
+const CALL_SLACK: usize = 64;
+
+/// An address in the frame of a function called from the caller's frame,
+/// at the depth the caller's next call (`madvise`) stands at: its return
+/// address lies above the mark. A local of the caller's own would not do:
+/// the caller's frame and its call's return address may reach below it,
+/// into a page the call would then hand back under its own feet.
+#[inline(never)]
+fn callee_depth() -> usize {
+    let here = 0u8;
+    std::hint::black_box(std::ptr::addr_of!(here)) as usize
+}
+
+/// Hands back the pages lying more than `margin` below the frame of a
+/// call from here.
 #[inline(always)]
 fn trim_below(margin: usize) {
-    let here = 0u8;
-    let sp = std::ptr::addr_of!(here) as usize;
+    let sp = callee_depth().saturating_sub(CALL_SLACK);
     let Some(lowest) = lowest() else {
         return;
     };
@@ -61,9 +76,10 @@ fn trim_below(margin: usize) {
     let end = sp.saturating_sub(margin) & !(page - 1);
     if end > start {
         // SAFETY: [start, end) lies in this thread's own stack, below every
-        // live frame (the caller's and this one's are above `end`), so no
-        // live data is there; a signal handler would run below `sp`, after
-        // this call, on fresh zero pages.
+        // live frame (this one's and its `madvise` call's return address
+        // are above `end`, see `callee_depth`), so no live data is there; a
+        // signal handler would run below `sp`, after this call, on fresh
+        // zero pages.
         unsafe {
             libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
         }
@@ -129,6 +145,43 @@ mod tests {
         page[n % 4096] = n as u8;
         let below = if n > 0 { deep(n - 1) } else { 0 };
         std::hint::black_box(&mut page)[0].wrapping_add(below)
+    }
+
+    /// Recurses `n` frames of a few dozen bytes each, then trims as the
+    /// idle pump does, and returns through every frame.
+    #[inline(never)]
+    fn trim_at(n: usize) -> u8 {
+        let mut pad = [0u8; 40];
+        pad[n % 40] = n as u8;
+        let below = if n > 0 {
+            trim_at(n - 1)
+        } else {
+            trim_idle_then(7)
+        };
+        std::hint::black_box(&mut pad)[n % 40].wrapping_add(below)
+    }
+
+    #[inline(never)]
+    fn trim_idle_then(value: u8) -> u8 {
+        trim_idle();
+        std::hint::black_box(value)
+    }
+
+    /// The idle trim, called at every depth of a page in steps of a few
+    /// dozen bytes: wherever the frame stands against a page boundary,
+    /// every frame above it returns (none of its pages went back).
+    #[test]
+    fn the_idle_trim_leaves_every_live_frame_at_any_depth() {
+        let sums = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(|| (0..200).map(|n| u64::from(trim_at(n))).sum::<u64>())
+            .unwrap()
+            .join()
+            .unwrap();
+        let expected: u64 = (0..200u64)
+            .map(|n| (0..=n).fold(7u8, |acc, k| acc.wrapping_add(k as u8)) as u64)
+            .sum();
+        assert_eq!(sums, expected);
     }
 
     /// 64 pages touched deep in a 512 KiB stack: resident until trimmed,
