@@ -50,7 +50,7 @@ pub(crate) fn trim_idle() {
 
 /// Slack below [`callee_depth`]'s mark for the `madvise(2)` wrapper,
 /// which pushes its return address and nothing else.
-const CALL_SLACK: usize = 64;
+const CALL_SLACK: usize = 16;
 
 /// An address in the frame of a function called from the caller's frame,
 /// at the depth the caller's next call (`madvise`) stands at: its return

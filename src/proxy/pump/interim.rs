@@ -31,8 +31,10 @@ use crate::proxy::conduit::Conduits;
 pub type Tell = Box<dyn FnMut(Transfer)>;
 
 thread_local! {
-    /// The hook set for the next connection this thread pumps.
-    static NEXT: RefCell<Option<Interim>> = const { RefCell::new(None) };
+    /// The hook set for the next connection this thread pumps. Boxed: a
+    /// pointer in every worker's thread-locals (which sit at the top of
+    /// its small stack) and in the pump's frame, not the whole hook.
+    static NEXT: RefCell<Option<Box<Interim>>> = const { RefCell::new(None) };
 }
 
 /// Sets the hook for the next pump on this thread: `tell` every
@@ -45,11 +47,11 @@ pub fn set(every_ms: u64, tell: Tell) {
         told: Transfer::default(),
         tell,
     };
-    NEXT.with(|next| *next.borrow_mut() = Some(interim));
+    NEXT.with(|next| *next.borrow_mut() = Some(Box::new(interim)));
 }
 
 /// Takes the hook set for this pump, if any (none is left for the next).
-pub(super) fn take() -> Option<Interim> {
+pub(super) fn take() -> Option<Box<Interim>> {
     NEXT.with(|next| next.borrow_mut().take())
 }
 

@@ -217,7 +217,7 @@ fn pump_with(
         }
         let moved = transfer.to_backend + transfer.to_client > up_before + down_before;
         let halves = [&mut up, &mut down];
-        let lines = interim.as_mut().map(|i| (i, &*transfer));
+        let lines = interim.as_deref_mut().map(|i| (i, &*transfer));
         let looked = look(
             conduits,
             halves,
