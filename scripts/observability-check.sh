@@ -169,10 +169,11 @@ for h in ["connection_duration", "queue_wait", "health_check_duration"]:
     p99 = query(f"histogram_quantile(0.99, sum by (le) (rate({name}_bucket{sel}[30s])))")
     assert 0 < p99 < 1, f"{name}: p99 over the last 30 s is {p99} s, not under 1 s"
     print(f"{name}: p99 {p99 * 1000:.2f} ms ({query(f'sum({name}_count{sel})'):.0f} observed)")
-# The page's series, scraped: the peak per backend, errors by 3 kinds each.
+# The page's series, scraped: the peak per backend, errors by 5 kinds each
+# (connect, reset, timeout, killed_down, killed_removed).
 assert query('count(rodizio_backend_connections_peak{job="rodizio"})') == 2
 assert query('sum(rodizio_backend_connections_peak{job="rodizio"})') >= 1
-assert query('count(rodizio_backend_errors_total{job="rodizio"})') == 6
+assert query('count(rodizio_backend_errors_total{job="rodizio"})') == 10
 assert query('count(rodizio_backend_down_seconds_total{job="rodizio"})') == 2
 targets = get("targets")["activeTargets"]
 assert len(targets) == 1, targets
