@@ -1047,6 +1047,7 @@ mod tests {
     fn pick_against_flips(s: &Scheduler, epochs: &Epochs, stop: &AtomicBool, t: u32) -> u32 {
         let mut picks = 0u32;
         while !stop.load(Ordering::SeqCst) && picks < 300_000 {
+            PICKS.fetch_add(1, Ordering::Relaxed);
             let before: Vec<usize> = epochs.iter().map(|e| e.load(Ordering::SeqCst)).collect();
             if let Some(p) = s.pick(ip(t * 1_000_000 + picks)) {
                 // Pairs with the flipper's fence: if the pick saw a state
@@ -1065,6 +1066,10 @@ mod tests {
         picks
     }
 
+    /// Picks made by [`pick_against_flips`], so that the flips go on
+    /// until the pickers have made enough, however slow the machine.
+    static PICKS: AtomicUsize = AtomicUsize::new(0);
+
     #[test]
     fn flips_while_picking_never_return_a_backend_known_out() {
         for &algorithm in Algorithm::ALL {
@@ -1079,9 +1084,16 @@ mod tests {
                     std::thread::spawn(move || pick_against_flips(&s, &epochs, &stop, t))
                 })
                 .collect();
-            // 3000 flips, down, draining or maintenance at random.
+            // 3000 flips at least, down, draining or maintenance at random,
+            // and on until the pickers made 10,000 picks (at most 60 s).
             let mut rng = 99u64;
-            for round in 0..3000 {
+            let start = PICKS.load(Ordering::Relaxed);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            for round in 0.. {
+                let picked = PICKS.load(Ordering::Relaxed) - start;
+                if round >= 3000 && (picked >= 10_000 || std::time::Instant::now() > deadline) {
+                    break;
+                }
                 rng = mix64(rng);
                 let i = (rng % list.len() as u64) as usize;
                 if epochs[i].load(Ordering::SeqCst) % 2 == 1 {
