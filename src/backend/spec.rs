@@ -130,16 +130,7 @@ impl BackendSpec {
                 "'{text}': the host is empty"
             )));
         }
-        Ok(BackendSpec {
-            host: host.to_string(),
-            port,
-            weight: options.weight,
-            send_proxy: options.send_proxy,
-            check: options.check,
-            max_connections: options.max_connections,
-            backup: options.backup,
-            ends: options.ends,
-        })
+        Ok(options.spec(host.to_string(), port))
     }
 
     /// Resolves the host name into socket addresses, IPv4 first (see
@@ -191,16 +182,7 @@ fn parse_srv(text: &str, rest: &str) -> Result<BackendSpec> {
         )));
     }
     let options = Options::parse(text, parts)?;
-    Ok(BackendSpec {
-        host: format!("{SRV_PREFIX}{name}"),
-        port: 0,
-        weight: options.weight,
-        send_proxy: options.send_proxy,
-        check: options.check,
-        max_connections: options.max_connections,
-        backup: options.backup,
-        ends: options.ends,
-    })
+    Ok(options.spec(format!("{SRV_PREFIX}{name}"), 0))
 }
 
 impl fmt::Display for BackendSpec {
@@ -298,6 +280,20 @@ struct Options {
 }
 
 impl Options {
+    /// The backend at `host:port` with these options.
+    fn spec(self, host: String, port: u16) -> BackendSpec {
+        BackendSpec {
+            host,
+            port,
+            weight: self.weight,
+            send_proxy: self.send_proxy,
+            check: self.check,
+            max_connections: self.max_connections,
+            backup: self.backup,
+            ends: self.ends,
+        }
+    }
+
     /// Reads the comma-separated options of the backend `text`.
     fn parse<'a>(text: &str, parts: impl Iterator<Item = &'a str>) -> Result<Options> {
         let mut weight = 1;
