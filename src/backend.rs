@@ -41,7 +41,7 @@ mod steer;
 use std::io::{self, ErrorKind};
 use std::net::SocketAddr;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -122,8 +122,9 @@ pub struct Backend {
     /// for the backend's life.
     send_proxy: Option<Version>,
     /// Its own `on_backend_down` and `on_backend_removed`, over its
-    /// service's (the connections' table reads them at connect).
-    ends: crate::connections::Own,
+    /// service's ([`Own::bits`](crate::connections::Own::bits); the
+    /// connections' table reads them at connect, a reload may change them).
+    ends: AtomicU8,
     /// The workers' "connect failed" warnings about this backend: one line
     /// a second at most, so a dead backend under load is not one line per
     /// client.
@@ -214,13 +215,19 @@ impl Backend {
 
     /// Its own `on_backend_down` and `on_backend_removed`, if given.
     pub fn own_ends(&self) -> crate::connections::Own {
-        self.ends
+        crate::connections::Own::from_bits(self.ends.load(Ordering::Relaxed))
+    }
+
+    /// Changes its own `on_backend_down` and `on_backend_removed` (a
+    /// reload): connections made from now on follow them.
+    pub fn set_ends(&self, ends: crate::connections::Own) {
+        self.ends.store(ends.bits(), Ordering::Relaxed);
     }
 
     /// The same backend, with its own `on_backend_down` and
     /// `on_backend_removed`.
-    pub fn with_ends(mut self, ends: crate::connections::Own) -> Backend {
-        self.ends = ends;
+    pub fn with_ends(self, ends: crate::connections::Own) -> Backend {
+        self.set_ends(ends);
         self
     }
 
@@ -263,7 +270,7 @@ impl Backend {
             bytes_to_client: AtomicU64::new(0),
             last_check: Mutex::new(None),
             send_proxy: None,
-            ends: crate::connections::Own::default(),
+            ends: AtomicU8::new(0),
             connect_failure_log: LogThrottle::new(Duration::from_secs(1)),
             watchers: Watchers::default(),
             own_check: ArcSwap::from_pointee(OwnCheck::default()),

@@ -3,7 +3,8 @@
 //! connections killed by its path; a backend marked DOWN with
 //! `on_backend_down: close` left with none within a second; and
 //! `max_connection_lifetime` sending the client its FIN; a backend's own
-//! `on_backend_down` over its service's; the drain's spread, oldest first.
+//! `on_backend_down` over its service's, and changed by a reload; the
+//! drain's spread, oldest first.
 
 mod child;
 mod common;
@@ -430,4 +431,49 @@ fn a_tls_connection_is_listed_with_its_server_name_and_version() {
     assert_eq!(one["sni"], "a.test", "{listed}");
     assert_eq!(one["tls_version"], "TLSv1.3", "{listed}");
     assert_eq!(one["state"], "pumping", "{listed}");
+}
+
+/// A reload that gives a kept backend its own `on_backend_down: close`
+/// changes it in place (the reload's line says so): when its checks mark
+/// it DOWN, the connections made after the reload are closed, and the
+/// one made before keeps the policy it started with (the service's
+/// `keep`), as every live setting applies to new connections.
+#[test]
+fn a_reload_changes_a_backends_own_on_backend_down_in_place() {
+    let backend = TestBackend::echo();
+    let check = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let check_port = check.local_addr().unwrap().port();
+    let dir = child::Scratch::new("connections-reload");
+    let path = dir.path("rodizio.json");
+    let write = |own: &str| {
+        let text = format!(
+            r#"{{"listen": "127.0.0.1:0", "admin_listen": "127.0.0.1:0",
+                "health_check": "tcp", "health_interval": "100ms", "fall": 1, "rise": 1,
+                "backends": [{{"host": "127.0.0.1", "port": {}, "check_port": {check_port}{own}}}]}}"#,
+            backend.addr().port()
+        );
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    };
+    write("");
+    let mut rodizio = child::Child::start(child::command(&["--allow-root", "-c"]).arg(&path));
+    let mut before = open(rodizio.addr, 1);
+    write(r#", "on_backend_down": "close""#);
+    rodizio.signal(libc::SIGHUP);
+    let line = rodizio.next_log("ends of");
+    assert!(line.contains("on_backend_down=close"), "{line}");
+    let mut after = open(rodizio.addr, 2);
+    // The check port closes: the checks mark the backend DOWN, and the
+    // new connections end although the backend itself still holds them.
+    drop(check);
+    rodizio.next_log("DOWN");
+    for s in after.iter_mut() {
+        assert!(ended(s), "a connection outlived its backend marked DOWN");
+    }
+    let s = &mut before[0];
+    s.write_all(b"kept\n").unwrap();
+    let mut back = [0u8; 5];
+    s.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"kept\n");
 }

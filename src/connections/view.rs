@@ -310,6 +310,30 @@ pub struct Own {
 }
 
 impl Own {
+    /// The two policies in one byte (two bits each, 0: the service's), for
+    /// a backend that keeps them in an atomic a reload can change.
+    pub fn bits(self) -> u8 {
+        let down = self.on_down.map_or(0, |d| 1 + d as u8);
+        let removed = self.on_removed.map_or(0, |r| 1 + r as u8);
+        down | removed << 2
+    }
+
+    /// The policies [`Own::bits`] made this byte of.
+    pub fn from_bits(bits: u8) -> Own {
+        Own {
+            on_down: match bits & 3 {
+                1 => Some(OnDown::Keep),
+                2 => Some(OnDown::Close),
+                _ => None,
+            },
+            on_removed: match bits >> 2 & 3 {
+                1 => Some(Removal::Drain),
+                2 => Some(Removal::Close),
+                _ => None,
+            },
+        }
+    }
+
     /// Reads `key=value` when `key` is one of its two; `Ok(false)` for
     /// another key.
     ///

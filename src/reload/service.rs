@@ -49,6 +49,9 @@ pub(super) struct Backends {
     recap: Vec<(Arc<Backend>, Option<usize>)>,
     /// Backends whose `backup` changed, with the new value.
     rerole: Vec<(Arc<Backend>, bool)>,
+    /// Backends whose own `on_backend_down` or `on_backend_removed`
+    /// changed, with the new ones.
+    reend: Vec<(Arc<Backend>, crate::connections::Own)>,
     drain: Vec<Arc<Backend>>,
     /// Backends kept, given by name: looked up again by every reload.
     names: Vec<Arc<Backend>>,
@@ -109,6 +112,9 @@ pub(super) fn plan_backends(
                 }
                 if b.is_backup() != spec.backup {
                     plan.rerole.push((Arc::clone(&b), spec.backup));
+                }
+                if b.own_ends() != spec.ends {
+                    plan.reend.push((Arc::clone(&b), spec.ends));
                 }
                 if retiring.contains(&b.id()) {
                     plan.restore.push(b);
@@ -314,6 +320,16 @@ pub(super) fn describe_changes(
         let now = if *backup { "a backup" } else { "a primary" };
         parts.push(format!("{} now {now}", b.name()));
     }
+    for (b, ends) in &backends.reend {
+        let words = ends.to_string().replace(',', " ");
+        let words = if words.is_empty() {
+            " as the service's".into()
+        } else {
+            words
+        };
+        parts.push(format!("ends of {}:{words}", b.name()));
+    }
+    report.settings_changed += backends.reend.len();
     setting_changes(before, config, &mut parts, report);
     for b in &backends.drain {
         let n = b.active() + b.pending();
@@ -379,6 +395,9 @@ pub(super) fn apply(plan: Plan, old: &Config, running: &Running, reaper: &Reaper
     }
     for (b, backup) in &backends.rerole {
         live.scheduler.set_backup(b.id(), *backup);
+    }
+    for (b, ends) in &backends.reend {
+        b.set_ends(*ends);
     }
     apply_settings(live, &plan.service.stats, &before, config);
     if let (Some(running), Some(tls)) = (&live.tls, plan.tls) {
