@@ -124,3 +124,23 @@ fn the_jitter_stays_within_its_bound_and_spreads() {
     assert!(distinct.len() > 150, "{}", distinct.len());
     assert_eq!(view::jitter(5, None), Duration::ZERO);
 }
+
+/// A backend's own policies survive the byte a reload stores them in,
+/// every one of the nine pairs, "the service's" included.
+#[test]
+fn own_policies_round_trip_through_their_byte() {
+    let downs = [None, Some(OnDown::Keep), Some(OnDown::Close)];
+    let removals = [None, Some(Removal::Drain), Some(Removal::Close)];
+    let mut seen = std::collections::HashSet::new();
+    for on_down in downs {
+        for on_removed in removals {
+            let own = Own {
+                on_down,
+                on_removed,
+            };
+            assert_eq!(Own::from_bits(own.bits()), own);
+            assert!(seen.insert(own.bits()), "{own:?} shares its byte");
+        }
+    }
+    assert_eq!(Own::default().bits(), 0);
+}
