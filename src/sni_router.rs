@@ -33,10 +33,10 @@ use crate::access_log;
 use crate::pending::Pending;
 use crate::proxy::{Divert, Job, Outcome, Proxy, Refusal, Route};
 use crate::service::Service;
+use crate::sni::alpn::AlpnList;
 use crate::sni::names::{choose, Chosen, ServerNames};
 use crate::sni::peek::{self, Peeked};
 use crate::stats::Stats;
-use crate::tls_term::AlpnList;
 use crate::trace::{self, Event};
 
 /// The services sharing one listening address.

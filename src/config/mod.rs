@@ -245,7 +245,7 @@ pub struct Config {
     /// Started as root, go on as root when no `user` is given
     /// (`allow_root`). Default false: refused.
     pub allow_root: bool,
-    /// SNI routing (`server_names`, `server_alpn`, `sni_default`,
+    /// SNI routing (`server_names` and its ALPN protocols, `sni_default`,
     /// `sni_timeout`): see
     /// [`crate::sni`]. Default off.
     pub sni: crate::sni::SniConfig,

@@ -9,6 +9,7 @@
 //!
 //! - this file: [`SniConfig`], a service's settings (`server_names`,
 //!   its ALPN protocols, `sni_default`, `sni_timeout`);
+//! - `alpn`: a list of ALPN protocol names, as the settings give them;
 //! - `client_hello`: the parser, bounds checked, with property tests;
 //! - `names`: the names a service claims, and the choice among services
 //!   (by name, then by the protocols the client offers by ALPN);
@@ -29,6 +30,7 @@
 //!
 //! No C counterpart: the C serves one port with one list of backends.
 
+pub mod alpn;
 pub mod client_hello;
 pub mod names;
 pub mod peek;
@@ -37,7 +39,7 @@ use std::time::Duration;
 
 pub use names::ServerNames;
 
-use crate::tls_term::AlpnList;
+use alpn::AlpnList;
 
 /// Default of `sni_timeout`: the longest wait for a complete ClientHello.
 /// A real client sends it in its first packet; five seconds cover a slow

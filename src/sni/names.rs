@@ -19,8 +19,8 @@ use std::str::FromStr;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use super::alpn::AlpnList;
 use super::client_hello::{protocols, MAX_NAME};
-use crate::tls_term::AlpnList;
 
 /// Most names one service may claim: a bound on the work per client.
 pub const MAX_NAMES: usize = 1024;
