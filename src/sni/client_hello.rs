@@ -360,7 +360,8 @@ pub fn build_with_alpn(server_name: Option<&str>, alpn: Option<&[u8]>, padding: 
     record
 }
 
-/// The ALPN extension's body offering `protocols`, the first preferred.
+/// The ALPN extension's body offering `protocols`, the first preferred
+/// (what tests send; a name over 255 bytes gets a length that lies).
 pub fn alpn_body(protocols: &[&str]) -> Vec<u8> {
     let list: Vec<u8> = protocols
         .iter()
