@@ -1,6 +1,7 @@
 //! The worker's side of SNI routing: a client of a shared address comes
 //! unrouted ([`Route::Unrouted`]); the router peeks its ClientHello,
-//! chooses the service by name, counts how the hello went, and hands the
+//! chooses the service by name and offered ALPN protocols
+//! ([`choose`], the one place that decides), counts how the hello went, and hands the
 //! client to that service's usual path ([`Route::AfterSni`]: its admission
 //! gate, `proxy/admission.rs`, then connect and pump, on this same
 //! worker). A client no service takes is closed and reported as a refusal
@@ -32,6 +33,7 @@ use crate::access_log;
 use crate::pending::Pending;
 use crate::proxy::{Divert, Job, Outcome, Proxy, Refusal, Route};
 use crate::service::Service;
+use crate::sni::alpn::AlpnList;
 use crate::sni::names::{choose, Chosen, ServerNames};
 use crate::sni::peek::{self, Peeked};
 use crate::stats::Stats;
@@ -42,6 +44,8 @@ use crate::trace::{self, Event};
 pub struct Router {
     /// Each service's names, in the configuration's order.
     names: Vec<ServerNames>,
+    /// Each service's ALPN protocols, in the same order (empty: any).
+    alpn: Vec<AlpnList>,
     /// Each service's proxy and name, in the same order.
     services: Vec<(Arc<Proxy>, Arc<str>)>,
     /// The default service, when one is.
@@ -89,6 +93,7 @@ pub fn routers(services: &[Arc<Service>]) -> Vec<Routed> {
                     .iter()
                     .map(|s| s.config.sni.server_names.clone().unwrap_or_default())
                     .collect(),
+                alpn: group.iter().map(|s| s.config.sni.alpn.clone()).collect(),
                 services: group
                     .iter()
                     .map(|s| (Arc::clone(&s.proxy), Arc::from(s.name())))
@@ -120,10 +125,10 @@ pub fn routers(services: &[Arc<Service>]) -> Vec<Routed> {
 /// The counter a hello raises, given the service it went to.
 fn counter<'s>(stats: &'s Stats, peeked: &Peeked, chosen: Chosen) -> Option<&'s AtomicU64> {
     match (peeked, chosen) {
-        (Peeked::Hello(Some(_)), Chosen::Matched(_)) => Some(&stats.sni_matched),
-        (Peeked::Hello(Some(_)), Chosen::Default(_)) => Some(&stats.sni_default),
-        (Peeked::Hello(Some(_)), Chosen::Nobody) => None,
-        (Peeked::Hello(None), _) => Some(&stats.sni_no_sni),
+        (Peeked::Hello { name: Some(_), .. }, Chosen::Matched(_)) => Some(&stats.sni_matched),
+        (Peeked::Hello { name: Some(_), .. }, Chosen::Default(_)) => Some(&stats.sni_default),
+        (Peeked::Hello { name: Some(_), .. }, Chosen::Nobody) => None,
+        (Peeked::Hello { name: None, .. }, _) => Some(&stats.sni_no_sni),
         (Peeked::NotTls(_), _) => Some(&stats.sni_not_tls),
         (Peeked::Timeout | Peeked::Stalled, _) => Some(&stats.sni_timeout),
         (Peeked::MadeRoom, _) => Some(&stats.tls_pending_closed),
@@ -133,8 +138,8 @@ fn counter<'s>(stats: &'s Stats, peeked: &Peeked, chosen: Chosen) -> Option<&'s 
 /// How the hello went, in the trace's and log's words.
 fn how(peeked: &Peeked) -> &'static str {
     match peeked {
-        Peeked::Hello(Some(_)) => "",
-        Peeked::Hello(None) => "no server name",
+        Peeked::Hello { name: Some(_), .. } => "",
+        Peeked::Hello { name: None, .. } => "no server name",
         Peeked::NotTls(why) => why,
         Peeked::Timeout => "no complete ClientHello in time",
         Peeked::Stalled => "a ClientHello begun and not finished in time",
@@ -150,14 +155,14 @@ impl Divert for Router {
         if ticket.leave() {
             peeked = Peeked::MadeRoom;
         }
-        let host = match &peeked {
-            Peeked::Hello(Some(name)) => Some(&**name),
-            _ => None,
+        let (host, offered) = match &peeked {
+            Peeked::Hello { name, alpn } => (name.as_deref(), &**alpn),
+            _ => (None, &[][..]),
         };
         let chosen = match peeked {
             // Nobody takes a hello that stalled: its client is closed.
             Peeked::Stalled | Peeked::MadeRoom => Chosen::Nobody,
-            _ => choose(&self.names, self.default, host),
+            _ => choose(&self.names, &self.alpn, self.default, host, offered),
         };
         let at = match chosen {
             Chosen::Matched(i) | Chosen::Default(i) => Some(i),

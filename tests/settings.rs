@@ -480,8 +480,8 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
     // SNI routing does not go with `accept_proxy`, nor `kernel_relay`
     // with `splice`: those in a second file.
     let sni = r#"{"listen": "127.0.0.1:9102", "backends": ["127.0.0.1:8001"],
-        "server_names": "a.test,*.b.test", "sni_default": true, "sni_timeout": "3s",
-        "kernel_relay": "auto"}"#;
+        "server_names": "a.test,*.b.test", "server_alpn": ["h2", "imap"], "sni_default": true,
+        "sni_timeout": "3s", "kernel_relay": "auto"}"#;
     let defaults = Config::default().describe();
     let mut given: Map<String, Value> = serde_json::from_str(text).unwrap();
     given.extend(serde_json::from_str::<Map<String, Value>>(sni).unwrap());

@@ -3,7 +3,8 @@
 //! `openssl s_server`s with different certificates; a plain backend sees
 //! the client's ClientHello byte for byte; clients with no name, an
 //! unknown name or no TLS at all go to the default service, or are closed
-//! and counted when there is none.
+//! and counted when there is none; one name is shared by two services
+//! told apart by the ALPN protocols the client offers.
 
 mod child;
 mod common;
@@ -103,12 +104,18 @@ fn tls_server(port: u16, name: &str) -> Peer {
 /// The subject of the certificate `openssl s_client -servername name`
 /// was shown through `addr`, or its output when it saw none.
 fn subject_via(addr: SocketAddr, name: Option<&str>) -> Result<String, String> {
+    match name {
+        Some(n) => subject_via_args(addr, &["-servername", n]),
+        None => subject_via_args(addr, &["-noservername"]),
+    }
+}
+
+/// The subject `openssl s_client ARGS` was shown through `addr`, or its
+/// output when it saw none.
+fn subject_via_args(addr: SocketAddr, args: &[&str]) -> Result<String, String> {
     let mut cmd = Command::new(need("openssl", "openssl"));
     cmd.args(["s_client", "-connect", &addr.to_string()]);
-    match name {
-        Some(n) => cmd.args(["-servername", n]),
-        None => cmd.arg("-noservername"),
-    };
+    cmd.args(args);
     let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -453,4 +460,91 @@ fn the_chosen_service_s_allow_and_deny_lists_apply() {
     assert!(a_seen.lock().unwrap().is_empty());
     assert_eq!(a.accepted(), 0);
     lb.stop();
+}
+
+/// The binary, from a config file, with two services on one port for the
+/// same name a.test, `h2` with `"server_alpn": "h2"` and `plain` without:
+/// a client offering h2 (and http/1.1 after it) reaches h2's backend, one
+/// offering http/1.1 alone or no ALPN reaches plain's, each receiving the
+/// ClientHello byte for byte, ALPN extension included. Then real clients:
+/// `openssl s_client -alpn h2` and `-alpn http/1.1` against two
+/// `s_server`s are shown the certificate of the one their protocol chose.
+#[test]
+fn one_name_two_services_chosen_by_the_alpn_offered() {
+    let (h2, h2_seen) = recorder_saying(b"from h2");
+    let (plain, plain_seen) = recorder_saying(b"from plain");
+    let dir = Scratch::new("sni-alpn");
+    let path = dir.path("rodizio.json");
+    let port = free_port();
+    let svc = |name: &str, backend: SocketAddr, alpn: &str| {
+        format!(
+            r#"{{"name": "{name}", "listen": "127.0.0.1:{port}", "backends": ["{backend}"],
+              "server_names": "a.test", "health_check": "off"{alpn}}}"#
+        )
+    };
+    let text = format!(
+        r#"{{"services": [{}, {}]}}"#,
+        svc("plain", plain.addr(), ""),
+        svc("h2", h2.addr(), r#", "server_alpn": "h2""#)
+    );
+    std::fs::write(&path, text).unwrap();
+    let mut rodizio = child::Child::start(child::command(&["--allow-root", "-c"]).arg(&path));
+    let addr = rodizio.addr;
+    let offering = |protocols: &[&str]| {
+        let body = client_hello::alpn_body(protocols);
+        client_hello::build_with_alpn(Some("a.test"), Some(&body), 100)
+    };
+    let to_h2 = offering(&["h2", "http/1.1"]);
+    let to_plain = [
+        offering(&["http/1.1"]),
+        client_hello::build(Some("a.test"), 0),
+    ];
+    assert_eq!(send(addr, &to_h2), b"from h2", "{}", rodizio.log());
+    for hello in &to_plain {
+        assert_eq!(send(addr, hello), b"from plain", "{}", rodizio.log());
+    }
+    until("both backends saw theirs", || {
+        h2_seen.lock().unwrap().len() == 1 && plain_seen.lock().unwrap().len() == 2
+    });
+    // Passthrough: the exact hello, its ALPN extension (type 16, then the
+    // body offering h2 and http/1.1) in it.
+    let got = h2_seen.lock().unwrap()[0].clone();
+    assert_eq!(got, to_h2);
+    let ext: Vec<u8> = [0, 16, 0, 14]
+        .into_iter()
+        .chain(client_hello::alpn_body(&["h2", "http/1.1"]))
+        .collect();
+    assert!(got.windows(ext.len()).any(|w| w == ext), "{got:?}");
+    assert_eq!(*plain_seen.lock().unwrap(), to_plain);
+    assert!(rodizio.alive());
+    drop(rodizio);
+
+    // Real TLS clients, through two s_servers with their own certificates.
+    let ports = free_ports(2);
+    let _h2_server = tls_server(ports[0], "h2.a.test");
+    let _plain_server = tls_server(ports[1], "plain.a.test");
+    let port = free_port();
+    let svc = |name: &str, backend: u16, alpn: &str| {
+        format!(
+            r#"{{"name": "{name}", "listen": "127.0.0.1:{port}", "backends": ["127.0.0.1:{backend}"],
+              "server_names": "a.test", "health_check": "off"{alpn}}}"#
+        )
+    };
+    let text = format!(
+        r#"{{"services": [{}, {}]}}"#,
+        svc("h2", ports[0], r#", "server_alpn": ["h2"]"#),
+        svc("plain", ports[1], "")
+    );
+    std::fs::write(&path, text).unwrap();
+    let rodizio = child::Child::start(child::command(&["--allow-root", "-c"]).arg(&path));
+    let subject = |alpn: &str| subject_with_alpn(rodizio.addr, "a.test", alpn);
+    assert_eq!(subject("h2").unwrap(), "CN=h2.a.test", "{}", rodizio.log());
+    assert_eq!(subject("http/1.1").unwrap(), "CN=plain.a.test");
+    assert_eq!(subject("http/1.1,h2").unwrap(), "CN=h2.a.test");
+}
+
+/// The subject `openssl s_client -servername name -alpn alpn` was shown
+/// through `addr`.
+fn subject_with_alpn(addr: SocketAddr, name: &str, alpn: &str) -> Result<String, String> {
+    subject_via_args(addr, &["-servername", name, "-alpn", alpn])
 }

@@ -17,7 +17,8 @@
 //! - this file: [`Config`], its defaults (the C `#define`s) and validation;
 //! - `access`: the access log's settings checked together;
 //! - `table`: every setting declared once (key, flag, scope, reload),
-//!   the access log's in `table_log`, the ends on purpose in `table_ends`;
+//!   SNI routing's in `table_sni`, the access log's in `table_log`, the
+//!   ends on purpose in `table_ends`;
 //!   `settings`: what the table generates; `overrides`: the [`Overrides`]
 //!   laid over the defaults;
 //! - `file`: the JSON config file; `values`: its value types; `entry`: a
@@ -57,6 +58,7 @@ pub use access::MIN_ACCESS_LOG_INTERVAL;
 pub(crate) mod table;
 pub(crate) mod table_ends;
 pub(crate) mod table_log;
+pub(crate) mod table_sni;
 
 mod values;
 pub mod words;
@@ -243,7 +245,8 @@ pub struct Config {
     /// Started as root, go on as root when no `user` is given
     /// (`allow_root`). Default false: refused.
     pub allow_root: bool,
-    /// SNI routing (`server_names`, `sni_default`, `sni_timeout`): see
+    /// SNI routing (`server_names` and its ALPN protocols, `sni_default`,
+    /// `sni_timeout`): see
     /// [`crate::sni`]. Default off.
     pub sni: crate::sni::SniConfig,
 }

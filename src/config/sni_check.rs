@@ -1,6 +1,7 @@
 //! What a configuration with SNI routing must say: an address is shared
 //! only by services that all claim server names, with at most one default
-//! among them and no name claimed twice; and which service binds a shared address (the first one
+//! among them and no name claimed twice (unless `server_alpn` tells the
+//! claims apart); and which service binds a shared address (the first one
 //! listing it).
 //!
 //! # Threads
@@ -31,6 +32,16 @@ pub fn service(config: &Config) -> Result<()> {
         return Err(Error::setting("sni_timeout", "must be more than 0"));
     }
     if sni.server_names.is_none() {
+        if !sni.alpn.0.is_empty() {
+            return Err(Error::setting(
+                "server_alpn",
+                format!(
+                    "service `{}` needs `server_names`: the protocols choose among the \
+                     services of a name",
+                    config.name
+                ),
+            ));
+        }
         if sni.default {
             return Err(Error::setting(
                 "sni_default",
@@ -100,11 +111,14 @@ pub fn defaults(services: &[&Config]) -> Result<()> {
 
 /// Checks that no server name is claimed by two services on one address:
 /// the router would send every client of it to one of them, and the
-/// other's entry would do nothing.
+/// other's entry would do nothing. Two services may claim one name when
+/// `server_alpn` tells them apart: one lists protocols and the other none,
+/// or both list protocols and none in common.
 ///
 /// # Errors
 ///
-/// [`Error::InvalidSetting`] on `server_names`, naming both services.
+/// [`Error::InvalidSetting`] on `server_names` (or `server_alpn`, when
+/// both list one protocol), naming both services.
 pub fn names_once(services: &[&Config]) -> Result<()> {
     for (i, s) in services.iter().enumerate() {
         let Some(names) = &s.sni.server_names else {
@@ -120,12 +134,27 @@ pub fn names_once(services: &[&Config]) -> Result<()> {
                 .into_iter()
                 .find(|a| a.port() != 0 && o.listen_addrs().contains(a));
             let twice = names.names().iter().find(|n| theirs.names().contains(n));
-            if let (Some(addr), Some(name)) = (shared, twice) {
+            let (Some(addr), Some(name)) = (shared, twice) else {
+                continue;
+            };
+            let (mine, other) = (&s.sni.alpn.0, &o.sni.alpn.0);
+            if mine.is_empty() && other.is_empty() {
                 return Err(Error::setting(
                     "server_names",
                     format!(
                         "services `{}` and `{}` both claim `{name}` on {addr}: \
-                         a name goes to one service of an address",
+                         a name goes to one service of an address (or, with \
+                         `server_alpn`, to one per protocol)",
+                        s.name, o.name
+                    ),
+                ));
+            }
+            if let Some(protocol) = mine.iter().find(|p| other.contains(p)) {
+                return Err(Error::setting(
+                    "server_alpn",
+                    format!(
+                        "services `{}` and `{}` both claim `{name}` for `{protocol}` on \
+                         {addr}: a name and a protocol go to one service of an address",
                         s.name, o.name
                     ),
                 ));
@@ -321,5 +350,51 @@ mod tests {
         let mut zero = service("a", "127.0.0.1:9443", Some("a.test"), false);
         zero.sni.timeout = std::time::Duration::ZERO;
         assert!(zero.validate().is_err());
+    }
+
+    /// `service` with `server_alpn` set to `alpn`.
+    fn with_alpn(name: &str, names: &str, alpn: &str) -> Config {
+        let mut c = service(name, "127.0.0.1:9443", Some(names), false);
+        c.sni.alpn = alpn.parse().unwrap();
+        c
+    }
+
+    #[test]
+    fn one_name_is_shared_only_by_services_told_apart_by_alpn() {
+        // One with protocols and one without; two with protocols apart.
+        all(vec![
+            with_alpn("a", "a.test", "h2"),
+            with_alpn("b", "a.test", "off"),
+            with_alpn("c", "a.test,c.test", "imap,pop3"),
+        ])
+        .validate()
+        .unwrap();
+        let both_bare = all(vec![
+            with_alpn("a", "a.test", "h2"),
+            with_alpn("b", "a.test", "off"),
+            with_alpn("c", "c.test,a.test", ""),
+        ]);
+        let err = both_bare.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("services `b` and `c` both claim `a.test` on 127.0.0.1:9443"),
+            "{err}"
+        );
+        let overlap = all(vec![
+            with_alpn("a", "a.test", "h2,http/1.1"),
+            with_alpn("b", "A.test", "http/1.1"),
+        ]);
+        let err = overlap.validate().unwrap_err().to_string();
+        assert!(err.contains("server_alpn"), "{err}");
+        assert!(
+            err.contains("services `a` and `b` both claim `a.test` for `http/1.1` on"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        // server_alpn without server_names does nothing: refused.
+        let mut bare = service("a", "127.0.0.1:9443", None, false);
+        bare.sni.alpn = "h2".parse().unwrap();
+        let err = bare.validate().unwrap_err().to_string();
+        assert!(err.contains("server_alpn"), "{err}");
+        assert!(err.contains("needs `server_names`"), "{err}");
     }
 }

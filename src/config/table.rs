@@ -15,11 +15,11 @@
 /// `restart[field kept]`, `file TYPE => take|hand` (how the file reads
 /// it), `flag TYPE [clap's arg attributes]`, and how `check-config` prints
 /// it (`always`, or `when` it is listed only sometimes). Last come the
-/// lines of `table_ends.rs`, then `table_log.rs`'s, before the file-only
-/// keys (in the second braces).
+/// lines of `table_sni.rs`, then `table_ends.rs`'s, then `table_log.rs`'s,
+/// before the file-only keys (in the second braces).
 macro_rules! settings_table {
     ($callback:ident) => {
-        $crate::config::table_ends::with_ends! { $callback {
+        $crate::config::table_sni::with_sni! { $callback {
         /// Address to accept clients on (IPv4 or IPv6, e.g. `[::]:8080`).
         listen: SocketAddr, "listen", Service, set(listen), live,
             file Listen => hand,
@@ -561,30 +561,6 @@ macro_rules! settings_table {
             file bool => take,
             flag bool,
             always |c: &Config| c.allow_root.to_string();
-        /// Route TLS clients to this service by the name their ClientHello
-        /// asks for (SNI), without decrypting: NAME[,NAME...], exact or
-        /// *.example.com; services sharing a listening address must all
-        /// give names. Off by default.
-        server_names: ServerNames, "server-names", Service, some(sni.server_names),
-            restart[sni.server_names],
-            file MaybeServerNames => take,
-            flag Option<ServerNames> [value_name = "NAME,...", value_parser = ServerNames::parse_flag],
-            always |c: &Config| or_off(c.sni.server_names.as_ref(), |n| n.to_string());
-        /// With --server-names: this service takes the clients of its
-        /// addresses that no name matches, that send none or nothing, or that
-        /// are not TLS (at most one per address). Off by default: they are
-        /// closed.
-        sni_default: bool, "sni-default", Service, set(sni.default), restart[sni.default],
-            file bool => take,
-            flag bool,
-            always |c: &Config| c.sni.default.to_string();
-        /// With --server-names: the longest wait for a complete ClientHello;
-        /// then a client that sent nothing goes to the default service (or
-        /// is closed), one that began a hello is closed.
-        sni_timeout: Duration, "sni-timeout", Service, set(sni.timeout), restart[sni.timeout],
-            file Secs => take,
-            flag Option<Duration> [value_name = "DURATION", value_parser = parse_duration],
-            always |c: &Config| format_duration(c.sni.timeout);
         } {
             mode: Parsed<Mode>,
             listen_port: Whole<u16, 0, 65535>,

@@ -8,9 +8,11 @@
 //! # Parts
 //!
 //! - this file: [`SniConfig`], a service's settings (`server_names`,
-//!   `sni_default`, `sni_timeout`);
+//!   its ALPN protocols, `sni_default`, `sni_timeout`);
+//! - `alpn`: a list of ALPN protocol names, as the settings give them;
 //! - `client_hello`: the parser, bounds checked, with property tests;
-//! - `names`: the names a service claims, and the choice among services;
+//! - `names`: the names a service claims, and the choice among services
+//!   (by name, then by the protocols the client offers by ALPN);
 //! - `peek`: reading the hello off the socket without consuming it.
 //!
 //! The worker's side, from the peeked name to the chosen service's usual
@@ -28,6 +30,7 @@
 //!
 //! No C counterpart: the C serves one port with one list of backends.
 
+pub mod alpn;
 pub mod client_hello;
 pub mod names;
 pub mod peek;
@@ -35,6 +38,8 @@ pub mod peek;
 use std::time::Duration;
 
 pub use names::ServerNames;
+
+use alpn::AlpnList;
 
 /// Default of `sni_timeout`: the longest wait for a complete ClientHello.
 /// A real client sends it in its first packet; five seconds cover a slow
@@ -47,6 +52,11 @@ pub struct SniConfig {
     /// The names this service answers to (`server_names`). Default
     /// `None`: the service does no SNI routing and owns its addresses.
     pub server_names: Option<ServerNames>,
+    /// With `server_names`: this service takes only the clients that
+    /// offer one of these protocols by ALPN, and takes them before a
+    /// service of the same name that lists none. Default empty: it takes
+    /// its names' clients whatever they offer.
+    pub alpn: AlpnList,
     /// This service takes the clients of its addresses whose name matches
     /// no service, who send none, who send nothing by the timeout, or
     /// whose first bytes are no ClientHello (`sni_default`); never a
@@ -61,6 +71,7 @@ impl Default for SniConfig {
     fn default() -> Self {
         SniConfig {
             server_names: None,
+            alpn: AlpnList::default(),
             default: false,
             timeout: DEFAULT_TIMEOUT,
         }

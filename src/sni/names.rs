@@ -1,6 +1,8 @@
 //! A service's server names (`server_names`): exact host names and
 //! `*.` wildcards, and the choice among the services of one address:
-//! an exact name first, then the longest wildcard, then the default.
+//! an exact name first, then the longest wildcard, then the default; a
+//! service that lists ALPN protocols only for a client offering one of
+//! them, and before a service of the same name that lists none.
 //!
 //! # Threads
 //!
@@ -17,7 +19,8 @@ use std::str::FromStr;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::client_hello::MAX_NAME;
+use super::alpn::AlpnList;
+use super::client_hello::{protocols, MAX_NAME};
 
 /// Most names one service may claim: a bound on the work per client.
 pub const MAX_NAMES: usize = 1024;
@@ -182,17 +185,41 @@ pub enum Chosen {
     Nobody,
 }
 
-/// The service for `host` among `names` (one per service, in order): an
-/// exact match, else the longest wildcard (the first on a tie), else
-/// `default`.
-pub fn choose(names: &[ServerNames], default: Option<usize>, host: Option<&str>) -> Chosen {
+/// The service for a client asking for `host` and offering `offered` by
+/// ALPN (the list as [`Hello::alpn`](super::client_hello::Hello::alpn)
+/// holds it; empty: none), among the services whose `names` and `alpn`
+/// are given in order (`alpn` may be shorter: the services past it list
+/// no protocol).
+///
+/// A service is a candidate when one of its names matches and, if it
+/// lists protocols, the client offers one of them. The best candidate: an
+/// exact match, else the longest wildcard; on a tie, a service listing
+/// protocols before one listing none, then the first. Else `default`.
+///
+/// The work is bounded by the hello (at most 16 KiB of offered names) times
+/// the protocols a service may list, and done only for services whose
+/// name matched.
+pub fn choose(
+    names: &[ServerNames],
+    alpn: &[AlpnList],
+    default: Option<usize>,
+    host: Option<&str>,
+    offered: &[u8],
+) -> Chosen {
+    let listed = |i: usize| alpn.get(i).map_or(&[][..], |l| &l.0[..]);
+    let takes = |i: usize| {
+        let mine = listed(i);
+        mine.is_empty() || protocols(offered).any(|p| mine.iter().any(|m| m.as_bytes() == p))
+    };
     let best = host.and_then(|host| {
         names
             .iter()
             .enumerate()
             .filter_map(|(i, n)| n.score(host).map(|s| (s, i)))
-            // The highest score; on a tie the first service.
-            .min_by_key(|&(s, i)| (std::cmp::Reverse(s), i))
+            .filter(|&(_, i)| takes(i))
+            // The highest score; on a tie a service listing protocols
+            // (the client offered one), then the first.
+            .min_by_key(|&(s, i)| (std::cmp::Reverse(s), listed(i).is_empty(), i))
     });
     match (best, default) {
         (Some((_, i)), _) => Chosen::Matched(i),
@@ -215,31 +242,91 @@ mod tests {
         let b = names("*.b.example.com");
         let c = names("x.b.example.com");
         let all = [a, b, c];
-        assert_eq!(choose(&all, None, Some("a.test")), Chosen::Matched(0));
         assert_eq!(
-            choose(&all, None, Some("z.example.com")),
+            choose(&all, &[], None, Some("a.test"), &[]),
             Chosen::Matched(0)
         );
         assert_eq!(
-            choose(&all, None, Some("y.b.example.com")),
+            choose(&all, &[], None, Some("z.example.com"), &[]),
+            Chosen::Matched(0)
+        );
+        assert_eq!(
+            choose(&all, &[], None, Some("y.b.example.com"), &[]),
             Chosen::Matched(1)
         );
         assert_eq!(
-            choose(&all, None, Some("deep.y.b.example.com")),
+            choose(&all, &[], None, Some("deep.y.b.example.com"), &[]),
             Chosen::Matched(1)
         );
         assert_eq!(
-            choose(&all, None, Some("x.b.example.com")),
+            choose(&all, &[], None, Some("x.b.example.com"), &[]),
             Chosen::Matched(2)
         );
         // A wildcard does not match the name it stands under.
-        assert_eq!(choose(&all, None, Some("example.com")), Chosen::Nobody);
         assert_eq!(
-            choose(&all, Some(2), Some("other.test")),
+            choose(&all, &[], None, Some("example.com"), &[]),
+            Chosen::Nobody
+        );
+        assert_eq!(
+            choose(&all, &[], Some(2), Some("other.test"), &[]),
             Chosen::Default(2)
         );
-        assert_eq!(choose(&all, Some(1), None), Chosen::Default(1));
-        assert_eq!(choose(&all, None, None), Chosen::Nobody);
+        assert_eq!(choose(&all, &[], Some(1), None, &[]), Chosen::Default(1));
+        assert_eq!(choose(&all, &[], None, None, &[]), Chosen::Nobody);
+    }
+
+    fn alpn(text: &str) -> AlpnList {
+        text.parse().unwrap()
+    }
+
+    /// The ALPN list a hello offering `protocols` holds.
+    fn offer(protocols: &[&str]) -> Vec<u8> {
+        super::super::client_hello::alpn_body(protocols)[2..].to_vec()
+    }
+
+    #[test]
+    fn a_name_with_alpn_wins_and_a_client_without_goes_to_the_plain_one() {
+        // Service 0 takes a.test plainly; 1 takes it for h2; 2 for
+        // imap only; 3 is *.test for h2.
+        let all = [
+            names("a.test"),
+            names("a.test"),
+            names("a.test"),
+            names("*.test"),
+        ];
+        let lists = [alpn(""), alpn("h2"), alpn("imap"), alpn("h2")];
+        let go = |host, offered: &[&str]| choose(&all, &lists, None, Some(host), &offer(offered));
+        assert_eq!(go("a.test", &["h2", "http/1.1"]), Chosen::Matched(1));
+        assert_eq!(go("a.test", &["http/1.1", "h2"]), Chosen::Matched(1));
+        assert_eq!(go("a.test", &["http/1.1"]), Chosen::Matched(0));
+        assert_eq!(go("a.test", &[]), Chosen::Matched(0));
+        assert_eq!(go("a.test", &["imap"]), Chosen::Matched(2));
+        // Offering both h2 and imap: on the tie, the first service.
+        assert_eq!(go("a.test", &["imap", "h2"]), Chosen::Matched(1));
+        // The wildcard lists h2: only for clients offering it.
+        assert_eq!(go("b.test", &["h2"]), Chosen::Matched(3));
+        assert_eq!(go("b.test", &["http/1.1"]), Chosen::Nobody);
+        assert_eq!(
+            choose(&all, &lists, Some(0), Some("b.test"), &[]),
+            Chosen::Default(0)
+        );
+        // Without the plain one, a client not offering h2 falls past the
+        // name to the default (or to nobody).
+        let only = [names("a.test")];
+        let h2 = [alpn("h2")];
+        assert_eq!(
+            choose(&only, &h2, None, Some("a.test"), &offer(&["http/1.1"])),
+            Chosen::Nobody
+        );
+        assert_eq!(
+            choose(&only, &h2, Some(0), Some("a.test"), &[]),
+            Chosen::Default(0)
+        );
+        // Many names offered, one matching, at the end.
+        let many: Vec<String> = (0..1000).map(|i| format!("p{i}")).collect();
+        let mut refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        refs.push("h2");
+        assert_eq!(go("a.test", &refs), Chosen::Matched(1));
     }
 
     #[test]

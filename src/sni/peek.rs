@@ -33,8 +33,16 @@ use super::client_hello::{self, Parsed, MAX_WIRE, RECORD_HEADER};
 /// What the first bytes of a client were.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Peeked {
-    /// A complete ClientHello; the name it asks for, lower case.
-    Hello(Option<Box<str>>),
+    /// A complete ClientHello: the name it asks for, lower case, and the
+    /// protocols it offers by ALPN, as [`client_hello::Hello::alpn`]
+    /// holds them (empty: none).
+    Hello {
+        /// The server name, if any.
+        name: Option<Box<str>>,
+        /// The ALPN protocol list, checked (walk it with
+        /// [`client_hello::protocols`]).
+        alpn: Box<[u8]>,
+    },
     /// Not a ClientHello (or it ended before being complete): why.
     NotTls(&'static str),
     /// Nothing at all by the deadline (a client that waits for the
@@ -84,7 +92,13 @@ pub fn client_hello(client: &TcpStream, deadline: Instant) -> Peeked {
             Err(_) => return Peeked::NotTls("a socket error"),
         };
         match client_hello::parse(&buf[..n], &mut joined) {
-            Parsed::Hello(name) => return Peeked::Hello(name.map(lower)),
+            Parsed::Hello(hello) => {
+                return Peeked::Hello {
+                    name: hello.name.map(lower),
+                    // No allocation when the hello offers no ALPN.
+                    alpn: hello.alpn.into(),
+                };
+            }
             Parsed::NotTls(why) => return Peeked::NotTls(why),
             Parsed::NeedMore(total) => {
                 if n == seen && n < buf.len() {
@@ -186,7 +200,10 @@ mod tests {
         };
         assert_eq!(
             client_hello(&server, soon()),
-            Peeked::Hello(Some("a.test".into()))
+            Peeked::Hello {
+                name: Some("a.test".into()),
+                alpn: Box::default()
+            }
         );
         let _client = writer.join().unwrap();
         // Nothing was consumed, and the mark is back at 1.
@@ -222,7 +239,10 @@ mod tests {
         client.write_all(&wire).unwrap();
         assert_eq!(
             client_hello(&server, soon()),
-            Peeked::Hello(Some("b.test".into()))
+            Peeked::Hello {
+                name: Some("b.test".into()),
+                alpn: Box::default()
+            }
         );
         let mut all = vec![0; wire.len() + 1];
         assert_eq!(peek(server.as_raw_fd(), &mut all).unwrap(), wire.len());

@@ -24,6 +24,12 @@ use crate::peers::{free_port, loopback};
 /// an echo backend (no health checks: its accepted count is the clients
 /// that reached it).
 fn routed(timeout: Duration, workers: usize) -> (TestBackend, TestBalancer) {
+    routed_for(timeout, workers, "off")
+}
+
+/// [`routed`], the service taking only clients offering one of `alpn`
+/// (`server_alpn`; `off`: any).
+fn routed_for(timeout: Duration, workers: usize, alpn: &str) -> (TestBackend, TestBalancer) {
     let backend = TestBackend::echo();
     let mut c = common::config(&[backend.addr()]);
     c.name = "a".into();
@@ -31,6 +37,7 @@ fn routed(timeout: Duration, workers: usize) -> (TestBackend, TestBalancer) {
     c.health.interval = Duration::from_secs(3600);
     c.sni.server_names = Some("a.test".parse().unwrap());
     c.sni.timeout = timeout;
+    c.sni.alpn = alpn.parse().unwrap();
     let config = Config {
         services: vec![c],
         workers,
@@ -109,6 +116,68 @@ fn garbage_instead_of_a_client_hello_is_closed_at_once() {
     assert_eq!(lb.stats.snapshot().sni_not_tls, n);
     assert_eq!(backend.accepted(), 0);
     assert!(echoed(lb.addr, &hello(0)));
+    lb.stop();
+}
+
+/// ClientHellos whose ALPN extension lies are each closed at once as not
+/// TLS, and only their own connection: a list length past the extension
+/// (and 65535), one short of it, a name running past the list, an empty
+/// list, an empty name, a body too short for its length, garbage, and a
+/// second ALPN extension. A client offering h2 and connected before them
+/// is served on throughout, and one offering a thousand names ending in
+/// h2 is served after them; one offering a thousand others is refused
+/// (no service for it), and none of the bad ones reaches the backend.
+#[test]
+fn malformed_alpn_hellos_close_only_their_own_connection() {
+    let (backend, lb) = routed_for(Duration::from_secs(10), 16, "h2");
+    let offering = |body: &[u8]| client_hello::build_with_alpn(Some("a.test"), Some(body), 0);
+    let good = offering(&client_hello::alpn_body(&["h2"]));
+    let mut before = connect(lb.addr).unwrap();
+    before.write_all(&good).unwrap();
+    let mut back = vec![0; good.len()];
+    before.read_exact(&mut back).unwrap();
+    assert_eq!(back, good);
+    let mut twice = good.clone();
+    // A second ALPN extension, its lengths added to the record's, the
+    // handshake's and the extensions' (as `client_hello`'s tests do).
+    let ext = [0, 16, 0, 5, 0, 3, 2, b'h', b'2'];
+    twice.extend_from_slice(&ext);
+    for at in [3, 7, 50] {
+        let n = u16::from_be_bytes([twice[at], twice[at + 1]]) + ext.len() as u16;
+        twice[at..at + 2].copy_from_slice(&n.to_be_bytes());
+    }
+    let bad: Vec<Vec<u8>> = vec![
+        offering(&[0, 9, 2, b'h', b'2']),
+        offering(&[0xff, 0xff, 2, b'h', b'2']),
+        offering(&[0, 2, 2, b'h', b'2']),
+        offering(&[0, 3, 9, b'h', b'2']),
+        offering(&[0, 0]),
+        offering(&[0, 3, 0, 1, b'x']),
+        offering(&[0]),
+        offering(&[0x41; 300]),
+        twice,
+    ];
+    for bytes in &bad {
+        let took = closed_after(lb.addr, bytes);
+        assert!(took < Duration::from_secs(3), "{took:?} for {bytes:?}");
+    }
+    let n = bad.len() as u64;
+    until("all counted", || lb.stats.snapshot().sni_not_tls == n);
+    // The first client is still served, on its own connection.
+    before.write_all(b"still here").unwrap();
+    let mut more = [0; 10];
+    before.read_exact(&mut more).unwrap();
+    assert_eq!(&more, b"still here");
+    drop(before);
+    let many: Vec<String> = (0..1000).map(|i| format!("proto-{i}")).collect();
+    let mut names: Vec<&str> = many.iter().map(String::as_str).collect();
+    assert!(
+        closed_after(lb.addr, &offering(&client_hello::alpn_body(&names))) < Duration::from_secs(3)
+    );
+    names.push("h2");
+    assert!(echoed(lb.addr, &offering(&client_hello::alpn_body(&names))));
+    assert_eq!(lb.stats.snapshot().sni_refused, n + 1);
+    assert_eq!(backend.accepted(), 2);
     lb.stop();
 }
 
@@ -269,7 +338,9 @@ fn a_thousand_bad_clients_hold_no_worker_and_the_binary_stays_bounded() {
 /// with exit 2 and one line naming the problem: a name that is no host
 /// name, a huge one, a wildcard in the middle, a list of 5000 names, a
 /// number instead of a name, an address shared by a service without
-/// names, two defaults on one address, and a default without names.
+/// names, two defaults on one address, a default without names,
+/// `server_alpn` without names, a bad or huge protocol list, and one
+/// name on one address twice without `server_alpn` apart.
 #[test]
 fn bad_sni_settings_are_refused_in_one_line() {
     let dir = Scratch::new("hostile-sni");
@@ -315,6 +386,43 @@ fn bad_sni_settings_are_refused_in_one_line() {
             "both the default of 127.0.0.1:9443",
         ),
         (svc("a", r#", "sni_default": true"#), "needs `server_names`"),
+        (svc("a", r#", "server_alpn": "h2""#), "needs `server_names`"),
+        (
+            svc("a", r#", "server_names": "a.test", "server_alpn": "h 2""#),
+            "is not an ALPN protocol name",
+        ),
+        (
+            svc(
+                "a",
+                &format!(
+                    r#", "server_names": "a.test", "server_alpn": [{}]"#,
+                    many.join(",")
+                ),
+            ),
+            "at most 16 ALPN protocols",
+        ),
+        (
+            format!(
+                "{}, {}",
+                svc("a", r#", "server_names": "a.test""#),
+                svc("b", r#", "server_names": "a.test", "server_alpn": "off""#)
+            ),
+            "services `a` and `b` both claim `a.test` on 127.0.0.1:9443",
+        ),
+        (
+            format!(
+                "{}, {}",
+                svc(
+                    "a",
+                    r#", "server_names": "a.test", "server_alpn": "h2,http/1.1""#
+                ),
+                svc(
+                    "b",
+                    r#", "server_names": "*.x,a.test", "server_alpn": ["http/1.1"]"#
+                )
+            ),
+            "services `a` and `b` both claim `a.test` for `http/1.1` on 127.0.0.1:9443",
+        ),
     ];
     for (i, (services, says)) in cases.iter().enumerate() {
         let text = format!(r#"{{"services": [{services}]}}"#);
