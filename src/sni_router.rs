@@ -25,6 +25,7 @@
 //! the names, the peek) sits below both.
 
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -149,7 +150,13 @@ fn how(peeked: &Peeked) -> &'static str {
 
 impl Divert for Router {
     fn divert(&self, mut job: Job) -> Option<(Job, access_log::SniGuard)> {
-        let deadline = Instant::now() + self.timeout;
+        // Taken by this worker now: the trace's line and the queue wait
+        // end here, before the hello is read.
+        let taken = Instant::now();
+        if trace::on() {
+            trace::taken(job.client.as_raw_fd(), trace::worker_number());
+        }
+        let deadline = taken + self.timeout;
         let ticket = self.pending.enter(&job.client, job.queued_at);
         let mut peeked = peek::client_hello(&job.client, deadline);
         if ticket.leave() {
@@ -186,7 +193,7 @@ impl Divert for Router {
             return None;
         }
         job.proxy = Arc::clone(proxy);
-        job.route = Route::AfterSni;
+        job.route = Route::AfterSni(taken);
         Some((job, sni))
     }
 }

@@ -255,3 +255,58 @@ fn the_binary_traces_on_stderr_in_the_language_of_lang() {
         "the log was read to its end: {err:#?}"
     );
 }
+
+/// A client of an address routed by SNI that takes 1.2 s to send its
+/// ClientHello (past the 1 s after which a wait in the queue is warned
+/// about): one connection number from accept to close, the SNI line
+/// included, and the hello's read is neither told nor logged as time in
+/// the queue (the access log's `queue_us`), though the connection's
+/// duration holds it.
+#[test]
+fn a_slow_hello_routed_by_sni_is_one_connection_and_no_queue_wait() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let lines = capture();
+    let backend = common::TestBackend::echo();
+    let dir = child::Scratch::new("trace-slow-hello");
+    let log = dir.path("access.log");
+    let lb = TestBalancer::with(&[backend.addr()], |c| {
+        c.trace = true;
+        c.trace_lang = Lang::En;
+        c.sni.server_names = Some("a.test".parse().unwrap());
+        c.access_log = Some(rodizio::access_log::Format::Json);
+        c.access_log_file = Some(log.clone());
+    });
+    let mut s = connect(lb.addr).unwrap();
+    let client = s.local_addr().unwrap();
+    // The slow client under test: its hello comes 1.2 s after its connect.
+    std::thread::sleep(Duration::from_millis(1200));
+    let hello = rodizio::sni::client_hello::build(Some("a.test"), 0);
+    s.write_all(&hello).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).unwrap();
+    assert_eq!(back, hello);
+    drop(s);
+
+    let l = lines_of(&lines, client, "goes back to waiting on the queue");
+    let taken = find(&l, "taken by worker", 0);
+    let sni = find(&l, "SNI: the ClientHello asks for a.test", taken);
+    find(&l, "connected to backend", sni);
+    assert!(
+        !lines.lock().unwrap().iter().any(|x| x.starts_with("#0 ")),
+        "a line without its connection's number"
+    );
+    until("the access log's line", || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("\"end\""))
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let queue = line["queue_us"].as_u64().unwrap();
+    let duration = line["duration_us"].as_u64().unwrap();
+    assert!(
+        queue < 1_000_000,
+        "the hello's read logged as queue: {line}"
+    );
+    assert!(duration >= 1_200_000, "{line}");
+    lb.stop();
+}

@@ -42,8 +42,10 @@ pub enum Route {
     /// service and queues nothing: it serves it there, as [`Route::AfterSni`].
     Unrouted(Arc<dyn Divert>),
     /// Chosen by SNI: the chosen service's admission gate runs on the
-    /// worker, as after a PROXY header.
-    AfterSni,
+    /// worker, as after a PROXY header. With the time the worker took the
+    /// client, before reading its hello: its queue wait ends there (the
+    /// hello's read is not time in the queue).
+    AfterSni(std::time::Instant),
 }
 
 /// What routes a client of a shared address on the worker (`crate::sni`'s

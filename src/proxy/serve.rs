@@ -207,8 +207,12 @@ impl Proxy {
             place,
             ..
         } = job;
-        let started = Instant::now();
-        outcome.queue_wait = self.taken(&client, queued_at, started);
+        // Routed by SNI, the worker took it before reading its hello.
+        let (started, traced) = match route {
+            Route::AfterSni(taken) => (taken, true),
+            _ => (Instant::now(), false),
+        };
+        outcome.queue_wait = self.taken(&client, queued_at, started, traced);
         if self.turned_away(&client, queued_at, outcome, settings, health) {
             return None;
         }
@@ -374,13 +378,20 @@ impl Proxy {
         true
     }
 
-    /// A worker took `client` at `started`: the trace says so, the queue
-    /// wait is observed and, if long, warned about. Returns the wait. Not
-    /// inlined: the warning's log line would sit in [`Proxy::reach`]'s
-    /// frame, under the connect.
+    /// A worker took `client` at `started`: the trace says so (unless it
+    /// `traced` it already, routing it by SNI), the queue wait is observed
+    /// and, if long, warned about. Returns the wait. Not inlined: the
+    /// warning's log line would sit in [`Proxy::reach`]'s frame, under the
+    /// connect.
     #[inline(never)]
-    fn taken(&self, client: &TcpStream, queued_at: Instant, started: Instant) -> Duration {
-        if trace::on() {
+    fn taken(
+        &self,
+        client: &TcpStream,
+        queued_at: Instant,
+        started: Instant,
+        traced: bool,
+    ) -> Duration {
+        if trace::on() && !traced {
             trace::taken(client.as_raw_fd(), trace::worker_number());
         }
         let queue_wait = started.saturating_duration_since(queued_at);
@@ -431,7 +442,7 @@ impl Proxy {
     ) -> Option<(TcpStream, Option<Pick>, header::Origin, Option<Place>)> {
         let (origin, admitted) = match (route, &self.accept_proxy) {
             (Route::AfterHeader, Some(accept)) => self.after_header(accept, &client, origin.source),
-            (Route::AfterSni, _) => (origin, self.admit(&client, origin.source)),
+            (Route::AfterSni(_), _) => (origin, self.admit(&client, origin.source)),
             // Unrouted (SNI not read), or a header with `--accept-proxy`
             // off: a bug, logged as an error by the report.
             _ => (origin, Err(Refusal::Misrouted)),
