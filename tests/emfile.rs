@@ -31,6 +31,9 @@ fn start(backend: SocketAddr) -> (Child, SocketAddr) {
         &["--health-check", "off", "-b", &backend.to_string()],
         |command| {
             command.env("RUST_LOG", "warn");
+            // With RODIZIO_TEST_KERNEL_RELAY (make test's second pass), the
+            // connections are promoted to the kernel relay.
+            command.args(child::kernel_relay_flags());
             common::limit_in_child(command, libc::RLIMIT_NOFILE, NOFILE);
         },
     );
