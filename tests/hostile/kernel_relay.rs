@@ -236,6 +236,7 @@ fn a_slow_reader_behind_a_fast_writer_after_the_promotion() {
         same_since.elapsed() > Duration::from_millis(500)
     }));
     let held = written.load(Ordering::SeqCst);
+    eprintln!("the backend was held back at {} MiB", held >> 20);
     assert!(
         held < TOTAL / 2,
         "{} MiB written: nothing held it back",
