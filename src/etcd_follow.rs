@@ -146,14 +146,19 @@ impl Follower {
         let mut keys: BTreeMap<String, String> =
             read.pairs.into_iter().map(|p| (p.key, p.value)).collect();
         self.apply(name, group, &keys);
-        let mut answer = etcd::watch(&self.source, read.revision + 1, IDLE_WAIT)?;
+        // A watch that cannot start or breaks is a failed lookup too.
+        let failed = |e: String| {
+            lookup::ETCD.count(false);
+            e
+        };
+        let mut answer = etcd::watch(&self.source, read.revision + 1, IDLE_WAIT).map_err(failed)?;
         let mut pending = Vec::new();
         while !stop.is_triggered() {
             srv_follow::reap(name, &self.scheduler, group);
             let line = match answer.next_line(&mut pending) {
                 Ok(line) => line,
                 Err(e) if e == etcd::IDLE => continue,
-                Err(e) => return Err(format!("the watch: {e}")),
+                Err(e) => return Err(failed(format!("the watch: {e}"))),
             };
             let message = etcd::parse_watch(&line);
             lookup::ETCD.count(message.is_ok());

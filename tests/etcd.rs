@@ -100,9 +100,20 @@ fn left(lb: SocketAddr, backend: &TestBackend, limit: Duration) -> bool {
     .is_some()
 }
 
+/// The value of `rodizio_NAME{source="etcd"}` on `lb`'s `/metrics`.
+fn etcd_metric(lb: &Child, name: &str) -> u64 {
+    let body = common::http_get(lb.admin(), "/metrics").unwrap().body;
+    let wanted = format!("rodizio_{name}{{source=\"etcd\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&wanted)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {wanted} in /metrics:\n{body}"))
+}
+
 fn rodizio(client: u16, fixed: &TestBackend) -> Child {
     Child::on_loopback(
         &[
+            "--admin",
+            "127.0.0.1:0",
             "-b",
             &fixed.addr().to_string(),
             "--backends-from",
@@ -205,4 +216,7 @@ fn an_etcd_restart_keeps_the_list_then_follows_again() {
         "{}",
         lb.log()
     );
+    // The reads and the failures while etcd was gone, counted.
+    assert!(etcd_metric(&lb, "discovery_lookups_total") >= 3);
+    assert!(etcd_metric(&lb, "discovery_errors_total") >= 1);
 }
