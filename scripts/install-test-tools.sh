@@ -34,6 +34,8 @@ has rsyslogd || need+=(rsyslog) # tests/access_log_syslog.rs: the access log's s
 has unshare || need+=(util-linux)
 has mount || need+=(mount)
 has dnsmasq || need+=(dnsmasq-base) # tests/srv.rs: the nameserver of srv: backends
+has etcd || need+=(etcd-server)     # tests/etcd.rs: the store of backends_from
+has etcdctl || need+=(etcd-client)  # tests/etcd.rs: keys put and deleted
 has pip3 || python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -30,6 +30,7 @@ use crate::config::table::settings_table;
 use crate::config::{parse_listen, Config, Overrides, MAX_WORKERS};
 use crate::connections::{OnDown, Removal, SpreadOrder};
 use crate::error::{Error, Result};
+use crate::etcd::EtcdSource;
 use crate::health::CheckKind;
 use crate::kernel_sched::SchedPolicy;
 use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};

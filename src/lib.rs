@@ -65,7 +65,8 @@
 //!   reload and stop notifications and the sockets it passes.
 //! - `resolver`, `reaper`: backend names looked up again; drained
 //!   backends removed once their last connection ends; `srv_follow`:
-//!   a `srv:` entry's backends following its records.
+//!   a `srv:` entry's backends following its records; `etcd`,
+//!   `etcd_follow`: a service's backends following an etcd prefix.
 //!
 //! **Configuration**:
 //! - `config/`: [`Config`], every setting declared once with its default
@@ -106,11 +107,11 @@
 //! 1. leaves: `error`, `units`, `stats`, `tally`, `throttle`, `reply`,
 //!    `poll`, `dial`, `system`, `kernel_sched`, `lookup`, `availability`,
 //!    `waitlist`, `slots`, `shutdown`, `queue`, `conduit`, `privileges`,
-//!    `pending`, `files`, `connections`, `srv`
+//!    `pending`, `files`, `connections`, `srv`, `etcd`
 //! 2. the backend and its choice: `backend`, `scheduler`,
 //!    `proxy_protocol` (the codec a backend's spec names)
 //! 3. what the data path calls: `access_log`, `trace`, `limiter`,
-//!    `reaper`, `resolver`, `srv_follow`, `systemd`
+//!    `reaper`, `resolver`, `srv_follow`, `etcd_follow`, `systemd`
 //! 4. protocol pieces and checks: `tls_term`, `sni`, `health`
 //! 5. the connection: `proxy`
 //! 6. the settings gathered: `config`, `live`
@@ -174,6 +175,8 @@ pub mod connections;
 pub mod demo;
 pub mod dial;
 pub mod error;
+pub mod etcd;
+pub mod etcd_follow;
 pub mod files;
 pub mod health;
 pub mod kernel_sched;

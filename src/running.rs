@@ -45,6 +45,9 @@ pub struct Running {
     /// The thread that looks the backends' names up again
     /// (`resolve_interval`), once a service asks for it.
     resolver: Resolver,
+    /// The services whose `backends_from` a `rodizio-etcd` thread
+    /// follows, by name, with the thread.
+    etcd: Mutex<Vec<(String, std::thread::JoinHandle<()>)>>,
     /// The addresses shared by SNI, with their routers (fixed at
     /// start-up).
     sni: Vec<crate::sni_router::Routed>,
@@ -128,6 +131,7 @@ impl Running {
             shutdown: Shutdown::new(),
             services: Mutex::new(entries),
             resolver: Resolver::default(),
+            etcd: Mutex::new(Vec::new()),
             sni: crate::sni_router::routers(services),
         }
     }
@@ -163,6 +167,30 @@ impl Running {
         });
         if let Err(err) = self.resolver.start_once(&self.shutdown, watch) {
             log::error!("{err}; backend names are looked up again only by reloads");
+        }
+        self.follow_etcd();
+    }
+
+    /// Starts a `rodizio-etcd` thread for each service with
+    /// `backends_from` that has none yet; one that cannot start is logged.
+    fn follow_etcd(&self) {
+        let mut started = self.etcd.lock();
+        for s in self.list() {
+            let Some(source) = s.config.proxy.backends_from.clone() else {
+                continue;
+            };
+            if started.iter().any(|(name, _)| name == s.name()) {
+                continue;
+            }
+            let follower = crate::etcd_follow::Follower {
+                source,
+                scheduler: Arc::clone(&s.live.scheduler),
+                send_proxy: s.config.send_proxy,
+            };
+            match crate::etcd_follow::start(follower, &self.shutdown) {
+                Ok(handle) => started.push((s.name().to_string(), handle)),
+                Err(err) => log::error!("{err}; {} keeps its other backends", s.name()),
+            }
         }
     }
 

@@ -125,7 +125,7 @@ pub(crate) fn follow(
     group: &mut Group,
     most: Duration,
 ) -> Instant {
-    reap(entry, scheduler, group);
+    reap(&entry.spec.host, scheduler, group);
     let now = Instant::now();
     if group.due > now {
         return group.due;
@@ -143,7 +143,7 @@ pub(crate) fn follow(
                     );
                 }
             }
-            apply(entry, scheduler, group, &made(entry, &answer));
+            apply(&entry.spec.host, scheduler, group, &made(entry, &answer));
             group.due = Instant::now() + answer.ttl.clamp(MIN_AGAIN, most.max(MIN_AGAIN));
         }
         Err(e) => {
@@ -165,9 +165,9 @@ pub(crate) fn follow(
     group.due
 }
 
-/// Makes the entry's backends in `scheduler` those of `wanted`.
-fn apply(entry: &Entry, scheduler: &Scheduler, group: &mut Group, wanted: &[Arc<Backend>]) {
-    let host = entry.spec.host.as_str();
+/// Makes the backends of source `host` (a `srv:` name, an etcd source)
+/// in `scheduler` those of `wanted`; `etcd_follow.rs` uses it too.
+pub(crate) fn apply(host: &str, scheduler: &Scheduler, group: &mut Group, wanted: &[Arc<Backend>]) {
     let mine: Vec<Arc<Backend>> = scheduler
         .snapshot()
         .iter()
@@ -216,8 +216,9 @@ fn apply(entry: &Entry, scheduler: &Scheduler, group: &mut Group, wanted: &[Arc<
     }
 }
 
-/// Removes the entry's drained backends that no connection uses any more.
-fn reap(entry: &Entry, scheduler: &Scheduler, group: &mut Group) {
+/// Removes the drained backends of source `host` that no connection uses
+/// any more.
+pub(crate) fn reap(host: &str, scheduler: &Scheduler, group: &mut Group) {
     group.retiring.retain(|id| {
         let Some(b) = scheduler.find(|b| b.id() == *id) else {
             return false;
@@ -226,7 +227,7 @@ fn reap(entry: &Entry, scheduler: &Scheduler, group: &mut Group) {
             return true;
         }
         scheduler.remove(*id);
-        log::info!("{}: backend {} removed", entry.spec.host, b.name());
+        log::info!("{host}: backend {} removed", b.name());
         false
     });
 }

@@ -458,7 +458,7 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
         "removed_drain_timeout": "20s", "max_connection_lifetime": "1h",
         "max_connection_lifetime_jitter": "5m",
         "tcp_user_timeout": "20s", "resolve_interval": "30s", "slow_start": "10s",
-        "resolvers": "127.0.0.1:5353,[::1]:53",
+        "resolvers": "127.0.0.1:5353,[::1]:53", "backends_from": "etcd://127.0.0.1:2379/lb/web",
         "allow": "10.0.0.0/8,192.168.0.0/16", "deny": "10.9.0.0/16",
         "max_connections_per_client": 9, "upload_rate": "1MB/s",
         "download_rate": "2MB/s",

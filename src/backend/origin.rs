@@ -44,8 +44,7 @@ pub enum Origin {
     Dns,
     /// One record of a `srv:` name.
     Srv,
-    /// A key under an etcd prefix (kept for that source: nothing makes
-    /// such a backend yet).
+    /// A key under a service's `backends_from` etcd prefix.
     Etcd,
 }
 

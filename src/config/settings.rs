@@ -30,6 +30,7 @@ use super::values::{
 use super::{show_bytes, Config};
 use crate::backend::BackendSpec;
 use crate::connections::{OnDown, Removal, SpreadOrder};
+use crate::etcd::EtcdSource;
 use crate::health::CheckKind;
 use crate::kernel_sched::SchedPolicy;
 use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};

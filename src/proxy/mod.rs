@@ -205,6 +205,11 @@ pub struct ProxyConfig {
     /// The nameservers `srv:` backends are asked of; `None` (the
     /// default): the system's (`/etc/resolv.conf`).
     pub resolvers: Option<crate::srv::Nameservers>,
+    /// Backends followed from etcd (`backends_from`,
+    /// `etcd://HOST:PORT/PREFIX`) beside the file's, by the service's
+    /// `rodizio-etcd` thread (`etcd_follow.rs`); no worker reads it.
+    /// Default `None` (off).
+    pub backends_from: Option<crate::etcd::EtcdSource>,
     /// Most connections open at once from one client address
     /// (`max_connections_per_client`, nginx's `limit_conn`); see
     /// `per_client`. Default `None`: no cap.
@@ -275,6 +280,7 @@ impl Default for ProxyConfig {
             deny: None,
             resolve_interval: None,
             resolvers: None,
+            backends_from: None,
             max_connections_per_client: None,
             upload_rate: None,
             download_rate: None,

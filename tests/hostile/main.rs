@@ -31,6 +31,7 @@ mod client_limits;
 mod config_file;
 mod connections;
 mod demo_backend;
+mod etcd;
 mod failure;
 mod half_hellos;
 mod kernel_relay;

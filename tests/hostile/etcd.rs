@@ -1,0 +1,193 @@
+//! A fake etcd (an HTTP listener of the test) behind a service's
+//! `backends_from` that turns hostile after a good answer: garbage, a
+//! lying `Content-Length` (short of its body, or a terabyte), a chunked
+//! stream that never ends, keys that are not base64, 100,000 keys. The
+//! service keeps its last good list and serves on, its memory bounded.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+
+use crate::common::{connect, time_until, TestBackend, TestBalancer};
+
+const GOOD: u8 = 0;
+const GARBAGE: u8 = 1;
+const SHORT: u8 = 2;
+const HUGE: u8 = 3;
+const ENDLESS: u8 = 4;
+const BAD_BASE64: u8 = 5;
+const MANY: u8 = 6;
+
+/// The test's etcd: answers each request as `mode` says, counting them.
+struct FakeEtcd {
+    addr: SocketAddr,
+    mode: Arc<AtomicU8>,
+    asked: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn b64(s: &str) -> String {
+    STANDARD.encode(s)
+}
+
+/// The answer to one request in `mode`; `good` is the one backend.
+fn answer(mut s: TcpStream, mode: u8, good: SocketAddr, stop: &AtomicBool) {
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+    let mut head = [0u8; 4096];
+    let n = s.read(&mut head).unwrap_or(0);
+    let watch = String::from_utf8_lossy(&head[..n]).contains("/v3/watch");
+    let json = |body: String| {
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let reply = match mode {
+        GOOD if watch => {
+            // The creation message, then the stream ends: the follower reads again.
+            let line = "{\"result\":{\"header\":{\"revision\":\"5\"},\"created\":true}}\n";
+            format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{line}\r\n0\r\n\r\n",
+                line.len()
+            )
+        }
+        GOOD => json(format!(
+            r#"{{"header":{{"revision":"4"}},"kvs":[{{"key":"{}","value":"{}"}}],"count":"1"}}"#,
+            b64("/h/a"),
+            b64(&good.to_string())
+        )),
+        GARBAGE => "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{garbage]".into(),
+        SHORT => "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"header\":".into(),
+        HUGE => "HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n{".into(),
+        ENDLESS => {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+            let chunk = format!("10000\r\n{}\r\n", "a".repeat(0x10000));
+            while !stop.load(Ordering::SeqCst) && s.write_all(chunk.as_bytes()).is_ok() {}
+            return;
+        }
+        BAD_BASE64 => json(
+            r#"{"header":{"revision":"9"},"kvs":[{"key":"!!!not base64","value":"@@"}]}"#.into(),
+        ),
+        _ => {
+            let mut body = String::from(r#"{"header":{"revision":"9"},"count":"100000","kvs":["#);
+            for i in 0..100_000u32 {
+                if i > 0 {
+                    body.push(',');
+                }
+                body.push_str(&format!(
+                    r#"{{"key":"{}","value":""}}"#,
+                    b64(&format!("/h/127.0.0.1:{}", 1 + i % 60_000))
+                ));
+            }
+            body.push_str("]}");
+            json(body)
+        }
+    };
+    let _ = s.write_all(reply.as_bytes());
+    // Hold the connection a moment (a lying length is not followed by more).
+    let mut rest = [0u8; 64];
+    let _ = s.read(&mut rest);
+}
+
+impl FakeEtcd {
+    fn start(good: SocketAddr) -> FakeEtcd {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (mode, asked, stop) = (
+            Arc::new(AtomicU8::new(GOOD)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let thread = {
+            let (mode, asked, stop) = (mode.clone(), asked.clone(), stop.clone());
+            thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((s, _)) => {
+                            let _ = s.set_nonblocking(false);
+                            asked.fetch_add(1, Ordering::SeqCst);
+                            let (m, stop) = (mode.load(Ordering::SeqCst), stop.clone());
+                            thread::spawn(move || answer(s, m, good, &stop));
+                        }
+                        Err(_) => thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            })
+        };
+        FakeEtcd {
+            addr,
+            mode,
+            asked,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for FakeEtcd {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The test process's resident memory, in kB.
+fn rss_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn names(lb: &TestBalancer) -> Vec<String> {
+    let mut all: Vec<String> = lb
+        .scheduler
+        .snapshot()
+        .iter()
+        .map(|b| b.name().to_string())
+        .collect();
+    all.sort();
+    all
+}
+
+/// Every hostile answer keeps the last good list; clients are served.
+#[test]
+fn a_hostile_etcd_leaves_the_last_good_list() {
+    let (fixed, good) = (TestBackend::echo(), TestBackend::echo());
+    let fake = FakeEtcd::start(good.addr());
+    let lb = TestBalancer::with(&[fixed.addr()], |c| {
+        c.proxy.backends_from = Some(format!("etcd://{}/h/", fake.addr).parse().unwrap());
+    });
+    let mut want = vec![fixed.addr().to_string(), good.addr().to_string()];
+    want.sort();
+    time_until(Duration::from_secs(10), || names(&lb) == want).expect("the good list");
+    let rss0 = rss_kb();
+    for mode in [GARBAGE, SHORT, HUGE, ENDLESS, BAD_BASE64, MANY] {
+        fake.mode.store(mode, Ordering::SeqCst);
+        let seen = fake.asked.load(Ordering::SeqCst);
+        time_until(Duration::from_secs(20), || {
+            fake.asked.load(Ordering::SeqCst) >= seen + 2
+        })
+        .unwrap_or_else(|| panic!("mode {mode}: the follower asked again"));
+        assert_eq!(names(&lb), want, "mode {mode}: the last good list");
+        for _ in 0..4 {
+            let mut s = connect(lb.addr).unwrap();
+            s.write_all(b"x").unwrap();
+            let mut b = [0u8];
+            s.read_exact(&mut b).unwrap();
+        }
+    }
+    let grown = rss_kb().saturating_sub(rss0);
+    assert!(grown < 64 * 1024, "memory grew by {grown} kB");
+    assert!(good.accepted() > 0 && fixed.accepted() > 0);
+}
