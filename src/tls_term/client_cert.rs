@@ -37,8 +37,10 @@ const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(1);
 
 thread_local! {
     /// The subject and issuer of the certificate this thread's verifier
-    /// last refused, until the handshake's failure is logged.
-    static REFUSED: RefCell<Option<Names>> = const { RefCell::new(None) };
+    /// last refused, until the handshake's failure is logged. Boxed: a
+    /// pointer in every thread's thread-locals, which sit at the top of
+    /// each worker's small stack (docs/internals.md, "The pool").
+    static REFUSED: RefCell<Option<Box<Names>>> = const { RefCell::new(None) };
 }
 
 /// A certificate's subject and issuer, as RFC 4514 strings.
@@ -113,7 +115,7 @@ impl ClientCertVerifier for Noting {
             .inner
             .verify_client_cert(end_entity, intermediates, now);
         if verdict.is_err() {
-            REFUSED.with(|r| *r.borrow_mut() = names(end_entity.as_ref()));
+            REFUSED.with(|r| *r.borrow_mut() = names(end_entity.as_ref()).map(Box::new));
         }
         verdict
     }
@@ -143,7 +145,7 @@ impl ClientCertVerifier for Noting {
 
 /// The names this thread's verifier noted, forgotten once taken.
 pub(super) fn take_refused() -> Option<Names> {
-    REFUSED.with(|r| r.borrow_mut().take())
+    REFUSED.with(|r| r.borrow_mut().take().map(|names| *names))
 }
 
 /// Why a client's certificate was refused, in words; `None` when the

@@ -319,7 +319,11 @@ struct Flow {
 }
 
 thread_local! {
-    static CONN: RefCell<Conn> = RefCell::new(Conn::default());
+    /// This thread's connection, as the trace knows it. Boxed (allocated
+    /// the first time the trace is on): a pointer in every thread's
+    /// thread-locals, which sit at the top of each worker's small stack
+    /// (docs/internals.md, "The pool").
+    static CONN: RefCell<Box<Conn>> = RefCell::new(Box::default());
     /// This thread's worker number; 0 on a thread that is not a worker.
     static WORKER_NUMBER: Cell<usize> = const { Cell::new(0) };
 }
@@ -435,7 +439,7 @@ fn taken_slow(fd: RawFd, worker: usize) {
     let first = CONN.with(|c| {
         let mut c = c.borrow_mut();
         let served = c.served;
-        *c = Conn {
+        **c = Conn {
             id,
             taken: Some(now),
             worker,

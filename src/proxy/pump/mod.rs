@@ -234,7 +234,10 @@ fn pump_with(
 }
 
 /// A round told: to the trace, and to the connections' table when bytes
-/// moved (relaxed stores, once a round).
+/// moved (relaxed stores, once a round). Not inlined: the pump's frame
+/// stays as small as its own state, whatever the compiler decides
+/// elsewhere (the idle worker's stack, docs/internals.md).
+#[inline(never)]
 fn told(transfer: &Transfer, before: [u64; 2], up: &Half, down: &Half) {
     let (to_backend, to_client) = (transfer.to_backend, transfer.to_client);
     let moved = [to_backend - before[0], to_client - before[1]];
@@ -369,7 +372,9 @@ fn tokens_back(up: &mut Half, down: &mut Half) -> Option<i32> {
 /// and which sockets the close need not shut down: one read to its end of
 /// stream (the client's by `up`, the backend's by `down`), or one whose
 /// peer reset it (this pump says so only when a read or write on that
-/// socket found `ECONNRESET` or `ECONNABORTED`).
+/// socket found `ECONNRESET` or `ECONNABORTED`). Not inlined, as
+/// [`told`]: run once per connection, it need not sit in the loop's frame.
+#[inline(never)]
 fn finish(story: Story, up: &Half, down: &Half, stale: bool) -> Ended {
     let (end, error) = story.end();
     let stale = stale || up.start < up.end || down.start < down.end;
