@@ -307,6 +307,8 @@ fn a_slow_hello_routed_by_sni_is_one_connection_and_no_queue_wait() {
         queue < 1_000_000,
         "the hello's read logged as queue: {line}"
     );
-    assert!(duration >= 1_200_000, "{line}");
+    // From the accept, which may come a little after the client's
+    // connect returned: over a second, not necessarily over 1.2 s.
+    assert!(duration >= 1_000_000, "{line}");
     lb.stop();
 }
