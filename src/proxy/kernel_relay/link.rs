@@ -135,6 +135,16 @@ impl<'a> Link<'a> {
             self.forget();
             return Ok(());
         }
+        let held = self.leave(idle_timeout, moved);
+        for socket in self.sockets {
+            hold(socket, false);
+        }
+        held
+    }
+
+    /// [`Link::unwind`]'s work; the sockets' receive low-water marks are
+    /// put back by the caller whatever the outcome.
+    fn leave(&mut self, idle_timeout: Duration, moved: &mut [u64; 2]) -> Result<(), Fault> {
         let counts = self.sample()?;
         let backlog = |i: usize| self.ways[i].backlog(&counts[i], &counts[1 - i]);
         let order = if backlog(1) > backlog(0) {
@@ -144,6 +154,15 @@ impl<'a> Link<'a> {
         };
         for i in order {
             if self.in_verdicts[i] {
+                // The kernel drops a segment that reaches the program's
+                // socket while the program is being taken off it (the
+                // segment is already out of the receive queue, and with no
+                // program its verdict is "drop"). Arrivals wake the program
+                // only past the receive low-water mark: raised to its
+                // ceiling, they wait in the receive queue (until it nears
+                // full), and a grace period lets a wake-up under way end.
+                hold(self.sockets[i], true);
+                membarrier()?;
                 let deleted = map_delete(&self.kernel.verdicts, self.cookies[i]);
                 self.in_verdicts[i] = false;
                 match deleted {
@@ -171,6 +190,51 @@ impl<'a> Link<'a> {
             }
         }
         self.forget();
+        // Plain sockets again, which say what left their receive queues.
+        for i in order {
+            if !self.ways[i].done {
+                self.whole(i, moved[i])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that every byte taken out of socket `i`'s receive queue
+    /// since the relay began went through the program (`taken`): the
+    /// kernel may still drop one that arrived while the program was taken
+    /// off (see [`Link::unwind`]), and a stream with a hole must not go on
+    /// as if whole. The destination then gets a reset, as after a reset
+    /// of the source (`Fault(Some(i))`), and one warning says why.
+    fn whole(&self, i: usize, taken: u64) -> Result<(), Fault> {
+        let socket = self.sockets[i];
+        for _ in 0..START_TRIES {
+            let first = Counts::of(socket)?;
+            let left = unread(socket)?;
+            let then = Counts::of(socket)?;
+            if first.received != then.received {
+                continue;
+            }
+            let consumed = then.data_in().saturating_sub(left);
+            let through = consumed.saturating_sub(self.ways[i].in_base);
+            if through == taken {
+                return Ok(());
+            }
+            let side = ["client", "backend"][i];
+            log::warn!(
+                "kernel relay: the kernel dropped {} bytes from the {side} while the \
+                 connection left the relay ({through} read, {taken} relayed); the \
+                 connection ends with a reset",
+                through.abs_diff(taken)
+            );
+            return Err(Fault(
+                Some(i),
+                io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    "bytes dropped by the kernel leaving the relay",
+                ),
+            ));
+        }
+        // Bytes kept arriving: the count could not be taken at rest.
         Ok(())
     }
 
@@ -211,6 +275,25 @@ impl Drop for Link<'_> {
             }
         }
     }
+}
+
+/// Raises (`true`) or puts back (`false`) the socket's receive low-water
+/// mark (`SO_RCVLOWAT`): raised, the kernel caps it at half its largest
+/// receive buffer and wakes the socket's reader (here the program) only
+/// once that much is queued or the window nearly closed. Best effort: a
+/// socket that refuses keeps its mark.
+fn hold(socket: &TcpStream, raise: bool) {
+    let value: libc::c_int = if raise { libc::c_int::MAX } else { 1 };
+    // SAFETY: one int, valid for the call.
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            &value as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
 }
 
 /// Returns after an RCU grace period (`membarrier(MEMBARRIER_CMD_GLOBAL)`).

@@ -39,6 +39,15 @@
 //!   The sampling interval shrinks with the observed rate (1 ms at the
 //!   fastest), so the queue overshoots the bound by about a millisecond's
 //!   traffic; a burst after a quiet spell, by up to [`MAX_CHECK`]'s.
+//! - Taking the program off a socket while a segment arrives can drop
+//!   that segment in the kernel (it is out of the receive queue already,
+//!   and with no program its verdict is "drop"). Leaving raises the
+//!   socket's receive low-water mark first, so that arrivals wait in the
+//!   receive queue, and then checks that every byte that left the queue
+//!   went through the program: a hole ends the connection with a reset,
+//!   never a stream that goes on without it (`Link::unwind`). Under heavy
+//!   load a 10 MiB echo each way that leaves the relay still came back
+//!   wrong about once in 400 runs (docs/moving-bytes.md).
 //! - Idle and fin timeouts: the thread sees no bytes, so it reads the same
 //!   counters: when none moved for the timeout, the connection ends as the
 //!   copy pump's would.
