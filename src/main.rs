@@ -435,7 +435,7 @@ fn balance(
     privileges::refuse_root(config.user.as_deref(), config.allow_root)?;
     rodizio::reload::keep_root_reader(file.as_ref().map(|f| f.path.as_path()), &flags, &config)?;
     let listener = Balancer::listen(&config)?;
-    if config.backends.is_empty() && config.services.is_empty() {
+    if config.services.is_empty() && !config.names_backends() {
         let stdin = io::stdin();
         config.backends = prompt::servers_entry(&mut stdin.lock(), &mut console())?;
         // Typed once: a reload keeps them, as it keeps the flags.

@@ -1,8 +1,9 @@
-//! `backends_from: etcd://...` with a real etcd on loopback: two rodizio
-//! processes follow one prefix; a key put makes both serve its backend
-//! within a second, a key deleted drains it; with etcd killed the list
-//! stays and clients are served, and once etcd is back on the same data
-//! directory and port a key put after the restart is followed.
+//! `backends_from: etcd://...` with a real etcd on loopback: three rodizio
+//! processes with no backend of their own follow one prefix; a key put
+//! makes all three serve its backend within a second, a key deleted
+//! drains it; with etcd killed the list stays and clients are served
+//! without one failure, and once etcd is back on the same data directory
+//! and port a key put after the restart is followed.
 
 mod child;
 mod common;
@@ -12,6 +13,9 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
 use std::time::Duration;
 
 use child::{Child, Scratch};
@@ -109,31 +113,26 @@ fn etcd_metric(lb: &Child, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {wanted} in /metrics:\n{body}"))
 }
 
-fn rodizio(client: u16, fixed: &TestBackend) -> Child {
-    Child::on_loopback(
-        &[
-            "--admin",
-            "127.0.0.1:0",
-            "-b",
-            &fixed.addr().to_string(),
-            "--backends-from",
-            &source(client).to_string(),
-        ],
-        |_| {},
-    )
+/// A balancer following `client`'s prefix, beside the file's backend
+/// `fixed` if any (with none, etcd is its only source of backends).
+fn rodizio(client: u16, fixed: Option<&TestBackend>) -> Child {
+    let source = source(client).to_string();
+    let mut args = vec!["--admin", "127.0.0.1:0", "--backends-from", &source];
+    let fixed = fixed.map(|f| f.addr().to_string());
+    if let Some(f) = &fixed {
+        args.extend(["-b", f]);
+    }
+    Child::on_loopback(&args, |_| {})
 }
 
-/// Two balancers follow one prefix: a put serves, a delete drains.
+/// Three balancers with no backend of their own follow one prefix: a put
+/// serves in all three within a second, a delete drains it in all three.
 #[test]
-fn two_balancers_follow_one_prefix() {
+fn three_balancers_follow_one_prefix() {
     let ports = peers::free_ports(2);
     let data = Scratch::new("etcd-data");
     let _etcd = etcd(ports[0], ports[1], &data.path("d"));
-    let (fixed, a, b) = (
-        TestBackend::echo(),
-        TestBackend::echo(),
-        TestBackend::echo(),
-    );
+    let (a, b) = (TestBackend::echo(), TestBackend::echo());
     // A key whose value is the backend, with an option.
     etcdctl(
         ports[0],
@@ -143,33 +142,63 @@ fn two_balancers_follow_one_prefix() {
             &format!("{},weight=1", a.addr()),
         ],
     );
-    let mut one = rodizio(ports[0], &fixed);
-    let mut two = rodizio(ports[0], &fixed);
-    let (l1, l2) = (one.listening(), two.listening());
-    for lb in [l1, l2] {
+    let mut lbs: Vec<Child> = (0..3).map(|_| rodizio(ports[0], None)).collect();
+    let addrs: Vec<SocketAddr> = lbs.iter_mut().map(|lb| lb.listening()).collect();
+    for &lb in &addrs {
         assert!(
             reaches(lb, &a, Duration::from_secs(10)),
             "a from the first read"
         );
     }
-    // A key with no value: its last segment is the backend.
+    // A key with no value: its last segment is the backend. The second
+    // counts from the put's return, for all three together.
     etcdctl(ports[0], &["put", &format!("{PREFIX}{}", b.addr()), ""]);
-    for lb in [l1, l2] {
-        assert!(reaches(lb, &b, Duration::from_secs(1)), "b within a second");
+    let put = std::time::Instant::now();
+    for &lb in &addrs {
+        let left = Duration::from_secs(1).saturating_sub(put.elapsed());
+        assert!(reaches(lb, &b, left), "b within a second of the put");
     }
     etcdctl(ports[0], &["del", &format!("{PREFIX}{}", b.addr())]);
-    for lb in [l1, l2] {
-        assert!(left(lb, &b, Duration::from_secs(1)), "b drained");
-        assert!(
-            reaches(lb, &fixed, Duration::from_secs(1)),
-            "the file's backend serves"
-        );
+    let del = std::time::Instant::now();
+    for &lb in &addrs {
+        let limit = Duration::from_secs(1).saturating_sub(del.elapsed());
+        assert!(left(lb, &b, limit), "b drained within a second");
+        assert!(reaches(lb, &a, Duration::from_secs(1)), "a still serves");
     }
-    assert!(one.log().contains("draining"), "{}", one.log());
-    drop(two);
+    for lb in &mut lbs {
+        assert!(lb.log().contains("draining"), "{}", lb.log());
+    }
+}
+
+/// One byte echoed through `lb`, or why not.
+fn try_echo(lb: SocketAddr) -> std::io::Result<()> {
+    let mut s = connect(lb)?;
+    s.write_all(b"x")?;
+    let mut b = [0u8];
+    s.read_exact(&mut b)
+}
+
+/// Clients of `lb` one after the other until `stop` (at most 200,000 or
+/// a minute): how many were served and how many failed.
+fn clients(lb: SocketAddr, stop: Arc<AtomicBool>) -> thread::JoinHandle<(u64, u64)> {
+    thread::spawn(move || {
+        let (mut served, mut failed) = (0, 0);
+        let began = std::time::Instant::now();
+        while !stop.load(Ordering::Relaxed)
+            && served + failed < 200_000
+            && began.elapsed() < Duration::from_secs(60)
+        {
+            match try_echo(lb) {
+                Ok(()) => served += 1,
+                Err(_) => failed += 1,
+            }
+        }
+        (served, failed)
+    })
 }
 
 /// etcd killed: the list stays and serves; etcd back: followed again.
+/// Clients are served all along, none fails.
 #[test]
 fn an_etcd_restart_keeps_the_list_then_follows_again() {
     let ports = peers::free_ports(2);
@@ -184,9 +213,11 @@ fn an_etcd_restart_keeps_the_list_then_follows_again() {
         ports[0],
         &["put", &format!("{PREFIX}a"), &a.addr().to_string()],
     );
-    let mut lb = rodizio(ports[0], &fixed);
+    let mut lb = rodizio(ports[0], Some(&fixed));
     let addr = lb.listening();
     assert!(reaches(addr, &a, Duration::from_secs(10)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = clients(addr, stop.clone());
     server.stop();
     // The list stays: a keeps serving, and the warning is one line.
     for _ in 0..3 {
@@ -210,6 +241,10 @@ fn an_etcd_restart_keeps_the_list_then_follows_again() {
         lb.log()
     );
     assert!(reaches(addr, &a, Duration::from_secs(2)));
+    stop.store(true, Ordering::Relaxed);
+    let (served, failed) = load.join().unwrap();
+    assert_eq!(failed, 0, "{served} served, {failed} failed");
+    assert!(served > 100, "only {served} clients served");
     assert_eq!(
         lb.log().matches("stay as they are").count(),
         1,
@@ -219,4 +254,28 @@ fn an_etcd_restart_keeps_the_list_then_follows_again() {
     // The reads and the failures while etcd was gone, counted.
     assert!(etcd_metric(&lb, "discovery_lookups_total") >= 3);
     assert!(etcd_metric(&lb, "discovery_errors_total") >= 1);
+}
+
+/// A balancer with etcd as its only source starts while etcd is down: it
+/// runs with no backend (clients are closed, none hangs), and serves once
+/// etcd comes up with a key under the prefix.
+#[test]
+fn an_etcd_only_service_starts_with_etcd_down_and_serves_once_it_is_up() {
+    let ports = peers::free_ports(2);
+    let data = Scratch::new("etcd-data");
+    let a = TestBackend::echo();
+    let mut lb = rodizio(ports[0], None);
+    let addr = lb.listening();
+    for _ in 0..3 {
+        assert!(try_echo(addr).is_err(), "served with no backend");
+    }
+    let _etcd = etcd(ports[0], ports[1], &data.path("d"));
+    etcdctl(
+        ports[0],
+        &["put", &format!("{PREFIX}a"), &a.addr().to_string()],
+    );
+    // Refused until the follower's next try (a backoff of at most 5 s).
+    time_until(Duration::from_secs(15), || try_echo(addr).is_ok())
+        .unwrap_or_else(|| panic!("not served once etcd is up: {}", lb.log()));
+    assert!(reaches(addr, &a, Duration::from_secs(2)));
 }

@@ -178,7 +178,9 @@ impl ConfigFile {
                 message: format!("service `{}`: {message}", one.name),
             };
             for key in ["backends", "listen"] {
-                if !service.given().contains(&key) {
+                // An etcd prefix to follow stands for the list.
+                let followed = key == "backends" && one.names_backends();
+                if !service.given().contains(&key) && !followed {
                     return Err(named(format!("no `{key}`: every service gives its own")));
                 }
             }
@@ -247,7 +249,7 @@ impl ConfigFile {
     ///
     /// [`Error::ConfigFile`] when neither the file nor a flag named one.
     pub fn require_backends(&self, config: &Config) -> Result<()> {
-        if config.backends.is_empty() && config.services.is_empty() {
+        if config.services.is_empty() && !config.names_backends() {
             return Err(Error::ConfigFile {
                 path: self.path.clone(),
                 position: Some(self.start),
@@ -864,6 +866,31 @@ mod tests {
         assert!(line.contains("line 2, column 3: no backends"), "{line}");
         let line = error_of(r#"{"backends": []}"#);
         assert!(line.contains("`backends` is empty"), "{line}");
+    }
+
+    #[test]
+    fn an_etcd_prefix_is_a_source_of_backends() {
+        let only = r#"{"backends_from": "etcd://127.0.0.1:2379/lb/"}"#;
+        let f = parse_text(only).unwrap();
+        let c = f.settle(&Overrides::default()).unwrap();
+        f.require_backends(&c).unwrap();
+        c.validate().unwrap();
+        assert!(c.backends.is_empty());
+        // In a service too; a service with neither is still refused.
+        let services = r#"{"services": [
+            {"name": "a", "listen": "127.0.0.1:0", "backends_from": "etcd://127.0.0.1:2379/a/"},
+            {"name": "b", "listen": "127.0.0.1:0", "backends": ["127.0.0.1:1"]}]}"#;
+        let f = parse_text(services).unwrap();
+        f.settle(&Overrides::default()).unwrap().validate().unwrap();
+        let neither = services.replace(r#""backends": ["127.0.0.1:1"]"#, r#""algorithm": "p2c""#);
+        let err = parse_text(&neither)
+            .and_then(|f| f.settle(&Overrides::default()))
+            .and_then(|c| c.validate())
+            .expect_err("a service with no backends");
+        assert!(
+            err.to_string().contains("service `b`: no `backends`"),
+            "{err}"
+        );
     }
 
     #[test]

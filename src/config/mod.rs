@@ -309,17 +309,25 @@ impl Config {
             .then(|| AcceptProxy::new(self.accept_proxy_from.clone(), self.accept_proxy_timeout))
     }
 
+    /// Whether this service has a source of backends: its own list, or an
+    /// etcd prefix to follow (`backends_from`), which may start empty and
+    /// fill once etcd answers. The one place that decides whether a
+    /// service without a `backends` list is whole.
+    pub fn names_backends(&self) -> bool {
+        !self.backends.is_empty() || self.proxy.backends_from.is_some()
+    }
+
     /// Checks that every value is usable.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidSetting`] naming the first bad setting.
     pub fn validate(&self) -> Result<()> {
-        if self.services.is_empty() && self.backends.is_empty() {
+        if self.services.is_empty() && !self.names_backends() {
             return Err(Error::setting("backends", "must name at least one backend"));
         }
         for service in &self.services {
-            if service.backends.is_empty() {
+            if !service.names_backends() {
                 return Err(Error::setting(
                     "backends",
                     format!("service `{}` must name at least one backend", service.name),
