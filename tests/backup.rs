@@ -11,40 +11,16 @@ mod peers;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use child::{Child, Scratch};
 use common::*;
-use peers::{free_port, loopback, need};
+use peers::{ab, free_port, loopback};
 use rodizio::backend::BackendSpec;
 use rodizio::health::{CheckKind, HealthConfig};
 use rodizio::scheduler::Algorithm;
 use rodizio::Config;
 use serde_json::Value;
-
-/// Runs `ab` (one connection per request) against `addr`; returns
-/// (complete, failed). ab may open up to `c` connections more than `n`
-/// (the last round's), so counts through the balancer are checked within
-/// `n..=n + c`.
-fn ab(addr: SocketAddr, n: usize, c: usize) -> (usize, usize) {
-    let bin = need("ab", "apache2-utils");
-    let out: Output = Command::new("timeout")
-        .arg("60")
-        .arg(bin)
-        .args(["-q", "-n", &n.to_string(), "-c", &c.to_string(), "-s", "10"])
-        .arg(format!("http://{addr}/"))
-        .output()
-        .expect("run ab");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in ab's output:\n{text}"))
-    };
-    (field("Complete requests:"), field("Failed requests:"))
-}
 
 /// `GET /backends` of the admin API: each backend's JSON by address.
 fn backends(admin: SocketAddr) -> Vec<Value> {
@@ -152,7 +128,11 @@ fn the_backup_takes_over_and_hands_back() {
     // (c) A primary back: new clients go to it, the backup stops growing.
     set_state(admin, a.addr, "ready");
     assert_eq!(ab(lb.addr, 200, 4), (200, 0));
-    assert_eq!(total(admin, c.addr), on_backup, "the backup's count grew");
+    // Up to `c` spare connections of (b)'s last round may be picked after
+    // its count was read (they sat in the listen queue): 4 at most, where
+    // a backup still in rotation would have taken all 200.
+    let grew = total(admin, c.addr) - on_backup;
+    assert!(grew <= 4, "the backup's count grew by {grew}");
     let on_a = total(admin, a.addr) - before.0;
     assert!((200..=204).contains(&on_a), "{on_a}");
     lb.stop();

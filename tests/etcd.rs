@@ -279,3 +279,58 @@ fn an_etcd_only_service_starts_with_etcd_down_and_serves_once_it_is_up() {
         .unwrap_or_else(|| panic!("not served once etcd is up: {}", lb.log()));
     assert!(reaches(addr, &a, Duration::from_secs(2)));
 }
+
+/// Three balancers with etcd as their only source, each under `ab` (one
+/// connection per request) while etcd is killed, restarted on its data,
+/// and a second backend put: not one request fails, and all three serve
+/// the new backend before `ab` ends.
+#[test]
+fn three_balancers_under_ab_lose_no_request_across_an_etcd_restart() {
+    const SECS: u64 = 8;
+    let ports = peers::free_ports(2);
+    let data = Scratch::new("etcd-data");
+    let mut server = etcd(ports[0], ports[1], &data.path("d"));
+    let (a, b) = (
+        common::Demo::start("127.0.0.1:0", "a"),
+        common::Demo::start("127.0.0.1:0", "b"),
+    );
+    etcdctl(
+        ports[0],
+        &["put", &format!("{PREFIX}a"), &a.addr.to_string()],
+    );
+    let mut lbs: Vec<Child> = (0..3).map(|_| rodizio(ports[0], None)).collect();
+    let addrs: Vec<SocketAddr> = lbs.iter_mut().map(|lb| lb.listening()).collect();
+    for &lb in &addrs {
+        time_until(Duration::from_secs(10), || {
+            common::http_get(lb, "/").is_ok_and(|r| r.status.contains("200"))
+        })
+        .expect("served from etcd's first read");
+    }
+    let began = std::time::Instant::now();
+    let loads: Vec<_> = addrs
+        .iter()
+        .map(|&lb| thread::spawn(move || peers::ab_for(lb, SECS, 2)))
+        .collect();
+    server.stop();
+    let _back = etcd(ports[0], ports[1], &data.path("d"));
+    etcdctl(
+        ports[0],
+        &["put", &format!("{PREFIX}b"), &b.addr.to_string()],
+    );
+    let from_b =
+        |lb| common::http_get(lb, "/").is_ok_and(|r| r.body.contains("Handled by server b"));
+    time_until(Duration::from_secs(SECS), || {
+        addrs.iter().all(|&lb| (0..4).any(|_| from_b(lb)))
+    })
+    .expect("b followed by all three");
+    let followed = began.elapsed();
+    for load in loads {
+        let (complete, failed) = load.join().unwrap();
+        assert_eq!(failed, 0, "{complete} complete, {failed} failed");
+        assert!(complete > 100, "only {complete} complete");
+    }
+    assert!(
+        followed < Duration::from_secs(SECS),
+        "b was followed after ab ended ({followed:?}): the restart was not under load"
+    );
+}

@@ -19,7 +19,7 @@ use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -364,4 +364,43 @@ pub fn connect_from(from: [u8; 4], to: SocketAddr, timeout: Duration) -> io::Res
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     Ok(stream)
+}
+
+/// Runs `ab` (one connection per request) against `addr`; returns
+/// (complete, failed). ab may open up to `c` connections more than `n`
+/// (the last round's), so counts through the balancer are checked within
+/// `n..=n + c`.
+pub fn ab(addr: SocketAddr, n: usize, c: usize) -> (usize, usize) {
+    ab_with(addr, &["-n", &n.to_string(), "-c", &c.to_string()])
+}
+
+/// Runs `ab` for `secs` seconds (at most a million requests) with `c` at
+/// once against `addr`; returns (complete, failed).
+pub fn ab_for(addr: SocketAddr, secs: u64, c: usize) -> (usize, usize) {
+    let t = secs.to_string();
+    ab_with(addr, &["-t", &t, "-n", "1000000", "-c", &c.to_string()])
+}
+
+fn ab_with(addr: SocketAddr, args: &[&str]) -> (usize, usize) {
+    let bin = need("ab", "apache2-utils");
+    let out: Output = Command::new("timeout")
+        .arg("60")
+        .arg(bin)
+        .arg("-q")
+        .args(args)
+        .args(["-s", "10"])
+        .arg(format!("http://{addr}/"))
+        .output()
+        .expect("run ab");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| {
+                let err = String::from_utf8_lossy(&out.stderr);
+                panic!("no {name} in ab's output:\n{text}\n{err}")
+            })
+    };
+    (field("Complete requests:"), field("Failed requests:"))
 }
