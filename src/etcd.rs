@@ -48,13 +48,17 @@ fn timed_out(e: &std::io::Error) -> bool {
 /// Longest head line or header read.
 const MAX_LINE: usize = 8 * 1024;
 
-/// Where the backends come from: `etcd://HOST:PORT[,HOST:PORT...]/PREFIX`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where the backends come from:
+/// `etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/PREFIX`. Its `Debug`
+/// is its `Display`: the password never shows.
+#[derive(Clone, PartialEq, Eq)]
 pub struct EtcdSource {
     /// The endpoints, tried in turn.
     pub endpoints: Vec<String>,
     /// The key prefix (with its leading `/`).
     pub prefix: String,
+    /// The user and password etcd's authentication asks for, if on.
+    pub user: Option<(String, String)>,
 }
 
 impl std::str::FromStr for EtcdSource {
@@ -63,8 +67,18 @@ impl std::str::FromStr for EtcdSource {
     fn from_str(text: &str) -> Result<EtcdSource, String> {
         let rest = text
             .strip_prefix("etcd://")
-            .ok_or_else(|| format!("'{text}' is not etcd://HOST:PORT/PREFIX"))?;
+            .ok_or_else(|| "not etcd://HOST:PORT/PREFIX".to_string())?;
         let (hosts, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        // The password is never repeated in an error: only the endpoints.
+        let (user, hosts) = match hosts.rsplit_once('@') {
+            None => (None, hosts),
+            Some((userinfo, hosts)) => match userinfo.split_once(':') {
+                Some((name, password)) if !name.is_empty() => {
+                    (Some((name.to_string(), password.to_string())), hosts)
+                }
+                _ => return Err("the user is written USER:PASSWORD@ before the hosts".into()),
+            },
+        };
         let endpoints: Vec<String> = hosts.split(',').map(|h| h.trim().to_string()).collect();
         for e in &endpoints {
             let ok = e
@@ -77,13 +91,26 @@ impl std::str::FromStr for EtcdSource {
         Ok(EtcdSource {
             endpoints,
             prefix: format!("/{prefix}"),
+            user,
         })
     }
 }
 
+impl std::fmt::Debug for EtcdSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+/// The source as written, its password shown as `***` (settings listings,
+/// logs and the admin API never show it).
 impl std::fmt::Display for EtcdSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "etcd://{}{}", self.endpoints.join(","), self.prefix)
+        write!(f, "etcd://")?;
+        if let Some((name, _)) = &self.user {
+            write!(f, "{name}:***@")?;
+        }
+        write!(f, "{}{}", self.endpoints.join(","), self.prefix)
     }
 }
 
@@ -296,21 +323,21 @@ fn line(reader: &mut BufReader<TcpStream>) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&buf).trim_end().to_string())
 }
 
-/// Sends `body` to `path` of the first endpoint that takes it and reads
-/// the answer's head.
+/// Sends `body` to `path` of the first of `source`'s endpoints that takes
+/// it and reads the answer's head; with a user, authenticated first on
+/// that endpoint (a token is good on the member that gave it).
 ///
 /// # Errors
 ///
 /// No endpoint answered 200, in words.
-pub fn post(
-    endpoints: &[String],
-    path: &str,
-    body: &str,
-    read: Duration,
-) -> Result<Answer, String> {
+pub fn post(source: &EtcdSource, path: &str, body: &str, read: Duration) -> Result<Answer, String> {
     let mut last = "no endpoint".to_string();
-    for e in endpoints {
-        match post_one(e, path, body, read) {
+    for e in &source.endpoints {
+        let token = match &source.user {
+            None => Ok(None),
+            Some((name, password)) => authenticate(e, name, password).map(Some),
+        };
+        match token.and_then(|t| post_one(e, path, body, read, t.as_deref())) {
             Ok(a) => return Ok(a),
             Err(err) => last = format!("{e}: {err}"),
         }
@@ -318,7 +345,32 @@ pub fn post(
     Err(last)
 }
 
-fn post_one(endpoint: &str, path: &str, body: &str, read: Duration) -> Result<Answer, String> {
+#[derive(Deserialize)]
+struct RawToken {
+    token: String,
+}
+
+/// `POST /v3/auth/authenticate`: the token for `name` on `endpoint`.
+fn authenticate(endpoint: &str, name: &str, password: &str) -> Result<String, String> {
+    let body = serde_json::json!({"name": name, "password": password}).to_string();
+    let path = "/v3/auth/authenticate";
+    let answer = post_one(endpoint, path, &body, TIMEOUT, None)
+        .map_err(|e| format!("authenticating as {name}: {e}"))?;
+    let raw: RawToken = serde_json::from_slice(&answer.body()?)
+        .map_err(|e| format!("authenticating as {name}: not etcd's answer ({e})"))?;
+    if raw.token.is_empty() || raw.token.len() > MAX_LINE / 2 || raw.token.contains(['\r', '\n']) {
+        return Err(format!("authenticating as {name}: not a token"));
+    }
+    Ok(raw.token)
+}
+
+fn post_one(
+    endpoint: &str,
+    path: &str,
+    body: &str,
+    read: Duration,
+    token: Option<&str>,
+) -> Result<Answer, String> {
     let addrs: Vec<SocketAddr> = endpoint
         .to_socket_addrs()
         .map_err(|e| format!("resolving: {e}"))?
@@ -330,8 +382,9 @@ fn post_one(endpoint: &str, path: &str, body: &str, read: Duration) -> Result<An
         .set_write_timeout(Some(TIMEOUT))
         .and_then(|()| stream.set_read_timeout(Some(read)))
         .map_err(|e| format!("socket: {e}"))?;
+    let authorization = token.map_or(String::new(), |t| format!("Authorization: {t}\r\n"));
     let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {endpoint}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {endpoint}\r\n{authorization}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     stream
@@ -469,12 +522,7 @@ pub fn range(source: &EtcdSource) -> Result<Range, String> {
         "range_end": STANDARD.encode(range_end(&source.prefix)),
         "limit": MAX_KEYS + 1,
     });
-    let answer = post(
-        &source.endpoints,
-        "/v3/kv/range",
-        &body.to_string(),
-        TIMEOUT,
-    )?;
+    let answer = post(source, "/v3/kv/range", &body.to_string(), TIMEOUT)?;
     parse_range(&answer.body()?)
 }
 
@@ -491,7 +539,7 @@ pub fn watch(source: &EtcdSource, revision: i64, idle: Duration) -> Result<Answe
         "range_end": STANDARD.encode(range_end(&source.prefix)),
         "start_revision": revision,
     }});
-    post(&source.endpoints, "/v3/watch", &body.to_string(), idle)
+    post(source, "/v3/watch", &body.to_string(), idle)
 }
 
 #[cfg(test)]
@@ -511,6 +559,21 @@ mod tests {
         assert!("http://h:1/x".parse::<EtcdSource>().is_err());
         assert!("etcd://h/x".parse::<EtcdSource>().is_err());
         assert_eq!(range_end("/a/"), b"/a0");
+    }
+
+    #[test]
+    fn a_user_is_read_and_its_password_never_shown() {
+        let s: EtcdSource = "etcd://lb:s3cr:et@h1:2379/lb/".parse().unwrap();
+        assert_eq!(s.user, Some(("lb".into(), "s3cr:et".into())));
+        assert_eq!(s.endpoints, ["h1:2379"]);
+        assert_eq!(s.to_string(), "etcd://lb:***@h1:2379/lb/");
+        assert_eq!(format!("{s:?}"), s.to_string());
+        for bad in ["etcd://lb@h1:2379/x", "etcd://:pw@h1:2379/x"] {
+            let err = bad.parse::<EtcdSource>().unwrap_err();
+            assert!(err.contains("USER:PASSWORD@"), "{err}");
+        }
+        let err = "etcd://lb:pw@h1/x".parse::<EtcdSource>().unwrap_err();
+        assert!(!err.contains("pw"), "{err}");
     }
 
     #[test]

@@ -334,3 +334,76 @@ fn three_balancers_under_ab_lose_no_request_across_an_etcd_restart() {
         "b was followed after ab ended ({followed:?}): the restart was not under load"
     );
 }
+
+/// With etcd's authentication on, a balancer given `USER:PASSWORD@`
+/// follows the prefix; one given a wrong password serves nothing and says
+/// why in its log. Neither password is ever shown: not in the log, not in
+/// the admin API's `/config`.
+#[test]
+fn a_user_and_password_are_sent_and_never_shown() {
+    let ports = peers::free_ports(2);
+    let data = Scratch::new("etcd-data");
+    let _etcd = etcd(ports[0], ports[1], &data.path("d"));
+    let p = ports[0];
+    let root = "--user=root:root-pw";
+    etcdctl(
+        p,
+        &[
+            "user",
+            "add",
+            "root",
+            "--new-user-password=root-pw",
+            "--interactive=false",
+        ],
+    );
+    etcdctl(p, &["user", "grant-role", "root", "root"]);
+    etcdctl(p, &["auth", "enable"]);
+    etcdctl(
+        p,
+        &[
+            root,
+            "user",
+            "add",
+            "lb",
+            "--new-user-password=lb-s3cret",
+            "--interactive=false",
+        ],
+    );
+    etcdctl(p, &[root, "role", "add", "reader"]);
+    let grant = [
+        "role",
+        "grant-permission",
+        "reader",
+        "--prefix=true",
+        "read",
+        PREFIX,
+    ];
+    etcdctl(p, &[&[root][..], &grant[..]].concat());
+    etcdctl(p, &[root, "user", "grant-role", "lb", "reader"]);
+    let a = TestBackend::echo();
+    etcdctl(
+        p,
+        &[root, "put", &format!("{PREFIX}a"), &a.addr().to_string()],
+    );
+    let with = |password: &str| {
+        let url = format!("etcd://lb:{password}@127.0.0.1:{p}{PREFIX}");
+        Child::on_loopback(&["--admin", "127.0.0.1:0", "--backends-from", &url], |_| {})
+    };
+    let (mut good, mut bad) = (with("lb-s3cret"), with("wrong-pw"));
+    let (g, b) = (good.listening(), bad.listening());
+    time_until(Duration::from_secs(10), || try_echo(g).is_ok())
+        .unwrap_or_else(|| panic!("not served: {}", good.log()));
+    assert!(reaches(g, &a, Duration::from_secs(2)));
+    time_until(Duration::from_secs(10), || {
+        bad.log().contains("authenticating as lb")
+    })
+    .unwrap_or_else(|| panic!("no word of the refusal: {}", bad.log()));
+    assert!(try_echo(b).is_err(), "served with no backend");
+    for (lb, password) in [(&mut good, "lb-s3cret"), (&mut bad, "wrong-pw")] {
+        let config = common::http_get(lb.admin(), "/config").unwrap().body;
+        assert!(config.contains("etcd://lb:***@"), "{config}");
+        for text in [config, lb.log()] {
+            assert!(!text.contains(password), "the password shown: {text}");
+        }
+    }
+}

@@ -309,14 +309,6 @@ impl Config {
             .then(|| AcceptProxy::new(self.accept_proxy_from.clone(), self.accept_proxy_timeout))
     }
 
-    /// Whether this service has a source of backends: its own list, or an
-    /// etcd prefix to follow (`backends_from`), which may start empty and
-    /// fill once etcd answers. The one place that decides whether a
-    /// service without a `backends` list is whole.
-    pub fn names_backends(&self) -> bool {
-        !self.backends.is_empty() || self.proxy.backends_from.is_some()
-    }
-
     /// Checks that every value is usable.
     ///
     /// # Errors

@@ -25,6 +25,14 @@ pub use crate::access_log::DEFAULT_SERVICE as DEFAULT_NAME;
 pub const MAX_NAME: usize = 64;
 
 impl Config {
+    /// Whether this service has a source of backends: its own list, or an
+    /// etcd prefix to follow (`backends_from`), which may start empty and
+    /// fill once etcd answers. The one place that decides whether a
+    /// service without a `backends` list is whole.
+    pub fn names_backends(&self) -> bool {
+        !self.backends.is_empty() || self.proxy.backends_from.is_some()
+    }
+
     /// The services this configuration runs: its `services`, or itself
     /// as the one service.
     pub fn service_list(&self) -> Vec<&Config> {

@@ -191,3 +191,52 @@ fn a_hostile_etcd_leaves_the_last_good_list() {
     assert!(grown < 64 * 1024, "memory grew by {grown} kB");
     assert!(good.accepted() > 0 && fixed.accepted() > 0);
 }
+
+/// An etcd whose authentication answers lie: a token carrying a header of
+/// its own (CRLF), a 1 MiB token, garbage, a wrong password's 400. Each is
+/// an error of the read, in words, and no request follows with it.
+#[test]
+fn hostile_authentication_answers_are_refused() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let token_answers = [
+        r#"{"token":"t.1\r\nX-Injected: yes"}"#.to_string(),
+        format!(r#"{{"token":"{}"}}"#, "t".repeat(1 << 20)),
+        "{garbage".to_string(),
+        r#"{"token":""}"#.to_string(),
+    ];
+    let cases = token_answers.len() + 1;
+    let counted = asked.clone();
+    let server = thread::spawn(move || {
+        for (i, conn) in listener.incoming().take(cases).enumerate() {
+            let mut s = conn.unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut head = [0u8; 4096];
+            let n = s.read(&mut head).unwrap_or(0);
+            if !String::from_utf8_lossy(&head[..n]).contains("/v3/auth/authenticate") {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+            let reply = match token_answers.get(i) {
+                Some(body) => format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                ),
+                None => "HTTP/1.1 400 Bad Request\r\nContent-Length: 2\r\n\r\n{}".into(),
+            };
+            let _ = s.write_all(reply.as_bytes());
+        }
+    });
+    let source: rodizio::etcd::EtcdSource = format!("etcd://lb:pw@{addr}/lb/").parse().unwrap();
+    for _ in 0..cases {
+        let err = rodizio::etcd::range(&source).unwrap_err();
+        assert!(err.contains("authenticating as lb"), "{err}");
+        assert!(!err.contains("pw@") && !err.contains("X-Injected"), "{err}");
+    }
+    server.join().unwrap();
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        0,
+        "a request went out with a bad token"
+    );
+}
