@@ -126,7 +126,8 @@ fn rodizio(client: u16, fixed: Option<&TestBackend>) -> Child {
 }
 
 /// Three balancers with no backend of their own follow one prefix: a put
-/// serves in all three within a second, a delete drains it in all three.
+/// serves in all three within a second, a delete drains it in all three,
+/// and a compaction in the middle leaves their watches following.
 #[test]
 fn three_balancers_follow_one_prefix() {
     let ports = peers::free_ports(2);
@@ -167,6 +168,21 @@ fn three_balancers_follow_one_prefix() {
     }
     for lb in &mut lbs {
         assert!(lb.log().contains("draining"), "{}", lb.log());
+    }
+    // A compaction up to the newest revision while the watches run: they
+    // go on, and the next put is followed as before.
+    let revision = rodizio::etcd::range(&source(ports[0])).unwrap().revision;
+    etcdctl(ports[0], &["compact", &revision.to_string()]);
+    let c = TestBackend::echo();
+    etcdctl(
+        ports[0],
+        &["put", &format!("{PREFIX}c"), &c.addr().to_string()],
+    );
+    for &lb in &addrs {
+        assert!(
+            reaches(lb, &c, Duration::from_secs(1)),
+            "c after the compaction"
+        );
     }
 }
 
