@@ -22,6 +22,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+use crate::etcd_conn::{Conn, EtcdTls};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde::Deserialize;
@@ -49,8 +50,9 @@ fn timed_out(e: &std::io::Error) -> bool {
 const MAX_LINE: usize = 8 * 1024;
 
 /// Where the backends come from:
-/// `etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/PREFIX`. Its `Debug`
-/// is its `Display`: the password never shows.
+/// `etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/PREFIX`, or
+/// `etcds://...[?ca=PATH]` over TLS. Its `Debug` is its `Display`: the
+/// password never shows.
 #[derive(Clone, PartialEq, Eq)]
 pub struct EtcdSource {
     /// The endpoints, tried in turn.
@@ -59,15 +61,26 @@ pub struct EtcdSource {
     pub prefix: String,
     /// The user and password etcd's authentication asks for, if on.
     pub user: Option<(String, String)>,
+    /// `etcds://`: TLS, and the CA it trusts.
+    pub tls: Option<EtcdTls>,
 }
 
 impl std::str::FromStr for EtcdSource {
     type Err = String;
 
     fn from_str(text: &str) -> Result<EtcdSource, String> {
-        let rest = text
-            .strip_prefix("etcd://")
-            .ok_or_else(|| "not etcd://HOST:PORT/PREFIX".to_string())?;
+        let (rest, secure) = match (text.strip_prefix("etcd://"), text.strip_prefix("etcds://")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => return Err("not etcd://HOST:PORT/PREFIX (or etcds:// for TLS)".into()),
+        };
+        // `?ca=PATH` ends an etcds:// source: the CA file, read now.
+        let (rest, ca) = match rest.rsplit_once("?ca=") {
+            Some((rest, ca)) if secure => (rest, Some(std::path::PathBuf::from(ca))),
+            Some(_) => return Err("?ca= goes with etcds:// (TLS)".into()),
+            None => (rest, None),
+        };
+        let tls = secure.then(|| EtcdTls::load(ca.as_deref())).transpose()?;
         let (hosts, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         // The password is never repeated in an error: only the endpoints.
         let (user, hosts) = match hosts.rsplit_once('@') {
@@ -92,6 +105,7 @@ impl std::str::FromStr for EtcdSource {
             endpoints,
             prefix: format!("/{prefix}"),
             user,
+            tls,
         })
     }
 }
@@ -106,11 +120,16 @@ impl std::fmt::Debug for EtcdSource {
 /// logs and the admin API never show it).
 impl std::fmt::Display for EtcdSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "etcd://")?;
+        let scheme = if self.tls.is_some() { "etcds" } else { "etcd" };
+        write!(f, "{scheme}://")?;
         if let Some((name, _)) = &self.user {
             write!(f, "{name}:***@")?;
         }
-        write!(f, "{}{}", self.endpoints.join(","), self.prefix)
+        write!(f, "{}{}", self.endpoints.join(","), self.prefix)?;
+        match self.tls.as_ref().and_then(|t| t.ca.as_ref()) {
+            Some(ca) => write!(f, "?ca={}", ca.display()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -299,14 +318,14 @@ fn range_end(prefix: &str) -> Vec<u8> {
 
 /// An answer's body, read: the stream positioned after the head.
 pub struct Answer {
-    reader: BufReader<TcpStream>,
+    reader: BufReader<Conn>,
     chunked: bool,
     /// Bytes of the current chunk not yet read.
     chunk_left: usize,
     length: Option<usize>,
 }
 
-fn line(reader: &mut BufReader<TcpStream>) -> Result<String, String> {
+fn line(reader: &mut BufReader<Conn>) -> Result<String, String> {
     let mut buf = Vec::new();
     match reader
         .by_ref()
@@ -335,9 +354,10 @@ pub fn post(source: &EtcdSource, path: &str, body: &str, read: Duration) -> Resu
     for e in &source.endpoints {
         let token = match &source.user {
             None => Ok(None),
-            Some((name, password)) => authenticate(e, name, password).map(Some),
+            Some((name, password)) => authenticate(source, e, name, password).map(Some),
         };
-        match token.and_then(|t| post_one(e, path, body, read, t.as_deref())) {
+        let to = (e.as_str(), source.tls.as_ref());
+        match token.and_then(|t| post_one(to, path, body, read, t.as_deref())) {
             Ok(a) => return Ok(a),
             Err(err) => last = format!("{e}: {err}"),
         }
@@ -351,10 +371,16 @@ struct RawToken {
 }
 
 /// `POST /v3/auth/authenticate`: the token for `name` on `endpoint`.
-fn authenticate(endpoint: &str, name: &str, password: &str) -> Result<String, String> {
+fn authenticate(
+    source: &EtcdSource,
+    endpoint: &str,
+    name: &str,
+    password: &str,
+) -> Result<String, String> {
     let body = serde_json::json!({"name": name, "password": password}).to_string();
     let path = "/v3/auth/authenticate";
-    let answer = post_one(endpoint, path, &body, TIMEOUT, None)
+    let to = (endpoint, source.tls.as_ref());
+    let answer = post_one(to, path, &body, TIMEOUT, None)
         .map_err(|e| format!("authenticating as {name}: {e}"))?;
     let raw: RawToken = serde_json::from_slice(&answer.body()?)
         .map_err(|e| format!("authenticating as {name}: not etcd's answer ({e})"))?;
@@ -364,8 +390,9 @@ fn authenticate(endpoint: &str, name: &str, password: &str) -> Result<String, St
     Ok(raw.token)
 }
 
+/// One request to one endpoint (`to`: it, and TLS if `etcds://`).
 fn post_one(
-    endpoint: &str,
+    (endpoint, tls): (&str, Option<&EtcdTls>),
     path: &str,
     body: &str,
     read: Duration,
@@ -376,7 +403,7 @@ fn post_one(
         .map_err(|e| format!("resolving: {e}"))?
         .collect();
     let addr = addrs.first().ok_or("no address")?;
-    let mut stream =
+    let stream =
         TcpStream::connect_timeout(addr, TIMEOUT).map_err(|e| format!("connecting: {e}"))?;
     stream
         .set_write_timeout(Some(TIMEOUT))
@@ -387,10 +414,11 @@ fn post_one(
         "POST {path} HTTP/1.1\r\nHost: {endpoint}\r\n{authorization}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    stream
-        .write_all(request.as_bytes())
+    let mut conn = Conn::open(stream, tls, endpoint)?;
+    conn.write_all(request.as_bytes())
+        .and_then(|()| conn.flush())
         .map_err(|e| format!("sending: {e}"))?;
-    let mut reader = BufReader::new(stream);
+    let mut reader = BufReader::new(conn);
     let status = line(&mut reader)?;
     if status.split(' ').nth(1) != Some("200") {
         return Err(format!("answered '{status}'"));
@@ -559,6 +587,20 @@ mod tests {
         assert!("http://h:1/x".parse::<EtcdSource>().is_err());
         assert!("etcd://h/x".parse::<EtcdSource>().is_err());
         assert_eq!(range_end("/a/"), b"/a0");
+    }
+
+    #[test]
+    fn a_tls_source_needs_a_readable_ca() {
+        let err = "etcds://h:1/x?ca=/no/such/ca.pem"
+            .parse::<EtcdSource>()
+            .unwrap_err();
+        assert!(err.contains("/no/such/ca.pem"), "{err}");
+        let err = "etcd://h:1/x?ca=/etc/hostname"
+            .parse::<EtcdSource>()
+            .unwrap_err();
+        assert!(err.contains("etcds://"), "{err}");
+        let err = "http://h:1/x".parse::<EtcdSource>().unwrap_err();
+        assert!(err.contains("etcds:// for TLS"), "{err}");
     }
 
     #[test]

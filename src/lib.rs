@@ -176,6 +176,7 @@ pub mod demo;
 pub mod dial;
 pub mod error;
 pub mod etcd;
+pub mod etcd_conn;
 pub mod etcd_follow;
 pub mod files;
 pub mod health;

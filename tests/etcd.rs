@@ -8,6 +8,7 @@
 mod child;
 mod common;
 mod peers;
+mod tls_certs;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -22,18 +23,30 @@ use child::{Child, Scratch};
 use common::{connect, time_until, TestBackend};
 use peers::{need, temp_dir, Peer};
 use rodizio::etcd::EtcdSource;
+use tls_certs::{Certs, Pair};
 
 const PREFIX: &str = "/lb/web/";
 
 /// etcd on `client` (peers on `peer`) over `data`, ready when this
 /// returns (a range read answers); stopped by SIGKILL.
 fn etcd(client: u16, peer: u16, data: &Path) -> Peer {
+    etcd_with(client, peer, data, None)
+}
+
+/// [`etcd`], serving its clients over TLS with `tls` (and trusted by the
+/// test through `ca`) when given.
+fn etcd_with(client: u16, peer: u16, data: &Path, tls: Option<(&Pair, &Path)>) -> Peer {
     let bin = need("etcd", "etcd-server");
     let mut cmd = Command::new(bin);
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let (c, p) = (
-        format!("http://127.0.0.1:{client}"),
+        format!("{scheme}://127.0.0.1:{client}"),
         format!("http://127.0.0.1:{peer}"),
     );
+    if let Some((pair, _)) = tls {
+        cmd.arg("--cert-file").arg(&pair.cert);
+        cmd.arg("--key-file").arg(&pair.key);
+    }
     cmd.args(["--name", "t", "--data-dir"])
         .arg(data)
         .args(["--listen-client-urls", &c, "--advertise-client-urls", &c])
@@ -45,7 +58,12 @@ fn etcd(client: u16, peer: u16, data: &Path) -> Peer {
         ])
         .args(["--initial-cluster", &format!("t={p}")]);
     let peer = Peer::spawn("etcd", cmd, libc::SIGKILL, &temp_dir("etcd"));
-    let source = source(client);
+    let source: EtcdSource = match tls {
+        None => source(client),
+        Some((_, ca)) => format!("etcds://127.0.0.1:{client}{PREFIX}?ca={}", ca.display())
+            .parse()
+            .unwrap(),
+    };
     time_until(Duration::from_secs(20), || {
         rodizio::etcd::range(&source).is_ok()
     })
@@ -422,4 +440,64 @@ fn a_user_and_password_are_sent_and_never_shown() {
             assert!(!text.contains(password), "the password shown: {text}");
         }
     }
+}
+
+/// `etcds://`: etcd serving its clients over TLS with a certificate for
+/// 127.0.0.1 from the test's CA. A balancer given that CA (`?ca=`) follows
+/// the prefix, its watch too; one trusting only the system's CAs serves
+/// nothing and names the certificate; a plain `etcd://` to the TLS port
+/// fails too, neither hangs.
+#[test]
+fn etcd_over_tls_is_followed_with_its_ca_and_refused_without() {
+    let certs = Certs::new();
+    let pair = certs.issue("etcd", &["127.0.0.1"], 7);
+    let ports = peers::free_ports(2);
+    let data = Scratch::new("etcd-data");
+    let ca = certs.ca();
+    let _etcd = etcd_with(ports[0], ports[1], &data.path("d"), Some((&pair, &ca)));
+    let p = ports[0];
+    let put = |key: &str, value: &str| {
+        let bin = need("etcdctl", "etcd-client");
+        let out = Command::new(bin)
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints=https://127.0.0.1:{p}"))
+            .arg(format!("--cacert={}", ca.display()))
+            .args([
+                "--dial-timeout=3s",
+                "--command-timeout=5s",
+                "put",
+                key,
+                value,
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "etcdctl put: {out:?}");
+    };
+    let (a, b) = (TestBackend::echo(), TestBackend::echo());
+    put(&format!("{PREFIX}a"), &a.addr().to_string());
+    let with = |url: String| {
+        Child::on_loopback(&["--admin", "127.0.0.1:0", "--backends-from", &url], |_| {})
+    };
+    let mut good = with(format!("etcds://127.0.0.1:{p}{PREFIX}?ca={}", ca.display()));
+    let mut untrusted = with(format!("etcds://127.0.0.1:{p}{PREFIX}"));
+    let mut plain = with(format!("etcd://127.0.0.1:{p}{PREFIX}"));
+    let g = good.listening();
+    time_until(Duration::from_secs(10), || try_echo(g).is_ok())
+        .unwrap_or_else(|| panic!("not served over TLS: {}", good.log()));
+    put(&format!("{PREFIX}b"), &b.addr().to_string());
+    assert!(reaches(g, &b, Duration::from_secs(1)), "b, from the watch");
+    time_until(Duration::from_secs(10), || {
+        untrusted.log().contains("certificate")
+    })
+    .unwrap_or_else(|| panic!("no word of the certificate: {}", untrusted.log()));
+    time_until(Duration::from_secs(10), || {
+        plain.log().contains("stay as they are")
+    })
+    .unwrap_or_else(|| panic!("no word of the failure: {}", plain.log()));
+    for lb in [&mut untrusted, &mut plain] {
+        let addr = lb.listening();
+        assert!(try_echo(addr).is_err(), "served with no backend");
+    }
+    let config = common::http_get(good.admin(), "/config").unwrap().body;
+    assert!(config.contains("etcds://127.0.0.1"), "{config}");
 }

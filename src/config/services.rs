@@ -33,6 +33,13 @@ impl Config {
         !self.backends.is_empty() || self.proxy.backends_from.is_some()
     }
 
+    /// The CA file an `etcds://` source of this service reads, if it
+    /// names one (the root reader may read it on a reload).
+    pub fn etcd_ca(&self) -> Option<std::path::PathBuf> {
+        let tls = self.proxy.backends_from.as_ref()?.tls.as_ref()?;
+        tls.ca.clone()
+    }
+
     /// The services this configuration runs: its `services`, or itself
     /// as the one service.
     pub fn service_list(&self) -> Vec<&Config> {

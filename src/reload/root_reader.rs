@@ -24,12 +24,12 @@ use crate::error::{Error, Result};
 use crate::files;
 
 /// Every file `config` names that rodizio reads: each service's TLS
-/// files and the admin token file.
+/// files and etcd CA, and the admin token file.
 pub fn named_files(config: &Config) -> Vec<PathBuf> {
     let mut named: Vec<PathBuf> = config
         .service_list()
         .iter()
-        .flat_map(|service| service.tls.files())
+        .flat_map(|service| service.tls.files().into_iter().chain(service.etcd_ca()))
         .collect();
     named.extend(config.admin_token_file.iter().cloned());
     named

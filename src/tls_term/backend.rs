@@ -33,22 +33,15 @@ pub(crate) struct BackendTls {
 impl BackendTls {
     /// Reads the CA file and builds the client configuration.
     pub(super) fn load(ca: Option<&Path>, server_name: Option<&str>) -> Result<BackendTls, String> {
-        let path: PathBuf = ca.map_or_else(|| SYSTEM_CA_BUNDLE.into(), Path::to_path_buf);
-        let roots = read_roots(&path)?;
+        let config = client_config(ca)?;
         let server_name = server_name
             .map(|n| {
                 ServerName::try_from(n.to_string())
                     .map_err(|_| format!("{n:?} is not a host name or an address"))
             })
             .transpose()?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
         Ok(BackendTls {
-            config: Arc::new(config),
+            config,
             server_name,
         })
     }
@@ -63,6 +56,25 @@ impl BackendTls {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         ServerName::try_from(host.to_string()).ok()
     }
+}
+
+/// A TLS client (1.2 or 1.3, no client certificate) that trusts the CAs
+/// of `ca`, by default the system's bundle: the backends' re-encryption,
+/// and `etcds://`.
+///
+/// # Errors
+///
+/// The file cannot be read or holds no usable certificate, in words.
+pub(crate) fn client_config(ca: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+    let path: PathBuf = ca.map_or_else(|| SYSTEM_CA_BUNDLE.into(), Path::to_path_buf);
+    let roots = read_roots(&path)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
 }
 
 /// The CA certificates of a PEM file, at least one.

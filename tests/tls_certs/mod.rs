@@ -127,7 +127,15 @@ impl Certs {
         let csr = format!("{file}.csr");
         let cert = format!("{file}.pem");
         let ext = format!("{file}.ext");
-        let sans: Vec<String> = names.iter().map(|n| format!("DNS:{n}")).collect();
+        // A name that is an address is an IP entry (as an endpoint
+        // `127.0.0.1:PORT` is verified), any other a DNS one.
+        let sans: Vec<String> = names
+            .iter()
+            .map(|n| match n.parse::<std::net::IpAddr>() {
+                Ok(_) => format!("IP:{n}"),
+                Err(_) => format!("DNS:{n}"),
+            })
+            .collect();
         fs::write(
             self.dir.join(&ext),
             format!("subjectAltName={}\n", sans.join(",")),
