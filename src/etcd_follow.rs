@@ -21,7 +21,7 @@
 //!
 //! No C counterpart: the C's servers are typed in.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -44,6 +44,12 @@ pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Longest wait between two tries.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Keys that are not backends said one by one; past them, one line.
+const TOLD_KEYS: usize = 3;
+
+/// Longest account of one such key.
+const TOLD_CHARS: usize = 200;
 
 /// One warning line at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
@@ -145,7 +151,8 @@ impl Follower {
         }
         let mut keys: BTreeMap<String, String> =
             read.pairs.into_iter().map(|p| (p.key, p.value)).collect();
-        self.apply(name, group, &keys);
+        let mut told = BTreeSet::new();
+        self.apply(name, group, &keys, &mut told);
         // A watch that cannot start or breaks is a failed lookup too.
         let failed = |e: String| {
             lookup::ETCD.count(false);
@@ -180,7 +187,7 @@ impl Follower {
                             }
                         }
                     }
-                    self.apply(name, group, &keys);
+                    self.apply(name, group, &keys, &mut told);
                 }
             }
         }
@@ -188,9 +195,18 @@ impl Follower {
     }
 
     /// Makes the source's backends those of `keys`; a key that is not a
-    /// backend is logged and left out.
-    fn apply(&self, name: &str, group: &mut Group, keys: &BTreeMap<String, String>) {
+    /// backend is left out, and said once while it stays so (`told`: the
+    /// keys said), in at most [`TOLD_KEYS`] lines of at most
+    /// [`TOLD_CHARS`] characters and one line for the rest.
+    fn apply(
+        &self,
+        name: &str,
+        group: &mut Group,
+        keys: &BTreeMap<String, String>,
+        told: &mut BTreeSet<String>,
+    ) {
         let mut wanted: Vec<Arc<Backend>> = Vec::new();
+        let (mut bad, mut new) = (BTreeSet::new(), Vec::new());
         for (key, value) in keys {
             let made = spec_of(key, value).and_then(|spec| {
                 let backend = Backend::from_spec(&spec).map_err(|e| format!("key {key}: {e}"))?;
@@ -201,9 +217,22 @@ impl Follower {
             match made {
                 Ok(b) if wanted.iter().all(|w| w.name() != b.name()) => wanted.push(Arc::new(b)),
                 Ok(_) => {}
-                Err(e) => log::warn!("{name}: {e}; left out"),
+                Err(e) => {
+                    if !told.contains(key) {
+                        new.push(e);
+                    }
+                    bad.insert(key.clone());
+                }
             }
         }
+        for e in new.iter().take(TOLD_KEYS) {
+            log::warn!("{name}: {}; left out", crate::etcd::shown(e, TOLD_CHARS));
+        }
+        if new.len() > TOLD_KEYS {
+            let more = new.len() - TOLD_KEYS;
+            log::warn!("{name}: {more} more keys are not backends; left out");
+        }
+        *told = bad;
         srv_follow::reap(name, &self.scheduler, group);
         srv_follow::apply(name, &self.scheduler, group, &wanted);
     }

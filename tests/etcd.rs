@@ -501,3 +501,65 @@ fn etcd_over_tls_is_followed_with_its_ca_and_refused_without() {
     let config = common::http_get(good.admin(), "/config").unwrap().body;
     assert!(config.contains("etcds://127.0.0.1"), "{config}");
 }
+
+/// `key` = `value` put through etcd's JSON gateway (faster than one
+/// etcdctl process a key).
+fn put_raw(client: u16, key: &str, value: &str) {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let body = format!(r#"{{"key":"{}","value":"{}"}}"#, b64(key), b64(value));
+    let timeout = rodizio::etcd::TIMEOUT;
+    let answer = rodizio::etcd::post(&source(client), "/v3/kv/put", &body, timeout);
+    answer.and_then(|a| a.body()).expect("put");
+}
+
+/// Hostile keys in a real etcd: 300 values that are not backends
+/// (garbage, terminal escapes and line breaks, `srv:` names) and a 1 MiB
+/// value beside one good key. The good key serves; the others are said
+/// in at most four short lines with no control character, and not again
+/// when other keys change.
+#[test]
+fn hostile_keys_are_left_out_in_a_few_short_lines() {
+    let ports = peers::free_ports(2);
+    let data = Scratch::new("etcd-data");
+    let _etcd = etcd(ports[0], ports[1], &data.path("d"));
+    let p = ports[0];
+    let (a, b) = (TestBackend::echo(), TestBackend::echo());
+    put_raw(p, &format!("{PREFIX}a"), &a.addr().to_string());
+    for i in 0..300 {
+        let value = match i % 3 {
+            0 => format!("not a backend {i}"),
+            1 => format!("\u{1b}[31m\r\nforged log line {i}"),
+            _ => format!("srv:_x._tcp.y{i}"),
+        };
+        put_raw(p, &format!("{PREFIX}bad{i}"), &value);
+    }
+    put_raw(p, &format!("{PREFIX}huge"), &"h".repeat(1 << 20));
+    let mut lb = rodizio(p, None);
+    let addr = lb.listening();
+    time_until(Duration::from_secs(10), || try_echo(addr).is_ok())
+        .unwrap_or_else(|| panic!("not served: {}", lb.log()));
+    for i in 0..5 {
+        put_raw(
+            p,
+            &format!("{PREFIX}b"),
+            &format!("{},weight={}", b.addr(), i + 1),
+        );
+    }
+    assert!(reaches(addr, &b, Duration::from_secs(2)), "b");
+    let log = lb.log();
+    let told: Vec<&str> = log.lines().filter(|l| l.contains("left out")).collect();
+    assert!(!told.is_empty() && told.len() <= 4, "{told:#?}");
+    assert!(
+        told.iter()
+            .any(|l| l.contains("more keys are not backends")),
+        "{told:#?}"
+    );
+    for line in log.lines() {
+        assert!(line.len() < 400, "a line of {} bytes", line.len());
+        assert!(
+            !line.contains('\u{1b}') && !line.starts_with("forged"),
+            "{line}"
+        );
+    }
+}
