@@ -23,6 +23,10 @@ const HUGE: u8 = 3;
 const ENDLESS: u8 = 4;
 const BAD_BASE64: u8 = 5;
 const MANY: u8 = 6;
+/// A good read, then a watch whose event is not JSON.
+const BAD_EVENT: u8 = 7;
+/// A good read, then a watch that never says anything.
+const STALL: u8 = 8;
 
 /// The test's etcd: answers each request as `mode` says, counting them.
 struct FakeEtcd {
@@ -44,6 +48,12 @@ fn answer(mut s: TcpStream, mode: u8, good: SocketAddr, stop: &AtomicBool) {
     let mut head = [0u8; 4096];
     let n = s.read(&mut head).unwrap_or(0);
     let watch = String::from_utf8_lossy(&head[..n]).contains("/v3/watch");
+    // The read is a good one in the modes that turn only the watch bad.
+    let mode = if !watch && (mode == BAD_EVENT || mode == STALL) {
+        GOOD
+    } else {
+        mode
+    };
     let json = |body: String| {
         format!(
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -65,6 +75,20 @@ fn answer(mut s: TcpStream, mode: u8, good: SocketAddr, stop: &AtomicBool) {
             b64(&good.to_string())
         )),
         GARBAGE => "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{garbage]".into(),
+        BAD_EVENT => {
+            let lines = "{\"result\":{\"header\":{\"revision\":\"5\"},\"created\":true}}\n{\"result\":{\"events\":[{\"kv\":\n";
+            format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{lines}\r\n",
+                lines.len()
+            )
+        }
+        STALL => {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+            while !stop.load(Ordering::SeqCst) {
+                thread::sleep(Duration::from_millis(20));
+            }
+            return;
+        }
         SHORT => "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{\"header\":".into(),
         HUGE => "HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n{".into(),
         ENDLESS => {
@@ -172,7 +196,7 @@ fn a_hostile_etcd_leaves_the_last_good_list() {
     want.sort();
     time_until(Duration::from_secs(10), || names(&lb) == want).expect("the good list");
     let rss0 = rss_kb();
-    for mode in [GARBAGE, SHORT, HUGE, ENDLESS, BAD_BASE64, MANY] {
+    for mode in [GARBAGE, SHORT, HUGE, ENDLESS, BAD_BASE64, MANY, BAD_EVENT] {
         fake.mode.store(mode, Ordering::SeqCst);
         let seen = fake.asked.load(Ordering::SeqCst);
         time_until(Duration::from_secs(20), || {
@@ -187,9 +211,24 @@ fn a_hostile_etcd_leaves_the_last_good_list() {
             s.read_exact(&mut b).unwrap();
         }
     }
+    // A watch that never speaks: the follower waits on it (no new
+    // request, no spin), the list stays, clients are served, and the
+    // balancer still stops (the wait looks at the shutdown).
+    fake.mode.store(STALL, Ordering::SeqCst);
+    let seen = fake.asked.load(Ordering::SeqCst);
+    time_until(Duration::from_secs(20), || {
+        fake.asked.load(Ordering::SeqCst) >= seen + 2
+    })
+    .expect("a read and a watch in the stalling mode");
+    assert_eq!(names(&lb), want, "stalled: the last good list");
+    let mut s = connect(lb.addr).unwrap();
+    s.write_all(b"x").unwrap();
+    let mut b = [0u8];
+    s.read_exact(&mut b).unwrap();
     let grown = rss_kb().saturating_sub(rss0);
     assert!(grown < 64 * 1024, "memory grew by {grown} kB");
     assert!(good.accepted() > 0 && fixed.accepted() > 0);
+    lb.stop();
 }
 
 /// An etcd whose authentication answers lie: a token carrying a header of
