@@ -66,7 +66,8 @@
 //! - `resolver`, `reaper`: backend names looked up again; drained
 //!   backends removed once their last connection ends; `srv_follow`:
 //!   a `srv:` entry's backends following its records; `etcd`,
-//!   `etcd_follow`: a service's backends following an etcd prefix.
+//!   `etcd_conn`, `etcd_follow`: a service's backends following an etcd
+//!   prefix (its HTTP client, its connection, plain or TLS, its thread).
 //!
 //! **Configuration**:
 //! - `config/`: [`Config`], every setting declared once with its default
@@ -107,12 +108,13 @@
 //! 1. leaves: `error`, `units`, `stats`, `tally`, `throttle`, `reply`,
 //!    `poll`, `dial`, `system`, `kernel_sched`, `lookup`, `availability`,
 //!    `waitlist`, `slots`, `shutdown`, `queue`, `conduit`, `privileges`,
-//!    `pending`, `files`, `connections`, `srv`, `etcd`
+//!    `pending`, `files`, `connections`, `srv`
 //! 2. the backend and its choice: `backend`, `scheduler`,
 //!    `proxy_protocol` (the codec a backend's spec names)
 //! 3. what the data path calls: `access_log`, `trace`, `limiter`,
-//!    `reaper`, `resolver`, `srv_follow`, `etcd_follow`, `systemd`
-//! 4. protocol pieces and checks: `tls_term`, `sni`, `health`
+//!    `reaper`, `resolver`, `srv_follow`, `systemd`
+//! 4. protocol pieces and checks: `tls_term`, `sni`, `health`, and etcd's
+//!    client over them: `etcd_conn`, `etcd`, `etcd_follow`
 //! 5. the connection: `proxy`
 //! 6. the settings gathered: `config`, `live`
 //! 7. the article's machine: `listener`, `pool`
