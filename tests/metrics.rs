@@ -237,12 +237,14 @@ fn counters_move_by_exactly_the_connections_made() {
         assert!(back == *data);
     }
     assert!(lb.wait_active(0, IO_TIMEOUT));
+    // A worker counts its connection completed, then itself idle: wait
+    // for both.
     until("the last connection is counted", || {
-        get(
-            &scrape(admin),
-            "rodizio_completed_total{service=\"default\"}",
-        ) - get(&before, "rodizio_completed_total{service=\"default\"}")
+        let now = scrape(admin);
+        get(&now, "rodizio_completed_total{service=\"default\"}")
+            - get(&before, "rodizio_completed_total{service=\"default\"}")
             >= n as f64
+            && get(&now, "rodizio_workers_busy") == 0.0
     });
     let after = scrape(admin);
     let moved = |name: &str| get(&after, name) - get(&before, name);
