@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{connect, is_closed, until, wait_for, TestBackend, TestBalancer, IO_TIMEOUT};
+use common::{connect, is_closed, wait_for, TestBackend, TestBalancer, IO_TIMEOUT};
 use rodizio::access_log::Format;
 use rodizio::limiter::{Rate, RateLimitConfig};
 use rodizio::stats::StatsSnapshot as Snapshot;
@@ -117,13 +117,15 @@ fn capture() -> Arc<Mutex<Vec<String>>> {
     lines
 }
 
-/// The trace lines (without their `#id `) of the connection whose
-/// accepted line names `client`.
+/// The trace lines (without their `#id `) of the newest connection whose
+/// accepted line names `client` (an earlier case's client may have had
+/// the same port).
 fn lines_of(lines: &Mutex<Vec<String>>, client: SocketAddr) -> Vec<String> {
     let lines = lines.lock().unwrap();
     let needle = format!("accepted client {client}:");
     let Some(id) = lines
         .iter()
+        .rev()
         .find(|l| l.contains(&needle))
         .and_then(|l| l.split(' ').next())
     else {
@@ -281,9 +283,21 @@ fn refuse_one(
     );
     let line = line.unwrap();
     if let Some(sentence) = kind.traced() {
-        until("the refusal's trace line", || {
+        let traced = wait_for(IO_TIMEOUT, || {
             lines_of(lines, client).iter().any(|l| l.contains(sentence))
         });
+        assert!(
+            traced,
+            "{path:?} {kind:?}: no trace line '{sentence}' for {client}: {:?}; all: {:?}",
+            lines_of(lines, client),
+            lines
+                .lock()
+                .unwrap()
+                .iter()
+                .rev()
+                .take(30)
+                .collect::<Vec<_>>()
+        );
     }
     let seen = Seen {
         counter: kind.counter(&lb.stats.snapshot()),
