@@ -359,7 +359,7 @@ macro_rules! settings_table {
         /// The nameservers srv: backends are asked of, as IP:PORT[,IP:PORT...] (at most 3, in turn). Default: the system's.
         resolvers: Nameservers, "resolvers", Service, some(proxy.resolvers), live, file MaybeParsed<Nameservers> => take,
             flag Option<Nameservers> [value_name = "IP:PORT,...", value_parser = parse_nameservers], always |c: &Config| or_off(c.proxy.resolvers.as_ref(), |n| n.to_string());
-        /// Follow backends from etcd: etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/PREFIX, each key a backend (the password is shown as ***); etcds://...[?ca=FILE] over TLS. Off by default.
+        /// Follow backends from etcd: etcd://HOST:PORT[,HOST:PORT...]/PREFIX, each key a backend; USER:PASSWORD@ before the hosts for etcd's authentication (the password shown as ***), etcds://...?ca=FILE for TLS. Off by default.
         backends_from: EtcdSource, "backends-from", Service, some(proxy.backends_from), restart[proxy.backends_from], file MaybeParsed<EtcdSource> => take,
             flag Option<EtcdSource> [value_name = "etcd://HOST:PORT/PREFIX", value_parser = <EtcdSource as std::str::FromStr>::from_str], always |c: &Config| or_off(c.proxy.backends_from.as_ref(), |n| n.to_string());
         /// Ramp the share of a backend that comes back into rotation (health
