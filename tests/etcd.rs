@@ -33,6 +33,30 @@ fn etcd(client: u16, peer: u16, data: &Path) -> Peer {
     etcd_with(client, peer, data, None)
 }
 
+/// Where a test's etcd lives: its client and peer ports and its data
+/// directory, kept for a restart on the same data.
+struct Place {
+    client: u16,
+    peer: u16,
+    data: Scratch,
+}
+
+impl Place {
+    fn new() -> Place {
+        let ports = peers::free_ports(2);
+        Place {
+            client: ports[0],
+            peer: ports[1],
+            data: Scratch::new("etcd-data"),
+        }
+    }
+
+    /// etcd here, ready; again on the same data after a stop.
+    fn start(&self) -> Peer {
+        etcd(self.client, self.peer, &self.data.path("d"))
+    }
+}
+
 /// [`etcd`], serving its clients over TLS with `tls` (and trusted by the
 /// test through `ca`) when given.
 fn etcd_with(client: u16, peer: u16, data: &Path, tls: Option<(&Pair, &Path)>) -> Peer {
@@ -148,9 +172,9 @@ fn rodizio(client: u16, fixed: Option<&TestBackend>) -> Child {
 /// and a compaction in the middle leaves their watches following.
 #[test]
 fn three_balancers_follow_one_prefix() {
-    let ports = peers::free_ports(2);
-    let data = Scratch::new("etcd-data");
-    let _etcd = etcd(ports[0], ports[1], &data.path("d"));
+    let place = Place::new();
+    let _etcd = place.start();
+    let ports = [place.client];
     let (a, b) = (TestBackend::echo(), TestBackend::echo());
     // A key whose value is the backend, with an option.
     etcdctl(
@@ -252,9 +276,9 @@ fn ab_until(lb: SocketAddr, stop: Arc<AtomicBool>) -> thread::JoinHandle<(usize,
 /// Clients are served all along, none fails.
 #[test]
 fn an_etcd_restart_keeps_the_list_then_follows_again() {
-    let ports = peers::free_ports(2);
-    let data = Scratch::new("etcd-data");
-    let mut server = etcd(ports[0], ports[1], &data.path("d"));
+    let place = Place::new();
+    let mut server = place.start();
+    let ports = [place.client];
     let (fixed, a, c) = (
         TestBackend::echo(),
         TestBackend::echo(),
@@ -281,7 +305,7 @@ fn an_etcd_restart_keeps_the_list_then_follows_again() {
         lb.log().contains("stay as they are")
     })
     .expect("a warning that etcd is gone");
-    let _back = etcd(ports[0], ports[1], &data.path("d"));
+    let _back = place.start();
     etcdctl(
         ports[0],
         &["put", &format!("{PREFIX}c"), &c.addr().to_string()],
@@ -312,17 +336,16 @@ fn an_etcd_restart_keeps_the_list_then_follows_again() {
 /// etcd comes up with a key under the prefix.
 #[test]
 fn an_etcd_only_service_starts_with_etcd_down_and_serves_once_it_is_up() {
-    let ports = peers::free_ports(2);
-    let data = Scratch::new("etcd-data");
+    let place = Place::new();
     let a = TestBackend::echo();
-    let mut lb = rodizio(ports[0], None);
+    let mut lb = rodizio(place.client, None);
     let addr = lb.listening();
     for _ in 0..3 {
         assert!(try_echo(addr).is_err(), "served with no backend");
     }
-    let _etcd = etcd(ports[0], ports[1], &data.path("d"));
+    let _etcd = place.start();
     etcdctl(
-        ports[0],
+        place.client,
         &["put", &format!("{PREFIX}a"), &a.addr().to_string()],
     );
     // Refused until the follower's next try (a backoff of at most 5 s).
@@ -337,9 +360,9 @@ fn an_etcd_only_service_starts_with_etcd_down_and_serves_once_it_is_up() {
 /// fails, and all three serve the new backend while `ab` still runs.
 #[test]
 fn three_balancers_under_ab_lose_no_request_across_an_etcd_restart() {
-    let ports = peers::free_ports(2);
-    let data = Scratch::new("etcd-data");
-    let mut server = etcd(ports[0], ports[1], &data.path("d"));
+    let place = Place::new();
+    let mut server = place.start();
+    let ports = [place.client];
     let (a, b) = (
         common::Demo::start("127.0.0.1:0", "a"),
         common::Demo::start("127.0.0.1:0", "b"),
@@ -359,7 +382,7 @@ fn three_balancers_under_ab_lose_no_request_across_an_etcd_restart() {
     let stop = Arc::new(AtomicBool::new(false));
     let loads: Vec<_> = addrs.iter().map(|&lb| ab_until(lb, stop.clone())).collect();
     server.stop();
-    let _back = etcd(ports[0], ports[1], &data.path("d"));
+    let _back = place.start();
     etcdctl(
         ports[0],
         &["put", &format!("{PREFIX}b"), &b.addr.to_string()],
@@ -392,10 +415,9 @@ fn three_balancers_under_ab_lose_no_request_across_an_etcd_restart() {
 /// the admin API's `/config`.
 #[test]
 fn a_user_and_password_are_sent_and_never_shown() {
-    let ports = peers::free_ports(2);
-    let data = Scratch::new("etcd-data");
-    let _etcd = etcd(ports[0], ports[1], &data.path("d"));
-    let p = ports[0];
+    let place = Place::new();
+    let _etcd = place.start();
+    let p = place.client;
     let root = "--user=root:root-pw";
     etcdctl(
         p,
@@ -468,11 +490,15 @@ fn a_user_and_password_are_sent_and_never_shown() {
 fn etcd_over_tls_is_followed_with_its_ca_and_refused_without() {
     let certs = Certs::new();
     let pair = certs.issue("etcd", &["127.0.0.1"], 7);
-    let ports = peers::free_ports(2);
-    let data = Scratch::new("etcd-data");
+    let place = Place::new();
     let ca = certs.ca();
-    let _etcd = etcd_with(ports[0], ports[1], &data.path("d"), Some((&pair, &ca)));
-    let p = ports[0];
+    let _etcd = etcd_with(
+        place.client,
+        place.peer,
+        &place.data.path("d"),
+        Some((&pair, &ca)),
+    );
+    let p = place.client;
     let put = |key: &str, value: &str| {
         let bin = need("etcdctl", "etcd-client");
         let out = Command::new(bin)
@@ -537,10 +563,9 @@ fn put_raw(client: u16, key: &str, value: &str) {
 /// when other keys change.
 #[test]
 fn hostile_keys_are_left_out_in_a_few_short_lines() {
-    let ports = peers::free_ports(2);
-    let data = Scratch::new("etcd-data");
-    let _etcd = etcd(ports[0], ports[1], &data.path("d"));
-    let p = ports[0];
+    let place = Place::new();
+    let _etcd = place.start();
+    let p = place.client;
     let (a, b) = (TestBackend::echo(), TestBackend::echo());
     put_raw(p, &format!("{PREFIX}a"), &a.addr().to_string());
     for i in 0..300 {
