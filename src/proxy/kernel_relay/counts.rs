@@ -121,6 +121,32 @@ impl Way {
     }
 }
 
+/// The sockets' counters with the bytes each holds unread, taken at rest:
+/// the unread counts are read between two samples that agree on the bytes
+/// received, so no byte arrived in between. `None` when bytes kept
+/// arriving for [`START_TRIES`](super::START_TRIES) tries.
+pub(super) fn at_rest<const N: usize>(
+    sockets: [&TcpStream; N],
+) -> io::Result<Option<([Counts; N], [u64; N])>> {
+    for _ in 0..super::START_TRIES {
+        let (mut first, mut left, mut then) =
+            ([Counts::default(); N], [0; N], [Counts::default(); N]);
+        for (i, socket) in sockets.iter().enumerate() {
+            first[i] = Counts::of(socket)?;
+        }
+        for (i, socket) in sockets.iter().enumerate() {
+            left[i] = unread(socket)?;
+        }
+        for (i, socket) in sockets.iter().enumerate() {
+            then[i] = Counts::of(socket)?;
+        }
+        if (0..N).all(|i| first[i].received == then[i].received) {
+            return Ok(Some((then, left)));
+        }
+    }
+    Ok(None)
+}
+
 /// Bytes received on `socket` and not yet read (`FIONREAD`).
 pub(super) fn unread(socket: &TcpStream) -> io::Result<u64> {
     let mut n: libc::c_int = 0;

@@ -17,8 +17,8 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use super::bpf::{map_delete, map_lookup, map_update, Kernel};
-use super::counts::{cookie, push_queued, unread, Counts, Way, TCP_ESTABLISHED};
-use super::{Fault, START_TRIES};
+use super::counts::{at_rest, cookie, push_queued, Counts, Way, TCP_ESTABLISHED};
+use super::Fault;
 
 /// One connection's place in the maps.
 pub(super) struct Link<'a> {
@@ -93,21 +93,10 @@ impl<'a> Link<'a> {
     }
 
     /// Both sockets' counters with the bytes each holds unread, taken
-    /// together: the unread counts are read between two samples that
-    /// agree on the bytes received, so no byte arrived in between.
+    /// together at rest ([`at_rest`]).
     fn start_counts(&self) -> io::Result<([Counts; 2], [u64; 2])> {
-        let [a, b] = self.sockets;
-        for _ in 0..START_TRIES {
-            let first = [Counts::of(a)?, Counts::of(b)?];
-            let unread = [unread(a)?, unread(b)?];
-            let then = [Counts::of(a)?, Counts::of(b)?];
-            if (0..2).all(|i| first[i].received == then[i].received) {
-                return Ok((then, unread));
-            }
-        }
-        Err(io::Error::other(
-            "bytes kept arriving while the counters were read",
-        ))
+        at_rest(self.sockets)?
+            .ok_or_else(|| io::Error::other("bytes kept arriving while the counters were read"))
     }
 
     /// Takes the connection out of the kernel path with nothing lost, one
@@ -206,36 +195,29 @@ impl<'a> Link<'a> {
     /// as if whole. The destination then gets a reset, as after a reset
     /// of the source (`Fault(Some(i))`), and one warning says why.
     fn whole(&self, i: usize, taken: u64) -> Result<(), Fault> {
-        let socket = self.sockets[i];
-        for _ in 0..START_TRIES {
-            let first = Counts::of(socket)?;
-            let left = unread(socket)?;
-            let then = Counts::of(socket)?;
-            if first.received != then.received {
-                continue;
-            }
-            let consumed = then.data_in().saturating_sub(left);
-            let through = consumed.saturating_sub(self.ways[i].in_base);
-            if through == taken {
-                return Ok(());
-            }
-            let side = ["client", "backend"][i];
-            log::warn!(
-                "kernel relay: the kernel dropped {} bytes from the {side} while the \
-                 connection left the relay ({through} read, {taken} relayed); the \
-                 connection ends with a reset",
-                through.abs_diff(taken)
-            );
-            return Err(Fault(
-                Some(i),
-                io::Error::new(
-                    io::ErrorKind::ConnectionReset,
-                    "bytes dropped by the kernel leaving the relay",
-                ),
-            ));
+        let Some(([counts], [left])) = at_rest([self.sockets[i]])? else {
+            // Bytes kept arriving: the count could not be taken at rest.
+            return Ok(());
+        };
+        let consumed = counts.data_in().saturating_sub(left);
+        let through = consumed.saturating_sub(self.ways[i].in_base);
+        if through == taken {
+            return Ok(());
         }
-        // Bytes kept arriving: the count could not be taken at rest.
-        Ok(())
+        let side = ["client", "backend"][i];
+        log::warn!(
+            "kernel relay: the kernel dropped {} bytes from the {side} while the \
+             connection left the relay ({through} read, {taken} relayed); the \
+             connection ends with a reset",
+            through.abs_diff(taken)
+        );
+        Err(Fault(
+            Some(i),
+            io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                "bytes dropped by the kernel leaving the relay",
+            ),
+        ))
     }
 
     /// Deletes what is left of the connection in the maps. Once both
