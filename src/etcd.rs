@@ -394,10 +394,10 @@ fn authenticate(
     let body = serde_json::json!({"name": name, "password": password}).to_string();
     let path = "/v3/auth/authenticate";
     let to = (endpoint, source.tls.as_ref());
-    let answer = post_one(to, path, &body, TIMEOUT, None)
-        .map_err(|e| format!("authenticating as {name}: {e}"))?;
-    let raw: RawToken = serde_json::from_slice(&answer.body()?)
-        .map_err(|e| format!("authenticating as {name}: not etcd's answer ({e})"))?;
+    let said = |e: String| format!("authenticating as {name}: {e}");
+    let answer = post_one(to, path, &body, TIMEOUT, None).map_err(said)?;
+    let raw: RawToken = serde_json::from_slice(&answer.body().map_err(said)?)
+        .map_err(|e| said(format!("not etcd's answer ({e})")))?;
     if raw.token.is_empty() || raw.token.len() > MAX_LINE / 2 || raw.token.contains(['\r', '\n']) {
         return Err(format!("authenticating as {name}: not a token"));
     }
@@ -615,6 +615,30 @@ mod tests {
         assert!(err.contains("etcds://"), "{err}");
         let err = "http://h:1/x".parse::<EtcdSource>().unwrap_err();
         assert!(err.contains("etcds:// for TLS"), "{err}");
+    }
+
+    proptest::proptest! {
+        /// Any text: parsed or refused, never a panic; a source with a
+        /// user never shows its password, in an error or written back.
+        #[test]
+        fn any_source_text_is_parsed_or_refused_and_hides_its_password(
+            user in "[a-z]{1,8}",
+            password in "[A-Za-z0-9:!]{6,16}",
+            hosts in "[a-z0-9.:,@\\[\\]]{0,40}",
+            prefix in "\\PC{0,40}",
+        ) {
+            let text = format!("etcd://{user}:{password}@{hosts}/{prefix}");
+            match text.parse::<EtcdSource>() {
+                Ok(s) => {
+                    let (shown, debug) = (s.to_string(), format!("{:?}", s));
+                    proptest::prop_assert!(!shown.contains(&password));
+                    proptest::prop_assert!(!debug.contains(&password));
+                }
+                Err(e) => proptest::prop_assert!(!e.contains(&password), "{}", e),
+            }
+            let _ = format!("{hosts}/{prefix}").parse::<EtcdSource>();
+            let _ = format!("etcds://{hosts}/{prefix}").parse::<EtcdSource>();
+        }
     }
 
     #[test]

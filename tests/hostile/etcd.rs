@@ -279,3 +279,79 @@ fn hostile_authentication_answers_are_refused() {
         "a request went out with a bad token"
     );
 }
+
+/// A peer of `etcds://` or of the authentication that never answers, or
+/// answers garbage where TLS is expected: each read ends in an error, in
+/// words, within the client's timeout (3 s), never a hang.
+#[test]
+fn a_stalled_or_garbage_tls_or_authentication_peer_is_an_error_in_bounded_time() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let held = stop.clone();
+    // Every connection: read what comes, then either nothing more (held
+    // open until the end) or garbage, by turns.
+    let server = thread::spawn(move || {
+        let mut open = Vec::new();
+        for (i, conn) in listener.incoming().take(4).enumerate() {
+            let mut s = conn.unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            let mut head = [0u8; 4096];
+            let _ = s.read(&mut head);
+            if i % 2 == 1 {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\n\r\nthis is no TLS record at all\n");
+            }
+            open.push(s);
+        }
+        while !held.load(Ordering::SeqCst) {
+            thread::sleep(Duration::from_millis(10));
+        }
+    });
+    let ca = std::env::temp_dir().join(format!(
+        "rodizio-hostile-etcd-ca-{}.pem",
+        std::process::id()
+    ));
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args([
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=test-ca",
+            "-keyout",
+            "/dev/null",
+            "-out",
+        ])
+        .arg(&ca)
+        .output()
+        .expect("openssl");
+    assert!(status.status.success(), "{status:?}");
+    let sources = [
+        format!("etcds://{addr}/lb/?ca={}", ca.display()),
+        format!("etcds://{addr}/lb/?ca={}", ca.display()),
+        format!("etcd://lb:pw@{addr}/lb/"),
+        format!("etcd://lb:pw@{addr}/lb/"),
+    ];
+    for (i, text) in sources.iter().enumerate() {
+        let source: rodizio::etcd::EtcdSource = text.parse().unwrap();
+        let began = std::time::Instant::now();
+        let err = rodizio::etcd::range(&source).unwrap_err();
+        let took = began.elapsed();
+        assert!(took < Duration::from_secs(5), "case {i}: {took:?} ({err})");
+        if i >= 2 {
+            assert!(err.contains("authenticating as lb"), "case {i}: {err}");
+        }
+        assert!(!err.contains("pw@"), "case {i}: {err}");
+    }
+    stop.store(true, Ordering::SeqCst);
+    server.join().unwrap();
+    let _ = std::fs::remove_file(&ca);
+}
