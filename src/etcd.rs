@@ -1,7 +1,9 @@
 //! etcd's v3 JSON gateway, asked by a small blocking HTTP/1.1 client over
-//! `TcpStream`: `POST /v3/kv/range` (every key under a prefix, and the
-//! revision read at) and the streaming `POST /v3/watch` (each change
-//! after it). Keys and values come base64-encoded.
+//! a `TcpStream`, or TLS over it for `etcds://` (`etcd_conn`):
+//! `POST /v3/kv/range` (every key under a prefix, and the revision read
+//! at) and the streaming `POST /v3/watch` (each change after it), each
+//! after `POST /v3/auth/authenticate` when the source names a user. Keys
+//! and values come base64-encoded.
 //!
 //! hyper's client would need its `client` feature and a runtime on this
 //! thread; a request a few lines long, one answer bounded by
