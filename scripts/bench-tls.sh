@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # TLS termination: rodizio (--tls-cert) beside HAProxy (mode tcp, `bind ...
 # ssl crt`) and nginx's stream module (`listen ... ssl`, ssl_certificate),
-# the same ECDSA P-256 certificate for all three, in one run on loopback,
+# the same certificate for all three (ECDSA P-256, or RSA-2048 with
+# KEY=rsa), in one run on loopback,
 # each proxy in front of one nginx serving a 1 MiB file:
 #
 #   handshakes/s     openssl s_time -new for SECS seconds (a full handshake
@@ -13,7 +14,8 @@
 #   RSS/connection   IDLE_N idle TLS connections held open (python3's ssl):
 #                    the proxy's resident memory growth, divided by IDLE_N
 #
-#   scripts/bench-tls.sh            SECS=10 BULK_N=200 IDLE_N=500
+#   scripts/bench-tls.sh            SECS=10 BULK_N=200 IDLE_N=500 KEY=ec
+#   KEY=rsa scripts/bench-tls.sh    the site's key RSA-2048 (the CA stays P-256)
 #   scripts/bench-tls.sh --quick    a smoke run (tiny counts)
 #   RODIZIO_BIN=path scripts/bench-tls.sh   another build
 #
@@ -30,6 +32,7 @@ need_tools openssl curl python3 haproxy nginx
 SECS=${SECS:-10}
 BULK_N=${BULK_N:-200}
 IDLE_N=${IDLE_N:-500}
+KEY=${KEY:-ec}
 if [ "${1:-}" = "--quick" ]; then
   SECS=1 BULK_N=5 IDLE_N=20
 fi
@@ -50,7 +53,12 @@ done
 ec=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)
 openssl req -x509 "${ec[@]}" -keyout "$work/ca.key" -out "$work/ca.pem" -days 2 \
   -subj "/CN=bench CA" 2>/dev/null
-openssl req "${ec[@]}" -keyout "$work/site.key" -out "$work/site.csr" -subj "/CN=localhost" 2>/dev/null
+case $KEY in
+  ec) site=("${ec[@]}") ;;
+  rsa) site=(-newkey rsa:2048 -nodes) ;;
+  *) fail "KEY is ec or rsa, not '$KEY'" ;;
+esac
+openssl req "${site[@]}" -keyout "$work/site.key" -out "$work/site.csr" -subj "/CN=localhost" 2>/dev/null
 echo "subjectAltName=DNS:localhost" >"$work/site.ext"
 openssl x509 -req -in "$work/site.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" \
   -set_serial 1 -days 2 -extfile "$work/site.ext" -out "$work/site.pem" 2>/dev/null
@@ -154,7 +162,7 @@ hz=$(getconf CLK_TCK)
 out=bench-out/tls.txt
 mkdir -p bench-out
 {
-  echo "# TLS termination, $(date -u +%Y-%m-%dT%H:%MZ), SECS=$SECS BULK_N=$BULK_N IDLE_N=$IDLE_N"
+  echo "# TLS termination, $(date -u +%Y-%m-%dT%H:%MZ), KEY=$KEY SECS=$SECS BULK_N=$BULK_N IDLE_N=$IDLE_N"
   printf '%-8s %12s %14s %10s %12s\n' proxy handshakes/s cpu_us/hs bulk_MB/s rss_KiB/conn
 } | tee "$out"
 for name in rodizio haproxy nginx; do

@@ -83,7 +83,7 @@ fn client_with(
         .map(|c| c.unwrap())
         .collect();
     let key = PrivateKeyDer::from_pem_file(&pair.key).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rodizio::tls_term::crypto::provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()

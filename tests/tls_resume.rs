@@ -66,7 +66,7 @@ fn client(ca: &Path, tls12: bool) -> Arc<rustls::ClientConfig> {
     for cert in rustls_pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(cert.unwrap()).unwrap();
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rodizio::tls_term::crypto::provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider);
     let builder = if tls12 {
         builder.with_protocol_versions(&[&rustls::version::TLS12])
@@ -330,6 +330,45 @@ fn rsa_only_and_ecdsa_only_clients_both_get_a_certificate() {
                 );
             }
         }
+    }
+}
+
+/// The larger keys a site may have: RSA-4096, ECDSA P-384 and P-521,
+/// each serving TLS 1.2 and 1.3 handshakes through a worker (whose stack
+/// holds the deepest signature), several in a row.
+#[test]
+fn rsa_4096_p384_and_p521_keys_are_served() {
+    let certs = Certs::new();
+    let backend = TestBackend::echo();
+    for (file, newkey, key) in [
+        ("rsa4096", &["-newkey", "rsa:4096"][..], "4096 bit"),
+        (
+            "p384",
+            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"][..],
+            "384 bit",
+        ),
+        (
+            "p521",
+            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-521"][..],
+            "521 bit",
+        ),
+    ] {
+        let pair = certs.issue_key(file, &["a.test"], 1, 30, newkey);
+        let b = TestBalancer::with(&[backend.addr()], |c| {
+            c.tls.certs = CertList(vec![pair.setting()]);
+        });
+        for version in ["-tls1_2", "-tls1_3", "-tls1_3"] {
+            let out = s_client(b.addr.port(), Some("a.test"), &certs.ca(), &[version]);
+            assert!(
+                out.contains("Verify return code: 0 (ok)"),
+                "{file} {version}: {out}"
+            );
+            assert!(
+                out.contains(&format!("Server public key is {key}")),
+                "{file}: {out}"
+            );
+        }
+        b.stop();
     }
 }
 

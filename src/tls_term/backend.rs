@@ -68,7 +68,7 @@ impl BackendTls {
 pub(crate) fn client_config(ca: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
     let path: PathBuf = ca.map_or_else(|| SYSTEM_CA_BUNDLE.into(), Path::to_path_buf);
     let roots = read_roots(&path)?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(super::crypto::provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| e.to_string())?

@@ -70,7 +70,7 @@ struct Served {
 impl ByName {
     /// Reads every pair; the error is one line naming the file.
     pub(super) fn load(pairs: &[CertPair], strict: bool) -> Result<(ByName, Vec<Expiry>), String> {
-        let provider = rustls::crypto::ring::default_provider();
+        let provider = super::crypto::provider();
         let mut keys = Vec::with_capacity(pairs.len());
         let mut expiry = Vec::with_capacity(pairs.len());
         for pair in pairs {
@@ -475,7 +475,7 @@ mod tests {
         let hello_for = |name: &str| {
             let mut certs = by_name(&[&["a.test"]]);
             certs.strict = true;
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let provider = Arc::new(crate::tls_term::crypto::provider());
             let server = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
                 .with_safe_default_protocol_versions()
                 .unwrap()

@@ -73,7 +73,7 @@ fn issued(cert: &Certificate, by: &Certificate) -> bool {
 }
 
 /// Whether `by`'s key made `signature` (with `algorithm`) of the DER
-/// `tbs`: with the verification algorithms of rustls's `ring` provider,
+/// `tbs`: with the verification algorithms of the process's provider,
 /// the one whose identifiers are the signature's algorithm and `by`'s key
 /// type. `None` when no algorithm there has those identifiers (RSA-PSS
 /// parameters written another way, say): the load does not refuse what
@@ -92,7 +92,7 @@ pub(super) fn signed(
     else {
         return Some(false);
     };
-    let provider = rustls::crypto::ring::default_provider();
+    let provider = super::crypto::provider();
     let mut known = false;
     for alg in provider.signature_verification_algorithms.all {
         if contents(&sig_alg) == alg.signature_alg_id().as_ref()

@@ -40,6 +40,7 @@ mod certs;
 mod chain;
 pub(crate) mod client_cert;
 mod crl;
+pub mod crypto;
 mod expiry;
 pub(crate) mod handshake;
 pub(crate) mod pump;
@@ -247,7 +248,7 @@ impl TlsSettings {
 /// again, files read again, by every reload.
 #[derive(Debug)]
 pub struct Terminator {
-    /// rustls's server side, TLS 1.2 and 1.3 with the `ring` provider;
+    /// rustls's server side, TLS 1.2 and 1.3 with the provider of `crypto`;
     /// `None` when only the backends get TLS.
     pub(crate) config: Option<Arc<rustls::ServerConfig>>,
     /// TLS toward the backends, when `backend_tls` is on.
@@ -332,7 +333,7 @@ impl Terminator {
                 previous.and_then(|p| p.resumption.as_ref()),
             )
             .map_err(|m| Error::setting("tls_session_cache", m))?;
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let provider = Arc::new(crypto::provider());
             let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
                 .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
                 .map_err(|e| Error::setting("tls_certs", e.to_string()))?;

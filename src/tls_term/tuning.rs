@@ -67,8 +67,8 @@ impl Resumption {
             n => rustls::server::ServerSessionMemoryCache::new(n.min(MAX_SESSION_CACHE)),
         };
         // Keys rotated every 6 hours, a ticket good for 12.
-        let tickets = rustls::crypto::ring::Ticketer::new()
-            .map_err(|e| format!("cannot make TLS ticket keys: {e}"))?;
+        let tickets =
+            super::crypto::ticketer().map_err(|e| format!("cannot make TLS ticket keys: {e}"))?;
         Ok(Resumption {
             settings: settings.clone(),
             cache,

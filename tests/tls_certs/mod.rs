@@ -115,7 +115,7 @@ impl Certs {
 
     /// [`Certs::issue_for_days`] with the key `openssl req` makes from
     /// `newkey` (its `-newkey` arguments).
-    fn issue_key(
+    pub fn issue_key(
         &self,
         file: &str,
         names: &[&str],
@@ -228,7 +228,7 @@ pub fn client_config(ca: &Path) -> std::sync::Arc<rustls::ClientConfig> {
     for cert in rustls_pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(cert.unwrap()).unwrap();
     }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let provider = std::sync::Arc::new(rodizio::tls_term::crypto::provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
