@@ -23,6 +23,8 @@
 //!   [`mod@crate::proxy::pump`];
 //! - `tuning`: resumption (session cache, tickets) kept across reloads,
 //!   the ALPN list, the server's cipher order.
+//! - `crypto`: the one cryptography provider under rustls (AWS-LC), and
+//!   why.
 //!
 //! # Threads
 //!
