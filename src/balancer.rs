@@ -47,6 +47,7 @@ use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 use crate::systemd::{self, Gate};
 use crate::units;
+use crate::upgrade::Upgrade;
 
 pub use crate::live::Live;
 
@@ -69,14 +70,21 @@ pub struct Balancer {
     reload: Option<ReloadHook>,
     /// What the admin API's `POST /reload?dry_run=1` calls.
     dry_run: Option<DryRunHook>,
+    /// `upgrade_socket`: the previous process to release, the next to
+    /// hand the listening sockets to.
+    upgrade: Option<Upgrade>,
     /// The access log's writer, when `access_log` is set.
     access_log: Option<AccessLog>,
 }
 
-/// Every service's listening sockets, bound: what [`Balancer::listen`]
+/// Every service's listening sockets, bound (some perhaps taken from the
+/// previous process through `upgrade_socket`): what [`Balancer::listen`]
 /// gives and [`Balancer::with_listener`] takes.
 #[derive(Debug)]
-pub struct Listeners(Vec<Vec<TcpListener>>);
+pub struct Listeners {
+    sockets: Vec<Vec<TcpListener>>,
+    upgrade: Option<Upgrade>,
+}
 
 impl Balancer {
     /// Validates `config`, resolves its backends and binds the listeners.
@@ -121,14 +129,29 @@ impl Balancer {
     /// [`Error::Bind`] when an address cannot be listened on, [`Error::Io`]
     /// when `TCP_DEFER_ACCEPT` cannot be set.
     pub fn listen(config: &Config) -> Result<Listeners> {
+        // Before any address is bound: a running rodizio's sockets taken.
+        let upgrade = config
+            .upgrade_socket
+            .as_deref()
+            .map(crate::upgrade::start)
+            .transpose()?;
         let list = config.service_list();
         // An address shared by SNI is bound once, by the first service.
-        (0..list.len())
+        let sockets: Vec<Vec<TcpListener>> = (0..list.len())
             .map(|i| {
                 listener::open_except(list[i], &crate::config::sni_check::bound_before(&list, i))
             })
-            .collect::<Result<_>>()
-            .map(Listeners)
+            .collect::<Result<_>>()?;
+        if config.upgrade_socket.is_some() {
+            // Shared with the next process: stopped by their gates.
+            sockets.iter().flatten().for_each(systemd::gate);
+            for addr in systemd::drop_unadopted() {
+                log::info!(
+                    "{addr}, handed over by the previous rodizio, is not listened on here: closed"
+                );
+            }
+        }
+        Ok(Listeners { sockets, upgrade })
     }
 
     /// The second half of [`Balancer::bind`]: validates `config`, resolves
@@ -173,7 +196,7 @@ impl Balancer {
             .into_iter()
             .map(|c| Service::build(c.clone(), &shared).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
-        let local_addr = listeners.0[0][0]
+        let local_addr = listeners.sockets[0][0]
             .local_addr()
             .map_err(|e| Error::io("reading the listening address", e))?;
         // The queue's item names its service: the worker serves it with
@@ -189,12 +212,13 @@ impl Balancer {
         Ok(Balancer {
             config,
             services,
-            listeners: listeners.0,
+            listeners: listeners.sockets,
             local_addr,
             running,
             admin,
             reload: None,
             dry_run: None,
+            upgrade: listeners.upgrade,
             access_log,
         })
     }
@@ -311,27 +335,14 @@ impl Balancer {
                 running.status()
             })
         };
-        let listeners = std::mem::take(&mut self.listeners);
-        let list = self.config.service_list();
-        for (i, (service, listeners)) in self.services.iter().zip(listeners).enumerate() {
-            let shared = crate::config::sni_check::bound_before(&list, i);
-            let listeners = service
-                .config
-                .listen_addrs()
-                .into_iter()
-                .filter(|a| !shared.contains(a))
-                .zip(listeners)
-                .collect();
-            let ready = {
-                let notice = Arc::clone(&notice);
-                Box::new(move || notice.round_done())
-            };
-            if let Err(err) = self.running.start(Arc::clone(service), listeners, ready) {
+        let handed = match self.start_services(&notice) {
+            Ok(handed) => handed,
+            Err(err) => {
                 shutdown.trigger();
                 self.running.take_threads().join();
                 return Err(err);
             }
-        }
+        };
         self.running.resolve_names();
         // The admin API once every service listens: `/services` shows
         // their addresses from its first answer.
@@ -357,6 +368,11 @@ impl Balancer {
             }
         };
         notice.listening();
+        if let Some(upgrade) = self.upgrade.take() {
+            if let Err(err) = upgrade.serve(handed, shutdown) {
+                log::warn!("{err}: no upgrade through upgrade_socket");
+            }
+        }
         // Every accept loop runs on its own thread; this one waits for the
         // shutdown, then for them. The queue closes once they have left,
         // each with the client it may hold handed over, or after a grace
@@ -373,6 +389,48 @@ impl Balancer {
         }
         self.drain(started);
         Ok(())
+    }
+
+    /// Starts every service's accept loops on its listening sockets;
+    /// returns a copy of each socket, with its address, when the next
+    /// process may take them (`upgrade_socket`).
+    fn start_services(
+        &mut self,
+        notice: &Arc<systemd::StartNotice>,
+    ) -> Result<Vec<(SocketAddr, TcpListener)>> {
+        let listeners = std::mem::take(&mut self.listeners);
+        let list = self.config.service_list();
+        // Each listening socket, for a hand-over to the next process.
+        let mut handed = Vec::new();
+        for (i, (service, listeners)) in self.services.iter().zip(listeners).enumerate() {
+            let shared = crate::config::sni_check::bound_before(&list, i);
+            let listeners: Vec<(SocketAddr, TcpListener)> = service
+                .config
+                .listen_addrs()
+                .into_iter()
+                .filter(|a| !shared.contains(a))
+                .zip(listeners)
+                .collect();
+            if self.upgrade.is_some() {
+                for (addr, listener) in &listeners {
+                    // The bound address: port 0 became a real one.
+                    let addr = listener.local_addr().unwrap_or(*addr);
+                    match listener.try_clone() {
+                        Ok(copy) => handed.push((addr, copy)),
+                        Err(err) => log::warn!(
+                            "{addr} will not be handed to the next process: duplicating its \
+                             socket failed ({err})"
+                        ),
+                    }
+                }
+            }
+            let ready = {
+                let notice = Arc::clone(notice);
+                Box::new(move || notice.round_done())
+            };
+            self.running.start(Arc::clone(service), listeners, ready)?;
+        }
+        Ok(handed)
     }
 
     /// After the accept loop: closes the listening socket, lets the

@@ -62,7 +62,9 @@
 //! - `reload/`: the configuration applied again (SIGHUP), or compared.
 //! - `admin/`: the admin API, the metrics and the stats page.
 //! - `signals`, `systemd`: the signal thread; systemd's readiness,
-//!   reload and stop notifications and the sockets it passes.
+//!   reload and stop notifications and the sockets it passes;
+//!   `upgrade`: the listening sockets handed to a new process
+//!   (`upgrade_socket`).
 //! - `resolver`, `reaper`: backend names looked up again; drained
 //!   backends removed once their last connection ends; `srv_follow`:
 //!   a `srv:` entry's backends following its records; `etcd`,
@@ -119,7 +121,8 @@
 //! 6. the settings gathered: `config`, `live`
 //! 7. the article's machine: `listener`, `pool`
 //! 8. a service at run time: `service`, `running`, `sni_router`
-//! 9. the running balancer: `admin`, `balancer`, `reload`, `signals`
+//! 9. the running balancer: `admin`, `balancer`, `reload`, `signals`,
+//!    `upgrade`
 //! 10. the program: `cli`, `prompt`, `preflight`, `simulate`, `demo`, `main`
 //!
 //! Every module is public, on purpose: this crate is also read as a
@@ -219,6 +222,7 @@ pub mod throttle;
 pub mod tls_term;
 pub mod trace;
 pub mod units;
+pub mod upgrade;
 pub mod waitlist;
 
 /// What the unit tests share: a loopback pair of sockets.

@@ -22,6 +22,10 @@
 //! `sd_listen_fds(1)` does, so that nothing started later takes them for
 //! its own.
 //!
+//! The same table takes the listening sockets a previous rodizio handed
+//! over through `upgrade_socket` ([`adopt`], by `crate::upgrade`), and a
+//! process that may hand its own over gates them ([`gate`]).
+//!
 //! A socket shared that way must not be woken the usual ways at shutdown:
 //! a connection to it could be a client's turn taken, and `shutdown(2)`
 //! would close it for the next process too. So the accept loop waits in
@@ -247,6 +251,8 @@ struct Passed {
     addr: SocketAddr,
     /// Its name (`FileDescriptorName=`, by default the socket unit's).
     name: String,
+    /// Who passed it, for the log: systemd, or the previous process.
+    from: &'static str,
 }
 
 /// The passed sockets, read at the first call of [`inherited`].
@@ -263,19 +269,63 @@ pub fn inherited(addr: SocketAddr) -> Option<TcpListener> {
         .find(|p| p.fd.is_some() && serves(p.addr, addr))?;
     let listener = TcpListener::from(found.fd.take()?);
     log::info!(
-        "listening on {} through the socket systemd passed (descriptor {}, {})",
+        "listening on {} through the socket {} passed (descriptor {}, {})",
         found.addr,
+        found.from,
         found.number,
         found.name
     );
+    gate(&listener);
+    Some(listener)
+}
+
+/// Puts a listening socket on `addr` that another process handed over
+/// (`crate::upgrade`) among the passed ones: the listen address it
+/// serves takes it, as it would take systemd's.
+pub fn adopt(addr: SocketAddr, fd: OwnedFd) {
+    let number = fd.as_raw_fd();
+    let mut passed = PASSED.get_or_init(|| Mutex::new(read_listen_fds())).lock();
+    passed.push(Passed {
+        fd: Some(fd),
+        number,
+        addr,
+        name: "upgrade_socket".into(),
+        from: "the previous rodizio",
+    });
+}
+
+/// The listening sockets handed over but taken by no listen address: they
+/// are closed (the previous process stops accepting on them as it
+/// drains); their addresses, for the log.
+pub fn drop_unadopted() -> Vec<SocketAddr> {
+    let Some(passed) = PASSED.get() else {
+        return Vec::new();
+    };
+    let mut passed = passed.lock();
+    let left: Vec<SocketAddr> = passed
+        .iter()
+        .filter(|p| p.fd.is_some() && p.from != "systemd")
+        .map(|p| p.addr)
+        .collect();
+    passed.retain(|p| p.fd.is_none() || p.from == "systemd");
+    left
+}
+
+/// Gives `listener` a [`Gate`]: its accept loop then stops on an eventfd,
+/// never by a wake-up connection or `shutdown(2)`, so that the socket can
+/// be shared with the next process. Without an eventfd, a warning and the
+/// usual wake-up.
+pub fn gate(listener: &TcpListener) {
+    if Gate::of(listener).is_some() {
+        return;
+    }
     match Gate::new() {
         Ok(gate) => GATES.lock().push((listener.as_raw_fd(), Arc::new(gate))),
         Err(err) => log::warn!(
-            "no eventfd for the passed socket ({err}): a stop will wake the accept \
-             loop with a connection, which may take a waiting client's turn"
+            "no eventfd for a shared listening socket ({err}): a stop will wake the \
+             accept loop with a connection, which may take a waiting client's turn"
         ),
     }
-    Some(listener)
 }
 
 /// Whether a socket listening on `passed` serves the listen address
@@ -331,6 +381,7 @@ fn read_listen_fds() -> Vec<Passed> {
                 number,
                 addr,
                 name,
+                from: "systemd",
             }),
             Err(why) => {
                 log::warn!("descriptor {number} passed by systemd ({name}): {why}; not used")
@@ -401,7 +452,8 @@ pub(crate) struct Gate {
 static GATES: Mutex<Vec<(RawFd, Arc<Gate>)>> = parking_lot::const_mutex(Vec::new());
 
 impl Gate {
-    fn new() -> io::Result<Gate> {
+    /// A closed gate of its own (an eventfd), registered nowhere.
+    pub(crate) fn new() -> io::Result<Gate> {
         // SAFETY: eventfd returns a new descriptor or -1.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -438,7 +490,7 @@ impl Gate {
     /// Waits until a client is waiting on `listener` (true) or the gate is
     /// opened (false: stop). A `poll(2)` error says true, and `accept(2)`
     /// then says what is wrong.
-    pub(crate) fn wait(&self, listener: &TcpListener) -> bool {
+    pub(crate) fn wait(&self, listener: &impl AsRawFd) -> bool {
         let mut fds = [listener.as_raw_fd(), self.stop.as_raw_fd()].map(|fd| libc::pollfd {
             fd,
             events: libc::POLLIN,

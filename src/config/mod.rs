@@ -59,7 +59,6 @@ pub(crate) mod table;
 pub(crate) mod table_ends;
 pub(crate) mod table_log;
 pub(crate) mod table_sni;
-
 mod values;
 pub mod words;
 
@@ -87,12 +86,10 @@ pub const DEFAULT_PORT: u16 = 8080;
 pub const MAX_PROMPT_SERVERS: usize = 10;
 /// Most worker threads accepted.
 pub const MAX_WORKERS: usize = 65536;
-/// Smallest worker stack accepted: below this, a worker could overflow
-/// while logging or unwinding a panic.
+/// Smallest worker stack accepted: below, logging or a panic could overflow.
 pub const MIN_THREAD_STACK: usize = 32 * 1024;
-/// Largest worker stack accepted: 1 GiB. Far above any need (the default
-/// is 64 KiB), and it keeps the size far from where rounding it up to whole
-/// pages would overflow.
+/// Largest worker stack accepted: 1 GiB, far above any need (default 64
+/// KiB) and far from where rounding it up to whole pages would overflow.
 pub const MAX_THREAD_STACK: usize = 1 << 30;
 /// Shortest duration any duration setting accepts: below a millisecond a
 /// timeout cuts every connection at once, and `poll(2)` counts in
@@ -150,6 +147,8 @@ pub struct Config {
     pub drain_spread: Option<Duration>,
     /// Which the spread closes first (`drain_spread_order`). Default oldest.
     pub drain_spread_order: crate::connections::SpreadOrder,
+    /// Where a new process takes the listening sockets ([`crate::upgrade`]).
+    pub upgrade_socket: Option<PathBuf>,
     /// Hand a client over only once its first bytes arrived
     /// (`defer_accept`, `TCP_DEFER_ACCEPT`). Default off.
     pub defer_accept: bool,
@@ -266,6 +265,7 @@ impl Default for Config {
             drain_timeout: Duration::from_secs(30),
             drain_spread: None,
             drain_spread_order: crate::connections::SpreadOrder::Oldest,
+            upgrade_socket: None,
             defer_accept: false,
             proxy: ProxyConfig::default(),
             tls: crate::tls_term::TlsSettings::default(),

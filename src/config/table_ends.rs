@@ -1,7 +1,8 @@
 //! The end of the settings table (`table.rs`): the settings that end
 //! connections on purpose (`on_backend_down`, `on_backend_removed`,
 //! `removed_drain_timeout`, `max_connection_lifetime` and its jitter,
-//! `drain_spread` and its order),
+//! `drain_spread` and its order) and the one that hands the listening
+//! sockets to a new process (`upgrade_socket`),
 //! laid after the table's other lines before it is handed on. Kept apart
 //! so each file stays readable; the lines are the same columns.
 //!
@@ -46,6 +47,13 @@ macro_rules! with_ends {
             restart[drain_spread_order],
             file Parsed<SpreadOrder> => take, flag Option<SpreadOrder> [value_parser = parse_spread_order],
             always |c: &Config| c.drain_spread_order.to_string();
+        /// A Unix socket: a new rodizio started with the same one takes
+        /// this one's listening sockets, then this one drains and exits.
+        upgrade_socket: PathBuf, "upgrade-socket", Process, some(upgrade_socket),
+            restart[upgrade_socket],
+            file Text => take,
+            flag Option<PathBuf> [value_name = "PATH"],
+            always |c: &Config| path_or_none(&c.upgrade_socket);
         } { $($file_only)* } }
     };
 }

@@ -46,3 +46,4 @@ mod sni;
 mod srv;
 mod tls;
 mod tools;
+mod upgrade;

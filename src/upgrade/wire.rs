@@ -1,0 +1,223 @@
+//! The hand-over's messages over a `SOCK_SEQPACKET` Unix socket: one line
+//! of text per message (so no message runs into the next), with at most
+//! one descriptor attached by `SCM_RIGHTS`.
+//!
+//! # Threads
+//!
+//! Called by the thread doing its side of the hand-over; nothing shared.
+//!
+//! # Corresponds to the C article
+//!
+//! No C counterpart.
+
+use std::io::{self, ErrorKind};
+use std::mem;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr;
+
+use socket2::Socket;
+
+/// The longest message, its newline included.
+pub const MAX_LINE: usize = 512;
+
+/// Descriptors a message may carry before it is refused: room for a few,
+/// so that a peer sending more is seen (and its descriptors closed)
+/// instead of the kernel dropping them silently.
+const FD_ROOM: usize = 4;
+
+/// Sends `line` and a newline as one message, with `fd` attached when
+/// given.
+pub fn send(socket: &Socket, line: &str, fd: Option<RawFd>) -> io::Result<()> {
+    let mut bytes = Vec::with_capacity(line.len() + 1);
+    bytes.extend_from_slice(line.as_bytes());
+    bytes.push(b'\n');
+    if bytes.len() > MAX_LINE {
+        return Err(io::Error::new(ErrorKind::InvalidInput, "message too long"));
+    }
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_mut_ptr().cast(),
+        iov_len: bytes.len(),
+    };
+    // u64s: the control buffer must be aligned for `cmsghdr`.
+    let mut control = [0u64; 8];
+    // SAFETY: a zeroed msghdr is a valid empty one.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some(fd) = fd {
+        // SAFETY: CMSG_* compute sizes and walk `control`, which is large
+        // enough for one descriptor (32 bytes of 64); the header and its
+        // data are written inside it.
+        unsafe {
+            let space = libc::CMSG_SPACE(mem::size_of::<RawFd>() as u32) as usize;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = space;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<RawFd>() as u32) as usize;
+            ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        }
+    }
+    // SAFETY: msg points at live buffers for the call.
+    let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Receives one message: its line without the newline, and the
+/// descriptor it carried. A closed peer, a message that is not one line
+/// of printable text within [`MAX_LINE`], or one with more than one
+/// descriptor is an error (its descriptors closed).
+pub fn recv(socket: &Socket) -> io::Result<(String, Option<OwnedFd>)> {
+    let mut buf = [0u8; MAX_LINE];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: a zeroed msghdr is a valid empty one.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: a size computation.
+    msg.msg_controllen =
+        unsafe { libc::CMSG_SPACE((FD_ROOM * mem::size_of::<RawFd>()) as u32) } as usize;
+    // SAFETY: msg points at live buffers for the call.
+    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fds = take_fds(&msg);
+    if n == 0 {
+        return Err(io::Error::new(
+            ErrorKind::UnexpectedEof,
+            "the other process closed the socket",
+        ));
+    }
+    if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+        return Err(invalid(
+            "a message longer than 512 bytes or with too many descriptors",
+        ));
+    }
+    if fds.len() > 1 {
+        return Err(invalid("a message with more than one descriptor"));
+    }
+    let line = std::str::from_utf8(&buf[..n as usize])
+        .ok()
+        .and_then(|text| text.strip_suffix('\n'))
+        .filter(|line| line.chars().all(|c| !c.is_control()))
+        .ok_or_else(|| invalid("a message that is not one line of text"))?;
+    Ok((line.to_string(), fds.into_iter().next()))
+}
+
+/// The descriptors a received message carried, each owned (so closed when
+/// dropped).
+fn take_fds(msg: &libc::msghdr) -> Vec<OwnedFd> {
+    let mut fds = Vec::new();
+    // SAFETY: CMSG_FIRSTHDR/NXTHDR walk the control buffer the kernel
+    // filled (bounded by msg_controllen); each SCM_RIGHTS entry holds
+    // descriptors that are now this process's, owned once each.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                let len = (*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize;
+                for i in 0..len / mem::size_of::<RawFd>() {
+                    let fd = ptr::read_unaligned(data.add(i));
+                    fds.push(OwnedFd::from_raw_fd(fd));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+        }
+    }
+    fds
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(ErrorKind::InvalidData, what.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use socket2::{Domain, Type};
+
+    fn pair() -> (Socket, Socket) {
+        Socket::pair(Domain::UNIX, Type::SEQPACKET, None).unwrap()
+    }
+
+    #[test]
+    fn a_line_and_a_descriptor_arrive_together_and_apart_from_the_next() {
+        let (a, b) = pair();
+        let file = std::fs::File::open("/dev/null").unwrap();
+        send(&a, "L 127.0.0.1:80", Some(file.as_raw_fd())).unwrap();
+        send(&a, "END", None).unwrap();
+        let (line, fd) = recv(&b).unwrap();
+        assert_eq!(line, "L 127.0.0.1:80");
+        assert!(fd.is_some());
+        assert_eq!(recv(&b).unwrap().0, "END");
+        drop(a);
+        assert_eq!(recv(&b).unwrap_err().kind(), ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn garbage_long_lines_and_many_descriptors_are_refused() {
+        let (a, b) = pair();
+        for bytes in [
+            &b"no newline"[..],
+            b"two\nlines\n",
+            b"\x1b[2Jescape\n",
+            &[0xff, b'\n'],
+        ] {
+            // SAFETY: a send of a live buffer.
+            unsafe { libc::send(a.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), 0) };
+            assert_eq!(
+                recv(&b).unwrap_err().kind(),
+                ErrorKind::InvalidData,
+                "{bytes:?}"
+            );
+        }
+        let long = vec![b'x'; 4096];
+        // SAFETY: as above.
+        unsafe { libc::send(a.as_raw_fd(), long.as_ptr().cast(), long.len(), 0) };
+        assert_eq!(recv(&b).unwrap_err().kind(), ErrorKind::InvalidData);
+        assert!(send(&a, &"y".repeat(MAX_LINE), None).is_err());
+        // Two descriptors in one message: refused (both closed as the
+        // error drops them; the binary's count is checked by
+        // tests/hostile/upgrade.rs).
+        let file = std::fs::File::open("/dev/null").unwrap();
+        two_fds(&a, file.as_raw_fd());
+        assert_eq!(recv(&b).unwrap_err().kind(), ErrorKind::InvalidData);
+    }
+
+    /// One message carrying `fd` twice.
+    fn two_fds(socket: &Socket, fd: RawFd) {
+        let mut byte = *b"\n";
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut control = [0u64; 8];
+        // SAFETY: as in `send`, with room for two descriptors.
+        unsafe {
+            let mut msg: libc::msghdr = mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(8) as usize;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(8) as usize;
+            let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+            ptr::write_unaligned(data, fd);
+            ptr::write_unaligned(data.add(1), fd);
+            assert!(libc::sendmsg(socket.as_raw_fd(), &msg, 0) > 0);
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! The upgrade through `upgrade_socket` with the real binary: under a
+//! steady load, a new process takes the running one's listening sockets,
+//! the old one drains and exits 0, and no request fails, twice in a row
+//! and with `net.ipv4.tcp_migrate_req` at 0 (no kernel setting needed). A
+//! new process that dies half-way, or cannot start, leaves the old one
+//! serving, its descriptors back where they were, and the next upgrade
+//! still works.
+
+mod child;
+mod common;
+mod peers;
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use child::{Child, Scratch};
+use common::{connect, wait_for, TestBackend};
+use peers::{free_port, loopback};
+use rodizio::upgrade::{wire, HELLO};
+use socket2::{Domain, SockAddr, Socket, Type};
+
+const MIGRATE: &str = "/proc/sys/net/ipv4/tcp_migrate_req";
+
+/// Sets `net.ipv4.tcp_migrate_req` to 0 (the kernel's default) and puts
+/// the old value back when dropped: the hand-over must not need it.
+struct NoMigrate(String);
+
+impl NoMigrate {
+    fn set() -> NoMigrate {
+        let old = fs::read_to_string(MIGRATE).unwrap_or_else(|e| panic!("{MIGRATE}: {e}"));
+        fs::write(MIGRATE, "0").unwrap_or_else(|e| panic!("setting {MIGRATE} to 0: {e}"));
+        NoMigrate(old.trim().to_string())
+    }
+}
+
+impl Drop for NoMigrate {
+    fn drop(&mut self) {
+        let _ = fs::write(MIGRATE, &self.0);
+    }
+}
+
+/// A rodizio on `port` with `--upgrade-socket PATH`, ready to serve;
+/// `extra` adds flags.
+fn rodizio(port: u16, backend: SocketAddr, path: &Path, extra: &[&str]) -> Child {
+    let (port, backend) = (format!("127.0.0.1:{port}"), backend.to_string());
+    let path = path.to_str().unwrap();
+    let args = [
+        &["--allow-root", "-l", &port, "-b", &backend][..],
+        &["--health-check", "off", "--upgrade-socket", path],
+        extra,
+    ]
+    .concat();
+    Child::start(&mut child::command(&args))
+}
+
+/// One request through `addr`; whether a whole 200 came back.
+fn request(addr: SocketAddr) -> Result<(), String> {
+    let mut s = connect(addr).map_err(|e| format!("connect: {e}"))?;
+    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply)
+        .map_err(|e| format!("read: {e}"))?;
+    if reply.starts_with("HTTP/1.1 200") && reply.ends_with("backend 1\n") {
+        Ok(())
+    } else {
+        Err(format!("reply {reply:?}"))
+    }
+}
+
+/// Sequential requests to `addr` on a thread, bounded in count (50,000)
+/// and time (90 s), each failure kept.
+struct Load {
+    done: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    failed: Arc<Mutex<Vec<String>>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(addr: SocketAddr) -> Load {
+        let done = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let failed = Arc::new(Mutex::new(Vec::new()));
+        let thread = {
+            let (done, stop, failed) = (done.clone(), stop.clone(), failed.clone());
+            thread::spawn(move || {
+                let started = Instant::now();
+                while !stop.load(Ordering::SeqCst)
+                    && done.load(Ordering::SeqCst) < 50_000
+                    && started.elapsed() < Duration::from_secs(90)
+                {
+                    if let Err(e) = request(addr) {
+                        failed.lock().unwrap().push(e);
+                    }
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        Load {
+            done,
+            stop,
+            failed,
+            thread: Some(thread),
+        }
+    }
+
+    /// Waits until `n` more requests are done.
+    fn more(&self, n: usize) {
+        let target = self.done.load(Ordering::SeqCst) + n;
+        assert!(
+            wait_for(Duration::from_secs(30), || self.done.load(Ordering::SeqCst)
+                >= target),
+            "the load stalled"
+        );
+    }
+
+    /// Stops the load; how many requests were done, and the failures.
+    fn end(mut self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap();
+        let failed = self.failed.lock().unwrap().clone();
+        (self.done.load(Ordering::SeqCst), failed)
+    }
+}
+
+/// Waits for `old` to exit after a hand-over; fails with its log if it
+/// does not, or not with 0.
+fn exits_cleanly(old: &mut Child) {
+    let status = old
+        .wait_exit(Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("the old process did not exit:\n{}", old.output()));
+    assert!(status.success(), "old process: {status}\n{}", old.output());
+    assert!(
+        old.log()
+            .contains("a new rodizio took the listening sockets"),
+        "{}",
+        old.log()
+    );
+}
+
+/// Under a steady load, a second process takes the sockets, then a third
+/// takes them from the second: both old ones exit 0, the upgrade socket
+/// stays at its path, and not one request fails.
+#[test]
+fn two_upgrades_in_a_row_under_load_fail_no_request() {
+    let _no_migrate = NoMigrate::set();
+    let web = TestBackend::http(1);
+    let scratch = Scratch::new("upgrade");
+    let path = scratch.path("upgrade.sock");
+    let port = free_port();
+    let mut first = rodizio(port, web.addr(), &path, &[]);
+    let load = Load::start(loopback(port));
+    load.more(200);
+    let mut second = rodizio(port, web.addr(), &path, &[]);
+    exits_cleanly(&mut first);
+    assert!(
+        second.log().contains("took 1 listening sockets"),
+        "{}",
+        second.log()
+    );
+    load.more(300);
+    let mut third = rodizio(port, web.addr(), &path, &[]);
+    exits_cleanly(&mut second);
+    load.more(300);
+    let (total, failed) = load.end();
+    assert!(
+        failed.is_empty(),
+        "{} of {total} requests failed: {:?}\nthird:\n{}",
+        failed.len(),
+        &failed[..failed.len().min(5)],
+        third.output()
+    );
+    assert!(path.exists(), "the upgrade socket's path went away");
+    eprintln!("{total} requests over two upgrades, none failed");
+    // Stopped without a hand-over, the last one removes its socket.
+    third.signal(libc::SIGTERM);
+    assert!(third
+        .wait_exit(Duration::from_secs(15))
+        .is_some_and(|s| s.success()));
+    assert!(
+        wait_for(Duration::from_secs(5), || !path.exists()),
+        "the last process left its upgrade socket behind"
+    );
+}
+
+/// Takes the sockets as a new process would, then goes away without
+/// saying `OK`: what it received.
+fn take_and_vanish(path: &Path) -> Vec<String> {
+    let socket = Socket::new(Domain::UNIX, Type::SEQPACKET, None).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    socket.connect(&SockAddr::unix(path).unwrap()).unwrap();
+    wire::send(&socket, HELLO, None).unwrap();
+    let mut lines = Vec::new();
+    loop {
+        let (line, fd) = wire::recv(&socket).unwrap();
+        let end = line == "END";
+        lines.push(format!("{line} {}", fd.is_some()));
+        if end {
+            return lines;
+        }
+    }
+}
+
+/// A new process that takes the sockets and dies before it serves, then
+/// one that cannot bind its second address: the old one serves on
+/// through both, with a line for each, its descriptors back where they
+/// were; then a real upgrade works.
+#[test]
+fn a_new_process_that_dies_or_fails_leaves_the_old_serving() {
+    let web = TestBackend::http(1);
+    let scratch = Scratch::new("upgrade-fail");
+    let path = scratch.path("upgrade.sock");
+    let port = free_port();
+    let mut old = rodizio(port, web.addr(), &path, &[]);
+    let load = Load::start(loopback(port));
+    load.more(100);
+    // Taken once it serves: every thread and descriptor of its own made.
+    // Between two requests it holds no connection's.
+    let mut baseline = usize::MAX;
+    wait_for(Duration::from_secs(1), || {
+        baseline = baseline.min(old.open_fds());
+        false
+    });
+
+    let got = take_and_vanish(&path);
+    assert_eq!(
+        got,
+        [
+            format!("L 127.0.0.1:{port} true"),
+            "U true".into(),
+            "END false".into()
+        ]
+    );
+    old.next_log("no hand-over");
+    load.more(200);
+
+    // A new process whose second service's address is taken: it exits
+    // naming that address, after it took the first from the old one.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = taken.local_addr().unwrap();
+    let config = scratch.file(
+        "two.json",
+        format!(
+            r#"{{"health_check": "off", "upgrade_socket": "{}", "services": [
+                 {{"name": "a", "listen": "127.0.0.1:{port}", "backends": ["{}"]}},
+                 {{"name": "b", "listen": "{other}", "backends": ["{}"]}}]}}"#,
+            path.display(),
+            web.addr(),
+            web.addr()
+        ),
+    );
+    let ended = child::run_within(
+        &mut child::command(&["--allow-root", "-c", config.to_str().unwrap()]),
+        Duration::from_secs(20),
+    );
+    let out = ended.output();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("failed to listen on {other}")),
+        "{stderr}"
+    );
+    old.next_log("no hand-over");
+    load.more(200);
+    assert!(old.alive());
+    assert!(
+        wait_for(Duration::from_secs(5), || old.open_fds() == baseline),
+        "descriptors: {} after, {baseline} before",
+        old.open_fds()
+    );
+
+    let new = rodizio(port, web.addr(), &path, &[]);
+    exits_cleanly(&mut old);
+    load.more(200);
+    let (total, failed) = load.end();
+    assert!(
+        failed.is_empty(),
+        "{} of {total} failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    drop(new);
+}
+
+/// Open connections stay with the old process and finish there: a
+/// connection opened before the upgrade still answers after it, until
+/// the old process's drain ends.
+#[test]
+fn an_open_connection_finishes_in_the_old_process() {
+    let echo = TestBackend::echo();
+    let scratch = Scratch::new("upgrade-open");
+    let path = scratch.path("upgrade.sock");
+    let port = free_port();
+    let mut old = rodizio(port, echo.addr(), &path, &[]);
+    let mut open = connect(loopback(port)).unwrap();
+    open.write_all(b"before").unwrap();
+    let mut buf = [0u8; 6];
+    open.read_exact(&mut buf).unwrap();
+    let new = rodizio(port, echo.addr(), &path, &[]);
+    old.next_log("a new rodizio took the listening sockets");
+    assert!(old.alive(), "the old process left with a connection open");
+    open.write_all(b"after!").unwrap();
+    open.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"after!");
+    drop(open);
+    exits_cleanly(&mut old);
+    drop(new);
+}
