@@ -311,7 +311,7 @@ pub fn drop_unadopted() -> Vec<SocketAddr> {
     left
 }
 
-/// Gives `listener` a [`Gate`]: its accept loop then stops on an eventfd,
+/// Gives `listener` a gate (`Gate`): its accept loop then stops on an eventfd,
 /// never by a wake-up connection or `shutdown(2)`, so that the socket can
 /// be shared with the next process. Without an eventfd, a warning and the
 /// usual wake-up.
