@@ -442,6 +442,7 @@ fn every_setting_away_from_its_default_reads_back_the_same() {
         "backlog": 77, "sched_policy": "batch", "buffer_size": "16k",
         "connect_timeout": "1500ms", "idle_timeout": "2m", "drain_timeout": "7s",
         "drain_spread": "3s", "drain_spread_order": "idlest",
+        "upgrade_socket": "/run/rodizio/upgrade.sock",
         "connect_retries": 2, "connect_retry_budget": "4s",
         "splice": true, "kernel_relay_after": 9,
         "defer_accept": true, "yield_before_poll": true, "health_check": "http",
