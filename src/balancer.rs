@@ -129,12 +129,17 @@ impl Balancer {
     /// [`Error::Bind`] when an address cannot be listened on, [`Error::Io`]
     /// when `TCP_DEFER_ACCEPT` cannot be set.
     pub fn listen(config: &Config) -> Result<Listeners> {
-        // Before any address is bound: a running rodizio's sockets taken.
+        // Before any address is bound: a running rodizio's sockets taken,
+        // and every socket opened from now on (reloads too) shared with
+        // the next process, so gated.
         let upgrade = config
             .upgrade_socket
             .as_deref()
             .map(crate::upgrade::start)
             .transpose()?;
+        if upgrade.is_some() {
+            systemd::share_listeners();
+        }
         let list = config.service_list();
         // An address shared by SNI is bound once, by the first service.
         let sockets: Vec<Vec<TcpListener>> = (0..list.len())
@@ -143,8 +148,6 @@ impl Balancer {
             })
             .collect::<Result<_>>()?;
         if config.upgrade_socket.is_some() {
-            // Shared with the next process: stopped by their gates.
-            sockets.iter().flatten().for_each(systemd::gate);
             for addr in systemd::drop_unadopted() {
                 log::info!(
                     "{addr}, handed over by the previous rodizio, is not listened on here: closed"
@@ -335,14 +338,11 @@ impl Balancer {
                 running.status()
             })
         };
-        let handed = match self.start_services(&notice) {
-            Ok(handed) => handed,
-            Err(err) => {
-                shutdown.trigger();
-                self.running.take_threads().join();
-                return Err(err);
-            }
-        };
+        if let Err(err) = self.start_services(&notice) {
+            shutdown.trigger();
+            self.running.take_threads().join();
+            return Err(err);
+        }
         self.running.resolve_names();
         // The admin API once every service listens: `/services` shows
         // their addresses from its first answer.
@@ -369,7 +369,9 @@ impl Balancer {
         };
         notice.listening();
         if let Some(upgrade) = self.upgrade.take() {
-            if let Err(err) = upgrade.serve(handed, shutdown) {
+            let running = Arc::clone(&self.running);
+            let sockets = Box::new(move || running.listening_sockets());
+            if let Err(err) = upgrade.serve(sockets, shutdown) {
                 log::warn!("{err}: no upgrade through upgrade_socket");
             }
         }
@@ -391,46 +393,26 @@ impl Balancer {
         Ok(())
     }
 
-    /// Starts every service's accept loops on its listening sockets;
-    /// returns a copy of each socket, with its address, when the next
-    /// process may take them (`upgrade_socket`).
-    fn start_services(
-        &mut self,
-        notice: &Arc<systemd::StartNotice>,
-    ) -> Result<Vec<(SocketAddr, TcpListener)>> {
+    /// Starts every service's accept loops on its listening sockets.
+    fn start_services(&mut self, notice: &Arc<systemd::StartNotice>) -> Result<()> {
         let listeners = std::mem::take(&mut self.listeners);
         let list = self.config.service_list();
-        // Each listening socket, for a hand-over to the next process.
-        let mut handed = Vec::new();
         for (i, (service, listeners)) in self.services.iter().zip(listeners).enumerate() {
             let shared = crate::config::sni_check::bound_before(&list, i);
-            let listeners: Vec<(SocketAddr, TcpListener)> = service
+            let listeners = service
                 .config
                 .listen_addrs()
                 .into_iter()
                 .filter(|a| !shared.contains(a))
                 .zip(listeners)
                 .collect();
-            if self.upgrade.is_some() {
-                for (addr, listener) in &listeners {
-                    // The bound address: port 0 became a real one.
-                    let addr = listener.local_addr().unwrap_or(*addr);
-                    match listener.try_clone() {
-                        Ok(copy) => handed.push((addr, copy)),
-                        Err(err) => log::warn!(
-                            "{addr} will not be handed to the next process: duplicating its \
-                             socket failed ({err})"
-                        ),
-                    }
-                }
-            }
             let ready = {
                 let notice = Arc::clone(notice);
                 Box::new(move || notice.round_done())
             };
             self.running.start(Arc::clone(service), listeners, ready)?;
         }
-        Ok(handed)
+        Ok(())
     }
 
     /// After the accept loop: closes the listening socket, lets the

@@ -114,6 +114,7 @@ pub fn open_except(config: &Config, skip: &[SocketAddr]) -> Result<Vec<TcpListen
                     .map_err(|e| Error::io("setting TCP_DEFER_ACCEPT (--defer-accept)", e))?;
             }
             nodelay_for_clients(&listener, addr);
+            systemd::gate_if_shared(&listener);
             Ok(listener)
         })
         .collect()

@@ -412,6 +412,27 @@ impl Running {
             .map_err(|e| Error::io("duplicating the listening socket", e))
     }
 
+    /// Every listening socket of every service (a new descriptor of each)
+    /// with the address it is bound to: what a hand-over to the next
+    /// process sends (`upgrade_socket`), reloads included. A socket that
+    /// cannot be duplicated is left out, with a warning.
+    pub fn listening_sockets(&self) -> Vec<(SocketAddr, TcpListener)> {
+        let services = self.services.lock();
+        let loops = services.iter().flat_map(|e| e.loops.iter());
+        loops
+            .filter_map(|l| match l.socket.try_clone() {
+                Ok(socket) => Some((l.addr, socket)),
+                Err(err) => {
+                    log::warn!(
+                        "{} cannot be handed over: duplicating it failed ({err})",
+                        l.addr
+                    );
+                    None
+                }
+            })
+            .collect()
+    }
+
     /// The configured addresses the service `name` listens on.
     pub(crate) fn configured_addrs(&self, name: &str) -> Vec<SocketAddr> {
         self.services

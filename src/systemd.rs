@@ -311,6 +311,23 @@ pub fn drop_unadopted() -> Vec<SocketAddr> {
     left
 }
 
+/// Whether this process shares every listening socket it opens with the
+/// next one (`upgrade_socket`): each is then gated as it is opened.
+static SHARED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, every listening socket this process opens (at start-up
+/// and by reloads) is gated ([`gate`]): the next process may take it.
+pub fn share_listeners() {
+    SHARED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// [`gate`], when [`share_listeners`] was called.
+pub fn gate_if_shared(listener: &TcpListener) {
+    if SHARED.load(std::sync::atomic::Ordering::SeqCst) {
+        gate(listener);
+    }
+}
+
 /// Gives `listener` a gate (`Gate`): its accept loop then stops on an eventfd,
 /// never by a wake-up connection or `shutdown(2)`, so that the socket can
 /// be shared with the next process. Without an eventfd, a warning and the
@@ -320,7 +337,15 @@ pub fn gate(listener: &TcpListener) {
         return;
     }
     match Gate::new() {
-        Ok(gate) => GATES.lock().push((listener.as_raw_fd(), Arc::new(gate))),
+        Ok(gate) => {
+            let mut gates = GATES.lock();
+            // Gates of sockets closed since (a reload removed their
+            // service) go: their numbers may be reused by others.
+            gates.retain(|(id, _)| identity(id.0) == Some(*id));
+            if let Some(id) = identity(listener.as_raw_fd()) {
+                gates.push((id, Arc::new(gate)));
+            }
+        }
         Err(err) => log::warn!(
             "no eventfd for a shared listening socket ({err}): a stop will wake the \
              accept loop with a connection, which may take a waiting client's turn"
@@ -448,8 +473,22 @@ pub(crate) struct Gate {
     stop: OwnedFd,
 }
 
-/// The gates of the passed sockets in use, by listening descriptor.
-static GATES: Mutex<Vec<(RawFd, Arc<Gate>)>> = parking_lot::const_mutex(Vec::new());
+/// The gates of the passed or shared sockets in use, by listening
+/// descriptor and the socket's inode ([`identity`]): a number reused by a
+/// new socket is not taken for the old one.
+static GATES: Mutex<Vec<(SocketId, Arc<Gate>)>> = parking_lot::const_mutex(Vec::new());
+
+/// A descriptor and the inode of the socket it is open on.
+type SocketId = (RawFd, u64);
+
+/// A descriptor and the inode of what it is open on now; `None` when it
+/// is not open.
+fn identity(fd: RawFd) -> Option<SocketId> {
+    // SAFETY: a zeroed stat is valid; fstat writes at most its size.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on a number; a closed one fails with EBADF.
+    (unsafe { libc::fstat(fd, &mut stat) } == 0).then_some((fd, stat.st_ino))
+}
 
 impl Gate {
     /// A closed gate of its own (an eventfd), registered nowhere.
@@ -470,13 +509,14 @@ impl Gate {
     /// queue is full.
     pub(crate) const GRACE: Duration = Duration::from_secs(1);
 
-    /// The gate of `listener`, when it is a socket systemd passed.
+    /// The gate of `listener`, when it is a socket systemd or the previous
+    /// process passed, or one shared with the next (`upgrade_socket`).
     pub(crate) fn of(listener: &TcpListener) -> Option<Arc<Gate>> {
-        let fd = listener.as_raw_fd();
+        let id = identity(listener.as_raw_fd())?;
         GATES
             .lock()
             .iter()
-            .find(|(n, _)| *n == fd)
+            .find(|(n, _)| *n == id)
             .map(|(_, gate)| Arc::clone(gate))
     }
 

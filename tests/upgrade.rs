@@ -315,3 +315,60 @@ fn an_open_connection_finishes_in_the_old_process() {
     exits_cleanly(&mut old);
     drop(new);
 }
+
+/// A configuration of services `(name, port)`, each in front of `web`,
+/// with `path` as its upgrade socket.
+fn services(path: &Path, web: SocketAddr, list: &[(&str, u16)]) -> String {
+    let one = |(name, port): &(&str, u16)| {
+        format!(r#"{{"name": "{name}", "listen": "127.0.0.1:{port}", "backends": ["{web}"]}}"#)
+    };
+    let list: Vec<String> = list.iter().map(one).collect();
+    format!(
+        r#"{{"health_check": "off", "upgrade_socket": "{}", "services": [{}]}}"#,
+        path.display(),
+        list.join(", ")
+    )
+}
+
+/// What the running process hands over is what it listens on at that
+/// time: a service a reload removed is not handed, one a later reload
+/// added is (its socket gated like the others, though it may reuse the
+/// removed one's descriptor number), and both addresses serve through
+/// the new process.
+#[test]
+fn sockets_added_and_removed_by_reloads_are_handed_as_they_are() {
+    let web = TestBackend::http(1);
+    let scratch = Scratch::new("upgrade-reload");
+    let path = scratch.path("upgrade.sock");
+    let (pa, pb, pc) = (free_port(), free_port(), free_port());
+    let file = scratch.file(
+        "lb.json",
+        services(&path, web.addr(), &[("a", pa), ("b", pb)]),
+    );
+    let config = file.to_str().unwrap();
+    let mut old = Child::start(&mut child::command(&["--allow-root", "-c", config]));
+    request(loopback(pb)).unwrap();
+    scratch.file("lb.json", services(&path, web.addr(), &[("a", pa)]));
+    old.signal(libc::SIGHUP);
+    old.next_log("reload: ");
+    scratch.file(
+        "lb.json",
+        services(&path, web.addr(), &[("a", pa), ("c", pc)]),
+    );
+    old.signal(libc::SIGHUP);
+    old.next_log("reload: ");
+    for port in [pa, pc] {
+        request(loopback(port)).unwrap_or_else(|e| panic!("{port}: {e}\n{}", old.log()));
+    }
+    let new = Child::start(&mut child::command(&["--allow-root", "-c", config]));
+    exits_cleanly(&mut old);
+    assert!(
+        new.log().contains("took 2 listening sockets"),
+        "{}",
+        new.log()
+    );
+    for port in [pa, pc] {
+        request(loopback(port)).unwrap_or_else(|e| panic!("{port}: {e}\n{}", new.log()));
+    }
+    assert!(request(loopback(pb)).is_err(), "b still answers");
+}

@@ -75,6 +75,10 @@ const START_WAIT: Duration = Duration::from_secs(60);
 /// The most listening sockets a hand-over carries.
 const MAX_LISTENERS: usize = 1024;
 
+/// What gives the listening sockets to hand over, each with its address,
+/// at the time of the hand-over (a reload may have added or removed some).
+pub type Sockets = Box<dyn Fn() -> Vec<(SocketAddr, TcpListener)> + Send>;
+
 /// This process's side of `upgrade_socket`: the Unix socket it serves
 /// hand-overs on, and the process it took the sockets from, if any.
 #[derive(Debug)]
@@ -118,17 +122,13 @@ pub fn start(path: &Path) -> Result<Upgrade> {
 impl Upgrade {
     /// Once this process accepts on every address: tells the previous
     /// process, if any, to drain, then hears the next process's requests
-    /// on a thread of its own, handing it `listeners` (each with its
-    /// address).
+    /// on a thread of its own, handing it what `sockets` gives at that
+    /// time (each listening socket with its address).
     ///
     /// # Errors
     ///
     /// [`Error::Io`] when the thread or its eventfd cannot be made.
-    pub fn serve(
-        mut self,
-        listeners: Vec<(SocketAddr, TcpListener)>,
-        shutdown: &Shutdown,
-    ) -> Result<()> {
+    pub fn serve(mut self, sockets: Sockets, shutdown: &Shutdown) -> Result<()> {
         if let Some(previous) = self.previous.take() {
             release(&previous, &self.path);
         }
@@ -148,14 +148,14 @@ impl Upgrade {
         let shutdown = shutdown.clone();
         thread::Builder::new()
             .name("rodizio-upgrade".into())
-            .spawn(move || self.run(&listeners, &gate, &shutdown))
+            .spawn(move || self.run(&sockets, &gate, &shutdown))
             .map_err(|e| Error::io("starting the upgrade thread", e))?;
         Ok(())
     }
 
     /// Hears hand-over requests until one succeeds (the shutdown is then
     /// triggered) or the process stops.
-    fn run(self, listeners: &[(SocketAddr, TcpListener)], gate: &Gate, shutdown: &Shutdown) {
+    fn run(self, sockets: &Sockets, gate: &Gate, shutdown: &Shutdown) {
         while gate.wait(&self.server) {
             let conn = match self.server.accept() {
                 Ok((conn, _)) => conn,
@@ -169,7 +169,7 @@ impl Upgrade {
                     continue;
                 }
             };
-            match self.hand_over(&conn, listeners) {
+            match self.hand_over(&conn, &sockets()) {
                 Ok(()) => {
                     log::info!(
                         "a new rodizio took the listening sockets through {}: draining",
