@@ -195,6 +195,30 @@ mod tests {
         assert_eq!(recv(&b).unwrap_err().kind(), ErrorKind::InvalidData);
     }
 
+    proptest::proptest! {
+        /// Any bytes as a message: one printable line of at most 512
+        /// bytes comes back as it was sent, anything else is refused;
+        /// never a panic.
+        #[test]
+        fn any_message_is_a_line_or_refused(bytes in proptest::collection::vec(proptest::num::u8::ANY, 1..700)) {
+            let (a, b) = pair();
+            // SAFETY: a send of a live buffer.
+            unsafe { libc::send(a.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), 0) };
+            let text = std::str::from_utf8(&bytes).ok();
+            let line = text
+                .and_then(|t| t.strip_suffix('\n'))
+                .filter(|l| bytes.len() <= MAX_LINE && l.chars().all(|c| !c.is_control()));
+            match (recv(&b), line) {
+                (Ok((got, fd)), Some(line)) => {
+                    proptest::prop_assert_eq!(got, line);
+                    proptest::prop_assert!(fd.is_none());
+                }
+                (Err(e), None) => proptest::prop_assert_eq!(e.kind(), ErrorKind::InvalidData),
+                (got, want) => proptest::prop_assert!(false, "{:?} for {:?}", got, want),
+            }
+        }
+    }
+
     /// One message carrying `fd` twice.
     fn two_fds(socket: &Socket, fd: RawFd) {
         let mut byte = *b"\n";
