@@ -372,3 +372,39 @@ fn sockets_added_and_removed_by_reloads_are_handed_as_they_are() {
     }
     assert!(request(loopback(pb)).is_err(), "b still answers");
 }
+
+/// A real client across three upgrades: `ab` (one connection per request,
+/// four at once, for 4 s), each upgrade after 300 more requests, while the sockets pass from process to process:
+/// not one failed request.
+#[test]
+fn ab_across_three_upgrades_fails_nothing() {
+    // HTTP/1.0 as ab speaks it: one answer, then the close.
+    let web = TestBackend::start(Arc::new(|mut s: std::net::TcpStream| {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte)? == 1 {
+            head.push(byte[0]);
+        }
+        s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    }));
+    let scratch = Scratch::new("upgrade-ab");
+    let path = scratch.path("upgrade.sock");
+    let port = free_port();
+    let mut current = rodizio(port, web.addr(), &path, &[]);
+    let ab = thread::spawn(move || peers::ab_for(loopback(port), 4, 4));
+    for _ in 0..3 {
+        // Each upgrade once ab has had 300 more requests served.
+        let target = web.accepted() + 300;
+        assert!(
+            wait_for(Duration::from_secs(10), || web.accepted() >= target),
+            "ab stalled"
+        );
+        let next = rodizio(port, web.addr(), &path, &[]);
+        exits_cleanly(&mut current);
+        current = next;
+    }
+    let (complete, failed) = ab.join().unwrap();
+    assert!(complete > 100, "ab completed only {complete}");
+    assert_eq!(failed, 0, "{failed} of {complete} failed");
+    eprintln!("ab: {complete} requests across three upgrades, none failed");
+}
