@@ -415,11 +415,18 @@ impl Running {
     /// Every listening socket of every service (a new descriptor of each)
     /// with the address it is bound to: what a hand-over to the next
     /// process sends (`upgrade_socket`), reloads included. A socket that
-    /// cannot be duplicated is left out, with a warning.
+    /// cannot be duplicated is left out, with a warning; an address is
+    /// named once, however many loops share its socket.
     pub fn listening_sockets(&self) -> Vec<(SocketAddr, TcpListener)> {
         let services = self.services.lock();
+        let mut seen = Vec::new();
         let loops = services.iter().flat_map(|e| e.loops.iter());
         loops
+            .filter(|l| {
+                let first = !seen.contains(&l.addr);
+                seen.push(l.addr);
+                first
+            })
             .filter_map(|l| match l.socket.try_clone() {
                 Ok(socket) => Some((l.addr, socket)),
                 Err(err) => {

@@ -161,7 +161,7 @@ fn two_upgrades_in_a_row_under_load_fail_no_request() {
     let mut second = rodizio(port, web.addr(), &path, &[]);
     exits_cleanly(&mut first);
     assert!(
-        second.log().contains("took 1 listening sockets"),
+        second.log().contains("took 1 listening socket from"),
         "{}",
         second.log()
     );

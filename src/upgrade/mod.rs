@@ -299,7 +299,8 @@ fn take_over(conn: &Socket) -> std::result::Result<Socket, String> {
         }
     }
     let server = server.ok_or("the running rodizio did not hand its upgrade socket over")?;
-    log::info!("took {taken} listening sockets from the running rodizio");
+    let taken = crate::units::count(taken as u64, "listening socket");
+    log::info!("took {taken} from the running rodizio");
     Ok(server)
 }
 
