@@ -408,3 +408,62 @@ fn ab_across_three_upgrades_fails_nothing() {
     assert_eq!(failed, 0, "{failed} of {complete} failed");
     eprintln!("ab: {complete} requests across three upgrades, none failed");
 }
+
+/// A real new process killed in the middle of the hand-over: started with
+/// no backend, it takes the sockets and then waits at the article's
+/// prompt (so it never accepts); killed there with SIGKILL, it never said
+/// `OK`. The old one serves throughout (the load meanwhile queued on the
+/// same sockets is its), says so in one line, and the next upgrade works.
+#[test]
+fn a_new_process_killed_at_its_prompt_leaves_the_old_serving() {
+    let web = TestBackend::http(1);
+    let scratch = Scratch::new("upgrade-killed");
+    let path = scratch.path("upgrade.sock");
+    let port = free_port();
+    let mut old = rodizio(port, web.addr(), &path, &[]);
+    let load = Load::start(loopback(port));
+    load.more(100);
+    let mut prompt = std::process::Command::new(env!("CARGO_BIN_EXE_rodizio"))
+        .args(["--allow-root", "-l", &format!("127.0.0.1:{port}")])
+        .args([
+            "--health-check",
+            "off",
+            "--upgrade-socket",
+            path.to_str().unwrap(),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = prompt.stdout.take().unwrap();
+    let mut asked = Vec::new();
+    let mut byte = [0u8; 1];
+    let started = Instant::now();
+    while !String::from_utf8_lossy(&asked).contains("Enter the number of servers") {
+        assert!(started.elapsed() < Duration::from_secs(20), "no prompt");
+        assert_eq!(
+            out.read(&mut byte).unwrap(),
+            1,
+            "{}",
+            String::from_utf8_lossy(&asked)
+        );
+        asked.push(byte[0]);
+    }
+    load.more(200);
+    prompt.kill().unwrap();
+    prompt.wait().unwrap();
+    old.next_log("no hand-over");
+    load.more(200);
+    let new = rodizio(port, web.addr(), &path, &[]);
+    exits_cleanly(&mut old);
+    load.more(200);
+    let (total, failed) = load.end();
+    assert!(
+        failed.is_empty(),
+        "{} of {total} failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    drop(new);
+}
