@@ -13,15 +13,11 @@ mod common;
 mod peers;
 
 use std::fs;
-use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use child::Child;
-use common::{connect, TestBackend};
+use common::{Load, TestBackend};
 use peers::{free_port, loopback};
 
 const MIGRATE: &str = "/proc/sys/net/ipv4/tcp_migrate_req";
@@ -62,21 +58,6 @@ fn rodizio(port: u16, backend: SocketAddr) -> Child {
     ]))
 }
 
-/// One request through `addr`; whether a whole 200 came back.
-fn request(addr: SocketAddr) -> Result<(), String> {
-    let mut s = connect(addr).map_err(|e| format!("connect: {e}"))?;
-    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .map_err(|e| format!("write: {e}"))?;
-    let mut reply = String::new();
-    s.read_to_string(&mut reply)
-        .map_err(|e| format!("read: {e}"))?;
-    if reply.starts_with("HTTP/1.1 200") && reply.ends_with("backend 1\n") {
-        Ok(())
-    } else {
-        Err(format!("reply {reply:?}"))
-    }
-}
-
 /// Under a steady load of sequential requests, a second process takes the
 /// port with `--reuse-port`, the first is sent SIGTERM, drains and exits
 /// 0, and not one request fails.
@@ -88,54 +69,17 @@ fn a_second_process_takes_over_without_a_failed_request() {
     let addr = loopback(port);
     let mut old = rodizio(port, web.addr());
 
-    let done = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let failed = Arc::new(Mutex::new(Vec::new()));
-    let load = {
-        let (done, stop, failed) = (done.clone(), stop.clone(), failed.clone());
-        thread::spawn(move || {
-            let started = Instant::now();
-            // Bounded in count and time, whatever happens.
-            while !stop.load(Ordering::SeqCst)
-                && done.load(Ordering::SeqCst) < 50_000
-                && started.elapsed() < Duration::from_secs(60)
-            {
-                if let Err(e) = request(addr) {
-                    failed.lock().unwrap().push(e);
-                }
-                done.fetch_add(1, Ordering::SeqCst);
-            }
-        })
-    };
-    let wait_more = |n: usize| {
-        let target = done.load(Ordering::SeqCst) + n;
-        assert!(
-            common::wait_for(Duration::from_secs(30), || done.load(Ordering::SeqCst)
-                >= target),
-            "the load stalled"
-        );
-    };
-    wait_more(200);
+    let load = Load::start(addr);
+    load.more(200);
     let new = rodizio(port, web.addr());
-    wait_more(500);
+    load.more(500);
     old.signal(libc::SIGTERM);
     let status = old
         .wait_exit(Duration::from_secs(15))
         .expect("the old process did not exit");
     assert!(status.success(), "old process: {status}\n{}", old.output());
-    wait_more(500);
-    stop.store(true, Ordering::SeqCst);
-    load.join().unwrap();
-    let failed = failed.lock().unwrap();
-    let total = done.load(Ordering::SeqCst);
-    assert!(
-        failed.is_empty(),
-        "{} of {total} requests failed: {:?}\nold:\n{}\nnew:\n{}",
-        failed.len(),
-        &failed[..failed.len().min(5)],
-        old.output(),
-        new.output()
-    );
+    load.more(500);
+    let total = load.none_failed(&format!("old:\n{}\nnew:\n{}", old.output(), new.output()));
     eprintln!("{total} requests, none failed");
     drop(new);
 }

@@ -14,13 +14,12 @@ use std::fs;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use child::{Child, Scratch};
-use common::{connect, wait_for, TestBackend};
+use common::{connect, get_backend_1, wait_for, Load, TestBackend};
 use peers::{free_port, loopback};
 use rodizio::upgrade::{wire, HELLO};
 use socket2::{Domain, SockAddr, Socket, Type};
@@ -57,77 +56,6 @@ fn rodizio(port: u16, backend: SocketAddr, path: &Path, extra: &[&str]) -> Child
     ]
     .concat();
     Child::start(&mut child::command(&args))
-}
-
-/// One request through `addr`; whether a whole 200 came back.
-fn request(addr: SocketAddr) -> Result<(), String> {
-    let mut s = connect(addr).map_err(|e| format!("connect: {e}"))?;
-    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .map_err(|e| format!("write: {e}"))?;
-    let mut reply = String::new();
-    s.read_to_string(&mut reply)
-        .map_err(|e| format!("read: {e}"))?;
-    if reply.starts_with("HTTP/1.1 200") && reply.ends_with("backend 1\n") {
-        Ok(())
-    } else {
-        Err(format!("reply {reply:?}"))
-    }
-}
-
-/// Sequential requests to `addr` on a thread, bounded in count (50,000)
-/// and time (90 s), each failure kept.
-struct Load {
-    done: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
-    failed: Arc<Mutex<Vec<String>>>,
-    thread: Option<thread::JoinHandle<()>>,
-}
-
-impl Load {
-    fn start(addr: SocketAddr) -> Load {
-        let done = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let failed = Arc::new(Mutex::new(Vec::new()));
-        let thread = {
-            let (done, stop, failed) = (done.clone(), stop.clone(), failed.clone());
-            thread::spawn(move || {
-                let started = Instant::now();
-                while !stop.load(Ordering::SeqCst)
-                    && done.load(Ordering::SeqCst) < 50_000
-                    && started.elapsed() < Duration::from_secs(90)
-                {
-                    if let Err(e) = request(addr) {
-                        failed.lock().unwrap().push(e);
-                    }
-                    done.fetch_add(1, Ordering::SeqCst);
-                }
-            })
-        };
-        Load {
-            done,
-            stop,
-            failed,
-            thread: Some(thread),
-        }
-    }
-
-    /// Waits until `n` more requests are done.
-    fn more(&self, n: usize) {
-        let target = self.done.load(Ordering::SeqCst) + n;
-        assert!(
-            wait_for(Duration::from_secs(30), || self.done.load(Ordering::SeqCst)
-                >= target),
-            "the load stalled"
-        );
-    }
-
-    /// Stops the load; how many requests were done, and the failures.
-    fn end(mut self) -> (usize, Vec<String>) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.thread.take().unwrap().join().unwrap();
-        let failed = self.failed.lock().unwrap().clone();
-        (self.done.load(Ordering::SeqCst), failed)
-    }
 }
 
 /// Waits for `old` to exit after a hand-over; fails with its log if it
@@ -169,14 +97,7 @@ fn two_upgrades_in_a_row_under_load_fail_no_request() {
     let mut third = rodizio(port, web.addr(), &path, &[]);
     exits_cleanly(&mut second);
     load.more(300);
-    let (total, failed) = load.end();
-    assert!(
-        failed.is_empty(),
-        "{} of {total} requests failed: {:?}\nthird:\n{}",
-        failed.len(),
-        &failed[..failed.len().min(5)],
-        third.output()
-    );
+    let total = load.none_failed(&third.output());
     assert!(path.exists(), "the upgrade socket's path went away");
     eprintln!("{total} requests over two upgrades, none failed");
     // Stopped without a hand-over, the last one removes its socket.
@@ -281,13 +202,7 @@ fn a_new_process_that_dies_or_fails_leaves_the_old_serving() {
     let new = rodizio(port, web.addr(), &path, &[]);
     exits_cleanly(&mut old);
     load.more(200);
-    let (total, failed) = load.end();
-    assert!(
-        failed.is_empty(),
-        "{} of {total} failed: {:?}",
-        failed.len(),
-        &failed[..failed.len().min(5)]
-    );
+    load.none_failed("");
     drop(new);
 }
 
@@ -347,7 +262,7 @@ fn sockets_added_and_removed_by_reloads_are_handed_as_they_are() {
     );
     let config = file.to_str().unwrap();
     let mut old = Child::start(&mut child::command(&["--allow-root", "-c", config]));
-    request(loopback(pb)).unwrap();
+    get_backend_1(loopback(pb)).unwrap();
     scratch.file("lb.json", services(&path, web.addr(), &[("a", pa)]));
     old.signal(libc::SIGHUP);
     old.next_log("reload: ");
@@ -358,7 +273,7 @@ fn sockets_added_and_removed_by_reloads_are_handed_as_they_are() {
     old.signal(libc::SIGHUP);
     old.next_log("reload: ");
     for port in [pa, pc] {
-        request(loopback(port)).unwrap_or_else(|e| panic!("{port}: {e}\n{}", old.log()));
+        get_backend_1(loopback(port)).unwrap_or_else(|e| panic!("{port}: {e}\n{}", old.log()));
     }
     let new = Child::start(&mut child::command(&["--allow-root", "-c", config]));
     exits_cleanly(&mut old);
@@ -368,9 +283,9 @@ fn sockets_added_and_removed_by_reloads_are_handed_as_they_are() {
         new.log()
     );
     for port in [pa, pc] {
-        request(loopback(port)).unwrap_or_else(|e| panic!("{port}: {e}\n{}", new.log()));
+        get_backend_1(loopback(port)).unwrap_or_else(|e| panic!("{port}: {e}\n{}", new.log()));
     }
-    assert!(request(loopback(pb)).is_err(), "b still answers");
+    assert!(get_backend_1(loopback(pb)).is_err(), "b still answers");
 }
 
 /// A real client across three upgrades: `ab` (one connection per request,
@@ -458,12 +373,6 @@ fn a_new_process_killed_at_its_prompt_leaves_the_old_serving() {
     let new = rodizio(port, web.addr(), &path, &[]);
     exits_cleanly(&mut old);
     load.more(200);
-    let (total, failed) = load.end();
-    assert!(
-        failed.is_empty(),
-        "{} of {total} failed: {:?}",
-        failed.len(),
-        &failed[..failed.len().min(5)]
-    );
+    load.none_failed("");
     drop(new);
 }

@@ -456,6 +456,87 @@ pub fn until(what: &str, cond: impl Fn() -> bool) {
     assert!(time_until(IO_TIMEOUT, cond).is_some(), "timed out: {what}");
 }
 
+/// One `GET /` through `addr` (`Connection: close`) to a
+/// [`TestBackend::http`]`(1)`: `Ok` when a whole 200 from backend 1 came back.
+pub fn get_backend_1(addr: SocketAddr) -> Result<(), String> {
+    let mut s = connect(addr).map_err(|e| format!("connect: {e}"))?;
+    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .map_err(|e| format!("write: {e}"))?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply)
+        .map_err(|e| format!("read: {e}"))?;
+    if reply.starts_with("HTTP/1.1 200") && reply.ends_with("backend 1\n") {
+        Ok(())
+    } else {
+        Err(format!("reply {reply:?}"))
+    }
+}
+
+/// Sequential requests to `addr` on a thread, bounded in count (50,000)
+/// and time (90 s), each failure kept.
+pub struct Load {
+    done: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    failed: Arc<Mutex<Vec<String>>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Load {
+    /// Starts the requests ([`get_backend_1`]) on a thread.
+    pub fn start(addr: SocketAddr) -> Load {
+        let done = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let failed = Arc::new(Mutex::new(Vec::new()));
+        let thread = {
+            let (done, stop, failed) = (done.clone(), stop.clone(), failed.clone());
+            thread::spawn(move || {
+                let started = Instant::now();
+                while !stop.load(Ordering::SeqCst)
+                    && done.load(Ordering::SeqCst) < 50_000
+                    && started.elapsed() < Duration::from_secs(90)
+                {
+                    if let Err(e) = get_backend_1(addr) {
+                        failed.lock().unwrap().push(e);
+                    }
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        Load {
+            done,
+            stop,
+            failed,
+            thread: Some(thread),
+        }
+    }
+
+    /// Waits until `n` more requests are done.
+    pub fn more(&self, n: usize) {
+        let target = self.done.load(Ordering::SeqCst) + n;
+        assert!(
+            wait_for(Duration::from_secs(30), || self.done.load(Ordering::SeqCst)
+                >= target),
+            "the load stalled"
+        );
+    }
+
+    /// Stops the load and fails the test, with `context`, if any request
+    /// failed; how many were done.
+    pub fn none_failed(mut self, context: &str) -> usize {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap();
+        let failed = self.failed.lock().unwrap().clone();
+        let total = self.done.load(Ordering::SeqCst);
+        assert!(
+            failed.is_empty(),
+            "{} of {total} requests failed: {:?}\n{context}",
+            failed.len(),
+            &failed[..failed.len().min(5)]
+        );
+        total
+    }
+}
+
 /// Polls `cond` until it holds or `timeout` passes; whether it held.
 pub fn wait_for(timeout: Duration, cond: impl FnMut() -> bool) -> bool {
     time_until(timeout, cond).is_some()
