@@ -147,7 +147,7 @@ impl Balancer {
                 listener::open_except(list[i], &crate::config::sni_check::bound_before(&list, i))
             })
             .collect::<Result<_>>()?;
-        if config.upgrade_socket.is_some() {
+        if upgrade.is_some() {
             for addr in systemd::drop_unadopted() {
                 log::info!(
                     "{addr}, handed over by the previous rodizio, is not listened on here: closed"

@@ -251,8 +251,26 @@ struct Passed {
     addr: SocketAddr,
     /// Its name (`FileDescriptorName=`, by default the socket unit's).
     name: String,
-    /// Who passed it, for the log: systemd, or the previous process.
-    from: &'static str,
+    /// Who passed it.
+    from: PassedBy,
+}
+
+/// Who passed a listening socket to this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PassedBy {
+    /// systemd (`LISTEN_FDS`).
+    Systemd,
+    /// The previous rodizio, through `upgrade_socket`.
+    Previous,
+}
+
+impl std::fmt::Display for PassedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PassedBy::Systemd => "systemd",
+            PassedBy::Previous => "the previous rodizio",
+        })
+    }
 }
 
 /// The passed sockets, read at the first call of [`inherited`].
@@ -290,7 +308,7 @@ pub fn adopt(addr: SocketAddr, fd: OwnedFd) {
         number,
         addr,
         name: "upgrade_socket".into(),
-        from: "the previous rodizio",
+        from: PassedBy::Previous,
     });
 }
 
@@ -304,10 +322,10 @@ pub fn drop_unadopted() -> Vec<SocketAddr> {
     let mut passed = passed.lock();
     let left: Vec<SocketAddr> = passed
         .iter()
-        .filter(|p| p.fd.is_some() && p.from != "systemd")
+        .filter(|p| p.fd.is_some() && p.from == PassedBy::Previous)
         .map(|p| p.addr)
         .collect();
-    passed.retain(|p| p.fd.is_none() || p.from == "systemd");
+    passed.retain(|p| p.fd.is_none() || p.from == PassedBy::Systemd);
     left
 }
 
@@ -406,7 +424,7 @@ fn read_listen_fds() -> Vec<Passed> {
                 number,
                 addr,
                 name,
-                from: "systemd",
+                from: PassedBy::Systemd,
             }),
             Err(why) => {
                 log::warn!("descriptor {number} passed by systemd ({name}): {why}; not used")
