@@ -414,10 +414,14 @@ impl Running {
 
     /// Every listening socket of every service (a new descriptor of each)
     /// with the address it is bound to: what a hand-over to the next
-    /// process sends (`upgrade_socket`), reloads included. A socket that
-    /// cannot be duplicated is left out, with a warning; an address is
+    /// process sends (`upgrade_socket`), reloads included; an address is
     /// named once, however many loops share its socket.
-    pub fn listening_sockets(&self) -> Vec<(SocketAddr, TcpListener)> {
+    ///
+    /// # Errors
+    ///
+    /// The first socket that cannot be duplicated (out of descriptors),
+    /// in words: a hand-over then sends none, rather than some.
+    pub fn listening_sockets(&self) -> std::result::Result<Vec<(SocketAddr, TcpListener)>, String> {
         let services = self.services.lock();
         let mut seen = Vec::new();
         let loops = services.iter().flat_map(|e| e.loops.iter());
@@ -427,15 +431,9 @@ impl Running {
                 seen.push(l.addr);
                 first
             })
-            .filter_map(|l| match l.socket.try_clone() {
-                Ok(socket) => Some((l.addr, socket)),
-                Err(err) => {
-                    log::warn!(
-                        "{} cannot be handed over: duplicating it failed ({err})",
-                        l.addr
-                    );
-                    None
-                }
+            .map(|l| match l.socket.try_clone() {
+                Ok(socket) => Ok((l.addr, socket)),
+                Err(err) => Err(format!("copying the socket of {}: {err}", l.addr)),
             })
             .collect()
     }

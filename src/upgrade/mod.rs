@@ -64,6 +64,7 @@ use socket2::{Domain, SockAddr, SockRef, Socket, Type};
 use crate::error::{Error, Result};
 use crate::shutdown::Shutdown;
 use crate::systemd::{self, Gate};
+use crate::throttle::{self, LogThrottle};
 
 /// The first message, and the version of the hand-over it names.
 pub const HELLO: &str = "RODIZIO-UPGRADE 1";
@@ -77,7 +78,8 @@ const MAX_LISTENERS: usize = 1024;
 
 /// What gives the listening sockets to hand over, each with its address,
 /// at the time of the hand-over (a reload may have added or removed some).
-pub type Sockets = Box<dyn Fn() -> Vec<(SocketAddr, TcpListener)> + Send>;
+/// An error (a socket that could not be copied) sends none.
+pub type Sockets = Box<dyn Fn() -> Result<Vec<(SocketAddr, TcpListener)>, String> + Send>;
 
 /// This process's side of `upgrade_socket`: the Unix socket it serves
 /// hand-overs on, and the process it took the sockets from, if any.
@@ -156,20 +158,24 @@ impl Upgrade {
     /// Hears hand-over requests until one succeeds (the shutdown is then
     /// triggered) or the process stops.
     fn run(self, sockets: &Sockets, gate: &Gate, shutdown: &Shutdown) {
+        // Out of descriptors, accept fails at every try: a line a second.
+        let errors_log = LogThrottle::new(Duration::from_secs(1));
         while gate.wait(&self.server) {
             let conn = match self.server.accept() {
                 Ok((conn, _)) => conn,
                 Err(err) => {
-                    // Out of descriptors, say: try again shortly.
-                    log::warn!(
-                        "upgrade_socket {}: accept failed: {err}",
-                        self.path.display()
-                    );
+                    if let Some(others) = errors_log.event(std::time::Instant::now()) {
+                        log::warn!(
+                            "upgrade_socket {}: accept failed: {err}; retrying every 100ms{}",
+                            self.path.display(),
+                            throttle::more(others)
+                        );
+                    }
                     let _ = shutdown.receiver().recv_timeout(Duration::from_millis(100));
                     continue;
                 }
             };
-            match self.hand_over(&conn, &sockets()) {
+            match self.hand_over(&conn, sockets) {
                 Ok(()) => {
                     log::info!(
                         "a new rodizio took the listening sockets through {}: draining",
@@ -188,11 +194,7 @@ impl Upgrade {
     }
 
     /// One hand-over, on `conn`: `Ok` once the new process said `OK`.
-    fn hand_over(
-        &self,
-        conn: &Socket,
-        listeners: &[(SocketAddr, TcpListener)],
-    ) -> std::result::Result<(), String> {
+    fn hand_over(&self, conn: &Socket, sockets: &Sockets) -> std::result::Result<(), String> {
         let uid = peer_uid(conn).map_err(|e| words(&e))?;
         // SAFETY: geteuid cannot fail.
         let own = unsafe { libc::geteuid() };
@@ -212,10 +214,17 @@ impl Upgrade {
             let _ = wire::send(conn, &format!("NO this rodizio speaks {HELLO}"), None);
             return Err(format!(
                 "the new process said {:?}, not {HELLO:?}",
-                shown(&hello)
+                crate::etcd::shown(&hello, 80)
             ));
         }
-        for (addr, listener) in listeners {
+        let listeners = match sockets() {
+            Ok(listeners) => listeners,
+            Err(why) => {
+                let _ = wire::send(conn, &format!("NO {why}"), None);
+                return Err(why);
+            }
+        };
+        for (addr, listener) in &listeners {
             wire::send(conn, &format!("L {addr}"), Some(listener.as_raw_fd())).map_err(said)?;
         }
         wire::send(conn, "U", Some(self.server.as_raw_fd())).map_err(said)?;
@@ -224,7 +233,10 @@ impl Upgrade {
         let (ok, fd) = wire::recv(conn)
             .map_err(|e| format!("the new process did not say it serves: {}", words(&e)))?;
         if ok != "OK" || fd.is_some() {
-            return Err(format!("the new process said {:?}, not \"OK\"", shown(&ok)));
+            return Err(format!(
+                "the new process said {:?}, not \"OK\"",
+                crate::etcd::shown(&ok, 80)
+            ));
         }
         let _ = wire::send(conn, "BYE", None);
         Ok(())
@@ -279,12 +291,17 @@ fn take_over(conn: &Socket) -> std::result::Result<Socket, String> {
         let (word, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
         match (word, fd) {
             ("END", None) if rest.is_empty() => break,
-            ("NO", None) => return Err(format!("the running rodizio refused: {}", shown(rest))),
+            ("NO", None) => {
+                return Err(format!(
+                    "the running rodizio refused: {}",
+                    crate::etcd::shown(rest, 80)
+                ))
+            }
             ("L", Some(fd)) if taken < MAX_LISTENERS => {
                 let addr: SocketAddr = rest.parse().map_err(|_| {
                     format!(
                         "the running rodizio named {:?}, not an address",
-                        shown(rest)
+                        crate::etcd::shown(rest, 80)
                     )
                 })?;
                 check(&fd, Type::STREAM, Some(addr))?;
@@ -295,7 +312,12 @@ fn take_over(conn: &Socket) -> std::result::Result<Socket, String> {
                 check(&fd, Type::SEQPACKET, None)?;
                 server = Some(Socket::from(fd));
             }
-            _ => return Err(format!("the running rodizio said {:?}", shown(&line))),
+            _ => {
+                return Err(format!(
+                    "the running rodizio said {:?}",
+                    crate::etcd::shown(&line, 80)
+                ))
+            }
         }
     }
     let server = server.ok_or("the running rodizio did not hand its upgrade socket over")?;
@@ -341,7 +363,7 @@ fn release(previous: &Socket, path: &Path) {
         Ok((other, _)) => log::warn!(
             "the previous rodizio ({}) answered {:?} to OK: it may still serve",
             path.display(),
-            shown(&other)
+            crate::etcd::shown(&other, 80)
         ),
         Err(err) => log::warn!(
             "the previous rodizio ({}) did not confirm ({}): it may still serve",
@@ -383,9 +405,4 @@ fn words(err: &io::Error) -> String {
         ErrorKind::WouldBlock | ErrorKind::TimedOut => "no answer in time".into(),
         _ => err.to_string(),
     }
-}
-
-/// A peer's text for a log line: at most 80 characters.
-fn shown(text: &str) -> String {
-    text.chars().take(80).collect()
 }

@@ -9,7 +9,8 @@
 //! handed.
 //!
 //! A fake new process in front of a real running one: a wrong greeting, a
-//! greeting with a descriptor, silence, 200 connections in a row, a peer of
+//! greeting with a descriptor, silence, 200 connections in a row, a request
+//! while the running one is out of descriptors, a peer of
 //! another user. The running one serves on throughout, its descriptors
 //! come back to where they were, and a real upgrade afterwards works.
 
@@ -236,6 +237,15 @@ fn a_path_that_is_not_an_upgrade_socket_is_an_error_at_start() {
 /// A running rodizio with an upgrade socket, in front of an echo backend;
 /// its upgrade socket's path.
 fn old_one(scratch: &Scratch, backend: SocketAddr) -> (Child, std::path::PathBuf) {
+    old_limited(scratch, backend, None)
+}
+
+/// [`old_one`], with at most `nofile` descriptors when given.
+fn old_limited(
+    scratch: &Scratch,
+    backend: SocketAddr,
+    nofile: Option<libc::rlim_t>,
+) -> (Child, std::path::PathBuf) {
     let path = scratch.path("up.sock");
     let child = Child::on_loopback(
         &[
@@ -246,7 +256,11 @@ fn old_one(scratch: &Scratch, backend: SocketAddr) -> (Child, std::path::PathBuf
             "--upgrade-socket",
             path.to_str().unwrap(),
         ],
-        |_| {},
+        |command| {
+            if let Some(n) = nofile {
+                crate::common::limit_in_child(command, libc::RLIMIT_NOFILE, n);
+            }
+        },
     );
     (child, path)
 }
@@ -388,6 +402,94 @@ fn a_hostile_new_process_leaves_the_running_one_serving() {
         "--upgrade-socket",
         path.to_str().unwrap(),
     ]));
+    assert!(
+        old.wait_exit(WAIT).is_some_and(|s| s.success()),
+        "{}",
+        old.output()
+    );
+    assert!(echoes(addr));
+    new.stop();
+}
+
+/// Asked for a hand-over while out of descriptors (64, all taken by
+/// clients): the running one may not take the request or copy its
+/// sockets. Within the bound the new process either takes over whole (a
+/// descriptor came free) or exits saying why while the running one serves
+/// on; the running one says so in at most a line a second, and once its
+/// clients leave a real upgrade works.
+#[test]
+fn a_hand_over_asked_while_out_of_descriptors_leaves_the_running_one_serving() {
+    let echo = TestBackend::echo();
+    let scratch = Scratch::new("upgrade-emfile");
+    let (mut old, path) = old_limited(&scratch, echo.addr(), Some(64));
+    let addr = old.addr;
+    let clients: Vec<std::net::TcpStream> = (0..40)
+        .map(|_| {
+            let mut s = crate::common::connect(addr).unwrap();
+            std::io::Write::write_all(&mut s, b"x").unwrap();
+            s
+        })
+        .collect();
+    assert!(
+        wait_for(WAIT, || old.log().contains("Too many open files")),
+        "never out of descriptors: {}",
+        old.log()
+    );
+    // The new process, as any operator would start it.
+    let args = [
+        "--allow-root".to_string(),
+        "-l".into(),
+        addr.to_string(),
+        "-b".into(),
+        echo.addr().to_string(),
+        "--health-check".into(),
+        "off".into(),
+        "--upgrade-socket".into(),
+        path.to_str().unwrap().into(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let mut first = Child::spawn(&mut child::command(&args));
+    let decided = wait_for(WAIT, || {
+        !first.alive() || first.stdout.text().contains("Load balancer listening")
+    });
+    let took = started.elapsed();
+    assert!(
+        decided,
+        "neither started nor refused in {took:?}: {}",
+        first.log()
+    );
+    let lines = old.log().matches("upgrade_socket").count();
+    assert!(
+        lines <= took.as_secs() as usize + 2,
+        "{lines} upgrade lines in {took:?}: {}",
+        old.log()
+    );
+    if first.alive() {
+        // It found a descriptor free after all: a whole upgrade, the old
+        // one gone.
+        assert!(
+            old.wait_exit(WAIT).is_some_and(|s| s.success()),
+            "{}",
+            old.output()
+        );
+        drop(clients);
+        assert!(echoes(addr));
+        first.stop();
+        return;
+    }
+    // Refused: a line that says why, and the running one serves on.
+    assert!(!first.wait_exit(WAIT).unwrap().success());
+    // (Its log read to the end: the line may follow the exit.)
+    assert!(
+        wait_for(WAIT, || first.log().contains("upgrade_socket")),
+        "{}",
+        first.log()
+    );
+    assert!(old.alive(), "{}", old.log());
+    drop(clients);
+    assert!(echoes(addr));
+    let mut new = Child::start(&mut child::command(&args));
     assert!(
         old.wait_exit(WAIT).is_some_and(|s| s.success()),
         "{}",
