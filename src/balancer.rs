@@ -371,7 +371,8 @@ impl Balancer {
         if let Some(upgrade) = self.upgrade.take() {
             let running = Arc::clone(&self.running);
             let sockets = Box::new(move || running.listening_sockets());
-            if let Err(err) = upgrade.serve(sockets, shutdown) {
+            let carrier = crate::upgrade::carry::carrier(Arc::clone(&self.running));
+            if let Err(err) = upgrade.serve(sockets, &carrier, shutdown) {
                 log::warn!("{err}: no upgrade through upgrade_socket");
             }
         }

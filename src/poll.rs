@@ -41,6 +41,20 @@ pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     }
 }
 
+/// One `poll(2)` on `fds` for at most `timeout_ms`, which a signal ends
+/// (`ErrorKind::Interrupted`): the pump's wait, which a hand-over to a new
+/// process wakes with a signal (`connections::carry`).
+///
+/// # Errors
+///
+/// The error of `poll(2)`, `EINTR` included.
+#[inline]
+pub fn poll_once(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: as in `poll`.
+    let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    usize::try_from(ready).map_err(|_| io::Error::last_os_error())
+}
+
 /// Waits until `fd` is readable (bytes, end of stream, a hang-up or an
 /// error: the next read says which) or `deadline` passes; whether it became
 /// readable. A deadline already past is looked at once, without waiting. A

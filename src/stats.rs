@@ -221,6 +221,8 @@ counters! {
     ended_killed_removed: Counter,
     /// Proxied connections closed at their max_connection_lifetime.
     ended_max_lifetime: Counter,
+    /// Proxied connections handed to a new process (upgrade_socket), which carries them on.
+    ended_handed_over: Counter,
     /// Proxied connections ended by a failed write toward the backend (other than a reset).
     ended_backend_write_failed: Counter,
     /// Proxied connections ended by another error (a read error, or the pump's own buffers, pipes or poll).

@@ -206,29 +206,66 @@ fn a_new_process_that_dies_or_fails_leaves_the_old_serving() {
     drop(new);
 }
 
-/// Open connections stay with the old process and finish there: a
-/// connection opened before the upgrade still answers after it, until
-/// the old process's drain ends.
+/// An open connection is carried over: opened before the upgrade, it
+/// echoes after it through the new process, and the old one exits at
+/// once, with nothing left to drain.
 #[test]
-fn an_open_connection_finishes_in_the_old_process() {
+fn an_open_connection_is_carried_to_the_new_process() {
     let echo = TestBackend::echo();
     let scratch = Scratch::new("upgrade-open");
     let path = scratch.path("upgrade.sock");
     let port = free_port();
-    let mut old = rodizio(port, echo.addr(), &path, &[]);
+    let (old_log, new_log) = (scratch.path("old.log"), scratch.path("new.log"));
+    let log = |file: &Path| {
+        let file = file.to_str().unwrap().to_string();
+        ["--access-log", "text", "--access-log-file"]
+            .map(String::from)
+            .into_iter()
+            .chain([file])
+            .collect::<Vec<_>>()
+    };
+    let (old_flags, new_flags) = (log(&old_log), log(&new_log));
+    let old_flags: Vec<&str> = old_flags.iter().map(String::as_str).collect();
+    let new_flags: Vec<&str> = new_flags.iter().map(String::as_str).collect();
+    let mut old = rodizio(port, echo.addr(), &path, &old_flags);
     let mut open = connect(loopback(port)).unwrap();
     open.write_all(b"before").unwrap();
     let mut buf = [0u8; 6];
     open.read_exact(&mut buf).unwrap();
-    let new = rodizio(port, echo.addr(), &path, &[]);
-    old.next_log("a new rodizio took the listening sockets");
-    assert!(old.alive(), "the old process left with a connection open");
+    let mut new = rodizio(port, echo.addr(), &path, &new_flags);
+    exits_cleanly(&mut old);
+    assert!(
+        old.log()
+            .contains("handed 1 open connection to the new rodizio"),
+        "{}",
+        old.log()
+    );
+    new.next_log("1 open connection carried over");
     open.write_all(b"after!").unwrap();
     open.read_exact(&mut buf).unwrap();
     assert_eq!(&buf, b"after!");
-    drop(open);
-    exits_cleanly(&mut old);
-    drop(new);
+    open.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(open.read(&mut buf).unwrap(), 0, "no clean end");
+    new.signal(libc::SIGTERM);
+    assert!(new.wait_exit(Duration::from_secs(15)).is_some());
+    let old_lines = fs::read_to_string(&old_log).unwrap();
+    let new_lines = fs::read_to_string(&new_log).unwrap();
+    // The old line says where it went; the new one counts every byte,
+    // from the connection's first start.
+    assert!(
+        old_lines.contains("to_backend=6 to_client=6 end=handed_over"),
+        "{old_lines}"
+    );
+    assert!(
+        new_lines.contains("to_backend=12 to_client=12 end=client_closed"),
+        "{new_lines}"
+    );
+    let stamp = |lines: &str| lines.split(' ').next().unwrap().to_string();
+    assert_eq!(
+        stamp(&old_lines),
+        stamp(&new_lines),
+        "not the same start:\n{old_lines}{new_lines}"
+    );
 }
 
 /// A configuration of services `(name, port)`, each in front of `web`,

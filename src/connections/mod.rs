@@ -30,7 +30,8 @@
 //! - this file: the table, its slots, what a worker writes;
 //! - `view`: what a reader sees of a slot ([`View`]), and the ends on
 //!   purpose ([`Kill`]) and the policies ([`OnDown`], [`OnRemoved`]);
-//! - `watch`: the deadlines' thread.
+//! - `watch`: the deadlines' thread;
+//! - `carry`: a connection handed to a new process (`upgrade_socket`).
 //!
 //! # Corresponds to the C article
 //!
@@ -45,6 +46,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+pub mod carry;
 mod view;
 mod watch;
 
@@ -84,6 +86,11 @@ struct Info {
     removed: OnRemoved,
     /// The fin timeout, for the second step of the lifetime's end.
     fin: Duration,
+    /// The worker thread, for the hand-over's wake-up (`carry`); cleared
+    /// under this lock before the thread exits.
+    thread: Option<libc::pthread_t>,
+    /// Where the worker sends its offer when a hand-over asks for it.
+    ask: Option<crossbeam_channel::Sender<carry::Offer>>,
 }
 
 /// The client's TLS, for a service that terminates it.
@@ -115,6 +122,8 @@ pub struct Slot {
     lifetime_at: AtomicU64,
     /// [`now_ms`] when a removed backend's drain ends for it, 0: none.
     cut_at: AtomicU64,
+    /// A hand-over asks for its connection (`carry`).
+    asked: AtomicBool,
     info: Mutex<Info>,
 }
 
@@ -132,6 +141,7 @@ impl Slot {
             kill: AtomicU8::new(0),
             lifetime_at: AtomicU64::new(0),
             cut_at: AtomicU64::new(0),
+            asked: AtomicBool::new(false),
             info: Mutex::new(Info {
                 fds: [-1, -1],
                 ..Info::default()
@@ -321,6 +331,9 @@ impl Drop for Held {
     fn drop(&mut self) {
         let _ = FAST.try_with(|f| f.set(None));
         if let Some(slot) = self.0.take() {
+            // Under the lock: a hand-over signals this thread only while
+            // it is listed there.
+            slot.info.lock().thread = None;
             slot.taken.store(false, Relaxed);
             TABLE.free.lock().push(slot);
         }
@@ -390,8 +403,12 @@ pub fn begin(client: SocketAddr, fd: RawFd, how: Begin) {
         down_close: how.on_down == OnDown::Close,
         removed: how.on_removed,
         fin: how.fin,
+        // SAFETY: pthread_self cannot fail.
+        thread: Some(unsafe { libc::pthread_self() }),
+        ask: None,
     };
     slot.kill.store(0, Relaxed);
+    slot.asked.store(false, Relaxed);
     slot.phase.store(Phase::Waiting as u8, Relaxed);
     slot.mode.store(Mode::Copy as u8, Relaxed);
     slot.started.store(now, Relaxed);

@@ -106,6 +106,9 @@ pub enum Kill {
     MaxLifetime = 4,
     /// The drain's deadline (`drain_spread`): `drain_cut`.
     Drain = 5,
+    /// Handed to a new process (`upgrade_socket`), which carries it on:
+    /// `handed_over`.
+    Carried = 6,
 }
 
 impl Kill {
@@ -116,6 +119,7 @@ impl Kill {
             3 => Kill::Removed,
             4 => Kill::MaxLifetime,
             5 => Kill::Drain,
+            6 => Kill::Carried,
             _ => return None,
         })
     }
@@ -128,6 +132,7 @@ impl Kill {
             Kill::Removed => "killed_removed",
             Kill::MaxLifetime => "max_lifetime",
             Kill::Drain => "drain_cut",
+            Kill::Carried => "handed_over",
         }
     }
 }

@@ -46,6 +46,10 @@ pub enum Route {
     /// client, before reading its hello: its queue wait ends there (the
     /// hello's read is not time in the queue).
     AfterSni(std::time::Instant),
+    /// Carried in from the previous process (`upgrade_socket`), connected
+    /// to its backend already: the worker goes on pumping it
+    /// (`carried.rs`).
+    Carried(Box<super::carried::Carried>),
 }
 
 /// What routes a client of a shared address on the worker (`crate::sni`'s

@@ -43,6 +43,7 @@
 //! [`Backend::connect`](crate::backend::Backend::connect).
 
 mod admission;
+mod carried;
 mod connect;
 pub mod header;
 pub mod kernel_relay;
@@ -73,6 +74,7 @@ use crate::stats::Stats;
 use crate::units::ByteRate;
 
 pub(crate) use admission::Admitted;
+pub use carried::Carried;
 pub use header::{AcceptProxy, Divert, Route};
 pub use kernel_relay::KernelRelay;
 pub(crate) use per_client::PerClient;

@@ -119,6 +119,7 @@ pub(super) fn ended_counter(stats: &Stats, end: End) -> &AtomicU64 {
         End::Killed(Kill::Removed) => &stats.ended_killed_removed,
         End::Killed(Kill::MaxLifetime) => &stats.ended_max_lifetime,
         End::Killed(Kill::Killed | Kill::Drain) => &stats.ended_killed,
+        End::Killed(Kill::Carried) => &stats.ended_handed_over,
     }
 }
 
@@ -267,7 +268,8 @@ impl Report {
         // Clean closes and resets are how connections normally end (many
         // TLS clients close with a reset): debug. Timeouts and failed
         // writes: info. Neither calls for an operator, so no warning.
-        let level = if end.is_clean() || end.is_reset() {
+        // Handed to a new process, it goes on there: debug.
+        let level = if end.is_clean() || end.is_reset() || end == End::Killed(Kill::Carried) {
             log::Level::Debug
         } else {
             log::Level::Info

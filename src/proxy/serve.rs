@@ -44,25 +44,28 @@ use crate::trace;
 
 /// A client connected to its backend: what the pump needs, and what the
 /// connection's [`Outcome`] will say once it is over.
-struct Link {
-    client: TcpStream,
-    backend_sock: TcpStream,
+pub(super) struct Link {
+    pub(super) client: TcpStream,
+    pub(super) backend_sock: TcpStream,
     /// The backend that answered (the pick's, or one failed over to).
-    backend: Arc<Backend>,
-    /// The scheduler's pick, held until the connection counts as active.
-    pick: Pick,
+    pub(super) backend: Arc<Backend>,
+    /// The scheduler's pick, held until the connection counts as active
+    /// (none for a connection carried in).
+    pub(super) pick: Option<Pick>,
     /// A place reserved on a capped backend failed over to, held as long.
-    held: Option<crate::backend::Reservation>,
+    pub(super) held: Option<crate::backend::Reservation>,
     /// The settings, read once when the worker took the client.
-    settings: Arc<ProxyConfig>,
+    pub(super) settings: Arc<ProxyConfig>,
     /// When the worker took the client.
-    started: Instant,
-    connect_time: Duration,
-    failovers: u32,
+    pub(super) started: Instant,
+    pub(super) connect_time: Duration,
+    pub(super) failovers: u32,
     /// Its place under the per-client cap, held until it is closed.
-    place: Option<Place>,
+    pub(super) place: Option<Place>,
     /// The client's TLS session, for a service that terminates TLS.
-    tls: Option<crate::tls_term::handshake::Session>,
+    pub(super) tls: Option<crate::tls_term::handshake::Session>,
+    /// Carried in from the previous process: where its pump goes on from.
+    pub(super) resumed: Option<Box<crate::connections::carry::State>>,
 }
 
 /// A client ready to be connected: routed, its TLS done, its pick made.
@@ -101,6 +104,7 @@ impl Proxy {
             failovers,
             place,
             tls,
+            resumed,
         }) = self.reach(job, outcome)
         else {
             return;
@@ -124,7 +128,10 @@ impl Proxy {
         }
         let (pumped, tls) = match tls {
             None => (
-                pump_both(&client, &backend_sock, &settings, outcome.peer, &self.stats),
+                match resumed {
+                    None => pump_both(&client, &backend_sock, &settings, outcome.peer, &self.stats),
+                    Some(state) => pump_resumed(&client, &backend_sock, &settings, &state),
+                },
                 None,
             ),
             Some(session) => pump_tls(session, &client, &backend_sock, &settings, outcome.peer),
@@ -182,6 +189,9 @@ impl Proxy {
         // load sets up its thread-local state, one of the deepest calls an
         // idle worker makes.
         let settings = self.settings.load_full();
+        if matches!(job.route, Route::Carried(_)) {
+            return self.resumed(job, settings);
+        }
         let health = self.health.load_full();
         self.list(&job, &settings);
         let ready = self.ready(job, outcome, &settings, &health)?;
@@ -292,7 +302,7 @@ impl Proxy {
                     client,
                     backend_sock,
                     backend,
-                    pick,
+                    pick: Some(pick),
                     held,
                     settings,
                     started,
@@ -300,6 +310,7 @@ impl Proxy {
                     failovers: tries.failed,
                     place,
                     tls,
+                    resumed: None,
                 })
             }
             Err(error) => {
@@ -542,6 +553,24 @@ fn pump_both(
     } else {
         pump::pump(client, backend, settings.buffer_size, &options)
     }
+}
+
+/// The pump of a connection carried in from the previous process: the
+/// copy pump, from its state (never the kernel relay, whose hand-over
+/// expects empty buffers; nor pipes, which it did not bring). Not
+/// inlined, as [`pump_tls`].
+#[cold]
+#[inline(never)]
+fn pump_resumed(
+    client: &TcpStream,
+    backend: &TcpStream,
+    settings: &ProxyConfig,
+    state: &crate::connections::carry::State,
+) -> pump::Pumped {
+    let mut options = settings.pump_options();
+    options.promote = false;
+    crate::connections::mode(crate::connections::Mode::Copy);
+    pump::pump_from(client, backend, settings.buffer_size, &options, Some(state))
 }
 
 /// The TLS handshake with the backend just connected, when the service

@@ -46,7 +46,10 @@
 //!
 //! No C counterpart: the C is stopped and started by hand.
 
+pub mod carry;
 pub mod wire;
+
+pub use carry::Carrier;
 
 use std::fs;
 use std::io::{self, ErrorKind};
@@ -123,16 +126,17 @@ pub fn start(path: &Path) -> Result<Upgrade> {
 
 impl Upgrade {
     /// Once this process accepts on every address: tells the previous
-    /// process, if any, to drain, then hears the next process's requests
+    /// process, if any, to drain, takes its open connections (each to
+    /// `carrier`), then hears the next process's requests
     /// on a thread of its own, handing it what `sockets` gives at that
     /// time (each listening socket with its address).
     ///
     /// # Errors
     ///
     /// [`Error::Io`] when the thread or its eventfd cannot be made.
-    pub fn serve(mut self, sockets: Sockets, shutdown: &Shutdown) -> Result<()> {
+    pub fn serve(mut self, sockets: Sockets, carrier: &Carrier, shutdown: &Shutdown) -> Result<()> {
         if let Some(previous) = self.previous.take() {
-            release(&previous, &self.path);
+            release(&previous, &self.path, carrier);
         }
         let gate = Arc::new(Gate::new().map_err(|e| Error::io("making the upgrade's eventfd", e))?);
         {
@@ -182,7 +186,19 @@ impl Upgrade {
                         self.path.display()
                     );
                     self.handed.store(true, Ordering::SeqCst);
+                    // No longer accepting, then the open connections go.
                     shutdown.trigger();
+                    let _ = conn.set_read_timeout(Some(STEP));
+                    let (_, broken) = carry::send_all(&conn);
+                    match broken {
+                        None => {
+                            let _ = wire::send(&conn, "BYE", None);
+                        }
+                        Some(why) => log::warn!(
+                            "upgrade_socket {}: open connections no longer handed over                              ({why}); the rest drain here",
+                            self.path.display()
+                        ),
+                    }
                     return;
                 }
                 Err(why) => log::warn!(
@@ -238,7 +254,6 @@ impl Upgrade {
                 crate::etcd::shown(&ok, 80)
             ));
         }
-        let _ = wire::send(conn, "BYE", None);
         Ok(())
     }
 }
@@ -352,23 +367,34 @@ fn check(fd: &OwnedFd, kind: Type, addr: Option<SocketAddr>) -> std::result::Res
     Ok(())
 }
 
-/// Tells the previous process that this one serves; it says `BYE` and
-/// drains. Failures are warnings: both then accept on the same sockets.
-fn release(previous: &Socket, path: &Path) {
-    let heard = wire::send(previous, "OK", None).and_then(|()| wire::recv(previous));
-    match heard {
-        Ok((bye, None)) if bye == "BYE" => {
-            log::info!("the previous rodizio ({}) drains", path.display());
-        }
-        Ok((other, _)) => log::warn!(
-            "the previous rodizio ({}) answered {:?} to OK: it may still serve",
-            path.display(),
-            crate::etcd::shown(&other, 80)
-        ),
-        Err(err) => log::warn!(
-            "the previous rodizio ({}) did not confirm ({}): it may still serve",
+/// Tells the previous process that this one serves; it stops accepting,
+/// hands its open connections over (each to `carrier`), says `BYE` and
+/// drains what it kept. Failures are warnings.
+fn release(previous: &Socket, path: &Path, carrier: &Carrier) {
+    if let Err(err) = wire::send(previous, "OK", None) {
+        log::warn!(
+            "the previous rodizio ({}) was not told ({}): it may still serve",
             path.display(),
             words(&err)
+        );
+        return;
+    }
+    let started = std::time::Instant::now();
+    match carry::take_all(previous, carrier) {
+        Ok(done) => log::info!(
+            "the previous rodizio ({}) drains; {} carried over in {:?}{}",
+            path.display(),
+            crate::units::count(done.carried as u64, "open connection"),
+            started.elapsed(),
+            if done.stayed > 0 {
+                format!(", {} left with it", done.stayed)
+            } else {
+                String::new()
+            }
+        ),
+        Err(why) => log::warn!(
+            "the previous rodizio ({}): {why}; the connections it did not hand over drain there",
+            path.display()
         ),
     }
 }

@@ -1,6 +1,8 @@
 //! The hand-over's messages over a `SOCK_SEQPACKET` Unix socket: one line
 //! of text per message (so no message runs into the next), with at most
-//! one descriptor attached by `SCM_RIGHTS`.
+//! two descriptors attached by `SCM_RIGHTS`; and messages of data (the
+//! bytes a carried connection's buffers held), where a line announced
+//! them.
 //!
 //! # Threads
 //!
@@ -20,6 +22,10 @@ use socket2::Socket;
 /// The longest message, its newline included.
 pub const MAX_LINE: usize = 512;
 
+/// The longest message of data (a piece of a carried connection's
+/// buffer).
+pub const MAX_DATA: usize = 64 * 1024;
+
 /// Descriptors a message may carry before it is refused: room for a few,
 /// so that a peer sending more is seen (and its descriptors closed)
 /// instead of the kernel dropping them silently.
@@ -28,14 +34,43 @@ const FD_ROOM: usize = 4;
 /// Sends `line` and a newline as one message, with `fd` attached when
 /// given.
 pub fn send(socket: &Socket, line: &str, fd: Option<RawFd>) -> io::Result<()> {
+    send_fds(socket, line, fd.as_slice())
+}
+
+/// Sends `line` and a newline as one message with `fds` attached (at
+/// most two: a connection's client and backend sockets).
+pub fn send_fds(socket: &Socket, line: &str, fds: &[RawFd]) -> io::Result<()> {
     let mut bytes = Vec::with_capacity(line.len() + 1);
     bytes.extend_from_slice(line.as_bytes());
     bytes.push(b'\n');
     if bytes.len() > MAX_LINE {
         return Err(io::Error::new(ErrorKind::InvalidInput, "message too long"));
     }
+    send_raw(socket, &bytes, fds)
+}
+
+/// Sends `bytes` as one message of data, no descriptor: what a carried
+/// connection's buffer holds, in pieces of at most [`MAX_DATA`].
+pub fn send_data(socket: &Socket, bytes: &[u8]) -> io::Result<()> {
+    if bytes.is_empty() || bytes.len() > MAX_DATA {
+        return Err(io::Error::new(
+            ErrorKind::InvalidInput,
+            "a data message of 1 to 64 KiB",
+        ));
+    }
+    send_raw(socket, bytes, &[])
+}
+
+/// One `sendmsg(2)` of `bytes` with `fds` (at most two).
+fn send_raw(socket: &Socket, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    if fds.len() > 2 {
+        return Err(io::Error::new(
+            ErrorKind::InvalidInput,
+            "more than two descriptors",
+        ));
+    }
     let mut iov = libc::iovec {
-        iov_base: bytes.as_mut_ptr().cast(),
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
         iov_len: bytes.len(),
     };
     // u64s: the control buffer must be aligned for `cmsghdr`.
@@ -44,22 +79,26 @@ pub fn send(socket: &Socket, line: &str, fd: Option<RawFd>) -> io::Result<()> {
     let mut msg: libc::msghdr = unsafe { mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    if let Some(fd) = fd {
+    if !fds.is_empty() {
+        let size = (fds.len() * mem::size_of::<RawFd>()) as u32;
         // SAFETY: CMSG_* compute sizes and walk `control`, which is large
-        // enough for one descriptor (32 bytes of 64); the header and its
+        // enough for two descriptors (32 bytes of 64); the header and its
         // data are written inside it.
         unsafe {
-            let space = libc::CMSG_SPACE(mem::size_of::<RawFd>() as u32) as usize;
             msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = space;
+            msg.msg_controllen = libc::CMSG_SPACE(size) as usize;
             let cmsg = libc::CMSG_FIRSTHDR(&msg);
             (*cmsg).cmsg_level = libc::SOL_SOCKET;
             (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of::<RawFd>() as u32) as usize;
-            ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+            (*cmsg).cmsg_len = libc::CMSG_LEN(size) as usize;
+            let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+            for (i, fd) in fds.iter().enumerate() {
+                ptr::write_unaligned(data.add(i), *fd);
+            }
         }
     }
-    // SAFETY: msg points at live buffers for the call.
+    // SAFETY: msg points at live buffers for the call (the kernel only
+    // reads `bytes`).
     let sent = unsafe { libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
     if sent < 0 {
         return Err(io::Error::last_os_error());
@@ -72,7 +111,44 @@ pub fn send(socket: &Socket, line: &str, fd: Option<RawFd>) -> io::Result<()> {
 /// of printable text within [`MAX_LINE`], or one with more than one
 /// descriptor is an error (its descriptors closed).
 pub fn recv(socket: &Socket) -> io::Result<(String, Option<OwnedFd>)> {
+    let (line, fds) = recv_fds(socket)?;
+    if fds.len() > 1 {
+        return Err(invalid("a message with more than one descriptor"));
+    }
+    Ok((line, fds.into_iter().next()))
+}
+
+/// [`recv`], with up to two descriptors.
+pub fn recv_fds(socket: &Socket) -> io::Result<(String, Vec<OwnedFd>)> {
     let mut buf = [0u8; MAX_LINE];
+    let (n, fds) = recv_raw(socket, &mut buf)?;
+    if fds.len() > 2 {
+        return Err(invalid("a message with more than two descriptors"));
+    }
+    let line = std::str::from_utf8(&buf[..n])
+        .ok()
+        .and_then(|text| text.strip_suffix('\n'))
+        .filter(|line| line.chars().all(|c| !c.is_control()))
+        .ok_or_else(|| invalid("a message that is not one line of text"))?;
+    Ok((line.to_string(), fds))
+}
+
+/// Receives one message of data (see [`send_data`]): at most `max` bytes,
+/// no descriptor.
+pub fn recv_data(socket: &Socket, max: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; max.min(MAX_DATA)];
+    let (n, fds) = recv_raw(socket, &mut buf)?;
+    if !fds.is_empty() {
+        return Err(invalid("a data message with a descriptor"));
+    }
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// One `recvmsg(2)` into `buf`: the bytes received and the descriptors
+/// (owned, so closed on any error). A closed peer, or a message longer
+/// than `buf` or with more than [`FD_ROOM`] descriptors, is an error.
+fn recv_raw(socket: &Socket, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -100,18 +176,10 @@ pub fn recv(socket: &Socket) -> io::Result<(String, Option<OwnedFd>)> {
     }
     if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
         return Err(invalid(
-            "a message longer than 512 bytes or with too many descriptors",
+            "a message longer than expected or with too many descriptors",
         ));
     }
-    if fds.len() > 1 {
-        return Err(invalid("a message with more than one descriptor"));
-    }
-    let line = std::str::from_utf8(&buf[..n as usize])
-        .ok()
-        .and_then(|text| text.strip_suffix('\n'))
-        .filter(|line| line.chars().all(|c| !c.is_control()))
-        .ok_or_else(|| invalid("a message that is not one line of text"))?;
-    Ok((line.to_string(), fds.into_iter().next()))
+    Ok((n as usize, fds))
 }
 
 /// The descriptors a received message carried, each owned (so closed when

@@ -42,6 +42,7 @@ pub use crate::conduit::reset::close;
 pub(crate) use crate::conduit::reset::deliver;
 
 mod bucket;
+mod carry;
 mod half;
 pub mod interim;
 mod promote;
@@ -71,11 +72,28 @@ pub fn pump(
     buffer_size: usize,
     options: &PumpOptions,
 ) -> Pumped {
+    pump_from(client, backend, buffer_size, options, None)
+}
+
+/// [`pump`], going on from where the process that handed the connection
+/// over left it (`resumed`: the bytes waiting each way, the ends already
+/// seen, the counters), when given. Its buffers hold at least what each
+/// direction carries.
+pub fn pump_from(
+    client: &TcpStream,
+    backend: &TcpStream,
+    buffer_size: usize,
+    options: &PumpOptions,
+    resumed: Option<&crate::connections::carry::State>,
+) -> Pumped {
+    let size = resumed.map_or(buffer_size, |s| {
+        buffer_size.max(s.up.bytes.len()).max(s.down.bytes.len())
+    });
     BUFFERS.with(|cell| {
         let mut cached = cell.borrow_mut();
         let buffers = match &mut *cached {
-            Some(b) if b.size == buffer_size.max(1) => b,
-            slot => match Buffers::new(buffer_size) {
+            Some(b) if b.size == size.max(1) => b,
+            slot => match Buffers::new(size) {
                 Ok(b) => slot.insert(b),
                 Err(e) => return Pumped::failed(e),
             },
@@ -83,10 +101,10 @@ pub fn pump(
         let mut transfer = Transfer::default();
         let (end, error, _, no_shutdown) = pump_with(
             &mut Conduits::Buffers(buffers),
-            client,
-            backend,
+            [client, backend],
             options,
             &mut transfer,
+            resumed,
         );
         deliver(end, [client, backend], options.fin_timeout);
         Pumped {
@@ -130,10 +148,10 @@ pub fn splice_pump(client: &TcpStream, backend: &TcpStream, options: &PumpOption
         let mut transfer = Transfer::default();
         let (end, error, stale, no_shutdown) = pump_with(
             &mut Conduits::Pipes(pipes),
-            client,
-            backend,
+            [client, backend],
             options,
             &mut transfer,
+            None,
         );
         if stale {
             *cached = None;
@@ -159,13 +177,16 @@ type Ended = (End, Option<io::Error>, bool, [bool; 2]);
 /// then waits for either socket ([`look`]) unless a half can go on at once.
 fn pump_with(
     conduits: &mut Conduits,
-    client: &TcpStream,
-    backend: &TcpStream,
+    [client, backend]: [&TcpStream; 2],
     options: &PumpOptions,
     transfer: &mut Transfer,
+    resumed: Option<&crate::connections::carry::State>,
 ) -> Ended {
     let mut up = Half::capped(options.up_rate); // client -> backend
     let mut down = Half::capped(options.down_rate); // backend -> client
+    if let Some(state) = resumed {
+        carry::preload(conduits, [&mut up, &mut down], state, transfer);
+    }
     let mut story = Story::default();
     let limits = Limits::of(options);
     let mut interim = interim::take();
@@ -214,6 +235,11 @@ fn pump_with(
             |turned: &Half, other: &Half| turned.busy && !other.finished() && !other.can_go_on();
         if busy && !stalls(&up, &down) && !stalls(&down, &up) {
             continue;
+        }
+        if crate::connections::carry::asked() {
+            if let Some(ended) = carry::offer(conduits, &up, &down, transfer) {
+                return ended;
+            }
         }
         let moved = transfer.to_backend + transfer.to_client > up_before + down_before;
         let halves = [&mut up, &mut down];
@@ -317,6 +343,8 @@ fn look(
         }
     };
     match ready {
+        // A signal: a hand-over may ask for this connection (see `carry`).
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
         Err(e) => Err(Stop {
             end: End::Error,
             error: Some(e),

@@ -14,7 +14,7 @@ use std::net::TcpStream;
 use std::os::unix::io::AsRawFd;
 
 use super::half::Half;
-use crate::poll::poll;
+use crate::poll::poll_once as poll;
 use crate::proxy::conduit::Conduits;
 
 /// How [`wait`] waits.
@@ -28,7 +28,9 @@ pub(super) struct WaitFor {
 }
 
 /// Waits for one of `fds` to be ready, at most `timeout_ms`; returns how
-/// many are (0 at the timeout).
+/// many are (0 at the timeout). A signal ends the wait
+/// (`ErrorKind::Interrupted`): the pump looks whether a hand-over asks
+/// for its connection, and waits again.
 pub(super) fn wait(
     fds: &mut [libc::pollfd; 2],
     conduits: &mut Conduits,
