@@ -8,12 +8,13 @@
 //!
 //! # Threads
 //!
-//! The upgrade thread asks ([`ask`]) one connection at a time: it leaves
-//! a channel in the slot, sets the slot's flag and sends the worker
-//! `SIGURG` (a no-op handler, installed once, without `SA_RESTART`), which
-//! ends the pump's `poll(2)` with `EINTR`; the signal is sent again until
-//! the worker answers, since one that arrives just before the `poll` is
-//! lost. The pump reads one process-wide flag per round ([`asked`]): a
+//! The upgrade thread asks every connection at once ([`ask_all`]): it
+//! leaves a channel in each slot, sets the slot's flag and sends the
+//! worker `SIGURG` (a no-op handler, installed once, without
+//! `SA_RESTART`), which ends the pump's `poll(2)` with `EINTR`; it sends
+//! the signal again ([`wake`]) while a worker has not answered, since one
+//! that arrives just before the `poll` is lost. The offers come as the
+//! workers get the CPU, and go over one at a time. The pump reads one process-wide flag per round ([`asked`]): a
 //! relaxed load, `false` but during a hand-over. While a connection is
 //! offered its descriptors are out of the slot, so no kill (a
 //! `shutdown(2)`) reaches sockets the new process may already hold.
@@ -26,9 +27,8 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Once;
-use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{bounded, Sender};
 
 use super::{mine, now_ms, shutdown, Kill, Mode, Phase, Slot, TABLE};
 
@@ -169,6 +169,21 @@ pub fn candidates() -> Vec<u64> {
         .collect()
 }
 
+/// Whether connection `id` is still open here.
+pub fn is_open(id: u64) -> bool {
+    TABLE.slots().any(|s| s.id.load(Relaxed) == id)
+}
+
+/// Connections on their way to a backend: taken by a worker, not yet
+/// moving bytes.
+pub fn on_their_way() -> usize {
+    TABLE
+        .slots()
+        .filter(|s| s.id.load(Relaxed) != 0)
+        .filter(|s| s.phase.load(Relaxed) < Phase::Pumping as u8)
+        .count()
+}
+
 /// A hand-over is on: pumps look at their flags until [`done`].
 pub fn begin() {
     install_wake();
@@ -180,53 +195,67 @@ pub fn done() {
     ASKING.store(false, Relaxed);
 }
 
-/// Asks connection `id`'s worker for its offer, for at most `wait`;
-/// `None` when it ended, declined or did not answer in time.
-pub fn ask(id: u64, wait: Duration) -> Option<Offer> {
-    let slot = TABLE.slots().find(|s| s.id.load(Relaxed) == id)?;
-    let (tx, rx) = bounded(1);
-    {
-        let mut info = slot.info.lock();
-        if info.id != id {
-            return None;
-        }
-        info.ask = Some(tx);
-        slot.asked.store(true, Relaxed);
-    }
-    let offer = wait_for_offer(slot, id, &rx, wait);
-    if offer.is_none() {
-        slot.asked.store(false, Relaxed);
-        slot.info.lock().ask = None;
-        // An offer made just before the ask was taken back.
-        return rx.try_recv().ok();
-    }
-    offer
+/// The slots serving `ids` now, each with its id.
+fn slots_of(ids: &[u64]) -> Vec<(&'static Slot, u64)> {
+    let wanted: std::collections::HashSet<u64> = ids.iter().copied().collect();
+    TABLE
+        .slots()
+        .filter_map(|s| {
+            let id = s.id.load(Relaxed);
+            wanted.contains(&id).then_some((s, id))
+        })
+        .collect()
 }
 
-/// Wakes the worker of `slot` (while it serves `id`) until its offer
-/// comes, it declines, or `wait` passes.
-fn wait_for_offer(slot: &Slot, id: u64, rx: &Receiver<Offer>, wait: Duration) -> Option<Offer> {
-    const AGAIN: Duration = Duration::from_millis(20);
-    let deadline = Instant::now() + wait;
-    loop {
-        {
-            let info = slot.info.lock();
-            if info.id != id {
-                return None;
-            }
-            if let Some(thread) = info.thread {
-                // SAFETY: the thread is alive: it gives its slot back
-                // under this lock before it exits (`Held`), and serves
-                // `id` now. SIGURG's handler does nothing.
-                unsafe { libc::pthread_kill(thread, libc::SIGURG) };
-            }
+/// Asks the workers of connections `ids`, all at once, for their offers
+/// (sent to `to`), and wakes them; the ids asked (those still open).
+pub fn ask_all(ids: &[u64], to: &Sender<Offer>) -> Vec<u64> {
+    let mut asked = Vec::new();
+    for (slot, id) in slots_of(ids) {
+        let mut info = slot.info.lock();
+        if info.id != id {
+            continue;
         }
-        match rx.recv_timeout(AGAIN) {
-            Ok(offer) => return Some(offer),
-            Err(RecvTimeoutError::Disconnected) => return None,
-            Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {}
-            Err(RecvTimeoutError::Timeout) => return None,
+        info.ask = Some(to.clone());
+        slot.asked.store(true, Relaxed);
+        signal(&info);
+        asked.push(id);
+    }
+    asked
+}
+
+/// Wakes again the workers of `ids` still asked (a signal that came just
+/// before their `poll(2)` was lost); the ids still waiting for an answer.
+pub fn wake(ids: &[u64]) -> Vec<u64> {
+    let mut waiting = Vec::new();
+    for (slot, id) in slots_of(ids) {
+        let info = slot.info.lock();
+        if info.id == id && info.ask.is_some() {
+            signal(&info);
+            waiting.push(id);
         }
+    }
+    waiting
+}
+
+/// Takes the asks of `ids` back: their workers pump on.
+pub fn cancel(ids: &[u64]) {
+    for (slot, id) in slots_of(ids) {
+        let mut info = slot.info.lock();
+        if info.id == id {
+            info.ask = None;
+            slot.asked.store(false, Relaxed);
+        }
+    }
+}
+
+/// Sends SIGURG to the worker of the slot whose `info` is held.
+fn signal(info: &super::Info) {
+    if let Some(thread) = info.thread {
+        // SAFETY: the thread is alive: it gives its slot back under this
+        // lock, held by the caller, before it exits (`Held`), and serves a
+        // connection now. SIGURG's handler does nothing.
+        unsafe { libc::pthread_kill(thread, libc::SIGURG) };
     }
 }
 

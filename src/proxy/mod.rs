@@ -19,13 +19,17 @@
 //! - `report`: the connection's `Outcome` and the one place it becomes
 //!   counters, access log, trace and log lines; `refusal`: why a client
 //!   was refused, and each refusal's rows;
+//! - `pumps`: which pump a connected client gets (copy or pipes, TLS,
+//!   or the carried one's);
 //! - [`mod@pump`]: the duplex state machine, copying or splicing;
 //! - [`mod@kernel_relay`]: an eBPF sockmap program that moves a promoted
 //!   connection's bytes in the kernel;
 //! - [`crate::conduit`] (below, re-exported here): the thread's buffers
 //!   and pipes the pump moves bytes through;
 //! - [`mod@header`]: a client's route, and the PROXY protocol on the worker;
-//! - `per_client`: the cap on connections open per client address.
+//! - `per_client`: the cap on connections open per client address;
+//! - `carried`: a connection carried in from the previous process
+//!   (`upgrade_socket`), its job and its link.
 //!
 //! # Threads
 //!
@@ -50,6 +54,7 @@ pub mod kernel_relay;
 mod listed;
 mod per_client;
 pub mod pump;
+mod pumps;
 mod refusal;
 mod report;
 mod serve;

@@ -29,9 +29,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::connect::{Attempt, Connected, Tries};
+use super::pumps;
 use super::report::{Fate, Outcome, Refusal, Served};
 use super::Admitted;
-use super::{close, header, pump, splice_pump, Job, Proxy, ProxyConfig, Route, REPLY_LINGER};
+use super::{close, header, pump, Job, Proxy, ProxyConfig, Route, REPLY_LINGER};
 use crate::access_log::TriesEnded;
 use crate::backend::Backend;
 use crate::error::Error;
@@ -39,7 +40,6 @@ use crate::health::HealthConfig;
 use crate::limiter::Place;
 use crate::reply;
 use crate::scheduler::Pick;
-use crate::stats::Stats;
 use crate::trace;
 
 /// A client connected to its backend: what the pump needs, and what the
@@ -126,16 +126,9 @@ impl Proxy {
         if backend.name() == super::PANIC_BACKEND {
             panic!("a test asked for a panic inside a connection");
         }
-        let (pumped, tls) = match tls {
-            None => (
-                match resumed {
-                    None => pump_both(&client, &backend_sock, &settings, outcome.peer, &self.stats),
-                    Some(state) => pump_resumed(&client, &backend_sock, &settings, &state),
-                },
-                None,
-            ),
-            Some(session) => pump_tls(session, &client, &backend_sock, &settings, outcome.peer),
-        };
+        let sockets = [&client, &backend_sock];
+        let (pumped, tls) =
+            pumps::moving(tls, resumed, sockets, &settings, outcome.peer, &self.stats);
         if interim {
             // A pump that never took its hook leaves it: not for the next.
             let _ = pump::interim::take_unused();
@@ -531,48 +524,6 @@ fn wait(
     (!wait_readable(client, queued_at + limit)).then_some(Refusal::FirstByteTimeout { limit })
 }
 
-/// Keep-alive on both sockets when asked, then the pump, copying or
-/// splicing, until both sides are done.
-fn pump_both(
-    client: &TcpStream,
-    backend: &TcpStream,
-    settings: &ProxyConfig,
-    peer: SocketAddr,
-    stats: &Arc<Stats>,
-) -> pump::Pumped {
-    settings.keep_alive(client, backend, peer);
-    let options = settings.pump_options();
-    if settings.splice {
-        crate::connections::mode(crate::connections::Mode::Splice);
-    }
-    if options.promote {
-        super::kernel_relay::count_for(stats);
-    }
-    if settings.splice {
-        splice_pump(client, backend, &options)
-    } else {
-        pump::pump(client, backend, settings.buffer_size, &options)
-    }
-}
-
-/// The pump of a connection carried in from the previous process: the
-/// copy pump, from its state (never the kernel relay, whose hand-over
-/// expects empty buffers; nor pipes, which it did not bring). Not
-/// inlined, as [`pump_tls`].
-#[cold]
-#[inline(never)]
-fn pump_resumed(
-    client: &TcpStream,
-    backend: &TcpStream,
-    settings: &ProxyConfig,
-    state: &crate::connections::carry::State,
-) -> pump::Pumped {
-    let mut options = settings.pump_options();
-    options.promote = false;
-    crate::connections::mode(crate::connections::Mode::Copy);
-    pump::pump_from(client, backend, settings.buffer_size, &options, Some(state))
-}
-
 /// The TLS handshake with the backend just connected, when the service
 /// speaks TLS to its backends (`backend_tls`), by `deadline`. Not inlined,
 /// as [`Proxy::terminate`].
@@ -587,33 +538,6 @@ fn reach_tls(
         Ok(()) => Ok(Connected(sock, backend, held)),
         Err(e) => Err(Error::io(format!("connecting to {}", backend.name()), e)),
     }
-}
-
-/// [`pump_both`] for a connection with TLS on either side, and what the
-/// access log says of the client's TLS. Not inlined: the plain path's
-/// frame stays as it was.
-#[inline(never)]
-fn pump_tls(
-    mut session: crate::tls_term::handshake::Session,
-    client: &TcpStream,
-    backend: &TcpStream,
-    settings: &ProxyConfig,
-    peer: SocketAddr,
-) -> (pump::Pumped, Option<Box<crate::access_log::TlsNote>>) {
-    use crate::tls_term::pump::{pump, Side};
-    settings.keep_alive(client, backend, peer);
-    let sessions = &mut *session;
-    let note = sessions.note();
-    crate::connections::mode(crate::connections::Mode::Tls);
-    if let Some(note) = &note {
-        crate::connections::tls(note.sni.clone(), note.version, note.client.clone());
-    }
-    let pumped = pump(
-        Side::client(client, sessions.client.as_mut()),
-        Side::backend(backend, sessions.backend.as_mut()),
-        &settings.pump_options(),
-    );
-    (pumped, note)
 }
 
 /// Waits until `client` has something to read (bytes, or its end of

@@ -47,9 +47,6 @@ use crate::etcd::shown;
 /// pump's wait (a TLS pump that was not one yet, a write in a `deliver`)
 /// stays here.
 const ASK_WAIT: Duration = Duration::from_millis(500);
-/// Rounds over the connections: those a queued client made while the
-/// first round went are asked in the next.
-const ROUNDS: usize = 3;
 /// The most bytes a direction may carry: the largest `buffer_size`.
 const MAX_PENDING: usize = crate::proxy::MAX_BUFFER_SIZE;
 
@@ -95,57 +92,127 @@ pub struct Carried {
     pub stayed: usize,
 }
 
-/// The old side, after `OK`, with this process no longer accepting:
-/// offers every connection it may carry to the new process on `conn`.
-/// `Err` (in words) when the new process stopped answering; what it had
-/// not taken stays.
-pub fn send_all(conn: &Socket) -> (Carried, Option<String>) {
+/// The old side, after `OK`: offers every connection it may carry to the
+/// new process on `conn`, each once (`seen`). With `settle` (this process
+/// no longer accepts), it also waits, at most [`SETTLE`], for the
+/// connections its workers are still connecting. `Err` (in words) when
+/// the new process stopped answering or said what is not the hand-over;
+/// what it had not taken stays here.
+///
+/// # Errors
+///
+/// As above; the worker of the connection then offered pumps on.
+pub fn send_all(
+    conn: &Socket,
+    seen: &mut HashSet<u64>,
+    settle: bool,
+) -> std::result::Result<(), String> {
     carry::begin();
     let started = Instant::now();
     let mut done = Carried::default();
-    let mut seen = HashSet::new();
-    let mut broken = None;
-    'rounds: for _ in 0..ROUNDS {
-        let ids: Vec<u64> = carry::candidates()
-            .into_iter()
-            .filter(|id| seen.insert(*id))
-            .collect();
-        if ids.is_empty() {
-            break;
-        }
-        for id in ids {
-            let Some(offer) = carry::ask(id, ASK_WAIT) else {
-                done.stayed += 1;
-                continue;
-            };
-            match send_one(conn, &offer) {
-                Ok(taken) => {
-                    offer.answer(taken);
-                    if taken {
-                        done.carried += 1;
-                    } else {
-                        done.stayed += 1;
-                    }
-                }
-                Err(why) => {
-                    offer.answer(false);
-                    done.stayed += 1;
-                    broken = Some(why);
-                    break 'rounds;
-                }
-            }
-        }
-    }
+    let result = rounds(conn, seen, settle, &mut done);
     carry::done();
     if done.carried + done.stayed > 0 {
         log::info!(
-            "handed {} to the new rodizio in {:?}; {} stay here and drain",
+            "handed {} to the new rodizio in {:?}; {} stay here",
             crate::units::count(done.carried as u64, "open connection"),
             started.elapsed(),
             done.stayed
         );
     }
-    (done, broken)
+    result
+}
+
+/// Longest wait for connections still on their way to a backend once
+/// this process no longer accepts.
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// [`send_all`]'s rounds over the table.
+fn rounds(
+    conn: &Socket,
+    seen: &mut HashSet<u64>,
+    settle: bool,
+    done: &mut Carried,
+) -> std::result::Result<(), String> {
+    let started = Instant::now();
+    loop {
+        let ids: Vec<u64> = carry::candidates()
+            .into_iter()
+            .filter(|id| seen.insert(*id))
+            .collect();
+        if ids.is_empty() {
+            if !settle || carry::on_their_way() == 0 || started.elapsed() > SETTLE {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        round(conn, &ids, done)?;
+    }
+}
+
+/// One round: the workers of `ids` asked at once, each offer sent over as
+/// it comes; those that neither offer nor decline within [`ASK_WAIT`]
+/// stay.
+fn round(conn: &Socket, ids: &[u64], done: &mut Carried) -> std::result::Result<(), String> {
+    const AGAIN: Duration = Duration::from_millis(20);
+    let (to, offers) = crossbeam_channel::unbounded();
+    let mut waiting = carry::ask_all(ids, &to);
+    // The slots hold the only senders: once each has offered or
+    // declined, the channel says so.
+    drop(to);
+    let mut last = Instant::now();
+    let mut broken = None;
+    while broken.is_none() && !waiting.is_empty() && last.elapsed() < ASK_WAIT {
+        match offers.recv_timeout(AGAIN) {
+            Ok(offer) => {
+                last = Instant::now();
+                waiting.retain(|&id| id != offer.state.id);
+                broken = send_and_answer(conn, offer, done).err();
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => waiting = carry::wake(&waiting),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    carry::cancel(&waiting);
+    // Offers made before the asks were taken back: sent, unless the new
+    // process is gone (then kept).
+    while let Ok(offer) = offers.try_recv() {
+        waiting.retain(|&id| id != offer.state.id);
+        match broken {
+            None => broken = send_and_answer(conn, offer, done).err(),
+            Some(_) => {
+                offer.answer(false);
+                done.stayed += 1;
+            }
+        }
+    }
+    done.stayed += waiting.iter().filter(|&&id| carry::is_open(id)).count();
+    broken.map_or(Ok(()), Err)
+}
+
+/// One offer sent over and its worker told the verdict.
+fn send_and_answer(
+    conn: &Socket,
+    offer: Offer,
+    done: &mut Carried,
+) -> std::result::Result<(), String> {
+    match send_one(conn, &offer) {
+        Ok(taken) => {
+            offer.answer(taken);
+            if taken {
+                done.carried += 1;
+            } else {
+                done.stayed += 1;
+            }
+            Ok(())
+        }
+        Err(why) => {
+            offer.answer(false);
+            done.stayed += 1;
+            Err(why)
+        }
+    }
 }
 
 /// One connection offered: whether the new process took it (`GO` sent).
@@ -229,9 +296,14 @@ pub fn take_all(conn: &Socket, carrier: &Carrier) -> std::result::Result<Carried
         }
         let (state, [client, backend]) = read_offer(conn, &line, fds)?;
         let id = state.id;
-        let client_tcp = TcpStream::from(client);
-        let backend_tcp = TcpStream::from(backend);
-        match carrier(client_tcp, backend_tcp, state) {
+        let checked = connected(&client, Some(state.client))
+            .map_err(|why| format!("the client's socket {why}"))
+            .and_then(|()| {
+                connected(&backend, None).map_err(|why| format!("the backend's socket {why}"))
+            });
+        let taken = checked
+            .and_then(|()| carrier(TcpStream::from(client), TcpStream::from(backend), state));
+        match taken {
             Err(why) => {
                 let why = shown(&why, 200);
                 wire::send(conn, &format!("NO {id} {why}"), None).map_err(said)?;
@@ -253,8 +325,10 @@ pub fn take_all(conn: &Socket, carrier: &Carrier) -> std::result::Result<Carried
     }
 }
 
-/// A `C` message, its two sockets and the data that follows: the state,
-/// the client's socket and the backend's, each checked.
+/// A `C` message, its two descriptors and the data that follows: the
+/// state, the client's descriptor and the backend's (checked by the
+/// caller: one that is not what it should be refuses that connection,
+/// not the hand-over).
 fn read_offer(
     conn: &Socket,
     line: &str,
@@ -294,8 +368,6 @@ fn read_offer(
     };
     state.up.bytes = read_bytes(conn, up_len)?;
     state.down.bytes = read_bytes(conn, down_len)?;
-    connected(&client_fd, Some(client)).map_err(|why| format!("the client's socket {why}"))?;
-    connected(&backend_fd, None).map_err(|why| format!("the backend's socket {why}"))?;
     Ok((state, [client_fd, backend_fd]))
 }
 

@@ -16,25 +16,31 @@
 //! new         takes each socket whose address it listens on, binds the
 //!             others, starts; closes those it does not listen on
 //! new → old   OK                   (once every address accepts)
-//! old → new   BYE                  then the old drains, as on SIGTERM
+//! old → new   C ... / TOOK / GO    each open connection (`carry`)
+//!             (the old one stops accepting, then sends those its queue held)
+//! old → new   BYE                  then the old drains what it kept
 //! ```
 //!
-//! Both processes accept from the same sockets until `OK`: a client in
-//! the kernel's queue is taken by one of them, never dropped. The old
-//! one's accept loops then stop on their gate (`systemd::Gate`), never by
-//! `shutdown(2)`, which would close the socket for the new one too. Its
-//! connections end as they would on SIGTERM (`drain_timeout`); open
-//! connections are not carried over. If the new process refuses, dies or
-//! says nothing within a minute, the old one serves on and says so in one
-//! line, and the next attempt is heard. A peer of another user than root
-//! or this process's is refused.
+//! Both processes accept from the same sockets until the connections are
+//! over: a client in the kernel's queue is taken by one of them, never
+//! dropped. The old one's accept loops then stop on their gate
+//! (`systemd::Gate`), never by `shutdown(2)`, which would close the
+//! socket for the new one too. Its open plain connections go to the new
+//! process with their unsent bytes (`carry`); the others (TLS, the kernel
+//! relay) end as they would on SIGTERM (`drain_timeout`). If the new
+//! process refuses, dies or says nothing in time before the end of the
+//! connections, the old one serves on (accepting, the connections it
+//! still has pumping) and says so in one line, and the next attempt is
+//! heard. A peer of another user than root or this process's is
+//! refused.
 //!
 //! The new process gets the upgrade socket with the listeners, so the
 //! path stays valid without a new bind (which the new process, once it
 //! gave root up, could not do in a root-only directory); a process that
 //! stops without handing over removes the path if it is still its socket.
 //!
-//! The messages and their descriptors: `wire`.
+//! The messages and their descriptors: `wire`; the open connections:
+//! `carry`.
 //!
 //! # Threads
 //!
@@ -179,23 +185,30 @@ impl Upgrade {
                     continue;
                 }
             };
-            match self.hand_over(&conn, sockets) {
+            // The connections offered to this new process, by id: each once.
+            let mut seen = std::collections::HashSet::new();
+            let carried = self.hand_over(&conn, sockets).and_then(|()| {
+                // Still accepting while the open connections go: a new
+                // process that fails now leaves this one serving.
+                let _ = conn.set_read_timeout(Some(STEP));
+                carry::send_all(&conn, &mut seen, false)
+            });
+            match carried {
                 Ok(()) => {
                     log::info!(
                         "a new rodizio took the listening sockets through {}: draining",
                         self.path.display()
                     );
                     self.handed.store(true, Ordering::SeqCst);
-                    // No longer accepting, then the open connections go.
                     shutdown.trigger();
-                    let _ = conn.set_read_timeout(Some(STEP));
-                    let (_, broken) = carry::send_all(&conn);
-                    match broken {
-                        None => {
+                    // No longer accepting: what the queue still held goes too.
+                    match carry::send_all(&conn, &mut seen, true) {
+                        Ok(()) => {
                             let _ = wire::send(&conn, "BYE", None);
                         }
-                        Some(why) => log::warn!(
-                            "upgrade_socket {}: open connections no longer handed over                              ({why}); the rest drain here",
+                        Err(why) => log::warn!(
+                            "upgrade_socket {}: open connections no longer handed over \
+                             ({why}); the rest drain here",
                             self.path.display()
                         ),
                     }

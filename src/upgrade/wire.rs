@@ -80,7 +80,7 @@ fn send_raw(socket: &Socket, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     if !fds.is_empty() {
-        let size = (fds.len() * mem::size_of::<RawFd>()) as u32;
+        let size = mem::size_of_val(fds) as u32;
         // SAFETY: CMSG_* compute sizes and walk `control`, which is large
         // enough for two descriptors (32 bytes of 64); the header and its
         // data are written inside it.

@@ -47,3 +47,4 @@ mod srv;
 mod tls;
 mod tools;
 mod upgrade;
+mod upgrade_carry;

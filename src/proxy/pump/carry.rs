@@ -13,10 +13,41 @@
 //! No C counterpart.
 
 use super::half::Half;
-use super::{End, Ended, Transfer};
+use super::{End, Ended, PumpOptions, Transfer};
 use crate::connections::carry::{self, Pending, State};
 use crate::connections::Kill;
 use crate::proxy::conduit::{Conduit, Conduits};
+
+/// [`offer`], when a hand-over asks for the connection (one relaxed load
+/// otherwise).
+#[inline]
+pub(super) fn if_asked(
+    conduits: &mut Conduits,
+    up: &Half,
+    down: &Half,
+    transfer: &Transfer,
+) -> Option<Ended> {
+    if !carry::asked() {
+        return None;
+    }
+    offer(conduits, up, down, transfer)
+}
+
+/// The pump's two halves, capped as `options` say: new, or as a carried
+/// connection left them (`resumed`, its counters put in `transfer`).
+pub(super) fn halves(
+    conduits: &mut Conduits,
+    options: &PumpOptions,
+    resumed: Option<&State>,
+    transfer: &mut Transfer,
+) -> [Half; 2] {
+    let mut up = Half::capped(options.up_rate);
+    let mut down = Half::capped(options.down_rate);
+    if let Some(state) = resumed {
+        preload(conduits, [&mut up, &mut down], state, transfer);
+    }
+    [up, down]
+}
 
 /// Offers the connection when a hand-over asks: `Some` (its end,
 /// `handed_over`, with no shutdown of either socket) when the new
@@ -25,12 +56,7 @@ use crate::proxy::conduit::{Conduit, Conduits};
 /// process.
 #[cold]
 #[inline(never)]
-pub(super) fn offer(
-    conduits: &mut Conduits,
-    up: &Half,
-    down: &Half,
-    transfer: &Transfer,
-) -> Option<Ended> {
+fn offer(conduits: &mut Conduits, up: &Half, down: &Half, transfer: &Transfer) -> Option<Ended> {
     let faulted = |h: &Half| h.stopped || h.cut;
     let (up_buf, down_buf) = conduits.halves();
     let pending = |h: &Half, conduit: &Conduit| match conduit {
@@ -67,7 +93,7 @@ pub(super) fn offer(
 /// Puts a carried connection's state into a new pump: the bytes each way
 /// in the buffers, the ends already seen, the counters. The buffers hold
 /// at least as much as each direction carries (the caller made them so).
-pub(super) fn preload(
+fn preload(
     conduits: &mut Conduits,
     [up, down]: [&mut Half; 2],
     state: &State,

@@ -13,7 +13,8 @@
 //! rule (no `write_all`, `MSG_MORE`, turns of [`TURN_BYTES`], idle buffers
 //! handed back, `--yield-before-poll`): docs/moving-bytes.md, "The pump".
 //! `half` holds one direction and its step, `wait` the `poll(2)` side,
-//! `bucket` a direction's bandwidth cap, `promote` the hand-over to the
+//! `bucket` a direction's bandwidth cap, `carry` the connection offered
+//! to a new process (`upgrade_socket`) and taken in, `promote` the hand-over to the
 //! kernel relay, `interim` the access log's lines while it lives.
 //!
 //! # Threads
@@ -182,11 +183,8 @@ fn pump_with(
     transfer: &mut Transfer,
     resumed: Option<&crate::connections::carry::State>,
 ) -> Ended {
-    let mut up = Half::capped(options.up_rate); // client -> backend
-    let mut down = Half::capped(options.down_rate); // backend -> client
-    if let Some(state) = resumed {
-        carry::preload(conduits, [&mut up, &mut down], state, transfer);
-    }
+    // Client to backend, backend to client: new, or as carried in.
+    let [mut up, mut down] = carry::halves(conduits, options, resumed, transfer);
     let mut story = Story::default();
     let limits = Limits::of(options);
     let mut interim = interim::take();
@@ -202,6 +200,11 @@ fn pump_with(
         }
     }
     loop {
+        // Between two rounds every byte is in a buffer or a socket: a
+        // hand-over may take the connection here (one relaxed load).
+        if let Some(ended) = carry::if_asked(conduits, &up, &down, transfer) {
+            return ended;
+        }
         let (up_before, down_before) = (transfer.to_backend, transfer.to_client);
         step_both(
             conduits, &mut up, &mut down, client, backend, transfer, &mut story,
@@ -235,11 +238,6 @@ fn pump_with(
             |turned: &Half, other: &Half| turned.busy && !other.finished() && !other.can_go_on();
         if busy && !stalls(&up, &down) && !stalls(&down, &up) {
             continue;
-        }
-        if crate::connections::carry::asked() {
-            if let Some(ended) = carry::offer(conduits, &up, &down, transfer) {
-                return ended;
-            }
         }
         let moved = transfer.to_backend + transfer.to_client > up_before + down_before;
         let halves = [&mut up, &mut down];

@@ -1,0 +1,297 @@
+//! Open connections carried across an upgrade (`upgrade_socket`), with the
+//! real binary: 200 idle connections, 20 in the middle of a long echo each
+//! way and a Redis pub/sub subscriber survive byte for byte while new
+//! clients are served throughout; a second upgrade right after the first
+//! carries them again; the old process keeps no descriptor of theirs.
+
+mod child;
+mod common;
+mod peers;
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use child::{Child, Scratch};
+use common::{connect, wait_for, Load, TestBackend};
+use peers::{free_port, loopback};
+
+/// Bytes each way on each streaming connection: `RODIZIO_CARRY_MB`
+/// (default 16 MiB, the suite's budget; 100 MiB was run by hand).
+fn stream_bytes() -> u64 {
+    let mb = std::env::var("RODIZIO_CARRY_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    mb * 1024 * 1024
+}
+
+/// The byte at `offset` of stream `n`: no run repeats within a buffer,
+/// so a byte lost, doubled or moved is seen.
+fn pattern(n: u64, offset: u64) -> u8 {
+    (offset.wrapping_mul(31) ^ (offset >> 11) ^ n.wrapping_mul(0x9e37)) as u8
+}
+
+/// A configuration of three services with `path` as the upgrade socket:
+/// `echo` on `ports[0]`, `redis` on `ports[1]`, `web` on `ports[2]`.
+fn config(path: &Path, ports: [u16; 3], backends: [SocketAddr; 3]) -> String {
+    let names = ["echo", "redis", "web"];
+    let one = |i: usize| {
+        format!(
+            r#"{{"name": "{}", "listen": "127.0.0.1:{}", "backends": ["{}"]}}"#,
+            names[i], ports[i], backends[i]
+        )
+    };
+    format!(
+        r#"{{"health_check": "off", "idle_timeout": "2m", "upgrade_socket": "{}", "services": [{}, {}, {}]}}"#,
+        path.display(),
+        one(0),
+        one(1),
+        one(2)
+    )
+}
+
+/// Writes `line` and reads it back (through an echo).
+fn echo_line(s: &mut TcpStream, line: &str) -> io::Result<()> {
+    s.write_all(line.as_bytes())?;
+    let mut back = vec![0u8; line.len()];
+    s.read_exact(&mut back)?;
+    if back != line.as_bytes() {
+        return Err(io::Error::other(format!("{line:?} came back as {back:?}")));
+    }
+    Ok(())
+}
+
+/// One streaming connection: a writer thread sends `total` bytes of
+/// stream `n`'s pattern then half-closes; the reader checks each byte
+/// that comes back (counted in `read`) and the end of stream after them.
+fn stream(addr: SocketAddr, n: u64, total: u64, read: Arc<AtomicU64>) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let s = connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut writer = s.try_clone().unwrap();
+        let sender = thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut at = 0u64;
+            while at < total {
+                let len = (total - at).min(buf.len() as u64) as usize;
+                for (i, b) in buf[..len].iter_mut().enumerate() {
+                    *b = pattern(n, at + i as u64);
+                }
+                writer.write_all(&buf[..len]).unwrap();
+                at += len as u64;
+            }
+            writer.shutdown(std::net::Shutdown::Write).unwrap();
+        });
+        let mut reader = s;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut at = 0u64;
+        loop {
+            let got = reader
+                .read(&mut buf)
+                .unwrap_or_else(|e| panic!("stream {n} at {at}: {e}"));
+            if got == 0 {
+                break;
+            }
+            for (i, b) in buf[..got].iter().enumerate() {
+                let want = pattern(n, at + i as u64);
+                assert_eq!(*b, want, "stream {n}: byte {} differs", at + i as u64);
+            }
+            at += got as u64;
+            read.store(at, Ordering::SeqCst);
+        }
+        assert_eq!(at, total, "stream {n}: {at} bytes back of {total}");
+        sender.join().unwrap();
+    })
+}
+
+/// RESP of a command.
+fn resp(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len());
+    for a in args {
+        out += &format!("${}\r\n{a}\r\n", a.len());
+    }
+    out.into_bytes()
+}
+
+/// Reads exactly `want` from `s`.
+fn expect(s: &mut TcpStream, want: &[u8]) {
+    let mut got = vec![0u8; want.len()];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
+}
+
+/// Publishes `message` on `news` straight to Redis at `redis`; how many
+/// subscribers got it, as Redis says.
+fn publish(redis: SocketAddr, message: &str) -> String {
+    let mut s = connect(redis).unwrap();
+    s.write_all(&resp(&["PUBLISH", "news", message])).unwrap();
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\r\n") {
+        s.read_exact(&mut byte).unwrap();
+        line.push(byte[0]);
+    }
+    String::from_utf8_lossy(&line).trim().to_string()
+}
+
+/// A rodizio on the configuration file `config`.
+fn rodizio(config: &Path) -> Child {
+    Child::start(
+        child::command(&["--allow-root", "-c", config.to_str().unwrap()]).env(
+            "RUST_LOG",
+            std::env::var("CARRY_LOG").unwrap_or("info".into()),
+        ),
+    )
+}
+
+/// Waits for `old` to exit 0 after handing everything over.
+fn exits_cleanly(old: &mut Child) {
+    let status = old
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("the old process did not exit:\n{}", old.output()));
+    assert!(status.success(), "old process: {status}\n{}", old.output());
+}
+
+/// The issue's acceptance: every open plain connection survives, byte for
+/// byte, with new clients served throughout.
+#[test]
+fn idle_streaming_and_pubsub_connections_survive_an_upgrade() {
+    let echo = TestBackend::echo();
+    let web = TestBackend::http(1);
+    let redis_port = free_port();
+    let _redis = peers::redis_server(redis_port, "upgrade-carry");
+    let redis = loopback(redis_port);
+    let scratch = Scratch::new("upgrade-carry");
+    let path = scratch.path("upgrade.sock");
+    let ports = [free_port(), free_port(), free_port()];
+    let file = scratch.file(
+        "lb.json",
+        config(&path, ports, [echo.addr(), redis, web.addr()]),
+    );
+    let mut old = rodizio(&file);
+    let [echo_at, redis_at, web_at] = ports.map(loopback);
+    let load = Load::start(web_at);
+    load.more(50);
+
+    // 200 idle connections, each with a line echoed.
+    let mut idle: Vec<TcpStream> = (0..200)
+        .map(|i| {
+            let mut s = connect(echo_at).unwrap();
+            echo_line(&mut s, &format!("idle {i} before\n")).unwrap();
+            s
+        })
+        .collect();
+    // A subscriber, through rodizio.
+    let mut sub = connect(redis_at).unwrap();
+    sub.write_all(&resp(&["SUBSCRIBE", "news"])).unwrap();
+    expect(&mut sub, b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n");
+    assert_eq!(publish(redis, "before"), ":1");
+    expect(
+        &mut sub,
+        b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$6\r\nbefore\r\n",
+    );
+    // 20 long echoes, each way.
+    let total = stream_bytes();
+    let counts: Vec<Arc<AtomicU64>> = (0..20).map(|_| Arc::default()).collect();
+    let streams: Vec<_> = (0..20)
+        .map(|n| stream(echo_at, n, total, Arc::clone(&counts[n as usize])))
+        .collect();
+    // The upgrade once every stream is a tenth of the way.
+    let tenth = || {
+        counts
+            .iter()
+            .all(|c| c.load(Ordering::SeqCst) >= total / 10)
+    };
+    assert!(
+        wait_for(Duration::from_secs(60), tenth),
+        "the streams stalled"
+    );
+    let started = Instant::now();
+    let mut new = rodizio(&file);
+    exits_cleanly(&mut old);
+    let took = started.elapsed();
+    let mid = counts
+        .iter()
+        .filter(|c| c.load(Ordering::SeqCst) < total)
+        .count();
+    eprintln!("{}\n{}", old.log(), new.log());
+    assert!(
+        new.log().contains("open connections carried over"),
+        "{}",
+        new.log()
+    );
+    load.more(50);
+
+    // Everything carries on through the new process.
+    assert_eq!(publish(redis, "after"), ":1");
+    expect(
+        &mut sub,
+        b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$5\r\nafter\r\n",
+    );
+    for (i, s) in idle.iter_mut().enumerate() {
+        echo_line(s, &format!("idle {i} after\n")).unwrap_or_else(|e| panic!("idle {i}: {e}"));
+    }
+    for s in streams {
+        s.join().unwrap();
+    }
+    load.more(50);
+    let served = load.none_failed(&new.output());
+    eprintln!(
+        "carried: 200 idle, 20 streams ({mid} still moving at the upgrade, {} MiB each way), \
+         1 subscriber; upgrade to old exit {took:?}; {served} new requests, none failed",
+        total >> 20
+    );
+    drop(idle);
+    drop(sub);
+    new.stop();
+}
+
+/// A second upgrade right after the first: the connections the second
+/// process took go on to a third, byte for byte, and the second process
+/// exits 0 holding none.
+#[test]
+fn a_second_upgrade_right_after_the_first_carries_them_again() {
+    let echo = TestBackend::echo();
+    let web = TestBackend::http(1);
+    let scratch = Scratch::new("upgrade-carry-twice");
+    let path = scratch.path("upgrade.sock");
+    let ports = [free_port(), free_port(), free_port()];
+    let file = scratch.file(
+        "lb.json",
+        config(&path, ports, [echo.addr(), loopback(9), web.addr()]),
+    );
+    let mut first = rodizio(&file);
+    let echo_at = loopback(ports[0]);
+    let mut open: Vec<TcpStream> = (0..50)
+        .map(|i| {
+            let mut s = connect(echo_at).unwrap();
+            echo_line(&mut s, &format!("{i} one\n")).unwrap();
+            s
+        })
+        .collect();
+    let mut second = rodizio(&file);
+    second.next_log("50 open connections carried over");
+    // At once: the second hands them on before it served one byte of
+    // theirs.
+    let mut third = rodizio(&file);
+    exits_cleanly(&mut first);
+    exits_cleanly(&mut second);
+    third.next_log("50 open connections carried over");
+    for (i, s) in open.iter_mut().enumerate() {
+        echo_line(s, &format!("{i} three\n")).unwrap_or_else(|e| panic!("{i}: {e}"));
+    }
+    // Each still ends cleanly: the client's end of stream, the echo's.
+    for s in &mut open {
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+    }
+    third.stop();
+}
