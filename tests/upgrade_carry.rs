@@ -295,3 +295,124 @@ fn a_second_upgrade_right_after_the_first_carries_them_again() {
     }
     third.stop();
 }
+
+/// `rodizio [FLAGS] upgrade` (its output to files, as a unit's journal
+/// would take it): runs until the new process serves, says so and how
+/// many connections it carried, exits 0; a new process that cannot start
+/// (its second address taken) makes it exit 1 with the reason, the
+/// running one serving on; without `upgrade_socket` it is an error.
+#[test]
+fn the_upgrade_command_waits_for_the_new_process_and_says_how_it_went() {
+    use std::process::Stdio;
+    let echo = TestBackend::echo();
+    let scratch = Scratch::new("upgrade-command");
+    let path = scratch.path("upgrade.sock");
+    let (port, other) = (free_port(), free_port());
+    let one = format!(
+        r#"{{"health_check": "off", "upgrade_socket": "{}", "services": [{{"name": "echo", "listen": "127.0.0.1:{port}", "backends": ["{}"]}}]}}"#,
+        path.display(),
+        echo.addr()
+    );
+    let file = scratch.file("lb.json", &one);
+    let mut old = rodizio(&file);
+    let mut open = connect(loopback(port)).unwrap();
+    echo_line(&mut open, "before\n").unwrap();
+    // Runs `rodizio -c FILE upgrade`: its exit code, its output.
+    let upgrade = |name: &str| {
+        let (out, err) = (
+            scratch.path(&format!("{name}.out")),
+            scratch.path(&format!("{name}.err")),
+        );
+        let mut command =
+            child::command(&["--allow-root", "-c", file.to_str().unwrap(), "upgrade"]);
+        command
+            .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+            .stderr(Stdio::from(std::fs::File::create(&err).unwrap()));
+        let mut run = command.spawn().unwrap();
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = run.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "rodizio upgrade hangs"
+            );
+            thread::sleep(Duration::from_millis(20));
+        };
+        let text = |p: &Path| std::fs::read_to_string(p).unwrap();
+        (status.code(), text(&out), text(&err))
+    };
+
+    // A new process that cannot bind its second address.
+    let taken = std::net::TcpListener::bind(loopback(other)).unwrap();
+    let two = one.replace(
+        "]}]}",
+        &format!(
+            r#"]}}, {{"name": "more", "listen": "127.0.0.1:{other}", "backends": ["{}"]}}]}}"#,
+            echo.addr()
+        ),
+    );
+    scratch.file("lb.json", &two);
+    let (code, out, err) = upgrade("failed");
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("did not start") && err.contains("the running one serves on"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&other.to_string()),
+        "the reason is not said: {err}"
+    );
+    assert!(old.alive());
+    echo_line(&mut open, "still old\n").unwrap();
+    drop(taken);
+
+    // The real one: the connection goes with it.
+    scratch.file("lb.json", &one);
+    let (code, out, err) = upgrade("done");
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("serves; 1 open connections carried over, 0 left"),
+        "{out}{err}"
+    );
+    exits_cleanly(&mut old);
+    echo_line(&mut open, "after\n").unwrap();
+    // Stopped by its pid, which the command printed.
+    let pid: i32 = out
+        .split("(pid ")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The client ends; the new process, told to stop, then exits.
+    open.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    open.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    // SAFETY: a signal to the process the command started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    // Gone, or a zombie waiting for its new parent.
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+            stat.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    assert!(
+        wait_for(Duration::from_secs(15), gone),
+        "the new process did not stop"
+    );
+
+    // Without upgrade_socket: exit 2, one line naming it.
+    let ended = child::run(&["--allow-root", "-l", "127.0.0.1:1", "upgrade"]);
+    let out = ended.output();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("upgrade_socket"));
+}

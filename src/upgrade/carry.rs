@@ -47,6 +47,9 @@ use crate::etcd::shown;
 /// pump's wait (a TLS pump that was not one yet, a write in a `deliver`)
 /// stays here.
 const ASK_WAIT: Duration = Duration::from_millis(500);
+/// The largest count (bytes moved, age in ms) a `C` message may give:
+/// 2^56, far past anything real, far from the overflow of the pump's sums.
+const MAX_COUNT: u64 = 1 << 56;
 /// The most bytes a direction may carry: the largest `buffer_size`.
 const MAX_PENDING: usize = crate::proxy::MAX_BUFFER_SIZE;
 
@@ -275,24 +278,28 @@ fn flags(p: &Pending) -> &'static str {
 }
 
 /// The new side, after `OK`: takes the connections the previous process
-/// offers on `conn` until its `BYE` (or its end), each to `carrier`.
+/// offers on `conn` until its `BYE` (or its end), each to `carrier`,
+/// counted in `done`.
 ///
 /// # Errors
 ///
 /// In words, when the previous process said what is not the hand-over;
 /// the connections it offered since are its own.
-pub fn take_all(conn: &Socket, carrier: &Carrier) -> std::result::Result<Carried, String> {
+pub fn take_all(
+    conn: &Socket,
+    carrier: &Carrier,
+    done: &mut Carried,
+) -> std::result::Result<(), String> {
     let said = |e: io::Error| format!("the previous rodizio: {}", words(&e));
-    let mut done = Carried::default();
     loop {
         let (line, fds) = match wire::recv_fds(conn) {
             Ok(message) => message,
             // It ended after its last connection.
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(done),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(said(e)),
         };
         if line == "BYE" && fds.is_empty() {
-            return Ok(done);
+            return Ok(());
         }
         let (state, [client, backend]) = read_offer(conn, &line, fds)?;
         let id = state.id;
@@ -343,7 +350,13 @@ fn read_offer(
     let Ok([client_fd, backend_fd]) = <[OwnedFd; 2]>::try_from(fds) else {
         return Err(bad());
     };
-    let num = |w: &str| w.parse::<u64>().map_err(|_| bad());
+    // Counts a connection could reach: far from overflowing a pump's sums.
+    let num = |w: &str| {
+        w.parse::<u64>()
+            .ok()
+            .filter(|&n| n <= MAX_COUNT)
+            .ok_or_else(bad)
+    };
     let len = |w: &str| {
         w.parse::<usize>()
             .ok()

@@ -53,6 +53,7 @@
 //! No C counterpart: the C is stopped and started by hand.
 
 pub mod carry;
+pub mod launch;
 pub mod wire;
 
 pub use carry::Carrier;
@@ -102,6 +103,8 @@ pub struct Upgrade {
     previous: Option<Socket>,
     /// Whether this process handed its sockets over.
     handed: Arc<AtomicBool>,
+    /// `rodizio upgrade`'s pipe, when it started this process.
+    report: Option<fs::File>,
 }
 
 /// At start-up, before any address is bound: takes the running process's
@@ -127,6 +130,7 @@ pub fn start(path: &Path) -> Result<Upgrade> {
         server,
         previous,
         handed: Arc::default(),
+        report: launch::take_report(),
     })
 }
 
@@ -141,9 +145,11 @@ impl Upgrade {
     ///
     /// [`Error::Io`] when the thread or its eventfd cannot be made.
     pub fn serve(mut self, sockets: Sockets, carrier: &Carrier, shutdown: &Shutdown) -> Result<()> {
-        if let Some(previous) = self.previous.take() {
-            release(&previous, &self.path, carrier);
-        }
+        let carried = match self.previous.take() {
+            Some(previous) => release(&previous, &self.path, carrier),
+            None => carry::Carried::default(),
+        };
+        launch::report(self.report.take(), carried.carried, carried.stayed);
         let gate = Arc::new(Gate::new().map_err(|e| Error::io("making the upgrade's eventfd", e))?);
         {
             let gate = Arc::clone(&gate);
@@ -383,33 +389,39 @@ fn check(fd: &OwnedFd, kind: Type, addr: Option<SocketAddr>) -> std::result::Res
 /// Tells the previous process that this one serves; it stops accepting,
 /// hands its open connections over (each to `carrier`), says `BYE` and
 /// drains what it kept. Failures are warnings.
-fn release(previous: &Socket, path: &Path, carrier: &Carrier) {
+fn release(previous: &Socket, path: &Path, carrier: &Carrier) -> carry::Carried {
     if let Err(err) = wire::send(previous, "OK", None) {
         log::warn!(
             "the previous rodizio ({}) was not told ({}): it may still serve",
             path.display(),
             words(&err)
         );
-        return;
+        return carry::Carried::default();
     }
+    // systemd follows this process from now on (`NotifyAccess=all`).
+    systemd::notify(&format!("MAINPID={}", std::process::id()));
     let started = std::time::Instant::now();
-    match carry::take_all(previous, carrier) {
-        Ok(done) => log::info!(
-            "the previous rodizio ({}) drains; {} carried over in {:?}{}",
+    let mut done = carry::Carried::default();
+    let taken = carry::take_all(previous, carrier, &mut done);
+    let left = if done.stayed > 0 {
+        format!(", {} left with it", done.stayed)
+    } else {
+        String::new()
+    };
+    let carried = crate::units::count(done.carried as u64, "open connection");
+    match taken {
+        Ok(()) => log::info!(
+            "the previous rodizio ({}) drains; {carried} carried over in {:?}{left}",
             path.display(),
-            crate::units::count(done.carried as u64, "open connection"),
             started.elapsed(),
-            if done.stayed > 0 {
-                format!(", {} left with it", done.stayed)
-            } else {
-                String::new()
-            }
         ),
         Err(why) => log::warn!(
-            "the previous rodizio ({}): {why}; the connections it did not hand over drain there",
+            "the previous rodizio ({}): {why}; {carried} carried over; it keeps the others \
+             and serves on, as this one does (stop the one not wanted with SIGTERM)",
             path.display()
         ),
     }
+    done
 }
 
 /// The user id of the process at the other end of `conn`.

@@ -3,20 +3,23 @@
 //!
 //! A fake running process in front of a real new one, after its `OK`:
 //! garbage instead of `C`, too few words, one descriptor, descriptors that
-//! are not connected TCP sockets (a file, a pipe, a listener, UDP), a
-//! client socket that lies about its peer, a service or backend the new
-//! one does not have, a length over 16 MiB, data cut short, data where a
-//! line belongs, silence, a close, `TOOK` answered with garbage or a close
-//! instead of `GO`. The new process says why in one line (or answers
-//! `NO`), serves on, pumps nothing it was not told `GO` for, and closes
-//! every descriptor it was sent. A well-formed `C` with its bytes waiting
-//! each way is carried and delivered in order.
+//! are not connected TCP sockets (a file, a pipe, a listener, UDP, one
+//! never connected), a client socket that lies about its peer, a service
+//! or backend the new one does not have, a length over 16 MiB, byte counts
+//! that would overflow the pump's sums, data cut
+//! short, data with a descriptor, data where a line belongs, silence, a
+//! close, `TOOK` answered with garbage or a close instead of `GO`. The new
+//! process answers `NO` or says why in one line, serves on, pumps nothing
+//! it was not told `GO` for, and closes every descriptor it was sent. A
+//! well-formed `C` with bytes (and an end of stream) waiting is carried
+//! and delivered in order.
 //!
 //! A fake new process in front of a real running one with open
 //! connections: it takes the first `C`, then closes, says garbage, says
-//! `TOOK` and vanishes, or says `NO`. The running one serves on, the
-//! connections it kept echo byte for byte, and a real upgrade afterwards
-//! carries every one of them.
+//! `TOOK` and vanishes (before or after `GO` is there), or says `NO`. The
+//! running one serves on, the connections it kept echo byte for byte (one
+//! whose `GO` went out is gone whole, never served twice), and a real
+//! upgrade afterwards carries every one left.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -168,8 +171,8 @@ fn no(why: &'static str, make: impl FnOnce() -> (String, Vec<OwnedFd>) + 'static
     })
 }
 
-/// A `C` for a real connection whose service (`service`) or backend
-/// (`backend`) the new process does not have: refused, its copies closed
+/// A `C` for a real connection whose service or backend (`names`) the
+/// new process does not have: refused, its copies closed
 /// untouched (the connection still works end to end through the fake's).
 fn refused(h: &mut Handed, echo: SocketAddr, id: u32, names: &str, why: &str) {
     let (mut client, mut acc, back) = open_pair(echo);
@@ -199,15 +202,11 @@ fn took_no_go(h: &mut Handed, echo: SocketAddr, id: u32, then: Option<&str>) {
         None => {
             h.conn.shutdown(Shutdown::Both).unwrap();
             h.new
-                .next_log("the previous rodizio: the other process closed the socket");
+                .next_log("the previous rodizio: the other process closed");
         }
     }
-    assert!(
-        wait_for(WAIT, || h.new.open_fds() <= h.fds),
-        "the new process kept the sockets: {} descriptors, {} at OK",
-        h.new.open_fds(),
-        h.fds
-    );
+    let back_to_ok = wait_for(WAIT, || h.new.open_fds() <= h.fds);
+    assert!(back_to_ok, "the new process kept the sockets");
     let mut got = [0u8; 4];
     acc.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"ping", "the new process read the client");
@@ -237,6 +236,30 @@ fn carried(h: &mut Handed, echo: SocketAddr) {
     h.new.next_log("1 open connection carried over");
     client.shutdown(Shutdown::Write).unwrap();
     assert_eq!(client.read(&mut got).unwrap(), 0, "no end of stream");
+}
+
+/// A `C` whose client's end of stream was seen (`e`) with `bye` before it,
+/// not yet passed on: once carried, the backend gets both (the echo comes
+/// back, then its end).
+fn carried_end(h: &mut Handed, echo: SocketAddr) {
+    let (mut client, mut acc, back) = open_pair(echo);
+    client.write_all(b"bye").unwrap();
+    client.shutdown(Shutdown::Write).unwrap();
+    // Read as the running process had read them.
+    acc.read_to_end(&mut Vec::new()).unwrap();
+    let line = format!(
+        "C 20 {} {} 9 3 0 e - 3 0",
+        ours(echo),
+        acc.peer_addr().unwrap()
+    );
+    wire::send_fds(&h.conn, &line, &[acc.as_raw_fd(), back.as_raw_fd()]).unwrap();
+    wire::send_data(&h.conn, b"bye").unwrap();
+    assert_eq!(wire::recv(&h.conn).unwrap().0, "TOOK 20");
+    wire::send(&h.conn, "GO 20", None).unwrap();
+    drop((acc, back));
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"bye");
 }
 
 /// Attacks a real new process, after its `OK`, with hostile connection
@@ -308,6 +331,15 @@ fn a_hostile_running_process_cannot_break_or_leak_the_new_one() {
             let (_client, acc, back) = open_pair(e);
             send_pair(c, 9, e, (&acc, &back), [16 * 1024 * 1024 + 1, 0]);
         }),
+        // Byte counts near the top of u64: the pump's sums would overflow.
+        said(r#"said "C 22 default"#, move |c| {
+            let (_client, acc, back) = open_pair(e);
+            let line = offer(22, &ours(e), acc.peer_addr().unwrap(), [0, 0]).replace(
+                " 1500 6 6 ",
+                " 1500 9223372036854775808 9223372036854775808 ",
+            );
+            wire::send_fds(c, &line, &[acc.as_raw_fd(), back.as_raw_fd()]).unwrap();
+        }),
         said(
             "the previous rodizio's data: the other process closed",
             move |c| {
@@ -335,6 +367,7 @@ fn a_hostile_running_process_cannot_break_or_leak_the_new_one() {
         Box::new(move |h| took_no_go(h, e, 13, Some("GO 999"))),
         Box::new(move |h| took_no_go(h, e, 14, None)),
         Box::new(move |h| carried(h, e)),
+        Box::new(move |h| carried_end(h, e)),
     ];
     for (name, attack) in cases.into_iter().enumerate() {
         eprintln!("case {name}");
@@ -344,12 +377,8 @@ fn a_hostile_running_process_cannot_break_or_leak_the_new_one() {
         assert!(echoes(h.addr), "{name}: no echo through the new process");
         drop(h.conn);
         let (new, fds) = (&mut h.new, h.fds);
-        let now = || new.open_fds();
-        assert!(
-            wait_for(WAIT, || now() <= fds),
-            "{name}: {} descriptors, {fds} at OK",
-            now()
-        );
+        let back = wait_for(WAIT, || new.open_fds() <= fds);
+        assert!(back, "{name}: {} descriptors, {fds} at OK", new.open_fds());
         assert!(new.stop().is_some_and(|s| s.success()), "{name}");
     }
 }
@@ -388,25 +417,22 @@ fn first_offer(path: &Path) -> (Socket, Vec<String>, Vec<OwnedFd>) {
 /// Attacks a real running process with three open connections from a fake
 /// new process that takes the first offered connection, then (a new
 /// attempt each round) closes without answering, answers garbage, answers
-/// `TOOK` and vanishes before `GO`, or answers `NO`. After each round the
-/// running process serves on, its descriptors come back, and every open
-/// connection it kept echoes byte for byte (the one offered to the
-/// vanishing `TOOK` is either still its own or gone whole, as its log
-/// says). Then a real upgrade carries every open connection left.
+/// `TOOK` and vanishes (racing the `GO`, then once `GO` is there unread),
+/// or answers `NO`. After each round the running process serves on, says
+/// `no hand-over`, its descriptors come back, and every open connection it
+/// kept echoes byte for byte (one whose `GO` went out is gone whole, as its
+/// log says). Then a real upgrade carries every open connection left.
 #[test]
 fn a_hostile_new_process_leaves_the_open_connections_serving() {
     let echo = TestBackend::echo();
     let scratch = Scratch::new("carry-fake-new");
     let path = scratch.path("up.sock");
-    let (echo_s, path_s) = (echo.addr().to_string(), path.to_str().unwrap().to_string());
-    let args = [
-        "-b",
-        &echo_s,
-        "--health-check",
-        "off",
-        "--upgrade-socket",
-        &path_s,
-    ];
+    let echo_s = echo.addr().to_string();
+    let args = format!(
+        "-b {echo_s} --health-check off --upgrade-socket {}",
+        path.display()
+    );
+    let args: Vec<&str> = args.split(' ').collect();
     let mut old = Child::on_loopback(&args, |_| {});
     let addr = old.addr;
     let mut open: Vec<TcpStream> = (0..3).map(|_| connect(addr).unwrap()).collect();
@@ -480,11 +506,8 @@ fn a_hostile_new_process_leaves_the_open_connections_serving() {
                 "round {attack}: connection {i}"
             );
         }
-        assert!(
-            wait_for(WAIT, || old.open_fds() <= baseline),
-            "round {attack}: {} descriptors now, {baseline} before",
-            old.open_fds()
-        );
+        let back = wait_for(WAIT, || old.open_fds() <= baseline);
+        assert!(back, "round {attack}: {} descriptors", old.open_fds());
     }
     assert!(!open.is_empty());
     let mut new = Child::start(&mut child::command(
