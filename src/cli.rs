@@ -83,11 +83,7 @@ pub enum Command {
     /// each backend's share; with `--remove` or `--weight`, the shares
     /// after that change and how many clients land on another backend.
     Simulate(SimulateArgs),
-    /// Upgrade the rodizio running at `upgrade_socket`: start a new one
-    /// with the flags before `upgrade` (the config file included), in the
-    /// background, which takes its listening sockets and open connections;
-    /// exit 0 once the new one serves, 1 when it did not start (the running
-    /// one serves on).
+    /// Start a new rodizio with the flags before it, to take over at `upgrade_socket`.
     Upgrade,
 }
 

@@ -37,6 +37,7 @@ use rodizio::health::HealthConfig;
 use rodizio::preflight::{self, Verdict};
 use rodizio::reload::Reloader;
 use rodizio::signals::Signals;
+use rodizio::upgrade::launch;
 use rodizio::{privileges, prompt, signals, system, Balancer, Config, Error, Shutdown};
 
 /// Exit code of a drain that had to cut connections.
@@ -206,29 +207,9 @@ fn start(cli: Cli, shutdown: &Shutdown) -> Result<u8, Error> {
             }
             demo(config, args, &flags, shutdown)
         }
-        Some(Command::Upgrade) => upgrade(file.as_ref(), &flags),
+        Some(Command::Upgrade) => launch::command(&settle(file.as_ref(), &flags)?),
         None => balance(file, flags, shutdown),
     }
-}
-
-/// `rodizio [FLAGS] upgrade`: the new process started with the same flags
-/// (`upgrade::launch`), once `upgrade_socket` is set.
-fn upgrade(file: Option<&ConfigFile>, flags: &Overrides) -> Result<u8, Error> {
-    let config = settle(file, flags)?;
-    if config.upgrade_socket.is_none() {
-        return Err(Error::setting(
-            "upgrade_socket",
-            "`rodizio upgrade` needs it: the running rodizio's upgrade socket",
-        ));
-    }
-    let exe = std::env::current_exe().map_err(|e| Error::io("finding this program", e))?;
-    // The same arguments, without the subcommand (the last `upgrade`:
-    // flags come before it).
-    let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if let Some(at) = args.iter().rposition(|a| a == "upgrade") {
-        args.remove(at);
-    }
-    Ok(rodizio::upgrade::launch::run(&exe, &args))
 }
 
 /// The defaults, the file, then the flags, validated except for the

@@ -25,6 +25,32 @@ use std::process::{Command, Stdio};
 /// The variable naming the report's descriptor in the new process.
 pub const REPORT: &str = "RODIZIO_UPGRADE_REPORT";
 
+/// `rodizio [FLAGS] upgrade` with the settings `config` the flags give:
+/// the new process started with the same arguments (the subcommand left
+/// out), once `upgrade_socket` is set; the exit code.
+///
+/// # Errors
+///
+/// [`Error::InvalidSetting`] (`upgrade_socket`) when it is not set;
+/// [`Error::Io`] when this program cannot be found.
+pub fn command(config: &crate::Config) -> crate::error::Result<u8> {
+    use crate::error::Error;
+    if config.upgrade_socket.is_none() {
+        return Err(Error::setting(
+            "upgrade_socket",
+            "`rodizio upgrade` needs it: the running rodizio's upgrade socket",
+        ));
+    }
+    let exe = std::env::current_exe().map_err(|e| Error::io("finding this program", e))?;
+    // The same arguments, without the subcommand (the last `upgrade`:
+    // flags come before it).
+    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if let Some(at) = args.iter().rposition(|a| a == "upgrade") {
+        args.remove(at);
+    }
+    Ok(run(&exe, &args))
+}
+
 /// Runs `exe` with `args` (the flags before `upgrade`) as the new process;
 /// the exit code: 0 once it serves, 1 when it did not start (its own lines
 /// say why; the running one serves on).
