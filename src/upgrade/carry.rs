@@ -97,7 +97,7 @@ pub struct Carried {
 
 /// The old side, after `OK`: offers every connection it may carry to the
 /// new process on `conn`, each once (`seen`). With `settle` (this process
-/// no longer accepts), it also waits, at most [`SETTLE`], for the
+/// no longer accepts), it also waits, at most a second (`SETTLE`), for the
 /// connections its workers are still connecting. `Err` (in words) when
 /// the new process stopped answering or said what is not the hand-over;
 /// what it had not taken stays here.

@@ -31,8 +31,8 @@ pub const REPORT: &str = "RODIZIO_UPGRADE_REPORT";
 ///
 /// # Errors
 ///
-/// [`Error::InvalidSetting`] (`upgrade_socket`) when it is not set;
-/// [`Error::Io`] when this program cannot be found.
+/// [`crate::Error::InvalidSetting`] (`upgrade_socket`) when it is not set;
+/// [`crate::Error::Io`] when this program cannot be found.
 pub fn command(config: &crate::Config) -> crate::error::Result<u8> {
     use crate::error::Error;
     if config.upgrade_socket.is_none() {
