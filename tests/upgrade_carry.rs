@@ -162,7 +162,13 @@ fn exits_cleanly(old: &mut Child) {
 /// byte, with new clients served throughout.
 #[test]
 fn idle_streaming_and_pubsub_connections_survive_an_upgrade() {
-    let echo = TestBackend::echo();
+    // An echo that waits as long as the longest run (100 MiB streams in a
+    // debug build): the idle connections stay idle through it.
+    let echo = TestBackend::start(Arc::new(|s: TcpStream| {
+        s.set_read_timeout(Some(Duration::from_secs(300)))?;
+        s.set_write_timeout(Some(Duration::from_secs(300)))?;
+        common::echo(s)
+    }));
     let web = TestBackend::http(1);
     let redis_port = free_port();
     let _redis = peers::redis_server(redis_port, "upgrade-carry");
@@ -229,13 +235,20 @@ fn idle_streaming_and_pubsub_connections_survive_an_upgrade() {
     load.more(50);
 
     // Everything carries on through the new process.
+    assert!(new.alive(), "the new process died:\n{}", new.output());
     assert_eq!(publish(redis, "after"), ":1");
     expect(
         &mut sub,
         b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$5\r\nafter\r\n",
     );
     for (i, s) in idle.iter_mut().enumerate() {
-        echo_line(s, &format!("idle {i} after\n")).unwrap_or_else(|e| panic!("idle {i}: {e}"));
+        echo_line(s, &format!("idle {i} after\n")).unwrap_or_else(|e| {
+            let alive = new.alive();
+            panic!(
+                "idle {i}: {e} (the new process alive: {alive})\n{}",
+                new.output()
+            )
+        });
     }
     for s in streams {
         s.join().unwrap();
