@@ -429,3 +429,66 @@ fn the_upgrade_command_waits_for_the_new_process_and_says_how_it_went() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("upgrade_socket"));
 }
+
+/// Connections on the kernel relay (`--kernel-relay=on`, promoted from
+/// their first byte) come off it before the hand-over: the copy pump
+/// takes each back, then offers it; all 20 echo through the new process.
+#[test]
+fn connections_on_the_kernel_relay_come_off_it_and_are_carried() {
+    let echo = TestBackend::echo();
+    let scratch = Scratch::new("upgrade-carry-relay");
+    let path = scratch.path("upgrade.sock");
+    let port = free_port();
+    let args = |more: &[&str]| {
+        let mut command = child::command(
+            &[
+                &[
+                    "--allow-root",
+                    "-l",
+                    &format!("127.0.0.1:{port}"),
+                    "-b",
+                    &echo.addr().to_string(),
+                    "--health-check",
+                    "off",
+                    "--upgrade-socket",
+                    path.to_str().unwrap(),
+                ][..],
+                more,
+            ]
+            .concat(),
+        );
+        Child::start(&mut command)
+    };
+    let relay = [
+        "--kernel-relay=on",
+        "--kernel-relay-after",
+        "0",
+        "--admin",
+        "127.0.0.1:0",
+    ];
+    let mut old = args(&relay);
+    let mut open: Vec<TcpStream> = (0..20)
+        .map(|i| {
+            let mut s = connect(loopback(port)).unwrap();
+            echo_line(&mut s, &format!("{i} relayed\n")).unwrap();
+            s
+        })
+        .collect();
+    assert_eq!(old.metric("kernel_relayed_total"), 20, "{}", old.log());
+    let mut new = args(&[]);
+    exits_cleanly(&mut old);
+    assert!(
+        old.log().contains("handed 20 open connections"),
+        "{}",
+        old.log()
+    );
+    new.next_log("20 open connections carried over");
+    for (i, s) in open.iter_mut().enumerate() {
+        echo_line(s, &format!("{i} carried\n")).unwrap_or_else(|e| panic!("{i}: {e}"));
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+    }
+    new.stop();
+}

@@ -158,12 +158,13 @@ pub fn decline() {
 }
 
 /// The connections a hand-over may carry now: moving bytes on the copy
-/// pump or through pipes (not TLS, not the kernel relay), by id.
+/// pump, through pipes or on the kernel relay (which hands them back to
+/// the copy pump first), not through TLS; by id.
 pub fn candidates() -> Vec<u64> {
     TABLE
         .slots()
         .filter(|s| s.phase.load(Relaxed) == Phase::Pumping as u8)
-        .filter(|s| matches!(s.mode.load(Relaxed), m if m == Mode::Copy as u8 || m == Mode::Splice as u8))
+        .filter(|s| s.mode.load(Relaxed) != Mode::Tls as u8)
         .map(|s| s.id.load(Relaxed))
         .filter(|&id| id != 0)
         .collect()

@@ -1,6 +1,7 @@
 //! The open connections of a hand-over (`upgrade_socket`): after the new
 //! process said `OK` and this one stopped accepting, each connection on
-//! the copy pump (or pipes, empty) goes over, one at a time:
+//! the copy pump, on pipes (empty at that instant) or on the kernel relay
+//! (which hands it back to the copy pump first) goes over:
 //!
 //! ```text
 //! old → new   C ID SERVICE BACKEND CLIENT AGE_MS TO_BACKEND TO_CLIENT UP DOWN UP_LEN DOWN_LEN
@@ -10,6 +11,8 @@
 //!          or NO ID WHY            it cannot (another service, no such backend): the old one keeps it
 //! old → new   GO ID                the new one pumps it; the old one closes its copies
 //! ...
+//! old → new   PING / new → old PONG   still there: the old one stops accepting
+//!             (then the connections its queue still held, the same way)
 //! old → new   BYE
 //! ```
 //!
@@ -218,6 +221,25 @@ fn send_and_answer(
     }
 }
 
+/// The old side, before it stops accepting: whether the new process is
+/// still there (`PING`, answered `PONG`). One that went away after its
+/// last answer would otherwise leave nobody accepting.
+///
+/// # Errors
+///
+/// In words, when it does not answer `PONG`.
+pub fn confirm(conn: &Socket) -> std::result::Result<(), String> {
+    let said = |e: io::Error| format!("the new process: {}", words(&e));
+    wire::send(conn, "PING", None).map_err(said)?;
+    match wire::recv(conn).map_err(said)? {
+        (pong, None) if pong == "PONG" => Ok(()),
+        (other, _) => Err(format!(
+            "the new process said {:?}, not PONG",
+            shown(&other, 80)
+        )),
+    }
+}
+
 /// One connection offered: whether the new process took it (`GO` sent).
 fn send_one(conn: &Socket, offer: &Offer) -> std::result::Result<bool, String> {
     let s = &offer.state;
@@ -300,6 +322,10 @@ pub fn take_all(
         };
         if line == "BYE" && fds.is_empty() {
             return Ok(());
+        }
+        if line == "PING" && fds.is_empty() {
+            wire::send(conn, "PONG", None).map_err(said)?;
+            continue;
         }
         let (state, [client, backend]) = read_offer(conn, &line, fds)?;
         let id = state.id;

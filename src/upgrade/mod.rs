@@ -17,7 +17,8 @@
 //!             others, starts; closes those it does not listen on
 //! new → old   OK                   (once every address accepts)
 //! old → new   C ... / TOOK / GO    each open connection (`carry`)
-//!             (the old one stops accepting, then sends those its queue held)
+//! old → new   PING, new → old PONG (then the old one stops accepting and
+//!             sends those its queue held)
 //! old → new   BYE                  then the old drains what it kept
 //! ```
 //!
@@ -26,8 +27,9 @@
 //! dropped. The old one's accept loops then stop on their gate
 //! (`systemd::Gate`), never by `shutdown(2)`, which would close the
 //! socket for the new one too. Its open plain connections go to the new
-//! process with their unsent bytes (`carry`); the others (TLS, the kernel
-//! relay) end as they would on SIGTERM (`drain_timeout`). If the new
+//! process with their unsent bytes (`carry`), those on the kernel relay
+//! taken back by the copy pump first; the TLS ones end as they would on
+//! SIGTERM (`drain_timeout`). If the new
 //! process refuses, dies or says nothing in time before the end of the
 //! connections, the old one serves on (accepting, the connections it
 //! still has pumping) and says so in one line, and the next attempt is
@@ -197,7 +199,9 @@ impl Upgrade {
                 // Still accepting while the open connections go: a new
                 // process that fails now leaves this one serving.
                 let _ = conn.set_read_timeout(Some(STEP));
-                carry::send_all(&conn, &mut seen, false)
+                carry::send_all(&conn, &mut seen, false)?;
+                // Still there, before this one stops accepting.
+                carry::confirm(&conn)
             });
             match carried {
                 Ok(()) => {

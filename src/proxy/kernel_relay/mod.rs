@@ -296,9 +296,11 @@ pub fn relay(
     match link.run(timeouts, moved) {
         Ok(Ran::Finished { client_first }) => Relayed::Finished { client_first },
         Ok(Ran::TimedOut { half_closed }) => Relayed::TimedOut { half_closed },
-        Ok(Ran::Backlog) => {
-            log::debug!("kernel relay: backlog bound passed; the copy pump goes on");
-            count(|s| &s.kernel_relay_fallbacks);
+        Ok(ran @ (Ran::Backlog | Ran::Asked)) => {
+            if ran == Ran::Backlog {
+                log::debug!("kernel relay: backlog bound passed; the copy pump goes on");
+                count(|s| &s.kernel_relay_fallbacks);
+            }
             match link.unwind(timeouts[0], moved) {
                 Ok(()) => Relayed::Back,
                 Err(Fault(socket, error)) => {
@@ -333,4 +335,7 @@ enum Ran {
     },
     /// A backlog passed [`BACKLOG_BOUND`]: the copy pump goes on.
     Backlog,
+    /// A hand-over to a new process (`upgrade_socket`) asks for the
+    /// connection: the copy pump takes it back, and offers it.
+    Asked,
 }

@@ -49,6 +49,11 @@ impl Link<'_> {
             delivery_check: Duration::ZERO,
         };
         loop {
+            // A hand-over to a new process asks for the connection: the
+            // copy pump takes it back first (a relaxed load otherwise).
+            if crate::connections::carry::asked() {
+                return Ok(Ran::Asked);
+            }
             let counts = self.sample()?;
             let now = Instant::now();
             let worst_backlog = self.pass_on(&counts, moved)?;
