@@ -42,7 +42,8 @@
 //! stops without handing over removes the path if it is still its socket.
 //!
 //! The messages and their descriptors: `wire`; the open connections:
-//! `carry`.
+//! `carry`; `rodizio upgrade`, which starts the new process and waits
+//! for its report: `launch`.
 //!
 //! # Threads
 //!
