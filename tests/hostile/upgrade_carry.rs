@@ -20,6 +20,9 @@
 //! running one serves on, the connections it kept echo byte for byte (one
 //! whose `GO` went out is gone whole, never served twice), and a real
 //! upgrade afterwards carries every one left.
+//!
+//! A real new process out of descriptors in the middle of the hand-over:
+//! it keeps what it took, the old one keeps the rest, nothing is lost.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -529,4 +532,64 @@ fn a_hostile_new_process_leaves_the_open_connections_serving() {
         assert!(is_closed(s), "connection {i} did not end");
     }
     assert!(new.stop().is_some_and(|s| s.success()), "{}", new.output());
+}
+
+/// A new process out of descriptors (at most 64) while 60 connections
+/// are handed to it: the kernel cannot give it a message's descriptors
+/// (`MSG_CTRUNC`), so it stops taking, keeps those it took, and says so;
+/// the old one sees the hand-over break, keeps the rest and goes on
+/// accepting. Every connection still echoes, byte for byte, through one
+/// process or the other; neither exits.
+#[test]
+fn a_new_process_out_of_descriptors_takes_what_it_can_and_the_old_keeps_the_rest() {
+    let echo = TestBackend::echo();
+    let scratch = Scratch::new("carry-new-emfile");
+    let path = scratch.path("up.sock");
+    let (backend, up) = (echo.addr().to_string(), path.to_str().unwrap().to_string());
+    let args = [
+        "-b",
+        &backend,
+        "--health-check",
+        "off",
+        "--upgrade-socket",
+        &up,
+    ];
+    let mut old = Child::on_loopback(&args, |_| {});
+    let addr = old.addr;
+    let data = test_data(20_000, 7);
+    let mut open: Vec<TcpStream> = (0..60).map(|_| connect(addr).unwrap()).collect();
+    for s in &mut open {
+        assert!(echo_open(s, &data));
+    }
+    let here = addr.to_string();
+    let mut command = child::command(&[&["--allow-root", "-l", &here][..], &args].concat());
+    crate::common::limit_in_child(&mut command, libc::RLIMIT_NOFILE, 64);
+    let mut new = Child::start(&mut command);
+    old.next_log("no hand-over");
+    new.next_log("it keeps the others and serves on");
+    let carried: usize = new
+        .log()
+        .split(" open connection")
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        carried > 0 && carried < 60,
+        "{carried} carried:\n{}",
+        new.log()
+    );
+    eprintln!("{carried} of 60 carried before the new process ran out of descriptors");
+    assert!(old.alive() && new.alive());
+    for (i, s) in open.iter_mut().enumerate() {
+        assert!(
+            echo_open(s, &data),
+            "connection {i} lost:\n{}\n{}",
+            old.log(),
+            new.log()
+        );
+    }
+    drop(open);
+    new.stop();
+    old.stop();
 }
