@@ -91,7 +91,7 @@ pub fn carrier(running: std::sync::Arc<crate::running::Running>) -> Carrier {
 
 /// How the carrying went.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Carried {
+pub struct Counts {
     /// Taken by the other process.
     pub carried: usize,
     /// Refused by it, or not offered in time: they end here.
@@ -115,7 +115,7 @@ pub fn send_all(
 ) -> std::result::Result<(), String> {
     carry::begin();
     let started = Instant::now();
-    let mut done = Carried::default();
+    let mut done = Counts::default();
     let result = rounds(conn, seen, settle, &mut done);
     carry::done();
     if done.carried + done.stayed > 0 {
@@ -138,7 +138,7 @@ fn rounds(
     conn: &Socket,
     seen: &mut HashSet<u64>,
     settle: bool,
-    done: &mut Carried,
+    done: &mut Counts,
 ) -> std::result::Result<(), String> {
     let started = Instant::now();
     loop {
@@ -160,7 +160,7 @@ fn rounds(
 /// One round: the workers of `ids` asked at once, each offer sent over as
 /// it comes; those that neither offer nor decline within [`ASK_WAIT`]
 /// stay.
-fn round(conn: &Socket, ids: &[u64], done: &mut Carried) -> std::result::Result<(), String> {
+fn round(conn: &Socket, ids: &[u64], done: &mut Counts) -> std::result::Result<(), String> {
     const AGAIN: Duration = Duration::from_millis(20);
     let (to, offers) = crossbeam_channel::unbounded();
     let mut waiting = carry::ask_all(ids, &to);
@@ -201,7 +201,7 @@ fn round(conn: &Socket, ids: &[u64], done: &mut Carried) -> std::result::Result<
 fn send_and_answer(
     conn: &Socket,
     offer: Offer,
-    done: &mut Carried,
+    done: &mut Counts,
 ) -> std::result::Result<(), String> {
     match send_one(conn, &offer) {
         Ok(taken) => {
@@ -310,7 +310,7 @@ fn flags(p: &Pending) -> &'static str {
 pub fn take_all(
     conn: &Socket,
     carrier: &Carrier,
-    done: &mut Carried,
+    done: &mut Counts,
 ) -> std::result::Result<(), String> {
     let said = |e: io::Error| format!("the previous rodizio: {}", words(&e));
     loop {

@@ -150,7 +150,7 @@ impl Upgrade {
     pub fn serve(mut self, sockets: Sockets, carrier: &Carrier, shutdown: &Shutdown) -> Result<()> {
         let carried = match self.previous.take() {
             Some(previous) => release(&previous, &self.path, carrier),
-            None => carry::Carried::default(),
+            None => carry::Counts::default(),
         };
         launch::report(self.report.take(), carried.carried, carried.stayed);
         let gate = Arc::new(Gate::new().map_err(|e| Error::io("making the upgrade's eventfd", e))?);
@@ -394,19 +394,19 @@ fn check(fd: &OwnedFd, kind: Type, addr: Option<SocketAddr>) -> std::result::Res
 /// Tells the previous process that this one serves; it stops accepting,
 /// hands its open connections over (each to `carrier`), says `BYE` and
 /// drains what it kept. Failures are warnings.
-fn release(previous: &Socket, path: &Path, carrier: &Carrier) -> carry::Carried {
+fn release(previous: &Socket, path: &Path, carrier: &Carrier) -> carry::Counts {
     if let Err(err) = wire::send(previous, "OK", None) {
         log::warn!(
             "the previous rodizio ({}) was not told ({}): it may still serve",
             path.display(),
             words(&err)
         );
-        return carry::Carried::default();
+        return carry::Counts::default();
     }
     // systemd follows this process from now on (`NotifyAccess=all`).
     systemd::notify(&format!("MAINPID={}", std::process::id()));
     let started = std::time::Instant::now();
-    let mut done = carry::Carried::default();
+    let mut done = carry::Counts::default();
     let taken = carry::take_all(previous, carrier, &mut done);
     let left = if done.stayed > 0 {
         format!(", {} left with it", done.stayed)
