@@ -4,7 +4,8 @@
 //! A fake running process in front of a real new one, after its `OK`:
 //! garbage instead of `C`, too few words, one descriptor, descriptors that
 //! are not connected TCP sockets (a file, a pipe, a listener, UDP, one
-//! never connected), a client socket that lies about its peer, a service
+//! never connected, one its client reset mid-way), a client socket that
+//! lies about its peer, a service
 //! or backend the new one does not have, a length over 16 MiB, byte counts
 //! that would overflow the pump's sums, data cut
 //! short, data with a descriptor, data where a line belongs, silence, a
@@ -323,6 +324,21 @@ fn a_hostile_running_process_cannot_break_or_leak_the_new_one() {
                 let unconnected = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
                 let line = offer(7, &ours(e), acc.peer_addr().unwrap(), [0, 0]);
                 (line, vec![acc.into(), unconnected.into(), client.into()])
+            },
+        ),
+        // The client reset its connection while it was being handed over:
+        // the socket the new process gets is no longer connected.
+        no(
+            "the client's socket is not a connected TCP socket",
+            move || {
+                let (client, acc, back) = open_pair(e);
+                let line = offer(23, &ours(e), acc.peer_addr().unwrap(), [0, 0]);
+                socket2::SockRef::from(&client)
+                    .set_linger(Some(Duration::ZERO))
+                    .unwrap();
+                drop(client);
+                assert!(is_closed(&mut acc.try_clone().unwrap()), "no reset seen");
+                (line, vec![acc.into(), back.into()])
             },
         ),
         no(", not 127.0.0.1:1", move || {
