@@ -57,28 +57,30 @@ pub(super) fn halves(
 #[cold]
 #[inline(never)]
 fn offer(conduits: &mut Conduits, up: &Half, down: &Half, transfer: &Transfer) -> Option<Ended> {
-    // A direction already stopped or cut ends here.
-    if [up, down].iter().any(|h| h.stopped || h.cut) {
+    let faulted = |h: &Half| h.stopped || h.cut;
+    let (up_buf, down_buf) = conduits.halves();
+    let pending = |h: &Half, conduit: &Conduit| match conduit {
+        Conduit::Buffer(buf) => Some(Pending {
+            bytes: buf[h.start..h.end].to_vec(),
+            eof: h.eof,
+            done: h.done,
+        }),
+        Conduit::Pipe(_) if h.start == h.end => Some(Pending {
+            bytes: Vec::new(),
+            eof: h.eof,
+            done: h.done,
+        }),
+        Conduit::Pipe(_) => None,
+    };
+    let both = (pending(up, &up_buf), pending(down, &down_buf));
+    let (Some(up_now), Some(down_now)) = both else {
+        carry::decline();
+        return None;
+    };
+    if faulted(up) || faulted(down) {
         carry::decline();
         return None;
     }
-    let (up_buf, down_buf) = conduits.halves();
-    let pending = |h: &Half, conduit: &Conduit| match conduit {
-        Conduit::Buffer(buf) => Some(buf[h.start..h.end].to_vec()),
-        Conduit::Pipe(_) if h.start == h.end => Some(Vec::new()),
-        Conduit::Pipe(_) => None,
-    };
-    let (Some(up_bytes), Some(down_bytes)) = (pending(up, &up_buf), pending(down, &down_buf))
-    else {
-        carry::decline();
-        return None;
-    };
-    let now = |h: &Half, bytes| Pending {
-        bytes,
-        eof: h.eof,
-        done: h.done,
-    };
-    let (up_now, down_now) = (now(up, up_bytes), now(down, down_bytes));
     let counts = [transfer.to_backend, transfer.to_client];
     carry::offer(up_now, down_now, counts).then_some((
         End::Killed(Kill::Carried),
