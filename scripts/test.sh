@@ -8,32 +8,37 @@ cd "$(dirname "$0")/.."
 # (set CARGO_INCREMENTAL=1 to keep them while working on the code).
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
+# Each stage says when it starts, in seconds since the suite began, so a
+# slow stage shows in CI's log.
+stage() { echo "== [${SECONDS}s] $*"; }
+
 scripts/install-test-tools.sh
 
-echo "== format and lint"
+stage "format and lint"
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 
-echo "== unit and integration tests"
+stage "unit and integration tests"
 cargo test --all-targets --no-fail-fast
 
-echo "== the pump's tests again with the kernel relay on (needs root)"
+stage "the pump's tests again with the kernel relay on (needs root)"
 scripts/kernel-relay-pass.sh
 
-echo "== docs"
+stage "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 cargo test --doc --quiet
 
-echo "== docs agree"
+stage "docs agree"
 scripts/check-c-names.sh
 
-echo "== the systemd unit"
+stage "the systemd unit"
 scripts/unit-check.sh
 
-echo "== memory per idle connection: the worker stacks of the release build"
+stage "memory per idle connection: the worker stacks of the release build"
 scripts/stack-check.sh
 
-echo "== the article's check: ab -n 1000 -c 100 through three python backends"
+stage "the article's check: ab -n 1000 -c 100 through three python backends"
 scripts/ab-article.sh
 scripts/admin-check.sh
 scripts/observability-check.sh
+stage "done"
