@@ -1,12 +1,12 @@
 //! The FIFO queue between the accept loop and the workers: a
-//! `parking_lot::Mutex` around a bounded `VecDeque`, plus two condition
+//! `std::sync::Mutex` around a bounded `VecDeque`, plus two condition
 //! variables. `not_empty` wakes one idle worker per push; `not_full` makes a
 //! push wait while the queue is full, so new clients wait in the kernel's
 //! listen backlog and memory stays bounded. It counts its idle consumers, so
 //! the pool knows when to spawn ([`Queue::push`]); [`Queue::close`] ends it;
 //! [`Queue::pop_or_retire`] lets an idle consumer leave, decided under the
-//! lock. Why two condition variables, and why a push notifies before it
-//! unlocks: docs/internals.md, "The queue".
+//! lock. Why the standard library's lock, why a push wakes a worker after it
+//! unlocks and only when one waits: docs/internals.md, "The queue".
 //!
 //! # Threads
 //!
@@ -21,9 +21,8 @@
 //! because it creates one thread per entry; our workers are reused.
 
 use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
-
-use parking_lot::{Condvar, Mutex};
 
 /// A bounded, closable, multi-consumer FIFO.
 #[derive(Debug)]
@@ -42,6 +41,8 @@ struct State<T> {
     closed: bool,
     /// Consumers blocked in `pop` right now.
     idle: usize,
+    /// Producers blocked in `push` on a full queue right now.
+    blocked: usize,
 }
 
 /// What a successful push tells the caller.
@@ -75,10 +76,18 @@ impl<T> Queue<T> {
                 capacity,
                 closed: false,
                 idle: 0,
+                blocked: 0,
             }),
             not_empty: Condvar::new(),
             not_full: Condvar::new(),
         }
+    }
+
+    /// The state, locked. A consumer that panicked cannot leave the state
+    /// half-changed (every change is a single push, pop or count), so a
+    /// poisoned lock is taken as it is.
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Appends an entry, waiting while the queue is full.
@@ -88,23 +97,28 @@ impl<T> Queue<T> {
     /// Gives the entry back when the queue is closed (before or while
     /// waiting), so the caller can close the client cleanly.
     pub fn push(&self, item: T) -> Result<Pushed, T> {
-        let mut state = self.state.lock();
+        let mut state = self.lock();
         while state.items.len() >= state.capacity && !state.closed {
-            self.not_full.wait(&mut state);
+            state.blocked += 1;
+            state = self
+                .not_full
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+            state.blocked -= 1;
         }
         if state.closed {
             return Err(item);
         }
         state.items.push_back(item);
         let unserved = state.items.len().saturating_sub(state.idle);
-        // Notify while still holding the lock. With a parking_lot condvar
-        // this does not wake the worker into a mutex we hold (the usual
-        // reason to notify after unlocking): it moves the worker from the
-        // condvar's queue to the mutex's, and the unlock just below wakes
-        // it: fewer context switches per connection than unlock-then-notify
-        // (docs/benchmarks.md has the measurement).
-        self.not_empty.notify_one();
+        let someone_waits = state.idle > 0;
+        // Wake after the unlock, so the worker does not wake into a lock
+        // still held, and only when one waits: the standard condvar's
+        // notify is a system call even with nobody to wake.
         drop(state);
+        if someone_waits {
+            self.not_empty.notify_one();
+        }
         Ok(Pushed { unserved })
     }
 
@@ -141,11 +155,14 @@ impl<T> Queue<T> {
         let mut idle = idle;
         let mut deadline = None;
         let mut expired = false;
-        let mut state = self.state.lock();
+        let mut state = self.lock();
         loop {
             if let Some(item) = state.items.pop_front() {
+                let producer_waits = state.blocked > 0;
                 drop(state);
-                self.not_full.notify_one();
+                if producer_waits {
+                    self.not_full.notify_one();
+                }
                 return Popped::Entry(item);
             }
             if state.closed {
@@ -157,17 +174,29 @@ impl<T> Queue<T> {
                 }
                 deadline = None;
             }
-            if let Some(idle) = idle.take() {
-                deadline = Instant::now().checked_add(idle);
-            }
+            let left = match idle.take() {
+                Some(idle) => {
+                    deadline = Instant::now().checked_add(idle);
+                    deadline.map(|_| idle)
+                }
+                None => deadline.map(|d| d.saturating_duration_since(Instant::now())),
+            };
             state.idle += 1;
             // Timed out or not, the loop looks at the queue again first.
-            expired = match deadline {
-                Some(d) => self.not_empty.wait_until(&mut state, d).timed_out(),
-                None => {
-                    self.not_empty.wait(&mut state);
-                    false
+            (state, expired) = match left {
+                Some(left) => {
+                    let (state, waited) = self
+                        .not_empty
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner);
+                    (state, waited.timed_out())
                 }
+                None => (
+                    self.not_empty
+                        .wait(state)
+                        .unwrap_or_else(PoisonError::into_inner),
+                    false,
+                ),
             };
             state.idle -= 1;
         }
@@ -176,14 +205,14 @@ impl<T> Queue<T> {
     /// Closes the queue: pushes fail from now on, waiting pushes return
     /// their entry, and pops drain what is left, then return `None`.
     pub fn close(&self) {
-        self.state.lock().closed = true;
+        self.lock().closed = true;
         self.not_empty.notify_all();
         self.not_full.notify_all();
     }
 
     /// Entries waiting now.
     pub fn len(&self) -> usize {
-        self.state.lock().items.len()
+        self.lock().items.len()
     }
 
     /// True when no entry waits.
@@ -307,6 +336,72 @@ mod tests {
         assert_eq!(pushed, Ok(Pushed { unserved: 1 }), "asks for a consumer");
         producer.join().unwrap();
         assert_eq!(q.pop(), Some(9));
+    }
+
+    /// A push wakes a consumer only when one is counted idle, and a pop
+    /// wakes the producer only when it is counted blocked: a count that
+    /// went wrong would leave an entry or a push asleep, and the channel
+    /// below would time out instead of receiving every entry.
+    #[test]
+    fn no_wake_up_is_lost_between_three_consumers_and_a_blocked_producer() {
+        const ENTRIES: u32 = 20_000;
+        let q = Arc::new(Queue::new(2));
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let consumers: Vec<_> = (0..3)
+            .map(|n| {
+                let (q, tx) = (Arc::clone(&q), tx.clone());
+                std::thread::spawn(move || loop {
+                    // One consumer retires and comes back over and over.
+                    match q.pop_or_retire(Duration::from_micros(50 * n), || n == 0) {
+                        Popped::Entry(entry) => tx.send(entry).unwrap(),
+                        Popped::Retired => continue,
+                        Popped::Closed => return,
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        let producer = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || (0..ENTRIES).all(|entry| q.push(entry).is_ok()))
+        };
+        let mut seen = vec![false; ENTRIES as usize];
+        for _ in 0..ENTRIES {
+            let entry = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("an entry left asleep");
+            assert!(
+                !std::mem::replace(&mut seen[entry as usize], true),
+                "{entry} twice"
+            );
+        }
+        assert!(producer.join().unwrap());
+        q.close();
+        for consumer in consumers {
+            consumer.join().unwrap();
+        }
+    }
+
+    /// Each push finds the one consumer asleep on the empty queue (it
+    /// answers before the next push) and must wake it.
+    #[test]
+    fn a_lone_sleeping_consumer_is_woken_by_every_push() {
+        let q = Arc::new(Queue::new(4));
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let consumer = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || {
+                while let Some(entry) = q.pop() {
+                    tx.send(entry).unwrap();
+                }
+            })
+        };
+        for entry in 0..1_000 {
+            q.push(entry).unwrap();
+            assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(entry));
+        }
+        q.close();
+        consumer.join().unwrap();
     }
 
     #[test]
