@@ -178,6 +178,20 @@ if len(stacks) < count or workers < count:
     stop(f"found {len(stacks)} worker stacks and {workers} workers for {count} connections")
 resident = sorted(s["rss_kib"] for s in stacks)
 print(f"worker stacks: {len(stacks)}, resident KiB from {resident[0]} to {resident[-1]}")
+
+# Where each idle worker waits: its stack pointer (the second last field
+# of /proc/PID/task/TID/syscall) in bytes below the top of its stack.
+depths = []
+for task in os.listdir(f"/proc/{pid}/task"):
+    try:
+        if open(f"/proc/{pid}/task/{task}/comm").read().strip() != "rodizio-worker":
+            continue
+        sp = int(open(f"/proc/{pid}/task/{task}/syscall").read().split()[-2], 16)
+    except (OSError, ValueError, IndexError):
+        continue
+    depths += [s["end"] - sp for s in stacks if s["start"] <= sp < s["end"]]
+if depths:
+    print(f"idle workers wait {min(depths)} to {max(depths)} bytes below the top of their stacks")
 over = [r for r in resident if r > limit]
 if over:
     stop(

@@ -95,7 +95,11 @@ impl Interim {
 }
 
 /// [`wait`], cut into pieces that end at each interim line's time (told
-/// in between), for as long in all as `how.timeout_ms` of silence.
+/// in between), for as long in all as `how.timeout_ms` of silence. Not
+/// inlined: in the pump's frame its locals would be stack every idle
+/// worker keeps (112 bytes once, a third page: docs/internals.md, "The
+/// pool").
+#[inline(never)]
 pub(super) fn wait_for(
     fds: &mut [libc::pollfd; 2],
     conduits: &mut Conduits,
