@@ -1,7 +1,8 @@
 //! The kernel relay after a promotion (`--kernel-relay
 //! --kernel-relay-after 4`), attacked: resets on either side once the
 //! kernel moves the bytes, 200 promoted connections reset at once, a slow
-//! reader behind a fast writer. The balancer runs as a child process, so
+//! reader behind a fast writer, descriptors and workers run out while 500
+//! connections are promoted. The balancer runs as a child process, so
 //! its descriptors and memory are its own to count. Needs root (or
 //! CAP_BPF + CAP_NET_ADMIN), as the relay does: each test checks the
 //! promotions counted, so without the kernel path it fails.
@@ -256,4 +257,108 @@ fn a_slow_reader_behind_a_fast_writer_after_the_promotion() {
     }
     assert_eq!(got, TOTAL);
     assert!(child.alive(), "the balancer died: {}", child.log());
+}
+
+/// 500 connections promoted to the kernel path, then 100 more clients
+/// while the balancer is out of descriptors (`RLIMIT_NOFILE` 1,120: the
+/// 500 hold 1,000) and near its worker bound (520): the process stays up,
+/// every promoted connection still echoes while it is stuck, the clients
+/// left waiting are served once 300 promoted connections close, and every
+/// descriptor comes back.
+#[test]
+fn descriptors_and_workers_run_out_while_500_connections_are_promoted() {
+    const PROMOTED: usize = 500;
+    const MORE: usize = 100;
+    let backend = TestBackend::echo();
+    let addr = backend.addr().to_string();
+    let mut child = Child::on_loopback(
+        &[
+            "-b",
+            &addr,
+            "--health-check",
+            "off",
+            "--kernel-relay",
+            "--kernel-relay-after",
+            "4",
+            "--admin",
+            "127.0.0.1:0",
+            "--workers",
+            "520",
+        ],
+        |command| crate::common::limit_in_child(command, libc::RLIMIT_NOFILE, 1120),
+    );
+    let mut first = connect(child.addr).unwrap();
+    chat(&mut first);
+    until("the first promotion", || {
+        child.metric("kernel_relayed_total") == 1
+    });
+    first.shutdown(Shutdown::Write).unwrap();
+    assert!(is_closed(&mut first));
+    until("the first connection's end", || {
+        child.metric("completed_total") == 1
+    });
+    let start = child.open_fds();
+    let mut promoted: Vec<TcpStream> = (0..PROMOTED)
+        .map(|_| {
+            let mut c = connect(child.addr).unwrap();
+            chat(&mut c);
+            c
+        })
+        .collect();
+    until("500 promotions", || {
+        child.metric("kernel_relayed_total") == 1 + PROMOTED as u64
+    });
+    // More clients than descriptors and workers are left: each sends a
+    // line and waits for it.
+    let line = |i: usize| format!("waiting {i:05}\n");
+    let mut waiting: Vec<TcpStream> = (0..MORE)
+        .map(|i| {
+            let mut c = connect(child.addr).unwrap();
+            c.write_all(line(i).as_bytes()).unwrap();
+            c
+        })
+        .collect();
+    assert!(
+        wait_for(Duration::from_secs(30), || child
+            .log()
+            .contains("Too many open files")),
+        "never ran out of descriptors ({} open): {}",
+        child.open_fds(),
+        child.log()
+    );
+    // Stuck: the kernel still relays the promoted connections.
+    for (i, c) in promoted.iter_mut().enumerate().step_by(50) {
+        let probe = format!("probe {i:07}\n");
+        c.write_all(probe.as_bytes()).unwrap();
+        let mut back = vec![0u8; probe.len()];
+        c.read_exact(&mut back).unwrap();
+        assert_eq!(back, probe.as_bytes(), "promoted connection {i}");
+    }
+    assert!(child.alive(), "the balancer died: {}", child.log());
+    // 300 promoted connections end: the waiting clients are served.
+    for mut c in promoted.drain(..300) {
+        c.shutdown(Shutdown::Write).unwrap();
+        assert!(is_closed(&mut c));
+    }
+    for (i, c) in waiting.iter_mut().enumerate() {
+        let want = line(i);
+        let mut back = vec![0u8; want.len()];
+        c.read_exact(&mut back)
+            .unwrap_or_else(|e| panic!("waiting client {i}: {e}; {}", child.log()));
+        assert_eq!(back, want.as_bytes());
+    }
+    drop(waiting);
+    drop(promoted);
+    assert!(
+        wait_for(Duration::from_secs(30), || child.open_fds() <= start),
+        "descriptors left: {} against {start} before",
+        child.open_fds()
+    );
+    assert!(child.alive(), "the balancer died: {}", child.log());
+    // The kernel path still takes new connections.
+    let mut c = connect(child.addr).unwrap();
+    chat(&mut c);
+    until("a promotion after the exhaustion", || {
+        child.metric("kernel_relayed_total") >= 2 + PROMOTED as u64
+    });
 }
