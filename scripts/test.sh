@@ -2,13 +2,12 @@
 # The whole test suite, as CI runs it: tools, lint, unit and integration
 # tests, docs, then the article's own `ab` check through the real binary.
 #
-# Two things keep it inside CI's time on a two-core machine:
-# - the release build that the stack check measures starts first, in a
-#   session of its own at the lowest priority (nice 19, and its scheduling
-#   group's nice 19 where the kernel groups sessions), so it only takes the
-#   CPU the other stages leave idle;
-# - the hostile suite (one binary, about half the tests' time) runs beside
-#   the other test binaries, each side's output printed whole when it ends.
+# The release build that the stack check measures starts first, in a
+# session of its own at the lowest priority (nice 19, and its scheduling
+# group's nice 19 where the kernel groups sessions), so it only takes the
+# CPU the other stages leave idle. The test binaries themselves run one
+# after another: beside each other, their timing tests failed now and
+# then.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,33 +32,11 @@ stage "format and lint"
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 
-stage "unit and integration tests: build"
-cargo test --all-targets --no-fail-fast --no-run --quiet
+stage "unit and integration tests"
+cargo test --all-targets --no-fail-fast
 
-# The hostile binary, then the pass with the kernel relay on, in one lane;
-# the library's, the binary's and every other test file's tests in the other.
-others=(--lib --bins --examples)
-for target in tests/*.rs tests/*/main.rs; do
-  name=${target#tests/}
-  name=${name%/main.rs}
-  name=${name%.rs}
-  [ "$name" = hostile ] || others+=(--test "$name")
-done
-stage "unit and integration tests: the hostile suite and the relay's pass beside the others"
-(cargo test --no-fail-fast --test hostile && scripts/kernel-relay-pass.sh) \
-  >target/lane-hostile.log 2>&1 &
-hostile_pid=$!
-status=0
-cargo test --no-fail-fast "${others[@]}" >target/lane-others.log 2>&1 || status=$?
-hostile_status=0
-wait "$hostile_pid" || hostile_status=$?
-cat target/lane-others.log
-stage "the hostile suite, then the pump's tests again with the kernel relay on (needs root)"
-cat target/lane-hostile.log
-if [ "$status" != 0 ] || [ "$hostile_status" != 0 ]; then
-  echo "test.sh: tests failed (other tests: exit $status; hostile and relay pass: exit $hostile_status)" >&2
-  exit 1
-fi
+stage "the pump's tests again with the kernel relay on (needs root)"
+scripts/kernel-relay-pass.sh
 
 stage "docs"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet

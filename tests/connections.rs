@@ -95,6 +95,17 @@ fn of_100_open_connections_one_killed_ends_and_99_go_on_byte_exact() {
     assert_eq!(status, 200, "{body}");
     let mut gone = clients.remove(at);
     assert!(ended(&mut gone), "the killed client saw no end");
+    // The client sees its end before the worker has left the table (a
+    // second DELETE meanwhile finds it still there): once it is gone, a
+    // second DELETE finds nothing.
+    until("the killed connection leaves the table", || {
+        let listed = get(&b, &filter);
+        !listed["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["id"].as_u64() == Some(id))
+    });
     let (status, _) = child::call(
         b.admin.unwrap(),
         "DELETE",
