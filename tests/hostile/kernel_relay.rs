@@ -52,6 +52,35 @@ fn chat(s: &mut TcpStream) {
     }
 }
 
+/// One connection promoted and ended first, so that the program and its
+/// maps are loaded before descriptors are counted; then `n` connections
+/// promoted and kept open. The descriptors open between the two, and the
+/// `n` clients.
+fn promoted_after_a_first(child: &Child, n: usize) -> (usize, Vec<TcpStream>) {
+    let mut first = connect(child.addr).unwrap();
+    chat(&mut first);
+    until("the first promotion", || {
+        child.metric("kernel_relayed_total") == 1
+    });
+    first.shutdown(Shutdown::Write).unwrap();
+    assert!(is_closed(&mut first));
+    until("the first connection's end", || {
+        child.metric("completed_total") == 1
+    });
+    let start = child.open_fds();
+    let clients = (0..n)
+        .map(|_| {
+            let mut c = connect(child.addr).unwrap();
+            chat(&mut c);
+            c
+        })
+        .collect();
+    until(&format!("{n} promotions"), || {
+        child.metric("kernel_relayed_total") == 1 + n as u64
+    });
+    (start, clients)
+}
+
 /// Resets a socket: `SO_LINGER` 0, then close.
 fn reset(s: TcpStream) {
     SockRef::from(&s).set_linger(Some(Duration::ZERO)).unwrap();
@@ -127,29 +156,7 @@ fn two_hundred_promoted_connections_reset_at_once() {
     const N: usize = 200;
     let backend = TestBackend::echo();
     let mut child = promoting(&backend);
-    // One promotion first, so the program and its maps are loaded before
-    // the count starts.
-    let mut first = connect(child.addr).unwrap();
-    chat(&mut first);
-    until("the first promotion", || {
-        child.metric("kernel_relayed_total") == 1
-    });
-    first.shutdown(Shutdown::Write).unwrap();
-    assert!(is_closed(&mut first));
-    until("the first connection's end", || {
-        child.metric("completed_total") == 1
-    });
-    let start = child.open_fds();
-    let mut clients: Vec<TcpStream> = (0..N)
-        .map(|_| {
-            let mut c = connect(child.addr).unwrap();
-            chat(&mut c);
-            c
-        })
-        .collect();
-    until("200 promotions", || {
-        child.metric("kernel_relayed_total") == 1 + N as u64
-    });
+    let (start, mut clients) = promoted_after_a_first(&child, N);
     assert!(
         child.open_fds() >= start + N,
         "the connections are not open"
@@ -287,27 +294,7 @@ fn descriptors_and_workers_run_out_while_500_connections_are_promoted() {
         ],
         |command| crate::common::limit_in_child(command, libc::RLIMIT_NOFILE, 1120),
     );
-    let mut first = connect(child.addr).unwrap();
-    chat(&mut first);
-    until("the first promotion", || {
-        child.metric("kernel_relayed_total") == 1
-    });
-    first.shutdown(Shutdown::Write).unwrap();
-    assert!(is_closed(&mut first));
-    until("the first connection's end", || {
-        child.metric("completed_total") == 1
-    });
-    let start = child.open_fds();
-    let mut promoted: Vec<TcpStream> = (0..PROMOTED)
-        .map(|_| {
-            let mut c = connect(child.addr).unwrap();
-            chat(&mut c);
-            c
-        })
-        .collect();
-    until("500 promotions", || {
-        child.metric("kernel_relayed_total") == 1 + PROMOTED as u64
-    });
+    let (start, mut promoted) = promoted_after_a_first(&child, PROMOTED);
     // More clients than descriptors and workers are left: each sends a
     // line and waits for it.
     let line = |i: usize| format!("waiting {i:05}\n");
