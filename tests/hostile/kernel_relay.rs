@@ -24,20 +24,33 @@ const AFTER: usize = 4;
 /// A balancer child that promotes after four exchanges, in front of
 /// `backend`, with its admin API for the counters.
 fn promoting(backend: &TestBackend) -> Child {
-    let addr = backend.addr().to_string();
+    promoting_with(backend, 512, |_| {})
+}
+
+/// [`promoting`] with `workers` workers, no active checks (their sockets
+/// would come and go while descriptors are counted), and `prepare` run on
+/// the command before it starts.
+fn promoting_with(
+    backend: &TestBackend,
+    workers: usize,
+    prepare: impl FnOnce(&mut std::process::Command),
+) -> Child {
+    let (addr, workers) = (backend.addr().to_string(), workers.to_string());
     Child::on_loopback(
         &[
             "-b",
             &addr,
+            "--health-check",
+            "off",
             "--kernel-relay",
             "--kernel-relay-after",
             "4",
             "--admin",
             "127.0.0.1:0",
             "--workers",
-            "512",
+            &workers,
         ],
-        |_| {},
+        prepare,
     )
 }
 
@@ -277,23 +290,9 @@ fn descriptors_and_workers_run_out_while_500_connections_are_promoted() {
     const PROMOTED: usize = 500;
     const MORE: usize = 100;
     let backend = TestBackend::echo();
-    let addr = backend.addr().to_string();
-    let mut child = Child::on_loopback(
-        &[
-            "-b",
-            &addr,
-            "--health-check",
-            "off",
-            "--kernel-relay",
-            "--kernel-relay-after",
-            "4",
-            "--admin",
-            "127.0.0.1:0",
-            "--workers",
-            "520",
-        ],
-        |command| crate::common::limit_in_child(command, libc::RLIMIT_NOFILE, 1120),
-    );
+    let mut child = promoting_with(&backend, 520, |command| {
+        crate::common::limit_in_child(command, libc::RLIMIT_NOFILE, 1120)
+    });
     let (start, mut promoted) = promoted_after_a_first(&child, PROMOTED);
     // More clients than descriptors and workers are left: each sends a
     // line and waits for it.
