@@ -132,11 +132,13 @@ while time.monotonic() < deadline:
 else:
     stop(f"the backend received {got} of {count * len(first)} bytes within 30s")
 
-workers = sum(
-    1
+# The balancer's worker threads, by their name.
+worker_tasks = [
+    task
     for task in os.listdir(f"/proc/{pid}/task")
     if open(f"/proc/{pid}/task/{task}/comm").read().strip() == "rodizio-worker"
-)
+]
+workers = len(worker_tasks)
 
 # A worker's stack: a read-write anonymous mapping of the thread stack size
 # (64 KiB by default) right above its guard page (no access).
@@ -182,10 +184,8 @@ print(f"worker stacks: {len(stacks)}, resident KiB from {resident[0]} to {reside
 # Where each idle worker waits: its stack pointer (the second last field
 # of /proc/PID/task/TID/syscall) in bytes below the top of its stack.
 depths = []
-for task in os.listdir(f"/proc/{pid}/task"):
+for task in worker_tasks:
     try:
-        if open(f"/proc/{pid}/task/{task}/comm").read().strip() != "rodizio-worker":
-            continue
         sp = int(open(f"/proc/{pid}/task/{task}/syscall").read().split()[-2], 16)
     except (OSError, ValueError, IndexError):
         continue
