@@ -64,13 +64,31 @@ PROXIES=(rodizio naive haproxy nginx direct)
 # rodizio --splice runs the bulk workloads too (the small-message ones see
 # no difference from zero copy, and the run stays short).
 BULK_PROXIES=(rodizio rodizio-splice haproxy nginx direct)
+# rodizio with the kernel relay as the shipped unit and example config set
+# it (kernel_relay auto, promotion after 4 exchanges) runs the keep-alive
+# and redis workloads, whose connections make enough exchanges to be
+# promoted, and the 1 MiB files, whose connections (one request each) are
+# not: that row shows the copy pump under the setting.
+RELAY_PROXIES=(rodizio rodizio-relay naive haproxy nginx direct)
 WORKLOADS=(short keepalive bulk iperf redis)
+
+proxies_for() {  # workload: the proxies it runs through, in turn
+  case $1 in
+    keepalive|redis) echo "${RELAY_PROXIES[*]}" ;;
+    bulk) echo "rodizio rodizio-splice rodizio-relay haproxy nginx direct" ;;
+    iperf) echo "${BULK_PROXIES[*]}" ;;
+    *) echo "${PROXIES[*]}" ;;
+  esac
+}
 
 # Ports (loopback only). Backends, then one front port per proxy and kind.
 B1=18081; B2=18082; B3=18083; REDIS=18379; IPERF=18520
 declare -A HTTP_PORT=([rodizio]=18101 [haproxy]=18102 [nginx]=18103 [rodizio-splice]=18104
-                      [naive]=18105 [direct]=$B1)
-declare -A REDIS_PORT=([rodizio]=18201 [haproxy]=18202 [nginx]=18203 [naive]=18204 [direct]=$REDIS)
+                      [naive]=18105 [rodizio-relay]=18106 [direct]=$B1)
+declare -A REDIS_PORT=([rodizio]=18201 [haproxy]=18202 [nginx]=18203 [naive]=18204
+                       [rodizio-relay]=18205 [direct]=$REDIS)
+# The admin API of the kernel relay's instances, for their promotion counts.
+declare -A RELAY_ADMIN=([http]=18107 [redis]=18206)
 declare -A IPERF_PORT=([rodizio]=18301 [haproxy]=18302 [nginx]=18303 [rodizio-splice]=18304 [direct]=$IPERF)
 
 log() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -420,7 +438,7 @@ chmod 755 "$OUT" "$OUT/backend" "$OUT/backend/www"
 # Up to 1000 idle connections through each proxy, two sockets each.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
-for p in $B1 $B2 $B3 $REDIS $IPERF 181{01..05} 182{01..04} 183{01..04} 184{01..03} 184{12,13,22,23}; do
+for p in $B1 $B2 $B3 $REDIS $IPERF 181{01..07} 182{01..06} 183{01..04} 184{01..03} 184{12,13,22,23}; do
   port_free "$p" || { echo "port $p is in use; stop what holds it first" >&2; exit 1; }
 done
 
@@ -463,6 +481,16 @@ PIDS[rodizio-splice/http]=$LAST_PID
 start rodizio-splice-iperf "$RODIZIO" "${RODIZIO_EXTRA[@]}" --splice -l "127.0.0.1:${IPERF_PORT[rodizio-splice]}" \
   -b "127.0.0.1:$IPERF" --idle-timeout 120s
 PIDS[rodizio-splice/iperf]=$LAST_PID
+# Their one line at start (the program loaded or not) is an info line.
+RELAY_LOG=warn,rodizio::proxy::kernel_relay::bpf=info
+start rodizio-relay-http env RUST_LOG=$RELAY_LOG "$RODIZIO" "${RODIZIO_EXTRA[@]}" --kernel-relay=auto \
+  --admin "127.0.0.1:${RELAY_ADMIN[http]}" -l "127.0.0.1:${HTTP_PORT[rodizio-relay]}" \
+  -b "127.0.0.1:$B1" -b "127.0.0.1:$B2" -b "127.0.0.1:$B3" --idle-timeout 120s
+PIDS[rodizio-relay/http]=$LAST_PID
+start rodizio-relay-redis env RUST_LOG=$RELAY_LOG "$RODIZIO" "${RODIZIO_EXTRA[@]}" --kernel-relay=auto \
+  --admin "127.0.0.1:${RELAY_ADMIN[redis]}" -l "127.0.0.1:${REDIS_PORT[rodizio-relay]}" \
+  -b "127.0.0.1:$REDIS" --idle-timeout 120s
+PIDS[rodizio-relay/redis]=$LAST_PID
 start naive-http "$NAIVE" "${HTTP_PORT[naive]}" "$B1" "$B2" "$B3"
 PIDS[naive/http]=$LAST_PID
 start naive-redis "$NAIVE" "${REDIS_PORT[naive]}" "$REDIS"
@@ -475,14 +503,15 @@ PIDS[haproxy]=$LAST_PID
 subst nginx-stream.conf.in "$OUT/stream/nginx.conf" "$OUT/stream" "${HTTP_PORT[nginx]}" "${REDIS_PORT[nginx]}" "${IPERF_PORT[nginx]}"
 start nginx-stream nginx -p "$OUT/stream" -c "$OUT/stream/nginx.conf" -e "$OUT/stream/error.log"
 PIDS[nginx]=$(nginx_pids "$LAST_PID")
-for p in 181{01..05} 182{01..04} 183{01..04}; do wait_listen "$p"; done
+for p in 181{01..07} 182{01..06} 183{01..04}; do wait_listen "$p"; done
 info "rodizio pids ${PIDS[rodizio/http]} (http) ${PIDS[rodizio/redis]} (redis) ${PIDS[rodizio/iperf]} (iperf3), --splice ${PIDS[rodizio-splice/http]} ${PIDS[rodizio-splice/iperf]}"
+info "--kernel-relay=auto ${PIDS[rodizio-relay/http]} (http) ${PIDS[rodizio-relay/redis]} (redis)"
 info "naive relay pids ${PIDS[naive/http]} (http) ${PIDS[naive/redis]} (redis)"
 info "haproxy pid ${PIDS[haproxy]}, nginx pids ${PIDS[nginx]}"
 info "scheduling groups: $(awk -F'\t' 'NR > 1 {print $3}' "$OUT/sessions.tsv" | sort -u | wc -l) for $(($(wc -l <"$OUT/sessions.tsv") - 1)) processes (kernel.sched_autogroup_enabled=$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || echo -))"
 
 # Sanity: each proxy serves the small file.
-for proxy in rodizio rodizio-splice naive haproxy nginx direct; do
+for proxy in rodizio rodizio-splice rodizio-relay naive haproxy nginx direct; do
   size=$(timeout 10 curl -s -o /dev/null -w '%{size_download}' \
     "http://127.0.0.1:${HTTP_PORT[$proxy]}/small.html" || echo 0)
   [ "$size" = 612 ] || { echo "$proxy does not serve the small file (got $size bytes)" >&2; exit 1; }
@@ -519,18 +548,17 @@ done
 
 # ---- warm-up (not recorded)
 log "warm-up"
-for proxy in "${PROXIES[@]}"; do
+for proxy in "${RELAY_PROXIES[@]}"; do
   load "$OUT/logs/warmup-$proxy.txt" 60 ab -q -n 2000 -c 50 "http://127.0.0.1:${HTTP_PORT[$proxy]}/small.html"
 done
 
 # ---- the rounds
-log "$ROUNDS rounds: ${WORKLOADS[*]} x ${PROXIES[*]}"
+log "$ROUNDS rounds: ${WORKLOADS[*]} x ${RELAY_PROXIES[*]} rodizio-splice"
 printf 'round\tworkload\tproxy\tthroughput\tp50_ms\tp99_ms\tp999_ms\terrors\tunits\tcpu_ticks\trun_ns\twait_ns\tthreads\thwm_kib\tmachine_ticks\n' >"$OUT/raw.tsv"
 : >"$OUT/pending.tsv"
 for round in $(seq "$ROUNDS"); do
   for wl in "${WORKLOADS[@]}"; do
-    if [ "$wl" = bulk ] || [ "$wl" = iperf ]; then set -- "${BULK_PROXIES[@]}"; else set -- "${PROXIES[@]}"; fi
-    for proxy in "$@"; do
+    for proxy in $(proxies_for "$wl"); do
       measure "$round" "$wl" "$proxy"
     done
     flush
@@ -539,6 +567,16 @@ done
 
 # ---- report
 log "report"
+# What the kernel relay did: whether its program loaded (its one line at
+# start) and how many connections it took, from each instance's counters.
+relay_said() {  # kind
+  local metrics promoted fell
+  metrics=$(timeout 10 curl -s "http://127.0.0.1:${RELAY_ADMIN[$1]}/metrics" || true)
+  promoted=$(awk '/^rodizio_kernel_relayed_total[ {]/ {n += $NF} END {print n + 0}' <<<"$metrics")
+  fell=$(awk '/^rodizio_kernel_relay_fallbacks_total[ {]/ {n += $NF} END {print n + 0}' <<<"$metrics")
+  echo "$promoted promoted, $fell fell back"
+}
+RELAY_LINE=$(grep -ho 'kernel relay (auto): [^;]*' "$OUT/rodizio-relay-http.log" 2>/dev/null | head -1 || true)
 mkdir -p "$DOCS"
 {
   echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -556,6 +594,7 @@ mkdir -p "$DOCS"
   echo "wrk=$(wrk -v 2>&1 | head -1 | awk '{print $2}')"
   echo "ab=$(ab -V | head -1 | awk '{print $4, $5}')"
   echo "rounds=$ROUNDS"
+  echo "relay=${RELAY_LINE:-kernel relay (auto): said nothing}; HTTP $(relay_said http), redis $(relay_said redis)"
   echo "command=${RODIZIO_FLAGS:+RODIZIO_FLAGS='$RODIZIO_FLAGS' }scripts/bench.sh $([ "$QUICK" -eq 1 ] && echo --quick)"
   echo "short=ab -n $SHORT_N -c 100 (612-byte file, a new connection per request)"
   echo "keepalive=wrk -t2 -c100 -d${WRK_SECS}s --latency -s latency.lua (612-byte file, keep-alive)"
