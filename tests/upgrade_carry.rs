@@ -2,7 +2,9 @@
 //! real binary: 200 idle connections, 20 in the middle of a long echo each
 //! way and a Redis pub/sub subscriber survive byte for byte while new
 //! clients are served throughout; a second upgrade right after the first
-//! carries them again; the old process keeps no descriptor of theirs.
+//! carries them again; the old process keeps no descriptor of theirs; a
+//! connection back from the kernel relay's backlog bound stays, served to
+//! its end by the old process.
 
 mod child;
 mod common;
@@ -490,5 +492,120 @@ fn connections_on_the_kernel_relay_come_off_it_and_are_carried() {
         s.read_to_end(&mut rest).unwrap();
         assert!(rest.is_empty());
     }
+    new.stop();
+}
+
+/// A relayed connection that came back to the copy pump at the backlog
+/// bound keeps its sockets in the kernel's maps, their program keeping
+/// their bytes on them for the pump: another process could not read
+/// those, so it is not handed over but served to its end by the old
+/// process, byte for byte, while the new one takes the port.
+#[test]
+fn a_connection_back_from_the_backlog_bound_stays_in_the_old_process() {
+    const TOTAL: u64 = 32 << 20;
+    const EXCHANGES: usize = 4;
+    let backend = TestBackend::start(Arc::new(|mut s: TcpStream| {
+        s.set_write_timeout(Some(Duration::from_secs(60)))?;
+        let mut line = [0u8; 13];
+        for _ in 0..EXCHANGES {
+            s.read_exact(&mut line)?;
+            s.write_all(&line)?;
+        }
+        s.read_exact(&mut [0u8; 1])?;
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut at = 0u64;
+        while at < TOTAL {
+            for (k, b) in chunk.iter_mut().enumerate() {
+                *b = pattern(7, at + k as u64);
+            }
+            s.write_all(&chunk)?;
+            at += chunk.len() as u64;
+        }
+        Ok(())
+    }));
+    let scratch = Scratch::new("upgrade-carry-kept");
+    let path = scratch.path("upgrade.sock");
+    let port = free_port();
+    let start = |more: &[&str]| {
+        let mut command = child::command(
+            &[
+                &[
+                    "--allow-root",
+                    "-l",
+                    &format!("127.0.0.1:{port}"),
+                    "-b",
+                    &backend.addr().to_string(),
+                    "--health-check",
+                    "off",
+                    "--upgrade-socket",
+                    path.to_str().unwrap(),
+                ][..],
+                more,
+            ]
+            .concat(),
+        );
+        Child::start(&mut command)
+    };
+    let mut old = start(&[
+        "--kernel-relay=on",
+        "--kernel-relay-after",
+        "4",
+        "--admin",
+        "127.0.0.1:0",
+    ]);
+    let mut c = connect(loopback(port)).unwrap();
+    socket2::SockRef::from(&c)
+        .set_recv_buffer_size(64 * 1024)
+        .unwrap();
+    for i in 0..EXCHANGES {
+        echo_line(&mut c, &format!("hello {i:06}\n")).unwrap();
+    }
+    assert!(wait_for(Duration::from_secs(10), || old
+        .metric("kernel_relayed_total")
+        == 1));
+    c.write_all(b"G").unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || old
+            .metric("kernel_relay_fallbacks_total")
+            == 1),
+        "the backlog bound was never met: {}",
+        old.log()
+    );
+    // Past the bound's 4 MiB (and the sockets' buffers), every byte read
+    // came through the copy pump: the connection is back on it.
+    let (go_on, told) = crossbeam_channel::bounded::<()>(1);
+    let reader = thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        let (mut got, mut paused) = (0u64, false);
+        loop {
+            if !paused && got >= 8 << 20 {
+                told.recv_timeout(Duration::from_secs(60)).unwrap();
+                paused = true;
+            }
+            let n = c.read(&mut buf).unwrap();
+            if n == 0 {
+                return got;
+            }
+            for (k, &b) in buf[..n].iter().enumerate() {
+                assert_eq!(b, pattern(7, got + k as u64), "byte {}", got + k as u64);
+            }
+            got += n as u64;
+        }
+    });
+    let mut new = start(&[]);
+    new.next_log("listening");
+    assert!(
+        wait_for(Duration::from_secs(30), || old
+            .log()
+            .contains("1 stay here")),
+        "the settled connection was offered: {}",
+        old.log()
+    );
+    go_on.send(()).unwrap();
+    assert_eq!(reader.join().unwrap(), TOTAL);
+    exits_cleanly(&mut old);
+    let mut s = connect(loopback(port)).unwrap();
+    echo_line(&mut s, "hello 000000\n").unwrap();
+    drop(s);
     new.stop();
 }

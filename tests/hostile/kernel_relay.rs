@@ -1,7 +1,8 @@
 //! The kernel relay after a promotion (`--kernel-relay
 //! --kernel-relay-after 4`), attacked: resets on either side once the
 //! kernel moves the bytes, 200 promoted connections reset at once, a slow
-//! reader behind a fast writer, descriptors and workers run out while 500
+//! reader behind a fast writer, the same with the balancer frozen (the
+//! bound kept by the kernel), descriptors and workers run out while 500
 //! connections are promoted. The balancer runs as a child process, so
 //! its descriptors and memory are its own to count. Needs root (or
 //! CAP_BPF + CAP_NET_ADMIN), as the relay does: each test checks the
@@ -209,9 +210,8 @@ fn rss_kib(pid: u32) -> u64 {
 /// client that reads nothing: the kernel's queue toward the client passes
 /// the 4 MiB bound, the connection goes back to the copy pump (counted),
 /// TCP holds the backend back, and the balancer's memory stays small. The
-/// client then reads every byte. The bound holds as well as the worker
-/// gets the CPU: once, with three test processes at once on two cores, the
-/// kernel took 256 MiB before the worker ran (docs/moving-bytes.md).
+/// client then reads every byte. (The bound is the program's: the next
+/// test freezes the balancer to show it.)
 #[test]
 fn a_slow_reader_behind_a_fast_writer_after_the_promotion() {
     const TOTAL: u64 = 1 << 30;
@@ -276,6 +276,126 @@ fn a_slow_reader_behind_a_fast_writer_after_the_promotion() {
         got += n as u64;
     }
     assert_eq!(got, TOTAL);
+    assert!(child.alive(), "the balancer died: {}", child.log());
+}
+
+/// A byte of the stream in [`the_bound_holds_while_the_balancer_gets_no_cpu`]:
+/// a period of 251 shows a byte lost, added or moved.
+fn stream_byte(at: u64) -> u8 {
+    (at % 251) as u8
+}
+
+/// `SIOCOUTQ` (bytes not yet acknowledged) or `SIOCINQ` (bytes unread).
+fn queued(s: &TcpStream, request: libc::c_ulong) -> u64 {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: both requests write one int.
+    assert_eq!(unsafe { libc::ioctl(s.as_raw_fd(), request, &mut n) }, 0);
+    n.max(0) as u64
+}
+
+/// The backlog bound is the kernel's to keep, not a thread's to sample:
+/// after the promotion the balancer is frozen (`SIGSTOP`: none of its
+/// threads runs, as on a saturated CPU at its worst), the client reads
+/// nothing, and the backend writes 256 MiB as fast as it can. What the
+/// balancer's sockets hold stops at the bound plus their own buffers
+/// (measured: the backend's count less its unsent bytes and the client's
+/// unread ones); with a bound kept by sampling, the kernel took it all.
+/// Thawed, the connection goes back to the copy pump (counted) and every
+/// byte arrives, in order.
+#[test]
+fn the_bound_holds_while_the_balancer_gets_no_cpu() {
+    const TOTAL: u64 = 256 << 20;
+    const BOUND: u64 = rodizio::proxy::kernel_relay::BACKLOG_BOUND;
+    let written = Arc::new(AtomicU64::new(0));
+    let writer: Arc<std::sync::Mutex<Option<TcpStream>>> = Arc::default();
+    let backend = {
+        let (written, writer) = (written.clone(), writer.clone());
+        TestBackend::start(Arc::new(move |mut s: TcpStream| {
+            let mut line = [0u8; 13];
+            for _ in 0..AFTER {
+                s.read_exact(&mut line)?;
+                s.write_all(&line)?;
+            }
+            s.read_exact(&mut [0u8; 1])?;
+            *writer.lock().unwrap() = Some(s.try_clone()?);
+            s.set_write_timeout(Some(Duration::from_secs(60)))?;
+            let mut chunk = vec![0u8; 64 * 1024];
+            let mut at = 0u64;
+            while at < TOTAL {
+                let n = chunk.len().min((TOTAL - at) as usize);
+                for (k, b) in chunk[..n].iter_mut().enumerate() {
+                    *b = stream_byte(at + k as u64);
+                }
+                let sent = s.write(&chunk[..n])?;
+                at += sent as u64;
+                written.store(at, Ordering::SeqCst);
+            }
+            s.shutdown(Shutdown::Write)
+        }))
+    };
+    let mut child = promoting(&backend);
+    let mut c = connect(child.addr).unwrap();
+    SockRef::from(&c).set_recv_buffer_size(64 * 1024).unwrap();
+    chat(&mut c);
+    until("the promotion", || {
+        child.metric("kernel_relayed_total") == 1
+    });
+    child.signal(libc::SIGSTOP);
+    c.write_all(b"G").unwrap();
+    // Held back: the backend's count stops growing.
+    let (mut last, mut same_since) = (u64::MAX, Instant::now());
+    let settled = wait_for(Duration::from_secs(30), || {
+        let now = written.load(Ordering::SeqCst);
+        if now != last {
+            (last, same_since) = (now, Instant::now());
+        }
+        same_since.elapsed() > Duration::from_millis(500)
+    });
+    let at = written.load(Ordering::SeqCst);
+    let unsent = writer
+        .lock()
+        .unwrap()
+        .as_ref()
+        .map_or(0, |w| queued(w, libc::TIOCOUTQ));
+    let unread = queued(&c, libc::FIONREAD);
+    let held = at.saturating_sub(unsent + unread);
+    eprintln!(
+        "frozen balancer: the backend wrote {} MiB, the balancer holds {} KiB (bound {} KiB)",
+        at >> 20,
+        held >> 10,
+        BOUND >> 10,
+    );
+    child.signal(libc::SIGCONT);
+    assert!(
+        settled,
+        "the backend was never held back ({} MiB)",
+        at >> 20
+    );
+    // The bound, and on top what the balancer's two sockets hold of their
+    // own: the backend's kept bytes (its receive buffer, still small when
+    // the bound is met) and the client's unsent ones (its send buffer).
+    assert!(
+        held <= 2 * BOUND,
+        "the balancer holds {} KiB, over twice the bound",
+        held >> 10
+    );
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut got = 0u64;
+    loop {
+        let n = c.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        for (k, &b) in buf[..n].iter().enumerate() {
+            assert_eq!(b, stream_byte(got + k as u64), "byte {}", got + k as u64);
+        }
+        got += n as u64;
+    }
+    assert_eq!(got, TOTAL);
+    until("the fall-back to the copy pump", || {
+        child.metric("kernel_relay_fallbacks_total") == 1
+    });
     assert!(child.alive(), "the balancer died: {}", child.log());
 }
 

@@ -1,5 +1,5 @@
 //! The kernel relay's side in the kernel: the `bpf(2)` calls, the verdict
-//! program's 27 instructions written out, and the three maps, loaded once
+//! program's 43 instructions written out, and the four maps, loaded once
 //! per process on first use.
 //!
 //! # Threads
@@ -41,6 +41,11 @@ const BPF_PSEUDO_MAP_FD: u8 = 1;
 const SK_DROP: i32 = 0;
 const SK_PASS: i32 = 1;
 
+/// Added once to a socket's `moved` count when the program stops
+/// redirecting its bytes (the latch, see [`program`]); the bits below it
+/// are the count.
+pub(super) const LATCHED: u64 = 1 << 62;
+
 /// One eBPF instruction, as the kernel reads it (`struct bpf_insn`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,8 +71,11 @@ const ATOMIC: u8 = 0xc0;
 const K: u8 = 0x00;
 const X: u8 = 0x08;
 const ADD: u8 = 0x00;
+const LSH: u8 = 0x60;
 const MOV: u8 = 0xb0;
 const JEQ: u8 = 0x10;
+const JGT: u8 = 0x20;
+const JGE: u8 = 0x30;
 const JNE: u8 = 0x50;
 const CALL: u8 = 0x80;
 const EXIT: u8 = 0x90;
@@ -81,6 +89,7 @@ const R3: u8 = 3;
 const R4: u8 = 4;
 const R6: u8 = 6;
 const R7: u8 = 7;
+const R8: u8 = 8;
 const R10: u8 = 10;
 
 const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
@@ -100,9 +109,19 @@ const fn mov_imm(dst: u8, imm: i32) -> Insn {
 const fn add_imm(dst: u8, imm: i32) -> Insn {
     insn(ALU64 | ADD | K, dst, 0, 0, imm)
 }
+const fn add_reg(dst: u8, src: u8) -> Insn {
+    insn(ALU64 | ADD | X, dst, src, 0, 0)
+}
+const fn shift_left(dst: u8, bits: i32) -> Insn {
+    insn(ALU64 | LSH | K, dst, 0, 0, bits)
+}
 /// `dst = *(u32 *)(src + off)`
 const fn load_u32(dst: u8, src: u8, off: i16) -> Insn {
     insn(LDX | MEM | W, dst, src, off, 0)
+}
+/// `dst = *(u64 *)(src + off)`
+const fn load_u64(dst: u8, src: u8, off: i16) -> Insn {
+    insn(LDX | MEM | DW, dst, src, off, 0)
 }
 /// `*(u64 *)(dst + off) = src`
 const fn store_u64(dst: u8, off: i16, src: u8) -> Insn {
@@ -119,6 +138,14 @@ const fn jump_eq(dst: u8, imm: i32, off: i16) -> Insn {
 /// Jump `off` instructions past the next one when `dst != imm`.
 const fn jump_ne(dst: u8, imm: i32, off: i16) -> Insn {
     insn(JMP | JNE | K, dst, 0, off, imm)
+}
+/// Jump `off` instructions past the next one when `dst > src` (unsigned).
+const fn jump_gt(dst: u8, src: u8, off: i16) -> Insn {
+    insn(JMP | JGT | X, dst, src, off, 0)
+}
+/// Jump `off` instructions past the next one when `dst >= src` (unsigned).
+const fn jump_ge(dst: u8, src: u8, off: i16) -> Insn {
+    insn(JMP | JGE | X, dst, src, off, 0)
 }
 const fn call(helper: i32) -> Insn {
     insn(JMP | CALL, 0, 0, 0, helper)
@@ -141,42 +168,75 @@ const fn load_map(dst: u8, fd: RawFd) -> [Insn; 2] {
 /// ```text
 /// if (skb->len == 0) return SK_DROP;            // a bare FIN
 /// key = bpf_get_socket_cookie(skb);             // the receiving socket
+/// n = bpf_map_lookup_elem(&moved, &key);        // what it redirected
+/// limit = bpf_map_lookup_elem(&limits, &key);   // set by its thread
+/// if (!n || !limit) return SK_PASS;             // keep the bytes
+/// if (*n + len > *limit) {                      // the bound: latch
+///     if (*n < LATCHED) __sync_fetch_and_add(n, LATCHED);
+///     return SK_PASS;                           // keep the bytes
+/// }
 /// if (bpf_sk_redirect_hash(skb, &peers, &key, 0) != SK_PASS)
 ///     return SK_PASS;                           // no peer: keep the bytes
-/// if (n = bpf_map_lookup_elem(&moved, &key)) __sync_fetch_and_add(n, len);
+/// __sync_fetch_and_add(n, len);
 /// return SK_PASS;                               // redirected
 /// ```
-fn program(peers: RawFd, moved: RawFd) -> Vec<Insn> {
+///
+/// "Keep" (`SK_PASS` with no redirect) queues the bytes on the receiving
+/// socket itself, where its own `read` finds them, charged to its receive
+/// memory: TCP's window then holds the sender back. Once a socket's
+/// bytes are kept, all that follow are (the latch only grows the count,
+/// and a deleted peer does not come back), so they stay in order. The
+/// thread raises `limits` as the other side's send path takes the bytes,
+/// so the bytes the kernel holds between the two sockets never pass
+/// `BACKLOG_BOUND`, whether or not the thread gets the CPU.
+fn program(peers: RawFd, moved: RawFd, limits: RawFd) -> Vec<Insn> {
     let [peers_lo, peers_hi] = load_map(R2, peers);
     let [moved_lo, moved_hi] = load_map(R1, moved);
+    let [limits_lo, limits_hi] = load_map(R1, limits);
     vec![
         /* 0 */ mov_reg(R6, R1),
         /* 1 */ load_u32(R7, R6, 0), // __sk_buff.len is at offset 0
-        /* 2 */ jump_eq(R7, 0, 22), // -> 25 drop
+        /* 2 */ jump_eq(R7, 0, 38), // -> 41 drop
         /* 3 */ mov_reg(R1, R6),
         /* 4 */ call(BPF_FUNC_GET_SOCKET_COOKIE),
         /* 5 */ store_u64(R10, -8, R0),
-        /* 6 */ mov_reg(R1, R6),
-        /* 7 */ peers_lo,
-        /* 8 */ peers_hi,
-        /* 9 */ mov_reg(R3, R10),
-        /* 10 */ add_imm(R3, -8),
-        /* 11 */ mov_imm(R4, 0),
-        /* 12 */ call(BPF_FUNC_SK_REDIRECT_HASH),
-        /* 13 */ jump_ne(R0, SK_PASS, 9), // -> 23 pass
-        /* 14 */ moved_lo,
-        /* 15 */ moved_hi,
-        /* 16 */ mov_reg(R2, R10),
-        /* 17 */ add_imm(R2, -8),
-        /* 18 */ call(BPF_FUNC_MAP_LOOKUP_ELEM),
-        /* 19 */ jump_eq(R0, 0, 3), // -> 23 pass
-        /* 20 */ atomic_add_u64(R0, 0, R7),
-        /* 21 */ mov_imm(R0, SK_PASS),
-        /* 22 */ exit(),
-        /* 23 */ mov_imm(R0, SK_PASS),
-        /* 24 */ exit(),
-        /* 25 */ mov_imm(R0, SK_DROP),
-        /* 26 */ exit(),
+        /* 6 */ moved_lo,
+        /* 7 */ moved_hi,
+        /* 8 */ mov_reg(R2, R10),
+        /* 9 */ add_imm(R2, -8),
+        /* 10 */ call(BPF_FUNC_MAP_LOOKUP_ELEM),
+        /* 11 */ jump_eq(R0, 0, 27), // -> 39 keep
+        /* 12 */ mov_reg(R8, R0),
+        /* 13 */ limits_lo,
+        /* 14 */ limits_hi,
+        /* 15 */ mov_reg(R2, R10),
+        /* 16 */ add_imm(R2, -8),
+        /* 17 */ call(BPF_FUNC_MAP_LOOKUP_ELEM),
+        /* 18 */ jump_eq(R0, 0, 20), // -> 39 keep
+        /* 19 */ load_u64(R1, R0, 0),
+        /* 20 */ load_u64(R2, R8, 0),
+        /* 21 */ add_reg(R2, R7),
+        /* 22 */ jump_gt(R2, R1, 11), // -> 34 latch
+        /* 23 */ mov_reg(R1, R6),
+        /* 24 */ peers_lo,
+        /* 25 */ peers_hi,
+        /* 26 */ mov_reg(R3, R10),
+        /* 27 */ add_imm(R3, -8),
+        /* 28 */ mov_imm(R4, 0),
+        /* 29 */ call(BPF_FUNC_SK_REDIRECT_HASH),
+        /* 30 */ jump_ne(R0, SK_PASS, 8), // -> 39 keep
+        /* 31 */ atomic_add_u64(R8, 0, R7),
+        /* 32 */ mov_imm(R0, SK_PASS),
+        /* 33 */ exit(),
+        /* 34 */ mov_imm(R1, 1),
+        /* 35 */ shift_left(R1, LATCHED.trailing_zeros() as i32),
+        /* 36 */ load_u64(R2, R8, 0),
+        /* 37 */ jump_ge(R2, R1, 1), // -> 39 keep
+        /* 38 */ atomic_add_u64(R8, 0, R1),
+        /* 39 */ mov_imm(R0, SK_PASS),
+        /* 40 */ exit(),
+        /* 41 */ mov_imm(R0, SK_DROP),
+        /* 42 */ exit(),
     ]
 }
 
@@ -297,6 +357,10 @@ pub(super) struct Kernel {
     pub(super) peers: OwnedFd,
     pub(super) verdicts: OwnedFd,
     pub(super) moved: OwnedFd,
+    /// Per socket, the most its `moved` may reach: written by its thread
+    /// only (an update replaces the element, so the program's own counts
+    /// live in `moved`).
+    pub(super) limits: OwnedFd,
     /// Kept open for the process's life (the attachment holds it too).
     _program: OwnedFd,
 }
@@ -306,7 +370,8 @@ impl Kernel {
         let peers = map_create(BPF_MAP_TYPE_SOCKHASH)?;
         let verdicts = map_create(BPF_MAP_TYPE_SOCKHASH)?;
         let moved = map_create(BPF_MAP_TYPE_HASH)?;
-        let insns = program(peers.as_raw_fd(), moved.as_raw_fd());
+        let limits = map_create(BPF_MAP_TYPE_HASH)?;
+        let insns = program(peers.as_raw_fd(), moved.as_raw_fd(), limits.as_raw_fd());
         let license = b"GPL\0"; // the sockmap helpers are GPL-only
         let mut log = vec![0u8; 16 * 1024];
         let mut attr = ProgLoad {
@@ -341,6 +406,7 @@ impl Kernel {
             peers,
             verdicts,
             moved,
+            limits,
             _program: program,
         })
     }
@@ -409,22 +475,41 @@ mod tests {
         assert_eq!(exit().code, 0x95);
         assert_eq!(store_u64(R10, -8, R0).code, 0x7b);
         assert_eq!(atomic_add_u64(R0, 0, R7).code, 0xdb);
+        assert_eq!(load_u64(R1, R0, 0).code, 0x79);
+        assert_eq!(jump_gt(R2, R1, 0).code, 0x2d);
+        assert_eq!(jump_ge(R2, R1, 0).code, 0x3d);
+        assert_eq!(add_reg(R2, R7).code, 0x0f);
+        assert_eq!(shift_left(R1, 62).code, 0x67);
         assert_eq!(load_map(R2, 5)[0].regs, 0x12);
         assert_eq!(mem::size_of::<Insn>(), 8);
     }
 
     #[test]
-    fn every_jump_lands_on_an_exit_path() {
-        let p = program(3, 4);
-        assert_eq!(p.len(), 27);
+    fn every_jump_lands_where_its_comment_says() {
+        let p = program(3, 4, 5);
+        assert_eq!(p.len(), 43);
+        // Each jump goes to `r0 = verdict; exit`, or to the latch.
+        let keep = [mov_imm(R0, SK_PASS), exit()];
+        let drop = [mov_imm(R0, SK_DROP), exit()];
+        let mut jumps = Vec::new();
         for (pc, i) in p.iter().enumerate() {
             if i.code & 0x07 == JMP && i.code & 0xf0 != CALL && i.code & 0xf0 != EXIT {
-                let target = pc as i64 + 1 + i.off as i64;
-                // Each jump goes to `r0 = ...; exit`.
-                let t = target as usize;
-                assert_eq!(p[t].code, ALU64 | MOV | K, "jump at {pc}");
-                assert_eq!(p[t + 1], exit(), "jump at {pc}");
+                let t = (pc as i64 + 1 + i.off as i64) as usize;
+                jumps.push((pc, t));
+                let lands = &p[t..(t + 2).min(p.len())];
+                assert!(
+                    lands == keep || lands == drop || p[t] == mov_imm(R1, 1),
+                    "jump at {pc} lands on {:?}",
+                    p[t]
+                );
             }
         }
+        assert_eq!(
+            jumps,
+            [(2, 41), (11, 39), (18, 39), (22, 34), (30, 39), (37, 39)]
+        );
+        // The latch adds exactly LATCHED.
+        assert_eq!(p[35], shift_left(R1, 62));
+        assert_eq!(1u64 << p[35].imm, LATCHED);
     }
 }

@@ -1,7 +1,10 @@
 //! A connection's place in the kernel's maps: its hand-over in (`insert`,
-//! with the counters read at rest) and out (`unwind`, one direction at a
-//! time with nothing lost, then `forget`), and what is left to delete when
-//! it ends (`Drop`).
+//! with the counters read at rest), the limits that bound what the kernel
+//! holds (`raise_limits`), the way back to the copy pump after the bound
+//! (`settle`: the sockets stay in the maps, their program keeping their
+//! bytes), the way out of the maps (`unwind`, one direction at a time with
+//! nothing lost, then `forget`), and what is left to delete when it ends
+//! (`Drop`).
 //!
 //! # Threads
 //!
@@ -16,9 +19,9 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::bpf::{map_delete, map_lookup, map_update, Kernel};
+use super::bpf::{map_delete, map_lookup, map_update, Kernel, LATCHED};
 use super::counts::{at_rest, cookie, push_queued, Counts, Way, TCP_ESTABLISHED};
-use super::Fault;
+use super::{Fault, BACKLOG_BOUND};
 
 /// One connection's place in the maps.
 pub(super) struct Link<'a> {
@@ -29,8 +32,11 @@ pub(super) struct Link<'a> {
     /// Which entries were made: `moved`, `peers` (keyed by the socket whose
     /// bytes go to the other), `verdicts`.
     pub(super) in_moved: [bool; 2],
+    pub(super) in_limits: [bool; 2],
     pub(super) in_peers: [bool; 2],
     pub(super) in_verdicts: [bool; 2],
+    /// The `limits` entries as last written.
+    pub(super) limits: [u64; 2],
     /// Client → backend, backend → client.
     pub(super) ways: [Way; 2],
     /// The way whose end of stream was seen first.
@@ -48,16 +54,18 @@ impl<'a> Link<'a> {
             sockets: [client, backend],
             cookies: [0; 2],
             in_moved: [false; 2],
+            in_limits: [false; 2],
             in_peers: [false; 2],
             in_verdicts: [false; 2],
+            limits: [BACKLOG_BOUND; 2],
             ways: [Way::default(), Way::default()],
             first_eof: None,
         }
     }
 
-    /// Puts both sockets into the maps: `moved` and `peers` first, then
-    /// `verdicts` (backend first, client last), then pushes bytes that were
-    /// already queued through the program.
+    /// Puts both sockets into the maps: `moved`, `limits` and `peers`
+    /// first, then `verdicts` (backend first, client last), then pushes
+    /// bytes that were already queued through the program.
     pub(super) fn insert(&mut self) -> io::Result<()> {
         let (counts, unread) = self.start_counts()?;
         for c in &counts {
@@ -75,6 +83,8 @@ impl<'a> Link<'a> {
         for i in 0..2 {
             map_update(&self.kernel.moved, self.cookies[i], 0)?;
             self.in_moved[i] = true;
+            map_update(&self.kernel.limits, self.cookies[i], self.limits[i])?;
+            self.in_limits[i] = true;
         }
         for i in 0..2 {
             let peer = self.sockets[1 - i].as_raw_fd() as u64;
@@ -88,6 +98,71 @@ impl<'a> Link<'a> {
         }
         for socket in self.sockets {
             push_queued(socket);
+        }
+        Ok(())
+    }
+
+    /// What the program redirected from socket `i` (none once its entry is
+    /// gone), and whether it latched (kept a socket's bytes past its
+    /// limit).
+    pub(super) fn taken(&self, i: usize) -> io::Result<(u64, bool)> {
+        if !self.in_moved[i] {
+            return Ok((0, false));
+        }
+        let n = map_lookup(&self.kernel.moved, self.cookies[i])?;
+        Ok((n & (LATCHED - 1), n >= LATCHED))
+    }
+
+    /// Moves each direction's limit up with what the other side's send
+    /// path took (`counts`, as just sampled): the program may redirect up
+    /// to [`BACKLOG_BOUND`] beyond it. Written only once the limit would
+    /// move by a quarter of the bound, so a quiet connection makes no call.
+    pub(super) fn raise_limits(&mut self, counts: &[Counts; 2]) -> io::Result<()> {
+        for i in 0..2 {
+            let want = self.ways[i].sent(&counts[1 - i]) + BACKLOG_BOUND;
+            if self.in_limits[i] && want >= self.limits[i] + BACKLOG_BOUND / 4 {
+                map_update(&self.kernel.limits, self.cookies[i], want)?;
+                self.limits[i] = want;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the connection back to the copy pump after the backlog bound
+    /// with nothing lost, the sockets left in the maps: for each direction,
+    /// the fuller first, takes its peer out of `peers` (the latch: from
+    /// then on the program keeps that socket's bytes on the socket, where
+    /// the pump reads them), waits for runs still in flight, and waits
+    /// until what the program redirected before is in the other side's
+    /// send path. The other direction is still relayed meanwhile (see
+    /// [`Link::unwind`] for why one at a time). Nothing is taken off a
+    /// socket, so no segment can meet a socket without its program; the
+    /// sockets leave the maps when they close.
+    pub(super) fn settle(
+        &mut self,
+        idle_timeout: Duration,
+        moved: &mut [u64; 2],
+    ) -> Result<(), Fault> {
+        let counts = self.sample()?;
+        let backlog = |i: usize| self.ways[i].backlog(&counts[i], &counts[1 - i]);
+        let order = if backlog(1) > backlog(0) {
+            [1, 0]
+        } else {
+            [0, 1]
+        };
+        for i in order {
+            if self.in_peers[i] {
+                // Gone already when the other socket closed: its fault
+                // shows in the samples below.
+                let _ = map_delete(&self.kernel.peers, self.cookies[i]);
+                self.in_peers[i] = false;
+            }
+            membarrier()?;
+            let (taken, _) = self.taken(i)?;
+            self.delivered(i, taken, idle_timeout)?;
+            if !self.ways[i].done {
+                moved[i] = taken;
+            }
         }
         Ok(())
     }
@@ -112,23 +187,38 @@ impl<'a> Link<'a> {
     /// not taken. With both directions stopped at once, the bytes still on
     /// their way to it could never be delivered; with the other direction
     /// still relayed by the kernel, its writes flow and it reads on.
+    ///
+    /// Bytes the program already kept on a socket (its latch) would be
+    /// thrown away with the socket's place in the maps: then the
+    /// connection is settled instead ([`Link::settle`]), and `Ok(true)`
+    /// says the sockets stay in the maps. While it leaves, no limit holds
+    /// (the latch could not be undone).
     pub(super) fn unwind(
         &mut self,
         idle_timeout: Duration,
         moved: &mut [u64; 2],
-    ) -> Result<(), Fault> {
+    ) -> Result<bool, Fault> {
         if !self.in_verdicts.iter().any(|&v| v) {
             // The program never ran on either socket: nothing was taken,
             // and a socket's error is left for the copy pump to meet after
             // the bytes it still holds (a sample would take the error).
             self.forget();
-            return Ok(());
+            return Ok(false);
+        }
+        for i in 0..2 {
+            if self.in_limits[i] {
+                map_update(&self.kernel.limits, self.cookies[i], LATCHED - 1)?;
+            }
+        }
+        membarrier()?;
+        if self.taken(0)?.1 || self.taken(1)?.1 {
+            return self.settle(idle_timeout, moved).map(|()| true);
         }
         let held = self.leave(idle_timeout, moved);
         for socket in self.sockets {
             hold(socket, false);
         }
-        held
+        held.map(|()| false)
     }
 
     /// [`Link::unwind`]'s work; the sockets' receive low-water marks are
@@ -168,11 +258,7 @@ impl<'a> Link<'a> {
             // started before the delete can still be adding to `moved` or
             // queueing bytes.
             membarrier()?;
-            let taken = if self.in_moved[i] {
-                map_lookup(&self.kernel.moved, self.cookies[i])?
-            } else {
-                0
-            };
+            let (taken, _) = self.taken(i)?;
             self.delivered(i, taken, idle_timeout)?;
             if !self.ways[i].done {
                 moved[i] = taken;
@@ -236,26 +322,33 @@ impl<'a> Link<'a> {
                 self.in_peers[i] = false;
             }
         }
+        self.forget_counts();
+    }
+
+    /// Deletes the connection's `moved` and `limits` entries. A program
+    /// run still on its way finds none and keeps the bytes.
+    fn forget_counts(&mut self) {
         for i in 0..2 {
             if self.in_moved[i] {
                 let _ = map_delete(&self.kernel.moved, self.cookies[i]);
                 self.in_moved[i] = false;
+            }
+            if self.in_limits[i] {
+                let _ = map_delete(&self.kernel.limits, self.cookies[i]);
+                self.in_limits[i] = false;
             }
         }
     }
 }
 
 impl Drop for Link<'_> {
-    /// `moved` entries go with the connection; `peers` and `verdicts`
-    /// entries go by themselves when the sockets close, and deleting them
-    /// here would throw away bytes the kernel still holds for a socket
-    /// after an error (the copy pump loses its buffer the same way).
+    /// `moved` and `limits` entries go with the connection; `peers` and
+    /// `verdicts` entries go by themselves when the sockets close, and
+    /// deleting them here would throw away bytes the kernel still holds
+    /// for a socket after an error (the copy pump loses its buffer the
+    /// same way), or, after [`Link::settle`], bytes kept for the pump.
     fn drop(&mut self) {
-        for i in 0..2 {
-            if self.in_moved[i] {
-                let _ = map_delete(&self.kernel.moved, self.cookies[i]);
-            }
-        }
+        self.forget_counts();
     }
 }
 

@@ -31,23 +31,32 @@
 //!   stream on (`shutdown(SHUT_WR)` on the other socket), it waits until
 //!   every byte received on one side reached the other's TCP send path
 //!   (`TCP_INFO` and `SIOCOUTQ`, `counts`).
-//! - Behind a slow reader the kernel's queue toward it has no bound. The
-//!   thread samples that queue and, above [`BACKLOG_BOUND`], leaves the
-//!   kernel path with nothing lost, one direction at a time, the fuller
-//!   first (`Link::unwind`), and hands the
-//!   connection back to the copy pump, whose buffer bounds memory again.
-//!   The sampling interval shrinks with the observed rate (1 ms at the
-//!   fastest), so the queue overshoots the bound by about a millisecond's
-//!   traffic; a burst after a quiet spell, by up to [`MAX_CHECK`]'s.
+//! - Behind a slow reader the kernel's queue toward it has no bound of
+//!   its own. The program enforces one: it redirects a socket's bytes
+//!   only while its count stays under a limit its thread moves up as the
+//!   other side's send path takes them ([`BACKLOG_BOUND`] ahead); past
+//!   it, the program latches and keeps the socket's bytes on the socket,
+//!   charged to its receive memory, so TCP's window holds the sender
+//!   back, whether or not the thread gets the CPU. The thread, woken by
+//!   those bytes (`POLLIN`), hands the connection back to the copy pump
+//!   with nothing lost, one direction at a time, the fuller first
+//!   (`Link::settle`): the sockets stay in the maps, and the pump reads
+//!   each socket's kept bytes from it.
 //! - Taking the program off a socket while a segment arrives can drop
 //!   that segment in the kernel (it is out of the receive queue already,
-//!   and with no program its verdict is "drop"). Leaving raises the
+//!   and with no program its verdict is "drop"). Only a hand-over to a
+//!   new process takes it off (`Link::unwind`); the backlog bound never
+//!   does. Leaving raises the
 //!   socket's receive low-water mark first, so that arrivals wait in the
 //!   receive queue, and then checks that every byte that left the queue
 //!   went through the program: a hole ends the connection with a reset,
-//!   never a stream that goes on without it (`Link::unwind`). Under heavy
-//!   load a 10 MiB echo each way that leaves the relay still came back
-//!   wrong about once in 400 runs (docs/moving-bytes.md).
+//!   never a stream that goes on without it (`Link::unwind`).
+//! - Under heavy load the kernel's redirect has been seen to send a whole
+//!   segment twice (once in about 500 10 MiB echoes each way, four at once
+//!   beside a CPU hog, with or without a fall-back; docs/moving-bytes.md).
+//!   Each look checks that no direction handed on more bytes than it
+//!   received; one that did ends the connection with a reset, never a
+//!   stream that goes on corrupt (`Link::not_doubled`).
 //! - Idle and fin timeouts: the thread sees no bytes, so it reads the same
 //!   counters: when none moved for the timeout, the connection ends as the
 //!   copy pump's would.
@@ -202,9 +211,16 @@ pub enum Relayed {
     /// socket was not `ESTABLISHED`, an insertion failed); it is as it was,
     /// and the copy pump goes on.
     NotTaken,
-    /// It left the kernel path (the backlog bound) with nothing lost: the
-    /// copy pump goes on from the byte counts given.
-    Back,
+    /// It came back from the kernel path (the backlog bound, or a
+    /// hand-over's ask) with nothing lost: the copy pump goes on from the
+    /// byte counts given.
+    Back {
+        /// The sockets stay in the kernel's maps until they close, the
+        /// program keeping each one's bytes on it for the pump to read
+        /// (after the backlog bound): such a connection cannot be handed
+        /// to another process.
+        kept: bool,
+    },
     /// Both directions passed their end of stream on; `client_first`: the
     /// client's came first.
     Finished {
@@ -287,7 +303,8 @@ pub fn relay(
         count(|s| &s.kernel_relay_fallbacks);
         // Undo what was inserted; nothing moved yet that the pump must know.
         return match link.unwind(timeouts[0], moved) {
-            Ok(()) => Relayed::NotTaken,
+            Ok(false) => Relayed::NotTaken,
+            Ok(true) => Relayed::Back { kept: true },
             Err(Fault(socket, error)) => Relayed::Failed { socket, error },
         };
     }
@@ -297,12 +314,15 @@ pub fn relay(
         Ok(Ran::Finished { client_first }) => Relayed::Finished { client_first },
         Ok(Ran::TimedOut { half_closed }) => Relayed::TimedOut { half_closed },
         Ok(ran @ (Ran::Backlog | Ran::Asked)) => {
-            if ran == Ran::Backlog {
+            let back = if ran == Ran::Backlog {
                 log::debug!("kernel relay: backlog bound passed; the copy pump goes on");
                 count(|s| &s.kernel_relay_fallbacks);
-            }
-            match link.unwind(timeouts[0], moved) {
-                Ok(()) => Relayed::Back,
+                link.settle(timeouts[0], moved).map(|()| true)
+            } else {
+                link.unwind(timeouts[0], moved)
+            };
+            match back {
+                Ok(kept) => Relayed::Back { kept },
                 Err(Fault(socket, error)) => {
                     // A reset met on the way out (a backend that answered
                     // early and reset under a full upload): what the other

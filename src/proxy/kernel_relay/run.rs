@@ -56,6 +56,7 @@ impl Link<'_> {
             }
             let counts = self.sample()?;
             let now = Instant::now();
+            self.raise_limits(&counts)?;
             let worst_backlog = self.pass_on(&counts, moved)?;
             if self.ways[0].done && self.ways[1].done {
                 return Ok(Ran::Finished {
@@ -74,8 +75,17 @@ impl Link<'_> {
             }
             let delivering = self.ways.iter().any(|w| w.eof && !w.done);
             let wait = watch.next(delivering, streamed, worst_backlog);
-            self.wait(wait.min(limit - quiet))?;
+            if self.wait(wait.min(limit - quiet))? && self.latched()? {
+                // The program met a limit and keeps a socket's bytes.
+                return Ok(Ran::Backlog);
+            }
         }
+    }
+
+    /// Whether the program latched on either socket (kept bytes past its
+    /// limit).
+    fn latched(&self) -> io::Result<bool> {
+        Ok(self.taken(0)?.1 || self.taken(1)?.1)
     }
 
     /// Both sockets' counters; a socket closed on an error is that error,
@@ -114,6 +124,7 @@ impl Link<'_> {
         let mut worst_backlog = 0;
         for i in 0..2 {
             let (src, dst) = (&counts[i], &counts[1 - i]);
+            self.not_doubled(i, src, dst)?;
             let way = &mut self.ways[i];
             if !way.done {
                 moved[i] = way.sent(dst);
@@ -134,10 +145,45 @@ impl Link<'_> {
         Ok(worst_backlog)
     }
 
-    /// Waits at most `wait` for an end of stream or an error on either
-    /// socket; what poll saw counts too, so that a hang-up or an error the
-    /// next sample would not show cannot make the loop spin.
-    fn wait(&mut self, wait: Duration) -> Result<(), Fault> {
+    /// Checks that way `i` handed its destination no more bytes than its
+    /// source received. Under heavy load the kernel's redirect has been
+    /// seen to send a segment twice (65,483 bytes more, once in about 500
+    /// 10 MiB echoes each way, four at once beside a CPU hog): a stream
+    /// that goes on after that is corrupt, so the connection ends with a
+    /// reset toward the side that got the bytes, as after a reset of the
+    /// source, and one warning says why. The source is read again first:
+    /// it was sampled before the destination, and bytes that arrived in
+    /// between may already be in the destination's count.
+    pub(super) fn not_doubled(&self, i: usize, src: &Counts, dst: &Counts) -> Result<(), Fault> {
+        let way = &self.ways[i];
+        if way.done || way.sent(dst) <= way.taken(src) {
+            return Ok(());
+        }
+        let now = Counts::of(self.sockets[i])?;
+        let (sent, taken) = (way.sent(dst), way.taken(&now));
+        if sent <= taken {
+            return Ok(());
+        }
+        let side = ["client", "backend"][i];
+        log::warn!(
+            "kernel relay: the kernel sent {} bytes more than the {side} sent \
+             ({sent} sent, {taken} received); the connection ends with a reset",
+            sent - taken
+        );
+        Err(Fault(
+            Some(i),
+            io::Error::new(
+                ErrorKind::ConnectionReset,
+                "bytes doubled by the kernel in the relay",
+            ),
+        ))
+    }
+
+    /// Waits at most `wait` for an end of stream, an error, or bytes the
+    /// program kept on either socket; what poll saw counts too, so that a
+    /// hang-up or an error the next sample would not show cannot make the
+    /// loop spin. Whether a socket had bytes to read (the latch's sign).
+    fn wait(&mut self, wait: Duration) -> Result<bool, Fault> {
         let mut fds = [self.watch(0), self.watch(1)];
         if wait.is_zero() {
             // SAFETY: no arguments; on Linux it always succeeds.
@@ -145,6 +191,7 @@ impl Link<'_> {
         } else {
             poll(&mut fds, wait)?;
         }
+        let mut readable = false;
         for (i, fd) in fds.iter().enumerate() {
             if fd.revents & libc::POLLERR != 0 {
                 if let Some(e) = self.sockets[i].take_error()? {
@@ -154,13 +201,15 @@ impl Link<'_> {
             if fd.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0 {
                 self.saw_eof(i);
             }
+            readable |= fd.revents & libc::POLLIN != 0;
         }
-        Ok(())
+        Ok(readable)
     }
 
     /// A `pollfd` that wakes on the end of stream (or an error) of socket
-    /// `i`, or nothing (fd -1) once its end was seen: a half-closed socket
-    /// would report `POLLRDHUP` on every call.
+    /// `i`, or on bytes to read there (only what the program kept), or
+    /// nothing (fd -1) once its end was seen: a half-closed socket would
+    /// report `POLLRDHUP` on every call.
     fn watch(&self, i: usize) -> libc::pollfd {
         libc::pollfd {
             fd: if self.ways[i].eof {
@@ -168,7 +217,7 @@ impl Link<'_> {
             } else {
                 self.sockets[i].as_raw_fd()
             },
-            events: libc::POLLRDHUP,
+            events: libc::POLLRDHUP | libc::POLLIN,
             revents: 0,
         }
     }

@@ -66,3 +66,80 @@ fn the_program_loads_and_relays_both_ways() {
     from.read_exact(&mut buf).unwrap();
     assert_eq!(&buf, b"plain");
 }
+
+#[test]
+fn kept_bytes_read_in_small_pieces_come_whole() {
+    let kernel = kernel().expect("the sockmap program should load (root, sockmap)");
+    let (mut client, client_end) = pair();
+    let (backend_end, _backend) = pair();
+    let mut link = Link::new(kernel, &client_end, &backend_end);
+    link.insert().unwrap();
+    // Latch the client's socket at once: everything it receives is kept.
+    super::bpf::map_update(&kernel.limits, link.cookies[0], 0).unwrap();
+    const TOTAL: u64 = 64 << 20;
+    let writer = std::thread::spawn(move || {
+        let mut chunk = vec![0u8; 256 * 1024];
+        let mut at = 0u64;
+        while at < TOTAL {
+            for (k, b) in chunk.iter_mut().enumerate() {
+                *b = ((at + k as u64) % 251) as u8;
+            }
+            client.write_all(&chunk).unwrap();
+            at += chunk.len() as u64;
+        }
+    });
+    let mut buf = [0u8; 4096];
+    let mut got = 0u64;
+    let mut from = &client_end;
+    while got < TOTAL {
+        let n = from.read(&mut buf).unwrap();
+        assert!(n > 0);
+        for (k, &b) in buf[..n].iter().enumerate() {
+            assert_eq!(b, ((got + k as u64) % 251) as u8, "byte {}", got + k as u64);
+        }
+        got += n as u64;
+    }
+    writer.join().unwrap();
+    assert_eq!(link.taken(0).unwrap(), (0, true));
+}
+
+#[test]
+fn bytes_handed_on_beyond_those_received_end_the_connection() {
+    let kernel = kernel().expect("the sockmap program should load (root, sockmap)");
+    let (mut client, client_end) = pair();
+    let (backend_end, _backend) = pair();
+    let mut link = Link::new(kernel, &client_end, &backend_end);
+    let src = Counts::of(&client_end).unwrap();
+    let dst = Counts::of(&backend_end).unwrap();
+    link.ways[0].in_base = src.data_in();
+    link.ways[0].out_base = dst.handed();
+    // As many handed on as received: whole.
+    assert!(link.not_doubled(0, &src, &dst).is_ok());
+    // Bytes received after the source was sampled, already handed on:
+    // the source read again covers them.
+    client.write_all(b"12345").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Counts::of(&client_end).unwrap().data_in() < src.data_in() + 5
+        && Instant::now() < deadline
+    {
+        std::thread::yield_now();
+    }
+    let ahead = Counts {
+        acked: dst.acked + 5,
+        ..dst
+    };
+    assert!(link.not_doubled(0, &src, &ahead).is_ok());
+    // More handed on than ever received: the kernel doubled bytes.
+    let doubled = Counts {
+        acked: dst.acked + 6,
+        ..dst
+    };
+    let Err(super::Fault(socket, error)) = link.not_doubled(0, &src, &doubled) else {
+        panic!("a doubled byte went unseen");
+    };
+    assert_eq!(socket, Some(0));
+    assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset);
+    // Once the way passed its end of stream on, our FIN counts there.
+    link.ways[0].done = true;
+    assert!(link.not_doubled(0, &src, &doubled).is_ok());
+}

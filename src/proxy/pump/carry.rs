@@ -19,15 +19,21 @@ use crate::connections::Kill;
 use crate::proxy::conduit::{Conduit, Conduits};
 
 /// [`offer`], when a hand-over asks for the connection (one relaxed load
-/// otherwise).
+/// otherwise). `kept`: the sockets are still in the kernel relay's maps
+/// (`Story::kept`), which another process could not read them through.
 #[inline]
 pub(super) fn if_asked(
     conduits: &mut Conduits,
     up: &Half,
     down: &Half,
     transfer: &Transfer,
+    kept: bool,
 ) -> Option<Ended> {
     if !carry::asked() {
+        return None;
+    }
+    if kept {
+        carry::decline();
         return None;
     }
     offer(conduits, up, down, transfer)

@@ -301,6 +301,9 @@ pub(super) struct Story {
     pub(super) exchanges: u32,
     pub(super) asked: bool,
     pub(super) tried: bool,
+    /// The sockets came back from the kernel relay still in its maps
+    /// (`Relayed::Back { kept }`): the connection ends in this process.
+    pub(super) kept: bool,
 }
 
 impl Story {

@@ -202,7 +202,7 @@ fn pump_with(
     loop {
         // Between two rounds every byte is in a buffer or a socket: a
         // hand-over may take the connection here (one relaxed load).
-        if let Some(ended) = carry::if_asked(conduits, &up, &down, transfer) {
+        if let Some(ended) = carry::if_asked(conduits, &up, &down, transfer, story.kept) {
             return ended;
         }
         let (up_before, down_before) = (transfer.to_backend, transfer.to_client);

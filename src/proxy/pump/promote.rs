@@ -12,7 +12,9 @@
 //! capped direction keeps its bucket on the copy pump). The splice pump
 //! never promotes. When the kernel path cannot take the connection, or
 //! gives it back (its backlog bound), the copy pump goes on with it, and
-//! no second hand-over is tried.
+//! no second hand-over is tried. After the backlog bound the sockets stay
+//! in the kernel's maps, their program keeping their bytes on them for
+//! the pump to read; such a connection is not handed to a new process.
 //!
 //! Everything here is off the pump's usual path: the pump calls
 //! [`promote`] only when the setting is on, and it is never inlined, so
@@ -103,12 +105,14 @@ fn hand_over(
             crate::connections::mode(crate::connections::Mode::Copy);
             return None;
         }
-        Relayed::Back => {
+        Relayed::Back { kept } => {
             crate::connections::mode(crate::connections::Mode::Copy);
-            // The sockets are plain again and every byte was delivered:
-            // the copy pump starts over from empty buffers.
+            // Every byte taken was delivered: the copy pump starts over
+            // from empty buffers, reading what the sockets hold (kept on
+            // them by the program when they stay in its maps).
             *up = Half::new();
             *down = Half::new();
+            story.kept = kept;
             return None;
         }
         Relayed::Finished { client_first } => {
