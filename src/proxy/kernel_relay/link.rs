@@ -278,8 +278,8 @@ impl<'a> Link<'a> {
     /// since the relay began went through the program (`taken`): the
     /// kernel may still drop one that arrived while the program was taken
     /// off (see [`Link::unwind`]), and a stream with a hole must not go on
-    /// as if whole. The destination then gets a reset, as after a reset
-    /// of the source (`Fault(Some(i))`), and one warning says why.
+    /// as if whole. Both peers then get a reset (`Fault::broken`), and one
+    /// warning says why.
     fn whole(&self, i: usize, taken: u64) -> Result<(), Fault> {
         let Some(([counts], [left])) = at_rest([self.sockets[i]])? else {
             // Bytes kept arriving: the count could not be taken at rest.
@@ -297,12 +297,9 @@ impl<'a> Link<'a> {
              connection ends with a reset",
             through.abs_diff(taken)
         );
-        Err(Fault(
-            Some(i),
-            io::Error::new(
-                io::ErrorKind::ConnectionReset,
-                "bytes dropped by the kernel leaving the relay",
-            ),
+        Err(Fault::broken(
+            i,
+            "bytes dropped by the kernel leaving the relay",
         ))
     }
 

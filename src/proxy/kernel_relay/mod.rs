@@ -55,8 +55,9 @@
 //!   segment twice (once in about 500 10 MiB echoes each way, four at once
 //!   beside a CPU hog, with or without a fall-back; docs/moving-bytes.md).
 //!   Each look checks that no direction handed on more bytes than it
-//!   received; one that did ends the connection with a reset, never a
-//!   stream that goes on corrupt (`Link::not_doubled`).
+//!   received (`Link::not_doubled`), and so does the wait for a stopped
+//!   direction's last bytes (`Link::delivered`); one that did ends the
+//!   connection with a reset, never a stream that goes on corrupt.
 //! - Idle and fin timeouts: the thread sees no bytes, so it reads the same
 //!   counters: when none moved for the timeout, the connection ends as the
 //!   copy pump's would.
@@ -240,7 +241,43 @@ pub enum Relayed {
         socket: Option<usize>,
         /// What failed.
         error: io::Error,
+        /// The kernel broke the stream (a hole, or a segment sent twice):
+        /// both peers are to learn it, with a reset.
+        broken: bool,
     },
+}
+
+/// The error behind a stream the kernel broke ([`Relayed::Failed`]'s
+/// `broken`).
+#[derive(Debug)]
+struct Broken(&'static str);
+
+impl fmt::Display for Broken {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for Broken {}
+
+impl Fault {
+    /// Socket `i`'s stream, broken by the kernel: `what` happened.
+    fn broken(i: usize, what: &'static str) -> Fault {
+        Fault(
+            Some(i),
+            io::Error::new(io::ErrorKind::ConnectionReset, Broken(what)),
+        )
+    }
+
+    fn into_relayed(self) -> Relayed {
+        let Fault(socket, error) = self;
+        let broken = error.get_ref().is_some_and(|e| e.is::<Broken>());
+        Relayed::Failed {
+            socket,
+            error,
+            broken,
+        }
+    }
 }
 
 /// An error, and the socket it belongs to (`None`: the relay's own call).
@@ -305,7 +342,7 @@ pub fn relay(
         return match link.unwind(timeouts[0], moved) {
             Ok(false) => Relayed::NotTaken,
             Ok(true) => Relayed::Back { kept: true },
-            Err(Fault(socket, error)) => Relayed::Failed { socket, error },
+            Err(fault) => fault.into_relayed(),
         };
     }
     count(|s| &s.kernel_relayed);
@@ -323,23 +360,23 @@ pub fn relay(
             };
             match back {
                 Ok(kept) => Relayed::Back { kept },
-                Err(Fault(socket, error)) => {
+                Err(fault) => {
                     // A reset met on the way out (a backend that answered
                     // early and reset under a full upload): what the other
                     // direction, still relayed, took from it before is
                     // waited for and counted, as after a reset met here.
-                    if let Some(i) = socket {
+                    if let Some(i) = fault.0 {
                         link.deliver_from(i, moved);
                     }
-                    Relayed::Failed { socket, error }
+                    fault.into_relayed()
                 }
             }
         }
-        Err(Fault(socket, error)) => {
-            if let Some(i) = socket {
+        Err(fault) => {
+            if let Some(i) = fault.0 {
                 link.deliver_from(i, moved);
             }
-            Relayed::Failed { socket, error }
+            fault.into_relayed()
         }
     }
 }

@@ -150,8 +150,8 @@ impl Link<'_> {
     /// seen to send a segment twice (65,483 bytes more, once in about 500
     /// 10 MiB echoes each way, four at once beside a CPU hog): a stream
     /// that goes on after that is corrupt, so the connection ends with a
-    /// reset toward the side that got the bytes, as after a reset of the
-    /// source, and one warning says why. The source is read again first:
+    /// reset to both peers, and one warning says why. The source is read
+    /// again first:
     /// it was sampled before the destination, and bytes that arrived in
     /// between may already be in the destination's count.
     pub(super) fn not_doubled(&self, i: usize, src: &Counts, dst: &Counts) -> Result<(), Fault> {
@@ -164,19 +164,7 @@ impl Link<'_> {
         if sent <= taken {
             return Ok(());
         }
-        let side = ["client", "backend"][i];
-        log::warn!(
-            "kernel relay: the kernel sent {} bytes more than the {side} sent \
-             ({sent} sent, {taken} received); the connection ends with a reset",
-            sent - taken
-        );
-        Err(Fault(
-            Some(i),
-            io::Error::new(
-                ErrorKind::ConnectionReset,
-                "bytes doubled by the kernel in the relay",
-            ),
-        ))
+        Err(doubled(i, sent, taken))
     }
 
     /// Waits at most `wait` for an end of stream, an error, or bytes the
@@ -268,7 +256,16 @@ impl Link<'_> {
         loop {
             let counts = self.sample()?;
             let way = &self.ways[i];
-            if way.done || way.sent(&counts[1 - i]) >= taken {
+            if way.done {
+                return Ok(());
+            }
+            // Nothing else writes to the destination yet: once the program
+            // stopped, it gets exactly what the program took.
+            let sent = way.sent(&counts[1 - i]);
+            if sent > taken {
+                return Err(doubled(i, sent, taken));
+            }
+            if sent == taken {
                 return Ok(());
             }
             let now_key = counts.map(|c| (c.acked, c.outq));
@@ -287,6 +284,19 @@ impl Link<'_> {
             wait = (wait * 2).min(MAX_DELIVERY_CHECK);
         }
     }
+}
+
+/// The fault of a direction `i` that handed on `sent` bytes having
+/// received `taken` (fewer), with its one warning: the stream is broken,
+/// and both peers get a reset.
+fn doubled(i: usize, sent: u64, taken: u64) -> Fault {
+    let side = ["client", "backend"][i];
+    log::warn!(
+        "kernel relay: the kernel sent {} bytes more than the {side} sent \
+         ({sent} sent, {taken} received); the connection ends with a reset",
+        sent - taken
+    );
+    Fault::broken(i, "bytes doubled by the kernel in the relay")
 }
 
 impl Watch {

@@ -134,10 +134,19 @@ fn bytes_handed_on_beyond_those_received_end_the_connection() {
         acked: dst.acked + 6,
         ..dst
     };
-    let Err(super::Fault(socket, error)) = link.not_doubled(0, &src, &doubled) else {
+    let Err(fault) = link.not_doubled(0, &src, &doubled) else {
         panic!("a doubled byte went unseen");
     };
-    assert_eq!(socket, Some(0));
+    // Told as the client's stream broken: both peers get a reset.
+    let super::Relayed::Failed {
+        socket,
+        error,
+        broken,
+    } = fault.into_relayed()
+    else {
+        panic!("not a failure");
+    };
+    assert_eq!((socket, broken), (Some(0), true));
     assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset);
     // Once the way passed its end of stream on, our FIN counts there.
     link.ways[0].done = true;

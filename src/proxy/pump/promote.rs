@@ -130,17 +130,36 @@ fn hand_over(
             };
             story.fault(end, None);
         }
-        Relayed::Failed { socket, error } => {
+        Relayed::Failed {
+            socket,
+            error,
+            broken,
+        } => {
             let end = match socket {
                 Some(0) => Side::Client.read_failed(&error),
                 Some(_) => Side::Backend.read_failed(&error),
                 None => End::Error,
             };
             story.fault(end, Some(error));
+            if let (true, Some(i)) = (broken, socket) {
+                return Some(broken_end(story, sockets[i]));
+            }
         }
     }
     let (end, error) = std::mem::take(story).end();
     // What the relay read of each socket is its own: both are shut the
     // article's way at the close.
     Some((end, error, false, [false; 2]))
+}
+
+/// The end of a connection whose stream the kernel broke, told as a reset
+/// of `source` (the side whose bytes were lost or doubled): the other
+/// side gets a reset at the close, as after a peer's reset, and `source`
+/// gets one too (`SO_LINGER` 0 and no shutdown), so that neither peer
+/// takes a cut or doubled stream for a whole one.
+#[cold]
+fn broken_end(story: &mut Story, source: &TcpStream) -> Ended {
+    let _ = socket2::SockRef::from(source).set_linger(Some(std::time::Duration::ZERO));
+    let (end, error) = std::mem::take(story).end();
+    (end, error, false, [true; 2])
 }
