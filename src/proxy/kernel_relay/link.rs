@@ -37,6 +37,9 @@ pub(super) struct Link<'a> {
     pub(super) in_verdicts: [bool; 2],
     /// The `limits` entries as last written.
     pub(super) limits: [u64; 2],
+    /// The limits in force when the program was last found not latched:
+    /// a latch since then means a socket received more than this.
+    pub(super) floors: [u64; 2],
     /// Client → backend, backend → client.
     pub(super) ways: [Way; 2],
     /// The way whose end of stream was seen first.
@@ -58,6 +61,7 @@ impl<'a> Link<'a> {
             in_peers: [false; 2],
             in_verdicts: [false; 2],
             limits: [BACKLOG_BOUND; 2],
+            floors: [BACKLOG_BOUND; 2],
             ways: [Way::default(), Way::default()],
             first_eof: None,
         }
@@ -113,10 +117,31 @@ impl<'a> Link<'a> {
         Ok((n & (LATCHED - 1), n >= LATCHED))
     }
 
+    /// Whether the program latched on either socket, from the counters
+    /// just sampled, asking the map only when it may have: the program
+    /// latches on a segment that would take its count past the limit, and
+    /// that segment is received, so a socket that latched has received
+    /// more than the limit then in force, which is at least its floor (the
+    /// limits only rise). A quiet or keeping-up connection makes no call.
+    /// (Waking on the kept bytes instead would wake the thread for every
+    /// segment: the kernel wakes a socket's readers on each one.)
+    pub(super) fn latched(&mut self, counts: &[Counts; 2]) -> io::Result<bool> {
+        for (i, received) in counts.iter().enumerate() {
+            if self.ways[i].taken(received) > self.floors[i] {
+                if self.taken(i)?.1 {
+                    return Ok(true);
+                }
+                self.floors[i] = self.limits[i];
+            }
+        }
+        Ok(false)
+    }
+
     /// Moves each direction's limit up with what the other side's send
     /// path took (`counts`, as just sampled): the program may redirect up
     /// to [`BACKLOG_BOUND`] beyond it. Written only once the limit would
     /// move by a quarter of the bound, so a quiet connection makes no call.
+    /// Call [`Link::latched`] first: a latch is seen against the floors.
     pub(super) fn raise_limits(&mut self, counts: &[Counts; 2]) -> io::Result<()> {
         for i in 0..2 {
             let want = self.ways[i].sent(&counts[1 - i]) + BACKLOG_BOUND;

@@ -37,8 +37,9 @@
 //!   other side's send path takes them ([`BACKLOG_BOUND`] ahead); past
 //!   it, the program latches and keeps the socket's bytes on the socket,
 //!   charged to its receive memory, so TCP's window holds the sender
-//!   back, whether or not the thread gets the CPU. The thread, woken by
-//!   those bytes (`POLLIN`), hands the connection back to the copy pump
+//!   back, whether or not the thread gets the CPU. The thread, seeing at
+//!   its next look that a socket received more than its limit (then it
+//!   asks the map), hands the connection back to the copy pump
 //!   with nothing lost, one direction at a time, the fuller first
 //!   (`Link::settle`): the sockets stay in the maps, and the pump reads
 //!   each socket's kept bytes from it.
@@ -106,7 +107,9 @@ mod tests;
 pub const BACKLOG_BOUND: u64 = 4 << 20;
 
 /// Longest pause between two looks at the counters while bytes move or
-/// not: it bounds how late a timeout or a growing backlog is seen.
+/// not: it bounds how late a timeout is seen, and how long a limit the
+/// program met before its thread raised it goes unraised (the
+/// connection then goes back to the copy pump, a little early).
 pub const MAX_CHECK: Duration = Duration::from_millis(100);
 
 /// Shortest pause between two looks while bytes stream.

@@ -1,9 +1,10 @@
 //! The waits while the kernel relays: [`Link::run`] samples both sockets'
-//! counters, passes each end of stream on once its direction delivered
-//! everything, and paces its looks by the rate seen so that a backlog is
-//! noticed before it passes [`BACKLOG_BOUND`] (`Watch`); `deliver_from` and
-//! `delivered` wait for the last bytes of one direction to reach the other
-//! side's send path, after a fault and on the way out.
+//! counters, raises the program's limits, passes each end of stream on
+//! once its direction delivered everything, sees the program's latch, and
+//! paces its looks by the rate seen so that a limit is raised before a
+//! reader that keeps up meets it (`Watch`);
+//! `deliver_from` and `delivered` wait for the last bytes of one direction
+//! to reach the other side's send path, after a fault and on the way out.
 //!
 //! # Threads
 //!
@@ -56,6 +57,10 @@ impl Link<'_> {
             }
             let counts = self.sample()?;
             let now = Instant::now();
+            if self.latched(&counts)? {
+                // The program met a limit and keeps a socket's bytes.
+                return Ok(Ran::Backlog);
+            }
             self.raise_limits(&counts)?;
             let worst_backlog = self.pass_on(&counts, moved)?;
             if self.ways[0].done && self.ways[1].done {
@@ -75,17 +80,8 @@ impl Link<'_> {
             }
             let delivering = self.ways.iter().any(|w| w.eof && !w.done);
             let wait = watch.next(delivering, streamed, worst_backlog);
-            if self.wait(wait.min(limit - quiet))? && self.latched()? {
-                // The program met a limit and keeps a socket's bytes.
-                return Ok(Ran::Backlog);
-            }
+            self.wait(wait.min(limit - quiet))?;
         }
-    }
-
-    /// Whether the program latched on either socket (kept bytes past its
-    /// limit).
-    fn latched(&self) -> io::Result<bool> {
-        Ok(self.taken(0)?.1 || self.taken(1)?.1)
     }
 
     /// Both sockets' counters; a socket closed on an error is that error,
@@ -167,11 +163,10 @@ impl Link<'_> {
         Err(doubled(i, sent, taken))
     }
 
-    /// Waits at most `wait` for an end of stream, an error, or bytes the
-    /// program kept on either socket; what poll saw counts too, so that a
-    /// hang-up or an error the next sample would not show cannot make the
-    /// loop spin. Whether a socket had bytes to read (the latch's sign).
-    fn wait(&mut self, wait: Duration) -> Result<bool, Fault> {
+    /// Waits at most `wait` for an end of stream or an error on either
+    /// socket; what poll saw counts too, so that a hang-up or an error the
+    /// next sample would not show cannot make the loop spin.
+    fn wait(&mut self, wait: Duration) -> Result<(), Fault> {
         let mut fds = [self.watch(0), self.watch(1)];
         if wait.is_zero() {
             // SAFETY: no arguments; on Linux it always succeeds.
@@ -179,7 +174,6 @@ impl Link<'_> {
         } else {
             poll(&mut fds, wait)?;
         }
-        let mut readable = false;
         for (i, fd) in fds.iter().enumerate() {
             if fd.revents & libc::POLLERR != 0 {
                 if let Some(e) = self.sockets[i].take_error()? {
@@ -189,15 +183,14 @@ impl Link<'_> {
             if fd.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0 {
                 self.saw_eof(i);
             }
-            readable |= fd.revents & libc::POLLIN != 0;
         }
-        Ok(readable)
+        Ok(())
     }
 
     /// A `pollfd` that wakes on the end of stream (or an error) of socket
-    /// `i`, or on bytes to read there (only what the program kept), or
-    /// nothing (fd -1) once its end was seen: a half-closed socket would
-    /// report `POLLRDHUP` on every call.
+    /// `i`, or nothing (fd -1) once its end was seen: a half-closed socket
+    /// would report `POLLRDHUP` on every call. Not `POLLIN`: the kernel
+    /// wakes a relayed socket's readers for every segment it relays.
     fn watch(&self, i: usize) -> libc::pollfd {
         libc::pollfd {
             fd: if self.ways[i].eof {
@@ -205,7 +198,7 @@ impl Link<'_> {
             } else {
                 self.sockets[i].as_raw_fd()
             },
-            events: libc::POLLRDHUP | libc::POLLIN,
+            events: libc::POLLRDHUP,
             revents: 0,
         }
     }
@@ -334,8 +327,10 @@ impl Watch {
                 .min(MAX_DELIVERY_CHECK);
             wait
         } else if moved > 0 {
-            // Streaming: look again before the backlog could reach the
-            // bound at the rate just seen.
+            // Streaming: look again (and raise the limits) before the
+            // backlog could reach the program's limit at the rate just
+            // seen, so that a reader that keeps up is never taken for a
+            // slow one.
             let rate = moved as f64 / elapsed.as_secs_f64().max(1e-6);
             let room = BACKLOG_BOUND.saturating_sub(backlog) as f64;
             self.check = Duration::from_secs_f64(room / rate / 4.0).clamp(MIN_CHECK, MAX_CHECK);
