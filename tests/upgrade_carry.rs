@@ -432,6 +432,29 @@ fn the_upgrade_command_waits_for_the_new_process_and_says_how_it_went() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("upgrade_socket"));
 }
 
+/// A balancer on `port` in front of `backend` alone, no active checks,
+/// with `path` as its upgrade socket and `more` flags.
+fn one_backend(port: u16, backend: SocketAddr, path: &Path, more: &[&str]) -> Child {
+    let mut command = child::command(
+        &[
+            &[
+                "--allow-root",
+                "-l",
+                &format!("127.0.0.1:{port}"),
+                "-b",
+                &backend.to_string(),
+                "--health-check",
+                "off",
+                "--upgrade-socket",
+                path.to_str().unwrap(),
+            ][..],
+            more,
+        ]
+        .concat(),
+    );
+    Child::start(&mut command)
+}
+
 /// Connections on the kernel relay (`--kernel-relay=on`, promoted from
 /// their first byte) come off it before the hand-over: the copy pump
 /// takes each back, then offers it; all 20 echo through the new process.
@@ -441,26 +464,7 @@ fn connections_on_the_kernel_relay_come_off_it_and_are_carried() {
     let scratch = Scratch::new("upgrade-carry-relay");
     let path = scratch.path("upgrade.sock");
     let port = free_port();
-    let args = |more: &[&str]| {
-        let mut command = child::command(
-            &[
-                &[
-                    "--allow-root",
-                    "-l",
-                    &format!("127.0.0.1:{port}"),
-                    "-b",
-                    &echo.addr().to_string(),
-                    "--health-check",
-                    "off",
-                    "--upgrade-socket",
-                    path.to_str().unwrap(),
-                ][..],
-                more,
-            ]
-            .concat(),
-        );
-        Child::start(&mut command)
-    };
+    let args = |more: &[&str]| one_backend(port, echo.addr(), &path, more);
     let relay = [
         "--kernel-relay=on",
         "--kernel-relay-after",
@@ -526,26 +530,7 @@ fn a_connection_back_from_the_backlog_bound_stays_in_the_old_process() {
     let scratch = Scratch::new("upgrade-carry-kept");
     let path = scratch.path("upgrade.sock");
     let port = free_port();
-    let start = |more: &[&str]| {
-        let mut command = child::command(
-            &[
-                &[
-                    "--allow-root",
-                    "-l",
-                    &format!("127.0.0.1:{port}"),
-                    "-b",
-                    &backend.addr().to_string(),
-                    "--health-check",
-                    "off",
-                    "--upgrade-socket",
-                    path.to_str().unwrap(),
-                ][..],
-                more,
-            ]
-            .concat(),
-        );
-        Child::start(&mut command)
-    };
+    let start = |more: &[&str]| one_backend(port, backend.addr(), &path, more);
     let mut old = start(&[
         "--kernel-relay=on",
         "--kernel-relay-after",

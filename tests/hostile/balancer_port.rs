@@ -540,9 +540,17 @@ fn when_no_thread_can_start_it_stays_up_counts_and_recovers() {
     let pid = child.pid();
     // The listening line comes before `run` starts the service's threads
     // (its health thread among them): the cap must come after them, or a
-    // thread of the balancer's own would be the one that cannot start.
-    until("the health thread started", || {
-        thread_names(pid).iter().any(|n| n == "rodizio-health")
+    // thread of the balancer's own would be the one that cannot start. A
+    // thread names itself once running (after its signal stack is
+    // allocated): until then it shows the process's name, as only the
+    // main thread should. The signal thread, started first, may be the
+    // last to run on a loaded machine.
+    until("the balancer's own threads running", || {
+        let names = thread_names(pid);
+        names.iter().filter(|n| *n == "rodizio").count() == 1
+            && ["rodizio-health", "rodizio-signal"]
+                .iter()
+                .all(|t| names.iter().any(|n| n == t))
     });
     limit_address_space(pid, vm_size(pid) + BIG_STACK / 4).unwrap();
     let mut waiting: Vec<TcpStream> = Vec::new();

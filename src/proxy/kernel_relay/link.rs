@@ -168,14 +168,7 @@ impl<'a> Link<'a> {
         idle_timeout: Duration,
         moved: &mut [u64; 2],
     ) -> Result<(), Fault> {
-        let counts = self.sample()?;
-        let backlog = |i: usize| self.ways[i].backlog(&counts[i], &counts[1 - i]);
-        let order = if backlog(1) > backlog(0) {
-            [1, 0]
-        } else {
-            [0, 1]
-        };
-        for i in order {
+        for i in self.fuller_first()? {
             if self.in_peers[i] {
                 // Gone already when the other socket closed: its fault
                 // shows in the samples below.
@@ -190,6 +183,18 @@ impl<'a> Link<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The two directions, the one with more bytes in the kernel first:
+    /// the order in which the relay stops them (see [`Link::unwind`]).
+    fn fuller_first(&mut self) -> Result<[usize; 2], Fault> {
+        let counts = self.sample()?;
+        let backlog = |i: usize| self.ways[i].backlog(&counts[i], &counts[1 - i]);
+        Ok(if backlog(1) > backlog(0) {
+            [1, 0]
+        } else {
+            [0, 1]
+        })
     }
 
     /// Both sockets' counters with the bytes each holds unread, taken
@@ -249,13 +254,7 @@ impl<'a> Link<'a> {
     /// [`Link::unwind`]'s work; the sockets' receive low-water marks are
     /// put back by the caller whatever the outcome.
     fn leave(&mut self, idle_timeout: Duration, moved: &mut [u64; 2]) -> Result<(), Fault> {
-        let counts = self.sample()?;
-        let backlog = |i: usize| self.ways[i].backlog(&counts[i], &counts[1 - i]);
-        let order = if backlog(1) > backlog(0) {
-            [1, 0]
-        } else {
-            [0, 1]
-        };
+        let order = self.fuller_first()?;
         for i in order {
             if self.in_verdicts[i] {
                 // The kernel drops a segment that reaches the program's
