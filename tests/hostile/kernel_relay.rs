@@ -66,6 +66,17 @@ fn chat(s: &mut TcpStream) {
     }
 }
 
+/// A streaming backend's side of the promotion: echoes the client's four
+/// exchanges ([`chat`]), then waits for its one-byte go.
+fn promoted_then_go(s: &mut TcpStream) -> std::io::Result<()> {
+    let mut line = [0u8; 13];
+    for _ in 0..AFTER {
+        s.read_exact(&mut line)?;
+        s.write_all(&line)?;
+    }
+    s.read_exact(&mut [0u8; 1])
+}
+
 /// One connection promoted and ended first, so that the program and its
 /// maps are loaded before descriptors are counted; then `n` connections
 /// promoted and kept open. The descriptors open between the two, and the
@@ -219,12 +230,7 @@ fn a_slow_reader_behind_a_fast_writer_after_the_promotion() {
     let backend = {
         let written = written.clone();
         TestBackend::start(Arc::new(move |mut s: TcpStream| {
-            let mut line = [0u8; 13];
-            for _ in 0..AFTER {
-                s.read_exact(&mut line)?;
-                s.write_all(&line)?;
-            }
-            s.read_exact(&mut [0u8; 1])?;
+            promoted_then_go(&mut s)?;
             let chunk = vec![7u8; 256 * 1024];
             let mut at = 0u64;
             while at < TOTAL {
@@ -312,12 +318,7 @@ fn the_bound_holds_while_the_balancer_gets_no_cpu() {
     let backend = {
         let (written, writer) = (written.clone(), writer.clone());
         TestBackend::start(Arc::new(move |mut s: TcpStream| {
-            let mut line = [0u8; 13];
-            for _ in 0..AFTER {
-                s.read_exact(&mut line)?;
-                s.write_all(&line)?;
-            }
-            s.read_exact(&mut [0u8; 1])?;
+            promoted_then_go(&mut s)?;
             *writer.lock().unwrap() = Some(s.try_clone()?);
             s.set_write_timeout(Some(Duration::from_secs(60)))?;
             let mut chunk = vec![0u8; 64 * 1024];
