@@ -18,8 +18,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    after_eof_reply, connect, echo_through, is_closed, test_data, wait_for, TestBackend,
-    TestBalancer,
+    after_eof_reply, connect, echo_through, held_back, is_closed, read_checked, stream_out,
+    test_data, wait_for, TestBackend, TestBalancer,
 };
 use rodizio::proxy::KernelRelay;
 use rodizio::Config;
@@ -409,16 +409,7 @@ fn a_slow_reader_keeps_memory_bounded() {
         TestBackend::start(Arc::new(move |mut s: TcpStream| {
             let mut go = [0u8; 2];
             s.read_exact(&mut go)?;
-            let mut chunk = vec![0u8; 64 * 1024];
-            let mut at = 0u64;
-            while at < TOTAL {
-                for (k, b) in chunk.iter_mut().enumerate() {
-                    *b = download_byte(at + k as u64, 5);
-                }
-                s.write_all(&chunk)?;
-                at += chunk.len() as u64;
-                written.store(at, Ordering::SeqCst);
-            }
+            stream_out(&mut s, TOTAL, |at| download_byte(at, 5), &written)?;
             s.shutdown(Shutdown::Write)
         }))
     };
@@ -430,19 +421,7 @@ fn a_slow_reader_keeps_memory_bounded() {
     let mut s = s;
     s.write_all(b"go").unwrap();
     // Wait until the backend is held back: its count stops growing.
-    let mut last = u64::MAX;
-    let mut same_since = Instant::now();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        let now = written.load(Ordering::SeqCst);
-        if now != last {
-            last = now;
-            same_since = Instant::now();
-        } else if same_since.elapsed() > Duration::from_millis(500) {
-            break;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
+    held_back(&written, Duration::from_secs(20));
     let held = written.load(Ordering::SeqCst);
     assert!(
         held < TOTAL,
@@ -459,19 +438,7 @@ fn a_slow_reader_keeps_memory_bounded() {
         .kernel_relay_fallbacks
         == 1));
     // Now read it all, checking every byte.
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut at = 0u64;
-    loop {
-        let n = s.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        for (k, &b) in buf[..n].iter().enumerate() {
-            assert_eq!(b, download_byte(at + k as u64, 5), "byte {}", at + k as u64);
-        }
-        at += n as u64;
-    }
-    assert_eq!(at, TOTAL);
+    assert_eq!(read_checked(&mut s, |at| download_byte(at, 5)), TOTAL);
     drop(s);
     wait_completed(&lb, 1);
     let st = lb.stats.snapshot();
@@ -718,16 +685,7 @@ fn the_backlog_bound_after_the_promotion() {
                 s.write_all(&line)?;
             }
             s.read_exact(&mut line)?;
-            let mut chunk = vec![0u8; 64 * 1024];
-            let mut at = 0u64;
-            while at < TOTAL {
-                for (k, b) in chunk.iter_mut().enumerate() {
-                    *b = download_byte(at + k as u64, 6);
-                }
-                s.write_all(&chunk)?;
-                at += chunk.len() as u64;
-                written.store(at, Ordering::SeqCst);
-            }
+            stream_out(&mut s, TOTAL, |at| download_byte(at, 6), &written)?;
             s.shutdown(Shutdown::Write)
         }))
     };
@@ -745,14 +703,7 @@ fn the_backlog_bound_after_the_promotion() {
         "the backlog bound did not send the connection back to the copy pump"
     );
     // Wait until the backend is held back: its count stops growing.
-    let (mut last, mut same_since) = (u64::MAX, Instant::now());
-    assert!(wait_for(Duration::from_secs(20), || {
-        let now = written.load(Ordering::SeqCst);
-        if now != last {
-            (last, same_since) = (now, Instant::now());
-        }
-        same_since.elapsed() > Duration::from_millis(500)
-    }));
+    assert!(held_back(&written, Duration::from_secs(20)));
     let held = written.load(Ordering::SeqCst);
     assert!(
         held < TOTAL,
@@ -763,19 +714,7 @@ fn the_backlog_bound_after_the_promotion() {
         "{} MiB in flight",
         held / MIB as u64
     );
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut at = 0u64;
-    loop {
-        let n = s.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        for (k, &b) in buf[..n].iter().enumerate() {
-            assert_eq!(b, download_byte(at + k as u64, 6), "byte {}", at + k as u64);
-        }
-        at += n as u64;
-    }
-    assert_eq!(at, TOTAL);
+    assert_eq!(read_checked(&mut s, |at| download_byte(at, 6)), TOTAL);
     drop(s);
     wait_completed(&lb, 1);
     let st = lb.stats.snapshot();

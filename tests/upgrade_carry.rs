@@ -516,16 +516,7 @@ fn a_connection_back_from_the_backlog_bound_stays_in_the_old_process() {
             s.write_all(&line)?;
         }
         s.read_exact(&mut [0u8; 1])?;
-        let mut chunk = vec![0u8; 64 * 1024];
-        let mut at = 0u64;
-        while at < TOTAL {
-            for (k, b) in chunk.iter_mut().enumerate() {
-                *b = pattern(7, at + k as u64);
-            }
-            s.write_all(&chunk)?;
-            at += chunk.len() as u64;
-        }
-        Ok(())
+        common::stream_out(&mut s, TOTAL, |at| pattern(7, at), &AtomicU64::new(0))
     }));
     let scratch = Scratch::new("upgrade-carry-kept");
     let path = scratch.path("upgrade.sock");

@@ -10,7 +10,7 @@
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{self, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -680,6 +680,58 @@ pub fn test_data(len: usize, seed: u64) -> Vec<u8> {
         data[i..end].fill(0);
     }
     data
+}
+
+/// A streaming backend's writes: `total` bytes to `s`, byte `at` being
+/// `byte(at)`, 64 KiB at most per write, `written` counting what each
+/// write took (so that a writer a slow reader holds back shows where).
+pub fn stream_out(
+    s: &mut TcpStream,
+    total: u64,
+    byte: impl Fn(u64) -> u8,
+    written: &AtomicU64,
+) -> io::Result<()> {
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut at = 0u64;
+    while at < total {
+        let n = chunk.len().min((total - at) as usize);
+        for (k, b) in chunk[..n].iter_mut().enumerate() {
+            *b = byte(at + k as u64);
+        }
+        at += s.write(&chunk[..n])? as u64;
+        written.store(at, Ordering::SeqCst);
+    }
+    Ok(())
+}
+
+/// Whether `written` (a [`stream_out`] count) stopped growing for half a
+/// second within `within`: the writer is held back.
+pub fn held_back(written: &AtomicU64, within: Duration) -> bool {
+    let (mut last, mut same_since) = (u64::MAX, Instant::now());
+    wait_for(within, || {
+        let now = written.load(Ordering::SeqCst);
+        if now != last {
+            (last, same_since) = (now, Instant::now());
+        }
+        same_since.elapsed() > Duration::from_millis(500)
+    })
+}
+
+/// Reads `s` to its end, asserting that byte `at` is `byte(at)`; how many
+/// bytes came.
+pub fn read_checked(s: &mut TcpStream, byte: impl Fn(u64) -> u8) -> u64 {
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut at = 0u64;
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            return at;
+        }
+        for (k, &b) in buf[..n].iter().enumerate() {
+            assert_eq!(b, byte(at + k as u64), "byte {}", at + k as u64);
+        }
+        at += n as u64;
+    }
 }
 
 /// Sends `data` through `stream` and reads the same amount back at the same

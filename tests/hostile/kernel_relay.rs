@@ -12,12 +12,15 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use socket2::SockRef;
 
 use crate::child::Child;
-use crate::common::{connect, is_closed, test_data, until, wait_for, TestBackend};
+use crate::common::{
+    connect, held_back, is_closed, read_checked, stream_out, test_data, until, wait_for,
+    TestBackend,
+};
 
 /// Exchanges before the hand-over.
 const AFTER: usize = 4;
@@ -254,14 +257,7 @@ fn a_slow_reader_behind_a_fast_writer_after_the_promotion() {
         child.metric("kernel_relay_fallbacks_total") == 1
     });
     // Held back: the count stops growing, far below the total.
-    let (mut last, mut same_since) = (u64::MAX, Instant::now());
-    assert!(wait_for(Duration::from_secs(20), || {
-        let now = written.load(Ordering::SeqCst);
-        if now != last {
-            (last, same_since) = (now, Instant::now());
-        }
-        same_since.elapsed() > Duration::from_millis(500)
-    }));
+    assert!(held_back(&written, Duration::from_secs(20)));
     let held = written.load(Ordering::SeqCst);
     eprintln!("the backend was held back at {} MiB", held >> 20);
     assert!(
@@ -271,17 +267,7 @@ fn a_slow_reader_behind_a_fast_writer_after_the_promotion() {
     );
     let grown = rss_kib(child.pid()).saturating_sub(rss_before);
     assert!(grown < 32 * 1024, "the balancer grew by {grown} KiB");
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut got = 0u64;
-    loop {
-        let n = c.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        assert!(buf[..n].iter().all(|&b| b == 7), "a wrong byte");
-        got += n as u64;
-    }
-    assert_eq!(got, TOTAL);
+    assert_eq!(read_checked(&mut c, |_| 7), TOTAL);
     assert!(child.alive(), "the balancer died: {}", child.log());
 }
 
@@ -321,17 +307,7 @@ fn the_bound_holds_while_the_balancer_gets_no_cpu() {
             promoted_then_go(&mut s)?;
             *writer.lock().unwrap() = Some(s.try_clone()?);
             s.set_write_timeout(Some(Duration::from_secs(60)))?;
-            let mut chunk = vec![0u8; 64 * 1024];
-            let mut at = 0u64;
-            while at < TOTAL {
-                let n = chunk.len().min((TOTAL - at) as usize);
-                for (k, b) in chunk[..n].iter_mut().enumerate() {
-                    *b = stream_byte(at + k as u64);
-                }
-                let sent = s.write(&chunk[..n])?;
-                at += sent as u64;
-                written.store(at, Ordering::SeqCst);
-            }
+            stream_out(&mut s, TOTAL, stream_byte, &written)?;
             s.shutdown(Shutdown::Write)
         }))
     };
@@ -345,14 +321,7 @@ fn the_bound_holds_while_the_balancer_gets_no_cpu() {
     child.signal(libc::SIGSTOP);
     c.write_all(b"G").unwrap();
     // Held back: the backend's count stops growing.
-    let (mut last, mut same_since) = (u64::MAX, Instant::now());
-    let settled = wait_for(Duration::from_secs(30), || {
-        let now = written.load(Ordering::SeqCst);
-        if now != last {
-            (last, same_since) = (now, Instant::now());
-        }
-        same_since.elapsed() > Duration::from_millis(500)
-    });
+    let settled = held_back(&written, Duration::from_secs(30));
     let at = written.load(Ordering::SeqCst);
     let unsent = writer
         .lock()
@@ -381,19 +350,7 @@ fn the_bound_holds_while_the_balancer_gets_no_cpu() {
         "the balancer holds {} KiB, over twice the bound",
         held >> 10
     );
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut got = 0u64;
-    loop {
-        let n = c.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        for (k, &b) in buf[..n].iter().enumerate() {
-            assert_eq!(b, stream_byte(got + k as u64), "byte {}", got + k as u64);
-        }
-        got += n as u64;
-    }
-    assert_eq!(got, TOTAL);
+    assert_eq!(read_checked(&mut c, stream_byte), TOTAL);
     until("the fall-back to the copy pump", || {
         child.metric("kernel_relay_fallbacks_total") == 1
     });

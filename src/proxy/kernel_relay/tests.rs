@@ -10,6 +10,15 @@ use std::time::{Duration, Instant};
 
 use crate::test_support::pair;
 
+/// Waits, at most 5 s, until `cond` holds (what the kernel does next
+/// comes without a wake-up to wait for); the test then asserts.
+fn soon(mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cond() && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+}
+
 #[test]
 fn the_counters_leave_out_syn_and_fin() {
     let (mut a, mut b) = pair();
@@ -36,10 +45,7 @@ fn the_program_loads_and_relays_both_ways() {
     // Bytes queued before insertion must come through too.
     client.write_all(b"early ").unwrap();
     let mut link = Link::new(kernel, &client_end, &backend_end);
-    let mut deadline = Instant::now() + Duration::from_secs(5);
-    while Counts::of(&client_end).unwrap().received < 6 && Instant::now() < deadline {
-        std::thread::yield_now();
-    }
+    soon(|| Counts::of(&client_end).unwrap().received >= 6);
     link.insert().unwrap();
     client.write_all(b"then more").unwrap();
     let mut got = [0u8; 15];
@@ -50,11 +56,8 @@ fn the_program_loads_and_relays_both_ways() {
     client.read_exact(&mut reply).unwrap();
     assert_eq!(&reply, b"reply");
     // The program counted what it redirected from each side.
-    deadline = Instant::now() + Duration::from_secs(5);
     let moved = |i: usize| map_lookup(&kernel.moved, link.cookies[i]).unwrap();
-    while (moved(0), moved(1)) != (15, 5) && Instant::now() < deadline {
-        std::thread::yield_now();
-    }
+    soon(|| (moved(0), moved(1)) == (15, 5));
     assert_eq!((moved(0), moved(1)), (15, 5));
     // Unwound, the sockets are plain again and bytes still flow.
     let mut moved = [0u64; 2];
@@ -118,12 +121,7 @@ fn bytes_handed_on_beyond_those_received_end_the_connection() {
     // Bytes received after the source was sampled, already handed on:
     // the source read again covers them.
     client.write_all(b"12345").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Counts::of(&client_end).unwrap().data_in() < src.data_in() + 5
-        && Instant::now() < deadline
-    {
-        std::thread::yield_now();
-    }
+    soon(|| Counts::of(&client_end).unwrap().data_in() >= src.data_in() + 5);
     let ahead = Counts {
         acked: dst.acked + 5,
         ..dst
