@@ -51,6 +51,14 @@ fn toward(end: End) -> Option<usize> {
     }
 }
 
+/// Makes `socket`'s close send a reset (`SO_LINGER` 0), for a close with
+/// no shutdown before it; whether it took.
+pub(crate) fn arm(socket: &TcpStream) -> bool {
+    SockRef::from(socket)
+        .set_linger(Some(Duration::ZERO))
+        .is_ok()
+}
+
 /// After a peer's reset, waits until what the other socket (of
 /// `[client, backend]`) still holds toward its own peer (the bytes
 /// received from the one that reset) has been taken, or until none was
@@ -121,11 +129,8 @@ fn unacknowledged(socket: &TcpStream) -> Option<u64> {
 pub fn close(client: &TcpStream, backend: &TcpStream, end: End, no_shutdown: [bool; 2]) {
     let reset = toward(end);
     for (i, socket) in [(1, backend), (0, client)] {
-        if reset == Some(i) {
-            let linger = SockRef::from(socket).set_linger(Some(Duration::ZERO));
-            if linger.is_ok() {
-                continue;
-            }
+        if reset == Some(i) && arm(socket) {
+            continue;
         }
         if !no_shutdown[i] {
             let _ = socket.shutdown(Shutdown::Both);

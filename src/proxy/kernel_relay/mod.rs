@@ -393,7 +393,8 @@ enum Ran {
     TimedOut {
         half_closed: bool,
     },
-    /// A backlog passed [`BACKLOG_BOUND`]: the copy pump goes on.
+    /// The program met a limit (the backlog bound) and latched: the copy
+    /// pump goes on.
     Backlog,
     /// A hand-over to a new process (`upgrade_socket`) asks for the
     /// connection: the copy pump takes it back, and offers it.

@@ -58,7 +58,9 @@ impl Link<'_> {
             let counts = self.sample()?;
             let now = Instant::now();
             if self.latched(&counts)? {
-                // The program met a limit and keeps a socket's bytes.
+                // The program met a limit and keeps a socket's bytes: the
+                // one decision of the bound (a backlog sampled above it
+                // without a latch is bytes the program has yet to see).
                 return Ok(Ran::Backlog);
             }
             self.raise_limits(&counts)?;
@@ -67,9 +69,6 @@ impl Link<'_> {
                 return Ok(Ran::Finished {
                     client_first: self.first_eof != Some(1),
                 });
-            }
-            if worst_backlog > BACKLOG_BOUND {
-                return Ok(Ran::Backlog);
             }
             let half_closed = self.first_eof.is_some();
             let limit = timeouts[usize::from(half_closed)];
@@ -147,9 +146,8 @@ impl Link<'_> {
     /// 10 MiB echoes each way, four at once beside a CPU hog): a stream
     /// that goes on after that is corrupt, so the connection ends with a
     /// reset to both peers, and one warning says why. The source is read
-    /// again first:
-    /// it was sampled before the destination, and bytes that arrived in
-    /// between may already be in the destination's count.
+    /// again first: it was sampled before the destination, and bytes that
+    /// arrived in between may already be in the destination's count.
     pub(super) fn not_doubled(&self, i: usize, src: &Counts, dst: &Counts) -> Result<(), Fault> {
         let way = &self.ways[i];
         if way.done || way.sent(dst) <= way.taken(src) {

@@ -159,7 +159,7 @@ fn hand_over(
 /// takes a cut or doubled stream for a whole one.
 #[cold]
 fn broken_end(story: &mut Story, source: &TcpStream) -> Ended {
-    let _ = socket2::SockRef::from(source).set_linger(Some(std::time::Duration::ZERO));
+    crate::conduit::reset::arm(source);
     let (end, error) = std::mem::take(story).end();
     (end, error, false, [true; 2])
 }
