@@ -2,15 +2,16 @@
 //! --kernel-relay-after 4`), attacked: resets on either side once the
 //! kernel moves the bytes, 200 promoted connections reset at once, a slow
 //! reader behind a fast writer, the same with the balancer frozen (the
-//! bound kept by the kernel), descriptors and workers run out while 500
-//! connections are promoted. The balancer runs as a child process, so
+//! bound kept by the kernel), a backend that closes while its bytes are
+//! kept, resets on either side while the bound holds, descriptors and
+//! workers run out while 500 connections are promoted. The balancer runs as a child process, so
 //! its descriptors and memory are its own to count. Needs root (or
 //! CAP_BPF + CAP_NET_ADMIN), as the relay does: each test checks the
 //! promotions counted, so without the kernel path it fails.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -425,4 +426,127 @@ fn descriptors_and_workers_run_out_while_500_connections_are_promoted() {
     until("a promotion after the exhaustion", || {
         child.metric("kernel_relayed_total") >= 2 + PROMOTED as u64
     });
+}
+
+/// A backend that writes 16 MiB (past the 4 MiB bound) to a client that
+/// reads nothing, then closes: its end of stream arrives while the
+/// balancer's socket still keeps bytes the program held back for the copy
+/// pump. The client then reads every byte in order and a clean end after
+/// them, never an end before the kept bytes; the connection counts one
+/// fall-back and ends as the backend's close.
+#[test]
+fn a_backend_that_closes_while_its_bytes_are_kept_is_heard_to_the_end() {
+    const TOTAL: u64 = 16 << 20;
+    let written = Arc::new(AtomicU64::new(0));
+    let backend = {
+        let written = written.clone();
+        TestBackend::start(Arc::new(move |mut s: TcpStream| {
+            promoted_then_go(&mut s)?;
+            s.set_write_timeout(Some(Duration::from_secs(60)))?;
+            stream_out(&mut s, TOTAL, stream_byte, &written)?;
+            s.shutdown(Shutdown::Write)
+        }))
+    };
+    let child = promoting(&backend);
+    let mut c = connect(child.addr).unwrap();
+    SockRef::from(&c).set_recv_buffer_size(64 * 1024).unwrap();
+    chat(&mut c);
+    until("the promotion", || {
+        child.metric("kernel_relayed_total") == 1
+    });
+    c.write_all(b"G").unwrap();
+    until("the fall-back to the copy pump", || {
+        child.metric("kernel_relay_fallbacks_total") == 1
+    });
+    // Held back by the bound and the sockets' buffers, or done: either
+    // way the backend's close comes while bytes wait in the balancer.
+    assert!(held_back(&written, Duration::from_secs(20)));
+    assert_eq!(read_checked(&mut c, stream_byte), TOTAL);
+    c.shutdown(Shutdown::Write).unwrap();
+    until("the connection's end", || {
+        child.metric("completed_total") == 1
+    });
+    assert_eq!(
+        child.metric("ended_backend_closed_total"),
+        1,
+        "{}",
+        child.log()
+    );
+}
+
+/// Resets while the bound holds a connection back (the program latched,
+/// the worker settling or the copy pump reading the kept bytes): first the
+/// stalled client resets, then, on a second connection, the streaming
+/// backend does. Each ends only its own connection, the process stays up
+/// and serves the next client, and the descriptors come back.
+#[test]
+fn resets_while_the_bound_holds_end_only_their_connection() {
+    // The backend streams until told to reset (its writes time out every
+    // 100 ms while the client reads nothing, so it hears the word).
+    let stop = Arc::new(AtomicBool::new(false));
+    let backend = {
+        let stop = stop.clone();
+        TestBackend::start(Arc::new(move |mut s: TcpStream| {
+            promoted_then_go(&mut s)?;
+            s.set_write_timeout(Some(Duration::from_millis(100)))?;
+            let chunk = vec![7u8; 64 * 1024];
+            while !stop.load(Ordering::SeqCst) {
+                match s.write(&chunk) {
+                    Err(e) if !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                        return Err(e)
+                    }
+                    _ => {}
+                }
+            }
+            reset(s);
+            Ok(())
+        }))
+    };
+    let mut child = promoting(&backend);
+    // A first connection, ended, so that the maps are loaded before the
+    // descriptors are counted.
+    let mut first = connect(child.addr).unwrap();
+    chat(&mut first);
+    first.shutdown(Shutdown::Write).unwrap();
+    assert!(is_closed(&mut first));
+    until("the first connection's end", || {
+        child.metric("completed_total") == 1
+    });
+    let fds = child.open_fds();
+    for (n, client_resets) in [(1u64, true), (2, false)] {
+        let mut c = connect(child.addr).unwrap();
+        SockRef::from(&c).set_recv_buffer_size(64 * 1024).unwrap();
+        chat(&mut c);
+        c.write_all(b"G").unwrap();
+        until("the bound met", || {
+            child.metric("kernel_relay_fallbacks_total") == n
+        });
+        if client_resets {
+            reset(c);
+        } else {
+            stop.store(true, Ordering::SeqCst);
+            // The client hears the backend's reset as a reset, after what
+            // arrived before it.
+            let mut buf = vec![0u8; 256 * 1024];
+            let end = loop {
+                match c.read(&mut buf) {
+                    Ok(n) if n > 0 => continue,
+                    other => break other,
+                }
+            };
+            assert!(
+                matches!(&end, Err(e) if e.kind() == ErrorKind::ConnectionReset),
+                "the client heard {end:?}"
+            );
+        }
+        // The first, and each earlier round's two, are counted already.
+        until(&format!("the end of connection {n}"), || {
+            child.metric("completed_total") == 2 * n
+        });
+        let mut next = connect(child.addr).unwrap();
+        chat(&mut next);
+        drop(next);
+    }
+    until("every descriptor back", || child.open_fds() <= fds);
+    assert!(child.alive(), "the balancer died: {}", child.log());
 }
