@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 FILES=(
   duplex half_close keep_alive early_reply idle_timeout client_reset
   connection_end drain max_connections per_client reload fd_leak
-  many_connections workers_limit
+  many_connections workers_limit emfile
 )
 
 if [ "$(id -u)" != 0 ]; then

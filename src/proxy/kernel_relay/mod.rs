@@ -106,11 +106,20 @@ mod tests;
 /// any pump.
 pub const BACKLOG_BOUND: u64 = 4 << 20;
 
-/// Longest pause between two looks at the counters while bytes move or
-/// not: it bounds how late a timeout is seen, and how long a limit the
-/// program met before its thread raised it goes unraised (the
-/// connection then goes back to the copy pump, a little early).
+/// Longest pause between two looks at the counters while bytes move: it
+/// bounds how long a limit the program met before its thread raised it
+/// goes unraised (the connection then goes back to the copy pump, a
+/// little early).
 pub const MAX_CHECK: Duration = Duration::from_millis(100);
+
+/// Longest pause between two looks once nothing has moved for a while
+/// (the pause doubles from [`MAX_CHECK`] up to it): an idle relayed
+/// connection wakes once a second, not ten times. Ends of stream, errors
+/// and a hand-over's signal end the wait at once; what it delays is a
+/// timeout (seen up to this much late) and the first raise of the limits
+/// after a burst (a burst of more than [`BACKLOG_BOUND`] before it goes
+/// back to the copy pump).
+pub const MAX_IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// Shortest pause between two looks while bytes stream.
 const MIN_CHECK: Duration = Duration::from_millis(1);

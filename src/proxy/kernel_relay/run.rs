@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 
 use super::counts::{poll, Counts, TCP_CLOSE};
 use super::link::Link;
-use super::{Fault, Ran, BACKLOG_BOUND, FAULT_GRACE, MAX_CHECK, MAX_DELIVERY_CHECK, MIN_CHECK};
+use super::{
+    Fault, Ran, BACKLOG_BOUND, FAULT_GRACE, MAX_CHECK, MAX_DELIVERY_CHECK, MAX_IDLE_CHECK,
+    MIN_CHECK,
+};
 
 /// What [`Link::run`] remembers between two looks.
 struct Watch {
@@ -334,7 +337,8 @@ impl Watch {
             self.check = Duration::from_secs_f64(room / rate / 4.0).clamp(MIN_CHECK, MAX_CHECK);
             self.check
         } else {
-            self.check = (self.check * 2).min(MAX_CHECK);
+            // Quiet: less and less often, down to once a second.
+            self.check = (self.check * 2).min(MAX_IDLE_CHECK);
             self.check
         }
     }

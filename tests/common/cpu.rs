@@ -1,0 +1,52 @@
+//! The CPU time of the test's own balancer threads, read from
+//! `/proc/self/task`: for the tests in a binary of their own that bound
+//! what waiting connections cost (no other test's threads run there).
+
+#![allow(dead_code)]
+
+use std::thread;
+use std::time::Duration;
+
+/// CPU time used so far by the threads named `rodizio-worker`, read from
+/// each thread's own CPU clock (nanoseconds: the clock ticks of
+/// `/proc/*/stat` are rounded down per thread, and a thousand threads that
+/// each ran a few milliseconds would count as none).
+pub fn worker_cpu() -> Duration {
+    let mut total = Duration::ZERO;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let Ok(comm) = std::fs::read_to_string(task.path().join("comm")) else {
+            continue;
+        };
+        let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if comm.trim() != "rodizio-worker" {
+            continue;
+        }
+        // The thread's CPU clock (the kernel's MAKE_THREAD_CPUCLOCK:
+        // CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD_MASK).
+        let clock = (!tid << 3) | 6;
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is valid for the call; a thread that exited in
+        // the meantime makes it fail, and counts as nothing.
+        if unsafe { libc::clock_gettime(clock, &mut ts) } == 0 {
+            total += Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+        }
+    }
+    total
+}
+
+/// CPU time the workers use over `window` (a measuring window: nothing
+/// waits on it for ordering).
+pub fn worker_cpu_over(window: Duration) -> Duration {
+    let before = worker_cpu();
+    thread::sleep(window);
+    worker_cpu().saturating_sub(before)
+}
