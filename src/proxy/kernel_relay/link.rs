@@ -106,6 +106,13 @@ impl<'a> Link<'a> {
         Ok(())
     }
 
+    /// Per way, its destination's count of bytes handed when the relay
+    /// began, for a way whose end of stream the relay did not pass on
+    /// (after it, that count holds our FIN too).
+    pub(super) fn handed_from(&self) -> [Option<u64>; 2] {
+        [0, 1].map(|i| (!self.ways[i].done).then_some(self.ways[i].out_base))
+    }
+
     /// What the program redirected from socket `i` (none once its entry is
     /// gone), and whether it latched (kept a socket's bytes past its
     /// limit).

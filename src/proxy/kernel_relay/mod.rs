@@ -91,6 +91,7 @@ use std::time::Duration;
 use crate::stats::Stats;
 
 use bpf::{kernel, kernel_for};
+use counts::Counts;
 use link::Link;
 
 mod bpf;
@@ -233,6 +234,12 @@ pub enum Relayed {
         /// (after the backlog bound): such a connection cannot be handed
         /// to another process.
         kept: bool,
+        /// Per direction (to the backend, to the client), its
+        /// destination's count of bytes handed to its send path when the
+        /// relay began ([`handed_beyond`]'s), `None` for a direction
+        /// whose end the relay passed on: what the pump needs to see
+        /// bytes the kernel sends twice after the relay.
+        handed_from: [Option<u64>; 2],
     },
     /// Both directions passed their end of stream on; `client_first`: the
     /// client's came first.
@@ -353,7 +360,10 @@ pub fn relay(
         // Undo what was inserted; nothing moved yet that the pump must know.
         return match link.unwind(timeouts[0], moved) {
             Ok(false) => Relayed::NotTaken,
-            Ok(true) => Relayed::Back { kept: true },
+            Ok(true) => Relayed::Back {
+                kept: true,
+                handed_from: link.handed_from(),
+            },
             Err(fault) => fault.into_relayed(),
         };
     }
@@ -371,7 +381,10 @@ pub fn relay(
                 link.unwind(timeouts[0], moved)
             };
             match back {
-                Ok(kept) => Relayed::Back { kept },
+                Ok(kept) => Relayed::Back {
+                    kept,
+                    handed_from: link.handed_from(),
+                },
                 Err(fault) => {
                     // A reset met on the way out (a backend that answered
                     // early and reset under a full upload): what the other
@@ -391,6 +404,43 @@ pub fn relay(
             fault.into_relayed()
         }
     }
+}
+
+/// Bytes handed to `socket`'s send path since it opened: acknowledged and
+/// still queued (an active socket's SYN and a FIN sent count one each).
+pub fn handed(socket: &TcpStream) -> io::Result<u64> {
+    Ok(Counts::of(socket)?.handed())
+}
+
+/// For a connection back from the kernel path ([`Relayed::Back`]): by how
+/// many bytes the count of what `dst` was handed (acknowledged and queued,
+/// since it opened) passed `expected`, when it did; the warning is
+/// logged here. Under heavy load the kernel's redirect has been seen to
+/// send a segment twice, late enough to land after the relay was left,
+/// while the copy pump already writes to the same socket: the pump, which
+/// knows what it wrote, asks this to end such a stream with a reset
+/// rather than pass a whole-looking end on. `to_client`: `dst` is the
+/// client's socket. A socket that cannot say (closed, failed) is left to
+/// the pump, which meets its error.
+#[cold]
+#[inline(never)]
+pub fn handed_beyond(dst: &TcpStream, expected: u64, to_client: bool) -> Option<io::Error> {
+    let handed = handed(dst).ok()?;
+    if handed <= expected {
+        return None;
+    }
+    let (to, from) = if to_client {
+        ("client", "backend")
+    } else {
+        ("backend", "client")
+    };
+    log::warn!(
+        "kernel relay: after the relay, the {to}'s socket was handed {} bytes more than the \
+         {from} sent ({handed} handed, {expected} written); the connection ends with a reset",
+        handed - expected
+    );
+    let Fault(_, error) = Fault::broken(0, "bytes doubled by the kernel after the relay");
+    Some(error)
 }
 
 /// How [`Link::run`] ended without an error.

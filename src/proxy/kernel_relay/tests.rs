@@ -150,3 +150,115 @@ fn bytes_handed_on_beyond_those_received_end_the_connection() {
     link.ways[0].done = true;
     assert!(link.not_doubled(0, &src, &doubled).is_ok());
 }
+
+/// The copy pump with the relay from the first byte, on its own thread,
+/// counting into `stats`; it closes the sockets as the worker does.
+fn pump_relayed(
+    client_end: std::net::TcpStream,
+    backend_end: std::net::TcpStream,
+    stats: &std::sync::Arc<crate::stats::Stats>,
+) -> std::thread::JoinHandle<crate::proxy::pump::Pumped> {
+    use crate::proxy::pump::{close, pump, PumpOptions};
+    let stats = std::sync::Arc::clone(stats);
+    std::thread::spawn(move || {
+        super::count_for(&stats);
+        let options = PumpOptions {
+            idle_timeout: Duration::from_secs(10),
+            fin_timeout: Duration::from_secs(10),
+            yield_before_poll: false,
+            up_rate: None,
+            down_rate: None,
+            promote: true,
+            promote_after: 0,
+        };
+        let pumped = pump(&client_end, &backend_end, 4096, &options);
+        close(&client_end, &backend_end, pumped.end, pumped.no_shutdown);
+        pumped
+    })
+}
+
+/// Writes `bytes` into `socket` (non-blocking: its owner made it so) as
+/// it takes them, for at most 10 s.
+fn write_when_taken(socket: &std::net::TcpStream, bytes: &[u8]) {
+    let mut left = bytes;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !left.is_empty() && Instant::now() < deadline {
+        match (&mut &*socket).write(left) {
+            Ok(n) => left = &left[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+            Err(e) => panic!("the write failed: {e}"),
+        }
+    }
+    assert!(left.is_empty(), "the socket never took the bytes");
+}
+
+/// A connection back from the backlog bound on the copy pump, whose
+/// client socket is then handed bytes behind the pump's back (as the
+/// kernel's late doubled segment is): the pump's guard ends the connection
+/// with a reset, not with a whole-looking end. The bytes go in once the
+/// client has read more than the program relayed (so the pump writes:
+/// the relay is over).
+#[test]
+fn bytes_handed_behind_the_pump_after_the_bound_end_it_with_resets() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+
+    let kernel = kernel().expect("the sockmap program should load (root, sockmap)");
+    let (mut client, client_end) = pair();
+    let (backend_end, mut backend) = pair();
+    let injector = client_end.try_clone().unwrap();
+    let backend_cookie = super::counts::cookie(&backend_end).unwrap();
+    let stats = Arc::new(crate::stats::Stats::default());
+    let pumping = pump_relayed(client_end, backend_end, &stats);
+    // The backend writes 64 MiB at most, then its end, while the client
+    // reads nothing: past the 4 MiB bound the program latches and the copy
+    // pump takes the connection.
+    backend
+        .set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let writer = std::thread::spawn(move || {
+        let chunk = vec![b'b'; 64 * 1024];
+        for _ in 0..1024 {
+            if backend.write_all(&chunk).is_err() {
+                return;
+            }
+        }
+        let _ = backend.shutdown(Direction::Write);
+    });
+    let fell_back = || stats.kernel_relay_fallbacks.load(Relaxed);
+    soon(|| fell_back() == 1);
+    assert_eq!(fell_back(), 1, "the connection never met the bound");
+    let relayed = map_lookup(&kernel.moved, backend_cookie).unwrap();
+    assert!(relayed >= super::bpf::LATCHED, "the program did not latch");
+    let relayed = relayed - super::bpf::LATCHED;
+    // The client reads now: its stream is to end with a reset.
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let read = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&read);
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match client.read(&mut buf) {
+                Ok(0) => return None,
+                Ok(n) => counted.fetch_add(n as u64, Relaxed),
+                Err(e) => return Some(e.kind()),
+            };
+        }
+    });
+    soon(|| read.load(Relaxed) > relayed);
+    assert!(read.load(Relaxed) > relayed, "the copy pump never wrote");
+    write_when_taken(&injector, b"doubled");
+    // The pump's close is then the socket's last: no copy stays open.
+    drop(injector);
+    assert_eq!(
+        reader.join().unwrap(),
+        Some(std::io::ErrorKind::ConnectionReset),
+        "a stream with bytes doubled did not end with a reset"
+    );
+    let error = pumping.join().unwrap().error.expect("no error told");
+    assert!(error.to_string().contains("after the relay"), "{error}");
+    // The backend's writes end too (its socket was reset).
+    writer.join().unwrap();
+}

@@ -100,6 +100,12 @@ pub(super) struct Half {
     /// Out of tokens: it reads nothing until its bucket has a chunk's
     /// worth again (see [`Half::refresh`]).
     pub(super) throttled: bool,
+    /// Back from the kernel relay: its end of stream is passed on by the
+    /// pump's loop, once the destination's count was checked
+    /// (`promote::guard`), not here.
+    pub(super) guarded: bool,
+    /// A guarded half reached its end of stream: the FIN is owed.
+    pub(super) owed: bool,
 }
 
 impl Half {
@@ -117,6 +123,8 @@ impl Half {
             busy: false,
             bucket: None,
             throttled: false,
+            guarded: false,
+            owed: false,
         }
     }
 
@@ -267,7 +275,9 @@ impl Half {
                 // Half-close: tell the destination nothing more will come
                 // (unless the close at once will, see `last`). ENOTCONN
                 // only means the peer is gone already.
-                if !last {
+                if self.guarded {
+                    self.owed = true;
+                } else if !last {
                     if let Err(e) = dst.shutdown(net::Shutdown::Write) {
                         if e.kind() != ErrorKind::NotConnected {
                             return Err(Fault::Write(e));
@@ -304,6 +314,10 @@ pub(super) struct Story {
     /// The sockets came back from the kernel relay still in its maps
     /// (`Relayed::Back { kept }`): the connection ends in this process.
     pub(super) kept: bool,
+    /// Back from the kernel relay: per direction, what its destination's
+    /// count of bytes handed is to be beyond the pump's count
+    /// (`promote::guard`). Boxed: the pump's frame grows by a pointer.
+    pub(super) guard: Option<Box<[Option<u64>; 2]>>,
 }
 
 impl Story {

@@ -188,16 +188,11 @@ fn pump_with(
     let mut story = Story::default();
     let limits = Limits::of(options);
     let mut interim = interim::take();
-    if options.promote && options.promote_after == 0 {
-        // From the start: before the first byte is read, so that a peer
-        // that answers at once finds both sockets on the kernel path.
-        let (halves, sockets) = ([&mut up, &mut down], [client, backend]);
-        let kernel = promote::promote(
-            conduits, halves, &mut story, sockets, options, transfer, [0; 2],
-        );
-        if let Some(ended) = kernel {
-            return ended;
-        }
+    let (halves, sockets) = ([&mut up, &mut down], [client, backend]);
+    if let Some(ended) =
+        promote::from_start(conduits, halves, &mut story, sockets, options, transfer)
+    {
+        return ended;
     }
     loop {
         // Between two rounds every byte is in a buffer or a socket: a
@@ -209,6 +204,10 @@ fn pump_with(
         step_both(
             conduits, &mut up, &mut down, client, backend, transfer, &mut story,
         );
+        let (halves, sockets) = ([&mut up, &mut down], [client, backend]);
+        if let Some(ended) = promote::guarded(&mut story, halves, sockets, transfer) {
+            return ended;
+        }
         told(transfer, [up_before, down_before], &up, &down);
         if up.eof {
             story.closed(End::ClientClosed);

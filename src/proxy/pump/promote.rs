@@ -15,6 +15,10 @@
 //! no second hand-over is tried. After the backlog bound the sockets stay
 //! in the kernel's maps, their program keeping their bytes on them for
 //! the pump to read; such a connection is not handed to a new process.
+//! A connection back from the relay is guarded ([`guard`]): each round
+//! checks that no destination was handed more bytes than the pump wrote
+//! (the kernel's redirect has been seen to send a segment twice, late),
+//! and a direction's end is passed on only after that check.
 //!
 //! Everything here is off the pump's usual path: the pump calls
 //! [`promote`] only when the setting is on, and it is never inlined, so
@@ -33,7 +37,7 @@ use std::net::TcpStream;
 use super::half::{Half, Side, Story};
 use super::{End, Ended, PumpOptions, Transfer};
 use crate::proxy::conduit::Conduits;
-use crate::proxy::kernel_relay::{relay, Relayed};
+use crate::proxy::kernel_relay::{self, relay, Relayed};
 
 /// Counts the exchange the last round may have completed (`before`: the
 /// byte counts when it began) and, when the connection is due and ready,
@@ -67,6 +71,24 @@ pub(super) fn promote(
     hand_over(up, down, story, sockets, options, transfer)
 }
 
+/// With `kernel_relay_after` 0, the hand-over from the start: before the
+/// first byte is read, so that a peer that answers at once finds both
+/// sockets on the kernel path. Nothing (two tests) otherwise.
+#[inline]
+pub(super) fn from_start(
+    conduits: &Conduits,
+    halves: [&mut Half; 2],
+    story: &mut Story,
+    sockets: [&TcpStream; 2],
+    options: &PumpOptions,
+    transfer: &mut Transfer,
+) -> Option<Ended> {
+    if !options.promote || options.promote_after != 0 {
+        return None;
+    }
+    promote(conduits, halves, story, sockets, options, transfer, [0; 2])
+}
+
 /// Whether the connection can leave the copy pump now: buffers, both
 /// directions open, no rate, no write waiting for `MSG_MORE`'s end.
 fn ready(conduits: &Conduits, up: &Half, down: &Half) -> bool {
@@ -97,6 +119,7 @@ fn hand_over(
         story.exchanges,
         &mut moved,
     );
+    let before = [transfer.to_backend, transfer.to_client];
     transfer.to_backend += moved[0];
     transfer.to_client += moved[1];
     crate::connections::moved(transfer.to_backend, transfer.to_client);
@@ -105,14 +128,20 @@ fn hand_over(
             crate::connections::mode(crate::connections::Mode::Copy);
             return None;
         }
-        Relayed::Back { kept } => {
+        Relayed::Back { kept, handed_from } => {
             crate::connections::mode(crate::connections::Mode::Copy);
             // Every byte taken was delivered: the copy pump starts over
             // from empty buffers, reading what the sockets hold (kept on
-            // them by the program when they stay in its maps).
+            // them by the program when they stay in its maps), and
+            // watches what the kernel may still send (`guard`).
             *up = Half::new();
             *down = Half::new();
+            (up.guarded, down.guarded) = (true, true);
             story.kept = kept;
+            // Each destination's count, less the pump's, as the relay
+            // began: from now on only the pump writes there.
+            let offsets = [0, 1].map(|i| handed_from[i].map(|h| h.wrapping_sub(before[i])));
+            story.guard = Some(Box::new(offsets));
             return None;
         }
         Relayed::Finished { client_first } => {
@@ -152,6 +181,71 @@ fn hand_over(
     Some((end, error, false, [false; 2]))
 }
 
+/// [`guard`] for a connection back from the kernel relay; nothing (one
+/// test of a pointer) for the others.
+#[inline]
+pub(super) fn guarded(
+    story: &mut Story,
+    halves: [&mut Half; 2],
+    sockets: [&TcpStream; 2],
+    transfer: &Transfer,
+) -> Option<Ended> {
+    story.guard.as_ref()?;
+    guard(story, halves, sockets, transfer)
+}
+
+/// After the kernel relay, each round: whether a destination was handed
+/// more bytes than the pump wrote to it (the kernel sending a segment
+/// twice, late: `kernel_relay::handed_beyond`), which ends the connection
+/// with a reset to both peers, as the relay does; then the end of stream
+/// a guarded half owes is passed on, after that check, so that a peer
+/// never gets a whole-looking end of a doubled stream.
+#[cold]
+#[inline(never)]
+pub(super) fn guard(
+    story: &mut Story,
+    halves: [&mut Half; 2],
+    [client, backend]: [&TcpStream; 2],
+    transfer: &Transfer,
+) -> Option<Ended> {
+    let offsets = **story.guard.as_ref()?;
+    // Per direction: source, destination, bytes the pump wrote there.
+    let ways = [
+        (
+            (client, Side::Client),
+            (backend, Side::Backend),
+            transfer.to_backend,
+        ),
+        (
+            (backend, Side::Backend),
+            (client, Side::Client),
+            transfer.to_client,
+        ),
+    ];
+    for (i, (half, ((src, source), (dst, side), written))) in
+        halves.into_iter().zip(ways).enumerate()
+    {
+        let Some(offset) = offsets[i] else { continue };
+        if half.stopped || (half.done && !half.owed) {
+            continue;
+        }
+        let expected = written.wrapping_add(offset);
+        if let Some(error) = kernel_relay::handed_beyond(dst, expected, i == 1) {
+            story.fault(source.read_failed(&error), Some(error));
+            return Some(broken_end(story, src));
+        }
+        if std::mem::take(&mut half.owed) {
+            if let Err(e) = dst.shutdown(std::net::Shutdown::Write) {
+                if e.kind() != std::io::ErrorKind::NotConnected {
+                    story.fault(side.write_failed(&e), Some(e));
+                    half.stop();
+                }
+            }
+        }
+    }
+    None
+}
+
 /// The end of a connection whose stream the kernel broke, told as a reset
 /// of `source` (the side whose bytes were lost or doubled): the other
 /// side gets a reset at the close, as after a peer's reset, and `source`
@@ -162,4 +256,81 @@ fn broken_end(story: &mut Story, source: &TcpStream) -> Ended {
     crate::conduit::reset::arm(source);
     let (end, error) = std::mem::take(story).end();
     (end, error, false, [true; 2])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::pump::End;
+    use crate::test_support::pair;
+    use std::io::{Read, Write};
+    use std::time::Duration;
+
+    /// A guarded pump's two halves (back from the kernel relay) and its story,
+    /// with `sent` bytes counted (to the backend, to the client) for what
+    /// each destination's count says now.
+    fn guarded(
+        client_end: &TcpStream,
+        backend_end: &TcpStream,
+        sent: [u64; 2],
+    ) -> (Story, [Half; 2]) {
+        let handed = |s: &TcpStream| crate::proxy::kernel_relay::handed(s).unwrap();
+        let mut story = Story::default();
+        story.guard = Some(Box::new([
+            Some(handed(backend_end).wrapping_sub(sent[0])),
+            Some(handed(client_end).wrapping_sub(sent[1])),
+        ]));
+        let (mut up, mut down) = (Half::new(), Half::new());
+        (up.guarded, down.guarded) = (true, true);
+        (story, [up, down])
+    }
+
+    /// After the kernel relay, the pump's guard: a destination handed no more
+    /// than the pump wrote gets the end of stream its half owes, after the
+    /// check; one handed more (what the kernel's late doubled segment does)
+    /// ends the connection with a reset to both peers, the source's armed
+    /// (`SO_LINGER` 0), and the end told as that source's reset.
+    #[test]
+    fn the_guard_after_the_relay_passes_a_whole_end_and_resets_a_doubled_stream() {
+        let (_client, client_end) = pair();
+        let (backend_end, mut backend) = pair();
+        (&backend_end).write_all(b"hello").unwrap();
+        let transfer = Transfer {
+            to_backend: 5,
+            to_client: 0,
+        };
+        let (mut story, [mut up, mut down]) = guarded(&client_end, &backend_end, [5, 0]);
+        (up.done, up.owed) = (true, true);
+        let sockets = [&client_end, &backend_end];
+        assert!(guard(&mut story, [&mut up, &mut down], sockets, &transfer).is_none());
+        assert!(!up.owed, "the owed end of stream was not passed on");
+        let mut got = Vec::new();
+        backend.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"hello");
+
+        let (mut client, client_end) = pair();
+        let (backend_end, _backend) = pair();
+        let (mut story, [mut up, mut down]) = guarded(&client_end, &backend_end, [0, 0]);
+        let sockets = [&client_end, &backend_end];
+        let transfer = Transfer::default();
+        assert!(guard(&mut story, [&mut up, &mut down], sockets, &transfer).is_none());
+        // Three bytes reach the client's socket behind the pump's back.
+        (&client_end).write_all(b"abc").unwrap();
+        let Some((end, error, _, no_shutdown)) =
+            guard(&mut story, [&mut up, &mut down], sockets, &transfer)
+        else {
+            panic!("bytes handed behind the pump went unseen");
+        };
+        assert_eq!(end, End::BackendReset);
+        assert!(error.unwrap().to_string().contains("after the relay"));
+        assert_eq!(no_shutdown, [true; 2]);
+        let linger = socket2::SockRef::from(&backend_end).linger().unwrap();
+        assert_eq!(
+            linger,
+            Some(Duration::ZERO),
+            "the source's reset is not armed"
+        );
+        let mut abc = [0u8; 3];
+        client.read_exact(&mut abc).unwrap();
+    }
 }
