@@ -86,7 +86,9 @@ impl Counts {
         self.received - u64::from(self.fin_in() && self.received > 0)
     }
 
-    /// Bytes handed to this socket's send path since the start.
+    /// Bytes handed to this socket's send path since the start. Two calls
+    /// make it (`TCP_INFO`, then `SIOCOUTQ`): an acknowledgement between
+    /// them makes it short, never long; [`at_rest`] gives an exact one.
     pub(super) fn handed(&self) -> u64 {
         self.acked + self.outq
     }
@@ -123,8 +125,13 @@ impl Way {
 
 /// The sockets' counters with the bytes each holds unread, taken at rest:
 /// the unread counts are read between two samples that agree on the bytes
-/// received, so no byte arrived in between. `None` when bytes kept
-/// arriving for [`START_TRIES`](super::START_TRIES) tries.
+/// received, so no byte arrived in between, and on the bytes acknowledged,
+/// so that the first sample's [`Counts::handed`] is exact (its two calls
+/// saw the same acknowledgements: one that came between them would make
+/// the sum short by what it acknowledged, and a base short by a reply
+/// would read as that reply sent twice). The first sample is returned.
+/// `None` when bytes or acknowledgements kept arriving for
+/// [`START_TRIES`](super::START_TRIES) tries.
 pub(super) fn at_rest<const N: usize>(
     sockets: [&TcpStream; N],
 ) -> io::Result<Option<([Counts; N], [u64; N])>> {
@@ -140,8 +147,10 @@ pub(super) fn at_rest<const N: usize>(
         for (i, socket) in sockets.iter().enumerate() {
             then[i] = Counts::of(socket)?;
         }
-        if (0..N).all(|i| first[i].received == then[i].received) {
-            return Ok(Some((then, left)));
+        let still =
+            |i: usize| (first[i].received, first[i].acked) == (then[i].received, then[i].acked);
+        if (0..N).all(still) {
+            return Ok(Some((first, left)));
         }
     }
     Ok(None)
