@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use super::bpf::{map_delete, map_lookup, map_update, Kernel, LATCHED};
 use super::counts::{at_rest, cookie, push_queued, Counts, Way, TCP_ESTABLISHED};
-use super::{Fault, BACKLOG_BOUND};
+use super::{Bases, Fault, BACKLOG_BOUND};
 
 /// One connection's place in the maps.
 pub(super) struct Link<'a> {
@@ -106,11 +106,11 @@ impl<'a> Link<'a> {
         Ok(())
     }
 
-    /// Per way, its destination's count of bytes handed when the relay
-    /// began, for a way whose end of stream the relay did not pass on
-    /// (after it, that count holds our FIN too).
-    pub(super) fn handed_from(&self) -> [Option<u64>; 2] {
-        [0, 1].map(|i| (!self.ways[i].done).then_some(self.ways[i].out_base))
+    /// Each way's bases, for a way whose end of stream the relay did not
+    /// pass on (after it, its destination's count holds our FIN too).
+    pub(super) fn bases(&self) -> Bases {
+        let way = |w: &Way| (!w.done).then_some((w.in_base, w.out_base));
+        Bases([way(&self.ways[0]), way(&self.ways[1])])
     }
 
     /// What the program redirected from socket `i` (none once its entry is

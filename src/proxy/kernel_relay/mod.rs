@@ -234,12 +234,9 @@ pub enum Relayed {
         /// (after the backlog bound): such a connection cannot be handed
         /// to another process.
         kept: bool,
-        /// Per direction (to the backend, to the client), its
-        /// destination's count of bytes handed to its send path when the
-        /// relay began ([`handed_beyond`]'s), `None` for a direction
-        /// whose end the relay passed on: what the pump needs to see
-        /// bytes the kernel sends twice after the relay.
-        handed_from: [Option<u64>; 2],
+        /// Where each direction's counts stood when the relay began: what
+        /// the pump needs to see a stream doubled after it ([`Bases`]).
+        bases: Bases,
     },
     /// Both directions passed their end of stream on; `client_first`: the
     /// client's came first.
@@ -362,7 +359,7 @@ pub fn relay(
             Ok(false) => Relayed::NotTaken,
             Ok(true) => Relayed::Back {
                 kept: true,
-                handed_from: link.handed_from(),
+                bases: link.bases(),
             },
             Err(fault) => fault.into_relayed(),
         };
@@ -383,7 +380,7 @@ pub fn relay(
             match back {
                 Ok(kept) => Relayed::Back {
                     kept,
-                    handed_from: link.handed_from(),
+                    bases: link.bases(),
                 },
                 Err(fault) => {
                     // A reset met on the way out (a backend that answered
@@ -406,41 +403,62 @@ pub fn relay(
     }
 }
 
-/// Bytes handed to `socket`'s send path since it opened: acknowledged and
-/// still queued (an active socket's SYN and a FIN sent count one each).
-pub fn handed(socket: &TcpStream) -> io::Result<u64> {
-    Ok(Counts::of(socket)?.handed())
-}
+/// A connection back from the kernel path ([`Relayed::Back`]): per
+/// direction the relay did not end (client to backend, backend to
+/// client), its source's count of bytes received and its destination's
+/// count of bytes handed when the relay began (its `Way`'s bases, exact:
+/// `counts::at_rest`). The copy pump keeps them to check, each round,
+/// that no direction hands on more than its source received
+/// ([`Bases::doubled`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bases([Option<(u64, u64)>; 2]);
 
-/// For a connection back from the kernel path ([`Relayed::Back`]): by how
-/// many bytes the count of what `dst` was handed (acknowledged and queued,
-/// since it opened) passed `expected`, when it did; the warning is
-/// logged here. Under heavy load the kernel's redirect has been seen to
-/// send a segment twice, late enough to land after the relay was left,
-/// while the copy pump already writes to the same socket: the pump, which
-/// knows what it wrote, asks this to end such a stream with a reset
-/// rather than pass a whole-looking end on. `to_client`: `dst` is the
-/// client's socket. A socket that cannot say (closed, failed) is left to
-/// the pump, which meets its error.
-#[cold]
-#[inline(never)]
-pub fn handed_beyond(dst: &TcpStream, expected: u64, to_client: bool) -> Option<io::Error> {
-    let handed = handed(dst).ok()?;
-    if handed <= expected {
-        return None;
+impl Bases {
+    /// Both sockets' counts as they stand, at rest, as the bases (for a
+    /// connection whose pump holds no byte).
+    #[cfg(test)]
+    pub fn now(sockets: [&TcpStream; 2]) -> Bases {
+        let (counts, unread) = counts::at_rest(sockets).unwrap().expect("at rest");
+        Bases([0, 1].map(|i| Some((counts[i].data_in() - unread[i], counts[1 - i].handed()))))
     }
-    let (to, from) = if to_client {
-        ("client", "backend")
-    } else {
-        ("backend", "client")
-    };
-    log::warn!(
-        "kernel relay: after the relay, the {to}'s socket was handed {} bytes more than the \
-         {from} sent ({handed} handed, {expected} written); the connection ends with a reset",
-        handed - expected
-    );
-    let Fault(_, error) = Fault::broken(0, "bytes doubled by the kernel after the relay");
-    Some(error)
+
+    /// Whether direction `i` (0: client to backend) handed its
+    /// destination more bytes than its source received since the bases:
+    /// the error that tells it, with its one warning. Under heavy load the
+    /// kernel's redirect has been seen to send a segment twice, late
+    /// enough to land after the relay was left, and a segment taken and
+    /// kept twice would be read twice: either way the stream is broken,
+    /// and the pump ends it with a reset rather than pass a whole-looking
+    /// end on. The destination is read first (a later source only counts
+    /// more); a count can only be short (see `Counts::handed`). A socket
+    /// that cannot say, or was reset, is left to the pump, which meets
+    /// its error.
+    #[cold]
+    #[inline(never)]
+    /// `fin`: the direction's end was just passed on (its FIN counts one
+    /// in the destination's count): the last check, for a segment sent
+    /// twice between the one before and the FIN.
+    pub fn doubled(&self, i: usize, sockets: [&TcpStream; 2], fin: bool) -> Option<io::Error> {
+        let (in_base, out_base) = self.0[i]?;
+        let dst = Counts::of(sockets[1 - i]).ok()?;
+        let src = Counts::of(sockets[i]).ok()?;
+        if src.state == counts::TCP_CLOSE {
+            return None;
+        }
+        let sent = dst.handed().saturating_sub(out_base + u64::from(fin));
+        let received = src.data_in().saturating_sub(in_base);
+        if sent <= received {
+            return None;
+        }
+        let (from, to) = [("client", "backend"), ("backend", "client")][i];
+        log::warn!(
+            "kernel relay: after the relay, the {to} was handed {} bytes more than the {from} \
+             sent ({sent} handed, {received} received); the connection ends with a reset",
+            sent - received
+        );
+        let Fault(_, error) = Fault::broken(i, "bytes doubled after the kernel relay");
+        Some(error)
+    }
 }
 
 /// How [`Link::run`] ended without an error.

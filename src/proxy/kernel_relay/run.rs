@@ -133,10 +133,10 @@ impl Link<'_> {
                 // Every byte of this direction is in the destination's
                 // send path: the FIN can follow it.
                 way.done = true;
-                if let Err(e) = self.sockets[1 - i].shutdown(Direction::Write) {
-                    if e.kind() != ErrorKind::NotConnected {
-                        return Err(Fault(Some(1 - i), e));
-                    }
+                match self.sockets[1 - i].shutdown(Direction::Write) {
+                    Ok(()) => self.not_doubled_at_end(i)?,
+                    Err(e) if e.kind() == ErrorKind::NotConnected => {}
+                    Err(e) => return Err(Fault(Some(1 - i), e)),
                 }
             }
         }
@@ -162,6 +162,26 @@ impl Link<'_> {
             return Ok(());
         }
         Err(doubled(i, sent, taken))
+    }
+
+    /// The last check of way `i`, its FIN just passed on (it counts one
+    /// in the destination's count): a segment the kernel sent twice
+    /// between the look that found everything delivered and the FIN is in
+    /// the count now, and no byte can follow the FIN. The other peer still
+    /// learns it, with a reset.
+    fn not_doubled_at_end(&self, i: usize) -> Result<(), Fault> {
+        let dst = Counts::of(self.sockets[1 - i])?;
+        let src = Counts::of(self.sockets[i])?;
+        if src.state == TCP_CLOSE {
+            // Reset, or closed both ways: the next sample tells which.
+            return Ok(());
+        }
+        let way = &self.ways[i];
+        let (sent, taken) = (way.sent(&dst).saturating_sub(1), way.taken(&src));
+        if sent > taken {
+            return Err(doubled(i, sent, taken));
+        }
+        Ok(())
     }
 
     /// Waits at most `wait` for an end of stream or an error on either

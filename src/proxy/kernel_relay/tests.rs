@@ -258,7 +258,10 @@ fn bytes_handed_behind_the_pump_after_the_bound_end_it_with_resets() {
         "a stream with bytes doubled did not end with a reset"
     );
     let error = pumping.join().unwrap().error.expect("no error told");
-    assert!(error.to_string().contains("after the relay"), "{error}");
+    assert!(
+        error.to_string().contains("after the kernel relay"),
+        "{error}"
+    );
     // The backend's writes end too (its socket was reset).
     writer.join().unwrap();
 }

@@ -314,10 +314,10 @@ pub(super) struct Story {
     /// The sockets came back from the kernel relay still in its maps
     /// (`Relayed::Back { kept }`): the connection ends in this process.
     pub(super) kept: bool,
-    /// Back from the kernel relay: per direction, what its destination's
-    /// count of bytes handed is to be beyond the pump's count
-    /// (`promote::guard`). Boxed: the pump's frame grows by a pointer.
-    pub(super) guard: Option<Box<[Option<u64>; 2]>>,
+    /// Back from the kernel relay: where each direction's counts stood
+    /// when the relay began (`promote::guard`). Boxed: the pump's frame
+    /// grows by a pointer.
+    pub(super) guard: Option<Box<crate::proxy::kernel_relay::Bases>>,
 }
 
 impl Story {

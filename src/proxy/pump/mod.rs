@@ -205,7 +205,7 @@ fn pump_with(
             conduits, &mut up, &mut down, client, backend, transfer, &mut story,
         );
         let (halves, sockets) = ([&mut up, &mut down], [client, backend]);
-        if let Some(ended) = promote::guarded(&mut story, halves, sockets, transfer) {
+        if let Some(ended) = promote::guarded(&mut story, halves, sockets) {
             return ended;
         }
         told(transfer, [up_before, down_before], &up, &down);

@@ -16,9 +16,10 @@
 //! in the kernel's maps, their program keeping their bytes on them for
 //! the pump to read; such a connection is not handed to a new process.
 //! A connection back from the relay is guarded ([`guard`]): each round
-//! checks that no destination was handed more bytes than the pump wrote
-//! (the kernel's redirect has been seen to send a segment twice, late),
-//! and a direction's end is passed on only after that check.
+//! checks that no direction handed its destination more bytes than its
+//! source received (the kernel's redirect has been seen to send a segment
+//! twice, late), and a direction's end is passed on only after that
+//! check, then checked once more with the FIN counted.
 //!
 //! Everything here is off the pump's usual path: the pump calls
 //! [`promote`] only when the setting is on, and it is never inlined, so
@@ -37,7 +38,7 @@ use std::net::TcpStream;
 use super::half::{Half, Side, Story};
 use super::{End, Ended, PumpOptions, Transfer};
 use crate::proxy::conduit::Conduits;
-use crate::proxy::kernel_relay::{self, relay, Relayed};
+use crate::proxy::kernel_relay::{relay, Relayed};
 
 /// Counts the exchange the last round may have completed (`before`: the
 /// byte counts when it began) and, when the connection is due and ready,
@@ -119,7 +120,6 @@ fn hand_over(
         story.exchanges,
         &mut moved,
     );
-    let before = [transfer.to_backend, transfer.to_client];
     transfer.to_backend += moved[0];
     transfer.to_client += moved[1];
     crate::connections::moved(transfer.to_backend, transfer.to_client);
@@ -128,20 +128,17 @@ fn hand_over(
             crate::connections::mode(crate::connections::Mode::Copy);
             return None;
         }
-        Relayed::Back { kept, handed_from } => {
+        Relayed::Back { kept, bases } => {
             crate::connections::mode(crate::connections::Mode::Copy);
             // Every byte taken was delivered: the copy pump starts over
             // from empty buffers, reading what the sockets hold (kept on
             // them by the program when they stay in its maps), and
-            // watches what the kernel may still send (`guard`).
+            // watches what the kernel may still do (`guard`).
             *up = Half::new();
             *down = Half::new();
             (up.guarded, down.guarded) = (true, true);
             story.kept = kept;
-            // Each destination's count, less the pump's, as the relay
-            // began: from now on only the pump writes there.
-            let offsets = [0, 1].map(|i| handed_from[i].map(|h| h.wrapping_sub(before[i])));
-            story.guard = Some(Box::new(offsets));
+            story.guard = Some(Box::new(bases));
             return None;
         }
         Relayed::Finished { client_first } => {
@@ -188,59 +185,47 @@ pub(super) fn guarded(
     story: &mut Story,
     halves: [&mut Half; 2],
     sockets: [&TcpStream; 2],
-    transfer: &Transfer,
 ) -> Option<Ended> {
     story.guard.as_ref()?;
-    guard(story, halves, sockets, transfer)
+    guard(story, halves, sockets)
 }
 
-/// After the kernel relay, each round: whether a destination was handed
-/// more bytes than the pump wrote to it (the kernel sending a segment
-/// twice, late: `kernel_relay::handed_beyond`), which ends the connection
-/// with a reset to both peers, as the relay does; then the end of stream
-/// a guarded half owes is passed on, after that check, so that a peer
-/// never gets a whole-looking end of a doubled stream.
+/// After the kernel relay, each round: whether a direction handed its
+/// destination more bytes than its source received (the kernel sending a
+/// segment twice, late: `kernel_relay::Bases::doubled`), which ends the
+/// connection with a reset to both peers, as the relay does; then the end
+/// of stream a guarded half owes is passed on, after that check, so that
+/// a peer never gets a whole-looking end of a doubled stream.
 #[cold]
 #[inline(never)]
 pub(super) fn guard(
     story: &mut Story,
     halves: [&mut Half; 2],
-    [client, backend]: [&TcpStream; 2],
-    transfer: &Transfer,
+    sockets: [&TcpStream; 2],
 ) -> Option<Ended> {
-    let offsets = **story.guard.as_ref()?;
-    // Per direction: source, destination, bytes the pump wrote there.
-    let ways = [
-        (
-            (client, Side::Client),
-            (backend, Side::Backend),
-            transfer.to_backend,
-        ),
-        (
-            (backend, Side::Backend),
-            (client, Side::Client),
-            transfer.to_client,
-        ),
-    ];
-    for (i, (half, ((src, source), (dst, side), written))) in
-        halves.into_iter().zip(ways).enumerate()
-    {
-        let Some(offset) = offsets[i] else { continue };
+    let bases = **story.guard.as_ref()?;
+    let sides = [Side::Client, Side::Backend];
+    for (i, half) in halves.into_iter().enumerate() {
         if half.stopped || (half.done && !half.owed) {
             continue;
         }
-        let expected = written.wrapping_add(offset);
-        if let Some(error) = kernel_relay::handed_beyond(dst, expected, i == 1) {
-            story.fault(source.read_failed(&error), Some(error));
-            return Some(broken_end(story, src));
-        }
-        if std::mem::take(&mut half.owed) {
-            if let Err(e) = dst.shutdown(std::net::Shutdown::Write) {
-                if e.kind() != std::io::ErrorKind::NotConnected {
-                    story.fault(side.write_failed(&e), Some(e));
+        let mut doubled = bases.doubled(i, sockets, false);
+        if doubled.is_none() && std::mem::take(&mut half.owed) {
+            match sockets[1 - i].shutdown(std::net::Shutdown::Write) {
+                // Once more with the FIN counted: a segment sent twice
+                // since the check is in the count now (no byte can follow
+                // the FIN); the other peer still learns it.
+                Ok(()) => doubled = bases.doubled(i, sockets, true),
+                Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {}
+                Err(e) => {
+                    story.fault(sides[1 - i].write_failed(&e), Some(e));
                     half.stop();
                 }
             }
+        }
+        if let Some(error) = doubled {
+            story.fault(sides[i].read_failed(&error), Some(error));
+            return Some(broken_end(story, sockets[i]));
         }
     }
     None
@@ -261,48 +246,42 @@ fn broken_end(story: &mut Story, source: &TcpStream) -> Ended {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxy::kernel_relay::Bases;
     use crate::proxy::pump::End;
     use crate::test_support::pair;
     use std::io::{Read, Write};
     use std::time::Duration;
 
-    /// A guarded pump's two halves (back from the kernel relay) and its story,
-    /// with `sent` bytes counted (to the backend, to the client) for what
-    /// each destination's count says now.
-    fn guarded(
-        client_end: &TcpStream,
-        backend_end: &TcpStream,
-        sent: [u64; 2],
-    ) -> (Story, [Half; 2]) {
-        let handed = |s: &TcpStream| crate::proxy::kernel_relay::handed(s).unwrap();
+    /// A guarded pump's two halves (back from the kernel relay) and its
+    /// story, the sockets' counts as they stand for bases.
+    fn guarded(client_end: &TcpStream, backend_end: &TcpStream) -> (Story, [Half; 2]) {
         let mut story = Story::default();
-        story.guard = Some(Box::new([
-            Some(handed(backend_end).wrapping_sub(sent[0])),
-            Some(handed(client_end).wrapping_sub(sent[1])),
-        ]));
+        story.guard = Some(Box::new(Bases::now([client_end, backend_end])));
         let (mut up, mut down) = (Half::new(), Half::new());
         (up.guarded, down.guarded) = (true, true);
         (story, [up, down])
     }
 
-    /// After the kernel relay, the pump's guard: a destination handed no more
-    /// than the pump wrote gets the end of stream its half owes, after the
-    /// check; one handed more (what the kernel's late doubled segment does)
-    /// ends the connection with a reset to both peers, the source's armed
-    /// (`SO_LINGER` 0), and the end told as that source's reset.
+    /// After the kernel relay, the pump's guard: a direction that handed
+    /// on what its source received gets the end of stream its half owes,
+    /// after the check; one that handed on more (what the kernel's late
+    /// doubled segment does) ends the connection with a reset to both
+    /// peers, the source's armed (`SO_LINGER` 0), and the end told as
+    /// that source's reset.
     #[test]
     fn the_guard_after_the_relay_passes_a_whole_end_and_resets_a_doubled_stream() {
-        let (_client, client_end) = pair();
+        let (mut client, client_end) = pair();
         let (backend_end, mut backend) = pair();
-        (&backend_end).write_all(b"hello").unwrap();
-        let transfer = Transfer {
-            to_backend: 5,
-            to_client: 0,
-        };
-        let (mut story, [mut up, mut down]) = guarded(&client_end, &backend_end, [5, 0]);
+        let (mut story, [mut up, mut down]) = guarded(&client_end, &backend_end);
+        // The pump's work, by hand: five bytes read from the client and
+        // written to the backend, then the client's end owed.
+        client.write_all(b"hello").unwrap();
+        let mut hello = [0u8; 5];
+        (&client_end).read_exact(&mut hello).unwrap();
+        (&backend_end).write_all(&hello).unwrap();
         (up.done, up.owed) = (true, true);
         let sockets = [&client_end, &backend_end];
-        assert!(guard(&mut story, [&mut up, &mut down], sockets, &transfer).is_none());
+        assert!(guard(&mut story, [&mut up, &mut down], sockets).is_none());
         assert!(!up.owed, "the owed end of stream was not passed on");
         let mut got = Vec::new();
         backend.read_to_end(&mut got).unwrap();
@@ -310,19 +289,20 @@ mod tests {
 
         let (mut client, client_end) = pair();
         let (backend_end, _backend) = pair();
-        let (mut story, [mut up, mut down]) = guarded(&client_end, &backend_end, [0, 0]);
+        let (mut story, [mut up, mut down]) = guarded(&client_end, &backend_end);
         let sockets = [&client_end, &backend_end];
-        let transfer = Transfer::default();
-        assert!(guard(&mut story, [&mut up, &mut down], sockets, &transfer).is_none());
-        // Three bytes reach the client's socket behind the pump's back.
+        assert!(guard(&mut story, [&mut up, &mut down], sockets).is_none());
+        // Three bytes reach the client's socket that the backend never sent.
         (&client_end).write_all(b"abc").unwrap();
-        let Some((end, error, _, no_shutdown)) =
-            guard(&mut story, [&mut up, &mut down], sockets, &transfer)
+        let Some((end, error, _, no_shutdown)) = guard(&mut story, [&mut up, &mut down], sockets)
         else {
-            panic!("bytes handed behind the pump went unseen");
+            panic!("bytes handed on beyond those received went unseen");
         };
         assert_eq!(end, End::BackendReset);
-        assert!(error.unwrap().to_string().contains("after the relay"));
+        assert!(error
+            .unwrap()
+            .to_string()
+            .contains("after the kernel relay"));
         assert_eq!(no_shutdown, [true; 2]);
         let linger = socket2::SockRef::from(&backend_end).linger().unwrap();
         assert_eq!(
