@@ -56,12 +56,15 @@
 //!   segment twice (once in about 500 10 MiB echoes each way, four at once
 //!   beside a CPU hog, with or without a fall-back; docs/moving-bytes.md).
 //!   Each look checks that no direction handed on more bytes than it
-//!   received (`Link::not_doubled`), and so does the wait for a stopped
-//!   direction's last bytes (`Link::delivered`); one that did ends the
-//!   connection with a reset, never a stream that goes on corrupt.
+//!   received (`Link::not_doubled`), and so do the wait for a stopped
+//!   direction's last bytes (`Link::delivered`), the moment after a FIN
+//!   is passed on, and the copy pump's rounds after the relay ([`Bases`]);
+//!   one that did ends the connection with a reset, never a stream that
+//!   goes on corrupt. The checks count from exact bases (`counts::at_rest`).
 //! - Idle and fin timeouts: the thread sees no bytes, so it reads the same
 //!   counters: when none moved for the timeout, the connection ends as the
-//!   copy pump's would.
+//!   copy pump's would. A quiet connection's looks space out to one a
+//!   second ([`MAX_IDLE_CHECK`]).
 //!
 //! The parts: `link` (the connection's hand-over in and out of the maps),
 //! `run` (the waits while it is relayed: the end of stream passed on, the
