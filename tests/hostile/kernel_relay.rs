@@ -70,6 +70,28 @@ fn chat(s: &mut TcpStream) {
     }
 }
 
+/// A client with a small receive buffer, promoted by its four exchanges
+/// through `child` (its first connection).
+fn promoted_slow_reader(child: &Child) -> TcpStream {
+    let mut c = connect(child.addr).unwrap();
+    SockRef::from(&c).set_recv_buffer_size(64 * 1024).unwrap();
+    chat(&mut c);
+    until("the promotion", || {
+        child.metric("kernel_relayed_total") == 1
+    });
+    c
+}
+
+/// The go to a streaming backend ([`promoted_then_go`]) toward a client
+/// that reads nothing: the connection meets the bound and goes back to
+/// the copy pump (the first fall-back of `child`).
+fn go_past_the_bound(child: &Child, c: &mut TcpStream) {
+    c.write_all(b"G").unwrap();
+    until("the fall-back to the copy pump", || {
+        child.metric("kernel_relay_fallbacks_total") == 1
+    });
+}
+
 /// A streaming backend's side of the promotion: echoes the client's four
 /// exchanges ([`chat`]), then waits for its one-byte go.
 fn promoted_then_go(s: &mut TcpStream) -> std::io::Result<()> {
@@ -247,16 +269,8 @@ fn a_slow_reader_behind_a_fast_writer_after_the_promotion() {
     };
     let mut child = promoting(&backend);
     let rss_before = rss_kib(child.pid());
-    let mut c = connect(child.addr).unwrap();
-    SockRef::from(&c).set_recv_buffer_size(64 * 1024).unwrap();
-    chat(&mut c);
-    until("the promotion", || {
-        child.metric("kernel_relayed_total") == 1
-    });
-    c.write_all(b"G").unwrap();
-    until("the fall-back to the copy pump", || {
-        child.metric("kernel_relay_fallbacks_total") == 1
-    });
+    let mut c = promoted_slow_reader(&child);
+    go_past_the_bound(&child, &mut c);
     // Held back: the count stops growing, far below the total.
     assert!(held_back(&written, Duration::from_secs(20)));
     let held = written.load(Ordering::SeqCst);
@@ -313,12 +327,7 @@ fn the_bound_holds_while_the_balancer_gets_no_cpu() {
         }))
     };
     let mut child = promoting(&backend);
-    let mut c = connect(child.addr).unwrap();
-    SockRef::from(&c).set_recv_buffer_size(64 * 1024).unwrap();
-    chat(&mut c);
-    until("the promotion", || {
-        child.metric("kernel_relayed_total") == 1
-    });
+    let mut c = promoted_slow_reader(&child);
     child.signal(libc::SIGSTOP);
     c.write_all(b"G").unwrap();
     // Held back: the backend's count stops growing.
@@ -448,16 +457,8 @@ fn a_backend_that_closes_while_its_bytes_are_kept_is_heard_to_the_end() {
         }))
     };
     let child = promoting(&backend);
-    let mut c = connect(child.addr).unwrap();
-    SockRef::from(&c).set_recv_buffer_size(64 * 1024).unwrap();
-    chat(&mut c);
-    until("the promotion", || {
-        child.metric("kernel_relayed_total") == 1
-    });
-    c.write_all(b"G").unwrap();
-    until("the fall-back to the copy pump", || {
-        child.metric("kernel_relay_fallbacks_total") == 1
-    });
+    let mut c = promoted_slow_reader(&child);
+    go_past_the_bound(&child, &mut c);
     // Held back by the bound and the sockets' buffers, or done: either
     // way the backend's close comes while bytes wait in the balancer.
     assert!(held_back(&written, Duration::from_secs(20)));
