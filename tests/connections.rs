@@ -69,13 +69,26 @@ fn of_100_open_connections_one_killed_ends_and_99_go_on_byte_exact() {
     let b = balancer(backend.addr(), |_| {});
     let mut clients = open(b.addr, 100);
     let filter = format!("/connections?backend={}&limit=1000", backend.addr());
-    let listed = get(&b, &filter);
+    // A worker counts its round's bytes into the table after the round's
+    // writes, so a client can have its echo a moment before the table
+    // shows the bytes: each connection's count is awaited, never assumed.
+    let counted = |c: &Value| c["bytes_to_backend"].as_u64().unwrap() >= 8;
+    let mut listed = Value::Null;
+    let all_counted = wait_for(IO_TIMEOUT, || {
+        listed = get(&b, &filter);
+        listed["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(counted)
+    });
+    assert!(all_counted, "a connection's bytes never counted: {listed}");
     let conns = listed["connections"].as_array().unwrap();
     assert_eq!(conns.len(), 100, "{listed}");
     for c in conns {
         assert_eq!(c["backend"], backend.addr().to_string());
         assert_eq!(c["state"], "pumping", "{c}");
-        assert!(c["bytes_to_backend"].as_u64().unwrap() >= 8, "{c}");
+        assert!(counted(c), "{c}");
     }
     // The client of the connection to kill: the listed one whose client
     // address is ours.

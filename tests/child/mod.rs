@@ -297,6 +297,18 @@ impl Child {
             .count()
     }
 
+    /// What its open descriptors point at now (`socket:[inode]`,
+    /// `anon_inode:bpf-map`, a path), sorted: for a failure's message.
+    pub fn fd_targets(&self) -> Vec<String> {
+        let mut all: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .map(|t| t.display().to_string())
+            .collect();
+        all.sort();
+        all
+    }
+
     /// Its threads now.
     pub fn threads(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/task", self.pid()))
