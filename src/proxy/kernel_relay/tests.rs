@@ -266,6 +266,67 @@ fn bytes_handed_behind_the_pump_after_the_bound_end_it_with_resets() {
     writer.join().unwrap();
 }
 
+/// A connection back from the backlog bound on the copy pump, whose
+/// client then sends its last words and half-closes while the backend is
+/// still streaming: the pump's guard, which checks each direction once
+/// more with its FIN counted, lets every byte and both ends through. The
+/// end it owes is no doubled byte; a reset here would cut a healthy
+/// download.
+#[test]
+fn a_half_close_after_the_bound_passes_every_byte_and_both_ends() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::Arc;
+
+    const CHUNK: usize = 64 * 1024;
+    const CHUNKS: usize = 1024;
+    kernel().expect("the sockmap program should load (root, sockmap)");
+    let (mut client, client_end) = pair();
+    let (backend_end, mut backend) = pair();
+    let stats = Arc::new(crate::stats::Stats::default());
+    let pumping = pump_relayed(client_end, backend_end, &stats);
+    // The backend streams 64 MiB while the client reads nothing (past the
+    // 4 MiB bound the copy pump takes the connection back), then reads
+    // the client's words to their end, then ends its own stream.
+    let streamer = std::thread::spawn(move || {
+        let chunk = vec![b'b'; CHUNK];
+        for _ in 0..CHUNKS {
+            backend
+                .write_all(&chunk)
+                .expect("the backend's stream was cut");
+        }
+        let mut words = Vec::new();
+        backend
+            .read_to_end(&mut words)
+            .expect("the client's end never came");
+        backend.shutdown(Direction::Write).unwrap();
+        words
+    });
+    let fell_back = || stats.kernel_relay_fallbacks.load(Relaxed);
+    soon(|| fell_back() == 1);
+    assert_eq!(fell_back(), 1, "the connection never met the bound");
+    client.write_all(b"last words").unwrap();
+    client.shutdown(Direction::Write).unwrap();
+    let mut buf = vec![0u8; CHUNK];
+    let mut read = 0;
+    loop {
+        match client.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                assert!(buf[..n].iter().all(|&b| b == b'b'), "a byte changed");
+                read += n;
+            }
+            Err(e) => panic!("after {read} bytes, the client's stream ended with {e}"),
+        }
+    }
+    assert_eq!(read, CHUNK * CHUNKS, "the client's stream ended short");
+    assert_eq!(streamer.join().unwrap(), b"last words");
+    let pumped = pumping.join().unwrap();
+    assert!(pumped.error.is_none(), "{:?}", pumped.error);
+    assert_eq!(pumped.end, crate::conduit::outcome::End::ClientClosed);
+    assert_eq!(pumped.transfer.to_client, (CHUNK * CHUNKS) as u64);
+    assert_eq!(pumped.transfer.to_backend, 10);
+}
+
 /// The counters taken at rest give the exact count of bytes handed to a
 /// socket, though its peer's acknowledgements keep arriving: `TCP_INFO`'s
 /// acknowledged bytes and `SIOCOUTQ` are two calls, and an
