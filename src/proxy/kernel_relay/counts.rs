@@ -121,6 +121,38 @@ impl Way {
     pub(super) fn backlog(&self, src: &Counts, dst: &Counts) -> u64 {
         self.taken(src).saturating_sub(self.sent(dst))
     }
+
+    /// The one test of a doubled segment, for every check of it (the
+    /// relay's, at its looks and after a FIN; the copy pump's guard after
+    /// the relay): `(sent, received)` when the destination was handed more
+    /// bytes than the source received, both since the bases. `fin`: the
+    /// direction's end was just passed on, and counts one in the
+    /// destination's count. A count can only be short (see
+    /// [`Counts::handed`]), so more sent is never a false alarm once the
+    /// source is read after the destination.
+    pub(super) fn excess(&self, src: &Counts, dst: &Counts, fin: bool) -> Option<(u64, u64)> {
+        let sent = self.sent(dst).saturating_sub(u64::from(fin));
+        let received = self.taken(src);
+        (sent > received).then_some((sent, received))
+    }
+
+    /// [`Way::excess`] read from the sockets now, `i` the source (0: the
+    /// client): the destination first, as that order needs. `None` also
+    /// when the source is closed (reset, or closed both ways: the pump or
+    /// the next sample meets which).
+    pub(super) fn excess_now(
+        &self,
+        i: usize,
+        sockets: [&TcpStream; 2],
+        fin: bool,
+    ) -> io::Result<Option<(u64, u64)>> {
+        let dst = Counts::of(sockets[1 - i])?;
+        let src = Counts::of(sockets[i])?;
+        if src.state == TCP_CLOSE {
+            return Ok(None);
+        }
+        Ok(self.excess(&src, &dst, fin))
+    }
 }
 
 /// The sockets' counters with the bytes each holds unread, taken at rest:

@@ -94,7 +94,6 @@ use std::time::Duration;
 use crate::stats::Stats;
 
 use bpf::{kernel, kernel_for};
-use counts::Counts;
 use link::Link;
 
 mod bpf;
@@ -432,27 +431,21 @@ impl Bases {
     /// enough to land after the relay was left, and a segment taken and
     /// kept twice would be read twice: either way the stream is broken,
     /// and the pump ends it with a reset rather than pass a whole-looking
-    /// end on. The destination is read first (a later source only counts
-    /// more); a count can only be short (see `Counts::handed`). A socket
+    /// end on. The test is the relay's own (`Way::excess_now`). A socket
     /// that cannot say, or was reset, is left to the pump, which meets
-    /// its error.
+    /// its error. `fin`: the direction's end was just passed on (its FIN
+    /// counts one in the destination's count): the last check, for a
+    /// segment sent twice between the one before and the FIN.
     #[cold]
     #[inline(never)]
-    /// `fin`: the direction's end was just passed on (its FIN counts one
-    /// in the destination's count): the last check, for a segment sent
-    /// twice between the one before and the FIN.
     pub fn doubled(&self, i: usize, sockets: [&TcpStream; 2], fin: bool) -> Option<io::Error> {
         let (in_base, out_base) = self.0[i]?;
-        let dst = Counts::of(sockets[1 - i]).ok()?;
-        let src = Counts::of(sockets[i]).ok()?;
-        if src.state == counts::TCP_CLOSE {
-            return None;
-        }
-        let sent = dst.handed().saturating_sub(out_base + u64::from(fin));
-        let received = src.data_in().saturating_sub(in_base);
-        if sent <= received {
-            return None;
-        }
+        let way = counts::Way {
+            in_base,
+            out_base,
+            ..Default::default()
+        };
+        let (sent, received) = way.excess_now(i, sockets, fin).ok()??;
         let (from, to) = [("client", "backend"), ("backend", "client")][i];
         log::warn!(
             "kernel relay: after the relay, the {to} was handed {} bytes more than the {from} \

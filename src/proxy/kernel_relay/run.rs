@@ -153,15 +153,14 @@ impl Link<'_> {
     /// arrived in between may already be in the destination's count.
     pub(super) fn not_doubled(&self, i: usize, src: &Counts, dst: &Counts) -> Result<(), Fault> {
         let way = &self.ways[i];
-        if way.done || way.sent(dst) <= way.taken(src) {
+        if way.done || way.excess(src, dst, false).is_none() {
             return Ok(());
         }
         let now = Counts::of(self.sockets[i])?;
-        let (sent, taken) = (way.sent(dst), way.taken(&now));
-        if sent <= taken {
-            return Ok(());
+        match way.excess(&now, dst, false) {
+            Some((sent, taken)) => Err(doubled(i, sent, taken)),
+            None => Ok(()),
         }
-        Err(doubled(i, sent, taken))
     }
 
     /// The last check of way `i`, its FIN just passed on (it counts one
@@ -170,18 +169,10 @@ impl Link<'_> {
     /// the count now, and no byte can follow the FIN. The other peer still
     /// learns it, with a reset.
     fn not_doubled_at_end(&self, i: usize) -> Result<(), Fault> {
-        let dst = Counts::of(self.sockets[1 - i])?;
-        let src = Counts::of(self.sockets[i])?;
-        if src.state == TCP_CLOSE {
-            // Reset, or closed both ways: the next sample tells which.
-            return Ok(());
+        match self.ways[i].excess_now(i, self.sockets, true)? {
+            Some((sent, taken)) => Err(doubled(i, sent, taken)),
+            None => Ok(()),
         }
-        let way = &self.ways[i];
-        let (sent, taken) = (way.sent(&dst).saturating_sub(1), way.taken(&src));
-        if sent > taken {
-            return Err(doubled(i, sent, taken));
-        }
-        Ok(())
     }
 
     /// Waits at most `wait` for an end of stream or an error on either
