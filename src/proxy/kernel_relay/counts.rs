@@ -95,7 +95,7 @@ impl Counts {
 }
 
 /// One direction: bytes from `src` to `dst`.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Way {
     /// `src`'s [`Counts::data_in`] when the relay started.
     pub(super) in_base: u64,

@@ -109,8 +109,7 @@ impl<'a> Link<'a> {
     /// Each way's bases, for a way whose end of stream the relay did not
     /// pass on (after it, its destination's count holds our FIN too).
     pub(super) fn bases(&self) -> Bases {
-        let way = |w: &Way| (!w.done).then_some((w.in_base, w.out_base));
-        Bases([way(&self.ways[0]), way(&self.ways[1])])
+        Bases(self.ways.map(|w| (!w.done).then_some(w)))
     }
 
     /// What the program redirected from socket `i` (none once its entry is

@@ -407,13 +407,13 @@ pub fn relay(
 
 /// A connection back from the kernel path ([`Relayed::Back`]): per
 /// direction the relay did not end (client to backend, backend to
-/// client), its source's count of bytes received and its destination's
-/// count of bytes handed when the relay began (its `Way`'s bases, exact:
+/// client), its `Way`: its source's count of bytes received and its
+/// destination's count of bytes handed when the relay began (exact:
 /// `counts::at_rest`). The copy pump keeps them to check, each round,
 /// that no direction hands on more than its source received
 /// ([`Bases::doubled`]).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Bases([Option<(u64, u64)>; 2]);
+pub struct Bases([Option<counts::Way>; 2]);
 
 impl Bases {
     /// Both sockets' counts as they stand, at rest, as the bases (for a
@@ -421,7 +421,13 @@ impl Bases {
     #[cfg(test)]
     pub fn now(sockets: [&TcpStream; 2]) -> Bases {
         let (counts, unread) = counts::at_rest(sockets).unwrap().expect("at rest");
-        Bases([0, 1].map(|i| Some((counts[i].data_in() - unread[i], counts[1 - i].handed()))))
+        Bases([0, 1].map(|i| {
+            Some(counts::Way {
+                in_base: counts[i].data_in() - unread[i],
+                out_base: counts[1 - i].handed(),
+                ..Default::default()
+            })
+        }))
     }
 
     /// Whether direction `i` (0: client to backend) handed its
@@ -439,13 +445,7 @@ impl Bases {
     #[cold]
     #[inline(never)]
     pub fn doubled(&self, i: usize, sockets: [&TcpStream; 2], fin: bool) -> Option<io::Error> {
-        let (in_base, out_base) = self.0[i]?;
-        let way = counts::Way {
-            in_base,
-            out_base,
-            ..Default::default()
-        };
-        let (sent, received) = way.excess_now(i, sockets, fin).ok()??;
+        let (sent, received) = self.0[i]?.excess_now(i, sockets, fin).ok()??;
         let (from, to) = [("client", "backend"), ("backend", "client")][i];
         log::warn!(
             "kernel relay: after the relay, the {to} was handed {} bytes more than the {from} \
