@@ -313,4 +313,35 @@ mod tests {
         let mut abc = [0u8; 3];
         client.read_exact(&mut abc).unwrap();
     }
+
+    /// After the kernel relay, a backend that resets just as the guard is
+    /// to pass on the client's owed end: the destination's counts after
+    /// the reset are no doubled stream (no false alarm, no reset told as
+    /// the kernel's), and the end is not owed twice; the pump meets the
+    /// reset itself at its next read.
+    #[test]
+    fn a_backend_reset_before_the_owed_end_is_no_doubled_stream() {
+        let (mut client, client_end) = pair();
+        let (backend_end, backend) = pair();
+        let (mut story, [mut up, mut down]) = guarded(&client_end, &backend_end);
+        client.write_all(b"hello").unwrap();
+        let mut hello = [0u8; 5];
+        (&client_end).read_exact(&mut hello).unwrap();
+        (&backend_end).write_all(&hello).unwrap();
+        (up.done, up.owed) = (true, true);
+        socket2::SockRef::from(&backend)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(backend);
+        // The reset has arrived once a read on the backend's socket says so.
+        let mut buf = [0u8; 1];
+        let _ = (&backend_end).read(&mut buf);
+        let sockets = [&client_end, &backend_end];
+        let ended = guard(&mut story, [&mut up, &mut down], sockets);
+        if let Some((_, error, _, _)) = ended {
+            panic!("a reset taken for a doubled stream: {error:?}");
+        }
+        assert!(!up.owed, "the end is still owed after the guard");
+        assert!(guard(&mut story, [&mut up, &mut down], sockets).is_none());
+    }
 }
