@@ -262,6 +262,16 @@ mod tests {
         (story, [up, down])
     }
 
+    /// The pump's work, by hand: five bytes read from the client and
+    /// written to the backend, then the client's end owed by `up`.
+    fn hello_then_owed(client: &mut TcpStream, mut ends: [&TcpStream; 2], up: &mut Half) {
+        client.write_all(b"hello").unwrap();
+        let mut hello = [0u8; 5];
+        ends[0].read_exact(&mut hello).unwrap();
+        ends[1].write_all(&hello).unwrap();
+        (up.done, up.owed) = (true, true);
+    }
+
     /// After the kernel relay, the pump's guard: a direction that handed
     /// on what its source received gets the end of stream its half owes,
     /// after the check; one that handed on more (what the kernel's late
@@ -273,13 +283,7 @@ mod tests {
         let (mut client, client_end) = pair();
         let (backend_end, mut backend) = pair();
         let (mut story, [mut up, mut down]) = guarded(&client_end, &backend_end);
-        // The pump's work, by hand: five bytes read from the client and
-        // written to the backend, then the client's end owed.
-        client.write_all(b"hello").unwrap();
-        let mut hello = [0u8; 5];
-        (&client_end).read_exact(&mut hello).unwrap();
-        (&backend_end).write_all(&hello).unwrap();
-        (up.done, up.owed) = (true, true);
+        hello_then_owed(&mut client, [&client_end, &backend_end], &mut up);
         let sockets = [&client_end, &backend_end];
         assert!(guard(&mut story, [&mut up, &mut down], sockets).is_none());
         assert!(!up.owed, "the owed end of stream was not passed on");
@@ -324,11 +328,7 @@ mod tests {
         let (mut client, client_end) = pair();
         let (backend_end, backend) = pair();
         let (mut story, [mut up, mut down]) = guarded(&client_end, &backend_end);
-        client.write_all(b"hello").unwrap();
-        let mut hello = [0u8; 5];
-        (&client_end).read_exact(&mut hello).unwrap();
-        (&backend_end).write_all(&hello).unwrap();
-        (up.done, up.owed) = (true, true);
+        hello_then_owed(&mut client, [&client_end, &backend_end], &mut up);
         socket2::SockRef::from(&backend)
             .set_linger(Some(Duration::ZERO))
             .unwrap();
