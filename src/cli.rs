@@ -34,14 +34,14 @@ use crate::etcd::EtcdSource;
 use crate::health::CheckKind;
 use crate::kernel_sched::SchedPolicy;
 use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};
-use crate::proxy::KernelRelay;
+
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::sni::ServerNames;
 use crate::srv::Nameservers;
 use crate::tls_term::{CertList, CertPair, CrlFiles};
 use crate::trace::Lang;
-use crate::units::{parse_duration, parse_size, ByteRate};
+use crate::units::{parse_duration, parse_size, ByteRate, Switch};
 
 /// rodizio: a thread-per-connection TCP load balancer (round robin by default).
 #[derive(Debug, Parser)]
@@ -363,7 +363,7 @@ fn parse_sched_policy(text: &str) -> std::result::Result<SchedPolicy, String> {
     text.parse()
 }
 
-fn parse_kernel_relay(text: &str) -> std::result::Result<KernelRelay, String> {
+fn parse_switch(text: &str) -> std::result::Result<Switch, String> {
     text.parse()
 }
 
@@ -658,13 +658,27 @@ mod tests {
     }
 
     #[test]
-    fn splice_and_yield_are_flags_off_by_default() {
+    fn splice_is_off_and_the_yield_auto_by_default() {
         let off = Cli::try_parse_from(["rodizio"]).unwrap();
         let c = off.balancer.to_config().unwrap();
-        assert!(!c.proxy.splice && !c.proxy.yield_before_poll);
+        assert!(!c.proxy.splice);
+        assert_eq!(c.proxy.yield_before_poll, Switch::Auto);
         let on = Cli::try_parse_from(["rodizio", "--splice", "--yield-before-poll"]).unwrap();
         let c = on.balancer.to_config().unwrap();
-        assert!(c.proxy.splice && c.proxy.yield_before_poll);
+        assert!(c.proxy.splice);
+        assert_eq!(c.proxy.yield_before_poll, Switch::On);
+        let never = Cli::try_parse_from(["rodizio", "--yield-before-poll=off"]).unwrap();
+        let c = never.balancer.to_config().unwrap();
+        assert_eq!(c.proxy.yield_before_poll, Switch::Off);
+        let bad = Cli::try_parse_from(["rodizio", "--yield-before-poll=sometimes"]);
+        let Err(refused) = bad else {
+            panic!("--yield-before-poll=sometimes was taken")
+        };
+        let message = refused.to_string();
+        assert!(
+            message.contains("'sometimes' is not off, on or auto"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Durations and sizes as people write them (`500ms`, `3s`, `64k`), parsed
 //! and printed the same way for flags, the config file and log lines;
-//! rates in bytes per second (`1m/s`); and counts as log lines print them
-//! (`1 connection`, `3 connections`).
+//! rates in bytes per second (`1m/s`); three-way settings (`off`, `on`,
+//! `auto`: [`Switch`]); and counts as log lines print them (`1 connection`,
+//! `3 connections`).
 //!
 //! A leaf: every other module may use it, it uses none of them. Pure
 //! functions, called on whatever thread parses settings.
@@ -194,6 +195,53 @@ impl std::fmt::Display for ByteRate {
         match self.per_second() {
             None => f.write_str("off"),
             Some(n) => write!(f, "{}/s", format_size(n as usize)),
+        }
+    }
+}
+
+/// A setting with three values: `off`, `on` (the operator wants it), or
+/// `auto` (the process decides where it can, or where it pays); `false`
+/// and `true` are `off` and `on`, as files wrote the settings that were
+/// switches first. `kernel_relay` and `yield_before_poll` are switches;
+/// what `auto` means is each setting's own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Switch {
+    /// Never.
+    #[default]
+    Off,
+    /// Always.
+    On,
+    /// Where the process can, or where it pays (each setting says which).
+    Auto,
+}
+
+impl Switch {
+    /// The word the file, the flag and `check-config` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Switch::Off => "off",
+            Switch::On => "on",
+            Switch::Auto => "auto",
+        }
+    }
+}
+
+impl std::fmt::Display for Switch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Switch {
+    type Err = String;
+
+    /// `off`, `on`, `auto`; `false` and `true`.
+    fn from_str(text: &str) -> std::result::Result<Switch, String> {
+        match text.trim() {
+            "off" | "false" => Ok(Switch::Off),
+            "on" | "true" => Ok(Switch::On),
+            "auto" => Ok(Switch::Auto),
+            _ => Err(format!("'{text}' is not off, on or auto")),
         }
     }
 }

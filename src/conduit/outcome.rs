@@ -138,9 +138,9 @@ pub struct PumpOptions {
     /// Longest wait with no byte moving once one side has closed (or one
     /// direction has stopped on a failed write).
     pub fin_timeout: Duration,
-    /// Yield once, then look without waiting, before each wait that
-    /// follows moved bytes (`--yield-before-poll`).
-    pub yield_before_poll: bool,
+    /// Yield once, then look without waiting, before a wait that follows
+    /// moved bytes (`yield_before_poll`: `Auto` while it pays).
+    pub yield_before_poll: crate::units::Switch,
     /// Most bytes a second read from the client (the service's upload
     /// rate); `None`: no cap.
     pub up_rate: Option<u64>,

@@ -34,7 +34,7 @@ use crate::etcd::EtcdSource;
 use crate::health::CheckKind;
 use crate::kernel_sched::SchedPolicy;
 use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};
-use crate::proxy::KernelRelay;
+
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::sni::names::MaybeServerNames;
@@ -42,7 +42,7 @@ use crate::sni::ServerNames;
 use crate::srv::Nameservers;
 use crate::tls_term::{CertList, CrlFiles};
 use crate::trace::Lang;
-use crate::units::{format_duration, format_size, ByteRate};
+use crate::units::{format_duration, format_size, ByteRate, Switch};
 
 /// Where a setting applies once the balancer serves several services.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -138,11 +138,11 @@ macro_rules! settings_table {
         /// program loads: root or CAP_BPF and CAP_NET_ADMIN, else off with an
         /// info line). Not with --splice, a rate or TLS termination. Off by
         /// default: the article's pump copies through a buffer.
-        kernel_relay: KernelRelay, "kernel-relay", Service, set(proxy.kernel_relay), live,
+        kernel_relay: Switch, "kernel-relay", Service, set(proxy.kernel_relay), live,
             file OnOffAuto => take,
-            flag Option<KernelRelay> [value_name = "WHEN", num_args = 0..=1,
+            flag Option<Switch> [value_name = "WHEN", num_args = 0..=1,
                 require_equals = true, default_missing_value = "on",
-                value_parser = parse_kernel_relay],
+                value_parser = parse_switch],
             always |c: &Config| c.proxy.kernel_relay.to_string();
         /// Exchanges (bytes to the backend, then bytes back) a connection makes
         /// on the copy pump before --kernel-relay takes it over; 0: from the
@@ -162,10 +162,14 @@ macro_rules! settings_table {
         /// After moving bytes, give the CPU away once (sched_yield) and check
         /// again without waiting before sleeping in poll(2): the peer often
         /// answers meanwhile, and the worker is spared a sleep and a wake-up.
-        /// Off by default: it trades a little CPU for it when the answer is slow.
-        yield_before_poll: bool, "yield-before-poll", Service, set(proxy.yield_before_poll), live,
-            file bool => take,
-            flag bool,
+        /// auto (the default): on each connection while it pays (the answer
+        /// is there after most yields, and the CPU comes back within 1 ms);
+        /// on (the bare flag): after every round that moved bytes; off.
+        yield_before_poll: Switch, "yield-before-poll", Service, set(proxy.yield_before_poll), live,
+            file OnOffAuto => take,
+            flag Option<Switch> [value_name = "WHEN", num_args = 0..=1,
+                require_equals = true, default_missing_value = "on",
+                value_parser = parse_switch],
             always |c: &Config| c.proxy.yield_before_poll.to_string();
         /// Active health check: tcp (connect), http (GET --health-path), off, or
         /// one that speaks the backend's protocol so it logs nothing: redis,

@@ -21,8 +21,7 @@ use serde::Deserialize;
 
 use crate::health::protocol::parse_bytes;
 use crate::limiter::Rate;
-use crate::proxy::KernelRelay;
-use crate::units::{parse_duration, parse_size, short_number};
+use crate::units::{parse_duration, parse_size, short_number, Switch};
 
 /// What the process runs, the file's `mode`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -523,10 +522,11 @@ impl<'de> Deserialize<'de> for Bytes {
     }
 }
 
-/// `kernel_relay`: `"off"`, `"on"`, `"auto"`, or `false` and `true` as the
-/// file wrote it when the setting was a switch.
+/// A [`Switch`] (`kernel_relay`, `yield_before_poll`): `"off"`, `"on"`,
+/// `"auto"`, or `false` and `true` as files wrote them when the settings
+/// had two values.
 #[derive(Debug)]
-pub(super) struct OnOffAuto(pub(super) KernelRelay);
+pub(super) struct OnOffAuto(pub(super) Switch);
 
 impl<'de> Deserialize<'de> for OnOffAuto {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -537,11 +537,7 @@ impl<'de> Deserialize<'de> for OnOffAuto {
                 f.write_str("\"off\", \"on\" or \"auto\" (or true, false)")
             }
             fn visit_bool<E: de::Error>(self, v: bool) -> std::result::Result<OnOffAuto, E> {
-                Ok(OnOffAuto(if v {
-                    KernelRelay::On
-                } else {
-                    KernelRelay::Off
-                }))
+                Ok(OnOffAuto(if v { Switch::On } else { Switch::Off }))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<OnOffAuto, E> {
                 v.parse().map(OnOffAuto).map_err(E::custom)
@@ -551,8 +547,8 @@ impl<'de> Deserialize<'de> for OnOffAuto {
     }
 }
 
-impl FileValue<KernelRelay> for OnOffAuto {
-    fn given(self) -> Option<KernelRelay> {
+impl FileValue<Switch> for OnOffAuto {
+    fn given(self) -> Option<Switch> {
         Some(self.0)
     }
 }

@@ -164,9 +164,10 @@ pub struct ProxyConfig {
     /// Move bytes with `splice(2)` ([`splice_pump`]) instead of buffers
     /// (`splice`). Default off: the article's pump copies through a buffer.
     pub splice: bool,
-    /// Yield once before each wait that follows moved bytes
-    /// (`yield_before_poll`). Default off.
-    pub yield_before_poll: bool,
+    /// Yield once before a wait that follows moved bytes
+    /// (`yield_before_poll`): `Auto` (the default) while it pays on the
+    /// connection, `On` before every such wait, `Off` never.
+    pub yield_before_poll: crate::units::Switch,
     /// Longest a client may wait in the queue for a free worker
     /// (`queue_timeout`, HAProxy's `timeout queue`); one that waited longer
     /// is closed unserved (or answered 503 with `http_replies`) when a
@@ -276,7 +277,7 @@ impl Default for ProxyConfig {
             connect_retry_budget: None,
             idle_timeout: Duration::from_secs(600),
             splice: false,
-            yield_before_poll: false,
+            yield_before_poll: crate::units::Switch::Auto,
             queue_timeout: DEFAULT_QUEUE_TIMEOUT,
             max_queue: DEFAULT_MAX_QUEUE,
             client_first_byte_timeout: None,
@@ -355,7 +356,7 @@ impl ProxyConfig {
             promote: !self.splice
                 && self.upload_rate.and_then(ByteRate::per_second).is_none()
                 && self.download_rate.and_then(ByteRate::per_second).is_none()
-                && self.kernel_relay.promotes(),
+                && kernel_relay::promotes(self.kernel_relay),
             promote_after: self.kernel_relay_after,
         }
     }
@@ -565,10 +566,10 @@ mod tests {
     use std::net::TcpListener;
 
     #[test]
-    fn the_fast_paths_are_off_by_default() {
+    fn the_fast_paths_are_off_by_default_and_the_yield_decides_itself() {
         let c = ProxyConfig::default();
         assert!(!c.splice);
-        assert!(!c.yield_before_poll);
+        assert_eq!(c.yield_before_poll, crate::units::Switch::Auto);
         assert_eq!(c.buffer_size, 4096);
     }
 

@@ -86,7 +86,6 @@ use std::cell::RefCell;
 use std::fmt;
 use std::io;
 use std::net::TcpStream;
-use std::str::FromStr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
@@ -148,61 +147,18 @@ const FAULT_GRACE: Duration = Duration::from_secs(1);
 /// line. `On` says the operator wants it: a program that cannot load is a
 /// warning, and every promotion falls back (counted). `Off`, the default,
 /// keeps the article's copy pump for every byte.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum KernelRelay {
-    /// Never promote (the default: the article's chunked copy).
-    #[default]
-    Off,
-    /// Promote; a program that cannot load is a warning.
-    On,
-    /// Promote where the program loaded; off, with one info line, where not.
-    Auto,
-}
+pub type KernelRelay = crate::units::Switch;
 
-impl KernelRelay {
-    /// The word the file, the flag and `check-config` use.
-    pub fn name(self) -> &'static str {
-        match self {
-            KernelRelay::Off => "off",
-            KernelRelay::On => "on",
-            KernelRelay::Auto => "auto",
-        }
-    }
-
-    /// Whether a connection of this service tries the promotion: `On`
-    /// always (a program that did not load is a fall-back, counted),
-    /// `Auto` only when the program loaded (one atomic load, the
-    /// `OnceLock`'s, once it is settled).
-    #[inline]
-    pub fn promotes(self) -> bool {
-        match self {
-            KernelRelay::Off => false,
-            KernelRelay::On => true,
-            KernelRelay::Auto => kernel_for(true).is_some(),
-        }
-    }
-}
-
-impl fmt::Display for KernelRelay {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for KernelRelay {
-    type Err = String;
-
-    /// `off`, `on`, `auto`; `false` and `true` as before the setting had
-    /// three values.
-    fn from_str(text: &str) -> Result<KernelRelay, String> {
-        match text.trim() {
-            "off" | "false" => Ok(KernelRelay::Off),
-            "on" | "true" => Ok(KernelRelay::On),
-            "auto" => Ok(KernelRelay::Auto),
-            _ => Err(format!(
-                "'{text}' is not a kernel relay setting (use off, on or auto)"
-            )),
-        }
+/// Whether a connection of a service with this `kernel_relay` tries the
+/// promotion: `On` always (a program that did not load is a fall-back,
+/// counted), `Auto` only when the program loaded (one atomic load, the
+/// `OnceLock`'s, once it is settled).
+#[inline]
+pub fn promotes(mode: KernelRelay) -> bool {
+    match mode {
+        KernelRelay::Off => false,
+        KernelRelay::On => true,
+        KernelRelay::Auto => kernel_for(true).is_some(),
     }
 }
 

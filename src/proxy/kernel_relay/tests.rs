@@ -165,7 +165,7 @@ fn pump_relayed(
         let options = PumpOptions {
             idle_timeout: Duration::from_secs(10),
             fin_timeout: Duration::from_secs(10),
-            yield_before_poll: false,
+            yield_before_poll: crate::units::Switch::Off,
             up_rate: None,
             down_rate: None,
             promote: true,

@@ -37,7 +37,7 @@ use super::conduit::{Buffers, Conduits, Pipe, BUFFERS, PIPES, RELEASE_AFTER};
 pub use crate::conduit::outcome::{End, PumpOptions, Pumped, Transfer, TURN_BYTES};
 use crate::poll::{millis, poll};
 use half::{step_both, uncork_both, Half, Story};
-use wait::{interest, learn, wait, watch, WaitFor};
+use wait::{interest, learn, wait, watch, WaitFor, Yielder};
 
 pub use crate::conduit::reset::close;
 pub(crate) use crate::conduit::reset::deliver;
@@ -186,7 +186,7 @@ fn pump_with(
     // Client to backend, backend to client: new, or as carried in.
     let [mut up, mut down] = carry::halves(conduits, options, resumed, transfer);
     let mut story = Story::default();
-    let limits = Limits::of(options);
+    let mut limits = Limits::of(options);
     let mut interim = interim::take();
     let (halves, sockets) = ([&mut up, &mut down], [client, backend]);
     if let Some(ended) =
@@ -245,7 +245,7 @@ fn pump_with(
             conduits,
             halves,
             [client, backend],
-            &limits,
+            &mut limits,
             (busy, moved),
             lines,
         );
@@ -270,12 +270,13 @@ fn told(transfer: &Transfer, before: [u64; 2], up: &Half, down: &Half) {
     }
 }
 
-/// The pump's waits, in milliseconds, read once per connection.
+/// The pump's waits, in milliseconds, read once per connection, and the
+/// state of its yields.
 struct Limits {
     idle_ms: i32,
     fin_ms: i32,
     release_ms: i32,
-    yield_before_poll: bool,
+    yielder: Yielder,
 }
 
 impl Limits {
@@ -284,7 +285,7 @@ impl Limits {
             idle_ms: millis(options.idle_timeout),
             fin_ms: millis(options.fin_timeout),
             release_ms: millis(RELEASE_AFTER),
-            yield_before_poll: options.yield_before_poll,
+            yielder: Yielder::new(options.yield_before_poll),
         }
     }
 }
@@ -300,7 +301,7 @@ struct Stop {
 /// Waits for either socket (or, while a half is `busy`, only looks
 /// without waiting, so that the waiting half learns what became ready),
 /// and tells the halves what became ready. `moved`: this round moved
-/// bytes (for `--yield-before-poll`). `lines`: the access log's interim
+/// bytes (for `yield_before_poll`). `lines`: the access log's interim
 /// lines, told while waiting. `Err`: the silence allowed passed, or
 /// `poll` failed.
 #[inline]
@@ -308,7 +309,7 @@ fn look(
     conduits: &mut Conduits,
     [up, down]: [&mut Half; 2],
     [client, backend]: [&TcpStream; 2],
-    limits: &Limits,
+    limits: &mut Limits,
     (busy, moved): (bool, bool),
     lines: Option<(&mut interim::Interim, &Transfer)>,
 ) -> Result<(), Stop> {
@@ -325,19 +326,29 @@ fn look(
         watch(client, interest(up, down)),
         watch(backend, interest(down, up)),
     ];
-    let ready = if busy {
-        poll(&mut fds, 0)
+    // After moved bytes, the answer may come while the CPU is given away
+    // once (`yield_before_poll`, the connection's `Yielder` decides).
+    let answered = if moved && !busy {
+        limits.yielder.first(&mut fds)
     } else {
-        let how = WaitFor {
-            timeout_ms,
-            release_ms: limits.release_ms,
-            idle: !up.pending() && !down.pending(),
-            yield_first: limits.yield_before_poll && moved,
-        };
-        match lines {
-            None => wait(&mut fds, conduits, how),
-            Some((lines, transfer)) => interim::wait_for(&mut fds, conduits, how, lines, transfer),
+        Ok(0)
+    };
+    let ready = match answered {
+        Ok(0) if busy => poll(&mut fds, 0),
+        Ok(0) => {
+            let how = WaitFor {
+                timeout_ms,
+                release_ms: limits.release_ms,
+                idle: !up.pending() && !down.pending(),
+            };
+            match lines {
+                None => wait(&mut fds, conduits, how),
+                Some((lines, transfer)) => {
+                    interim::wait_for(&mut fds, conduits, how, lines, transfer)
+                }
+            }
         }
+        answered => answered,
     };
     match ready {
         // A signal: a hand-over may ask for this connection (see `carry`).

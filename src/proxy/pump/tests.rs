@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::test_support::pair;
+use crate::units::Switch;
 
 /// Pump options with this idle timeout (and the same fin timeout).
 fn options(idle_ms: u64) -> PumpOptions {
     PumpOptions {
         idle_timeout: Duration::from_millis(idle_ms),
         fin_timeout: Duration::from_millis(idle_ms),
-        yield_before_poll: false,
+        yield_before_poll: Switch::Off,
         up_rate: None,
         down_rate: None,
         promote: false,
@@ -113,13 +114,13 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 /// Sends `up` from the client and `down` from the backend at the same
 /// time through a pump, and returns what each side received.
 fn through_pump(splice: bool, up: &[u8], down: &[u8]) -> (Vec<u8>, Vec<u8>, Transfer) {
-    through_pump_with(splice, false, up, down)
+    through_pump_with(splice, Switch::Off, up, down)
 }
 
-/// [`through_pump`], with or without `--yield-before-poll`.
+/// [`through_pump`], with `yield_before_poll` as given.
 fn through_pump_with(
     splice: bool,
-    yield_first: bool,
+    yield_first: Switch,
     up: &[u8],
     down: &[u8],
 ) -> (Vec<u8>, Vec<u8>, Transfer) {
@@ -214,8 +215,12 @@ fn yield_before_poll_moves_the_same_bytes() {
     // sleeps, never what it moves: 1 MiB each way, both pumps.
     let up = pattern(1 << 20, 3);
     let down = pattern(1 << 20, 4);
-    for splice in [false, true] {
-        let (at_backend, at_client, transfer) = through_pump_with(splice, true, &up, &down);
+    for (splice, mode) in [
+        (false, Switch::On),
+        (false, Switch::Auto),
+        (true, Switch::On),
+    ] {
+        let (at_backend, at_client, transfer) = through_pump_with(splice, mode, &up, &down);
         assert!(at_backend == up, "splice={splice}: client->backend differs");
         assert!(
             at_client == down,
@@ -341,7 +346,7 @@ fn the_fin_timeout_closes_a_half_closed_connection() {
     let options = PumpOptions {
         idle_timeout: Duration::from_secs(30),
         fin_timeout: Duration::from_millis(200),
-        yield_before_poll: false,
+        yield_before_poll: Switch::Off,
         up_rate: None,
         down_rate: None,
         promote: false,
