@@ -676,7 +676,7 @@ mod tests {
         };
         let message = refused.to_string();
         assert!(
-            message.contains("'sometimes' is not off, on or auto"),
+            message.contains("'sometimes': use off, on or auto"),
             "{message}"
         );
     }

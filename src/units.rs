@@ -241,7 +241,7 @@ impl std::str::FromStr for Switch {
             "off" | "false" => Ok(Switch::Off),
             "on" | "true" => Ok(Switch::On),
             "auto" => Ok(Switch::Auto),
-            _ => Err(format!("'{text}' is not off, on or auto")),
+            _ => Err(format!("'{text}': use off, on or auto")),
         }
     }
 }

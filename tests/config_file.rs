@@ -341,6 +341,61 @@ fn check(text: &str, flags: &[&str]) -> (Ended, TempFile) {
     (out, file)
 }
 
+/// `yield_before_poll` is `auto` unless a file or the flag says otherwise:
+/// the three words and the old `true`/`false` read back, the flag wins,
+/// and any other value is one line naming the key, exit 2.
+#[test]
+fn yield_before_poll_reads_its_three_words_and_refuses_others() {
+    let shown = |text: &str, flags: &[&str]| {
+        let (out, _file) = check(text, flags);
+        assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("yield_before_poll "));
+        line.expect("a yield_before_poll line").to_string()
+    };
+    let plain = r#"{"backends": ["127.0.0.1:8001"]}"#;
+    assert_eq!(shown(plain, &[]), "yield_before_poll = auto");
+    assert_eq!(
+        shown(plain, &["--yield-before-poll"]),
+        "yield_before_poll = on"
+    );
+    for (value, word) in [
+        ("\"off\"", "off"),
+        ("\"on\"", "on"),
+        ("\"auto\"", "auto"),
+        ("false", "off"),
+        ("true", "on"),
+    ] {
+        let file = format!(r#"{{"backends": ["127.0.0.1:8001"], "yield_before_poll": {value}}}"#);
+        assert_eq!(shown(&file, &[]), format!("yield_before_poll = {word}"));
+        let flag = format!("--yield-before-poll={word}");
+        assert_eq!(
+            shown(plain, &[&flag]),
+            format!("yield_before_poll = {word}")
+        );
+    }
+    let off = r#"{"backends": ["127.0.0.1:8001"], "yield_before_poll": "off"}"#;
+    assert_eq!(
+        shown(off, &["--yield-before-poll=auto"]),
+        "yield_before_poll = auto"
+    );
+    for bad in ["\"sometimes\"", "1", "\"\"", "[]"] {
+        let file = format!(r#"{{"backends": ["127.0.0.1:8001"], "yield_before_poll": {bad}}}"#);
+        let line = refused(&file);
+        assert!(line.contains("`yield_before_poll`"), "{line}");
+        assert!(line.contains("auto"), "the words are named: {line}");
+    }
+    let (out, _file) = check(plain, &["--yield-before-poll=maybe"]);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("'maybe': use off, on or auto"),
+        "{}",
+        out.stderr
+    );
+}
+
 /// One backend written twice, under the same or another spelling that
 /// reaches the same address, is refused naming both spellings and the
 /// weight that gives a larger share.
