@@ -658,18 +658,18 @@ mod tests {
     }
 
     #[test]
-    fn splice_is_off_and_the_yield_auto_by_default() {
+    fn splice_and_yield_are_off_by_default() {
         let off = Cli::try_parse_from(["rodizio"]).unwrap();
         let c = off.balancer.to_config().unwrap();
         assert!(!c.proxy.splice);
-        assert_eq!(c.proxy.yield_before_poll, Switch::Auto);
+        assert_eq!(c.proxy.yield_before_poll, Switch::Off);
         let on = Cli::try_parse_from(["rodizio", "--splice", "--yield-before-poll"]).unwrap();
         let c = on.balancer.to_config().unwrap();
         assert!(c.proxy.splice);
         assert_eq!(c.proxy.yield_before_poll, Switch::On);
-        let never = Cli::try_parse_from(["rodizio", "--yield-before-poll=off"]).unwrap();
-        let c = never.balancer.to_config().unwrap();
-        assert_eq!(c.proxy.yield_before_poll, Switch::Off);
+        let auto = Cli::try_parse_from(["rodizio", "--yield-before-poll=auto"]).unwrap();
+        let c = auto.balancer.to_config().unwrap();
+        assert_eq!(c.proxy.yield_before_poll, Switch::Auto);
         let bad = Cli::try_parse_from(["rodizio", "--yield-before-poll=sometimes"]);
         let Err(refused) = bad else {
             panic!("--yield-before-poll=sometimes was taken")

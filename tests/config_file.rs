@@ -341,7 +341,7 @@ fn check(text: &str, flags: &[&str]) -> (Ended, TempFile) {
     (out, file)
 }
 
-/// `yield_before_poll` is `auto` unless a file or the flag says otherwise:
+/// `yield_before_poll` is `off` unless a file or the flag says otherwise:
 /// the three words and the old `true`/`false` read back, the flag wins,
 /// and any other value is one line naming the key, exit 2.
 #[test]
@@ -356,7 +356,7 @@ fn yield_before_poll_reads_its_three_words_and_refuses_others() {
         line.expect("a yield_before_poll line").to_string()
     };
     let plain = r#"{"backends": ["127.0.0.1:8001"]}"#;
-    assert_eq!(shown(plain, &[]), "yield_before_poll = auto");
+    assert_eq!(shown(plain, &[]), "yield_before_poll = off");
     assert_eq!(
         shown(plain, &["--yield-before-poll"]),
         "yield_before_poll = on"

@@ -162,9 +162,9 @@ macro_rules! settings_table {
         /// After moving bytes, give the CPU away once (sched_yield) and check
         /// again without waiting before sleeping in poll(2): the peer often
         /// answers meanwhile, and the worker is spared a sleep and a wake-up.
-        /// auto (the default): on each connection while it pays (the answer
-        /// is there after most yields, and the CPU comes back within 1 ms);
-        /// on (the bare flag): after every round that moved bytes; off.
+        /// off (the default), on (the bare flag: after every round that moved
+        /// bytes), or auto (on each connection while the answers come). It
+        /// pays only where the peer shares the scheduler's group (docs).
         yield_before_poll: Switch, "yield-before-poll", Service, set(proxy.yield_before_poll), live,
             file OnOffAuto => take,
             flag Option<Switch> [value_name = "WHEN", num_args = 0..=1,

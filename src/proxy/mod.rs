@@ -165,8 +165,8 @@ pub struct ProxyConfig {
     /// (`splice`). Default off: the article's pump copies through a buffer.
     pub splice: bool,
     /// Yield once before a wait that follows moved bytes
-    /// (`yield_before_poll`): `Auto` (the default) while it pays on the
-    /// connection, `On` before every such wait, `Off` never.
+    /// (`yield_before_poll`): `Off` (the default) never, `Auto` while it
+    /// pays on the connection, `On` before every such wait.
     pub yield_before_poll: crate::units::Switch,
     /// Longest a client may wait in the queue for a free worker
     /// (`queue_timeout`, HAProxy's `timeout queue`); one that waited longer
@@ -277,7 +277,7 @@ impl Default for ProxyConfig {
             connect_retry_budget: None,
             idle_timeout: Duration::from_secs(600),
             splice: false,
-            yield_before_poll: crate::units::Switch::Auto,
+            yield_before_poll: crate::units::Switch::Off,
             queue_timeout: DEFAULT_QUEUE_TIMEOUT,
             max_queue: DEFAULT_MAX_QUEUE,
             client_first_byte_timeout: None,
@@ -566,10 +566,10 @@ mod tests {
     use std::net::TcpListener;
 
     #[test]
-    fn the_fast_paths_are_off_by_default_and_the_yield_decides_itself() {
+    fn the_fast_paths_are_off_by_default() {
         let c = ProxyConfig::default();
         assert!(!c.splice);
-        assert_eq!(c.yield_before_poll, crate::units::Switch::Auto);
+        assert_eq!(c.yield_before_poll, crate::units::Switch::Off);
         assert_eq!(c.buffer_size, 4096);
     }
 

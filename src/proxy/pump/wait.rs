@@ -42,7 +42,13 @@ const PROBE_EVERY: u16 = 128;
 /// waits behind every thread ready to run (1.6 ms on average, measured with
 /// 100 keep-alive clients on 2 cores, and the answer was there after 96 %
 /// of them), and that wait is what spares the sleeps and the wake-ups.
-/// `On` yields before every such wait, `Off` never.
+/// `On` yields before every such wait, `Off` (the default) never.
+///
+/// The yield gives the CPU only to threads of the same scheduling group:
+/// with the kernel's autogroups (a group per session) or cgroups, a peer
+/// started apart (a service of its own, a container) does not run during
+/// it, and the gain seen with the peer in the same group does not come
+/// (docs/moving-bytes.md). Hence `Off` by default.
 pub(super) struct Yielder {
     mode: Switch,
     credit: u8,
