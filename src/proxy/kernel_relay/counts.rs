@@ -109,6 +109,19 @@ pub(super) struct Way {
 }
 
 impl Way {
+    /// Way `i` (from socket `i` to socket `1 - i`) as it starts from both
+    /// sockets' counters taken at rest ([`at_rest`]) with the bytes each
+    /// holds unread: those are still to be relayed, so they are not in
+    /// the base.
+    pub(super) fn at_rest(i: usize, counts: &[Counts; 2], unread: &[u64; 2]) -> Way {
+        let data_in = counts[i].data_in();
+        Way {
+            in_base: data_in - unread[i].min(data_in),
+            out_base: counts[1 - i].handed(),
+            ..Way::default()
+        }
+    }
+
     pub(super) fn taken(&self, src: &Counts) -> u64 {
         src.data_in().saturating_sub(self.in_base)
     }

@@ -79,10 +79,8 @@ impl<'a> Link<'a> {
         }
         for i in 0..2 {
             self.cookies[i] = cookie(self.sockets[i])?;
-            // Way i goes from socket i to socket 1 - i. Bytes received but
-            // not yet read are still to be relayed: the program takes them.
-            self.ways[i].in_base = counts[i].data_in() - unread[i].min(counts[i].data_in());
-            self.ways[i].out_base = counts[1 - i].handed();
+            // Bytes received but not yet read: the program takes them.
+            self.ways[i] = Way::at_rest(i, &counts, &unread);
         }
         for i in 0..2 {
             map_update(&self.kernel.moved, self.cookies[i], 0)?;

@@ -377,13 +377,7 @@ impl Bases {
     #[cfg(test)]
     pub fn now(sockets: [&TcpStream; 2]) -> Bases {
         let (counts, unread) = counts::at_rest(sockets).unwrap().expect("at rest");
-        Bases([0, 1].map(|i| {
-            Some(counts::Way {
-                in_base: counts[i].data_in() - unread[i],
-                out_base: counts[1 - i].handed(),
-                ..Default::default()
-            })
-        }))
+        Bases([0, 1].map(|i| Some(counts::Way::at_rest(i, &counts, &unread))))
     }
 
     /// Whether direction `i` (0: client to backend) handed its
