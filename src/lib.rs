@@ -84,7 +84,7 @@
 //! built-in demo HTTP backend).
 //!
 //! **Leaves**, which import no module above them: `error` ([`Error`]),
-//! `units` (durations and sizes as people write them), `stats` (one table
+//! `units` (durations, sizes and off/on/auto switches as people write them), `stats` (one table
 //! of counters), `tally` (a backend's peak and errors by kind), `throttle`
 //! (a log line at most once a second), `reply` (the 429/502/503 replies),
 //! `poll` (`poll(2)` waits), `dial` (one bounded TCP connect), `system`

@@ -1,5 +1,6 @@
 //! How the pump waits: what each socket is polled for, the `poll(2)` call,
-//! and what its answer tells each direction.
+//! what its answer tells each direction, and whether to give the CPU away
+//! once before it (`yield_before_poll`: [`Yielder`], one per connection).
 //!
 //! # Threads
 //!
@@ -17,6 +18,10 @@ use super::half::Half;
 use crate::poll::poll_once as poll;
 use crate::proxy::conduit::Conduits;
 use crate::units::Switch;
+
+/// The credit a connection starts with: its first two rounds that moved
+/// bytes yield whatever the peer turns out to be.
+const FIRST_CREDIT: u8 = 2;
 
 /// Most credit a connection's yields gather: after this many answers in a
 /// row, as many empty looks in a row stop the yields.
@@ -59,7 +64,7 @@ impl Yielder {
     pub(super) fn new(mode: Switch) -> Yielder {
         Yielder {
             mode,
-            credit: 2,
+            credit: FIRST_CREDIT,
             rounds: 0,
         }
     }
@@ -257,6 +262,6 @@ mod tests {
         // `On` learns like `Auto` but never stops: its credit ran out
         // long ago. `Off` never yielded, so it learned nothing.
         assert_eq!(on.credit, 0);
-        assert_eq!(off.credit, 2);
+        assert_eq!(off.credit, FIRST_CREDIT);
     }
 }
