@@ -48,3 +48,4 @@ mod tls;
 mod tools;
 mod upgrade;
 mod upgrade_carry;
+mod yields;

@@ -4,8 +4,8 @@
 //! (not an end of stream that a reader to the end takes for complete
 //! data), each clean end stays clean and whole, every connection is
 //! counted by how it ended, and the balancer serves on. With the copy
-//! pump and the splice pump (the kernel relay's attacks are in
-//! `kernel_relay`).
+//! pump, the splice pump, and the copy pump with `yield_before_poll` `on`
+//! and `auto` (the kernel relay's attacks are in `kernel_relay`).
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use rodizio::units::Switch;
 use socket2::SockRef;
 
 use crate::common::{connect, echo_through, wait_for, TestBackend, TestBalancer};
@@ -117,13 +118,20 @@ fn one(addr: std::net::SocketAddr, kind: Kind, n: usize) -> Option<(u64, Result<
 fn resets_mid_way_under_many_connections_reach_the_other_side_as_resets() {
     let (tx, uploads) = crossbeam_channel::unbounded();
     let backend = backend(tx);
-    for splice in [false, true] {
+    let pumps = [
+        (false, Switch::Off),
+        (true, Switch::Off),
+        (false, Switch::On),
+        (false, Switch::Auto),
+    ];
+    for (splice, yields) in pumps {
         // The pumps named, whatever RODIZIO_TEST_KERNEL_RELAY says: on the
         // kernel path a reset that races the hand-over may still end as an
         // ordinary close (docs/moving-bytes.md, the kernel relay's known
         // limits; its own attacks are in `kernel_relay`).
         let lb = TestBalancer::with(&[backend.addr()], |c| {
             c.proxy.splice = splice;
+            c.proxy.yield_before_poll = yields;
             c.proxy.kernel_relay = rodizio::proxy::KernelRelay::Off;
         });
         let threads: Vec<_> = (0..THREADS)
@@ -159,14 +167,18 @@ fn resets_mid_way_under_many_connections_reach_the_other_side_as_resets() {
                 let s = lb.stats.snapshot();
                 s.completed == (THREADS * EACH) as u64 && s.active == 0
             }),
-            "splice={splice}: {:?}",
+            "splice={splice} yields={yields:?}: {:?}",
             lb.stats.snapshot()
         );
         let snap = lb.stats.snapshot();
         // A clean end stays clean, and whole.
         for (kind, n, end) in &seen {
             if *kind == Kind::Clean {
-                assert_eq!(end, &Some((*n as u64, Ok(false))), "splice={splice}");
+                assert_eq!(
+                    end,
+                    &Some((*n as u64, Ok(false))),
+                    "splice={splice} yields={yields:?}"
+                );
             }
         }
         // Each reset reaches the other peer as a reset (at most one in
@@ -180,11 +192,11 @@ fn resets_mid_way_under_many_connections_reach_the_other_side_as_resets() {
         let client_resets_seen = ups_seen.iter().filter(|(_, end)| end == &Ok(true)).count();
         assert!(
             backend_resets_seen * 20 >= resets * 19,
-            "splice={splice}: {backend_resets_seen} of {resets} clients saw the backend's reset"
+            "splice={splice} yields={yields:?}: {backend_resets_seen} of {resets} clients saw the backend's reset"
         );
         assert!(
             client_resets_seen * 20 >= ups * 19,
-            "splice={splice}: {client_resets_seen} of {ups} uploads ended in a reset: {ups_seen:?}"
+            "splice={splice} yields={yields:?}: {client_resets_seen} of {ups} uploads ended in a reset: {ups_seen:?}"
         );
         assert_eq!(snap.ended_backend_reset, resets as u64, "{snap:?}");
         assert_eq!(snap.ended_client_reset, ups as u64, "{snap:?}");
