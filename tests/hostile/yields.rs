@@ -16,11 +16,11 @@ use rodizio::units::Switch;
 use crate::common::{connect, echo, wait_for, TestBackend, TestBalancer};
 
 /// Clients at once, and the one-byte exchanges each makes.
-const CLIENTS: usize = 12;
-const EXCHANGES: usize = 60;
+const CLIENTS: usize = 8;
+const EXCHANGES: usize = 40;
 
 /// The upload each client writes in pieces, then reads back.
-const UPLOAD: usize = 48 * 1024;
+const UPLOAD: usize = 32 * 1024;
 
 /// A backend that waits a little before each answer: a peer whose reply
 /// is never there when the worker looks right after its yield.
