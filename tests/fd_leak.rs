@@ -26,11 +26,13 @@ fn no_descriptor_left_after_a_batch_and_a_stop() {
     // The kernel relay's program and maps, when a pass turns it on: loaded
     // once per process and kept, as in the balancer.
     common::kernel_relay_after_from_env();
+    // A refused port, held (one descriptor) for the life of the process.
+    let dead = closed_port();
     let before = open_fds();
     {
         let echo = TestBackend::echo();
         let other = TestBackend::echo();
-        let mut cfg = config(&[echo.addr(), closed_port(), other.addr()]);
+        let mut cfg = config(&[echo.addr(), dead, other.addr()]);
         cfg.proxy.connect_timeout = Duration::from_millis(500);
         let lb = TestBalancer::start(cfg);
         // The closed port's first three turns fail over; the third failure

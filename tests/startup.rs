@@ -11,7 +11,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
 use child::BIN;
-use common::{closed_port, connect, wait_for, TestBackend};
+use common::{connect, wait_for, TestBackend};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -102,14 +102,14 @@ impl Drop for Running {
     }
 }
 
-/// `rodizio -l 127.0.0.1:PORT ARGS` on a free port, standard output
-/// closed at once (as `| head -0` would); returns it once it accepts.
+/// `rodizio -l 127.0.0.1:0 ARGS`, standard output closed at once (as
+/// `| head -0` would); returns it once it listens, with the address its own
+/// socket has (read from `/proc`: the listening line went nowhere, and a
+/// port chosen beforehand could be taken by another test's listener).
 fn start_on_free_port(args: &[&str], env: &[(&str, &str)]) -> (Running, std::net::SocketAddr) {
-    let addr = closed_port();
-    let listen = addr.to_string();
     let mut command = Command::new(BIN);
     command
-        .args(["--allow-root", "-l", &listen])
+        .args(["--allow-root", "-l", "127.0.0.1:0"])
         .args(args)
         .stdout(Stdio::piped());
     for (k, v) in env {
@@ -117,12 +117,17 @@ fn start_on_free_port(args: &[&str], env: &[(&str, &str)]) -> (Running, std::net
     }
     let mut running = Running::spawn(command);
     drop(running.child.stdout.take());
+    let pid = running.child.id();
+    let mut addr = None;
     assert!(
-        wait_for(WAIT, || std::net::TcpStream::connect(addr).is_ok()),
+        wait_for(WAIT, || {
+            addr = child::listening_sockets(pid).first().copied();
+            addr.is_some()
+        }),
         "not listening; stderr: {}",
         running.stderr()
     );
-    (running, addr)
+    (running, addr.unwrap())
 }
 
 /// A worker stack the system cannot give (900 MiB under a 600 MiB address
@@ -295,13 +300,13 @@ fn a_drain_that_cut_connections_exits_3() {
 /// The backend role does not claim to drain: it stops.
 #[test]
 fn the_backend_role_stops_without_claiming_a_drain() {
-    let addr = closed_port().to_string();
     let mut command = Command::new(BIN);
     command
-        .args(["backend", "--listen", &addr])
+        .args(["backend", "--listen", "127.0.0.1:0"])
         .stdout(Stdio::null());
     let mut running = Running::spawn(command);
-    assert!(wait_for(WAIT, || std::net::TcpStream::connect(&addr).is_ok()));
+    let pid = running.child.id();
+    assert!(wait_for(WAIT, || !child::listening_sockets(pid).is_empty()));
     running.signal(libc::SIGTERM);
     let status = running.wait_exit();
     assert_eq!(status.code(), Some(0), "{status:?}: {}", running.stderr());
@@ -368,10 +373,9 @@ fn balancer_flags_after_demo_get_a_hint() {
 #[test]
 fn an_access_log_on_stdout_keeps_stdout_pure() {
     let backend = TestBackend::echo();
-    let addr = closed_port();
     let mut command = Command::new(BIN);
     command
-        .args(["--allow-root", "-l", &addr.to_string()])
+        .args(["--allow-root", "-l", "127.0.0.1:0"])
         .args(["-b", &backend.addr().to_string(), "--access-log", "json"])
         .stdout(Stdio::piped());
     let mut running = Running::spawn(command);
@@ -383,11 +387,10 @@ fn an_access_log_on_stdout_keeps_stdout_pure() {
         "{}",
         running.stderr()
     );
-    assert!(
-        running.stderr().contains(&format!(
-            "Load balancer listening on port {} ({addr})",
-            addr.port()
-        )),
+    let addr = child::listening_addr(&running.stderr()).unwrap();
+    assert_eq!(
+        child::listening_sockets(running.child.id()),
+        [addr],
         "{}",
         running.stderr()
     );

@@ -309,6 +309,14 @@ impl Child {
         all
     }
 
+    /// The loopback addresses its own sockets listen on now, read from
+    /// `/proc` (its descriptors' socket inodes against the TCP table), so a
+    /// test that closed its standard output still learns where it listens,
+    /// and never mistakes another process's listener for it.
+    pub fn listening_now(&self) -> Vec<SocketAddr> {
+        listening_sockets(self.pid())
+    }
+
     /// Its threads now.
     pub fn threads(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/task", self.pid()))
@@ -531,4 +539,37 @@ pub fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Str
         Ok((status, body.to_string()))
     };
     attempt().unwrap_or_else(|e| (0, e.to_string()))
+}
+
+/// The IPv4 addresses process `pid`'s own sockets listen on now: the
+/// inodes of its descriptors' sockets, looked up in `/proc/PID/net/tcp`
+/// (state `0A`, listening). Empty when the process is gone.
+pub fn listening_sockets(pid: u32) -> Vec<SocketAddr> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let inodes: Vec<String> = fds
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|t| {
+            let t = t.display().to_string();
+            Some(t.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 || f[3] != "0A" || !inodes.iter().any(|i| i == f[9]) {
+                return None;
+            }
+            let (ip, port) = f[1].split_once(':')?;
+            let ip = u32::from_str_radix(ip, 16).ok()?;
+            let port = u16::from_str_radix(port, 16).ok()?;
+            // Printed as the in-memory (network order) word, read natively.
+            let ip = std::net::Ipv4Addr::from(ip.to_ne_bytes());
+            Some(SocketAddr::from((ip, port)))
+        })
+        .collect()
 }

@@ -195,11 +195,19 @@ pub fn backends(n: usize, make: impl Fn(usize) -> TestBackend) -> Vec<TestBacken
 }
 
 /// A port on loopback where nothing listens: connecting to it is refused
-/// at once.
+/// at once. The port stays taken for the life of the test process (a socket
+/// bound without `SO_REUSEADDR`, never listening), so no other test's
+/// listener can be given it and turn a dead backend alive.
 pub fn closed_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-    // `l` is dropped here, so the port is closed.
+    use socket2::{Domain, Socket, Type};
+    static HELD: Mutex<Vec<Socket>> = Mutex::new(Vec::new());
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    HELD.lock().unwrap().push(socket);
+    addr
 }
 
 /// Makes a loopback port that completes no handshake: a socket listening
