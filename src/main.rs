@@ -436,14 +436,27 @@ fn balance(
     note_access_log(&config);
     privileges::refuse_root(config.user.as_deref(), config.allow_root)?;
     rodizio::reload::keep_root_reader(file.as_ref().map(|f| f.path.as_path()), &flags, &config)?;
+    // Signals go to their thread before the port accepts anyone: a SIGTERM
+    // sent as soon as the port answers drains instead of killing. The
+    // prompt keeps the default (Ctrl-C ends it at once), so with a prompt
+    // they are taken after it.
+    let prompts = config.services.is_empty() && !config.names_backends();
+    let early = if prompts {
+        None
+    } else {
+        Some(prepare_process(shutdown)?)
+    };
     let listener = Balancer::listen(&config)?;
-    if config.services.is_empty() && !config.names_backends() {
+    if prompts {
         let stdin = io::stdin();
         config.backends = prompt::servers_entry(&mut stdin.lock(), &mut console())?;
         // Typed once: a reload keeps them, as it keeps the flags.
         flags.backends = Some(config.backends.clone());
     }
-    let signals = prepare_process(shutdown)?;
+    let signals = match early {
+        Some(signals) => signals,
+        None => prepare_process(shutdown)?,
+    };
     let admin = config.admin_listen;
     let mut balancer = Balancer::with_listener(config, listener)
         .map_err(|e| blame(admin_words(e, admin, &flags), file.as_ref(), &flags))?;
@@ -465,36 +478,13 @@ fn balance(
     {
         flags.trace_lang = Some(balancer.config().trace_lang);
     }
-    {
-        // With a file, a reload reads it again; without one, what runs
-        // stays, and the TLS files the flags name are read again.
-        let reloader = match file {
-            Some(file) => Reloader::new(file.path, flags, &balancer),
-            None => Reloader::flags_only(flags, &balancer),
-        };
-        // The admin API's `POST /reload` does what SIGHUP does.
-        let for_api = reloader.clone();
-        balancer.set_reload(std::sync::Arc::new(move || {
-            for_api
-                .reload()
-                .map(|report| report.summary)
-                .map_err(|err| err.to_string())
-        }));
-        let for_dry_run = reloader.clone();
-        balancer.set_dry_run(std::sync::Arc::new(move || {
-            for_dry_run
-                .dry_run()
-                .map(|report| rodizio::admin::DryRun {
-                    changes: report.changes,
-                    needs_restart: report.needs_restart,
-                })
-                .map_err(|err| err.to_string())
-        }));
-        // The reloader logs what it did, or why it refused.
-        signals.on_reload(move || {
-            let _ = reloader.reload();
-        });
-    }
+    // With a file, a reload reads it again; without one, what runs stays,
+    // and the TLS files the flags name are read again.
+    let reloader = match file {
+        Some(file) => Reloader::new(file.path, flags, &balancer),
+        None => Reloader::flags_only(flags, &balancer),
+    };
+    reloader.answer_for(&mut balancer, &signals);
     // Last: whoever waits for this line may signal at once (SIGHUP,
     // SIGUSR1), and finds every hook in place.
     say_listening(balancer.listening_line());

@@ -297,6 +297,40 @@ fn a_drain_that_cut_connections_exits_3() {
     assert_eq!(clean.wait_exit().code(), Some(0), "{}", clean.stderr());
 }
 
+/// A SIGTERM sent the moment the port listens (seen in `/proc`, polled
+/// without a pause) drains and exits 0: the signals are taken by their
+/// thread before the port is opened, never left to their default, which
+/// would kill the process (no exit code).
+#[test]
+fn a_sigterm_as_soon_as_the_port_listens_exits_0() {
+    let backend = TestBackend::echo();
+    for round in 0..20 {
+        let mut command = Command::new(BIN);
+        command
+            .args(["--allow-root", "-l", "127.0.0.1:0"])
+            .args(["-b", &backend.addr().to_string()])
+            .stdout(Stdio::null());
+        let mut running = Running::spawn(command);
+        let pid = running.child.id();
+        let deadline = std::time::Instant::now() + WAIT;
+        while child::listening_sockets(pid).is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: not listening"
+            );
+            std::thread::yield_now();
+        }
+        running.signal(libc::SIGTERM);
+        let status = running.wait_exit();
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "round {round}: {status:?}: {}",
+            running.stderr()
+        );
+    }
+}
+
 /// The backend role does not claim to drain: it stops.
 #[test]
 fn the_backend_role_stops_without_claiming_a_drain() {

@@ -18,7 +18,8 @@
 //! "ready" around each reload. No connection is cut; `docs/operations.md`
 //! (Reloading: SIGHUP) tells the whole story. `diff` is
 //! `check-config --diff OLD NEW`: two files compared in the same words.
-//! `flags_only` is the reload of a balancer started without a config
+//! `asked` makes one reloader answer SIGHUP and the admin API's
+//! reload and dry run. `flags_only` is the reload of a balancer started without a config
 //! file (its files read again). `root_reader` keeps, when root is given up, a process that reads the
 //! files of a reload with root's rights ([`keep_root_reader`]).
 //!
@@ -34,6 +35,7 @@
 //!
 //! No C counterpart: the C reads its backends once, at the prompt.
 
+mod asked;
 mod diff;
 mod flags_only;
 mod root_reader;
