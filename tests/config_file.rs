@@ -710,3 +710,32 @@ fn check_config_reads_every_file_the_settings_name() {
         );
     }
 }
+
+/// `null` for a key of the file or of a service is the key left out (the
+/// flag's value, else the default); inside a backend's object it is
+/// refused in one line naming the key, exit 2.
+#[test]
+fn null_is_a_key_left_out_except_in_a_backends_object() {
+    let line = |text: &str, flags: &[&str], key: &str| {
+        let (out, _file) = check(text, flags);
+        assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+        let wanted = format!("{key} = ");
+        let found = out.stdout.lines().find(|l| l.starts_with(&wanted));
+        found
+            .unwrap_or_else(|| panic!("no {key}: {}", out.stdout))
+            .to_string()
+    };
+    let nulls = r#"{"backends": ["127.0.0.1:8001"], "workers": null, "connect_timeout": null}"#;
+    let plain = r#"{"backends": ["127.0.0.1:8001"]}"#;
+    for key in ["workers", "connect_timeout"] {
+        assert_eq!(line(nulls, &[], key), line(plain, &[], key));
+    }
+    assert_eq!(line(nulls, &["--workers", "7"], "workers"), "workers = 7");
+    let service = r#"{"services": [{"name": "a", "listen": "127.0.0.1:0",
+        "backends": ["127.0.0.1:8001"], "algorithm": null}]}"#;
+    let (out, _file) = check(service, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let refusal = refused(r#"{"backends": [{"host": "127.0.0.1", "port": 8001, "weight": null}]}"#);
+    assert!(refusal.contains("`backends[0].weight`"), "{refusal}");
+    assert!(refusal.contains("null"), "{refusal}");
+}
