@@ -7,8 +7,9 @@
 //! backend alone (the "backend role": the same program as the balancer or as a
 //! server behind it).
 //!
-//! The balancer's flags come from the settings table (`config/settings.rs`):
-//! each line there gives a flag's help, type and clap attributes.
+//! The balancer's flags come from the settings table (`config/table.rs` and
+//! its `table_*.rs` parts, read by `config/settings.rs`): each line there
+//! gives a flag's help, type and clap attributes.
 //!
 //! No default is written here: each flag is optional, and `--help` shows
 //! the default from [`Config::default`]. Parsing runs once, on the main thread, before any
