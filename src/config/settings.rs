@@ -1,5 +1,7 @@
-//! The settings table: every setting declared once, in the spirit of
-//! `counters!` (`stats.rs`) and `algorithms!` (`scheduler/mod.rs`).
+//! What the settings table makes: every setting is declared once, in the
+//! spirit of `counters!` (`stats.rs`) and `algorithms!`
+//! (`scheduler/mod.rs`); the lines are in `table.rs` and its `table_*.rs`
+//! parts, and the macro that reads them is here.
 //!
 //! Each line gives the key (the config file's and [`Config::describe`]'s
 //! name, the field of [`Overrides`]), the flag, the type, whether it is
