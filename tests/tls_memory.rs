@@ -17,16 +17,6 @@ use tls_certs::{connect, Certs};
 
 const CONNS: usize = 200;
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap()
-}
-
 /// 200 TLS clients that each sent and got back a message, then went
 /// quiet: once idle, the process holds well under the 62 KiB (release
 /// build; more in this debug one) a connection kept when its handshake's
@@ -71,7 +61,7 @@ fn idle_tls_connections_give_back_their_buffers_and_handshake_stack() {
         });
         last
     };
-    let rss = || rss_kib(pid);
+    let rss = || child::proc_status(pid, "VmRSS");
     let before = settled(&rss);
     let mut held = Vec::new();
     for _ in 0..CONNS {

@@ -317,6 +317,11 @@ impl Child {
         listening_sockets(self.pid())
     }
 
+    /// Its resident memory now, in KiB (`VmRSS`).
+    pub fn rss_kib(&self) -> u64 {
+        proc_status(self.pid(), "VmRSS")
+    }
+
     /// Its threads now.
     pub fn threads(&self) -> usize {
         std::fs::read_dir(format!("/proc/{}/task", self.pid()))
@@ -572,4 +577,15 @@ pub fn listening_sockets(pid: u32) -> Vec<SocketAddr> {
             Some(SocketAddr::from((ip, port)))
         })
         .collect()
+}
+
+/// A number from `/proc/PID/status` (`VmRSS`, `Threads`: the first word
+/// after `KEY:`). Fails the test when the process is gone or has no such
+/// line.
+pub fn proc_status(pid: u32, key: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} for process {pid}: {text}"))
 }

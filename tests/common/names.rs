@@ -141,12 +141,7 @@ impl NamedBalancer {
 
     /// Resident memory of the child, in KiB (`VmRSS`).
     pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
+        self.child.rss_kib()
     }
 }
 

@@ -167,13 +167,6 @@ impl Drop for FakeEtcd {
     }
 }
 
-/// The resident memory of process `pid`, in kB.
-fn rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 /// The backends' addresses the balancer's admin API lists, sorted.
 fn names(lb: &Child) -> Vec<String> {
     let list = http_get(lb.admin(), "/backends").unwrap().body;
@@ -202,13 +195,13 @@ fn a_hostile_etcd_leaves_the_last_good_list() {
     let mut want = vec![fixed.addr().to_string(), good.addr().to_string()];
     want.sort();
     time_until(Duration::from_secs(10), || names(&lb) == want).expect("the good list");
-    let rss0 = rss_kb(lb.pid());
+    let rss0 = lb.rss_kib();
     let mut peak = rss0;
     for mode in [GARBAGE, SHORT, HUGE, ENDLESS, BAD_BASE64, MANY, BAD_EVENT] {
         fake.mode.store(mode, Ordering::SeqCst);
         let seen = fake.asked.load(Ordering::SeqCst);
         time_until(Duration::from_secs(20), || {
-            peak = peak.max(rss_kb(lb.pid()));
+            peak = peak.max(lb.rss_kib());
             fake.asked.load(Ordering::SeqCst) >= seen + 2
         })
         .unwrap_or_else(|| panic!("mode {mode}: the follower asked again"));

@@ -233,16 +233,6 @@ fn two_hundred_promoted_connections_reset_at_once() {
     });
 }
 
-/// Resident memory of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 /// After the promotion, a backend streams 1 GiB as fast as it can to a
 /// client that reads nothing: the kernel's queue toward the client passes
 /// the 4 MiB bound, the connection goes back to the copy pump (counted),
@@ -268,7 +258,7 @@ fn a_slow_reader_behind_a_fast_writer_after_the_promotion() {
         }))
     };
     let mut child = promoting(&backend);
-    let rss_before = rss_kib(child.pid());
+    let rss_before = child.rss_kib();
     let mut c = promoted_slow_reader(&child);
     go_past_the_bound(&child, &mut c);
     // Held back: the count stops growing, far below the total.
@@ -280,7 +270,7 @@ fn a_slow_reader_behind_a_fast_writer_after_the_promotion() {
         "{} MiB written: nothing held it back",
         held >> 20
     );
-    let grown = rss_kib(child.pid()).saturating_sub(rss_before);
+    let grown = child.rss_kib().saturating_sub(rss_before);
     assert!(grown < 32 * 1024, "the balancer grew by {grown} KiB");
     assert_eq!(read_checked(&mut c, |_| 7), TOTAL);
     assert!(child.alive(), "the balancer died: {}", child.log());

@@ -272,15 +272,6 @@ fn a_reset_mid_hello_ends_that_client_at_once() {
     lb.stop();
 }
 
-/// A line of `/proc/PID/status` (`Threads`, `VmRSS`) as a number.
-fn status(pid: u32, key: &str) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in {text}"))
-}
-
 /// The binary with `--server-names a.test --sni-timeout 300ms --workers
 /// 8`: 900 garbage clients and 100 silent ones, in waves of 100, are all
 /// closed (the silent ones by the timeout: 100 / 8 x 300 ms a wave at
@@ -316,7 +307,7 @@ fn a_thousand_bad_clients_hold_no_worker_and_the_binary_stays_bounded() {
                 s
             })
             .collect();
-        most_threads = most_threads.max(status(pid, "Threads"));
+        most_threads = most_threads.max(crate::child::proc_status(pid, "Threads"));
         for s in &mut clients {
             assert!(common::is_closed(s), "a bad client left open");
         }
@@ -324,7 +315,7 @@ fn a_thousand_bad_clients_hold_no_worker_and_the_binary_stays_bounded() {
     let took = started.elapsed();
     assert!(took < Duration::from_secs(60), "{took:?}");
     assert!(most_threads <= 8 + 8, "{most_threads} threads");
-    let rss_kib = status(pid, "VmRSS");
+    let rss_kib = crate::child::proc_status(pid, "VmRSS");
     eprintln!("1000 bad clients: {took:?}, at most {most_threads} threads, {rss_kib} KiB resident");
     assert!(rss_kib < 64 * 1024, "{rss_kib} KiB resident");
     assert!(echoed(child.addr, &hello(0)), "{}", child.log());
