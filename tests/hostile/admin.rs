@@ -12,7 +12,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use crate::peers::{free_ports, loopback};
 use rodizio::admin::{BODY_DEADLINE, HEAD_DEADLINE, IDLE_TIMEOUT, MAX_BODY, MAX_CONNECTIONS};
 use rodizio::Config;
 
@@ -60,8 +59,8 @@ fn answered_within(admin: SocketAddr, limit: Duration) -> Option<Duration> {
     time_until(limit, || get(admin, "/backends") == Some(200))
 }
 
-/// The balancer binary, a child with its admin API, on ports chosen here;
-/// killed on drop.
+/// The balancer binary, a child with its admin API, both on port 0 (their
+/// addresses read from what it prints); killed on drop.
 struct Rodizio {
     child: Child,
     stderr: Collected,
@@ -71,34 +70,30 @@ struct Rodizio {
 
 impl Rodizio {
     fn start(backend: SocketAddr, extra: &[&str], nofile: Option<libc::rlim_t>) -> Rodizio {
-        let ports = free_ports(2);
-        let (addr, admin) = (loopback(ports[0]), loopback(ports[1]));
         let mut command = crate::child::command(&[
             "-l",
-            &addr.to_string(),
+            "127.0.0.1:0",
             "-b",
             &backend.to_string(),
             "--admin",
-            &admin.to_string(),
+            "127.0.0.1:0",
             "--allow-root",
         ]);
-        command.args(extra).env("RUST_LOG", "warn");
+        // Warnings, and the admin API's line with its address.
+        command
+            .args(extra)
+            .env("RUST_LOG", "warn,rodizio::admin=info");
         if let Some(n) = nofile {
             limit_in_child(&mut command, libc::RLIMIT_NOFILE, n);
         }
-        let child = Child::spawn(&mut command);
-        let me = Rodizio {
+        let child = Child::start(&mut command);
+        let admin = child.admin();
+        Rodizio {
             stderr: child.stderr.clone(),
-            child,
-            addr,
+            addr: child.addr,
             admin,
-        };
-        let up = wait_for(Duration::from_secs(20), || {
-            dial(admin, Duration::from_secs(1)).is_ok()
-                && dial(addr, Duration::from_secs(1)).is_ok()
-        });
-        assert!(up, "rodizio did not start: {}", me.stderr.text());
-        me
+            child,
+        }
     }
 
     fn alive(&mut self) -> bool {
