@@ -7,10 +7,10 @@ mod child;
 mod common;
 
 use std::io::{Read, Write};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use child::BIN;
+use child::{Child, BIN};
 use common::{connect, wait_for, TestBackend};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -43,89 +43,27 @@ fn assert_usage_error(out: &Output, wanted: &str) {
     assert!(err.contains(wanted), "{err}");
 }
 
-/// A running `rodizio`, killed on drop if still alive; its standard error
-/// is collected by a thread.
-struct Running {
-    child: Child,
-    stderr: common::Collected,
-}
-
-impl Running {
-    fn spawn(mut command: Command) -> Running {
-        let mut child = command
-            .stdin(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = common::collect(child.stderr.take().unwrap());
-        Running { child, stderr }
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.text()
-    }
-
-    fn signal(&self, signo: libc::c_int) {
-        // SAFETY: a signal to our own child, not yet waited for.
-        assert_eq!(
-            unsafe { libc::kill(self.child.id() as libc::pid_t, signo) },
-            0
-        );
-    }
-
-    fn wait_exit(&mut self) -> ExitStatus {
-        let mut status = None;
-        assert!(
-            wait_for(WAIT, || {
-                status = self.child.try_wait().unwrap();
-                status.is_some()
-            }),
-            "rodizio did not exit; stderr: {}",
-            self.stderr()
-        );
-        // Everything it wrote, read to the end: the test judges it next.
-        assert!(
-            self.stderr.wait_end(WAIT),
-            "its stderr did not end: {}",
-            self.stderr()
-        );
-        status.unwrap()
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// `rodizio -l 127.0.0.1:0 ARGS`, standard output closed at once (as
 /// `| head -0` would); returns it once it listens, with the address its own
 /// socket has (read from `/proc`: the listening line went nowhere, and a
 /// port chosen beforehand could be taken by another test's listener).
-fn start_on_free_port(args: &[&str], env: &[(&str, &str)]) -> (Running, std::net::SocketAddr) {
+fn start_on_free_port(args: &[&str], env: &[(&str, &str)]) -> (Child, std::net::SocketAddr) {
     let mut command = Command::new(BIN);
     command
         .args(["--allow-root", "-l", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::piped());
+        .args(args);
     for (k, v) in env {
         command.env(k, v);
     }
-    let mut running = Running::spawn(command);
-    drop(running.child.stdout.take());
-    let pid = running.child.id();
+    let running = Child::spawn_stdout_closed(&mut command);
     let mut addr = None;
     assert!(
         wait_for(WAIT, || {
-            addr = child::listening_sockets(pid).first().copied();
+            addr = child::listening_sockets(running.pid()).first().copied();
             addr.is_some()
         }),
         "not listening; stderr: {}",
-        running.stderr()
+        running.log()
     );
     (running, addr.unwrap())
 }
@@ -213,8 +151,8 @@ fn a_bad_log_filter_falls_back_to_info_and_a_closed_stdout_is_harmless() {
     s.read_exact(&mut b).unwrap();
     drop(s);
     running.signal(libc::SIGTERM);
-    assert_eq!(running.wait_exit().code(), Some(0));
-    let err = running.stderr();
+    assert_eq!(running.exited().code(), Some(0));
+    let err = running.log();
     assert!(err.contains("RUST_LOG=\"garbage\""), "{err}");
     assert!(err.contains("INFO"), "no info line: {err}");
     assert!(!err.contains("panicked"), "{err}");
@@ -225,15 +163,10 @@ fn a_bad_log_filter_falls_back_to_info_and_a_closed_stdout_is_harmless() {
 fn help_into_a_closed_pipe_does_not_panic() {
     for flag in ["--help", "--version"] {
         let mut command = Command::new(BIN);
-        command.arg(flag).stdout(Stdio::piped());
-        let mut running = Running::spawn(command);
-        drop(running.child.stdout.take());
-        assert_eq!(running.wait_exit().code(), Some(0), "{}", running.stderr());
-        assert!(
-            !running.stderr().contains("panicked"),
-            "{}",
-            running.stderr()
-        );
+        command.arg(flag);
+        let mut running = Child::spawn_stdout_closed(&mut command);
+        assert_eq!(running.exited().code(), Some(0), "{}", running.log());
+        assert!(!running.log().contains("panicked"), "{}", running.log());
     }
 }
 
@@ -255,20 +188,16 @@ fn a_second_sigterm_as_the_drain_ends_exits_0_or_143() {
         let mut b = [0u8];
         held.read_exact(&mut b).unwrap();
         running.signal(libc::SIGTERM);
-        assert!(wait_for(WAIT, || running.stderr().contains("draining")));
+        assert!(wait_for(WAIT, || running.log().contains("draining")));
         drop(held);
         running.signal(libc::SIGTERM);
-        let code = running.wait_exit().code();
+        let code = running.exited().code();
         assert!(
             matches!(code, Some(0) | Some(143)),
             "exit {code:?}: {}",
-            running.stderr()
+            running.log()
         );
-        assert!(
-            !running.stderr().contains("panicked"),
-            "{}",
-            running.stderr()
-        );
+        assert!(!running.log().contains("panicked"), "{}", running.log());
     }
 }
 
@@ -291,10 +220,10 @@ fn a_drain_that_cut_connections_exits_3() {
     let mut b = [0u8];
     held.read_exact(&mut b).unwrap();
     running.signal(libc::SIGTERM);
-    assert_eq!(running.wait_exit().code(), Some(3), "{}", running.stderr());
+    assert_eq!(running.exited().code(), Some(3), "{}", running.log());
     let (mut clean, _) = start_on_free_port(&["-b", &backend.addr().to_string()], &[]);
     clean.signal(libc::SIGTERM);
-    assert_eq!(clean.wait_exit().code(), Some(0), "{}", clean.stderr());
+    assert_eq!(clean.exited().code(), Some(0), "{}", clean.log());
 }
 
 /// A SIGTERM sent the moment the port listens (seen in `/proc`, polled
@@ -308,10 +237,9 @@ fn a_sigterm_as_soon_as_the_port_listens_exits_0() {
         let mut command = Command::new(BIN);
         command
             .args(["--allow-root", "-l", "127.0.0.1:0"])
-            .args(["-b", &backend.addr().to_string()])
-            .stdout(Stdio::null());
-        let mut running = Running::spawn(command);
-        let pid = running.child.id();
+            .args(["-b", &backend.addr().to_string()]);
+        let mut running = Child::spawn(&mut command);
+        let pid = running.pid();
         let deadline = std::time::Instant::now() + WAIT;
         while child::listening_sockets(pid).is_empty() {
             assert!(
@@ -321,12 +249,12 @@ fn a_sigterm_as_soon_as_the_port_listens_exits_0() {
             std::thread::yield_now();
         }
         running.signal(libc::SIGTERM);
-        let status = running.wait_exit();
+        let status = running.exited();
         assert_eq!(
             status.code(),
             Some(0),
             "round {round}: {status:?}: {}",
-            running.stderr()
+            running.log()
         );
     }
 }
@@ -335,16 +263,14 @@ fn a_sigterm_as_soon_as_the_port_listens_exits_0() {
 #[test]
 fn the_backend_role_stops_without_claiming_a_drain() {
     let mut command = Command::new(BIN);
-    command
-        .args(["backend", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::null());
-    let mut running = Running::spawn(command);
-    let pid = running.child.id();
+    command.args(["backend", "--listen", "127.0.0.1:0"]);
+    let mut running = Child::spawn(&mut command);
+    let pid = running.pid();
     assert!(wait_for(WAIT, || !child::listening_sockets(pid).is_empty()));
     running.signal(libc::SIGTERM);
-    let status = running.wait_exit();
-    assert_eq!(status.code(), Some(0), "{status:?}: {}", running.stderr());
-    let err = running.stderr();
+    let status = running.exited();
+    assert_eq!(status.code(), Some(0), "{status:?}: {}", running.log());
+    let err = running.log();
     assert!(!err.contains("draining"), "{err}");
     assert!(err.contains("stopping"), "{err}");
 }
@@ -408,25 +334,27 @@ fn balancer_flags_after_demo_get_a_hint() {
 fn an_access_log_on_stdout_keeps_stdout_pure() {
     let backend = TestBackend::echo();
     let mut command = Command::new(BIN);
-    command
-        .args(["--allow-root", "-l", "127.0.0.1:0"])
-        .args(["-b", &backend.addr().to_string(), "--access-log", "json"])
-        .stdout(Stdio::piped());
-    let mut running = Running::spawn(command);
-    let stdout = common::collect(running.child.stdout.take().unwrap());
+    command.args(["--allow-root", "-l", "127.0.0.1:0"]).args([
+        "-b",
+        &backend.addr().to_string(),
+        "--access-log",
+        "json",
+    ]);
+    let mut running = Child::spawn(&mut command);
+    let stdout = running.stdout.clone();
     assert!(
         wait_for(WAIT, || running
-            .stderr()
+            .log()
             .contains("Load balancer listening on port")),
         "{}",
-        running.stderr()
+        running.log()
     );
-    let addr = child::listening_addr(&running.stderr()).unwrap();
+    let addr = child::listening_addr(&running.log()).unwrap();
     assert_eq!(
-        child::listening_sockets(running.child.id()),
+        child::listening_sockets(running.pid()),
         [addr],
         "{}",
-        running.stderr()
+        running.log()
     );
     let mut client = connect(addr).unwrap();
     client.write_all(b"ping").unwrap();
@@ -438,7 +366,7 @@ fn an_access_log_on_stdout_keeps_stdout_pure() {
         "no access log line"
     );
     running.signal(libc::SIGTERM);
-    running.wait_exit();
+    running.exited();
     assert!(stdout.wait_end(WAIT));
     let text = stdout.text();
     for line in text.lines() {
@@ -492,7 +420,7 @@ fn sched_policy_batch_reaches_every_thread() {
             c.read_exact(&mut one).unwrap();
             held.push(c);
         }
-        let threads = thread_policies(running.child.id());
+        let threads = thread_policies(running.pid());
         let workers = threads
             .iter()
             .filter(|(n, _)| n.starts_with("rodizio-worker"))

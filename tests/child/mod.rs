@@ -1,8 +1,10 @@
 //! The rodizio binary as a child process, for every test that runs it:
 //! [`BIN`] and [`command`] (the binary with its pipes set); [`Child`],
-//! started and stopped by its PID, its address learned from what it
-//! prints (`-l 127.0.0.1:0`), its log read in order, and both of its
-//! outputs printed when the test that started it fails; [`run`],
+//! started (its standard output collected, or closed at once) and stopped
+//! by its PID, its address learned from what it prints (`-l 127.0.0.1:0`)
+//! or from `/proc` ([`listening_sockets`]), its log read in order, its
+//! memory and descriptors read, and both of its outputs printed when the
+//! test that started it fails; [`run`],
 //! [`run_within`], [`run_fed`] and [`output`], one-shot runs with a
 //! deadline; [`Scratch`], a directory of a test's own; and [`Rodizio`], a
 //! child with its admin API and plain HTTP/1.1 calls to it.
@@ -157,6 +159,26 @@ impl Child {
         Child::spawn_fed(command, Vec::new())
     }
 
+    /// Spawns `command` with its standard output closed at once (as `|
+    /// head -0` would): whatever it prints meets a closed pipe.
+    pub fn spawn_stdout_closed(command: &mut Command) -> Child {
+        let mut process = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rodizio");
+        drop(process.stdout.take());
+        let stderr = collect(process.stderr.take().unwrap());
+        Child {
+            process,
+            stdout: collect(std::io::empty()),
+            stderr,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            seen: 0,
+        }
+    }
+
     /// Spawns `command` with `input` on its standard input, written by a
     /// thread of the test and then closed (a failed write is fine: the
     /// child may exit before it reads it all).
@@ -265,6 +287,22 @@ impl Child {
             status = self.process.try_wait().ok().flatten();
             status.is_some()
         });
+        status
+    }
+
+    /// Waits (at most [`WAIT`]) for it to exit by itself, then for the end
+    /// of both outputs (the test judges them next); how it ended. Fails the
+    /// test with its output when it does not exit.
+    pub fn exited(&mut self) -> ExitStatus {
+        let status = self.wait_exit(WAIT);
+        let Some(status) = status else {
+            panic!("rodizio did not exit: {}", self.output());
+        };
+        assert!(
+            self.stdout.wait_end(WAIT) && self.stderr.wait_end(WAIT),
+            "its outputs did not end: {}",
+            self.output()
+        );
         status
     }
 
