@@ -561,7 +561,7 @@ fn in_short(err: &Error) -> String {
 
 /// The warning about settings a reload cannot change, in plain English:
 /// `reload: workers needs a restart to change; its running value stays`,
-/// `reload: listen, workers and mode need a restart ...`.
+/// `reload: backlog, workers and mode need a restart ...`.
 fn restart_warning<S: AsRef<str>>(keys: &[S]) -> String {
     let keys: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
     let list = match keys.as_slice() {
