@@ -2,10 +2,9 @@
 //! the defaults. clap lives here only: the settings types know nothing of it.
 //!
 //! `rodizio [FLAGS]` runs the balancer (asking for backends when no
-//! `--backend` is given); `rodizio [FLAGS] demo` runs it in front of
-//! built-in demo backends (three by default); `rodizio backend --listen ADDR` runs one demo
-//! backend alone (the "backend role": the same program as the balancer or as a
-//! server behind it).
+//! `--backend` is given); `rodizio [FLAGS] demo` runs it in front of demo
+//! backends (three by default); `rodizio backend --listen ADDR` runs one
+//! alone (the "backend role": the same program as a balancer or a server).
 //!
 //! The balancer's flags come from the settings table (`config/table.rs` and
 //! its `table_*.rs` parts, read by `config/settings.rs`): each line there
