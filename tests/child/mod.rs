@@ -162,39 +162,41 @@ impl Child {
     /// Spawns `command` with its standard output closed at once (as `|
     /// head -0` would): whatever it prints meets a closed pipe.
     pub fn spawn_stdout_closed(command: &mut Command) -> Child {
-        let mut process = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start rodizio");
-        drop(process.stdout.take());
-        let stderr = collect(process.stderr.take().unwrap());
-        Child {
-            process,
-            stdout: collect(std::io::empty()),
-            stderr,
-            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
-            seen: 0,
-        }
+        Child::spawned(command, None, false)
     }
 
     /// Spawns `command` with `input` on its standard input, written by a
     /// thread of the test and then closed (a failed write is fine: the
     /// child may exit before it reads it all).
     pub fn spawn_fed(command: &mut Command, input: Vec<u8>) -> Child {
+        Child::spawned(command, Some(input), true)
+    }
+
+    /// Spawns `command`: `input` fed to its standard input (`None`: none),
+    /// its standard output collected or closed at once, its log collected.
+    fn spawned(command: &mut Command, input: Option<Vec<u8>>, stdout: bool) -> Child {
         let mut process = command
-            .stdin(Stdio::piped())
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start rodizio");
-        if let Some(mut stdin) = process.stdin.take() {
+        if let (Some(mut stdin), Some(input)) = (process.stdin.take(), input) {
             std::thread::spawn(move || {
                 let _ = stdin.write_all(&input);
             });
         }
-        let stdout = collect(process.stdout.take().unwrap());
+        let out = process.stdout.take().unwrap();
+        let stdout = if stdout {
+            collect(out)
+        } else {
+            drop(out);
+            collect(std::io::empty())
+        };
         let stderr = collect(process.stderr.take().unwrap());
         Child {
             process,
