@@ -34,7 +34,6 @@ use crate::etcd::EtcdSource;
 use crate::health::CheckKind;
 use crate::kernel_sched::SchedPolicy;
 use crate::limiter::{FailurePolicy, Rate, RateLimitAlgorithm, RateLimitReply, MAX_MAX_CLIENTS};
-
 use crate::proxy_protocol::{CidrList, Version};
 use crate::scheduler::Algorithm;
 use crate::sni::ServerNames;

@@ -326,29 +326,32 @@ fn look(
         watch(client, interest(up, down)),
         watch(backend, interest(down, up)),
     ];
-    // After moved bytes, the answer may come while the CPU is given away
-    // once (`yield_before_poll`, the connection's `Yielder` decides).
-    let answered = if moved && !busy {
-        limits.yielder.first(&mut fds)
+    let ready = if busy {
+        poll(&mut fds, 0)
     } else {
-        Ok(0)
-    };
-    let ready = match answered {
-        Ok(0) if busy => poll(&mut fds, 0),
-        Ok(0) => {
-            let how = WaitFor {
-                timeout_ms,
-                release_ms: limits.release_ms,
-                idle: !up.pending() && !down.pending(),
-            };
-            match lines {
-                None => wait(&mut fds, conduits, how),
-                Some((lines, transfer)) => {
-                    interim::wait_for(&mut fds, conduits, how, lines, transfer)
+        // After moved bytes, the answer may come while the CPU is given
+        // away once (`yield_before_poll`: the connection's `Yielder` decides).
+        let answered = if moved {
+            limits.yielder.first(&mut fds)
+        } else {
+            Ok(0)
+        };
+        match answered {
+            Ok(0) => {
+                let how = WaitFor {
+                    timeout_ms,
+                    release_ms: limits.release_ms,
+                    idle: !up.pending() && !down.pending(),
+                };
+                match lines {
+                    None => wait(&mut fds, conduits, how),
+                    Some((lines, transfer)) => {
+                        interim::wait_for(&mut fds, conduits, how, lines, transfer)
+                    }
                 }
             }
+            answered => answered,
         }
-        answered => answered,
     };
     match ready {
         // A signal: a hand-over may ask for this connection (see `carry`).
