@@ -18,10 +18,7 @@ use socket2::SockRef;
 /// returns the counters then.
 fn ended(lb: &TestBalancer, n: u64) -> StatsSnapshot {
     assert!(
-        wait_for(Duration::from_secs(10), || {
-            let s = lb.stats.snapshot();
-            s.completed == n && s.active == 0
-        }),
+        lb.wait_ended(n, Duration::from_secs(10)),
         "{:?}",
         lb.stats.snapshot()
     );

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{connect, wait_for, TestBackend, TestBalancer};
+use common::{connect, TestBackend, TestBalancer};
 
 const REPLY: &[u8] = b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n";
 
@@ -64,10 +64,7 @@ fn an_early_reply_during_an_upload_reaches_the_client() {
         );
         assert!(started.elapsed() < Duration::from_secs(20));
         drop(client);
-        assert!(wait_for(Duration::from_secs(5), || {
-            let s = lb.stats.snapshot();
-            s.completed == 1 && s.active == 0
-        }));
+        assert!(lb.wait_ended(1, Duration::from_secs(5)));
         let s = lb.stats.snapshot();
         if !splice && common::kernel_relay_after_from_env() == Some(0) {
             // The known limit of the kernel relay from the start

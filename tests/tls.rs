@@ -178,10 +178,7 @@ fn a_backend_reset_reaches_a_tls_client_as_a_reset() {
     let resets = ends.iter().filter(|(_, end)| end == "reset").count();
     assert!(resets >= CLIENTS - 1, "{resets} of {CLIENTS}: {ends:?}");
     assert!(
-        wait_for(Duration::from_secs(10), || {
-            let s = b.stats.snapshot();
-            s.completed == CLIENTS as u64 && s.active == 0
-        }),
+        b.wait_ended(CLIENTS as u64, Duration::from_secs(10)),
         "{:?}",
         b.stats.snapshot()
     );

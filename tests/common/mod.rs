@@ -431,6 +431,15 @@ impl TestBalancer {
     pub fn wait_active(&self, n: u64, timeout: Duration) -> bool {
         wait_for(timeout, || self.stats.snapshot().active == n)
     }
+
+    /// Waits until `n` proxied connections have ended (`completed`) and
+    /// none is active, at most `timeout`.
+    pub fn wait_ended(&self, n: u64, timeout: Duration) -> bool {
+        wait_for(timeout, || {
+            let s = self.stats.snapshot();
+            s.completed == n && s.active == 0
+        })
+    }
 }
 
 impl Drop for TestBalancer {

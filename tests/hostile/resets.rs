@@ -16,7 +16,7 @@ use std::time::Duration;
 use rodizio::units::Switch;
 use socket2::SockRef;
 
-use crate::common::{connect, echo_through, wait_for, TestBackend, TestBalancer};
+use crate::common::{connect, echo_through, TestBackend, TestBalancer};
 
 /// Client threads at once, and connections each.
 const THREADS: usize = 16;
@@ -164,10 +164,7 @@ fn resets_mid_way_under_many_connections_reach_the_other_side_as_resets() {
             .map(|_| uploads.recv_timeout(Duration::from_secs(20)).unwrap())
             .collect();
         assert!(
-            wait_for(Duration::from_secs(20), || {
-                let s = lb.stats.snapshot();
-                s.completed == (THREADS * EACH) as u64 && s.active == 0
-            }),
+            lb.wait_ended((THREADS * EACH) as u64, Duration::from_secs(20)),
             "splice={splice} yields={yields:?}: {:?}",
             lb.stats.snapshot()
         );

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use rodizio::units::Switch;
 
-use crate::common::{connect, echo, wait_for, TestBackend, TestBalancer};
+use crate::common::{connect, echo, TestBackend, TestBalancer};
 
 /// Clients at once, and the one-byte exchanges each makes.
 const CLIENTS: usize = 8;
@@ -94,10 +94,7 @@ fn slow_and_partial_peers_get_every_byte_with_the_yields_on() {
                 c.join().unwrap();
             }
             assert!(
-                wait_for(Duration::from_secs(20), || {
-                    let s = lb.stats.snapshot();
-                    s.completed == CLIENTS as u64 && s.active == 0
-                }),
+                lb.wait_ended(CLIENTS as u64, Duration::from_secs(20)),
                 "yields={yields:?}: {:?}",
                 lb.stats.snapshot()
             );
