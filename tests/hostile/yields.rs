@@ -3,7 +3,9 @@
 //! pieces while its echo is read, a backend that answers late (the yields
 //! find nothing, and `auto` stops them), then a half-close. Every byte
 //! comes back in order, every end is clean, and each connection is
-//! counted as it ended. Resets mid-way with the yields on are in `resets`.
+//! counted as it ended. Then the binary with the yields on, out of
+//! descriptors and workers at once: every client served, every descriptor
+//! given back. Resets mid-way with the yields on are in `resets`.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -13,7 +15,8 @@ use std::time::Duration;
 
 use rodizio::units::Switch;
 
-use crate::common::{connect, echo, TestBackend, TestBalancer};
+use crate::child::Child;
+use crate::common::{connect, echo, limit_in_child, until, TestBackend, TestBalancer};
 
 /// Clients at once, and the one-byte exchanges each makes.
 const CLIENTS: usize = 8;
@@ -106,5 +109,61 @@ fn slow_and_partial_peers_get_every_byte_with_the_yields_on() {
             );
             lb.stop();
         }
+    }
+}
+
+/// The binary with the yields `on` and `auto`, 4 workers and 48 open files
+/// (a limit it cannot raise): 60 clients at once, each making 20 one-byte
+/// exchanges. Workers run out (the others wait in the queue, each holding
+/// a descriptor) and so do descriptors (the accept loop backs off); every
+/// client is served in the end, and once they are gone the process holds
+/// the descriptors it held before and is still up.
+#[test]
+fn out_of_descriptors_and_workers_with_the_yields_on_every_client_is_served() {
+    const MANY: usize = 60;
+    const EACH: usize = 20;
+    let backend = TestBackend::start(Arc::new(echo));
+    for yields in ["--yield-before-poll=on", "--yield-before-poll=auto"] {
+        let b = backend.addr().to_string();
+        let args = ["-b", &b, "--health-check", "off", "--workers", "4", yields];
+        let lb = Child::on_loopback(&args, |command| {
+            command.env("RUST_LOG", "warn");
+            limit_in_child(command, libc::RLIMIT_NOFILE, 48);
+        });
+        let mut first = connect(lb.addr).unwrap();
+        first.write_all(b"w").unwrap();
+        first.read_exact(&mut [0u8]).unwrap();
+        let baseline = lb.open_fds() - 2;
+        drop(first);
+        let clients: Vec<_> = (0..MANY)
+            .map(|seed| {
+                let addr = lb.addr;
+                thread::spawn(move || {
+                    let mut s = connect(addr).unwrap();
+                    for k in 0..EACH {
+                        let byte = [(seed * 7 + k) as u8];
+                        s.write_all(&byte).unwrap();
+                        let mut back = [0u8];
+                        s.read_exact(&mut back).unwrap();
+                        assert_eq!(back, byte, "client {seed}, exchange {k}");
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            c.join().unwrap();
+        }
+        assert!(
+            lb.log().contains("Too many open files"),
+            "{yields}: never out of descriptors: {}",
+            lb.log()
+        );
+        until("the descriptors given back", || lb.open_fds() <= baseline);
+        let mut last = connect(lb.addr).unwrap();
+        last.write_all(b"z").unwrap();
+        let mut back = [0u8];
+        last.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"z", "{yields}");
+        assert!(!lb.log().contains("panicked"), "{}", lb.log());
     }
 }
