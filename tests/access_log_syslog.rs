@@ -72,6 +72,11 @@ fn unix_socket_lines_with_a_template_and_a_line_at_connect() {
         c.access_log_at_connect = true;
     });
     echo(&lb, 777);
+    // The first connection's two lines are in before the second connects:
+    // its `end` comes after the client has its bytes, so a second client
+    // at once could put its `connect` line between them.
+    let first = rsyslog.lines_from("rodizio", 2);
+    assert_eq!(first.len(), 2, "{first:?}");
     echo(&lb, 778);
     let lines = rsyslog.lines_from("rodizio", 4);
     let msgs: Vec<&str> = lines
