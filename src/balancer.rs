@@ -39,7 +39,6 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::listener;
 use crate::pool::{self, Pool};
-use crate::proxy::KernelRelay;
 use crate::running::Running;
 use crate::scheduler::Scheduler;
 use crate::service::{ProcessWide, Service};
@@ -182,7 +181,7 @@ impl Balancer {
             .iter()
             .map(|c| c.proxy.kernel_relay)
             .collect();
-        if let Some(mode) = [KernelRelay::On, KernelRelay::Auto]
+        if let Some(mode) = [units::Switch::On, units::Switch::Auto]
             .into_iter()
             .find(|m| modes.contains(m))
         {

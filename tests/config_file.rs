@@ -312,7 +312,7 @@ fn the_example_file_passes_check_config() {
             .collect(),
         ..rodizio::Config::default()
     };
-    defaults.proxy.kernel_relay = rodizio::proxy::KernelRelay::Auto;
+    defaults.proxy.kernel_relay = rodizio::units::Switch::Auto;
     for (key, value) in defaults.describe() {
         let line = format!("{key} = {value}");
         assert!(out.stdout.lines().any(|l| l == line), "{line} missing");

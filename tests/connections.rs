@@ -388,7 +388,7 @@ fn each_balancer_lists_and_ends_only_its_own_connections() {
 fn a_connection_on_the_kernel_relay_is_listed_and_killable() {
     let backend = TestBackend::echo();
     let b = balancer(backend.addr(), |c| {
-        c.proxy.kernel_relay = rodizio::proxy::KernelRelay::On;
+        c.proxy.kernel_relay = rodizio::units::Switch::On;
         c.proxy.kernel_relay_after = 0;
     });
     let mut clients = open(b.addr, 2);

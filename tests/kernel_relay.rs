@@ -21,7 +21,7 @@ use common::{
     after_eof_reply, connect, echo_through, held_back, is_closed, read_checked, stream_out,
     test_data, wait_for, TestBackend, TestBalancer,
 };
-use rodizio::proxy::KernelRelay;
+use rodizio::units::Switch;
 use rodizio::Config;
 use socket2::SockRef;
 
@@ -31,7 +31,7 @@ const MIB: usize = 1024 * 1024;
 /// path from the start) in front of `backend`.
 fn relay_over(backend: &TestBackend, tweak: impl FnOnce(&mut Config)) -> TestBalancer {
     let mut cfg = common::config(&[backend.addr()]);
-    cfg.proxy.kernel_relay = KernelRelay::On;
+    cfg.proxy.kernel_relay = Switch::On;
     cfg.proxy.kernel_relay_after = 0;
     tweak(&mut cfg);
     TestBalancer::start(cfg)
@@ -738,12 +738,12 @@ fn the_relay_is_turned_on_and_off_live_for_new_connections() {
         s
     };
     let on = rodizio::proxy::ProxyConfig {
-        kernel_relay: KernelRelay::On,
+        kernel_relay: Switch::On,
         kernel_relay_after: AFTER,
         ..lb.live.proxy.load().as_ref().clone()
     };
     let off = rodizio::proxy::ProxyConfig {
-        kernel_relay: KernelRelay::Off,
+        kernel_relay: Switch::Off,
         ..on.clone()
     };
     lb.live.proxy.store(Arc::new(off.clone()));

@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 
 use child::{run, Child, Scratch, BIN};
 use common::{connect, is_closed, wait_for, TestBackend, TestBalancer};
-use rodizio::proxy::KernelRelay;
+use rodizio::units::Switch;
 
 /// Fails the test at once unless it runs as root.
 fn assert_root() {
@@ -113,7 +113,7 @@ fn auto_as_root_loads_and_promotes() {
     const AFTER: usize = 4;
     let backend = TestBackend::echo();
     let mut cfg = common::config(&[backend.addr()]);
-    cfg.proxy.kernel_relay = KernelRelay::Auto;
+    cfg.proxy.kernel_relay = Switch::Auto;
     cfg.proxy.kernel_relay_after = AFTER as u32;
     let lb = TestBalancer::start(cfg);
     let mut s = connect(lb.addr).unwrap();

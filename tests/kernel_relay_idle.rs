@@ -18,7 +18,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::{connect, echo_through, test_data, wait_for, TestBackend, TestBalancer};
-use rodizio::proxy::KernelRelay;
+use rodizio::units::Switch;
 
 /// Connections held idle at once.
 const IDLE: usize = 200;
@@ -42,7 +42,7 @@ fn exchange(s: &mut TcpStream, byte: u8) {
 fn idle_relayed_connections_look_once_a_second() {
     let backend = TestBackend::echo();
     let mut cfg = common::config(&[backend.addr()]);
-    cfg.proxy.kernel_relay = KernelRelay::On;
+    cfg.proxy.kernel_relay = Switch::On;
     cfg.proxy.kernel_relay_after = 0;
     let lb = TestBalancer::start(cfg);
     let mut clients: Vec<TcpStream> = (0..IDLE)

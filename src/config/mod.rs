@@ -422,7 +422,7 @@ impl Config {
         if self.tls.backend_ca.is_some() && !self.tls.backend {
             return Err(Error::setting("backend_tls_ca", "needs `backend_tls`"));
         }
-        if self.proxy.splice && self.proxy.kernel_relay != crate::proxy::KernelRelay::Off {
+        if self.proxy.splice && self.proxy.kernel_relay != crate::units::Switch::Off {
             // The splice pump never hands a connection to the kernel.
             return Err(Error::setting(
                 "kernel_relay",

@@ -76,12 +76,11 @@ use crate::limiter::Limiter;
 use crate::proxy_protocol::CidrList;
 use crate::scheduler::Scheduler;
 use crate::stats::Stats;
-use crate::units::ByteRate;
+use crate::units::{ByteRate, Switch};
 
 pub(crate) use admission::Admitted;
 pub use carried::Carried;
 pub use header::{AcceptProxy, Divert, Route};
-pub use kernel_relay::KernelRelay;
 pub(crate) use per_client::PerClient;
 pub use pump::{pump, splice_pump, End, PumpOptions, Transfer};
 pub(crate) use report::{Fate, Outcome, Refusal, Report};
@@ -167,7 +166,7 @@ pub struct ProxyConfig {
     /// Yield once before a wait that follows moved bytes
     /// (`yield_before_poll`): `Off` (the default) never, `Auto` while it
     /// pays on the connection, `On` before every such wait.
-    pub yield_before_poll: crate::units::Switch,
+    pub yield_before_poll: Switch,
     /// Longest a client may wait in the queue for a free worker
     /// (`queue_timeout`, HAProxy's `timeout queue`); one that waited longer
     /// is closed unserved (or answered 503 with `http_replies`) when a
@@ -231,8 +230,8 @@ pub struct ProxyConfig {
     pub download_rate: Option<ByteRate>,
     /// Hand a long-lived, chatty connection to the kernel relay
     /// (`kernel_relay`, see [`kernel_relay`]): an eBPF sockmap program
-    /// then moves its bytes. `auto`: where the program loads. Default off.
-    pub kernel_relay: KernelRelay,
+    /// then moves its bytes. `Auto`: where the program loads. Default `Off`.
+    pub kernel_relay: Switch,
     /// Exchanges (a request and its reply) a connection makes on the copy
     /// pump before the hand-over (`kernel_relay_after`); 0: from the
     /// start. Default [`DEFAULT_KERNEL_RELAY_AFTER`].
@@ -277,7 +276,7 @@ impl Default for ProxyConfig {
             connect_retry_budget: None,
             idle_timeout: Duration::from_secs(600),
             splice: false,
-            yield_before_poll: crate::units::Switch::Off,
+            yield_before_poll: Switch::Off,
             queue_timeout: DEFAULT_QUEUE_TIMEOUT,
             max_queue: DEFAULT_MAX_QUEUE,
             client_first_byte_timeout: None,
@@ -292,7 +291,7 @@ impl Default for ProxyConfig {
             max_connections_per_client: None,
             upload_rate: None,
             download_rate: None,
-            kernel_relay: KernelRelay::Off,
+            kernel_relay: Switch::Off,
             kernel_relay_after: DEFAULT_KERNEL_RELAY_AFTER,
             ends: crate::connections::Ends::default(),
         }
@@ -569,7 +568,7 @@ mod tests {
     fn the_fast_paths_are_off_by_default() {
         let c = ProxyConfig::default();
         assert!(!c.splice);
-        assert_eq!(c.yield_before_poll, crate::units::Switch::Off);
+        assert_eq!(c.yield_before_poll, Switch::Off);
         assert_eq!(c.buffer_size, 4096);
     }
 

@@ -242,7 +242,7 @@ pub fn specs(backends: &[SocketAddr]) -> Vec<BackendSpec> {
 /// `RODIZIO_TEST_KERNEL_RELAY=N`: `kernel_relay` on, after N exchanges.
 fn kernel_relay_from_env(proxy: &mut ProxyConfig) {
     if let Some(after) = kernel_relay_after_from_env() {
-        proxy.kernel_relay = rodizio::proxy::KernelRelay::On;
+        proxy.kernel_relay = rodizio::units::Switch::On;
         proxy.kernel_relay_after = after;
     }
 }
@@ -260,7 +260,7 @@ pub fn kernel_relay_after_from_env() -> Option<u32> {
         .parse()
         .unwrap_or_else(|_| panic!("RODIZIO_TEST_KERNEL_RELAY={after:?}: not a number"));
     assert!(
-        rodizio::proxy::kernel_relay::prepare(rodizio::proxy::KernelRelay::On),
+        rodizio::proxy::kernel_relay::prepare(rodizio::units::Switch::On),
         "RODIZIO_TEST_KERNEL_RELAY is set but the kernel relay's program does not load \
          here (it needs root, or CAP_BPF and CAP_NET_ADMIN)"
     );
@@ -390,7 +390,7 @@ impl TestBalancer {
         if config.proxy.splice {
             // The kernel relay pass's `kernel_relay` does nothing with
             // splice, and is refused beside it: the splice pump is tested.
-            config.proxy.kernel_relay = rodizio::proxy::KernelRelay::Off;
+            config.proxy.kernel_relay = rodizio::units::Switch::Off;
         }
         TestBalancer::start(config)
     }

@@ -133,7 +133,7 @@ fn resets_mid_way_under_many_connections_reach_the_other_side_as_resets() {
         let lb = TestBalancer::with(&[backend.addr()], |c| {
             c.proxy.splice = splice;
             c.proxy.yield_before_poll = yields;
-            c.proxy.kernel_relay = rodizio::proxy::KernelRelay::Off;
+            c.proxy.kernel_relay = rodizio::units::Switch::Off;
         });
         let threads: Vec<_> = (0..THREADS)
             .map(|t| {

@@ -85,7 +85,7 @@ fn slow_and_partial_peers_get_every_byte_with_the_yields_on() {
         for backend in [&quick, &late] {
             let lb = TestBalancer::with(&[backend.addr()], |c| {
                 c.proxy.yield_before_poll = yields;
-                c.proxy.kernel_relay = rodizio::proxy::KernelRelay::Off;
+                c.proxy.kernel_relay = rodizio::units::Switch::Off;
             });
             let clients: Vec<_> = (0..CLIENTS)
                 .map(|seed| {

@@ -91,6 +91,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::stats::Stats;
+use crate::units::Switch;
 
 use bpf::{kernel, kernel_for};
 use link::Link;
@@ -138,27 +139,20 @@ const START_TRIES: usize = 8;
 /// from it to reach the other side.
 const FAULT_GRACE: Duration = Duration::from_secs(1);
 
-/// The `kernel_relay` setting: whether a service's connections may be
-/// promoted to the kernel relay.
-///
-/// `Auto` is what the shipped unit and the example config use: on where
-/// the program loads (root before the privilege drop, or CAP_BPF and
-/// CAP_NET_ADMIN, and a kernel with sockmap), off otherwise with one info
-/// line. `On` says the operator wants it: a program that cannot load is a
-/// warning, and every promotion falls back (counted). `Off`, the default,
-/// keeps the article's copy pump for every byte.
-pub type KernelRelay = crate::units::Switch;
-
 /// Whether a connection of a service with this `kernel_relay` tries the
-/// promotion: `On` always (a program that did not load is a fall-back,
-/// counted), `Auto` only when the program loaded (one atomic load, the
-/// `OnceLock`'s, once it is settled).
+/// promotion. `Auto` is what the shipped unit and the example config use:
+/// only when the program loaded (root before the privilege drop, or
+/// CAP_BPF and CAP_NET_ADMIN, and a kernel with sockmap; one atomic load,
+/// the `OnceLock`'s, once it is settled), off otherwise with one info line.
+/// `On` says the operator wants it: always (a program that cannot load is a
+/// warning, and every promotion falls back, counted). `Off`, the default,
+/// keeps the article's copy pump for every byte.
 #[inline]
-pub fn promotes(mode: KernelRelay) -> bool {
+pub fn promotes(mode: Switch) -> bool {
     match mode {
-        KernelRelay::Off => false,
-        KernelRelay::On => true,
-        KernelRelay::Auto => kernel_for(true).is_some(),
+        Switch::Off => false,
+        Switch::On => true,
+        Switch::Auto => kernel_for(true).is_some(),
     }
 }
 
@@ -168,11 +162,11 @@ pub fn promotes(mode: KernelRelay) -> bool {
 /// privilege drop, when a service asks for the kernel relay, so that the
 /// program loads while the process may still load it and the operator
 /// learns at start which path promoted connections take.
-pub fn prepare(mode: KernelRelay) -> bool {
+pub fn prepare(mode: Switch) -> bool {
     match mode {
-        KernelRelay::Off => false,
-        KernelRelay::On => kernel_for(false).is_some(),
-        KernelRelay::Auto => kernel_for(true).is_some(),
+        Switch::Off => false,
+        Switch::On => kernel_for(false).is_some(),
+        Switch::Auto => kernel_for(true).is_some(),
     }
 }
 
