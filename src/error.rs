@@ -156,9 +156,21 @@ pub fn flag_name(setting: &str) -> String {
     }
 }
 
+/// What went wrong, in one line: the values it echoes (a file's, a flag's,
+/// a peer's) with their control characters escaped ([`crate::units::shown`]),
+/// whichever of the start-up line, the log or the admin API's answer shows it.
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
+        f.write_str(&crate::units::shown(&Words(self).to_string(), usize::MAX))
+    }
+}
+
+/// An [`Error`]'s words as its parts give them, before they are shown.
+struct Words<'a>(&'a Error);
+
+impl fmt::Display for Words<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
             Error::Bind { addr, source } => write!(f, "failed to listen on {addr}: {source}"),
             Error::BackendConnect { backend, source } => {
                 write!(f, "failed to connect to backend {backend}: {source}")
@@ -206,6 +218,24 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_a_message_echoes_are_shown_escaped() {
+        let err = Error::setting("user", "\u{1b}[2J\0: no such user on this host");
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: user \\u001b[2J\\u0000: no such user on this host"
+        );
+        let err = Error::ConfigFile {
+            path: PathBuf::from("a\nb.json"),
+            position: Some((1, 2)),
+            message: "`kernel_relay`: 'on\r': use off, on or auto".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "a\\u000ab.json: line 1, column 2: `kernel_relay`: 'on\\u000d': use off, on or auto"
+        );
+    }
 
     #[test]
     fn worded_as_flags_only_settings_with_a_flag_become_flags() {

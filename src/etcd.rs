@@ -344,20 +344,6 @@ fn line(reader: &mut BufReader<Conn>) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&buf).trim_end().to_string())
 }
 
-/// `text` for a log line: control characters as `?`, cut to `most`
-/// characters (a key or value from etcd can be a megabyte of anything).
-pub fn shown(text: &str, most: usize) -> String {
-    let mut out: String = text
-        .chars()
-        .take(most)
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
-    if text.chars().nth(most).is_some() {
-        out.push_str("...");
-    }
-    out
-}
-
 /// Sends `body` to `path` of the first of `source`'s endpoints that takes
 /// it and reads the answer's head; with a user, authenticated first on
 /// that endpoint (a token is good on the member that gave it).

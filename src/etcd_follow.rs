@@ -226,7 +226,7 @@ impl Follower {
             }
         }
         for e in new.iter().take(TOLD_KEYS) {
-            log::warn!("{name}: {}; left out", crate::etcd::shown(e, TOLD_CHARS));
+            log::warn!("{name}: {}; left out", crate::units::shown(e, TOLD_CHARS));
         }
         if new.len() > TOLD_KEYS {
             let more = new.len() - TOLD_KEYS;

@@ -1,8 +1,8 @@
 //! Durations and sizes as people write them (`500ms`, `3s`, `64k`), parsed
 //! and printed the same way for flags, the config file and log lines;
 //! rates in bytes per second (`1m/s`); three-way settings (`off`, `on`,
-//! `auto`: [`Switch`]); and counts as log lines print them (`1 connection`,
-//! `3 connections`).
+//! `auto`: [`Switch`]); counts as log lines print them (`1 connection`,
+//! `3 connections`); and text from outside as a line shows it ([`shown`]).
 //!
 //! A leaf: every other module may use it, it uses none of them. Pure
 //! functions, called on whatever thread parses settings.
@@ -199,6 +199,27 @@ impl std::fmt::Display for ByteRate {
     }
 }
 
+/// Text from outside (a file's value, a peer's line, a name an operator
+/// typed) as an error or log line shows it: each control character as the
+/// JSON escape that writes it (`\u0000`, `\u001b`), so that no NUL, line
+/// break or terminal escape sequence reaches the operator's screen or log
+/// as it is; cut after `most` characters, with `...`.
+pub fn shown(text: &str, most: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(most.saturating_mul(4)));
+    for (i, c) in text.chars().enumerate() {
+        if i == most {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A setting with three values: `off`, `on` (the operator wants it), or
 /// `auto` (the process decides where it can, or where it pays); `false`
 /// and `true` are `off` and `on`, as files wrote the settings that were
@@ -249,6 +270,26 @@ impl std::str::FromStr for Switch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_text_escapes_control_characters_and_is_cut() {
+        assert_eq!(shown("plain words", 80), "plain words");
+        assert_eq!(
+            shown("'on\0' and \u{1b}[2J\r\n", 80),
+            "'on\\u0000' and \\u001b[2J\\u000d\\u000a"
+        );
+        assert_eq!(shown("abcdef", 3), "abc...");
+        assert_eq!(shown("abc", 3), "abc");
+        // Escaped text is shown as it is: nothing is escaped twice.
+        assert_eq!(shown("\\u001b", 80), "\\u001b");
+        let dark = "\u{1b}".repeat(1 << 20);
+        let cut = shown(&dark, 40);
+        assert!(
+            !cut.contains('\u{1b}') && cut.len() == 40 * 6 + 3,
+            "{}",
+            cut.len()
+        );
+    }
 
     #[test]
     fn counts_are_singular_for_one_only() {

@@ -44,7 +44,7 @@ use socket2::{SockRef, Socket, Type};
 
 use super::{wire, words};
 use crate::connections::carry::{self, Offer, Pending, State};
-use crate::etcd::shown;
+use crate::units::shown;
 
 /// Longest wait for a worker's offer: one stopped elsewhere than in its
 /// pump's wait (a TLS pump that was not one yet, a write in a `deliver`)

@@ -254,7 +254,7 @@ impl Upgrade {
             let _ = wire::send(conn, &format!("NO this rodizio speaks {HELLO}"), None);
             return Err(format!(
                 "the new process said {:?}, not {HELLO:?}",
-                crate::etcd::shown(&hello, 80)
+                crate::units::shown(&hello, 80)
             ));
         }
         let listeners = match sockets() {
@@ -275,7 +275,7 @@ impl Upgrade {
         if ok != "OK" || fd.is_some() {
             return Err(format!(
                 "the new process said {:?}, not \"OK\"",
-                crate::etcd::shown(&ok, 80)
+                crate::units::shown(&ok, 80)
             ));
         }
         Ok(())
@@ -333,14 +333,14 @@ fn take_over(conn: &Socket) -> std::result::Result<Socket, String> {
             ("NO", None) => {
                 return Err(format!(
                     "the running rodizio refused: {}",
-                    crate::etcd::shown(rest, 80)
+                    crate::units::shown(rest, 80)
                 ))
             }
             ("L", Some(fd)) if taken < MAX_LISTENERS => {
                 let addr: SocketAddr = rest.parse().map_err(|_| {
                     format!(
                         "the running rodizio named {:?}, not an address",
-                        crate::etcd::shown(rest, 80)
+                        crate::units::shown(rest, 80)
                     )
                 })?;
                 check(&fd, Type::STREAM, Some(addr))?;
@@ -354,7 +354,7 @@ fn take_over(conn: &Socket) -> std::result::Result<Socket, String> {
             _ => {
                 return Err(format!(
                     "the running rodizio said {:?}",
-                    crate::etcd::shown(&line, 80)
+                    crate::units::shown(&line, 80)
                 ))
             }
         }
