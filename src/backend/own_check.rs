@@ -143,8 +143,10 @@ impl OwnCheck {
             }
             "health_check" => put(&mut self.kind, text.parse::<CheckKind>()?),
             "health_path" => {
-                if !text.starts_with('/') || text.chars().any(char::is_whitespace) {
-                    return Err(bad("a path starting with / and without spaces"));
+                if !usable_path(text) {
+                    return Err(bad(
+                        "a path starting with / and without spaces or control characters",
+                    ));
                 }
                 put(&mut self.path, text.to_string())
             }
@@ -282,6 +284,13 @@ fn unescape(text: &str) -> String {
     out
 }
 
+/// Whether `path` can be the http check's `GET` path (`health_path`, for
+/// every backend or one): it starts with `/` and holds no space or control
+/// character, which would end or break the request line.
+pub fn usable_path(path: &str) -> bool {
+    path.starts_with('/') && !path.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
 /// `agent_send` written back, its escapes made again.
 fn escape(text: &str) -> String {
     text.replace('\\', "\\\\")
@@ -404,6 +413,8 @@ mod tests {
             ("check_address", "127.0.0.1:8008", "IP address"),
             ("health_check", "ping", "not a health check"),
             ("health_path", "health", "starting with /"),
+            ("health_path", "/a\u{1b}[2J", "control characters"),
+            ("health_path", "/a\u{0}", "control characters"),
             ("health_interval", "0s", "more than 0"),
             ("health_interval", "soon", "use ms, s, m or h"),
             ("rise", "0", "1 to 1000"),

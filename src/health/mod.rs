@@ -139,10 +139,10 @@ impl HealthConfig {
                 "must be given (and not empty) with `health_check` send-expect",
             ));
         }
-        if !self.path.starts_with('/') || self.path.chars().any(|c| c.is_whitespace()) {
+        if !own::usable_path(&self.path) {
             return Err(Error::setting(
                 "health_path",
-                "must start with / and contain no spaces",
+                "must start with / and contain no spaces or control characters",
             ));
         }
         Ok(())
@@ -333,6 +333,13 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(matches!(&err, Error::InvalidSetting { setting, .. } if setting == "health_path"));
+        let err = HealthConfig {
+            path: "/up\u{1b}[2J".into(),
+            ..HealthConfig::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(err.to_string().contains("control characters"), "{err}");
         for kind in CheckKind::ALL {
             assert_eq!(kind.name().parse::<CheckKind>(), Ok(kind));
         }
