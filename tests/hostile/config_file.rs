@@ -469,3 +469,112 @@ fn a_reload_with_each_bad_file_keeps_the_old_settings() {
     let served = traffic.join().expect("every client served");
     assert!(served > 0);
 }
+
+/// The three-way switches (`kernel_relay`, `yield_before_poll`) read by
+/// their own parser: odd, huge, nested and non-text values in the file, on
+/// the flag and on a reload are one short line naming the key; exit 2 at
+/// start, the old settings kept on a reload.
+#[test]
+fn the_switches_refuse_odd_huge_and_nested_values_in_one_line() {
+    let dir = Scratch::new("hostile-switch");
+    let long = "o".repeat(900 << 10);
+    let odd = [
+        format!("\"{long}\""),
+        "[".repeat(100_000),
+        "\"on\\u0000\"".to_string(),
+        "\"ON\"".to_string(),
+        "\"auto on\"".to_string(),
+        "2".to_string(),
+        "\"\\u001b[2J\"".to_string(),
+        "{\"on\": true}".to_string(),
+    ];
+    for key in ["kernel_relay", "yield_before_poll"] {
+        for value in &odd {
+            let text = format!("{{\"backends\": [\"127.0.0.1:9\"], \"{key}\": {value}}}");
+            let line = refused(&dir.file("switch.json", text.as_bytes()));
+            assert!(line.len() < 400, "{key}: {} bytes: {line:.400}", line.len());
+            assert!(!line.contains('\u{1b}'), "{key}: {line:?}");
+            let named = line.contains(key) || line.contains("nested too deeply");
+            assert!(named, "{key} = {:.40}: {line}", value);
+        }
+        // The flag: the same parser, the same short line.
+        let flag = format!("--{}", key.replace('_', "-"));
+        for value in [
+            format!("={}", "o".repeat(100 << 10)),
+            "=".to_string(),
+            "=of".to_string(),
+        ] {
+            let arg = format!("{flag}{value}");
+            let out = run(&[
+                "--allow-root",
+                "-l",
+                "127.0.0.1:0",
+                "-b",
+                "127.0.0.1:9",
+                &arg,
+            ]);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{flag}{value:.20}: {}",
+                out.stderr
+            );
+            assert!(out.stderr.len() < 600, "{flag}: {} bytes", out.stderr.len());
+            assert!(out.stderr.contains("use off, on or auto"), "{}", out.stderr);
+        }
+        // Not text at all: refused, not a crash.
+        let mut arg = flag.clone().into_bytes();
+        arg.extend_from_slice(b"=\xff\xfe");
+        let arg: std::ffi::OsString = std::os::unix::ffi::OsStringExt::from_vec(arg);
+        let mut command =
+            child::command(&["--allow-root", "-l", "127.0.0.1:0", "-b", "127.0.0.1:9"]);
+        let out = child::run_within(command.arg(arg), WAIT);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {}", out.stderr);
+        assert!(out.stderr.len() < 600, "{flag}: {}", out.stderr);
+    }
+    // A value judged after the file is read (the user looked up on the
+    // host) echoes its control characters escaped too.
+    let text = "{\"backends\": [\"127.0.0.1:9\"], \"user\": \"\\u001b[2J\\u0007\"}";
+    let line = refused(&dir.file("user.json", text.as_bytes()));
+    assert!(line.contains("\\u001b[2J\\u0007"), "{line:?}");
+    assert!(!line.contains(['\u{1b}', '\u{7}']), "{line:?}");
+    // A health check's path would carry them into its request line.
+    let text = "{\"backends\": [\"127.0.0.1:9\"], \"health_path\": \"/up\\u001b[2J\"}";
+    let line = refused(&dir.file("path.json", text.as_bytes()));
+    assert!(line.contains("control characters"), "{line:?}");
+    // On a reload: each odd value refused in one line, the old settings
+    // serving; then a good value is taken.
+    let backend = TestBackend::echo();
+    let good = |extra: &str| {
+        format!(
+            "{{\"listen\": \"127.0.0.1:0\", \"backends\": [\"{}\"]{extra}}}",
+            backend.addr()
+        )
+    };
+    let path = dir.file("rodizio.json", good("").as_bytes());
+    let mut balancer = start(&path);
+    echo_through(balancer.addr);
+    let mut n = 0;
+    for key in ["kernel_relay", "yield_before_poll"] {
+        for value in &odd {
+            std::fs::write(&path, good(&format!(", \"{key}\": {value}"))).unwrap();
+            n += 1;
+            let line = reload_refused(&balancer, n);
+            assert!(line.len() < 400, "{key}: {line}");
+            assert!(!line.contains('\u{1b}'), "{key}: {line:?}");
+            echo_through(balancer.addr);
+        }
+    }
+    std::fs::write(&path, good(", \"yield_before_poll\": \"auto\"")).unwrap();
+    balancer.signal(libc::SIGHUP);
+    assert!(
+        wait_for(WAIT, || balancer
+            .stderr
+            .text()
+            .contains("reload: yield_before_poll off → auto")),
+        "{}",
+        balancer.stderr.text()
+    );
+    echo_through(balancer.addr);
+    assert!(balancer.alive(), "{}", balancer.log());
+}
