@@ -368,6 +368,16 @@ fn reload_refused(balancer: &Child, n: usize) -> String {
     refusals()[n - 1].clone()
 }
 
+/// SIGHUP, then waits until the log says `said` (the reload taken).
+fn reload_taken(balancer: &Child, said: &str) {
+    balancer.signal(libc::SIGHUP);
+    assert!(
+        wait_for(WAIT, || balancer.stderr.text().contains(said)),
+        "no {said:?} in time: {}",
+        balancer.stderr.text()
+    );
+}
+
 /// Sends a few bytes through the balancer and reads them back.
 fn echo_through(addr: SocketAddr) {
     let mut client = connect(addr).expect("connect to the balancer");
@@ -455,15 +465,7 @@ fn a_reload_with_each_bad_file_keeps_the_old_settings() {
     // The good file back: the reload is taken, with nothing to change.
     std::fs::remove_dir(&path).unwrap();
     std::fs::write(&path, good.as_bytes()).unwrap();
-    balancer.signal(libc::SIGHUP);
-    assert!(
-        wait_for(WAIT, || balancer
-            .stderr
-            .text()
-            .contains("reload: no change")),
-        "{}",
-        balancer.stderr.text()
-    );
+    reload_taken(&balancer, "reload: no change");
     echo_through(balancer.addr);
     stop.store(true, Ordering::SeqCst);
     let served = traffic.join().expect("every client served");
@@ -566,15 +568,7 @@ fn the_switches_refuse_odd_huge_and_nested_values_in_one_line() {
         }
     }
     std::fs::write(&path, good(", \"yield_before_poll\": \"auto\"")).unwrap();
-    balancer.signal(libc::SIGHUP);
-    assert!(
-        wait_for(WAIT, || balancer
-            .stderr
-            .text()
-            .contains("reload: yield_before_poll off → auto")),
-        "{}",
-        balancer.stderr.text()
-    );
+    reload_taken(&balancer, "reload: yield_before_poll off → auto");
     echo_through(balancer.addr);
     assert!(balancer.alive(), "{}", balancer.log());
 }
