@@ -20,7 +20,7 @@ use socket2::SockRef;
 use crate::child::Child;
 use crate::common::{
     connect, held_back, is_closed, read_checked, stream_out, test_data, until, wait_for,
-    TestBackend,
+    TestBackend, IO_TIMEOUT,
 };
 
 /// Exchanges before the hand-over.
@@ -465,6 +465,20 @@ fn a_backend_that_closes_while_its_bytes_are_kept_is_heard_to_the_end() {
     );
 }
 
+/// The relay's counters and the balancer's log, for a wait that failed.
+fn relay_state(child: &Child) -> String {
+    let metrics: Vec<String> = [
+        "kernel_relayed_total",
+        "kernel_relay_fallbacks_total",
+        "active",
+        "completed_total",
+    ]
+    .iter()
+    .map(|m| format!("{m} {}", child.metric(m)))
+    .collect();
+    format!("{}; log: {}", metrics.join(", "), child.log())
+}
+
 /// Resets while the bound holds a connection back (the program latched,
 /// the worker settling or the copy pump reading the kept bytes): first the
 /// stalled client resets, then, on a second connection, the streaming
@@ -505,13 +519,22 @@ fn resets_while_the_bound_holds_end_only_their_connection() {
     });
     let fds = child.open_fds();
     for (n, client_resets) in [(1u64, true), (2, false)] {
+        let relayed = child.metric("kernel_relayed_total");
         let mut c = connect(child.addr).unwrap();
         SockRef::from(&c).set_recv_buffer_size(64 * 1024).unwrap();
         chat(&mut c);
-        c.write_all(b"G").unwrap();
-        until("the bound met", || {
-            child.metric("kernel_relay_fallbacks_total") == n
+        // On the kernel path before the go, as the slow reader's tests
+        // are, so that the stream that follows meets the program's bound.
+        until("the promotion", || {
+            child.metric("kernel_relayed_total") == relayed + 1
         });
+        c.write_all(b"G").unwrap();
+        assert!(
+            wait_for(IO_TIMEOUT, || child.metric("kernel_relay_fallbacks_total")
+                == n),
+            "the bound not met on connection {n}: {}",
+            relay_state(&child)
+        );
         if client_resets {
             reset(c);
         } else {
