@@ -192,6 +192,7 @@ impl Balancer {
             access_log: start_access_log(&config)?,
             workers: config.workers,
             queue_depth: Arc::default(),
+            spare: Arc::new(crate::reserve::Reserve::for_workers(config.workers)),
         };
         let services = config
             .service_list()

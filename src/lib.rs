@@ -95,8 +95,9 @@
 //! `waitlist` (clients waiting for a backend slot), `connections` (the
 //! live table of connections, a slot per worker), `slots` (a service's
 //! `max_connections`), `pending` (the TLS handshakes and SNI peeks in
-//! progress, bounded by `tls_max_pending`), `shutdown` (the stop trigger,
-//! [`Shutdown`]).
+//! progress, bounded by `tls_max_pending`), `reserve` (descriptors kept
+//! aside for when the process has none left), `shutdown` (the stop
+//! trigger, [`Shutdown`]).
 //!
 //! # Layers
 //!
@@ -110,7 +111,7 @@
 //! 1. leaves: `error`, `units`, `stats`, `tally`, `throttle`, `reply`,
 //!    `poll`, `dial`, `system`, `kernel_sched`, `lookup`, `availability`,
 //!    `waitlist`, `slots`, `shutdown`, `queue`, `conduit`, `privileges`,
-//!    `pending`, `files`, `connections`, `srv`
+//!    `pending`, `files`, `connections`, `srv`, `reserve`
 //! 2. the backend and its choice: `backend`, `scheduler`,
 //!    `proxy_protocol` (the codec a backend's spec names)
 //! 3. what the data path calls: `access_log`, `trace`, `limiter`,
@@ -202,6 +203,7 @@ pub mod queue;
 pub mod reaper;
 pub mod reload;
 pub mod reply;
+pub mod reserve;
 pub mod resolver;
 pub mod running;
 pub mod scheduler;

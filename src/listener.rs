@@ -20,7 +20,8 @@
 //! One accept loop per listening address of each service, each on its own
 //! thread. A loop never waits for a client's bytes or a worker, only for
 //! room in the queue (back-pressure: new clients then wait in the kernel's
-//! backlog) and, under `max_connections`, for a slot. The scheduler, the
+//! backlog), under `max_connections` for a slot, and out of descriptors
+//! for the workers' reserve to be whole (`reserve.rs`). The scheduler, the
 //! pool and the stats synchronize themselves; this module holds no lock
 //! (the gate takes the limiter's and the per-client table's shard locks
 //! when those are on).
@@ -66,7 +67,8 @@ pub const DEFER_ACCEPT_SECS: libc::c_int = 1;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Pause of the accept loop while a worker waits for a file descriptor to
-/// connect to its backend (see `Proxy::handle`).
+/// connect to its backend (see `Proxy::handle`), or while the descriptors
+/// kept for that cannot all be taken back.
 const DESCRIPTOR_WAIT_PAUSE: Duration = Duration::from_millis(10);
 
 /// Longest wait for a free slot under `max_connections` before the loop
@@ -312,9 +314,15 @@ impl Acceptor {
         let errors_log = LogThrottle::new(Duration::from_secs(1));
         let gate = Gate::of(listener);
         loop {
-            if self.proxy.process.descriptor_waits.load(Ordering::Relaxed) > 0 {
+            if self.proxy.process.descriptor_waits.load(Ordering::Relaxed) > 0
+                || !self.proxy.spare.refill()
+            {
                 // A worker is waiting for a descriptor to reach its
                 // backend: accepting now would take the one it waits for.
+                // Or the descriptors kept for the workers' backend sockets
+                // are not all back (`crate::reserve`): those a connection
+                // frees when it ends go to them first, so a worker that
+                // takes a queued client always finds one.
                 let _ = stop.recv_timeout(DESCRIPTOR_WAIT_PAUSE);
                 if self.shutdown.is_triggered() {
                     return;

@@ -504,6 +504,7 @@ pub(crate) fn for_tests(
         access_log: None,
         workers: 1,
         queue_depth: Arc::default(),
+        spare: Arc::new(crate::reserve::Reserve::new(0)),
     };
     let built: Vec<Arc<Service>> = services
         .into_iter()

@@ -48,6 +48,8 @@ pub(crate) struct ProcessWide {
     pub workers: usize,
     /// The queue's length, once the pool exists.
     pub queue_depth: Arc<OnceLock<QueueDepth>>,
+    /// The descriptors kept for the workers' backend sockets.
+    pub spare: Arc<crate::reserve::Reserve>,
 }
 
 /// Sets what `config` asks of the scheduler besides its list and its
@@ -108,7 +110,7 @@ impl Service {
             config.header_acceptor(),
         )
         .busy_warning(shared.workers, Arc::clone(&shared.queue_depth))
-        .process_stats(Arc::clone(&shared.stats))
+        .process_wide(Arc::clone(&shared.stats), Arc::clone(&shared.spare))
         .named(&config.name)
         .terminating(live.tls.clone());
         Ok(Service {

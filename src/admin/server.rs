@@ -27,7 +27,6 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::fs::File;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
@@ -55,6 +54,7 @@ use super::auth::Auth;
 use super::routes::{route, Reply};
 use super::State;
 use crate::error::{Error, Result};
+use crate::reserve::Reserve;
 use crate::shutdown::Shutdown;
 use crate::stats::Stats;
 use crate::throttle::LogThrottle;
@@ -507,54 +507,9 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// Descriptors held open (on `/dev/null`) so that one can be freed for an
-/// admin client when the process has none left.
-struct Reserve {
-    files: Mutex<Vec<File>>,
-    want: usize,
-}
-
-impl Reserve {
-    fn new(want: usize) -> Reserve {
-        let reserve = Reserve {
-            files: Mutex::new(Vec::with_capacity(want)),
-            want,
-        };
-        reserve.refill();
-        reserve
-    }
-
-    /// Opens descriptors again up to the number wanted, as far as the
-    /// limit allows now.
-    fn refill(&self) {
-        let mut files = self.files.lock();
-        while files.len() < self.want {
-            match File::open("/dev/null") {
-                Ok(file) => files.push(file),
-                Err(_) => break,
-            }
-        }
-    }
-
-    /// Closes one; false when none is left.
-    fn release(&self) -> bool {
-        self.files.lock().pop().is_some()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_reserve_gives_back_and_refills() {
-        let reserve = Reserve::new(2);
-        assert!(reserve.release());
-        assert!(reserve.release());
-        assert!(!reserve.release());
-        reserve.refill();
-        assert_eq!(reserve.files.lock().len(), 2);
-    }
 
     #[test]
     fn the_busy_answer_is_well_formed() {

@@ -264,8 +264,10 @@ impl Proxy {
     /// When the socket cannot even be created because this process is out
     /// of file descriptors (`EMFILE`, `ENFILE`), the backend is not to
     /// blame: that is not counted against its health (which would mark
-    /// every backend down at once), and the worker waits for a connection
-    /// to end and free descriptors, trying again with a back-off (from
+    /// every backend down at once). The worker gives back one of the
+    /// descriptors the process keeps for this (`crate::reserve`) and tries
+    /// again at once; with none left, it waits for a connection to end and
+    /// free descriptors, trying again with a back-off (from
     /// [`OUT_OF_DESCRIPTORS_FIRST_PAUSE`], doubling) for at most
     /// `timeout` (`connect_timeout`, or what is left of the budget).
     fn try_backend(
@@ -277,6 +279,10 @@ impl Proxy {
         let started = trace::on().then(Instant::now);
         let deadline = Instant::now() + timeout;
         let mut pause = OUT_OF_DESCRIPTORS_FIRST_PAUSE;
+        // Out of descriptors, the accept loops are held off from the first
+        // failure to the last try, so that none takes the descriptor given
+        // back or freed for this socket.
+        let mut holding_off = None;
         loop {
             let connected = backend.connect(timeout).and_then(|stream| {
                 header::send(backend.send_proxy(), &stream, || {
@@ -286,6 +292,8 @@ impl Proxy {
             });
             match connected {
                 Err(source) if system::is_out_of_descriptors(&source) => {
+                    holding_off
+                        .get_or_insert_with(|| self.process.hold(&self.process.descriptor_waits));
                     self.wait_for_descriptor(backend, source, deadline, &mut pause)?;
                 }
                 other => return self.connected_or_failed(backend, other, attempt.health, started),
@@ -293,10 +301,11 @@ impl Proxy {
         }
     }
 
-    /// No descriptor left for the backend's socket: logged, then a pause
-    /// of `pause` (doubled for the next time) before the caller tries
-    /// again; an error once that would pass `deadline`. Cold, and kept out
-    /// of the frame every connect runs under.
+    /// No descriptor left for the backend's socket: logged, then one of
+    /// the process's kept descriptors given back, or else a pause of
+    /// `pause` (doubled for the next time), before the caller tries again;
+    /// an error once that would pass `deadline`. Cold, and kept out of the
+    /// frame every connect runs under.
     #[cold]
     #[inline(never)]
     fn wait_for_descriptor(
@@ -306,20 +315,28 @@ impl Proxy {
         deadline: Instant,
         pause: &mut Duration,
     ) -> Result<()> {
-        let give_up = Instant::now() + *pause >= deadline;
+        let spared = self.spare.release();
+        let give_up = !spared && Instant::now() + *pause >= deadline;
+        let then = match (spared, give_up) {
+            (true, _) => "one of those kept aside given back for it",
+            (false, true) => "giving up on this client",
+            (false, false) => "waiting for connections to end",
+        };
         self.report
-            .out_of_descriptors(backend.name(), &source, give_up);
+            .out_of_descriptors(backend.name(), &source, then);
+        if spared {
+            return Ok(());
+        }
         if give_up {
             return Err(Error::BackendConnect {
                 backend: backend.name().to_string(),
                 source,
             });
         }
-        // While any worker waits here, the accept loop holds off, so a
-        // descriptor freed by a connection that ends goes to a client
-        // already accepted rather than to one more client that would wait
-        // too.
-        let _waiting = self.process.hold(&self.process.descriptor_waits);
+        // While any worker waits here, the accept loop holds off (the
+        // caller's `holding_off`), so a descriptor freed by a connection
+        // that ends goes to a client already accepted rather than to one
+        // more client that would wait too.
         std::thread::sleep(*pause);
         *pause = (*pause * 2).min(OUT_OF_DESCRIPTORS_MAX_PAUSE);
         Ok(())

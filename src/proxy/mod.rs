@@ -74,6 +74,7 @@ pub(crate) use crate::conduit;
 use crate::health::HealthConfig;
 use crate::limiter::Limiter;
 use crate::proxy_protocol::CidrList;
+use crate::reserve::Reserve;
 use crate::scheduler::Scheduler;
 use crate::stats::Stats;
 use crate::units::{ByteRate, Switch};
@@ -384,6 +385,10 @@ pub struct Proxy {
     /// The process's counters, for what every service's accept loop reads
     /// (`descriptor_waits`): the service's own by default.
     pub(crate) process: Arc<Stats>,
+    /// The process's descriptors kept for the workers' backend sockets
+    /// (`crate::reserve`): the accept loops take a client only while it
+    /// is whole; none by default.
+    pub(crate) spare: Arc<Reserve>,
     /// Timeouts, chunk size and the pump's flags, read once per connection.
     pub(crate) settings: Arc<ArcSwap<ProxyConfig>>,
     /// Passive health and the 502 reply
@@ -444,6 +449,7 @@ impl Proxy {
             limiter,
             report: Report::new(Arc::clone(&stats), access_log),
             process: Arc::clone(&stats),
+            spare: Arc::new(Reserve::new(0)),
             stats,
             accept_proxy,
             clients: ArcSwapOption::empty(),
@@ -480,10 +486,15 @@ impl Proxy {
         Proxy { tls, ..self }
     }
 
-    /// Counts what every service's accept loop reads in `process`, the
-    /// process's counters.
-    pub fn process_stats(self, process: Arc<Stats>) -> Proxy {
-        Proxy { process, ..self }
+    /// Shares with every service of the process what their accept loops
+    /// read: `process`, the process's counters, and `spare`, the
+    /// descriptors kept for the workers' backend sockets.
+    pub fn process_wide(self, process: Arc<Stats>, spare: Arc<Reserve>) -> Proxy {
+        Proxy {
+            process,
+            spare,
+            ..self
+        }
     }
 
     /// Serves one client from start to end, then reports how it ended.

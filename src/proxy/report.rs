@@ -422,18 +422,14 @@ impl Report {
     }
 
     /// A backend connect found no descriptor left (this process's limit):
-    /// counted, and logged at most once a second.
-    pub(crate) fn out_of_descriptors(&self, backend: &str, source: &io::Error, give_up: bool) {
+    /// counted, and logged at most once a second with `then`, what the
+    /// worker does next.
+    pub(crate) fn out_of_descriptors(&self, backend: &str, source: &io::Error, then: &str) {
         Stats::incr(&self.stats.out_of_descriptors);
         if let Some(others) = self.out_of_descriptors_log.event(Instant::now()) {
             log::error!(
                 "cannot connect to backend {backend}: {source} (this process's \
-                 limit; {}){}",
-                if give_up {
-                    "giving up on this client"
-                } else {
-                    "waiting for connections to end"
-                },
+                 limit; {then}){}",
                 throttle::more(others)
             );
         }

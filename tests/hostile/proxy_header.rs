@@ -412,3 +412,70 @@ pub(crate) fn refused_flood_is_throttled(extra: &[&str], opening: &[u8]) {
         child.open_fds() <= baseline
     });
 }
+
+/// Out of descriptors with every worker between its client and its
+/// backend: the binary with `--accept-proxy`, 4 workers and 48 open files
+/// (a limit it cannot raise). Sixty clients connect and send nothing: the
+/// workers take the first four and wait for their headers, the accept loop
+/// takes clients until no descriptor is left. Then each client sends its
+/// header and a byte, one after another: the four workers need a backend
+/// socket at once with none free and no connection open that could end
+/// and free one. Each takes one of the descriptors the process keeps for
+/// this; every client is served, none waits out a timeout, and the
+/// descriptors come back to where they were.
+#[test]
+fn out_of_descriptors_with_every_worker_before_its_backend_each_client_is_served() {
+    const MANY: usize = 60;
+    let backend = TestBackend::echo();
+    let b = backend.addr().to_string();
+    let args = [
+        "-b",
+        &b,
+        "--health-check",
+        "off",
+        "--accept-proxy",
+        "--accept-proxy-timeout",
+        "20s",
+        "--connect-timeout",
+        "20s",
+        "--workers",
+        "4",
+    ];
+    let mut child = Child::on_loopback(&args, |c| {
+        c.env("RUST_LOG", "warn");
+        common::limit_in_child(c, libc::RLIMIT_NOFILE, 48);
+    });
+    assert!(served(child.addr, GOOD_V1), "{}", child.log());
+    let fds = child.open_fds();
+    let mut clients: Vec<TcpStream> = (0..MANY).map(|_| connect(child.addr).unwrap()).collect();
+    until("out of descriptors", || {
+        child.log().contains("Too many open files")
+    });
+    let started = Instant::now();
+    for (i, s) in clients.iter_mut().enumerate() {
+        let byte = [i as u8];
+        s.write_all(GOOD_V1).unwrap();
+        s.write_all(&byte).unwrap();
+        let mut back = [0u8];
+        let read = s.read_exact(&mut back);
+        assert!(
+            read.is_ok() && back == byte,
+            "client {i}: {read:?} after {:?}: {}",
+            started.elapsed(),
+            child.log()
+        );
+        s.shutdown(std::net::Shutdown::Both).unwrap();
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}: {}",
+        started.elapsed(),
+        child.log()
+    );
+    drop(clients);
+    until("the descriptors back", || child.open_fds() <= fds);
+    let log = child.log();
+    assert!(!log.contains("giving up"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(child.alive());
+}
