@@ -50,3 +50,40 @@ pub fn worker_cpu_over(window: Duration) -> Duration {
     thread::sleep(window);
     worker_cpu().saturating_sub(before)
 }
+
+/// Times the threads named `rodizio-worker` have gone to sleep so far
+/// (`voluntary_ctxt_switches` in each thread's `status`): each wait a
+/// worker makes (a `poll(2)` with a timeout, a pause) ends in one, so
+/// this counts their looks; unlike their CPU time, it does not grow when
+/// the machine is busy with other work.
+pub fn worker_sleeps() -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let Ok(comm) = std::fs::read_to_string(task.path().join("comm")) else {
+            continue;
+        };
+        if comm.trim() != "rodizio-worker" {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        total += status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    total
+}
+
+/// [`worker_sleeps`] over `window`, and the CPU time the workers used in
+/// it (a measuring window: nothing waits on it for ordering).
+pub fn worker_sleeps_over(window: Duration) -> (u64, Duration) {
+    let (sleeps, cpu) = (worker_sleeps(), worker_cpu());
+    thread::sleep(window);
+    (
+        worker_sleeps().saturating_sub(sleeps),
+        worker_cpu().saturating_sub(cpu),
+    )
+}
