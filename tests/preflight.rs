@@ -47,8 +47,9 @@ fn line<'a>(stdout: &'a str, what: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no line about {what}:\n{stdout}"))
 }
 
-/// 4096 workers need 4096 × 2 descriptors, 4096 for the waiting clients
-/// and 36 others: 12324, far over 256. The line says so, with the fix,
+/// 4096 workers need 4096 × 2 descriptors, 4096 for the waiting clients,
+/// 64 kept aside for their backend sockets and 36 others: 12388, far over
+/// 256. The line says so, with the fix,
 /// and the exit code is 1.
 #[test]
 fn a_low_open_files_limit_fails_and_exits_1() {
@@ -57,18 +58,18 @@ fn a_low_open_files_limit_fails_and_exits_1() {
     let nofile = line(&out.stdout, "RLIMIT_NOFILE");
     assert!(
         nofile.starts_with(
-            "fail  open files (RLIMIT_NOFILE): soft 256, hard 256; 12324 needed \
-             (4096 workers × 2, 4096 waiting clients, 36 others)"
+            "fail  open files (RLIMIT_NOFILE): soft 256, hard 256; 12388 needed \
+             (4096 workers × 2, 4096 waiting clients, 64 kept aside, 36 others)"
         ),
         "{nofile}"
     );
     assert!(
-        nofile.ends_with("fix: ulimit -n 12324 (LimitNOFILE=12324 in a systemd unit)"),
+        nofile.ends_with("fix: ulimit -n 12388 (LimitNOFILE=12388 in a systemd unit)"),
         "{nofile}"
     );
 }
 
-/// With the limit this process has and 8 workers (16 + 64 + 36
+/// With the limit this process has and 8 workers (16 + 64 + 8 + 36
 /// descriptors), the descriptors line is ok, no line fails, and the exit
 /// code is 0. Every check prints one line, each starting with its verdict.
 #[test]
@@ -81,7 +82,7 @@ fn enough_descriptors_for_few_workers_pass_and_exit_0() {
     let nofile = line(&out.stdout, "RLIMIT_NOFILE");
     assert!(nofile.starts_with("ok    open files"), "{nofile}");
     assert!(
-        nofile.contains("116 needed (8 workers × 2, 64 waiting clients, 36 others)"),
+        nofile.contains("124 needed (8 workers × 2, 64 waiting clients, 8 kept aside, 36 others)"),
         "{nofile}"
     );
     let lines: Vec<&str> = out.stdout.lines().collect();

@@ -49,9 +49,10 @@ pub fn descriptors(d: &Demand, h: &Host) -> Line {
     let need = d.descriptors();
     let pipes = if d.splice { " + 4 for its pipes" } else { "" };
     let detail = format!(
-        "{need} needed ({} workers × 2{pipes}, {} waiting clients, {} others)",
+        "{need} needed ({} workers × 2{pipes}, {} waiting clients, {} kept aside, {} others)",
         d.workers,
         d.waiting,
+        d.kept_descriptors(),
         d.other_descriptors()
     );
     let Some(limit) = h.nofile else {
@@ -380,7 +381,7 @@ mod tests {
     #[test]
     fn the_fixture_asks_for() {
         let d = demand();
-        assert_eq!(d.descriptors(), 100 * 2 + 50 + 3 + 1 + 2 + 32);
+        assert_eq!(d.descriptors(), 100 * 2 + 50 + 64 + 3 + 1 + 2 + 32);
         assert_eq!(d.threads(), 100 + 4 + 1 + 2);
     }
 
@@ -401,17 +402,17 @@ mod tests {
         assert_eq!(line.verdict, Verdict::Fail);
         assert_eq!(
             line.fix.as_deref(),
-            Some("ulimit -n 288 (LimitNOFILE=288 in a systemd unit)")
+            Some("ulimit -n 352 (LimitNOFILE=352 in a systemd unit)")
         );
-        assert!(line
-            .numbers
-            .contains("288 needed (100 workers × 2, 50 waiting clients, 38 others)"));
+        assert!(line.numbers.contains(
+            "352 needed (100 workers × 2, 50 waiting clients, 64 kept aside, 38 others)"
+        ));
         let low_nr_open = Host {
             nr_open: Some(100),
             ..host(10, 10)
         };
         let line = descriptors(&d, &low_nr_open);
-        assert!(line.fix.unwrap().starts_with("sysctl -w fs.nr_open=288"));
+        assert!(line.fix.unwrap().starts_with("sysctl -w fs.nr_open=352"));
         let unlimited = Host {
             nofile: Some(Rlimit {
                 soft: Limit::Unlimited,
@@ -433,10 +434,10 @@ mod tests {
             ..Host::default()
         };
         let line = descriptors(&d, &host);
-        assert_eq!(line.verdict, Verdict::Fail, "100 × 6 + 88 > 300");
+        assert_eq!(line.verdict, Verdict::Fail, "100 × 6 + 64 + 88 > 300");
         assert!(line
             .numbers
-            .contains("688 needed (100 workers × 2 + 4 for its pipes"));
+            .contains("752 needed (100 workers × 2 + 4 for its pipes"));
     }
 
     #[test]

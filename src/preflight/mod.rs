@@ -248,9 +248,16 @@ impl Demand {
         STANDARD_STREAMS + listener + admin + checks + log + DESCRIPTOR_MARGIN
     }
 
+    /// Descriptors the workers keep aside for their backend sockets
+    /// (`crate::reserve`): one per worker, at most
+    /// [`crate::reserve::MOST_FOR_WORKERS`].
+    pub fn kept_descriptors(&self) -> u64 {
+        self.workers.min(crate::reserve::MOST_FOR_WORKERS as u64)
+    }
+
     /// Descriptors needed at the fullest.
     pub fn descriptors(&self) -> u64 {
-        self.connection_descriptors() + self.other_descriptors()
+        self.connection_descriptors() + self.kept_descriptors() + self.other_descriptors()
     }
 
     /// Threads besides the workers: [`FIXED_THREADS`], the health thread
