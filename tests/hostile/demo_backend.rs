@@ -17,6 +17,10 @@ fn start_demo(prepare: impl FnOnce(&mut Command)) -> Child {
     prepare(&mut command);
     let mut demo = Child::spawn(&mut command);
     demo.printed("Demo backend listening on ");
+    // The line comes before the server's own descriptors (its runtime's)
+    // are open: a count taken before a first answer could be short of
+    // them, and a later one never come back down to it.
+    assert_eq!(request(demo.addr).unwrap(), "child");
     demo
 }
 
