@@ -26,9 +26,15 @@
 //! No C counterpart: the C `exit()`s on the first `accept` past the limit.
 
 use std::fs::File;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
+
+use crate::system;
+
+/// What the held descriptors are opened on.
+const HELD_ON: &str = "/dev/null";
 
 /// The most descriptors the workers' reserve holds, however many workers
 /// there are: each lets one more worker reach its backend at the limit,
@@ -41,19 +47,27 @@ pub struct Reserve {
     files: Mutex<Vec<File>>,
     /// How many it holds; equal to `files.len()` whenever the lock is free.
     held: AtomicUsize,
-    want: usize,
+    /// How many it holds when whole: lowered for good to what it holds
+    /// when [`HELD_ON`] cannot be opened for another reason than a
+    /// shortage of descriptors.
+    want: AtomicUsize,
 }
 
 impl Reserve {
     /// A reserve of `want` descriptors, as many of them opened now as the
     /// limit allows.
     pub fn new(want: usize) -> Reserve {
+        Reserve::on(Path::new(HELD_ON), want)
+    }
+
+    /// A reserve of `want` descriptors opened on `path`.
+    fn on(path: &Path, want: usize) -> Reserve {
         let reserve = Reserve {
             files: Mutex::new(Vec::with_capacity(want)),
             held: AtomicUsize::new(0),
-            want,
+            want: AtomicUsize::new(want),
         };
-        reserve.refill();
+        reserve.refill_from(path);
         reserve
     }
 
@@ -69,18 +83,35 @@ impl Reserve {
     /// limit allows now; whether the reserve is whole. One atomic load
     /// when it already is.
     pub fn refill(&self) -> bool {
-        if self.held.load(Ordering::Acquire) >= self.want {
+        self.refill_from(Path::new(HELD_ON))
+    }
+
+    /// [`Reserve::refill`] with descriptors opened on `path`. A failure
+    /// that is not a shortage of descriptors (no `/dev/null` in a bare
+    /// container) would hold the accept loops off for ever: the reserve
+    /// then does without the rest, and says so once.
+    fn refill_from(&self, path: &Path) -> bool {
+        if self.held.load(Ordering::Acquire) >= self.want.load(Ordering::Relaxed) {
             return true;
         }
         let mut files = self.files.lock();
-        while files.len() < self.want {
-            match File::open("/dev/null") {
+        while files.len() < self.want.load(Ordering::Relaxed) {
+            match File::open(path) {
                 Ok(file) => files.push(file),
-                Err(_) => break,
+                Err(e) if system::is_out_of_descriptors(&e) => break,
+                Err(e) => {
+                    log::warn!(
+                        "cannot open {}: {e}; {} descriptors kept aside instead of {}",
+                        path.display(),
+                        files.len(),
+                        self.want.load(Ordering::Relaxed)
+                    );
+                    self.want.store(files.len(), Ordering::Relaxed);
+                }
             }
         }
         self.held.store(files.len(), Ordering::Release);
-        files.len() >= self.want
+        files.len() >= self.want.load(Ordering::Relaxed)
     }
 
     /// Closes one held descriptor, for the caller to open what it needs in
@@ -99,7 +130,7 @@ impl Reserve {
 
     /// How many it holds when whole.
     pub fn wanted(&self) -> usize {
-        self.want
+        self.want.load(Ordering::Relaxed)
     }
 }
 
@@ -146,6 +177,14 @@ mod tests {
     fn an_empty_reserve_is_always_whole() {
         let reserve = Reserve::new(0);
         assert!(reserve.refill());
+        assert!(!reserve.release());
+    }
+
+    #[test]
+    fn a_reserve_that_cannot_open_its_file_does_without() {
+        let reserve = Reserve::on(Path::new("/nonexistent/rodizio-reserve"), 3);
+        assert_eq!(reserve.wanted(), 0);
+        assert!(reserve.refill_from(Path::new("/nonexistent/rodizio-reserve")));
         assert!(!reserve.release());
     }
 
