@@ -137,20 +137,11 @@ impl Reserve {
 /// Descriptors the soft `RLIMIT_NOFILE` leaves this process now (0 when
 /// either the limit or the open descriptors cannot be read).
 fn free_descriptors() -> usize {
-    // SAFETY: rlimit is plain data, filled by getrlimit.
-    let soft = unsafe {
-        let mut limit: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return 0;
-        }
-        limit.rlim_cur
+    let free = match (system::nofile_limit(), system::open_descriptors()) {
+        (Some(limit), Some(open)) => limit.saturating_sub(open),
+        _ => 0,
     };
-    let Ok(open) = std::fs::read_dir("/proc/self/fd").map(Iterator::count) else {
-        return 0;
-    };
-    usize::try_from(soft)
-        .unwrap_or(usize::MAX)
-        .saturating_sub(open)
+    usize::try_from(free).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]

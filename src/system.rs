@@ -6,7 +6,9 @@
 //! the soft `RLIMIT_NOFILE` to the hard limit before accepting anything.
 //! It runs once, on the main thread; the limit belongs to the process, so
 //! it holds for every thread. [`is_out_of_descriptors`] tells the accept
-//! loop and the workers when that limit is reached.
+//! loop and the workers when that limit is reached; [`nofile_limit`] and
+//! [`open_descriptors`] read the limit and the count, for the `process_*`
+//! metrics and for sizing the descriptors kept aside (`reserve.rs`).
 //!
 //! The other helpers read an OS error for the rest of the balancer, on
 //! whatever thread met it: [`is_local_failure`] tells a fault of this host
@@ -45,6 +47,26 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
         }
         Ok(limit.rlim_cur as u64)
     }
+}
+
+/// The soft open-files limit (`RLIMIT_NOFILE`) as it is now; `None` when
+/// it cannot be read.
+pub fn nofile_limit() -> Option<u64> {
+    // SAFETY: rlimit is plain data, filled by getrlimit.
+    let limit = unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return None;
+        }
+        limit
+    };
+    Some(limit.rlim_cur)
+}
+
+/// How many descriptors this process has open now (`/proc/self/fd`);
+/// `None` when that cannot be listed.
+pub fn open_descriptors() -> Option<u64> {
+    Some(std::fs::read_dir("/proc/self/fd").ok()?.count() as u64)
 }
 
 /// Whether `err` says this process (`EMFILE`) or the whole system

@@ -16,6 +16,8 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
+use crate::system;
+
 /// What `/proc/self` says about this process now.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ProcessNow {
@@ -55,25 +57,12 @@ pub fn read() -> Option<ProcessNow> {
     Some(ProcessNow {
         start_time: boot as f64 + field(22)? as f64 / ticks,
         cpu_seconds: (field(14)? + field(15)?) as f64 / ticks,
-        open_fds: std::fs::read_dir("/proc/self/fd").ok()?.count() as u64,
-        max_fds: nofile_limit()?,
+        open_fds: system::open_descriptors()?,
+        max_fds: system::nofile_limit()?,
         resident_bytes: field(24)? * page.max(1) as u64,
         virtual_bytes: field(23)?,
         threads: field(20)?,
     })
-}
-
-/// The soft open-files limit (`RLIMIT_NOFILE`).
-fn nofile_limit() -> Option<u64> {
-    // SAFETY: rlimit is plain data, filled by getrlimit.
-    let limit = unsafe {
-        let mut limit: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return None;
-        }
-        limit
-    };
-    Some(limit.rlim_cur)
 }
 
 /// The system's boot time, seconds since the Unix epoch (`btime`).
