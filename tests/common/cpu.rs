@@ -7,26 +7,27 @@
 use std::thread;
 use std::time::Duration;
 
+/// The threads of this process named `rodizio-worker`: each one's id and
+/// its folder in `/proc/self/task`.
+fn workers() -> Vec<(i32, std::path::PathBuf)> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter_map(|task| {
+            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            let tid = task.file_name().to_str()?.parse::<i32>().ok()?;
+            (comm.trim() == "rodizio-worker").then(|| (tid, task.path()))
+        })
+        .collect()
+}
+
 /// CPU time used so far by the threads named `rodizio-worker`, read from
 /// each thread's own CPU clock (nanoseconds: the clock ticks of
 /// `/proc/*/stat` are rounded down per thread, and a thousand threads that
 /// each ran a few milliseconds would count as none).
 pub fn worker_cpu() -> Duration {
     let mut total = Duration::ZERO;
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let Ok(comm) = std::fs::read_to_string(task.path().join("comm")) else {
-            continue;
-        };
-        let Some(tid) = task
-            .file_name()
-            .to_str()
-            .and_then(|t| t.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if comm.trim() != "rodizio-worker" {
-            continue;
-        }
+    for (tid, _) in workers() {
         // The thread's CPU clock (the kernel's MAKE_THREAD_CPUCLOCK:
         // CPUCLOCK_SCHED | CPUCLOCK_PERTHREAD_MASK).
         let clock = (!tid << 3) | 6;
@@ -57,24 +58,16 @@ pub fn worker_cpu_over(window: Duration) -> Duration {
 /// this counts their looks; unlike their CPU time, it does not grow when
 /// the machine is busy with other work.
 pub fn worker_sleeps() -> u64 {
-    let mut total = 0;
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let Ok(comm) = std::fs::read_to_string(task.path().join("comm")) else {
-            continue;
-        };
-        if comm.trim() != "rodizio-worker" {
-            continue;
-        }
-        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
-            continue;
-        };
-        total += status
-            .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    total
+    workers()
+        .into_iter()
+        .filter_map(|(_, task)| std::fs::read_to_string(task.join("status")).ok())
+        .filter_map(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        })
+        .sum()
 }
 
 /// [`worker_sleeps`] over `window`, and the CPU time the workers used in
