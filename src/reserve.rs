@@ -122,16 +122,6 @@ impl Reserve {
         self.held.store(files.len(), Ordering::Release);
         released
     }
-
-    /// How many it holds now.
-    pub fn held(&self) -> usize {
-        self.held.load(Ordering::Acquire)
-    }
-
-    /// How many it holds when whole.
-    pub fn wanted(&self) -> usize {
-        self.want.load(Ordering::Relaxed)
-    }
 }
 
 /// Descriptors the soft `RLIMIT_NOFILE` leaves this process now (0 when
@@ -151,16 +141,16 @@ mod tests {
     #[test]
     fn the_reserve_gives_back_and_refills() {
         let reserve = Reserve::new(2);
-        assert_eq!(reserve.held(), 2);
+        assert_eq!(reserve.held.load(Ordering::Acquire), 2);
         assert!(reserve.release());
-        assert_eq!(reserve.held(), 1);
+        assert_eq!(reserve.held.load(Ordering::Acquire), 1);
         assert!(reserve.refill());
         assert!(reserve.release());
         assert!(reserve.release());
         assert!(!reserve.release());
-        assert_eq!(reserve.held(), 0);
+        assert_eq!(reserve.held.load(Ordering::Acquire), 0);
         assert!(reserve.refill());
-        assert_eq!(reserve.held(), 2);
+        assert_eq!(reserve.held.load(Ordering::Acquire), 2);
         assert_eq!(reserve.files.lock().len(), 2);
     }
 
@@ -174,14 +164,17 @@ mod tests {
     #[test]
     fn a_reserve_that_cannot_open_its_file_does_without() {
         let reserve = Reserve::on(Path::new("/nonexistent/rodizio-reserve"), 3);
-        assert_eq!(reserve.wanted(), 0);
+        assert_eq!(reserve.want.load(Ordering::Relaxed), 0);
         assert!(reserve.refill_from(Path::new("/nonexistent/rodizio-reserve")));
         assert!(!reserve.release());
     }
 
     #[test]
     fn the_workers_reserve_is_bounded_by_the_workers_and_the_cap() {
-        assert_eq!(Reserve::for_workers(3).wanted(), 3);
-        assert_eq!(Reserve::for_workers(100_000).wanted(), MOST_FOR_WORKERS);
+        assert_eq!(Reserve::for_workers(3).want.load(Ordering::Relaxed), 3);
+        assert_eq!(
+            Reserve::for_workers(100_000).want.load(Ordering::Relaxed),
+            MOST_FOR_WORKERS
+        );
     }
 }
