@@ -479,3 +479,104 @@ fn out_of_descriptors_with_every_worker_before_its_backend_each_client_is_served
     assert!(!log.contains("panicked"), "{log}");
     assert!(child.alive());
 }
+
+/// The same shortage across two services, which share the descriptors
+/// kept aside, with clients that leave badly: the binary with two services
+/// behind `--accept-proxy`, 4 workers, 64 open files. Eighty clients, one
+/// in two on each service, connect and send nothing until the accept loops
+/// have run out of descriptors; then one in four resets before any byte,
+/// one in four sends half a header and resets, and the others send their
+/// header and a byte. Every one of those is echoed; the resets
+/// end only their own connections; the descriptors come back to where
+/// they were (so the kept ones are whole again) and each service serves a
+/// new client.
+#[test]
+fn two_services_out_of_descriptors_with_resets_mid_header_serve_the_rest() {
+    const MANY: usize = 80;
+    let backend = TestBackend::echo();
+    let dir = crate::child::Scratch::new("hostile-reserve-two");
+    let path = dir.path("two.json");
+    let service = |name: &str| {
+        format!(
+            r#"{{"name": "{name}", "listen": "127.0.0.1:0", "backends": ["{}"],
+                "health_check": "off"}}"#,
+            backend.addr()
+        )
+    };
+    std::fs::write(
+        &path,
+        format!(
+            r#"{{"workers": 4, "accept_proxy": true, "accept_proxy_timeout": "20s",
+                "connect_timeout": "20s", "services": [{}, {}]}}"#,
+            service("a"),
+            service("b")
+        ),
+    )
+    .unwrap();
+    let mut command = crate::child::command(&["--allow-root", "-c"]);
+    command.arg(&path).env("RUST_LOG", "warn");
+    common::limit_in_child(&mut command, libc::RLIMIT_NOFILE, 64);
+    let mut child = Child::spawn(&mut command);
+    child.listening();
+    let mut addrs = Vec::new();
+    let both = common::wait_for(common::IO_TIMEOUT, || {
+        addrs = child.listening_now();
+        addrs.len() == 2
+    });
+    assert!(both, "{addrs:?}: {}", child.log());
+    for &addr in &addrs {
+        assert!(served(addr, GOOD_V1), "{addr}: {}", child.log());
+    }
+    let ports: Vec<u16> = addrs.iter().map(SocketAddr::port).collect();
+    until("the first clients' sockets closed", || {
+        crate::balancer_port::sockets_on(&ports) == 0
+    });
+    let fds = child.open_fds();
+    let clients: Vec<TcpStream> = (0..MANY).map(|i| connect(addrs[i % 2]).unwrap()).collect();
+    until("out of descriptors", || {
+        child.log().contains("Too many open files")
+    });
+    // Every client says its part before any echo is read: the two accept
+    // loops fill one queue in no fixed order, so a worker may take any of
+    // them next, and must find what it waits for.
+    let started = Instant::now();
+    let mut kept = Vec::new();
+    for (i, mut s) in clients.into_iter().enumerate() {
+        match i % 4 {
+            1 => reset(s),
+            3 => {
+                s.write_all(&GOOD_V1[..12]).unwrap();
+                reset(s);
+            }
+            _ => {
+                s.write_all(GOOD_V1).unwrap();
+                s.write_all(&[i as u8]).unwrap();
+                kept.push((i, s));
+            }
+        }
+    }
+    for (i, mut s) in kept {
+        let mut back = [0u8];
+        let read = s.read_exact(&mut back);
+        assert!(
+            read.is_ok() && back == [i as u8],
+            "client {i}: {read:?} after {:?}: {}",
+            started.elapsed(),
+            child.log()
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}: {}",
+        started.elapsed(),
+        child.log()
+    );
+    until("the descriptors back", || child.open_fds() <= fds);
+    for &addr in &addrs {
+        assert!(served(addr, GOOD_V1), "{addr} after: {}", child.log());
+    }
+    let log = child.log();
+    assert!(!log.contains("giving up"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(child.alive());
+}
